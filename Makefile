@@ -1,0 +1,131 @@
+# inflight: one non-recursive GNU Makefile.
+#
+#   make                 build/inflight, build/libinflight.a, build/libinflight.so, tools
+#   make test            install missing Debian packages, build, run every test
+#   make run             the README's main job
+#   make fuzz            libFuzzer targets (clang)
+#   make format / format-check
+# Knobs: DEBUG=1, SANITIZE=address,undefined | SANITIZE=thread, CC=clang, V=1
+
+CC ?= cc
+SANITIZE ?=
+DEBUG ?=
+
+ifeq ($(SANITIZE),)
+BUILD := build
+else
+BUILD := build/san-$(subst $(comma),-,$(SANITIZE))
+endif
+comma := ,
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+ifeq ($(CI),true)
+WARN += -Werror
+endif
+OPT := -O2 -g
+ifneq ($(DEBUG),)
+OPT := -O0 -g3
+endif
+PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE2_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+
+CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE $(PCRE2_CFLAGS)
+CFLAGS := -std=c11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP
+LDLIBS := $(PCRE2_LIBS) -lm -pthread
+LDFLAGS :=
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+# Only the per-ISA kernel files get ISA flags; dispatch picks them at run time.
+AVX2_FLAGS := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c -mavx2
+
+LIB_SRC := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
+CLI_SRC := $(shell find src/cli -name '*.c' | sort)
+TOOL_SRC := $(wildcard tools/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+TEST_HELPER_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(BUILD)/%.o)
+TOOLS := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
+TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+EXAMPLES := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
+
+LIB_A := $(BUILD)/libinflight.a
+LIB_SO := $(BUILD)/libinflight.so
+BIN := $(BUILD)/inflight
+
+ifeq ($(V),)
+Q := @
+endif
+
+.PHONY: all test check-test run deps fuzz format format-check clean tests tools examples
+all: $(BIN) $(LIB_A) $(LIB_SO) $(TOOLS) $(EXAMPLES)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(XFLAGS) -c $< -o $@
+
+$(BUILD)/src/kernels/x86_avx2%.o: XFLAGS := $(AVX2_FLAGS)
+$(BUILD)/src/kernels/x86_avx512%.o: XFLAGS := $(AVX512_FLAGS)
+
+$(LIB_A): $(LIB_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJ)
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN): $(CLI_OBJ) $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB_A) $(LDLIBS)
+
+$(BUILD)/tools/%: $(BUILD)/tools/%.o $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+$(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJ) $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(LIB_A) $(LDLIBS)
+
+tests: $(TESTS)
+tools: $(TOOLS)
+examples: $(EXAMPLES)
+
+# The README's test command: installs what is missing, builds, runs the suite.
+test: deps
+	$(Q)$(MAKE) --no-print-directory check-test
+
+check-test: all $(TESTS)
+	$(Q)BUILD=$(BUILD) bash tests/run.sh
+
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(BIN) run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 128
+
+deps:
+	$(Q)bash scripts/deps.sh
+
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+fuzz: $(FUZZERS)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined \
+	  -mavx2 -mfma -mf16c -o $@ $< $(filter-out src/kernels/x86_%,$(LIB_SRC)) $(LDLIBS)
+
+FORMAT_FILES = $(shell find include src tests tools examples -name '*.[ch]' 2>/dev/null)
+format:
+	clang-format -i $(FORMAT_FILES)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages inflight needs to build and test, when missing.
+# As root it runs apt-get; otherwise it prints the exact command and stops.
+set -eu
+pkgs=(gcc make pkg-config libpcre2-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "inflight needs these Debian packages; as root run:" >&2
+    echo "  apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,35 @@
+/*
+ * A fixed pool of worker threads for the kernels of one forward pass.
+ *
+ * ifl_pool_run(pool, fn, arg) calls fn(arg, ith, nth) once on each of nth
+ * threads: the calling thread is ith 0 and the workers are 1..nth-1. It
+ * returns when all have returned. Inside fn, threads may meet at
+ * ifl_pool_barrier(). Waiting threads spin briefly, then sleep, so a pool
+ * between steps costs no CPU and a step costs a few microseconds to start.
+ *
+ * Thread safety: one caller at a time (the engine thread). The pool itself is
+ * shared by its workers through atomics whose orders are noted in pool.c.
+ */
+#ifndef IFL_CORE_POOL_H
+#define IFL_CORE_POOL_H
+
+struct ifl_pool;
+
+typedef void (*ifl_pool_fn)(void *arg, int ith, int nth);
+
+/* n_threads >= 1 counts the caller; 0 means one per online core. */
+int ifl_pool_create(struct ifl_pool **out, int n_threads);
+void ifl_pool_free(struct ifl_pool *pool);
+int ifl_pool_size(const struct ifl_pool *pool);
+void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg);
+/* Every thread of the running job must call it the same number of times. */
+void ifl_pool_barrier(struct ifl_pool *pool);
+
+/* Rows [*lo, *hi) of n for thread ith of nth, in contiguous even shares. */
+static inline void ifl_pool_split(long n, int ith, int nth, long *lo, long *hi)
+{
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * Compute kernels: a table of function pointers per instruction set.
+ *
+ * ifl_kernels_ref() is the scalar ground truth (ref.c). ifl_kernels_best()
+ * picks, once, from cpuid, the fastest table this CPU can run (AVX-512 with
+ * VNNI/BF16 where present, else AVX2+FMA+F16C, else scalar). Every entry of a
+ * SIMD table must equal its ref counterpart: bit for bit where the
+ * arithmetic is exact (conversions, quantisation, integer dot products),
+ * within a stated tolerance where float sums are reassociated.
+ *
+ * Kernels are pure functions of their arguments: no globals, no allocation,
+ * no threads. The caller splits work between threads (by output columns).
+ *
+ * Batch invariance: gemm computes each output y[r][c] by one fixed sequence
+ * of operations that depends only on n and the two rows involved, never on
+ * nr, nc, or where the output falls in a register tile. So a sequence's
+ * logits are bitwise the same whatever else shares its batch.
+ */
+#ifndef IFL_KERNELS_KERNELS_H
+#define IFL_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+/* y[r * ldy + c] = dot(weight row c, activation row r), r < nr, c < nc.
+ * x: nr activation rows already in info(t)->act format, x_stride bytes apart.
+ * w: nc weight rows of type t, w_stride bytes apart.
+ * n: elements per row, a multiple of the block size of t and of its act type. */
+typedef void (*ifl_gemm_fn)(int64_t n, int nr, int nc, const void *x, size_t x_stride,
+                            const void *w, size_t w_stride, float *y, size_t ldy);
+/* Converts n floats to type t (a multiple of its block size). */
+typedef void (*ifl_quant_fn)(const float *x, void *y, int64_t n);
+/* Converts n elements of type t to floats. */
+typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
+
+struct ifl_kernels {
+    const char *name; /* "scalar", "avx2", "avx512" */
+    ifl_gemm_fn gemm[IFL_TYPE_COUNT];       /* by weight type; NULL if unsupported */
+    ifl_quant_fn quant[IFL_TYPE_COUNT];     /* every act type, and every weight type (for tools) */
+    ifl_dequant_fn dequant[IFL_TYPE_COUNT]; /* every weight type and act type */
+
+    /* Attention over an F16 KV cache. */
+    float (*dot_f16)(int64_t n, const uint16_t *k, const float *q); /* sum k[i] * q[i] */
+    void (*axpy_f16)(int64_t n, float a, const uint16_t *v, float *y); /* y += a * v */
+    void (*cvt_f32_f16)(int64_t n, const float *x, uint16_t *y); /* round to nearest even */
+};
+
+const struct ifl_kernels *ifl_kernels_ref(void);
+const struct ifl_kernels *ifl_kernels_best(void);
+/* A table by name ("scalar", "avx2", "avx512"), or NULL when this CPU or
+ * build cannot run it. Tests use it to check each table against ref. */
+const struct ifl_kernels *ifl_kernels_by_name(const char *name);
+
+#endif
