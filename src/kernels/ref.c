@@ -1,0 +1,626 @@
+/*
+ * Scalar reference kernels: the ground truth every SIMD table is tested
+ * against. Portable C11, no intrinsics.
+ *
+ * Formats and arithmetic follow ggml (ggml-quants.c): dequantisation gives
+ * the same floats as ggml's dequantize_row_*, activation quantisation
+ * (Q8_0, Q8_K) the same bytes as quantize_row_q8_0_ref / q8_K_ref, and the
+ * dot products use ggml's integer formulation: per block an exact integer
+ * sum of q_w * q_x, scaled by the two block scales. Each output is one
+ * float sum over blocks in block order, so results never depend on the
+ * shape of the call. The weight quantisers (Q4_0, Q4_K, Q5_K, Q6_K) are our
+ * own least-squares fits; they emit valid ggml blocks but not ggml's bytes.
+ */
+#include "kernels/blocks.h"
+#include "kernels/impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/fp16.h"
+
+/* ---- helpers -------------------------------------------------------- */
+
+/* Round to nearest, ties to even, for |v| < 2^22 (ggml's nearest_int). */
+static int nearest_int(float v)
+{
+    float t = v + 12582912.0f;
+    uint32_t u = ifl_f32_to_bits(t);
+    return (int)(u & 0x007fffffu) - 0x00400000;
+}
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ---- F32 / F16 / BF16 ---------------------------------------------- */
+
+static void quant_f32(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+static void dequant_f32(const void *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+
+static void quant_f16(const float *x, void *vy, int64_t n)
+{
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ifl_f32_to_f16(x[i]);
+}
+
+static void dequant_f16(const void *vx, float *y, int64_t n)
+{
+    const uint16_t *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ifl_f16_to_f32(x[i]);
+}
+
+static void quant_bf16(const float *x, void *vy, int64_t n)
+{
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ifl_f32_to_bf16(x[i]);
+}
+
+static void dequant_bf16(const void *vx, float *y, int64_t n)
+{
+    const uint16_t *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ifl_bf16_to_f32(x[i]);
+}
+
+/* ---- Q8_0 ------------------------------------------------------------ */
+
+/* d = amax / 127, q = roundf(x / d) (half away from zero), as ggml's ref. */
+static void quant_q8_0(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q8_0 *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < IFL_QK; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = ifl_f32_to_f16(d);
+        for (int j = 0; j < IFL_QK; j++)
+            y[b].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+static void dequant_q8_0(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q8_0 *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK; b++, y += IFL_QK) {
+        float d = ifl_f16_to_f32(x[b].d);
+        for (int j = 0; j < IFL_QK; j++)
+            y[j] = (float)x[b].qs[j] * d;
+    }
+}
+
+/* ---- Q4_0 ------------------------------------------------------------ */
+
+/* The element of largest magnitude maps to q = 0 (value -8 d), as ggml. */
+static void quant_q4_0(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q4_0 *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < IFL_QK; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        float d = max / -8.0f;
+        y[b].d = ifl_f32_to_f16(d);
+        float df = ifl_f16_to_f32(y[b].d);
+        float id = df != 0.0f ? 1.0f / df : 0.0f;
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            int q0 = clampi(nearest_int(x[j] * id) + 8, 0, 15);
+            int q1 = clampi(nearest_int(x[j + 16] * id) + 8, 0, 15);
+            y[b].qs[j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+static void dequant_q4_0(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q4_0 *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK; b++, y += IFL_QK) {
+        float d = ifl_f16_to_f32(x[b].d);
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            y[j] = (float)((x[b].qs[j] & 15) - 8) * d;
+            y[j + 16] = (float)((x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+/* ---- Q8_K ------------------------------------------------------------ */
+
+/* ggml's quantize_row_q8_K_ref: the signed element of largest magnitude
+ * (first one on ties) maps to -127; q = nearest_int(-127 / max * x) capped
+ * at 127; d = 1 / iscale; bsums are sums of 16. */
+static void quant_q8_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q8_k *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < IFL_QK_K; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof(y[b]));
+            continue;
+        }
+        float iscale = -127.0f / max;
+        for (int j = 0; j < IFL_QK_K; j++) {
+            int v = nearest_int(iscale * x[j]);
+            y[b].qs[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < IFL_QK_K / 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += y[b].qs[16 * j + l];
+            y[b].bsums[j] = (int16_t)s;
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+static void dequant_q8_k(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q8_k *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, y += IFL_QK_K)
+        for (int j = 0; j < IFL_QK_K; j++)
+            y[j] = x[b].d * (float)x[b].qs[j];
+}
+
+/* ---- K-quant weight quantisers ------------------------------------- */
+
+/* Fits x[0..n) ~ s * q + off with q in 0..nmax and off <= 0 by a few rounds
+ * of assign-then-least-squares, starting from the min/max range. */
+static void fit_affine(const float *x, int n, int nmax, float *s_out, float *off_out)
+{
+    float mn = x[0], mx = x[0];
+    for (int i = 1; i < n; i++) {
+        mn = fminf(mn, x[i]);
+        mx = fmaxf(mx, x[i]);
+    }
+    if (mn > 0.0f)
+        mn = 0.0f;
+    float s = (mx - mn) / (float)nmax, off = mn;
+    if (s == 0.0f) {
+        *s_out = 0.0f;
+        *off_out = off;
+        return;
+    }
+    float best_err = INFINITY, best_s = s, best_off = off;
+    for (int iter = 0; iter < 6; iter++) {
+        double sq = 0, sqq = 0, sx = 0, sqx = 0, err = 0;
+        for (int i = 0; i < n; i++) {
+            int q = clampi(nearest_int((x[i] - off) / s), 0, nmax);
+            float e = s * (float)q + off - x[i];
+            err += (double)e * e;
+            sq += q;
+            sqq += (double)q * q;
+            sx += x[i];
+            sqx += (double)q * x[i];
+        }
+        if (err < best_err) {
+            best_err = (float)err;
+            best_s = s;
+            best_off = off;
+        }
+        double det = (double)n * sqq - sq * sq;
+        if (det <= 0)
+            break;
+        double ns = ((double)n * sqx - sq * sx) / det;
+        double noff = (sx - ns * sq) / n;
+        if (noff > 0) {
+            noff = 0;
+            ns = sqq > 0 ? sqx / sqq : s;
+        }
+        if (!(ns > 0))
+            break;
+        s = (float)ns;
+        off = (float)noff;
+    }
+    *s_out = best_s;
+    *off_out = best_off;
+}
+
+static void pack_k4_scales(uint8_t *s, const uint8_t *sc, const uint8_t *m)
+{
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)((m[j] & 63) | (m[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+}
+
+/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): 6-bit scales and mins per
+ * sub-block of 32, then each element's q against the stored scales. */
+static void quant_kx(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
+                     uint8_t *scales, uint8_t q[IFL_QK_K])
+{
+    float s[8], mn[8], smax = 0.0f, mmax = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float off;
+        fit_affine(x + 32 * j, 32, nmax, &s[j], &off);
+        mn[j] = -off;
+        smax = fmaxf(smax, s[j]);
+        mmax = fmaxf(mmax, mn[j]);
+    }
+    *d_out = ifl_f32_to_f16(smax / 63.0f);
+    *dmin_out = ifl_f32_to_f16(mmax / 63.0f);
+    float d = ifl_f16_to_f32(*d_out), dmin = ifl_f16_to_f32(*dmin_out);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0.0f ? clampi(nearest_int(s[j] / d), 0, 63) : 0);
+        m[j] = (uint8_t)(dmin > 0.0f ? clampi(nearest_int(mn[j] / dmin), 0, 63) : 0);
+    }
+    pack_k4_scales(scales, sc, m);
+    for (int j = 0; j < 8; j++) {
+        float ds = d * (float)sc[j], dm = dmin * (float)m[j];
+        for (int l = 0; l < 32; l++) {
+            int v = ds > 0.0f ? nearest_int((x[32 * j + l] + dm) / ds) : 0;
+            q[32 * j + l] = (uint8_t)clampi(v, 0, nmax);
+        }
+    }
+}
+
+static void quant_q4_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q4_k *y = vy;
+    uint8_t q[IFL_QK_K];
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        quant_kx(x, 15, &y[b].d, &y[b].dmin, y[b].scales, q);
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++)
+                y[b].qs[32 * k + l] = (uint8_t)(q[64 * k + l] | q[64 * k + 32 + l] << 4);
+    }
+}
+
+static void quant_q5_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q5_k *y = vy;
+    uint8_t q[IFL_QK_K];
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        quant_kx(x, 31, &y[b].d, &y[b].dmin, y[b].scales, q);
+        memset(y[b].qh, 0, sizeof(y[b].qh));
+        for (int k = 0; k < 4; k++) {
+            for (int l = 0; l < 32; l++) {
+                int lo = q[64 * k + l], hi = q[64 * k + 32 + l];
+                y[b].qs[32 * k + l] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                y[b].qh[l] |= (uint8_t)((lo >> 4) << (2 * k) | (hi >> 4) << (2 * k + 1));
+            }
+        }
+    }
+}
+
+/* Q6_K: per sub-block of 16 the signed element of largest magnitude maps
+ * to -32; the 16 scales become int8 against one f16 d. */
+static void quant_q6_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q6_k *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        float s[16], amax_s = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float amax = 0.0f, max = 0.0f;
+            for (int l = 0; l < 16; l++) {
+                if (fabsf(x[16 * j + l]) > amax) {
+                    amax = fabsf(x[16 * j + l]);
+                    max = x[16 * j + l];
+                }
+            }
+            s[j] = max / -32.0f;
+            amax_s = fmaxf(amax_s, fabsf(s[j]));
+        }
+        y[b].d = ifl_f32_to_f16(amax_s / 127.0f);
+        float d = ifl_f16_to_f32(y[b].d);
+        uint8_t q[IFL_QK_K];
+        for (int j = 0; j < 16; j++) {
+            int sc = d > 0.0f ? clampi(nearest_int(s[j] / d), -127, 127) : 0;
+            y[b].scales[j] = (int8_t)sc;
+            float ds = d * (float)sc;
+            for (int l = 0; l < 16; l++) {
+                int v = ds != 0.0f ? nearest_int(x[16 * j + l] / ds) : 0;
+                q[16 * j + l] = (uint8_t)(clampi(v, -32, 31) + 32);
+            }
+        }
+        memset(y[b].qh, 0, sizeof(y[b].qh));
+        for (int h = 0; h < 2; h++) {
+            uint8_t *ql = y[b].ql + 64 * h, *qh = y[b].qh + 32 * h;
+            const uint8_t *qq = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((qq[l] & 15) | (qq[64 + l] & 15) << 4);
+                ql[l + 32] = (uint8_t)((qq[32 + l] & 15) | (qq[96 + l] & 15) << 4);
+                qh[l] = (uint8_t)(qq[l] >> 4 | (qq[32 + l] >> 4) << 2 | (qq[64 + l] >> 4) << 4 |
+                                  (qq[96 + l] >> 4) << 6);
+            }
+        }
+    }
+}
+
+/* ---- K-quant dequantisers (same float expressions as ggml) ---------- */
+
+static void dequant_q4_k(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q4_k *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        float d = ifl_f16_to_f32(x[b].d), dmin = ifl_f16_to_f32(x[b].dmin);
+        const uint8_t *q = x[b].qs;
+        for (int k = 0; k < 4; k++, q += 32) {
+            uint8_t sc0, m0, sc1, m1;
+            ifl_k4_scale_min(x[b].scales, 2 * k, &sc0, &m0);
+            ifl_k4_scale_min(x[b].scales, 2 * k + 1, &sc1, &m1);
+            float d0 = d * (float)sc0, dm0 = dmin * (float)m0;
+            float d1 = d * (float)sc1, dm1 = dmin * (float)m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d0 * (float)(q[l] & 15) - dm0;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)(q[l] >> 4) - dm1;
+        }
+    }
+}
+
+static void dequant_q5_k(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q5_k *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        float d = ifl_f16_to_f32(x[b].d), dmin = ifl_f16_to_f32(x[b].dmin);
+        const uint8_t *q = x[b].qs, *qh = x[b].qh;
+        for (int k = 0; k < 4; k++, q += 32) {
+            uint8_t sc0, m0, sc1, m1;
+            ifl_k4_scale_min(x[b].scales, 2 * k, &sc0, &m0);
+            ifl_k4_scale_min(x[b].scales, 2 * k + 1, &sc1, &m1);
+            float d0 = d * (float)sc0, dm0 = dmin * (float)m0;
+            float d1 = d * (float)sc1, dm1 = dmin * (float)m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d0 * (float)((q[l] & 15) + ((qh[l] >> (2 * k)) & 1) * 16) - dm0;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)((q[l] >> 4) + ((qh[l] >> (2 * k + 1)) & 1) * 16) - dm1;
+        }
+    }
+}
+
+static void dequant_q6_k(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q6_k *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        float d = ifl_f16_to_f32(x[b].d);
+        for (int h = 0; h < 2; h++, y += 128) {
+            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
+            const int8_t *sc = x[b].scales + 8 * h;
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32;
+                int q2 = ((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32;
+                int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+/* ---- dot products: one weight row against one activation row -------- */
+
+static float dot_f32(int64_t n, const float *w, const float *x)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        s += w[i] * x[i];
+    return s;
+}
+
+static float dot_f16w(int64_t n, const uint16_t *w, const float *x)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        s += ifl_f16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16w(int64_t n, const uint16_t *w, const float *x)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        s += ifl_bf16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_q8_0(int64_t n, const struct ifl_block_q8_0 *w, const struct ifl_block_q8_0 *x)
+{
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < IFL_QK; j++)
+            isum += w[b].qs[j] * x[b].qs[j];
+        s += ifl_f16_to_f32(w[b].d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+    }
+    return s;
+}
+
+static float dot_q4_0(int64_t n, const struct ifl_block_q4_0 *w, const struct ifl_block_q8_0 *x)
+{
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            isum += ((w[b].qs[j] & 15) - 8) * x[b].qs[j];
+            isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
+        }
+        s += ifl_f16_to_f32(w[b].d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+    }
+    return s;
+}
+
+/* Mins term of Q4_K/Q5_K: sum_j m[j] * (sum of the 32 activations of
+ * sub-block j), from the activation block's sums of 16. */
+static int32_t k4_min_sum(const uint8_t *scales, const int16_t *bsums)
+{
+    int32_t ms = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        ifl_k4_scale_min(scales, j, &sc, &m);
+        ms += m * (bsums[2 * j] + bsums[2 * j + 1]);
+    }
+    return ms;
+}
+
+/* Q4_K: per super-block, isum = sum_j sc[j] * dot(q_j, x_j) and the mins
+ * term; s_d and s_m are summed apart and subtracted at the end. */
+static float dot_q4_k(int64_t n, const struct ifl_block_q4_k *w, const struct ifl_block_q8_k *x)
+{
+    float sd = 0.0f, sm = 0.0f;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        int32_t isum = 0;
+        for (int k = 0; k < 4; k++) {
+            uint8_t sc0, m0, sc1, m1;
+            ifl_k4_scale_min(w[b].scales, 2 * k, &sc0, &m0);
+            ifl_k4_scale_min(w[b].scales, 2 * k + 1, &sc1, &m1);
+            const uint8_t *q = w[b].qs + 32 * k;
+            const int8_t *a = x[b].qs + 64 * k;
+            int32_t s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (q[l] & 15) * a[l];
+                s1 += (q[l] >> 4) * a[l + 32];
+            }
+            isum += sc0 * s0 + sc1 * s1;
+        }
+        int32_t msum = k4_min_sum(w[b].scales, x[b].bsums);
+        sd += x[b].d * ifl_f16_to_f32(w[b].d) * (float)isum;
+        sm += x[b].d * ifl_f16_to_f32(w[b].dmin) * (float)msum;
+    }
+    return sd - sm;
+}
+
+static float dot_q5_k(int64_t n, const struct ifl_block_q5_k *w, const struct ifl_block_q8_k *x)
+{
+    float sd = 0.0f, sm = 0.0f;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        int32_t isum = 0;
+        const uint8_t *qh = w[b].qh;
+        for (int k = 0; k < 4; k++) {
+            uint8_t sc0, m0, sc1, m1;
+            ifl_k4_scale_min(w[b].scales, 2 * k, &sc0, &m0);
+            ifl_k4_scale_min(w[b].scales, 2 * k + 1, &sc1, &m1);
+            const uint8_t *q = w[b].qs + 32 * k;
+            const int8_t *a = x[b].qs + 64 * k;
+            int32_t s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += ((q[l] & 15) | ((qh[l] >> (2 * k)) & 1) << 4) * a[l];
+                s1 += ((q[l] >> 4) | ((qh[l] >> (2 * k + 1)) & 1) << 4) * a[l + 32];
+            }
+            isum += sc0 * s0 + sc1 * s1;
+        }
+        int32_t msum = k4_min_sum(w[b].scales, x[b].bsums);
+        sd += x[b].d * ifl_f16_to_f32(w[b].d) * (float)isum;
+        sm += x[b].d * ifl_f16_to_f32(w[b].dmin) * (float)msum;
+    }
+    return sd - sm;
+}
+
+/* Q6_K: q - 32 is split as sum sc*q*x - 32 * sum sc*bsum, both exact. */
+static float dot_q6_k(int64_t n, const struct ifl_block_q6_k *w, const struct ifl_block_q8_k *x)
+{
+    float sd = 0.0f, sm = 0.0f;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        int32_t isum = 0, osum = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
+            const int8_t *sc = w[b].scales + 8 * h;
+            const int8_t *a = x[b].qs + 128 * h;
+            for (int g = 0; g < 2; g++) { /* the two sub-blocks of 16 in each 32 */
+                int32_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++) {
+                    s1 += ((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) * a[l];
+                    s2 += ((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) * a[l + 32];
+                    s3 += ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) * a[l + 64];
+                    s4 += ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) * a[l + 96];
+                }
+                isum += sc[g] * s1 + sc[g + 2] * s2 + sc[g + 4] * s3 + sc[g + 6] * s4;
+            }
+        }
+        for (int j = 0; j < 16; j++)
+            osum += w[b].scales[j] * x[b].bsums[j];
+        float d = x[b].d * ifl_f16_to_f32(w[b].d);
+        sd += d * (float)isum;
+        sm += d * (float)(32 * osum);
+    }
+    return sd - sm;
+}
+
+/* ---- gemm: y[r][c] = dot(w row c, x row r) -------------------------- */
+
+#define REF_GEMM(name, dot, wtype, xtype)                                                          \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
+                     size_t ws, float *y, size_t ldy)                                             \
+    {                                                                                              \
+        for (int r = 0; r < nr; r++)                                                               \
+            for (int c = 0; c < nc; c++)                                                           \
+                y[(size_t)r * ldy + c] =                                                           \
+                    dot(n, (const wtype *)((const char *)w + (size_t)c * ws),                      \
+                        (const xtype *)((const char *)x + (size_t)r * xs));                        \
+    }
+
+REF_GEMM(gemm_f32, dot_f32, float, float)
+REF_GEMM(gemm_f16, dot_f16w, uint16_t, float)
+REF_GEMM(gemm_bf16, dot_bf16w, uint16_t, float)
+REF_GEMM(gemm_q8_0, dot_q8_0, struct ifl_block_q8_0, struct ifl_block_q8_0)
+REF_GEMM(gemm_q4_0, dot_q4_0, struct ifl_block_q4_0, struct ifl_block_q8_0)
+REF_GEMM(gemm_q4_k, dot_q4_k, struct ifl_block_q4_k, struct ifl_block_q8_k)
+REF_GEMM(gemm_q5_k, dot_q5_k, struct ifl_block_q5_k, struct ifl_block_q8_k)
+REF_GEMM(gemm_q6_k, dot_q6_k, struct ifl_block_q6_k, struct ifl_block_q8_k)
+
+/* ---- attention helpers over an F16 cache ---------------------------- */
+
+static float dot_f16(int64_t n, const uint16_t *k, const float *q) { return dot_f16w(n, k, q); }
+
+static void axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * ifl_f16_to_f32(v[i]);
+}
+
+static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y) { quant_f16(x, y, n); }
+
+void ifl_kernels_fill_ref(struct ifl_kernels *k)
+{
+    memset(k, 0, sizeof(*k));
+    k->name = "scalar";
+    k->gemm[IFL_TYPE_F32] = gemm_f32;
+    k->gemm[IFL_TYPE_F16] = gemm_f16;
+    k->gemm[IFL_TYPE_BF16] = gemm_bf16;
+    k->gemm[IFL_TYPE_Q8_0] = gemm_q8_0;
+    k->gemm[IFL_TYPE_Q4_0] = gemm_q4_0;
+    k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
+    k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
+    k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
+
+    k->quant[IFL_TYPE_F32] = quant_f32;
+    k->quant[IFL_TYPE_F16] = quant_f16;
+    k->quant[IFL_TYPE_BF16] = quant_bf16;
+    k->quant[IFL_TYPE_Q8_0] = quant_q8_0;
+    k->quant[IFL_TYPE_Q4_0] = quant_q4_0;
+    k->quant[IFL_TYPE_Q8_K] = quant_q8_k;
+    k->quant[IFL_TYPE_Q4_K] = quant_q4_k;
+    k->quant[IFL_TYPE_Q5_K] = quant_q5_k;
+    k->quant[IFL_TYPE_Q6_K] = quant_q6_k;
+
+    k->dequant[IFL_TYPE_F32] = dequant_f32;
+    k->dequant[IFL_TYPE_F16] = dequant_f16;
+    k->dequant[IFL_TYPE_BF16] = dequant_bf16;
+    k->dequant[IFL_TYPE_Q8_0] = dequant_q8_0;
+    k->dequant[IFL_TYPE_Q4_0] = dequant_q4_0;
+    k->dequant[IFL_TYPE_Q8_K] = dequant_q8_k;
+    k->dequant[IFL_TYPE_Q4_K] = dequant_q4_k;
+    k->dequant[IFL_TYPE_Q5_K] = dequant_q5_k;
+    k->dequant[IFL_TYPE_Q6_K] = dequant_q6_k;
+
+    k->dot_f16 = dot_f16;
+    k->axpy_f16 = axpy_f16;
+    k->cvt_f32_f16 = cvt_f32_f16;
+}

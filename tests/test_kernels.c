@@ -1,0 +1,585 @@
+/*
+ * Kernel tests: known-answer block layouts, quantiser round trips, the
+ * reference gemm against a float dot of dequantised rows, every SIMD table
+ * against the reference (bit-exact where the arithmetic is exact), and
+ * batch invariance (bitwise) of every table.
+ */
+#include "kernels/blocks.h"
+#include "kernels/kernels.h"
+#include "t.h"
+
+#include "core/fp16.h"
+#include "core/rng.h"
+
+static const enum ifl_type weight_types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
+                                             IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
+                                             IFL_TYPE_Q5_K, IFL_TYPE_Q6_K};
+#define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
+
+static const char *table_names[] = {"scalar", "avx2", "avx512"};
+
+static void fill_normal(struct ifl_rng *r, float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = ifl_rng_normal(r) * scale;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        abort();
+    return p;
+}
+
+/* Random f16 with a moderate magnitude (never nan or inf). */
+static uint16_t rand_f16(struct ifl_rng *r, float scale)
+{
+    return ifl_f32_to_f16((ifl_rng_uniform(r) * 0.9f + 0.1f) * scale);
+}
+
+/* nrows rows of weight type t with n elements: either quantised from
+ * gaussian floats, or (raw = 1) random bytes with sane f16 scales, which
+ * reach every bit pattern of the quants and the 6-bit scales. */
+static void make_weights(struct ifl_rng *r, enum ifl_type t, int64_t n, int nrows, int raw, void *w)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    size_t rs = ifl_type_row_size(t, n);
+    float *tmp = xmalloc((size_t)n * sizeof(float));
+    for (int i = 0; i < nrows; i++) {
+        uint8_t *row = (uint8_t *)w + (size_t)i * rs;
+        if (!raw || t == IFL_TYPE_F32 || t == IFL_TYPE_F16 || t == IFL_TYPE_BF16) {
+            fill_normal(r, tmp, n, 0.5f);
+            ref->quant[t](tmp, row, n);
+            continue;
+        }
+        for (size_t j = 0; j < rs; j++)
+            row[j] = (uint8_t)ifl_rng_next(r);
+        const struct ifl_type_info *ti = ifl_type_info(t);
+        for (int64_t b = 0; b < n / ti->blck; b++) {
+            uint8_t *blk = row + (size_t)b * ti->size;
+            uint16_t d = rand_f16(r, 0.01f), dm = rand_f16(r, 0.01f);
+            switch (t) {
+            case IFL_TYPE_Q8_0:
+            case IFL_TYPE_Q4_0:
+                memcpy(blk, &d, 2);
+                break;
+            case IFL_TYPE_Q4_K:
+            case IFL_TYPE_Q5_K:
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &dm, 2);
+                break;
+            case IFL_TYPE_Q6_K:
+                memcpy(blk + 208, &d, 2);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+    free(tmp);
+}
+
+/* ---- known answers: the layouts, not just self-consistency ---------- */
+
+static void test_known_q4_0_q8_0(void)
+{
+    const struct ifl_kernels *k = ifl_kernels_ref();
+    struct ifl_block_q4_0 b;
+    b.d = ifl_f32_to_f16(0.5f);
+    for (int j = 0; j < 16; j++)
+        b.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    float y[32];
+    k->dequant[IFL_TYPE_Q4_0](&b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == 0.5f * (float)(j - 8));
+        CHECK(y[j + 16] == 0.5f * (float)(7 - j));
+    }
+    struct ifl_block_q8_0 q;
+    q.d = ifl_f32_to_f16(0.25f);
+    for (int j = 0; j < 32; j++)
+        q.qs[j] = (int8_t)(j * 8 - 128);
+    k->dequant[IFL_TYPE_Q8_0](&q, y, 32);
+    for (int j = 0; j < 32; j++)
+        CHECK(y[j] == 0.25f * (float)(j * 8 - 128));
+
+    /* Q8_0 quantisation: d = amax / 127, q = round half away from zero. */
+    float x[32] = {0};
+    x[0] = 127.0f;
+    x[1] = -2.5f;
+    x[2] = 2.5f;
+    x[3] = 0.49f;
+    x[4] = -127.0f;
+    k->quant[IFL_TYPE_Q8_0](x, &q, 32);
+    CHECK(ifl_f16_to_f32(q.d) == 1.0f);
+    CHECK_EQ(q.qs[0], 127);
+    CHECK_EQ(q.qs[1], -3);
+    CHECK_EQ(q.qs[2], 3);
+    CHECK_EQ(q.qs[3], 0);
+    CHECK_EQ(q.qs[4], -127);
+}
+
+static void test_known_q4_k_q5_k(void)
+{
+    const struct ifl_kernels *k = ifl_kernels_ref();
+    /* Sub-block j gets scale sc[j] and min m[j], chosen to use all 6 bits. */
+    static const uint8_t sc[8] = {1, 2, 3, 63, 17, 33, 48, 62};
+    static const uint8_t m[8] = {5, 0, 63, 7, 49, 20, 36, 15};
+    struct ifl_block_q4_k b;
+    memset(&b, 0, sizeof(b));
+    b.d = ifl_f32_to_f16(0.5f);
+    b.dmin = ifl_f32_to_f16(0.25f);
+    for (int j = 0; j < 4; j++) {
+        b.scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        b.scales[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        b.scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    for (int l = 0; l < 128; l++)
+        b.qs[l] = (uint8_t)((l % 16) | ((l * 7) % 16) << 4);
+    float y[256];
+    k->dequant[IFL_TYPE_Q4_K](&b, y, 256);
+    for (int e = 0; e < 256; e++) {
+        int j = e / 32, l = e % 32, byte = 32 * (j / 2) + l;
+        int q = j % 2 == 0 ? byte % 16 : (byte * 7) % 16;
+        CHECK(y[e] == 0.5f * (float)sc[j] * (float)q - 0.25f * (float)m[j]);
+    }
+
+    struct ifl_block_q5_k b5;
+    memset(&b5, 0, sizeof(b5));
+    b5.d = b.d;
+    b5.dmin = b.dmin;
+    memcpy(b5.scales, b.scales, 12);
+    memcpy(b5.qs, b.qs, 128);
+    for (int l = 0; l < 32; l++)
+        b5.qh[l] = (uint8_t)(l * 37 + 11);
+    k->dequant[IFL_TYPE_Q5_K](&b5, y, 256);
+    for (int e = 0; e < 256; e++) {
+        int j = e / 32, l = e % 32, byte = 32 * (j / 2) + l;
+        int q = j % 2 == 0 ? byte % 16 : (byte * 7) % 16;
+        q += (((l * 37 + 11) & 255) >> j & 1) * 16;
+        CHECK(y[e] == 0.5f * (float)sc[j] * (float)q - 0.25f * (float)m[j]);
+    }
+}
+
+static void test_known_q6_k_q8_k(void)
+{
+    const struct ifl_kernels *k = ifl_kernels_ref();
+    struct ifl_block_q6_k b;
+    b.d = ifl_f32_to_f16(0.125f);
+    for (int j = 0; j < 16; j++)
+        b.scales[j] = (int8_t)(j * 17 - 128);
+    uint8_t q[256];
+    for (int e = 0; e < 256; e++)
+        q[e] = (uint8_t)((e * 29 + 3) % 64);
+    /* pack by the layout written in blocks.h */
+    for (int h = 0; h < 2; h++) {
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *qq = q + 128 * h;
+            b.ql[64 * h + l] = (uint8_t)((qq[l] & 15) | (qq[l + 64] & 15) << 4);
+            b.ql[64 * h + l + 32] = (uint8_t)((qq[l + 32] & 15) | (qq[l + 96] & 15) << 4);
+            b.qh[32 * h + l] = (uint8_t)(qq[l] >> 4 | (qq[l + 32] >> 4) << 2 |
+                                         (qq[l + 64] >> 4) << 4 | (qq[l + 96] >> 4) << 6);
+        }
+    }
+    float y[256];
+    k->dequant[IFL_TYPE_Q6_K](&b, y, 256);
+    for (int e = 0; e < 256; e++)
+        CHECK(y[e] == 0.125f * (float)b.scales[e / 16] * (float)(q[e] - 32));
+
+    /* Q8_K: the signed largest element maps to -127, d = 1 / iscale. */
+    float x[256];
+    for (int e = 0; e < 256; e++)
+        x[e] = (float)(e % 50) * 0.01f;
+    x[77] = 3.0f;
+    x[78] = -3.0f; /* ties on magnitude: the first one wins */
+    struct ifl_block_q8_k a;
+    k->quant[IFL_TYPE_Q8_K](x, &a, 256);
+    CHECK_EQ(a.qs[77], -127);
+    CHECK_EQ(a.qs[78], 127);
+    CHECK(a.d == 1.0f / (-127.0f / 3.0f));
+    for (int j = 0; j < 16; j++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++)
+            s += a.qs[16 * j + l];
+        CHECK_EQ(a.bsums[j], s);
+    }
+    k->dequant[IFL_TYPE_Q8_K](&a, y, 256);
+    for (int e = 0; e < 256; e++)
+        CHECK(y[e] == a.d * (float)a.qs[e]);
+    memset(x, 0, sizeof(x));
+    k->quant[IFL_TYPE_Q8_K](x, &a, 256);
+    CHECK(a.d == 0.0f);
+    CHECK_EQ(a.qs[5], 0);
+}
+
+/* ---- quantise -> dequantise round trips ----------------------------- */
+
+static void test_roundtrip(void)
+{
+    static const struct {
+        enum ifl_type t;
+        double max_rel;
+    } cases[] = {
+        {IFL_TYPE_F32, 0.0},      {IFL_TYPE_F16, 1e-3},     {IFL_TYPE_BF16, 5e-3},
+        {IFL_TYPE_Q8_0, 0.01},    {IFL_TYPE_Q8_K, 0.01},    {IFL_TYPE_Q4_0, 0.15},
+        {IFL_TYPE_Q4_K, 0.10},    {IFL_TYPE_Q5_K, 0.05},    {IFL_TYPE_Q6_K, 0.025},
+    };
+    const struct ifl_kernels *k = ifl_kernels_ref();
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 42);
+    int64_t n = 4096;
+    float *x = xmalloc((size_t)n * 4), *y = xmalloc((size_t)n * 4);
+    void *q = xmalloc((size_t)n * 4);
+    fill_normal(&r, x, n, 1.0f);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        enum ifl_type t = cases[i].t;
+        k->quant[t](x, q, n);
+        k->dequant[t](q, y, n);
+        double se = 0, sx = 0;
+        for (int64_t j = 0; j < n; j++) {
+            se += ((double)y[j] - x[j]) * ((double)y[j] - x[j]);
+            sx += (double)x[j] * x[j];
+        }
+        double rel = sqrt(se / sx);
+        CHECK_MSG(rel <= cases[i].max_rel, "%s: relative rms error %.4f > %.4f",
+                  ifl_type_info(t)->name, rel, cases[i].max_rel);
+        if (getenv("IFL_TEST_VERBOSE"))
+            fprintf(stderr, "  %-5s rel rms err %.5f\n", ifl_type_info(t)->name, rel);
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+/* ---- a test problem: nr activation rows, nc weight rows -------------- */
+
+struct problem {
+    enum ifl_type t, act;
+    int64_t n;
+    int nr, nc;
+    size_t xs, ws;
+    float *xf;    /* (nr, n) float activations */
+    void *x;      /* (nr) rows in act format, xs bytes apart */
+    void *w;      /* (nc) weight rows, ws bytes apart */
+    double *mag;  /* (nr, nc) sum |w_i| |x_i| over dequantised values */
+    float *y_ref; /* (nr, nc) reference gemm */
+};
+
+static void problem_init(struct problem *p, struct ifl_rng *r, enum ifl_type t, int64_t n, int nr,
+                         int nc, int raw)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    p->t = t;
+    p->act = ifl_type_info(t)->act;
+    p->n = n;
+    p->nr = nr;
+    p->nc = nc;
+    p->xs = ifl_type_row_size(p->act, n) + 16; /* a gap, to catch stride bugs */
+    p->ws = ifl_type_row_size(t, n) + 2;
+    if (t == IFL_TYPE_F32)
+        p->ws += 2;
+    p->xf = xmalloc((size_t)(nr * n) * 4);
+    p->x = xmalloc(p->xs * (size_t)nr);
+    p->w = xmalloc(p->ws * (size_t)nc);
+    p->mag = xmalloc(sizeof(double) * (size_t)(nr * nc));
+    p->y_ref = xmalloc(sizeof(float) * (size_t)(nr * nc));
+    fill_normal(r, p->xf, nr * n, 1.0f);
+    for (int i = 0; i < nr; i++)
+        ref->quant[p->act](p->xf + i * n, (char *)p->x + (size_t)i * p->xs, n);
+    size_t rs = ifl_type_row_size(t, n);
+    uint8_t *tmp = xmalloc(rs * (size_t)nc);
+    make_weights(r, t, n, nc, raw, tmp);
+    for (int c = 0; c < nc; c++)
+        memcpy((char *)p->w + (size_t)c * p->ws, tmp + (size_t)c * rs, rs);
+    free(tmp);
+    float *wd = xmalloc((size_t)n * 4), *xd = xmalloc((size_t)n * 4);
+    for (int i = 0; i < nr; i++) {
+        ref->dequant[p->act]((char *)p->x + (size_t)i * p->xs, xd, n);
+        for (int c = 0; c < nc; c++) {
+            ref->dequant[t]((char *)p->w + (size_t)c * p->ws, wd, n);
+            double m = 0;
+            for (int64_t j = 0; j < n; j++)
+                m += fabs((double)wd[j] * xd[j]);
+            p->mag[i * nc + c] = m;
+        }
+    }
+    free(wd);
+    free(xd);
+    ref->gemm[t](n, nr, nc, p->x, p->xs, p->w, p->ws, p->y_ref, (size_t)nc);
+}
+
+static void problem_free(struct problem *p)
+{
+    free(p->xf);
+    free(p->x);
+    free(p->w);
+    free(p->mag);
+    free(p->y_ref);
+}
+
+static double tol_of(double mag) { return 1e-5 * mag + 1e-6; }
+
+/* The reference gemm equals a double dot of the dequantised rows: proves
+ * the integer formulation (scales, mins, the -32 / -8 offsets) is right. */
+static void test_ref_gemm_vs_dequant(void)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 7);
+    for (int ti = 0; ti < N_WT; ti++) {
+        for (int raw = 0; raw < 2; raw++) {
+            enum ifl_type t = weight_types[ti];
+            int64_t n = ifl_type_info(t)->blck == 1 ? 777 : 1024;
+            struct problem p;
+            problem_init(&p, &r, t, n, 3, 5, raw);
+            float *wd = xmalloc((size_t)n * 4), *xd = xmalloc((size_t)n * 4);
+            for (int i = 0; i < p.nr; i++) {
+                ref->dequant[p.act]((char *)p.x + (size_t)i * p.xs, xd, n);
+                for (int c = 0; c < p.nc; c++) {
+                    ref->dequant[t]((char *)p.w + (size_t)c * p.ws, wd, n);
+                    double s = 0;
+                    for (int64_t j = 0; j < n; j++)
+                        s += (double)wd[j] * xd[j];
+                    CHECK_MSG(fabs(s - p.y_ref[i * p.nc + c]) <= tol_of(p.mag[i * p.nc + c]) * 4,
+                              "%s raw=%d [%d][%d]: ref gemm %.9g vs dequant dot %.9g",
+                              ifl_type_info(t)->name, raw, i, c, p.y_ref[i * p.nc + c], s);
+                }
+            }
+            free(wd);
+            free(xd);
+            problem_free(&p);
+        }
+    }
+}
+
+/* ---- every table against the reference ------------------------------ */
+
+static int bits_equal(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+
+static void check_table_quant(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 11);
+    int64_t n = 2048;
+    float *x = xmalloc((size_t)n * 4);
+    uint8_t *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
+    float *fa = xmalloc((size_t)n * 4), *fb = xmalloc((size_t)n * 4);
+    for (int trial = 0; trial < 40; trial++) {
+        float scale = trial % 4 == 0 ? 1e-3f : trial % 4 == 1 ? 300.0f : 1.0f;
+        fill_normal(&r, x, n, scale);
+        if (trial % 5 == 0) /* exact ties and zero blocks */
+            for (int64_t i = 0; i < n; i++)
+                x[i] = (i / 256) % 3 == 0 ? 0.0f : (float)((int)(x[i] * 4.0f)) * 0.5f;
+        for (int t = 0; t < IFL_TYPE_COUNT; t++) {
+            if (!ref->quant[t])
+                continue;
+            CHECK(k->quant[t] != NULL);
+            size_t rs = ifl_type_row_size((enum ifl_type)t, n);
+            memset(a, 0xaa, rs);
+            memset(b, 0x55, rs);
+            ref->quant[t](x, a, n);
+            k->quant[t](x, b, n);
+            CHECK_MSG(bits_equal(a, b, rs), "%s: quant %s differs from ref (trial %d)", k->name,
+                      ifl_type_info((uint32_t)t)->name, trial);
+            ref->dequant[t](a, fa, n);
+            k->dequant[t](a, fb, n);
+            CHECK_MSG(bits_equal(fa, fb, (size_t)n * 4), "%s: dequant %s differs from ref",
+                      k->name, ifl_type_info((uint32_t)t)->name);
+        }
+    }
+    /* dequant of raw random blocks too */
+    for (int ti = 0; ti < N_WT; ti++) {
+        enum ifl_type t = weight_types[ti];
+        make_weights(&r, t, n, 1, 1, a);
+        ref->dequant[t](a, fa, n);
+        k->dequant[t](a, fb, n);
+        CHECK_MSG(bits_equal(fa, fb, (size_t)n * 4), "%s: raw dequant %s differs", k->name,
+                  ifl_type_info(t)->name);
+    }
+    free(x);
+    free(a);
+    free(b);
+    free(fa);
+    free(fb);
+}
+
+static void check_table_gemm(const struct ifl_kernels *k)
+{
+    static const int dims[] = {1, 2, 3, 5, 7, 16, 33};
+    const int nd = (int)(sizeof(dims) / sizeof(dims[0]));
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 99);
+    for (int ti = 0; ti < N_WT; ti++) {
+        enum ifl_type t = weight_types[ti];
+        int64_t bl = ifl_type_info(t)->blck;
+        int64_t ns[4] = {bl, 3 * bl, 2048, 0};
+        if (bl == 1) {
+            ns[0] = 1;
+            ns[1] = 13;
+            ns[3] = 1001;
+        } else {
+            ns[3] = bl * (bl == 32 ? 37 : 7);
+        }
+        for (int ni = 0; ni < 4; ni++) {
+            for (int di = 0; di < nd; di++) {
+                int nr = dims[di], nc = dims[(di * 3 + ni) % nd];
+                struct problem p;
+                problem_init(&p, &r, t, ns[ni], nr, nc, (di + ni) % 2);
+                float *y = xmalloc(sizeof(float) * (size_t)(nr * nc));
+                k->gemm[t](p.n, nr, nc, p.x, p.xs, p.w, p.ws, y, (size_t)nc);
+                int bad = 0;
+                for (int i = 0; i < nr * nc && bad < 3; i++) {
+                    if (!(fabs((double)y[i] - p.y_ref[i]) <= tol_of(p.mag[i]))) {
+                        bad++;
+                        T_FAIL_("%s gemm %s n=%lld nr=%d nc=%d out %d: %.9g vs ref %.9g (mag %g)",
+                                k->name, ifl_type_info(t)->name, (long long)p.n, nr, nc, i, y[i],
+                                p.y_ref[i], p.mag[i]);
+                    }
+                }
+                free(y);
+                problem_free(&p);
+            }
+        }
+    }
+}
+
+/* gemm of the whole nr x nc block equals, bit for bit, each output on its
+ * own and the outputs of other tilings. */
+static void check_table_invariance(const struct ifl_kernels *k)
+{
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 1234);
+    for (int ti = 0; ti < N_WT; ti++) {
+        enum ifl_type t = weight_types[ti];
+        int64_t n = ifl_type_info(t)->blck == 1 ? 517 : ifl_type_info(t)->blck * 9;
+        int nr = 13, nc = 11;
+        struct problem p;
+        problem_init(&p, &r, t, n, nr, nc, 0);
+        float *full = xmalloc(sizeof(float) * (size_t)(nr * nc));
+        float *part = xmalloc(sizeof(float) * (size_t)(nr * nc));
+        k->gemm[t](n, nr, nc, p.x, p.xs, p.w, p.ws, full, (size_t)nc);
+        for (int i = 0; i < nr; i++) {
+            for (int c = 0; c < nc; c++) {
+                float one;
+                k->gemm[t](n, 1, 1, (char *)p.x + (size_t)i * p.xs, p.xs,
+                           (char *)p.w + (size_t)c * p.ws, p.ws, &one, 1);
+                CHECK_MSG(bits_equal(&one, &full[i * nc + c], 4),
+                          "%s %s: y[%d][%d] alone %.9g, in batch %.9g", k->name,
+                          ifl_type_info(t)->name, i, c, one, full[i * nc + c]);
+            }
+        }
+        /* tilings: chunks of rows and columns of every size 1..6 */
+        for (int cr = 1; cr <= 6; cr++) {
+            int cc = 7 - cr;
+            memset(part, 0, sizeof(float) * (size_t)(nr * nc));
+            for (int r0 = 0; r0 < nr; r0 += cr)
+                for (int c0 = 0; c0 < nc; c0 += cc) {
+                    int mr = nr - r0 < cr ? nr - r0 : cr, mc = nc - c0 < cc ? nc - c0 : cc;
+                    k->gemm[t](n, mr, mc, (char *)p.x + (size_t)r0 * p.xs, p.xs,
+                               (char *)p.w + (size_t)c0 * p.ws, p.ws, part + r0 * nc + c0,
+                               (size_t)nc);
+                }
+            CHECK_MSG(bits_equal(part, full, sizeof(float) * (size_t)(nr * nc)),
+                      "%s %s: tiling %dx%d changes results", k->name, ifl_type_info(t)->name, cr,
+                      cc);
+        }
+        free(full);
+        free(part);
+        problem_free(&p);
+    }
+}
+
+static void check_table_f16(const struct ifl_kernels *k)
+{
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 5);
+    /* conversions, special values included */
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f,
+                                    -70000.0f, 1e-8f, -1e-8f, 5.96e-8f, 2.98e-8f, 2.99e-8f,
+                                    6.1e-5f, 6.103515625e-05f, 1.0009765625f, 1.00048828125f,
+                                    1.00146484375f, 3.0e-41f, 0.1f, 0.2f, 0.3f};
+    const int ns = (int)(sizeof(special) / sizeof(special[0]));
+    float x[301];
+    uint16_t h[301];
+    for (int len = 1; len <= 301; len += 37) {
+        for (int i = 0; i < len; i++) {
+            if (i < ns)
+                x[i] = special[(i * 7) % ns];
+            else if (i % 11 == 0)
+                x[i] = ifl_bits_to_f32((uint32_t)ifl_rng_next(&r)); /* any bits: nan, inf, tiny */
+            else
+                x[i] = ifl_rng_normal(&r) * 100.0f;
+        }
+        x[len - 1] = len % 2 ? INFINITY : NAN;
+        memset(h, 0, sizeof(h));
+        k->cvt_f32_f16(len, x, h);
+        for (int i = 0; i < len; i++)
+            CHECK_MSG(h[i] == ifl_f32_to_f16(x[i]), "%s cvt_f32_f16(%a [%08x]) = %04x, want %04x",
+                      k->name, x[i], ifl_f32_to_bits(x[i]), h[i], ifl_f32_to_f16(x[i]));
+    }
+    /* dot and axpy against the reference */
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    for (int len = 1; len <= 300; len += 23) {
+        float q[300], y1[300], y2[300];
+        uint16_t kv[300];
+        double mag = 0;
+        for (int i = 0; i < len; i++) {
+            q[i] = ifl_rng_normal(&r);
+            kv[i] = ifl_f32_to_f16(ifl_rng_normal(&r));
+            y1[i] = y2[i] = ifl_rng_normal(&r);
+            mag += fabs(q[i] * ifl_f16_to_f32(kv[i]));
+        }
+        CHECK_NEAR(k->dot_f16(len, kv, q), ref->dot_f16(len, kv, q), tol_of(mag));
+        k->axpy_f16(len, 0.37f, kv, y1);
+        ref->axpy_f16(len, 0.37f, kv, y2);
+        for (int i = 0; i < len; i++)
+            CHECK_NEAR(y1[i], y2[i], 1e-6 * (fabs(y2[i]) + 1));
+    }
+}
+
+static void test_tables(void)
+{
+    CHECK(ifl_kernels_ref() != NULL);
+    CHECK(ifl_kernels_best() != NULL);
+    CHECK(ifl_kernels_by_name("scalar") == ifl_kernels_ref());
+    CHECK(ifl_kernels_by_name("nonsense") == NULL);
+    CHECK(ifl_kernels_by_name(NULL) == NULL);
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    for (int ti = 0; ti < N_WT; ti++) {
+        enum ifl_type t = weight_types[ti];
+        CHECK(ref->gemm[t] && ref->quant[t] && ref->dequant[t]);
+        CHECK(ref->quant[ifl_type_info(t)->act] && ref->dequant[ifl_type_info(t)->act]);
+    }
+    fprintf(stderr, "  best table: %s\n", ifl_kernels_best()->name);
+}
+
+static void test_each_table(void)
+{
+    for (int i = 0; i < 3; i++) {
+        const struct ifl_kernels *k = ifl_kernels_by_name(table_names[i]);
+        if (!k) {
+            fprintf(stderr, "  table %s: not supported here, skipped\n", table_names[i]);
+            continue;
+        }
+        CHECK_STR(k->name, table_names[i]);
+        int before = t_cur_failed_;
+        check_table_quant(k);
+        check_table_gemm(k);
+        check_table_invariance(k);
+        check_table_f16(k);
+        fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
+    }
+}
+
+int main(void)
+{
+    T_RUN(test_tables);
+    T_RUN(test_known_q4_0_q8_0);
+    T_RUN(test_known_q4_k_q5_k);
+    T_RUN(test_known_q6_k_q8_k);
+    T_RUN(test_roundtrip);
+    T_RUN(test_ref_gemm_vs_dequant);
+    T_RUN(test_each_table);
+    return t_done();
+}
