@@ -45,6 +45,9 @@ enum ifl_gguf_type {
 };
 
 #define IFL_GGUF_MAX_DIMS 4
+/* Arrays may hold arrays; the reader rejects nesting deeper than this many
+ * array levels (the format sets no limit; this keeps recursion bounded). */
+#define IFL_GGUF_MAX_NEST 8
 
 struct ifl_gguf;
 
@@ -76,12 +79,23 @@ uint32_t ifl_gguf_version(const struct ifl_gguf *g);
 uint64_t ifl_gguf_alignment(const struct ifl_gguf *g);
 size_t ifl_gguf_file_size(const struct ifl_gguf *g);
 const char *ifl_gguf_path(const struct ifl_gguf *g); /* "" for memory buffers */
+/* File offset of the tensor data section (tensor offsets are relative to it). */
+size_t ifl_gguf_data_offset(const struct ifl_gguf *g);
 
 /* Metadata, by index or key. */
 int64_t ifl_gguf_n_kv(const struct ifl_gguf *g);
 const char *ifl_gguf_key(const struct ifl_gguf *g, int64_t i);
 int64_t ifl_gguf_find_key(const struct ifl_gguf *g, const char *key); /* -1 if absent */
 int ifl_gguf_value(const struct ifl_gguf *g, int64_t i, struct ifl_gguf_value *out);
+/* The exact encoded bytes of entry i's value (u32 type, then the value), a
+ * view into the file; IFL_EINVAL if i is out of range. */
+int ifl_gguf_kv_span(const struct ifl_gguf *g, int64_t i, const void **p, size_t *len);
+/* Scalar values from ifl_gguf_value: same conversions as the typed getters
+ * (_int takes integers and bool). IFL_EINVAL on a type mismatch, IFL_EFORMAT
+ * when a uint64 does not fit int64. */
+int ifl_gguf_value_int(const struct ifl_gguf_value *v, int64_t *out);
+int ifl_gguf_value_float(const struct ifl_gguf_value *v, double *out);
+int ifl_gguf_value_str(const struct ifl_gguf_value *v, const char **s, size_t *len);
 
 /* Typed getters by key. They return IFL_ENOTFOUND when the key is absent
  * (err untouched, so optional keys are easy) and IFL_EFORMAT with a message
@@ -100,7 +114,8 @@ int ifl_gguf_get_arr(const struct ifl_gguf *g, const char *key, struct ifl_gguf_
 /* Array elements; i must be < arr->n (programmer error otherwise). The
  * element type must match the getter: _int for integer and bool elements,
  * _float for FLOAT32/FLOAT64, _str for STRING, _sub for nested arrays.
- * Each is O(1). They return IFL_EINVAL on a type mismatch. */
+ * Each is O(1). They return IFL_EINVAL on a type mismatch (and _int
+ * returns IFL_EFORMAT for a uint64 element above INT64_MAX). */
 int ifl_gguf_arr_int(const struct ifl_gguf_value *arr, uint64_t i, int64_t *out);
 int ifl_gguf_arr_float(const struct ifl_gguf_value *arr, uint64_t i, double *out);
 int ifl_gguf_arr_str(const struct ifl_gguf_value *arr, uint64_t i, const char **s, size_t *len);
@@ -114,7 +129,13 @@ const struct ifl_gguf_tensor *ifl_gguf_find_tensor(const struct ifl_gguf *g, con
 /* ---- Writer (for tools/mkmodel and tests) ----
  * Builds a GGUF v3 file in memory and writes it. Keys and tensors are
  * written in the order added. Tensor data is copied at ifl_gguf_writer_add_tensor
- * time. Not thread-safe. */
+ * time. Not thread-safe.
+ * Errors are sticky: a setter that fails (duplicate key or tensor name, bad
+ * type or shape, size mismatch: IFL_EINVAL; IFL_ENOMEM) returns the code and
+ * records a sentence; every later call returns the same code and
+ * ifl_gguf_writer_write reports the sentence without writing anything.
+ * Setting "general.alignment" (a power of two, as u32) changes the data
+ * alignment from the default 32; copy_kv of that key does the same. */
 struct ifl_gguf_writer;
 
 int ifl_gguf_writer_create(struct ifl_gguf_writer **out);
@@ -124,6 +145,26 @@ int ifl_gguf_writer_set_i32(struct ifl_gguf_writer *w, const char *key, int32_t 
 int ifl_gguf_writer_set_f32(struct ifl_gguf_writer *w, const char *key, float v);
 int ifl_gguf_writer_set_bool(struct ifl_gguf_writer *w, const char *key, int v);
 int ifl_gguf_writer_set_str(struct ifl_gguf_writer *w, const char *key, const char *s, size_t len);
+int ifl_gguf_writer_set_u8(struct ifl_gguf_writer *w, const char *key, uint8_t v);
+int ifl_gguf_writer_set_i8(struct ifl_gguf_writer *w, const char *key, int8_t v);
+int ifl_gguf_writer_set_u16(struct ifl_gguf_writer *w, const char *key, uint16_t v);
+int ifl_gguf_writer_set_i16(struct ifl_gguf_writer *w, const char *key, int16_t v);
+int ifl_gguf_writer_set_u64(struct ifl_gguf_writer *w, const char *key, uint64_t v);
+int ifl_gguf_writer_set_i64(struct ifl_gguf_writer *w, const char *key, int64_t v);
+int ifl_gguf_writer_set_f64(struct ifl_gguf_writer *w, const char *key, double v);
+/* Arrays. `data` holds n packed values of elem_type (a fixed-size type:
+ * not STRING or ARRAY) in host (little-endian) order. Strings: n pointers
+ * and their lengths (lens may be NULL for NUL-terminated strings).
+ * Arrays of arrays: _begin_arr(key) opens one, then each element is added
+ * with key NULL (_set_arr, _set_arr_str or a nested _begin_arr), and
+ * _end_arr closes it; at most IFL_GGUF_MAX_NEST levels. While an array of
+ * arrays is open, only key-less array calls are allowed. */
+int ifl_gguf_writer_set_arr(struct ifl_gguf_writer *w, const char *key, enum ifl_gguf_type elem_type,
+                            const void *data, uint64_t n);
+int ifl_gguf_writer_set_arr_str(struct ifl_gguf_writer *w, const char *key,
+                                const char *const *strs, const size_t *lens, uint64_t n);
+int ifl_gguf_writer_begin_arr(struct ifl_gguf_writer *w, const char *key);
+int ifl_gguf_writer_end_arr(struct ifl_gguf_writer *w);
 /* Copies one metadata entry (any type, arrays included) from a reader. */
 int ifl_gguf_writer_copy_kv(struct ifl_gguf_writer *w, const struct ifl_gguf *src, int64_t i);
 int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint32_t type,
