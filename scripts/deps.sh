@@ -2,7 +2,7 @@
 # Installs the Debian packages inflight needs to build and test, when missing.
 # As root it runs apt-get; otherwise it prints the exact command and stops.
 set -eu
-pkgs=(gcc make pkg-config libpcre2-dev)
+pkgs=(gcc make pkg-config libpcre2-dev libjansson-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,572 @@
+/*
+ * The batched forward pass (see forward.h): a pre-norm decoder of the
+ * llama family over a ragged batch, with K and V in a paged store.
+ *
+ * One call runs one pool job. All threads walk the same list of phases and
+ * meet at barriers between them; inside a phase each thread takes a fixed
+ * slice (rows for element-wise work, output columns for matmuls, (row, head)
+ * pairs for attention). Every output element is computed by one thread with
+ * a fixed reduction order, so results do not depend on the thread count or
+ * on the batch's other rows.
+ *
+ * Per layer:  xn = rmsnorm(x) * attn_norm
+ *             q, k, v = xn Wq (+bq), xn Wk (+bk), xn Wv (+bv)
+ *             [qwen3: rmsnorm each head of q and k];  rope(q), rope(k)
+ *             store k, v at each row's (sequence, position)
+ *             att = softmax(q K^T / sqrt(head_dim)) V over positions 0..pos
+ *             x += att Wo
+ *             xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
+ * Then, for rows that want logits: logits = rmsnorm(x) * out_norm Wout.
+ */
+#include "model/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+
+struct ifl_fwd {
+    const struct ifl_model *m;
+    struct ifl_kv_store *kv;
+    const struct ifl_kernels *kn;
+    struct ifl_pool *pool;
+    int32_t max_rows;
+    int32_t max_ctx;
+    int32_t max_in;     /* widest matmul input */
+    double *inv_freq;   /* [n_rot/2] angle per position of each rotated pair */
+
+    /* scratch, sized at creation (R = max_rows) */
+    float *x;           /* [R][n_embd] residual stream */
+    float *xn;          /* [R][max_in] matmul input */
+    void *act;          /* [R][act_row_bytes] matmul input converted for the kernels */
+    size_t act_row_bytes;
+    float *q;           /* [R][n_head * head_dim] */
+    float *k;           /* [R][n_head_kv * head_dim] */
+    float *v;           /* [R][n_head_kv * head_dim_v] */
+    float *att;         /* [R][n_head * head_dim_v] */
+    float *gate;        /* [R][n_ff] */
+    float *up;          /* [R][n_ff] */
+    float *tmp;         /* [R][n_embd] */
+    float *rope_cs;     /* [R][n_rot/2][2] cos, sin */
+    float *scores;      /* [n_threads][max_ctx] */
+    int32_t *out_rows;  /* [R] rows whose logits are wanted */
+};
+
+/* What one step's threads share. */
+struct job {
+    struct ifl_fwd *f;
+    const struct ifl_batch *b;
+    float *logits;
+    int32_t n_out;      /* rows that want logits */
+};
+
+/* Per-thread memo of what `act` holds, so q, k and v convert xn once.
+ * Every thread runs the same phases, so all copies agree. */
+struct act_memo {
+    const float *src;
+    enum ifl_type type;
+    int32_t nr;
+};
+
+static void *alloc_floats(size_t n)
+{
+    return aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+}
+
+int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
+                        enum ifl_type type, int32_t n_blocks, int32_t block_size, char *err)
+{
+    *out = NULL;
+    if (type != IFL_TYPE_F16 && type != IFL_TYPE_F32)
+        return ifl_err(err, IFL_EUNSUPPORTED, "kv: cache type must be f16 or f32");
+    if (n_blocks < 1 || block_size < 1 || block_size > 4096)
+        return ifl_err(err, IFL_EINVAL, "kv: %d blocks of %d positions is not a valid cache",
+                       n_blocks, block_size);
+    struct ifl_kv_store *kv = calloc(1, sizeof(*kv));
+    if (!kv)
+        return ifl_err(err, IFL_ENOMEM, "kv: out of memory");
+    kv->type = type;
+    kv->n_layer = hp->n_layer;
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    kv->k_dim = hp->n_head_kv * hp->head_dim;
+    kv->v_dim = hp->n_head_kv * hp->head_dim_v;
+    kv->elt = type == IFL_TYPE_F16 ? 2 : 4;
+    kv->k = calloc((size_t)hp->n_layer, sizeof(void *));
+    kv->v = calloc((size_t)hp->n_layer, sizeof(void *));
+    if (!kv->k || !kv->v)
+        goto oom;
+    size_t pos = (size_t)n_blocks * (size_t)block_size;
+    for (int il = 0; il < hp->n_layer; il++) {
+        size_t kb = ((pos * (size_t)kv->k_dim * kv->elt + 63) / 64) * 64;
+        size_t vb = ((pos * (size_t)kv->v_dim * kv->elt + 63) / 64) * 64;
+        kv->k[il] = aligned_alloc(64, kb);
+        kv->v[il] = aligned_alloc(64, vb);
+        if (!kv->k[il] || !kv->v[il])
+            goto oom;
+        memset(kv->k[il], 0, kb);
+        memset(kv->v[il], 0, vb);
+    }
+    *out = kv;
+    return 0;
+oom:
+    ifl_kv_store_free(kv);
+    return ifl_err(err, IFL_ENOMEM, "kv: out of memory for %d blocks of %d positions", n_blocks,
+                   block_size);
+}
+
+void ifl_kv_store_free(struct ifl_kv_store *kv)
+{
+    if (!kv)
+        return;
+    for (int il = 0; il < kv->n_layer; il++) {
+        if (kv->k)
+            free(kv->k[il]);
+        if (kv->v)
+            free(kv->v[il]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, int32_t n)
+{
+    IFL_ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
+    IFL_ASSERT(n >= 0 && n <= kv->block_size);
+    size_t kbs = (size_t)kv->block_size * (size_t)kv->k_dim * kv->elt;
+    size_t vbs = (size_t)kv->block_size * (size_t)kv->v_dim * kv->elt;
+    for (int il = 0; il < kv->n_layer; il++) {
+        char *k = kv->k[il], *v = kv->v[il];
+        memcpy(k + (size_t)dst * kbs, k + (size_t)src * kbs, (size_t)n * (size_t)kv->k_dim * kv->elt);
+        memcpy(v + (size_t)dst * vbs, v + (size_t)src * vbs, (size_t)n * (size_t)kv->v_dim * kv->elt);
+    }
+}
+
+void ifl_fwd_free(struct ifl_fwd *f)
+{
+    if (!f)
+        return;
+    ifl_pool_free(f->pool);
+    free(f->inv_freq);
+    free(f->x);
+    free(f->xn);
+    free(f->act);
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->att);
+    free(f->gate);
+    free(f->up);
+    free(f->tmp);
+    free(f->rope_cs);
+    free(f->scores);
+    free(f->out_rows);
+    free(f);
+}
+
+int ifl_fwd_n_threads(const struct ifl_fwd *f) { return ifl_pool_size(f->pool); }
+
+static int32_t max3(int32_t a, int32_t b, int32_t c)
+{
+    int32_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_kv_store *kv,
+                   const struct ifl_fwd_config *cfg, char *err)
+{
+    *out = NULL;
+    const struct ifl_hparams *hp = &m->hp;
+    if (cfg->max_rows < 1 || cfg->max_rows > (1 << 20) || cfg->max_ctx < 1 ||
+        cfg->max_ctx > (1 << 24))
+        return ifl_err(err, IFL_EINVAL, "forward: max_rows %d / max_ctx %d out of range",
+                       cfg->max_rows, cfg->max_ctx);
+    if (kv->n_layer != hp->n_layer || kv->k_dim != hp->n_head_kv * hp->head_dim ||
+        kv->v_dim != hp->n_head_kv * hp->head_dim_v)
+        return ifl_err(err, IFL_EINVAL, "forward: the KV store does not fit this model");
+    struct ifl_fwd *f = calloc(1, sizeof(*f));
+    if (!f)
+        return ifl_err(err, IFL_ENOMEM, "forward: out of memory");
+    f->m = m;
+    f->kv = kv;
+    f->kn = ifl_kernels_best();
+    f->max_rows = cfg->max_rows;
+    f->max_ctx = cfg->max_ctx;
+    int rc = ifl_pool_create(&f->pool, cfg->n_threads);
+    if (rc) {
+        free(f);
+        return ifl_err(err, rc, "forward: cannot start %d threads", cfg->n_threads);
+    }
+    size_t R = (size_t)cfg->max_rows;
+    int32_t q_dim = hp->n_head * hp->head_dim;
+    int32_t k_dim = hp->n_head_kv * hp->head_dim;
+    int32_t v_dim = hp->n_head_kv * hp->head_dim_v;
+    int32_t o_dim = hp->n_head * hp->head_dim_v;
+    f->max_in = max3(hp->n_embd, hp->n_ff, o_dim);
+    /* the largest act format is Q8_K: 292 bytes per 256 values; 2 bytes each is ample */
+    f->act_row_bytes = ((size_t)f->max_in * 2 + 63) / 64 * 64;
+    int nth = ifl_pool_size(f->pool);
+    int half = hp->n_rot / 2;
+    f->inv_freq = malloc(sizeof(double) * (size_t)(half > 0 ? half : 1));
+    f->x = alloc_floats(R * (size_t)hp->n_embd);
+    f->xn = alloc_floats(R * (size_t)f->max_in);
+    f->act = aligned_alloc(64, R * f->act_row_bytes);
+    f->q = alloc_floats(R * (size_t)q_dim);
+    f->k = alloc_floats(R * (size_t)k_dim);
+    f->v = alloc_floats(R * (size_t)v_dim);
+    f->att = alloc_floats(R * (size_t)o_dim);
+    f->gate = alloc_floats(R * (size_t)hp->n_ff);
+    f->up = alloc_floats(R * (size_t)hp->n_ff);
+    f->tmp = alloc_floats(R * (size_t)hp->n_embd);
+    f->rope_cs = alloc_floats(R * (size_t)(half > 0 ? half : 1) * 2);
+    f->scores = alloc_floats((size_t)nth * (size_t)cfg->max_ctx);
+    f->out_rows = malloc(R * sizeof(int32_t));
+    if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
+        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->out_rows) {
+        ifl_fwd_free(f);
+        return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
+    }
+    for (int i = 0; i < half; i++) {
+        double fr = pow((double)hp->rope_base, -2.0 * i / hp->n_rot) * hp->rope_pos_scale;
+        if (m->rope_freqs)
+            fr /= m->rope_freqs[i];
+        f->inv_freq[i] = fr;
+    }
+    *out = f;
+    return 0;
+}
+
+/* ---- element-wise pieces (per row) ---- */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+static void rope(float *v, const float *cs, int n_rot, int head_dim, int n_heads, int neox)
+{
+    int half = n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *hv = v + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            int i0 = neox ? i : 2 * i;
+            int i1 = neox ? i + half : 2 * i + 1;
+            float a = hv[i0], b = hv[i1];
+            hv[i0] = a * c - b * s;
+            hv[i1] = a * s + b * c;
+        }
+    }
+}
+
+/* ---- matmul: y[r][c] = x[r] . W[c] for r < nr ---- */
+
+/* Converts x (nr rows of w->n_in floats) into the kernels' input format for
+ * w, unless `act` already holds it. Ends at a barrier when it converted. */
+static void mm_prepare(struct job *j, int ith, int nth, struct act_memo *memo,
+                       const struct ifl_mat *w, const float *x, int32_t nr)
+{
+    struct ifl_fwd *f = j->f;
+    enum ifl_type at = ifl_type_info(w->type)->act;
+    if (at == IFL_TYPE_F32)
+        return;
+    if (memo->src == x && memo->type == at && memo->nr == nr)
+        return;
+    long lo, hi;
+    ifl_pool_split(nr, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++)
+        f->kn->quant[at](x + r * w->n_in, (char *)f->act + r * f->act_row_bytes, w->n_in);
+    memo->src = x;
+    memo->type = at;
+    memo->nr = nr;
+    ifl_pool_barrier(f->pool);
+}
+
+/* This thread's share of y = x W^T (no barrier at the end). */
+static void mm_run(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *x,
+                   int32_t nr, float *y, size_t ldy)
+{
+    struct ifl_fwd *f = j->f;
+    enum ifl_type at = ifl_type_info(w->type)->act;
+    const void *xa = x;
+    size_t xs = (size_t)w->n_in * sizeof(float);
+    if (at != IFL_TYPE_F32) {
+        xa = f->act;
+        xs = f->act_row_bytes;
+    }
+    /* split columns in multiples of 16 so tiles stay whole */
+    int64_t chunks = (w->n_out + 15) / 16;
+    int64_t c0 = chunks * ith / nth * 16, c1 = chunks * (ith + 1) / nth * 16;
+    if (c1 > w->n_out)
+        c1 = w->n_out;
+    if (c0 >= c1)
+        return;
+    f->kn->gemm[w->type](w->n_in, nr, (int)(c1 - c0), xa, xs,
+                         (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0,
+                         ldy);
+}
+
+static void mm(struct job *j, int ith, int nth, struct act_memo *memo, const struct ifl_mat *w,
+               const float *x, int32_t nr, float *y)
+{
+    mm_prepare(j, ith, nth, memo, w, x, nr);
+    mm_run(j, ith, nth, w, x, nr, y, (size_t)w->n_out);
+}
+
+/* ---- attention ---- */
+
+static const void *kv_at(const struct ifl_kv_store *kv, void *const *base, int il, int32_t block,
+                         int32_t slot, int32_t dim)
+{
+    size_t idx = ((size_t)block * (size_t)kv->block_size + (size_t)slot) * (size_t)dim;
+    return (const char *)base[il] + idx * kv->elt;
+}
+
+static void store_kv(struct job *j, int ith, int nth, int il)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    struct ifl_kv_store *kv = f->kv;
+    long lo, hi;
+    ifl_pool_split(b->n_rows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        int32_t p = b->pos[r];
+        int32_t blk = b->block_tables[b->seq[r]][p / kv->block_size];
+        int32_t slot = p % kv->block_size;
+        void *kd = (void *)kv_at(kv, kv->k, il, blk, slot, kv->k_dim);
+        void *vd = (void *)kv_at(kv, kv->v, il, blk, slot, kv->v_dim);
+        const float *ks = f->k + r * kv->k_dim, *vs = f->v + r * kv->v_dim;
+        if (kv->type == IFL_TYPE_F16) {
+            f->kn->cvt_f32_f16(kv->k_dim, ks, kd);
+            f->kn->cvt_f32_f16(kv->v_dim, vs, vd);
+        } else {
+            memcpy(kd, ks, sizeof(float) * (size_t)kv->k_dim);
+            memcpy(vd, vs, sizeof(float) * (size_t)kv->v_dim);
+        }
+    }
+}
+
+static void attention(struct job *j, int ith, int nth, int il)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const struct ifl_hparams *hp = &f->m->hp;
+    const struct ifl_kv_store *kv = f->kv;
+    int hd = hp->head_dim, hdv = hp->head_dim_v;
+    int group = hp->n_head / hp->n_head_kv;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = f->scores + (size_t)ith * (size_t)f->max_ctx;
+    long lo, hi;
+    ifl_pool_split((long)b->n_rows * hp->n_head, ith, nth, &lo, &hi);
+    for (long item = lo; item < hi; item++) {
+        long r = item / hp->n_head;
+        int h = (int)(item % hp->n_head);
+        int hk = h / group;
+        const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)h * hd;
+        const int32_t *table = b->block_tables[b->seq[r]];
+        int32_t n_pos = b->pos[r] + 1;
+        float mx = -INFINITY;
+        for (int32_t t = 0; t < n_pos; t++) {
+            int32_t blk = table[t / kv->block_size], slot = t % kv->block_size;
+            const void *kp = kv_at(kv, kv->k, il, blk, slot, kv->k_dim);
+            float s;
+            if (kv->type == IFL_TYPE_F16) {
+                s = f->kn->dot_f16(hd, (const uint16_t *)kp + (size_t)hk * hd, q);
+            } else {
+                const float *kf = (const float *)kp + (size_t)hk * hd;
+                s = 0;
+                for (int i = 0; i < hd; i++)
+                    s += kf[i] * q[i];
+            }
+            s *= scale;
+            sc[t] = s;
+            if (s > mx)
+                mx = s;
+        }
+        double sum = 0;
+        for (int32_t t = 0; t < n_pos; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
+        memset(o, 0, sizeof(float) * (size_t)hdv);
+        for (int32_t t = 0; t < n_pos; t++) {
+            int32_t blk = table[t / kv->block_size], slot = t % kv->block_size;
+            const void *vp = kv_at(kv, kv->v, il, blk, slot, kv->v_dim);
+            if (kv->type == IFL_TYPE_F16) {
+                f->kn->axpy_f16(hdv, sc[t], (const uint16_t *)vp + (size_t)hk * hdv, o);
+            } else {
+                const float *vf = (const float *)vp + (size_t)hk * hdv;
+                for (int i = 0; i < hdv; i++)
+                    o[i] += sc[t] * vf[i];
+            }
+        }
+        float inv = (float)(1.0 / sum);
+        for (int i = 0; i < hdv; i++)
+            o[i] *= inv;
+    }
+}
+
+/* ---- the step ---- */
+
+static void step(void *arg, int ith, int nth)
+{
+    struct job *j = arg;
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const struct ifl_model *m = f->m;
+    const struct ifl_hparams *hp = &m->hp;
+    const int32_t nr = b->n_rows;
+    const int n_embd = hp->n_embd, n_ff = hp->n_ff, half = hp->n_rot / 2;
+    const int q_dim = hp->n_head * hp->head_dim, k_dim = hp->n_head_kv * hp->head_dim;
+    const int v_dim = hp->n_head_kv * hp->head_dim_v;
+    struct act_memo memo = {0};
+    long lo, hi;
+    ifl_pool_split(nr, ith, nth, &lo, &hi);
+
+    /* embeddings and rotary angles */
+    for (long r = lo; r < hi; r++) {
+        const struct ifl_mat *te = &m->tok_embd;
+        f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
+                                 f->x + r * n_embd, n_embd);
+        float *cs = f->rope_cs + r * half * 2;
+        for (int i = 0; i < half; i++) {
+            double th = (double)b->pos[r] * f->inv_freq[i];
+            cs[2 * i] = (float)cos(th);
+            cs[2 * i + 1] = (float)sin(th);
+        }
+    }
+    ifl_pool_barrier(f->pool);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct ifl_layer_weights *w = &m->layers[il];
+        for (long r = lo; r < hi; r++)
+            rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
+        ifl_pool_barrier(f->pool);
+        memo.src = NULL;
+        mm(j, ith, nth, &memo, &w->wq, f->xn, nr, f->q);
+        mm(j, ith, nth, &memo, &w->wk, f->xn, nr, f->k);
+        mm(j, ith, nth, &memo, &w->wv, f->xn, nr, f->v);
+        ifl_pool_barrier(f->pool);
+        for (long r = lo; r < hi; r++) {
+            float *q = f->q + r * q_dim, *k = f->k + r * k_dim, *v = f->v + r * v_dim;
+            if (w->bq) {
+                for (int i = 0; i < q_dim; i++)
+                    q[i] += w->bq[i];
+                for (int i = 0; i < k_dim; i++)
+                    k[i] += w->bk[i];
+                for (int i = 0; i < v_dim; i++)
+                    v[i] += w->bv[i];
+            }
+            if (w->q_norm) {
+                for (int h = 0; h < hp->n_head; h++)
+                    rmsnorm(q + h * hp->head_dim, q + h * hp->head_dim, w->q_norm, hp->head_dim,
+                            hp->rms_eps);
+                for (int h = 0; h < hp->n_head_kv; h++)
+                    rmsnorm(k + h * hp->head_dim, k + h * hp->head_dim, w->k_norm, hp->head_dim,
+                            hp->rms_eps);
+            }
+            const float *cs = f->rope_cs + r * half * 2;
+            rope(q, cs, hp->n_rot, hp->head_dim, hp->n_head, hp->rope_neox);
+            rope(k, cs, hp->n_rot, hp->head_dim, hp->n_head_kv, hp->rope_neox);
+        }
+        store_kv(j, ith, nth, il);
+        ifl_pool_barrier(f->pool);
+        attention(j, ith, nth, il);
+        ifl_pool_barrier(f->pool);
+        mm(j, ith, nth, &memo, &w->wo, f->att, nr, f->tmp);
+        ifl_pool_barrier(f->pool);
+        for (long r = lo; r < hi; r++) {
+            float *x = f->x + r * n_embd;
+            const float *t = f->tmp + r * n_embd;
+            for (int i = 0; i < n_embd; i++)
+                x[i] += t[i];
+            rmsnorm(f->xn + r * n_embd, x, w->ffn_norm, n_embd, hp->rms_eps);
+        }
+        ifl_pool_barrier(f->pool);
+        memo.src = NULL; /* xn now holds the ffn input */
+        mm(j, ith, nth, &memo, &w->w_gate, f->xn, nr, f->gate);
+        mm(j, ith, nth, &memo, &w->w_up, f->xn, nr, f->up);
+        ifl_pool_barrier(f->pool);
+        for (long r = lo; r < hi; r++) {
+            float *g = f->gate + r * n_ff;
+            const float *u = f->up + r * n_ff;
+            for (int i = 0; i < n_ff; i++)
+                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        }
+        ifl_pool_barrier(f->pool);
+        mm(j, ith, nth, &memo, &w->w_down, f->gate, nr, f->tmp);
+        ifl_pool_barrier(f->pool);
+        for (long r = lo; r < hi; r++) {
+            float *x = f->x + r * n_embd;
+            const float *t = f->tmp + r * n_embd;
+            for (int i = 0; i < n_embd; i++)
+                x[i] += t[i];
+        }
+        ifl_pool_barrier(f->pool);
+    }
+
+    if (j->n_out == 0)
+        return;
+    long olo, ohi;
+    ifl_pool_split(j->n_out, ith, nth, &olo, &ohi);
+    for (long i = olo; i < ohi; i++)
+        rmsnorm(f->xn + i * n_embd, f->x + (size_t)f->out_rows[i] * n_embd, m->out_norm, n_embd,
+                hp->rms_eps);
+    ifl_pool_barrier(f->pool);
+    memo.src = NULL;
+    mm(j, ith, nth, &memo, &m->output, f->xn, j->n_out, j->logits);
+}
+
+static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char *err)
+{
+    const struct ifl_hparams *hp = &f->m->hp;
+    if (b->n_rows < 1 || b->n_rows > f->max_rows)
+        return ifl_err(err, IFL_EINVAL, "forward: %d rows, expected 1..%d", b->n_rows,
+                       f->max_rows);
+    for (int32_t r = 0; r < b->n_rows; r++) {
+        int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
+        if (t < 0 || t >= hp->n_vocab)
+            return ifl_err(err, IFL_EINVAL, "forward: row %d: token %d outside vocabulary of %d",
+                           r, t, hp->n_vocab);
+        if (p < 0 || p >= f->max_ctx)
+            return ifl_err(err, IFL_EINVAL, "forward: row %d: position %d outside 0..%d", r, p,
+                           f->max_ctx - 1);
+        if (s < 0 || s >= b->n_seqs)
+            return ifl_err(err, IFL_EINVAL, "forward: row %d: sequence %d of %d", r, s,
+                           b->n_seqs);
+        int32_t need = p / f->kv->block_size + 1;
+        if (need > b->n_blocks[s])
+            return ifl_err(err, IFL_EINVAL,
+                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r,
+                           p, need, s, b->n_blocks[s]);
+        for (int32_t i = 0; i < need; i++) {
+            int32_t blk = b->block_tables[s][i];
+            if (blk < 0 || blk >= f->kv->n_blocks)
+                return ifl_err(err, IFL_EINVAL, "forward: sequence %d: block %d outside 0..%d", s,
+                               blk, f->kv->n_blocks - 1);
+        }
+    }
+    return 0;
+}
+
+int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, char *err)
+{
+    int rc = check_batch(f, b, err);
+    if (rc)
+        return rc;
+    struct job j = {.f = f, .b = b, .logits = logits};
+    for (int32_t r = 0; r < b->n_rows; r++)
+        if (b->logits && b->logits[r])
+            f->out_rows[j.n_out++] = r;
+    ifl_pool_run(f->pool, step, &j);
+    return 0;
+}

@@ -1,0 +1,82 @@
+/*
+ * The batched forward pass over a paged KV cache.
+ *
+ * A step's input is a ragged batch: n_rows rows of (token, position,
+ * sequence) from any number of sequences, e.g. one decode row for each of 15
+ * sequences plus a 100-token prefill chunk of a 16th. Each sequence owns a
+ * block table: the ids of the KV blocks holding its positions, position p in
+ * block table[p / block_size] at slot p % block_size. The caller (the
+ * executor's KV allocator) owns the tables; the forward pass only reads them.
+ *
+ * Every row writes its K and V at its position, then attends causally to
+ * positions 0..pos of its sequence, which must already be in the cache or in
+ * this batch. Every matmul reads each weight block once for all rows. Logits
+ * are computed only for the rows that ask.
+ *
+ * Numerics: each row's result depends only on its sequence's tokens, never
+ * on what else shares the batch, how the prompt was chunked, or the thread
+ * count (fixed-order reductions per row; see kernels.h).
+ *
+ * Ownership and threads: struct ifl_kv_store and struct ifl_fwd are
+ * single-owner (the engine thread). ifl_forward runs the pool's workers and
+ * allocates nothing.
+ */
+#ifndef IFL_MODEL_FORWARD_H
+#define IFL_MODEL_FORWARD_H
+
+#include <stdint.h>
+
+#include "core/pool.h"
+#include "model/model.h"
+
+/* K/V storage: per layer, n_blocks blocks of block_size positions of
+ * n_head_kv * head_dim values. */
+struct ifl_kv_store {
+    enum ifl_type type;   /* IFL_TYPE_F16 (default) or IFL_TYPE_F32 */
+    int32_t n_layer;
+    int32_t n_blocks;
+    int32_t block_size;
+    int32_t k_dim;        /* n_head_kv * head_dim */
+    int32_t v_dim;        /* n_head_kv * head_dim_v */
+    size_t elt;           /* bytes per value */
+    void **k;             /* [n_layer] -> [n_blocks][block_size][k_dim] */
+    void **v;             /* [n_layer] -> [n_blocks][block_size][v_dim] */
+};
+
+int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
+                        enum ifl_type type, int32_t n_blocks, int32_t block_size, char *err);
+void ifl_kv_store_free(struct ifl_kv_store *kv);
+/* Copies positions [0, n) of one block into another (copy-on-write forks). */
+void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, int32_t n);
+
+struct ifl_batch {
+    int32_t n_rows;
+    const int32_t *tokens;  /* [n_rows] */
+    const int32_t *pos;     /* [n_rows] position of each row in its sequence */
+    const int32_t *seq;     /* [n_rows] index into block_tables */
+    const uint8_t *logits;  /* [n_rows] 1: compute this row's logits */
+    int32_t n_seqs;
+    const int32_t *const *block_tables; /* [n_seqs] -> block ids */
+    const int32_t *n_blocks;            /* [n_seqs] length of each table */
+};
+
+struct ifl_fwd_config {
+    int32_t max_rows;     /* most rows one step may carry */
+    int32_t max_ctx;      /* most positions one sequence may reach */
+    int n_threads;        /* 0: one per core */
+};
+
+struct ifl_fwd;
+
+int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_kv_store *kv,
+                   const struct ifl_fwd_config *cfg, char *err);
+void ifl_fwd_free(struct ifl_fwd *f);
+int ifl_fwd_n_threads(const struct ifl_fwd *f);
+
+/* Runs one step. logits receives, in row order, n_vocab floats for each row
+ * with logits[r] set. Returns IFL_EINVAL (and a message) for an invalid
+ * batch: a token, position, sequence or block out of range, or a row whose
+ * block is missing from its table. The cache is untouched on error. */
+int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, char *err);
+
+#endif

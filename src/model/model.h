@@ -1,0 +1,86 @@
+/*
+ * A loaded model: hyper-parameters from GGUF metadata and views of the
+ * weight tensors in the read-only mapping. Immutable after loading: share it
+ * between threads freely.
+ *
+ * Architectures: llama (Llama 2, Llama 3.x with rope_freqs, and Mistral,
+ * which llama.cpp's converter writes as llama), qwen2 (Q/K/V biases, NEOX
+ * RoPE) and qwen3 (per-head Q/K RMS norm, NEOX RoPE, explicit head_dim).
+ */
+#ifndef IFL_MODEL_MODEL_H
+#define IFL_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "kernels/types.h"
+#include "model/gguf.h"
+
+enum ifl_arch { IFL_ARCH_LLAMA = 1, IFL_ARCH_QWEN2 = 2, IFL_ARCH_QWEN3 = 3 };
+
+struct ifl_hparams {
+    enum ifl_arch arch;
+    char arch_name[32];
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;    /* of queries and keys */
+    int32_t head_dim_v;  /* of values */
+    int32_t n_ff;
+    int32_t n_ctx_train;
+    int32_t n_rot;       /* dimensions RoPE rotates in each head (<= head_dim) */
+    int rope_neox;       /* 1: pairs (i, i + n_rot/2); 0: adjacent pairs (2i, 2i+1) */
+    float rope_base;
+    float rope_pos_scale; /* positions are multiplied by this (linear scaling) */
+    float rms_eps;
+};
+
+/* A weight matrix: n_out rows of n_in elements of `type`, row_bytes apart.
+ * y = W x computes n_out outputs from n_in inputs. */
+struct ifl_mat {
+    const void *data;
+    enum ifl_type type;
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_bytes;
+};
+
+struct ifl_layer_weights {
+    const float *attn_norm;          /* [n_embd] */
+    struct ifl_mat wq;               /* n_embd -> n_head * head_dim */
+    struct ifl_mat wk;               /* n_embd -> n_head_kv * head_dim */
+    struct ifl_mat wv;               /* n_embd -> n_head_kv * head_dim_v */
+    struct ifl_mat wo;               /* n_head * head_dim_v -> n_embd */
+    const float *bq, *bk, *bv;       /* qwen2 biases, else NULL */
+    const float *q_norm, *k_norm;    /* qwen3 per-head norms [head_dim], else NULL */
+    const float *ffn_norm;           /* [n_embd] */
+    struct ifl_mat w_gate;           /* n_embd -> n_ff */
+    struct ifl_mat w_up;             /* n_embd -> n_ff */
+    struct ifl_mat w_down;           /* n_ff -> n_embd */
+};
+
+struct ifl_model {
+    struct ifl_gguf *gguf;           /* owned: the mapping all views point into */
+    struct ifl_hparams hp;
+    struct ifl_mat tok_embd;         /* n_vocab rows of n_embd */
+    const float *out_norm;           /* [n_embd] */
+    struct ifl_mat output;           /* n_embd -> n_vocab; tok_embd when tied */
+    int tied_output;
+    const float *rope_freqs;         /* [n_rot / 2] divisors of each pair's frequency, or NULL */
+    struct ifl_layer_weights *layers; /* [n_layer] */
+    void **owned;                    /* small tensors converted to F32 at load */
+    int n_owned;
+    uint64_t weight_bytes;           /* bytes of all tensors */
+};
+
+/* Opens and validates a GGUF model. Errors name the key or tensor. */
+int ifl_model_load(struct ifl_model **out, const char *path, char *err);
+/* The same from an already opened GGUF, whose ownership moves to the model
+ * (also on failure, where it is freed). */
+int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err);
+void ifl_model_free(struct ifl_model *m);
+
+const char *ifl_arch_name(enum ifl_arch a);
+
+#endif
