@@ -1,0 +1,571 @@
+/*
+ * The x86 kernels, written once for 256-bit vectors and compiled twice:
+ * by x86_avx2.c (AVX2 + FMA + F16C) and by x86_avx512.c (adds AVX-512 VL +
+ * VNNI, where the int8 dot products become vpdpbusd / vpdpwssd). Include
+ * only from those two files: it is full of intrinsics and needs their ISA
+ * flags. X86_VNNI must be defined to 0 or 1 before inclusion.
+ *
+ * Every kernel here equals a function of ref.c, named in its comment:
+ * bit for bit for conversions and activation quantisation; for gemm the
+ * integer sums are exact and only the float sum over blocks is reordered
+ * (kept in 8 lanes, folded by one fixed horizontal sum).
+ *
+ * Batch invariance: a gemm walks the output in tiles of R activation rows
+ * by C weight rows, but each output has its own accumulators and receives
+ * exactly the same instructions, in the same order, whatever R and C are
+ * (tile edges included). Tiles only share loads of blocks.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "kernels/blocks.h"
+#include "kernels/impl.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- small helpers -------------------------------------------------- */
+
+AI float ld_f16(const void *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+AI float ld_f32(const void *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+/* One fixed order: (lo128 + hi128), then pairs, then the last two. */
+AI float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AI int32_t hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* u8 x s8 -> 8 int32 lanes, lane i = sum of products of bytes 4i..4i+3.
+ * The AVX2 form saturates 16-bit pair sums, so callers keep u * s pairs
+ * within int16: here u <= 128 and |s| <= 127 always hold. */
+AI __m256i idot(__m256i u, __m256i s)
+{
+#if X86_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* acc + per-lane sums of (u * s) pairs times the int16 scales sc16. */
+AI __m256i sdot_acc(__m256i acc, __m256i u, __m256i s, __m256i sc16)
+{
+#if X86_VNNI
+    return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc16);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16));
+#endif
+}
+
+/* Two 16-bit scales: a in lanes 0..7 (bytes 0..15), b in lanes 8..15. */
+AI __m256i sc_pair(int a, int b)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+}
+
+/* ---- tile driver ---------------------------------------------------- */
+
+/* Rows of activations per tile; columns (weight rows) per tile is 2 for
+ * full row tiles, 4 when fewer than 3 rows remain (decode), so a lone
+ * activation row still runs several independent chains. */
+#define TR 4
+#define TCMAX 4
+
+#define TILE_PARAMS                                                                                \
+    int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws, float *y, size_t ldy
+
+#define TILE_CASE(tile, R, C)                                                                      \
+    case (R)*8 + (C):                                                                              \
+        tile(n, R, C, xp, xs, wp, ws, yp, ldy);                                                    \
+        break;
+
+#define DEFINE_GEMM(name, tile)                                                                    \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
+                     size_t ws, float *y, size_t ldy)                                             \
+    {                                                                                              \
+        for (int r0 = 0; r0 < nr; r0 += TR) {                                                      \
+            int mr = nr - r0 < TR ? nr - r0 : TR;                                                  \
+            int tc = mr >= 3 ? 2 : 4;                                                              \
+            for (int c0 = 0; c0 < nc; c0 += tc) {                                                  \
+                int mc = nc - c0 < tc ? nc - c0 : tc;                                              \
+                const char *xp = (const char *)x + (size_t)r0 * xs;                               \
+                const char *wp = (const char *)w + (size_t)c0 * ws;                               \
+                float *yp = y + (size_t)r0 * ldy + c0;                                             \
+                switch (mr * 8 + mc) {                                                             \
+                    TILE_CASE(tile, 1, 1) TILE_CASE(tile, 1, 2) TILE_CASE(tile, 1, 3)              \
+                    TILE_CASE(tile, 1, 4) TILE_CASE(tile, 2, 1) TILE_CASE(tile, 2, 2)              \
+                    TILE_CASE(tile, 2, 3) TILE_CASE(tile, 2, 4) TILE_CASE(tile, 3, 1)              \
+                    TILE_CASE(tile, 3, 2) TILE_CASE(tile, 4, 1) TILE_CASE(tile, 4, 2)              \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define FOR_R for (int r = 0; r < R; r++)
+#define FOR_C for (int c = 0; c < C; c++)
+#define UNROLL _Pragma("GCC unroll 4")
+
+/* ---- float weights: F32, F16, BF16 ---------------------------------- */
+
+/* Eight weights of row c at element i, as floats. kind: 0 f32, 1 f16, 2 bf16. */
+AI __m256 load_w8(int kind, const char *row, int64_t i)
+{
+    if (kind == 0)
+        return _mm256_loadu_ps((const float *)row + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    if (kind == 1)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The last n % 8 weights, zero-padded to eight. */
+AI __m256 load_w8_tail(int kind, const char *row, int64_t i, int m)
+{
+    if (kind == 0) {
+        float t[8] = {0};
+        memcpy(t, (const float *)row + i, (size_t)m * 4);
+        return _mm256_loadu_ps(t);
+    }
+    uint16_t t[8] = {0};
+    memcpy(t, (const uint16_t *)row + i, (size_t)m * 2);
+    return load_w8(kind, (const char *)t, 0);
+}
+
+/* gemm_f32 / gemm_f16 / gemm_bf16 of ref.c: per output one 8-lane sum,
+ * elements 8k..8k+7 into lane order, the zero-padded tail last. */
+AI void tile_float(int kind, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
+                   size_t ws, float *y, size_t ldy)
+{
+    __m256 acc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[TCMAX];
+        UNROLL FOR_C wv[c] = load_w8(kind, w + (size_t)c * ws, i);
+        UNROLL FOR_R
+        {
+            __m256 xv = _mm256_loadu_ps((const float *)(x + (size_t)r * xs) + i);
+            UNROLL FOR_C acc[r][c] = _mm256_fmadd_ps(wv[c], xv, acc[r][c]);
+        }
+    }
+    if (i < n) {
+        int m = (int)(n - i);
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 wv[TCMAX];
+        UNROLL FOR_C wv[c] = load_w8_tail(kind, w + (size_t)c * ws, i, m);
+        UNROLL FOR_R
+        {
+            __m256 xv = _mm256_maskload_ps((const float *)(x + (size_t)r * xs) + i, mask);
+            UNROLL FOR_C acc[r][c] = _mm256_fmadd_ps(wv[c], xv, acc[r][c]);
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]);
+}
+
+AI void tile_f32(TILE_PARAMS) { tile_float(0, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_f16(TILE_PARAMS) { tile_float(1, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_bf16(TILE_PARAMS) { tile_float(2, n, R, C, x, xs, w, ws, y, ldy); }
+DEFINE_GEMM(x86_gemm_f32, tile_f32)
+DEFINE_GEMM(x86_gemm_f16, tile_f16)
+DEFINE_GEMM(x86_gemm_bf16, tile_bf16)
+
+/* ---- Q8_0 and Q4_0 weights, Q8_0 activations ------------------------ */
+
+/* gemm_q8_0 / gemm_q4_0 of ref.c. Per block: the signed weights wq, whose
+ * magnitudes |wq| (u8) meet the activations with wq's sign moved onto
+ * them, so one u8 x s8 dot gives 8 exact lane sums; the lanes are scaled
+ * by d_w * d_x and summed into 8 float lanes. */
+AI void tile_q80(int q4, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
+                 size_t ws, float *y, size_t ldy)
+{
+    const size_t wbs = q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0);
+    __m256 acc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        __m256i wq[TCMAX], wu[TCMAX];
+        float wd[TCMAX];
+        UNROLL FOR_C
+        {
+            const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+            wd[c] = ld_f16(blk);
+            if (q4) {
+                __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));
+                __m128i lo = _mm_and_si128(q, _mm_set1_epi8(15));
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(15));
+                wq[c] = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+            } else {
+                wq[c] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            }
+            wu[c] = _mm256_abs_epi8(wq[c]);
+        }
+        UNROLL FOR_R
+        {
+            const char *xb = x + (size_t)r * xs + (size_t)b * sizeof(struct ifl_block_q8_0);
+            float xd = ld_f16(xb);
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(xb + 2));
+            UNROLL FOR_C
+            {
+                __m256i p = idot(wu[c], _mm256_sign_epi8(xq, wq[c]));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd[c] * xd), _mm256_cvtepi32_ps(p),
+                                            acc[r][c]);
+            }
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]);
+}
+
+AI void tile_q8_0(TILE_PARAMS) { tile_q80(0, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_q4_0(TILE_PARAMS) { tile_q80(1, n, R, C, x, xs, w, ws, y, ldy); }
+DEFINE_GEMM(x86_gemm_q8_0, tile_q8_0)
+DEFINE_GEMM(x86_gemm_q4_0, tile_q4_0)
+
+/* ---- K-quant weights, Q8_K activations ------------------------------ */
+
+/* Offsets inside a Q8_K block. */
+#define Q8K_D 0
+#define Q8K_QS 4
+#define Q8K_BSUMS (4 + IFL_QK_K)
+
+/* gemm_q4_k / gemm_q5_k of ref.c. Per super-block and output: isum (8 int
+ * lanes) = sum_j sc[j] * dot(q_j, x_j); msum (exact int) = sum_j m[j] *
+ * (sum of x_j) from bsums; then acc += (d_x d) * isum lanes and
+ * macc += (d_x dmin) * msum; the output is hsum(acc) - macc. */
+AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
+                size_t ws, float *y, size_t ldy)
+{
+    const size_t wbs = q5 ? sizeof(struct ifl_block_q5_k) : sizeof(struct ifl_block_q4_k);
+    const size_t qs_off = q5 ? offsetof(struct ifl_block_q5_k, qs) : offsetof(struct ifl_block_q4_k, qs);
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256 acc[TR][TCMAX];
+    float macc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C
+    {
+        acc[r][c] = _mm256_setzero_ps();
+        macc[r][c] = 0.0f;
+    }
+    const size_t xbs = sizeof(struct ifl_block_q8_k);
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        uint8_t sc[TCMAX][8];
+        __m256i mins16[TCMAX], qh[TCMAX];
+        float wd[TCMAX], wdm[TCMAX];
+        UNROLL FOR_C
+        {
+            const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+            const uint8_t *s = (const uint8_t *)blk + 4;
+            uint8_t m[8];
+            for (int j = 0; j < 8; j++)
+                ifl_k4_scale_min(s, j, &sc[c][j], &m[j]);
+            /* m[j] twice, to meet bsums[2j] and bsums[2j + 1] */
+            mins16[c] = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4],
+                                          m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
+            wd[c] = ld_f16(blk);
+            wdm[c] = ld_f16(blk + 2);
+            qh[c] = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        }
+        __m256i isum[TR][TCMAX];
+        UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            UNROLL FOR_C
+            {
+                const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+                __m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs_off + 32 * k));
+                __m256i lo = _mm256_and_si256(q, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (q5) {
+                    __m256i h = _mm256_srl_epi16(qh[c], _mm_cvtsi32_si128(2 * k));
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+                    hi = _mm256_or_si256(
+                        hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+                }
+                __m256i s0 = _mm256_set1_epi16(sc[c][2 * k]);
+                __m256i s1 = _mm256_set1_epi16(sc[c][2 * k + 1]);
+                UNROLL FOR_R
+                {
+                    const char *xq = x + (size_t)r * xs + (size_t)b * xbs + Q8K_QS + 64 * k;
+                    __m256i x0 = _mm256_loadu_si256((const __m256i *)xq);
+                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32));
+                    isum[r][c] = sdot_acc(isum[r][c], lo, x0, s0);
+                    isum[r][c] = sdot_acc(isum[r][c], hi, x1, s1);
+                }
+            }
+        }
+        UNROLL FOR_R
+        {
+            const char *xb = x + (size_t)r * xs + (size_t)b * xbs;
+            float xd = ld_f32(xb + Q8K_D);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + Q8K_BSUMS));
+            UNROLL FOR_C
+            {
+                int32_t msum = hsum_epi32(_mm256_madd_epi16(bs, mins16[c]));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(xd * wd[c]),
+                                            _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+                macc[r][c] += xd * wdm[c] * (float)msum;
+            }
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]) - macc[r][c];
+}
+
+AI void tile_q4_k(TILE_PARAMS) { tile_kx(0, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_q5_k(TILE_PARAMS) { tile_kx(1, n, R, C, x, xs, w, ws, y, ldy); }
+DEFINE_GEMM(x86_gemm_q4_k, tile_q4_k)
+DEFINE_GEMM(x86_gemm_q5_k, tile_q5_k)
+
+/* gemm_q6_k of ref.c. q in 0..63 goes through the u8 x s8 dot unsigned; the
+ * -32 offset is taken back exactly as 32 * sum_j sc[j] * bsums[j]. Per
+ * super-block: acc += d * isum lanes, macc += d * (32 * osum). */
+AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws,
+                 float *y, size_t ldy)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const size_t wbs = sizeof(struct ifl_block_q6_k), xbs = sizeof(struct ifl_block_q8_k);
+    __m256 acc[TR][TCMAX];
+    float macc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C
+    {
+        acc[r][c] = _mm256_setzero_ps();
+        macc[r][c] = 0.0f;
+    }
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        __m256i isum[TR][TCMAX];
+        UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            for (int v = 0; v < 4; v++) { /* elements 128h + 32v .. +31 */
+                UNROLL FOR_C
+                {
+                    const struct ifl_block_q6_k *blk =
+                        (const struct ifl_block_q6_k *)(w + (size_t)c * ws + (size_t)b * wbs);
+                    __m256i ql = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h + 32 * (v & 1)));
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
+                    __m256i lo = v < 2 ? _mm256_and_si256(ql, m4)
+                                       : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+                    __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * v)), m2);
+                    __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+                    const int8_t *sc = blk->scales + 8 * h + 2 * v;
+                    __m256i s16 = sc_pair(sc[0], sc[1]);
+                    UNROLL FOR_R
+                    {
+                        const char *xq = x + (size_t)r * xs + (size_t)b * xbs + Q8K_QS + 128 * h + 32 * v;
+                        __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+                        isum[r][c] = sdot_acc(isum[r][c], q, xv, s16);
+                    }
+                }
+            }
+        }
+        UNROLL FOR_R
+        {
+            const char *xb = x + (size_t)r * xs + (size_t)b * xbs;
+            float xd = ld_f32(xb + Q8K_D);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + Q8K_BSUMS));
+            UNROLL FOR_C
+            {
+                const struct ifl_block_q6_k *blk =
+                    (const struct ifl_block_q6_k *)(w + (size_t)c * ws + (size_t)b * wbs);
+                __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+                int32_t osum = hsum_epi32(_mm256_madd_epi16(bs, sc16));
+                float d = xd * ld_f16(&blk->d);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+                macc[r][c] += d * (float)(32 * osum);
+            }
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]) - macc[r][c];
+}
+
+DEFINE_GEMM(x86_gemm_q6_k, tile_q6k)
+
+/* ---- activation quantisation ---------------------------------------- */
+
+/* roundf (half away from zero) of each lane, exactly: truncate, then step
+ * away from zero where the dropped fraction is at least one half. */
+AI __m256 round_away(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 step = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sign, v));
+    __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    return _mm256_add_ps(t, _mm256_and_ps(ge, step));
+}
+
+/* Four vectors of 8 int32 (each in -128..127) -> 32 int8 in order. */
+AI __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i p = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AI float hmax_ps(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* quant_q8_0 of ref.c, bit for bit. */
+static void x86_quant_q8_0(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q8_0 *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        __m256 v[4], amax = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+        }
+        float d = hmax_ps(amax) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = ifl_f32_to_f16(d);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++)
+            q[i] = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+        _mm256_storeu_si256((__m256i *)y[b].qs, pack_32(q[0], q[1], q[2], q[3]));
+    }
+}
+
+/* quant_q8_k of ref.c, bit for bit: the first element of largest
+ * magnitude sets the scale; cvtps rounds to nearest even like nearest_int. */
+static void x86_quant_q8_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q8_k *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        __m256 amax = _mm256_setzero_ps();
+        for (int i = 0; i < IFL_QK_K; i += 8)
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+        float am = hmax_ps(amax);
+        if (am == 0.0f) {
+            memset(&y[b], 0, sizeof(y[b]));
+            continue;
+        }
+        float max = 0.0f;
+        __m256 amv = _mm256_set1_ps(am);
+        for (int i = 0; i < IFL_QK_K; i += 8) {
+            __m256 eq = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), amv, _CMP_EQ_OQ);
+            int mask = _mm256_movemask_ps(eq);
+            if (mask) {
+                max = x[i + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        float iscale = -127.0f / max;
+        __m256 is = _mm256_set1_ps(iscale);
+        const __m256i cap = _mm256_set1_epi32(127);
+        for (int i = 0; i < IFL_QK_K; i += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_min_epi32(
+                    _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + i + 8 * k))), cap);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + i), pack_32(q[0], q[1], q[2], q[3]));
+        }
+        for (int j = 0; j < IFL_QK_K / 16; j++) {
+            __m128i q = _mm_loadu_si128((const __m128i *)(y[b].qs + 16 * j));
+            __m256i q16 = _mm256_cvtepi8_epi16(q);
+            int32_t s = hsum_epi32(_mm256_madd_epi16(q16, _mm256_set1_epi16(1)));
+            y[b].bsums[j] = (int16_t)s;
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+/* dequant_f16 of ref.c, bit for bit (F16C conversion is exact). */
+static void x86_dequant_f16(const void *vx, float *y, int64_t n)
+{
+    const uint16_t *x = vx;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++)
+        y[i] = ifl_f16_to_f32(x[i]);
+}
+
+/* ---- F16 KV-cache helpers ------------------------------------------- */
+
+/* dot_f16 of ref.c (reassociated: 8 lanes, tail zero-padded). */
+static float x86_dot_f16(int64_t n, const uint16_t *k, const float *q)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))),
+                              _mm256_loadu_ps(q + i), acc);
+    if (i < n) {
+        uint16_t kt[8] = {0};
+        float qt[8] = {0};
+        memcpy(kt, k + i, (size_t)(n - i) * 2);
+        memcpy(qt, q + i, (size_t)(n - i) * 4);
+        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kt)),
+                              _mm256_loadu_ps(qt), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* axpy_f16 of ref.c, bit for bit: a multiply then an add, no fusing. */
+static void x86_axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
+{
+    __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 p = _mm256_mul_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))));
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), p));
+    }
+    for (; i < n; i++)
+        y[i] += a * ifl_f16_to_f32(v[i]);
+}
+
+/* cvt_f32_f16 of ref.c, bit for bit (F16C rounds to nearest even). */
+static void x86_cvt_f32_f16(int64_t n, const float *x, uint16_t *y)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        y[i] = ifl_f32_to_f16(x[i]);
+}
+
+/* Entries common to both x86 tables. */
+static void x86_fill(struct ifl_kernels *k)
+{
+    k->gemm[IFL_TYPE_F32] = x86_gemm_f32;
+    k->gemm[IFL_TYPE_F16] = x86_gemm_f16;
+    k->gemm[IFL_TYPE_BF16] = x86_gemm_bf16;
+    k->gemm[IFL_TYPE_Q8_0] = x86_gemm_q8_0;
+    k->gemm[IFL_TYPE_Q4_0] = x86_gemm_q4_0;
+    k->gemm[IFL_TYPE_Q4_K] = x86_gemm_q4_k;
+    k->gemm[IFL_TYPE_Q5_K] = x86_gemm_q5_k;
+    k->gemm[IFL_TYPE_Q6_K] = x86_gemm_q6_k;
+    k->quant[IFL_TYPE_Q8_0] = x86_quant_q8_0;
+    k->quant[IFL_TYPE_Q8_K] = x86_quant_q8_k;
+    k->dequant[IFL_TYPE_F16] = x86_dequant_f16;
+    k->dot_f16 = x86_dot_f16;
+    k->axpy_f16 = x86_axpy_f16;
+    k->cvt_f32_f16 = x86_cvt_f32_f16;
+}

@@ -1,0 +1,86 @@
+/*
+ * kbench: single-thread GFLOP/s of gemm per weight type and kernel table,
+ * for decode-like (nr = 1, 16) and prefill-like (nr = 128) shapes at
+ * n = nc = 2048 by default. Prints figures; checks nothing (the tests do).
+ *
+ *   build/tools/kbench [n] [nc] [table...]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/rng.h"
+#include "kernels/kernels.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t n = argc > 1 ? atoll(argv[1]) : 2048;
+    int nc = argc > 2 ? atoi(argv[2]) : 2048;
+    static const char *all[] = {"scalar", "avx2", "avx512"};
+    const char **names = argc > 3 ? (const char **)argv + 3 : all;
+    int ntab = argc > 3 ? argc - 3 : 3;
+    static const enum ifl_type types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
+                                          IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
+                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K};
+    static const int nrs[] = {1, 16, 128};
+    const int maxr = 128;
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    struct ifl_rng rng;
+    ifl_rng_seed(&rng, 1);
+    float *xf = malloc(sizeof(float) * (size_t)(n * maxr));
+    float *tmp = malloc(sizeof(float) * (size_t)n);
+    float *y = malloc(sizeof(float) * (size_t)maxr * (size_t)nc);
+    if (!xf || !tmp || !y)
+        return 1;
+    for (int64_t i = 0; i < n * maxr; i++)
+        xf[i] = ifl_rng_normal(&rng);
+    printf("n=%lld nc=%d, GFLOP/s (2*n*nr*nc per call), single thread\n", (long long)n, nc);
+    printf("%-7s %-6s %9s %9s %9s\n", "table", "type", "nr=1", "nr=16", "nr=128");
+    for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
+        enum ifl_type t = types[ti], act = ifl_type_info(t)->act;
+        size_t ws = ifl_type_row_size(t, n), xs = ifl_type_row_size(act, n);
+        char *w = malloc(ws * (size_t)nc), *x = malloc(xs * maxr);
+        if (!w || !x)
+            return 1;
+        for (int c = 0; c < nc; c++) {
+            for (int64_t i = 0; i < n; i++)
+                tmp[i] = ifl_rng_normal(&rng) * 0.1f;
+            ref->quant[t](tmp, w + (size_t)c * ws, n);
+        }
+        for (int r = 0; r < maxr; r++)
+            ref->quant[act](xf + r * n, x + (size_t)r * xs, n);
+        for (int k = 0; k < ntab; k++) {
+            const struct ifl_kernels *kt = ifl_kernels_by_name(names[k]);
+            if (!kt)
+                continue;
+            printf("%-7s %-6s", kt->name, ifl_type_info(t)->name);
+            for (int ri = 0; ri < 3; ri++) {
+                int nr = nrs[ri];
+                double flop = 2.0 * (double)n * nr * nc, t0 = now(), el;
+                int reps = 0;
+                do {
+                    kt->gemm[t](n, nr, nc, x, xs, w, ws, y, (size_t)nc);
+                    reps++;
+                    el = now() - t0;
+                } while (el < 0.3 && !(strcmp(kt->name, "scalar") == 0 && reps >= 1));
+                printf(" %9.1f", flop * reps / el * 1e-9);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+        free(w);
+        free(x);
+    }
+    free(xf);
+    free(tmp);
+    free(y);
+    return 0;
+}
