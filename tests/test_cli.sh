@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The command line end to end on the real stories260K model: greedy ids
+# equal llama.cpp's, tokenize/info/eval work, and bad arguments or files
+# give exit status 2 with one message, never a crash.
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/inflight
+SHARED=${IFL_SHARED:-../shared}
+M=$SHARED/models/stories260K.gguf
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { # name, expected, actual
+    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi
+}
+# expects exit status 2, a message on stderr, nothing that looks like a crash
+check_usage() {
+    local name=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    local rc=$?
+    if [ $rc -eq 2 ] && [ -s "$tmp/err" ] && [ "$(wc -l <"$tmp/err")" -le 3 ]; then
+        ok "$name"
+    else
+        bad "$name (exit $rc)"; head -5 "$tmp/err"
+    fi
+}
+
+# the greedy ids llama.cpp recorded for this model and prompt
+json_ids() { tr -d '\n' <"$1" | sed -e "s/.*\"$2\": *\[\([^]]*\)\].*/\1/" | tr -d ' ' | tr ',' ' '; }
+
+ref=$SHARED/models/ref/stories260K.json
+want=$(json_ids "$ref" greedy_ids)
+got=$("$BIN" run -m "$M" -p "Once upon a time" -n 64 --temp 0 --ids --ignore-eos 2>"$tmp/err")
+check "run greedy ids equal llama.cpp (Once upon a time)" "$want" "$got"
+grep -q "decode:" "$tmp/err" && ok "run reports speed on stderr" || bad "run reports speed on stderr"
+
+ref=$SHARED/models/ref/stories260K-robot.json
+want=$(json_ids "$ref" greedy_ids)
+got=$("$BIN" run -m "$M" -p "Once upon a time, there was a little robot" -n 64 --temp 0 --ids --ignore-eos -t 1 --kv-type f32 2>/dev/null)
+check "run greedy ids equal llama.cpp (robot, 1 thread, f32 cache)" "$want" "$got"
+
+text=$("$BIN" run -m "$M" -p "Once upon a time" -n 40 --temp 0 2>/dev/null)
+case "$text" in *Lily*) ok "run streams text" ;; *) bad "run streams text: $text" ;; esac
+a=$("$BIN" run -m "$M" -p "Once upon a time" -n 30 --temp 1 --seed 7 --ids 2>/dev/null)
+b=$("$BIN" run -m "$M" -p "Once upon a time" -n 30 --temp 1 --seed 7 --ids 2>/dev/null)
+c=$("$BIN" run -m "$M" -p "Once upon a time" -n 30 --temp 1 --seed 8 --ids 2>/dev/null)
+check "seeded sampling repeats" "$a" "$b"
+[ "$a" != "$c" ] && ok "other seed, other tokens" || bad "other seed, other tokens"
+n=$("$BIN" run -m "$M" -p "Once" -n 17 --temp 0.9 --top-k 5 --top-p 0.9 --min-p 0.1 --seed 1 --ids --ignore-eos 2>/dev/null | wc -w)
+check "run -n counts generated tokens" 17 "$n"
+
+check "tokenize" "403 407 261 378" "$(printf 'Once upon a time' | "$BIN" tokenize -m "$M")"
+check "tokenize --add-special" "1 403 407 261 378" "$(printf 'Once upon a time' | "$BIN" tokenize -m "$M" --add-special)"
+check "tokenize empty stdin" "" "$("$BIN" tokenize -m "$M" </dev/null)"
+
+"$BIN" info -m "$M" >"$tmp/info" 2>&1
+grep -q "architecture:  llama" "$tmp/info" && grep -q "n_layer:       5" "$tmp/info" &&
+    ok "info" || { bad "info"; cat "$tmp/info"; }
+
+"$BIN" eval -m "$M" --ids "1 403 407 261 378" --logits "$tmp/l.f32" 2>/dev/null
+check "eval writes [5][512] float32" $((5 * 512 * 4)) "$(stat -c %s "$tmp/l.f32" 2>/dev/null)"
+"$BIN" eval -m "$M" -p "Once upon a time" --logits "$tmp/p.f32" 2>/dev/null
+cmp -s "$tmp/l.f32" "$tmp/p.f32" && ok "eval -p equals eval --ids" || bad "eval -p equals eval --ids"
+
+# bad arguments and files
+check_usage "no command" "$BIN"
+check_usage "unknown command" "$BIN" frobnicate
+check_usage "run without -m" "$BIN" run -p hi
+check_usage "run without -p" "$BIN" run -m "$M"
+check_usage "missing model file" "$BIN" run -m "$tmp/nope.gguf" -p hi
+check_usage "bad -n" "$BIN" run -m "$M" -p hi -n lots
+check_usage "negative temp" "$BIN" run -m "$M" -p hi --temp -1
+check_usage "top-p 0" "$BIN" run -m "$M" -p hi --top-p 0
+check_usage "bad threads" "$BIN" run -m "$M" -p hi -t 0
+check_usage "bad kv type" "$BIN" run -m "$M" -p hi --kv-type q9
+check_usage "unknown option" "$BIN" run -m "$M" -p hi --frob
+check_usage "option missing value" "$BIN" run -m "$M" -p
+check_usage "eval bad ids" "$BIN" eval -m "$M" --ids "1 x 3" --logits "$tmp/x.f32"
+check_usage "eval id out of vocab" "$BIN" eval -m "$M" --ids "1 99999" --logits "$tmp/x.f32"
+check_usage "eval unwritable output" "$BIN" eval -m "$M" --ids "1 2" --logits "$tmp/no/dir/x.f32"
+check_usage "prompt longer than context" "$BIN" run -m "$M" -p "Once upon a time there was" -c 3
+check_usage "tokenize without -m" "$BIN" tokenize
+check_usage "info on a text file" "$BIN" info -m "$0"
+head -c 100000 "$M" >"$tmp/trunc.gguf"
+check_usage "truncated model" "$BIN" run -m "$tmp/trunc.gguf" -p hi
+check_usage "vocab-only file as a model" "$BIN" run -m "$SHARED/models/vocab/ggml-vocab-gpt-2.gguf" -p hi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
