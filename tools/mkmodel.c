@@ -1,0 +1,618 @@
+/*
+ * mkmodel: writes a synthetic GGUF model (llama, qwen2 or qwen3) of a chosen
+ * shape and weight type, with seeded random weights and the tokenizer of
+ * another GGUF copied key for key. Tests and benchmarks use it to get models
+ * of real shapes without downloading any.
+ *
+ * Metadata and tensor names follow what llama.cpp's converter writes (see
+ * the GGUFs in /work/shared/models/ref for examples). Weights are N(0, 0.02) like a
+ * fresh transformer init, norm weights 1 + N(0, 0.1), qwen2 biases
+ * N(0, 0.1); 1-D tensors are always F32.
+ *
+ * Determinism: every tensor has its own seed (from --seed and its name), and
+ * every chunk of rows its own stream, so the file is the same bytes whatever
+ * the thread count. Tensors are generated and quantised one at a time on the
+ * thread pool; only the writer holds the whole model.
+ *
+ * Type mixes (llama-quantize's defaults, approximated):
+ *   f32 f16 bf16 q8_0 q4_k q5_k q6_k   every 2-D tensor in that type
+ *   q4_0                                likewise, but output.weight in Q6_K
+ *   q4_k_m / q5_k_m                     Q4_K / Q5_K, but Q6_K for output.weight
+ *                                       and for attn_v and ffn_down of the
+ *                                       layers where use_more_bits(i, n) holds:
+ *                                       i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2
+ * With --tied there is no output.weight and token_embd.weight plays its part,
+ * so it takes the output's type (as llama-quantize does). A matrix whose row
+ * length is not a multiple of its type's block falls back to Q8_0 when 32
+ * divides the row, else F16, and says so on stderr.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/err.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "kernels/kernels.h"
+#include "kernels/types.h"
+#include "model/gguf.h"
+
+#define W_STD 0.02f    /* matrices */
+#define NORM_STD 0.1f  /* norm weights around 1 */
+#define BIAS_STD 0.1f  /* qwen2 q/k/v biases */
+#define CHUNK_ELEMS 65536
+
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3"};
+
+/* One --type choice: the main type, the special types of the mix and the
+ * llama_ftype value llama.cpp stores in general.file_type. */
+struct mix {
+    const char *name;
+    enum ifl_type main;
+    enum ifl_type output;   /* output.weight (and a tied token_embd) */
+    enum ifl_type more;     /* attn_v / ffn_down where use_more_bits holds */
+    uint32_t file_type;
+};
+
+static const struct mix mixes[] = {
+    {"f32", IFL_TYPE_F32, IFL_TYPE_F32, IFL_TYPE_F32, 0},
+    {"f16", IFL_TYPE_F16, IFL_TYPE_F16, IFL_TYPE_F16, 1},
+    {"bf16", IFL_TYPE_BF16, IFL_TYPE_BF16, IFL_TYPE_BF16, 32},
+    {"q8_0", IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, 7},
+    {"q4_0", IFL_TYPE_Q4_0, IFL_TYPE_Q6_K, IFL_TYPE_Q4_0, 2},
+    {"q4_k", IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, 14},
+    {"q5_k", IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, 16},
+    {"q6_k", IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 18},
+    {"q4_k_m", IFL_TYPE_Q4_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 15},
+    {"q5_k_m", IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 17},
+};
+#define N_MIXES (sizeof(mixes) / sizeof(mixes[0]))
+
+struct opts {
+    const char *out;
+    const char *vocab;
+    enum arch arch;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim, ctx;
+    const struct mix *mix;
+    int tied;
+    int rope_freqs;
+    double rope_base; /* 0: default */
+    uint64_t seed;
+};
+
+static const char usage[] =
+    "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
+    "               [--arch llama|qwen2|qwen3] [--n-embd N] [--n-layer N] [--n-head N]\n"
+    "               [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
+    "               [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+    "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n";
+
+static int bad_arg(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "mkmodel: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (see mkmodel --help)\n");
+    return 2;
+}
+
+/* Parses a decimal integer in [lo, hi]; 0 on success. */
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Option ids for "given on the command line" bookkeeping. */
+enum { O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_HEAD_DIM, O_CTX, O_COUNT };
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    static const struct {
+        const char *flag;
+        int id;
+        int64_t lo, hi;
+    } ints[] = {
+        {"--n-embd", O_EMBD, 1, 1 << 16},     {"--n-layer", O_LAYER, 1, 1024},
+        {"--n-head", O_HEAD, 1, 1024},        {"--n-head-kv", O_HEAD_KV, 1, 1024},
+        {"--n-ff", O_FF, 1, 1 << 18},         {"--head-dim", O_HEAD_DIM, 2, 4096},
+        {"--ctx", O_CTX, 1, 1 << 24},
+    };
+    int64_t val[O_COUNT];
+    int given[O_COUNT] = {0};
+    const char *preset = NULL, *arch = NULL, *type = NULL;
+    memset(o, 0, sizeof *o);
+    o->seed = 1234;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--tied")) {
+            o->tied = 1;
+            continue;
+        }
+        if (!strcmp(a, "--rope-freqs")) {
+            o->rope_freqs = 1;
+            continue;
+        }
+        static const char *const value_flags[] = {
+            "-o", "--vocab", "--preset", "--arch", "--type", "--rope-base", "--seed",
+            "--n-embd", "--n-layer", "--n-head", "--n-head-kv", "--n-ff", "--head-dim", "--ctx"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
+            known |= !strcmp(a, value_flags[k]);
+        if (!known)
+            return bad_arg("unknown option '%s'%s", a, "");
+        if (i + 1 >= argc)
+            return bad_arg("%s needs a value%s", a, "");
+        const char *v = argv[++i];
+        int found = 0;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+            if (strcmp(a, ints[k].flag))
+                continue;
+            found = 1;
+            if (given[ints[k].id])
+                return bad_arg("%s given twice%s", a, "");
+            if (parse_int(v, ints[k].lo, ints[k].hi, &val[ints[k].id])) {
+                char range[64];
+                snprintf(range, sizeof range, " (want an integer in %lld..%lld)",
+                         (long long)ints[k].lo, (long long)ints[k].hi);
+                fprintf(stderr, "mkmodel: %s: bad value '%s'%s (see mkmodel --help)\n", a, v, range);
+                return 2;
+            }
+            given[ints[k].id] = 1;
+        }
+        if (found)
+            continue;
+        if (!strcmp(a, "-o")) {
+            o->out = v;
+        } else if (!strcmp(a, "--vocab")) {
+            o->vocab = v;
+        } else if (!strcmp(a, "--preset")) {
+            preset = v;
+        } else if (!strcmp(a, "--arch")) {
+            arch = v;
+        } else if (!strcmp(a, "--type")) {
+            type = v;
+        } else if (!strcmp(a, "--rope-base")) {
+            char *end;
+            errno = 0;
+            o->rope_base = strtod(v, &end);
+            if (errno || *end || !*v || !(o->rope_base > 1.0) || !isfinite(o->rope_base) ||
+                o->rope_base > 1e12)
+                return bad_arg("--rope-base: bad value '%s' (want a number > 1)%s", v, "");
+        } else if (!strcmp(a, "--seed")) {
+            int64_t s;
+            if (parse_int(v, 0, INT64_MAX, &s))
+                return bad_arg("--seed: bad value '%s' (want a non-negative integer)%s", v, "");
+            o->seed = (uint64_t)s;
+        }
+    }
+    if (!o->out || !*o->out)
+        return bad_arg("missing -o OUT.gguf%s%s", "", "");
+    if (!o->vocab || !*o->vocab)
+        return bad_arg("missing --vocab FROM.gguf%s%s", "", "");
+
+    /* Defaults, then the preset, then explicit options. */
+    int64_t d[O_COUNT] = {256, 2, 4, 2, 512, 0, 512};
+    if (preset) {
+        if (!strcmp(preset, "small-110m")) {
+            int64_t p[O_COUNT] = {768, 12, 12, 12, 2048, 0, 2048};
+            memcpy(d, p, sizeof d);
+        } else if (!strcmp(preset, "tinyllama-1.1b")) {
+            int64_t p[O_COUNT] = {2048, 22, 32, 4, 5632, 0, 2048};
+            memcpy(d, p, sizeof d);
+        } else {
+            return bad_arg("--preset: unknown preset '%s' (want small-110m or tinyllama-1.1b)%s",
+                           preset, "");
+        }
+    }
+    for (int k = 0; k < O_COUNT; k++)
+        if (!given[k])
+            val[k] = d[k];
+    o->n_embd = val[O_EMBD];
+    o->n_layer = val[O_LAYER];
+    o->n_head = val[O_HEAD];
+    o->n_head_kv = val[O_HEAD_KV];
+    o->n_ff = val[O_FF];
+    o->ctx = val[O_CTX];
+
+    o->arch = ARCH_LLAMA;
+    if (arch) {
+        int ok = 0;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(arch, arch_names[k])) {
+                o->arch = (enum arch)k;
+                ok = 1;
+            }
+        if (!ok)
+            return bad_arg("--arch: unknown architecture '%s' (want llama, qwen2 or qwen3)%s", arch,
+                           "");
+    }
+    o->mix = &mixes[1]; /* f16 */
+    if (type) {
+        o->mix = NULL;
+        for (size_t k = 0; k < N_MIXES; k++)
+            if (!strcmp(type, mixes[k].name))
+                o->mix = &mixes[k];
+        if (!o->mix)
+            return bad_arg("--type: unknown type '%s'%s", type, "");
+    }
+
+    if (o->n_head % o->n_head_kv)
+        return bad_arg("--n-head must be a multiple of --n-head-kv%s%s", "", "");
+    if (given[O_HEAD_DIM]) {
+        o->head_dim = val[O_HEAD_DIM];
+        if (o->arch != ARCH_QWEN3 && o->head_dim * o->n_head != o->n_embd)
+            return bad_arg("--head-dim other than n_embd/n_head needs --arch qwen3%s%s", "", "");
+    } else {
+        if (o->n_embd % o->n_head)
+            return bad_arg("--n-embd must be a multiple of --n-head (or give --head-dim with "
+                           "--arch qwen3)%s%s",
+                           "", "");
+        o->head_dim = o->n_embd / o->n_head;
+    }
+    if (o->head_dim % 2)
+        return bad_arg("head_dim must be even for RoPE%s%s", "", "");
+    if (o->n_head * o->head_dim > (1 << 18))
+        return bad_arg("n_head * head_dim is too large%s%s", "", "");
+    if (o->rope_base == 0)
+        o->rope_base = o->rope_freqs ? 500000.0 : 10000.0;
+    return 0;
+}
+
+/* ---- tensor generation -------------------------------------------- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* One matrix (or vector) to draw and convert: rows of row_len values
+ * mean + std * N(0, 1), converted to `type`. Chunks of whole rows are handed
+ * out round-robin to the pool's threads. */
+struct gen_job {
+    int64_t rows, row_len, chunk_rows, n_chunks;
+    enum ifl_type type;
+    size_t row_size;
+    float mean, std;
+    uint64_t seed;
+    uint8_t *out;
+    float **scratch; /* [nth] -> chunk_rows * row_len floats */
+    ifl_quant_fn quant;
+};
+
+/* Two standard normals from one Box-Muller step. ifl_rng_normal spends a
+ * log and a cos on each draw; for the 1.1G draws of a 1.1B model, using both
+ * halves of the pair in float is three times faster. */
+static void normal_pair(struct ifl_rng *r, float z[2])
+{
+    float u1 = ((float)(ifl_rng_next(r) >> 40) + 1.0f) * (1.0f / 16777216.0f); /* (0, 1] */
+    float u2 = (float)(ifl_rng_next(r) >> 40) * (1.0f / 16777216.0f);          /* [0, 1) */
+    float rad = sqrtf(-2.0f * logf(u1));
+    float ang = 6.2831853f * u2;
+    z[0] = rad * cosf(ang);
+    z[1] = rad * sinf(ang);
+}
+
+static void gen_worker(void *arg, int ith, int nth)
+{
+    struct gen_job *j = arg;
+    float *buf = j->scratch[ith];
+    for (int64_t c = ith; c < j->n_chunks; c += nth) {
+        int64_t r0 = c * j->chunk_rows;
+        int64_t r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+        int64_t n = (r1 - r0) * j->row_len;
+        uint64_t s = j->seed ^ ((uint64_t)c * 0x9e3779b97f4a7c15ull);
+        struct ifl_rng rng;
+        ifl_rng_seed(&rng, s);
+        for (int64_t i = 0; i < n; i += 2) {
+            float z[2];
+            normal_pair(&rng, z);
+            buf[i] = j->mean + j->std * z[0];
+            if (i + 1 < n)
+                buf[i + 1] = j->mean + j->std * z[1];
+        }
+        for (int64_t r = r0; r < r1; r++)
+            j->quant(buf + (r - r0) * j->row_len, j->out + (size_t)r * j->row_size, j->row_len);
+    }
+}
+
+struct gen {
+    struct ifl_gguf_writer *w;
+    struct ifl_pool *pool;
+    float **scratch;
+    int nth;
+    uint64_t seed;
+    uint64_t bytes;
+};
+
+/* Picks a type the row length fits, warning when it is not the wanted one. */
+static enum ifl_type fit_type(const char *name, enum ifl_type t, int64_t row_len)
+{
+    const struct ifl_type_info *ti = ifl_type_info(t);
+    if (row_len % ti->blck == 0)
+        return t;
+    enum ifl_type f = row_len % 32 == 0 ? IFL_TYPE_Q8_0 : IFL_TYPE_F16;
+    fprintf(stderr,
+            "mkmodel: %s: row length %lld is not a multiple of %s's block of %lld; using %s\n",
+            name, (long long)row_len, ti->name, (long long)ti->blck, ifl_type_info(f)->name);
+    return f;
+}
+
+/* Draws a tensor of shape [ne0, ne1] (ne1 = 1 for vectors) and adds it. */
+static int add_random(struct gen *g, const char *name, enum ifl_type type, int n_dims, int64_t ne0,
+                      int64_t ne1, float mean, float std)
+{
+    struct gen_job j = {0};
+    j.rows = ne1;
+    j.row_len = ne0;
+    j.type = type;
+    j.row_size = ifl_type_row_size(type, ne0);
+    j.mean = mean;
+    j.std = std;
+    j.seed = g->seed ^ name_hash(name);
+    j.chunk_rows = CHUNK_ELEMS / ne0 > 0 ? CHUNK_ELEMS / ne0 : 1;
+    j.n_chunks = (ne1 + j.chunk_rows - 1) / j.chunk_rows;
+    j.quant = ifl_kernels_ref()->quant[type];
+    if (!j.quant) {
+        fprintf(stderr, "mkmodel: %s: no quantiser for type %s\n", name, ifl_type_info(type)->name);
+        return -1;
+    }
+    size_t nbytes = j.row_size * (size_t)ne1;
+    j.out = malloc(nbytes);
+    if (!j.out) {
+        fprintf(stderr, "mkmodel: %s: out of memory (%zu bytes)\n", name, nbytes);
+        return -1;
+    }
+    /* Scratch sized for the widest chunk so far. */
+    for (int t = 0; t < g->nth; t++) {
+        float *p = realloc(g->scratch[t], (size_t)(j.chunk_rows * ne0) * sizeof(float));
+        if (!p) {
+            free(j.out);
+            fprintf(stderr, "mkmodel: out of memory\n");
+            return -1;
+        }
+        g->scratch[t] = p;
+    }
+    j.scratch = g->scratch;
+    ifl_pool_run(g->pool, gen_worker, &j);
+    int64_t ne[2] = {ne0, ne1};
+    int rc = ifl_gguf_writer_add_tensor(g->w, name, type, n_dims, ne, j.out, nbytes);
+    free(j.out);
+    if (rc) {
+        fprintf(stderr, "mkmodel: %s: cannot add tensor: %s\n", name, ifl_strerror(rc));
+        return -1;
+    }
+    g->bytes += nbytes;
+    return 0;
+}
+
+static int add_matrix(struct gen *g, const char *name, enum ifl_type type, int64_t n_in,
+                      int64_t n_out)
+{
+    return add_random(g, name, fit_type(name, type, n_in), 2, n_in, n_out, 0.0f, W_STD);
+}
+
+static int add_vector(struct gen *g, const char *name, int64_t n, float mean, float std)
+{
+    return add_random(g, name, IFL_TYPE_F32, 1, n, 1, mean, std);
+}
+
+/* llama-quantize's use_more_bits: the first and last eighth of the layers
+ * and every third layer in between. */
+static int use_more_bits(int64_t i, int64_t n)
+{
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+/* Llama 3.1 rope factors as convert_hf_to_gguf computes them for rope_type
+ * "llama3" (factor 8, low_freq_factor 1, high_freq_factor 4, original
+ * context 8192): pair i's frequency is divided by factors[i]. */
+static void llama3_factors(float *f, int64_t n_pairs, int64_t n_rot, double base)
+{
+    const double factor = 8.0, lo = 1.0, hi = 4.0, old_ctx = 8192.0;
+    const double lo_wavelen = old_ctx / lo, hi_wavelen = old_ctx / hi;
+    for (int64_t i = 0; i < n_pairs; i++) {
+        double freq = 1.0 / pow(base, (double)(2 * i) / (double)n_rot);
+        double wavelen = 2.0 * M_PI / freq;
+        if (wavelen < hi_wavelen) {
+            f[i] = 1.0f;
+        } else if (wavelen > lo_wavelen) {
+            f[i] = (float)factor;
+        } else {
+            double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            f[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+}
+
+static int copy_tokenizer(struct ifl_gguf_writer *w, const struct ifl_gguf *v)
+{
+    int64_t n = ifl_gguf_n_kv(v);
+    for (int64_t i = 0; i < n; i++) {
+        if (strncmp(ifl_gguf_key(v, i), "tokenizer.", 10))
+            continue;
+        int rc = ifl_gguf_writer_copy_kv(w, v, i);
+        if (rc) {
+            fprintf(stderr, "mkmodel: copying %s: %s\n", ifl_gguf_key(v, i), ifl_strerror(rc));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int set_key_u32(struct ifl_gguf_writer *w, const char *arch, const char *suffix, uint32_t v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return ifl_gguf_writer_set_u32(w, key, v);
+}
+
+static int set_key_f32(struct ifl_gguf_writer *w, const char *arch, const char *suffix, float v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return ifl_gguf_writer_set_f32(w, key, v);
+}
+
+static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64_t n_vocab)
+{
+    const char *an = arch_names[o->arch];
+    char name[128];
+    snprintf(name, sizeof name, "mkmodel-%s-%lldx%lld-%s", an, (long long)o->n_embd,
+             (long long)o->n_layer, o->mix->name);
+    int rc = 0;
+    rc |= ifl_gguf_writer_set_str(w, "general.architecture", an, strlen(an));
+    rc |= ifl_gguf_writer_set_str(w, "general.name", name, strlen(name));
+    rc |= set_key_u32(w, an, "context_length", (uint32_t)o->ctx);
+    rc |= set_key_u32(w, an, "embedding_length", (uint32_t)o->n_embd);
+    rc |= set_key_u32(w, an, "block_count", (uint32_t)o->n_layer);
+    rc |= set_key_u32(w, an, "feed_forward_length", (uint32_t)o->n_ff);
+    rc |= set_key_u32(w, an, "attention.head_count", (uint32_t)o->n_head);
+    rc |= set_key_u32(w, an, "attention.head_count_kv", (uint32_t)o->n_head_kv);
+    if (o->head_dim * o->n_head != o->n_embd) {
+        rc |= set_key_u32(w, an, "attention.key_length", (uint32_t)o->head_dim);
+        rc |= set_key_u32(w, an, "attention.value_length", (uint32_t)o->head_dim);
+    }
+    rc |= set_key_f32(w, an, "rope.freq_base", (float)o->rope_base);
+    rc |= set_key_f32(w, an, "attention.layer_norm_rms_epsilon",
+                      o->arch == ARCH_LLAMA ? 1e-5f : 1e-6f);
+    rc |= set_key_u32(w, an, "rope.dimension_count", (uint32_t)o->head_dim);
+    rc |= set_key_u32(w, an, "vocab_size", (uint32_t)n_vocab);
+    rc |= ifl_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    rc |= ifl_gguf_writer_set_u32(w, "general.file_type", o->mix->file_type);
+    return rc ? -1 : 0;
+}
+
+static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
+{
+    const struct mix *m = o->mix;
+    const int64_t E = o->n_embd, hd = o->head_dim;
+    const int64_t q_dim = o->n_head * hd, kv_dim = o->n_head_kv * hd;
+    char nm[96];
+
+    if (add_matrix(g, "token_embd.weight", o->tied ? m->output : m->main, E, n_vocab))
+        return -1;
+    if (o->rope_freqs) {
+        int64_t n_pairs = hd / 2;
+        float *f = malloc((size_t)n_pairs * sizeof(float));
+        if (!f)
+            return -1;
+        llama3_factors(f, n_pairs, hd, o->rope_base);
+        int64_t ne[1] = {n_pairs};
+        int rc = ifl_gguf_writer_add_tensor(g->w, "rope_freqs.weight", IFL_TYPE_F32, 1, ne, f,
+                                            (size_t)n_pairs * sizeof(float));
+        free(f);
+        if (rc)
+            return -1;
+    }
+    for (int64_t l = 0; l < o->n_layer; l++) {
+        enum ifl_type more = use_more_bits(l, o->n_layer) ? m->more : m->main;
+#define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
+        if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
+            add_matrix(g, NM("attn_q.weight"), m->main, E, q_dim) ||
+            add_matrix(g, NM("attn_k.weight"), m->main, E, kv_dim) ||
+            add_matrix(g, NM("attn_v.weight"), more, E, kv_dim))
+            return -1;
+        if (o->arch == ARCH_QWEN2 && (add_vector(g, NM("attn_q.bias"), q_dim, 0.0f, BIAS_STD) ||
+                                      add_vector(g, NM("attn_k.bias"), kv_dim, 0.0f, BIAS_STD) ||
+                                      add_vector(g, NM("attn_v.bias"), kv_dim, 0.0f, BIAS_STD)))
+            return -1;
+        if (o->arch == ARCH_QWEN3 && (add_vector(g, NM("attn_q_norm.weight"), hd, 1.0f, NORM_STD) ||
+                                      add_vector(g, NM("attn_k_norm.weight"), hd, 1.0f, NORM_STD)))
+            return -1;
+        if (add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
+            add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD) ||
+            add_matrix(g, NM("ffn_gate.weight"), m->main, E, o->n_ff) ||
+            add_matrix(g, NM("ffn_up.weight"), m->main, E, o->n_ff) ||
+            add_matrix(g, NM("ffn_down.weight"), more, o->n_ff, E))
+            return -1;
+#undef NM
+    }
+    if (add_vector(g, "output_norm.weight", E, 1.0f, NORM_STD))
+        return -1;
+    if (!o->tied && add_matrix(g, "output.weight", m->output, E, n_vocab))
+        return -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc;
+
+    char err[IFL_ERR_LEN] = "";
+    struct ifl_gguf *voc = NULL;
+    struct ifl_gguf_writer *w = NULL;
+    struct gen g = {0};
+    int status = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+
+    if (ifl_gguf_open(&voc, o.vocab, err)) {
+        fprintf(stderr, "mkmodel: --vocab: %s\n", err);
+        return 2;
+    }
+    /* The copied vocabulary fixes n_vocab; metadata comes first in the file. */
+    struct ifl_gguf_value tokens;
+    if (ifl_gguf_get_arr(voc, "tokenizer.ggml.tokens", &tokens, err) ||
+        tokens.elem_type != IFL_GGUF_STRING || tokens.n == 0 || tokens.n > (1u << 24)) {
+        fprintf(stderr, "mkmodel: --vocab %s: no usable tokenizer.ggml.tokens array%s%s\n", o.vocab,
+                *err ? ": " : "", err);
+        ifl_gguf_free(voc);
+        return 2;
+    }
+    int64_t n_vocab = (int64_t)tokens.n;
+    if (ifl_gguf_writer_create(&w) || write_metadata(w, &o, n_vocab) || copy_tokenizer(w, voc))
+        goto out;
+
+    if (ifl_pool_create(&g.pool, 0))
+        goto out;
+    g.w = w;
+    g.nth = ifl_pool_size(g.pool);
+    g.seed = ifl_splitmix64(&o.seed);
+    g.scratch = calloc((size_t)g.nth, sizeof(float *));
+    if (!g.scratch || write_tensors(&g, &o, n_vocab))
+        goto out;
+    if (ifl_gguf_writer_write(w, o.out, err)) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        goto out;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "mkmodel: wrote %s: %s %s, n_embd %lld, %lld layers, vocab %lld, %.1f MiB in %.1f s\n",
+            o.out, arch_names[o.arch], o.mix->name, (long long)o.n_embd, (long long)o.n_layer,
+            (long long)n_vocab, (double)g.bytes / (1024.0 * 1024.0),
+            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    status = 0;
+out:
+    if (status && !*err)
+        fprintf(stderr, "mkmodel: failed to build %s\n", o.out);
+    if (g.scratch)
+        for (int t = 0; t < g.nth; t++)
+            free(g.scratch[t]);
+    free(g.scratch);
+    ifl_pool_free(g.pool);
+    ifl_gguf_writer_free(w);
+    ifl_gguf_free(voc);
+    return status;
+}
