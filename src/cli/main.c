@@ -1,4 +1,55 @@
-/* placeholder until the CLI lands */
+/*
+ * inflight command line: dispatches to the subcommands.
+ *   run       generate from a prompt, streamed to stdout
+ *   eval      teacher-forced logits of a whole sequence, to a file
+ *   tokenize  stdin -> token ids
+ *   info      what a GGUF model holds
+ */
 #include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
 #include "inflight.h"
-int main(void) { printf("inflight %s\n", ifl_version()); return 0; }
+
+static void usage(FILE *f)
+{
+    fprintf(f, "inflight %s: LLM inference on the CPU\n\n"
+               "usage: inflight COMMAND [options]\n\n"
+               "commands:\n"
+               "  run       -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+               "            [--seed S] [-t THREADS] [-c CTX] [--ids] [--ignore-eos] [--kv-type f16|f32]\n"
+               "  eval      -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [-t THREADS] [--kv-type T]\n"
+               "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
+               "  info      -m FILE\n"
+               "  version\n\n"
+               "Run 'inflight COMMAND --help' for a command's options.\n",
+            ifl_version());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "inflight: a command is required (run, eval, tokenize, info; "
+                        "'inflight help' lists them)\n");
+        return CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run"))
+        return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval"))
+        return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize"))
+        return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("inflight %s\n", ifl_version());
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "inflight: unknown command '%s' ('inflight help' lists the commands)\n", cmd);
+    return CLI_EXIT_USAGE;
+}

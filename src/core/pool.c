@@ -17,7 +17,11 @@
 
 #include "core/err.h"
 
-#define SPIN_ITERS 200000
+/* A pause takes some 10-150 cycles depending on the core: these budgets are
+ * tens of microseconds, long enough to bridge the gaps inside and between
+ * steps, short enough not to starve a thread that shares the core. */
+#define SPIN_IDLE 20000   /* a worker waiting for the next job, then it sleeps */
+#define SPIN_WAIT 2000    /* a barrier or the caller waiting, then it yields */
 
 struct ifl_pool {
     int nth;
@@ -58,7 +62,7 @@ static void *worker_main(void *p)
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&pool->stop, memory_order_acquire)) {
-            if (++spins < SPIN_ITERS) {
+            if (++spins < SPIN_IDLE) {
                 cpu_relax();
                 continue;
             }
@@ -151,7 +155,7 @@ void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg)
     fn(arg, 0, pool->nth);
     int spins = 0;
     while (atomic_load_explicit(&pool->n_done, memory_order_acquire) != pool->nth - 1) {
-        if (++spins < SPIN_ITERS)
+        if (++spins < SPIN_WAIT)
             cpu_relax();
         else
             sched_yield();
@@ -170,7 +174,7 @@ void ifl_pool_barrier(struct ifl_pool *pool)
     }
     int spins = 0;
     while (atomic_load_explicit(&pool->bar_sense, memory_order_acquire) == sense) {
-        if (++spins < SPIN_ITERS)
+        if (++spins < SPIN_WAIT)
             cpu_relax();
         else
             sched_yield();

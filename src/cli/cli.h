@@ -1,0 +1,62 @@
+/*
+ * The command line: shared argument parsing and a one-sequence session over
+ * the forward pass, used by `run` and `eval`.
+ */
+#ifndef IFL_CLI_CLI_H
+#define IFL_CLI_CLI_H
+
+#include <stdint.h>
+
+#include "model/forward.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+/* Exit statuses: 0 success, 1 runtime failure, 2 bad arguments or files. */
+#define CLI_EXIT_USAGE 2
+
+/* Prints "inflight CMD: message" to stderr and returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Strict number parsing: the whole string must be a number within [lo, hi]. */
+int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+int cli_parse_f64(const char *s, double lo, double hi, double *out);
+/* Parses "1 2 3" (spaces, commas or newlines between) into a malloc'd array. */
+int cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
+
+/* One sequence: the model, its vocabulary, a KV store of n_ctx positions and
+ * a forward context. */
+struct cli_session {
+    struct ifl_model *model;
+    struct ifl_vocab *vocab;
+    struct ifl_kv_store *kv;
+    struct ifl_fwd *fwd;
+    int32_t n_ctx;
+    int32_t max_rows;
+    int32_t *table;    /* block ids 0..n_blocks-1 */
+    int32_t n_blocks;
+    int32_t *rows;     /* scratch for a batch: tokens, pos, seq */
+    uint8_t *want;
+};
+
+struct cli_session_opts {
+    const char *model_path;
+    int32_t n_ctx;       /* 0: the model's training context, at most 4096 */
+    int n_threads;       /* 0: one per core */
+    enum ifl_type kv_type;
+    int32_t max_rows;    /* prefill chunk */
+};
+
+/* Returns 0, or an exit status after printing the error. */
+int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, const char *cmd);
+void cli_session_close(struct cli_session *s);
+/* Runs tokens[0..n) at positions start.. ; writes logits of every position
+ * to logits_all (n x n_vocab) when non-NULL, else of the last into last. */
+int cli_session_eval(struct cli_session *s, const int32_t *tokens, int64_t n, int32_t start,
+                     float *logits_all, float *last, char *err);
+
+int cmd_run(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif

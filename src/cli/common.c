@@ -1,0 +1,170 @@
+/* Argument parsing helpers and the one-sequence session of the CLI. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "inflight %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_f64(const char *s, double lo, double hi, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_ids(const char *s, int32_t **ids, int64_t *n)
+{
+    size_t cap = 16, cnt = 0;
+    int32_t *a = malloc(cap * sizeof(int32_t));
+    if (!a)
+        return -1;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != ',' && *end != '\n' && *end != '\t' && *end != '\r')) {
+            free(a);
+            return -1;
+        }
+        if (cnt == cap) {
+            int32_t *b = realloc(a, 2 * cap * sizeof(int32_t));
+            if (!b) {
+                free(a);
+                return -1;
+            }
+            a = b;
+            cap *= 2;
+        }
+        a[cnt++] = (int32_t)v;
+        p = end;
+    }
+    *ids = a;
+    *n = (int64_t)cnt;
+    return 0;
+}
+
+int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, const char *cmd)
+{
+    memset(s, 0, sizeof(*s));
+    char err[IFL_ERR_LEN] = "";
+    int rc = ifl_model_load(&s->model, o->model_path, err);
+    if (rc) {
+        fprintf(stderr, "inflight %s: %s\n", cmd, err);
+        return CLI_EXIT_USAGE;
+    }
+    rc = ifl_vocab_load(&s->vocab, s->model->gguf, err);
+    if (rc) {
+        fprintf(stderr, "inflight %s: %s\n", cmd, err);
+        cli_session_close(s);
+        return CLI_EXIT_USAGE;
+    }
+    int32_t n_ctx = o->n_ctx;
+    if (n_ctx <= 0)
+        n_ctx = s->model->hp.n_ctx_train < 4096 ? s->model->hp.n_ctx_train : 4096;
+    const int32_t bs = 16;
+    s->n_ctx = n_ctx;
+    s->n_blocks = (n_ctx + bs - 1) / bs;
+    s->max_rows = o->max_rows > 0 ? o->max_rows : 512;
+    rc = ifl_kv_store_create(&s->kv, &s->model->hp, o->kv_type, s->n_blocks, bs, err);
+    struct ifl_fwd_config fc = {.max_rows = s->max_rows, .max_ctx = n_ctx, .n_threads = o->n_threads};
+    if (!rc)
+        rc = ifl_fwd_create(&s->fwd, s->model, s->kv, &fc, err);
+    s->table = malloc(sizeof(int32_t) * (size_t)s->n_blocks);
+    s->rows = malloc(sizeof(int32_t) * 3 * (size_t)s->max_rows);
+    s->want = malloc((size_t)s->max_rows);
+    if (!rc && (!s->table || !s->rows || !s->want))
+        rc = ifl_err(err, IFL_ENOMEM, "out of memory");
+    if (rc) {
+        fprintf(stderr, "inflight %s: %s\n", cmd, err);
+        cli_session_close(s);
+        return 1;
+    }
+    for (int32_t i = 0; i < s->n_blocks; i++)
+        s->table[i] = i;
+    return 0;
+}
+
+void cli_session_close(struct cli_session *s)
+{
+    ifl_fwd_free(s->fwd);
+    ifl_kv_store_free(s->kv);
+    ifl_vocab_free(s->vocab);
+    ifl_model_free(s->model);
+    free(s->table);
+    free(s->rows);
+    free(s->want);
+    memset(s, 0, sizeof(*s));
+}
+
+int cli_session_eval(struct cli_session *s, const int32_t *tokens, int64_t n, int32_t start,
+                     float *logits_all, float *last, char *err)
+{
+    if (start + n > s->n_ctx)
+        return ifl_err(err, IFL_EINVAL, "%lld tokens from position %d exceed the context of %d",
+                       (long long)n, start, s->n_ctx);
+    int32_t n_vocab = s->model->hp.n_vocab;
+    const int32_t *tables[1] = {s->table};
+    for (int64_t done = 0; done < n;) {
+        int32_t nr = (int32_t)(n - done < s->max_rows ? n - done : s->max_rows);
+        int32_t *tok = s->rows, *pos = s->rows + s->max_rows, *seq = s->rows + 2 * s->max_rows;
+        for (int32_t i = 0; i < nr; i++) {
+            tok[i] = tokens[done + i];
+            pos[i] = start + (int32_t)(done + i);
+            seq[i] = 0;
+            s->want[i] = logits_all != NULL || done + i == n - 1;
+        }
+        struct ifl_batch b = {.n_rows = nr,
+                              .tokens = tok,
+                              .pos = pos,
+                              .seq = seq,
+                              .logits = s->want,
+                              .n_seqs = 1,
+                              .block_tables = tables,
+                              .n_blocks = &s->n_blocks};
+        float *out = logits_all ? logits_all + (size_t)done * (size_t)n_vocab : last;
+        int rc = ifl_forward(s->fwd, &b, out, err);
+        if (rc)
+            return rc;
+        done += nr;
+    }
+    return 0;
+}
