@@ -1,0 +1,410 @@
+/*
+ * Reference forward pass (see reffwd.h). A decoder-only transformer with
+ * pre-RMSNorm blocks:
+ *
+ *   x = token_embd[token]
+ *   per layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)        qwen2: biases
+ *     q, k = rmsnorm per head * q_norm / k_norm           qwen3
+ *     q, k = RoPE(pos)                                    llama: pairs (2i, 2i+1)
+ *                                                         qwen2/3: pairs (i, i + n_rot/2)
+ *     per query head h, with kv head h / (n_head / n_head_kv):
+ *       o_h = sum_j softmax_j(q_h . k_j / sqrt(head_dim)) v_j,  j <= pos
+ *     x += Wo o
+ *     h = rmsnorm(x) * ffn_norm
+ *     x += Wdown (silu(Wgate h) * Wup h)
+ *   logits = Woutput (rmsnorm(x) * output_norm)          Woutput = token_embd when tied
+ *
+ * RoPE of pair i at position p turns by p * base^(-2i / n_rot) / f[i], where
+ * f is rope_freqs.weight when present (Llama 3.1 scaling) and 1 otherwise.
+ * rmsnorm(x) = x / sqrt(mean(x^2) + eps).
+ *
+ * Weight matrices are stored as ggml lays them out: ne[0] is the input
+ * width, so row o of a [n_in, n_out] tensor holds the weights of output o.
+ */
+#include "reffwd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "kernels/kernels.h"
+#include "kernels/types.h"
+#include "model/gguf.h"
+
+/* A weight dequantised to float: rows of n_in values, one per output. */
+struct rmat {
+    float *w;     /* [n_out][n_in] */
+    int64_t n_in, n_out;
+};
+
+struct rlayer {
+    struct rmat attn_norm, q, k, v, o, ffn_norm, gate, up, down;
+    struct rmat bq, bk, bv;       /* qwen2 */
+    struct rmat q_norm, k_norm;   /* qwen3 */
+};
+
+struct rmodel {
+    char arch[32];
+    int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
+    double eps, base;
+    int neox;
+    struct rmat tok, out_norm, output, rope_freqs;
+    struct rlayer *layers;
+};
+
+static void rmat_free(struct rmat *m)
+{
+    free(m->w);
+    m->w = NULL;
+}
+
+static void rmodel_free(struct rmodel *m)
+{
+    if (!m)
+        return;
+    if (m->output.w != m->tok.w) /* tied models share the table */
+        rmat_free(&m->output);
+    rmat_free(&m->tok);
+    rmat_free(&m->out_norm);
+    rmat_free(&m->rope_freqs);
+    if (m->layers) {
+        for (int64_t l = 0; l < m->n_layer; l++) {
+            struct rlayer *L = &m->layers[l];
+            struct rmat *all[] = {&L->attn_norm, &L->q, &L->k, &L->v, &L->o,
+                                  &L->ffn_norm, &L->gate, &L->up, &L->down, &L->bq,
+                                  &L->bk, &L->bv, &L->q_norm, &L->k_norm};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                rmat_free(all[i]);
+        }
+    }
+    free(m->layers);
+}
+
+/* Loads tensor `name` of shape [n_in, n_out] (n_out 1 for vectors) as float.
+ * optional: an absent tensor leaves m->w NULL and succeeds. */
+static int load_mat(const struct ifl_gguf *g, const char *name, int64_t n_in, int64_t n_out,
+                    int optional, struct rmat *m, char *err)
+{
+    const struct ifl_gguf_tensor *t = ifl_gguf_find_tensor(g, name);
+    m->w = NULL;
+    m->n_in = n_in;
+    m->n_out = n_out;
+    if (!t) {
+        if (optional)
+            return 0;
+        return ifl_err(err, IFL_EFORMAT, "reffwd: tensor '%s' missing", name);
+    }
+    int64_t want_dims = n_out == 1 ? 1 : 2;
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1 ||
+        (t->n_dims != want_dims && !(t->n_dims == 2 && n_out == 1)))
+        return ifl_err(err, IFL_EFORMAT,
+                       "reffwd: tensor '%s' has shape [%lld, %lld], want [%lld, %lld]", name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)n_in,
+                       (long long)n_out);
+    const struct ifl_type_info *ti = ifl_type_info(t->type);
+    ifl_dequant_fn dq = t->type < IFL_TYPE_COUNT ? ifl_kernels_ref()->dequant[t->type] : NULL;
+    if (!ti || !dq || n_in % ti->blck)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: tensor '%s': type %u not supported", name,
+                       t->type);
+    size_t row = ifl_type_row_size((enum ifl_type)t->type, n_in);
+    if (row * (size_t)n_out > t->nbytes)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: tensor '%s': data too short", name);
+    m->w = malloc((size_t)(n_in * n_out) * sizeof(float));
+    if (!m->w)
+        return ifl_err(err, IFL_ENOMEM, "reffwd: out of memory for '%s'", name);
+    for (int64_t r = 0; r < n_out; r++)
+        dq((const uint8_t *)t->data + (size_t)r * row, m->w + r * n_in, n_in);
+    return 0;
+}
+
+static int get_int(const struct ifl_gguf *g, const char *arch, const char *suffix, int64_t def,
+                   int64_t *out, char *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = ifl_gguf_get_int(g, key, out, err);
+    if (rc == IFL_ENOTFOUND && def >= 0) {
+        *out = def;
+        return 0;
+    }
+    if (rc == IFL_ENOTFOUND)
+        return ifl_err(err, rc, "reffwd: key '%s' missing", key);
+    if (rc == 0 && (*out <= 0 || *out > (1 << 24)))
+        return ifl_err(err, IFL_EFORMAT, "reffwd: key '%s' out of range", key);
+    return rc;
+}
+
+static int get_float(const struct ifl_gguf *g, const char *arch, const char *suffix, double def,
+                     double *out, char *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = ifl_gguf_get_float(g, key, out, err);
+    if (rc == IFL_ENOTFOUND) {
+        *out = def;
+        return 0;
+    }
+    return rc;
+}
+
+static int rmodel_load(struct rmodel *m, const char *path, char *err)
+{
+    struct ifl_gguf *g = NULL;
+    memset(m, 0, sizeof *m);
+    int rc = ifl_gguf_open(&g, path, err);
+    if (rc)
+        return rc;
+    const char *s;
+    size_t len;
+    rc = ifl_gguf_get_str(g, "general.architecture", &s, &len, err);
+    if (rc || len >= sizeof m->arch) {
+        rc = rc ? rc : ifl_err(err, IFL_EFORMAT, "reffwd: bad general.architecture");
+        goto done;
+    }
+    memcpy(m->arch, s, len);
+    m->arch[len] = 0;
+    int qwen2 = !strcmp(m->arch, "qwen2"), qwen3 = !strcmp(m->arch, "qwen3");
+    if (!qwen2 && !qwen3 && strcmp(m->arch, "llama")) {
+        rc = ifl_err(err, IFL_EUNSUPPORTED, "reffwd: architecture '%s' not supported", m->arch);
+        goto done;
+    }
+    m->neox = qwen2 || qwen3;
+    const char *a = m->arch;
+    if ((rc = get_int(g, a, "embedding_length", -1, &m->n_embd, err)) ||
+        (rc = get_int(g, a, "block_count", -1, &m->n_layer, err)) ||
+        (rc = get_int(g, a, "attention.head_count", -1, &m->n_head, err)) ||
+        (rc = get_int(g, a, "attention.head_count_kv", m->n_head, &m->n_head_kv, err)) ||
+        (rc = get_int(g, a, "feed_forward_length", -1, &m->n_ff, err)) ||
+        (rc = get_int(g, a, "attention.key_length", m->n_embd / m->n_head, &m->head_dim, err)) ||
+        (rc = get_int(g, a, "attention.value_length", m->head_dim, &m->head_dim_v, err)) ||
+        (rc = get_int(g, a, "rope.dimension_count", m->head_dim, &m->n_rot, err)) ||
+        (rc = get_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, &m->eps, err)) ||
+        (rc = get_float(g, a, "rope.freq_base", 10000.0, &m->base, err)))
+        goto done;
+    if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2) {
+        rc = ifl_err(err, IFL_EFORMAT, "reffwd: inconsistent head counts or rope dimensions");
+        goto done;
+    }
+    const struct ifl_gguf_tensor *te = ifl_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) {
+        rc = ifl_err(err, IFL_EFORMAT, "reffwd: tensor 'token_embd.weight' missing");
+        goto done;
+    }
+    m->n_vocab = te->ne[1];
+    const int64_t E = m->n_embd, qd = m->n_head * m->head_dim, kd = m->n_head_kv * m->head_dim;
+    const int64_t vd = m->n_head_kv * m->head_dim_v, od = m->n_head * m->head_dim_v;
+    if ((rc = load_mat(g, "token_embd.weight", E, m->n_vocab, 0, &m->tok, err)) ||
+        (rc = load_mat(g, "output_norm.weight", E, 1, 0, &m->out_norm, err)) ||
+        (rc = load_mat(g, "output.weight", E, m->n_vocab, 1, &m->output, err)) ||
+        (rc = load_mat(g, "rope_freqs.weight", m->n_rot / 2, 1, 1, &m->rope_freqs, err)))
+        goto done;
+    if (!m->output.w)
+        m->output = m->tok; /* tied: the LM head is the embedding table */
+    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        rc = ifl_err(err, IFL_ENOMEM, "reffwd: out of memory");
+        goto done;
+    }
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        struct rlayer *L = &m->layers[l];
+        char nm[96];
+#define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
+        if ((rc = load_mat(g, NM("attn_norm.weight"), E, 1, 0, &L->attn_norm, err)) ||
+            (rc = load_mat(g, NM("attn_q.weight"), E, qd, 0, &L->q, err)) ||
+            (rc = load_mat(g, NM("attn_k.weight"), E, kd, 0, &L->k, err)) ||
+            (rc = load_mat(g, NM("attn_v.weight"), E, vd, 0, &L->v, err)) ||
+            (rc = load_mat(g, NM("attn_output.weight"), od, E, 0, &L->o, err)) ||
+            (rc = load_mat(g, NM("ffn_norm.weight"), E, 1, 0, &L->ffn_norm, err)) ||
+            (rc = load_mat(g, NM("ffn_gate.weight"), E, m->n_ff, 0, &L->gate, err)) ||
+            (rc = load_mat(g, NM("ffn_up.weight"), E, m->n_ff, 0, &L->up, err)) ||
+            (rc = load_mat(g, NM("ffn_down.weight"), m->n_ff, E, 0, &L->down, err)))
+            goto done;
+        if (qwen2 && ((rc = load_mat(g, NM("attn_q.bias"), qd, 1, 0, &L->bq, err)) ||
+                      (rc = load_mat(g, NM("attn_k.bias"), kd, 1, 0, &L->bk, err)) ||
+                      (rc = load_mat(g, NM("attn_v.bias"), vd, 1, 0, &L->bv, err))))
+            goto done;
+        if (qwen3 &&
+            ((rc = load_mat(g, NM("attn_q_norm.weight"), m->head_dim, 1, 0, &L->q_norm, err)) ||
+             (rc = load_mat(g, NM("attn_k_norm.weight"), m->head_dim, 1, 0, &L->k_norm, err))))
+            goto done;
+#undef NM
+    }
+done:
+    ifl_gguf_free(g);
+    if (rc)
+        rmodel_free(m);
+    return rc;
+}
+
+/* ---- the pass --------------------------------------------------------- */
+
+/* y[o] = sum_i W[o][i] x[i] (+ b[o]) for o < n_out. */
+static void matvec(const struct rmat *W, const struct rmat *b, const double *x, double *y)
+{
+    for (int64_t o = 0; o < W->n_out; o++) {
+        const float *w = W->w + o * W->n_in;
+        double s = 0.0;
+        for (int64_t i = 0; i < W->n_in; i++)
+            s += (double)w[i] * x[i];
+        y[o] = s + (b && b->w ? (double)b->w[o] : 0.0);
+    }
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w, n values (y may alias x). */
+static void rmsnorm(const double *x, const float *w, int64_t n, double eps, double *y)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * r * (double)w[i];
+}
+
+/* Rotates the first n_rot values of one head vector for position pos. */
+static void rope(const struct rmodel *m, double *v, int64_t pos)
+{
+    int64_t half = m->n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        double freq = pow(m->base, -2.0 * (double)i / (double)m->n_rot);
+        if (m->rope_freqs.w)
+            freq /= (double)m->rope_freqs.w[i];
+        double ang = (double)pos * freq, c = cos(ang), s = sin(ang);
+        int64_t a = m->neox ? i : 2 * i, b = m->neox ? i + half : 2 * i + 1;
+        double x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+    }
+}
+
+int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
+                int *n_vocab_out, char *err)
+{
+    struct rmodel m;
+    int rc = rmodel_load(&m, gguf_path, err);
+    if (rc)
+        return rc;
+    if (n_vocab_out)
+        *n_vocab_out = (int)m.n_vocab;
+    if (!logits) {
+        rmodel_free(&m);
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m.n_vocab) {
+            rmodel_free(&m);
+            return ifl_err(err, IFL_EINVAL, "reffwd: token %d at %d out of range (n_vocab %lld)",
+                           tokens[i], i, (long long)m.n_vocab);
+        }
+
+    const int64_t E = m.n_embd, hd = m.head_dim, hdv = m.head_dim_v;
+    const int64_t qd = m.n_head * hd, kd = m.n_head_kv * hd, vd = m.n_head_kv * hdv;
+    const int64_t od = m.n_head * hdv, group = m.n_head / m.n_head_kv;
+    const int64_t wmax = E > m.n_ff ? E : m.n_ff;
+    /* Every position's residual, and one layer's K and V for all positions. */
+    double *x = malloc(sizeof(double) * (size_t)(n * E));    /* [n][n_embd] */
+    double *K = malloc(sizeof(double) * (size_t)(n * kd));   /* [n][n_head_kv * head_dim] */
+    double *V = malloc(sizeof(double) * (size_t)(n * vd));   /* [n][n_head_kv * head_dim_v] */
+    double *Q = malloc(sizeof(double) * (size_t)(n * qd));   /* [n][n_head * head_dim] */
+    double *h = malloc(sizeof(double) * (size_t)wmax);
+    double *g = malloc(sizeof(double) * (size_t)m.n_ff);
+    double *u = malloc(sizeof(double) * (size_t)m.n_ff);
+    double *att = malloc(sizeof(double) * (size_t)od);
+    double *t = malloc(sizeof(double) * (size_t)(E > m.n_vocab ? E : m.n_vocab));
+    double *p = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!x || !K || !V || !Q || !h || !g || !u || !att || !t || !p) {
+        rc = ifl_err(err, IFL_ENOMEM, "reffwd: out of memory");
+        goto out;
+    }
+
+    for (int i = 0; i < n; i++)
+        for (int64_t e = 0; e < E; e++)
+            x[i * E + e] = (double)m.tok.w[(int64_t)tokens[i] * E + e];
+
+    for (int64_t l = 0; l < m.n_layer; l++) {
+        const struct rlayer *L = &m.layers[l];
+        /* Projections, norms and RoPE for every position. */
+        for (int i = 0; i < n; i++) {
+            double *q = Q + i * qd, *k = K + i * kd, *v = V + i * vd;
+            rmsnorm(x + i * E, L->attn_norm.w, E, m.eps, h);
+            matvec(&L->q, &L->bq, h, q);
+            matvec(&L->k, &L->bk, h, k);
+            matvec(&L->v, &L->bv, h, v);
+            for (int64_t hh = 0; hh < m.n_head; hh++) {
+                if (L->q_norm.w)
+                    rmsnorm(q + hh * hd, L->q_norm.w, hd, m.eps, q + hh * hd);
+                rope(&m, q + hh * hd, i);
+            }
+            for (int64_t hh = 0; hh < m.n_head_kv; hh++) {
+                if (L->k_norm.w)
+                    rmsnorm(k + hh * hd, L->k_norm.w, hd, m.eps, k + hh * hd);
+                rope(&m, k + hh * hd, i);
+            }
+        }
+        /* Causal attention, output projection, feed-forward. */
+        for (int i = 0; i < n; i++) {
+            for (int64_t hh = 0; hh < m.n_head; hh++) {
+                const double *q = Q + i * qd + hh * hd;
+                int64_t kvh = hh / group;
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = K + j * kd + kvh * hd;
+                    double s = 0.0;
+                    for (int64_t d = 0; d < hd; d++)
+                        s += q[d] * k[d];
+                    p[j] = s / sqrt((double)hd);
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                double sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    p[j] = exp(p[j] - mx);
+                    sum += p[j];
+                }
+                double *o = att + hh * hdv;
+                for (int64_t d = 0; d < hdv; d++)
+                    o[d] = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *v = V + j * vd + kvh * hdv;
+                    double w = p[j] / sum;
+                    for (int64_t d = 0; d < hdv; d++)
+                        o[d] += w * v[d];
+                }
+            }
+            double *xi = x + i * E;
+            matvec(&L->o, NULL, att, t);
+            for (int64_t e = 0; e < E; e++)
+                xi[e] += t[e];
+            rmsnorm(xi, L->ffn_norm.w, E, m.eps, h);
+            matvec(&L->gate, NULL, h, g);
+            matvec(&L->up, NULL, h, u);
+            for (int64_t f = 0; f < m.n_ff; f++)
+                g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+            matvec(&L->down, NULL, g, t);
+            for (int64_t e = 0; e < E; e++)
+                xi[e] += t[e];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        rmsnorm(x + i * E, m.out_norm.w, E, m.eps, h);
+        matvec(&m.output, NULL, h, t);
+        for (int64_t o = 0; o < m.n_vocab; o++)
+            logits[(int64_t)i * m.n_vocab + o] = (float)t[o];
+    }
+out:
+    free(x);
+    free(K);
+    free(V);
+    free(Q);
+    free(h);
+    free(g);
+    free(u);
+    free(att);
+    free(t);
+    free(p);
+    rmodel_free(&m);
+    return rc;
+}

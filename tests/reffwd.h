@@ -1,0 +1,25 @@
+/*
+ * A plain reference forward pass for tests: the ground truth the engine's
+ * forward pass is compared with. Written from the architecture descriptions
+ * (llama, qwen2, qwen3), independently of src/model/forward.c.
+ *
+ * Weights are dequantised to float with ifl_kernels_ref()->dequant, and
+ * every activation is kept in double, so the result is what the weights
+ * compute exactly (up to double rounding), with none of the engine's
+ * activation quantisation. One sequence, a contiguous KV cache, slow on
+ * purpose: clarity over speed.
+ */
+#ifndef IFL_TESTS_REFFWD_H
+#define IFL_TESTS_REFFWD_H
+
+#include <stdint.h>
+
+/* Evaluates tokens[0..n) as one sequence at positions 0..n-1 and writes
+ * logits [n][n_vocab] (row i predicts the token after tokens[i]). Returns 0,
+ * or a negative status with a sentence in err (may be NULL, IFL_ERR_LEN
+ * bytes). *n_vocab_out (may be NULL) receives n_vocab; pass logits NULL to
+ * learn it without evaluating anything. */
+int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
+                int *n_vocab_out, char *err);
+
+#endif
