@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tools/mkmodel end to end: every architecture x weight type gives a model
+# that `inflight info` loads, with the expected architecture and types;
+# generation is deterministic in the seed; presets, --tied, --rope-freqs
+# and the block-size fallback work; bad arguments exit 2 with one message.
+set -u
+BUILD=${BUILD:-build}
+MK=$BUILD/tools/mkmodel
+BIN=$BUILD/inflight
+SHARED=${IFL_SHARED:-../shared}
+VOCAB=$SHARED/models/stories260K.gguf
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+# expects exit status 2 and a short message on stderr
+check_usage() {
+    local name=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    local rc=$?
+    if [ $rc -eq 2 ] && [ -s "$tmp/err" ] && [ "$(wc -l <"$tmp/err")" -le 2 ] &&
+        grep -q '^mkmodel: ' "$tmp/err"; then
+        ok "$name"
+    else
+        bad "$name (exit $rc)"; head -5 "$tmp/err"
+    fi
+}
+# name, file, then grep -E patterns that `inflight info` must all match
+check_info() {
+    local name=$1 file=$2; shift 2
+    if ! "$BIN" info -m "$file" >"$tmp/info" 2>&1; then
+        bad "$name: inflight info failed"; head -5 "$tmp/info"; return
+    fi
+    local p
+    for p in "$@"; do
+        if ! grep -Eq "$p" "$tmp/info"; then
+            bad "$name: info lacks /$p/"; cat "$tmp/info"; return
+        fi
+    done
+    ok "$name"
+}
+
+small="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512"
+declare -A main_type=([f32]=f32 [f16]=f16 [bf16]=bf16 [q8_0]=q8_0 [q4_0]=q4_0 [q4_k]=q4_K
+                      [q5_k]=q5_K [q6_k]=q6_K [q4_k_m]=q4_K [q5_k_m]=q5_K)
+for arch in llama qwen2 qwen3; do
+    extra=""
+    [ "$arch" = qwen3 ] && extra="--head-dim 128"
+    for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m; do
+        f=$tmp/$arch-$type.gguf
+        # shellcheck disable=SC2086
+        if ! "$MK" -o "$f" --vocab "$VOCAB" --arch "$arch" $small $extra --type "$type" \
+            2>"$tmp/mkerr"; then
+            bad "mkmodel $arch $type"; head -5 "$tmp/mkerr"; continue
+        fi
+        pats=("architecture: +$arch" "n_embd: +256" "${main_type[$type]} x")
+        [ "$arch" = qwen3 ] && pats+=("head_dim 128")
+        case $type in q4_0|q4_k_m|q5_k_m) pats+=("q6_K x") ;; esac
+        check_info "$arch $type loads" "$f" "${pats[@]}"
+        rm -f "$f"
+    done
+done
+
+# the same seed gives the same bytes, another seed other bytes
+"$MK" -o "$tmp/s1.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
+"$MK" -o "$tmp/s2.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
+"$MK" -o "$tmp/s3.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 8 2>/dev/null
+cmp -s "$tmp/s1.gguf" "$tmp/s2.gguf" && ok "same seed, same file" || bad "same seed, same file"
+cmp -s "$tmp/s1.gguf" "$tmp/s3.gguf" && bad "other seed, other file" || ok "other seed, other file"
+rm -f "$tmp"/s?.gguf
+
+# --tied drops output.weight, --rope-freqs adds rope_freqs.weight: 1 + 2 x 9 + 2 tensors
+"$MK" -o "$tmp/t.gguf" --vocab "$VOCAB" $small --tied --rope-freqs --type f16 2>/dev/null
+check_info "--tied --rope-freqs" "$tmp/t.gguf" "output: +tied" "base 500000" "tensors: +21,"
+
+# presets set the shape; later options override it
+"$MK" -o "$tmp/p.gguf" --vocab "$VOCAB" --preset tinyllama-1.1b --n-layer 1 --type q4_0 2>/dev/null
+check_info "preset tinyllama-1.1b" "$tmp/p.gguf" "n_embd: +2048" "n_head: +32 \(kv 4, head_dim 64" \
+    "n_ff: +5632" "n_layer: +1$"
+rm -f "$tmp/p.gguf"
+
+# a row that does not fit the type's block falls back, and says so
+if "$MK" -o "$tmp/fb.gguf" --vocab "$VOCAB" --n-embd 64 --n-head 4 --n-head-kv 2 --n-ff 96 \
+    --n-layer 1 --type q4_k 2>"$tmp/err" && grep -q "using q8_0" "$tmp/err"; then
+    check_info "block-size fallback to q8_0" "$tmp/fb.gguf" "q8_0 x"
+else
+    bad "block-size fallback to q8_0"; head -3 "$tmp/err"
+fi
+
+# bad arguments
+o="-o $tmp/bad.gguf"
+check_usage "no arguments" "$MK"
+check_usage "missing --vocab" "$MK" $o
+check_usage "missing -o" "$MK" --vocab "$VOCAB"
+check_usage "unknown option" "$MK" $o --vocab "$VOCAB" --frobnicate
+check_usage "stray argument" "$MK" $o --vocab "$VOCAB" extra
+check_usage "missing value" "$MK" $o --vocab "$VOCAB" --n-layer
+check_usage "unknown type" "$MK" $o --vocab "$VOCAB" --type q3_k
+check_usage "unknown arch" "$MK" $o --vocab "$VOCAB" --arch gpt2
+check_usage "unknown preset" "$MK" $o --vocab "$VOCAB" --preset huge
+check_usage "non-numeric n_embd" "$MK" $o --vocab "$VOCAB" --n-embd 12x
+check_usage "zero layers" "$MK" $o --vocab "$VOCAB" --n-layer 0
+check_usage "negative ctx" "$MK" $o --vocab "$VOCAB" --ctx -4
+check_usage "heads not a multiple of kv heads" "$MK" $o --vocab "$VOCAB" --n-head 4 --n-head-kv 3
+check_usage "n_embd not a multiple of heads" "$MK" $o --vocab "$VOCAB" --n-embd 250 --n-head 4
+check_usage "head-dim on llama" "$MK" $o --vocab "$VOCAB" --head-dim 32
+check_usage "odd head_dim" "$MK" $o --vocab "$VOCAB" --arch qwen3 --head-dim 33
+check_usage "bad rope base" "$MK" $o --vocab "$VOCAB" --rope-base abc
+check_usage "bad seed" "$MK" $o --vocab "$VOCAB" --seed -1
+check_usage "vocab file missing" "$MK" $o --vocab "$tmp/nonexistent.gguf"
+check_usage "vocab without tokens" "$MK" $o --vocab "$SHARED/models/ref/README.md"
+[ -e "$tmp/bad.gguf" ] && bad "no file left behind by bad arguments" ||
+    ok "no file left behind by bad arguments"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
