@@ -67,8 +67,10 @@ size_t ifl_vocab_piece(const struct ifl_vocab *v, int32_t id, int show_special, 
 size_t ifl_vocab_max_piece(const struct ifl_vocab *v);
 
 /* Streaming detokenizer: feeds tokens one by one and emits only whole UTF-8
- * characters, holding back an incomplete tail until the next token (or the
- * flush) completes it. Invalid bytes come out as U+FFFD. Single-owner. */
+ * characters, holding back an incomplete tail (at most 3 bytes) until the
+ * next token completes it. Each maximal ill-formed UTF-8 subpart (a byte
+ * that cannot start a character, or a started character cut off by a wrong
+ * byte) comes out as one U+FFFD (EF BF BD). Single-owner; no allocation. */
 struct ifl_detok {
     const struct ifl_vocab *v;
     int show_special;
@@ -78,8 +80,10 @@ struct ifl_detok {
 
 void ifl_detok_init(struct ifl_detok *d, const struct ifl_vocab *v, int show_special);
 /* Appends the text of token id to out and returns the bytes written. out
- * must hold IFL_DETOK_ROOM(v) bytes (the longest piece plus a held tail). */
-#define IFL_DETOK_ROOM(v) (ifl_vocab_max_piece(v) + 16)
+ * must hold IFL_DETOK_ROOM(v) bytes: room for the longest piece plus a held
+ * tail, each byte possibly becoming a 3-byte U+FFFD (push also uses the
+ * buffer's back as scratch). */
+#define IFL_DETOK_ROOM(v) (3 * ifl_vocab_max_piece(v) + 16)
 size_t ifl_detok_push(struct ifl_detok *d, int32_t id, char *out);
 /* Emits whatever is held back (as U+FFFD where incomplete). */
 size_t ifl_detok_flush(struct ifl_detok *d, char *out); /* out holds >= 16 bytes */

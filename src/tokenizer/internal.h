@@ -1,0 +1,338 @@
+/*
+ * Private to src/tokenizer/: the vocabulary struct shared by vocab.c (load,
+ * special tokens, pieces), spm.c and bpe.c (the two tokenizers), tokenize.c
+ * (special-token partition and dispatch) and detok.c, plus small inline
+ * helpers: UTF-8 decoding, a string hash, a growable id list and a binary
+ * heap of candidate merges.
+ *
+ * Everything in struct ifl_vocab is written once by ifl_vocab_load and only
+ * read afterwards, so any number of threads may tokenize at once.
+ */
+#ifndef IFL_TOKENIZER_INTERNAL_H
+#define IFL_TOKENIZER_INTERNAL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+
+/* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
+enum {
+    IFL_TOK_UNDEFINED = 0,
+    IFL_TOK_NORMAL = 1,
+    IFL_TOK_UNKNOWN = 2,
+    IFL_TOK_CONTROL = 3,
+    IFL_TOK_USER_DEFINED = 4,
+    IFL_TOK_UNUSED = 5,
+    IFL_TOK_BYTE = 6,
+};
+
+/* Per-token flag bits kept beside the type. */
+enum {
+    IFL_TOKF_EOG = 1,    /* ends generation */
+    IFL_TOKF_HIDDEN = 2, /* piece is "" unless show_special */
+};
+
+/* Maximum number of chained pre-tokenizer regexes (llama.cpp's "default" uses 4). */
+#define IFL_BPE_MAX_RE 4
+
+struct ifl_vocab {
+    enum ifl_vocab_kind kind;
+    int32_t n_tokens;
+
+    /* Token texts as stored in the file, each NUL-terminated in text_blob:
+     * token i is text_blob[text_off[i] .. text_off[i+1]-1) (the -1 drops the NUL). */
+    char *text_blob;
+    uint32_t *text_off; /* (n_tokens + 1) */
+    float *scores;      /* (n_tokens), 0 when the file has none */
+    uint8_t *type;      /* (n_tokens), IFL_TOK_* */
+    uint8_t *flags;     /* (n_tokens), IFL_TOKF_* */
+
+    /* What each token shows with show_special = 1 (decoded bytes);
+     * tokens flagged HIDDEN show "" otherwise. Same layout as the texts. */
+    char *piece_blob;
+    uint32_t *piece_off; /* (n_tokens + 1) */
+    size_t max_piece;
+
+    /* Open-addressing table text -> id; slots hold an id or -1. */
+    int32_t *tok_slots; /* (tok_mask + 1) */
+    uint32_t tok_mask;
+
+    /* Control, user-defined and unknown tokens, longest text first, for the
+     * special-token partition of the input. */
+    int32_t *special; /* (n_special) */
+    int32_t n_special;
+
+    int32_t bos, eos, eot, eom, pad, unk;
+    int add_bos, add_eos;
+
+    /* SPM */
+    int add_space_prefix;
+    int32_t byte_tok[256]; /* <0xNN> token of each byte, -1 if absent */
+
+    /* BPE */
+    int32_t byte_sym[256]; /* token of the one-character byte-level text of each byte */
+    uint64_t *merge_keys;  /* (merge_mask + 1): left << 32 | right, UINT64_MAX when empty */
+    int32_t *merge_rank;   /* (merge_mask + 1) */
+    int32_t *merge_id;     /* (merge_mask + 1): id of the merged text */
+    uint32_t merge_mask;
+    int ignore_merges; /* a whole pre-token found in the vocabulary is one token */
+    void *re[IFL_BPE_MAX_RE]; /* pcre2_code *, applied in sequence */
+    int n_re;
+};
+
+/* ---- ids written to the caller's buffer, counting past its end ---- */
+
+struct ifl_tok_out {
+    int32_t *ids;
+    int64_t cap;
+    int64_t n; /* full count; ids beyond cap are counted, not written */
+};
+
+static inline void ifl_tok_out_push(struct ifl_tok_out *o, int32_t id)
+{
+    if (o->n < o->cap)
+        o->ids[o->n] = id;
+    o->n++;
+}
+
+/* ---- hashing ---- */
+
+/* FNV-1a, continued from h so a text split in two slices hashes the same. */
+static inline uint64_t ifl_tok_hash(uint64_t h, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+#define IFL_TOK_HASH_INIT 0xcbf29ce484222325ull
+
+static inline uint64_t ifl_tok_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* The id whose text is a followed by b (b may be empty), or -1. */
+int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, const char *b,
+                        size_t nb);
+
+static inline const char *ifl_vocab_text_(const struct ifl_vocab *v, int32_t id, size_t *len)
+{
+    *len = v->text_off[id + 1] - v->text_off[id] - 1;
+    return v->text_blob + v->text_off[id];
+}
+
+/* ---- UTF-8 ---- */
+
+/* Byte count a lead byte announces, as llama.cpp counts it (no validation):
+ * 1 for ASCII and stray continuation bytes. */
+static inline size_t ifl_utf8_len_lead(unsigned char c)
+{
+    static const unsigned char len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return len[c >> 4];
+}
+
+enum { IFL_UTF8_OK, IFL_UTF8_SHORT, IFL_UTF8_BAD };
+
+/* Checks the character at s[0..n) (n >= 1) strictly (no overlongs, no
+ * surrogates, at most U+10FFFF; Unicode table 3-7). Returns IFL_UTF8_OK with
+ * *len its length; IFL_UTF8_SHORT when s is a valid but cut-off start
+ * (*len = n); IFL_UTF8_BAD with *len the maximal ill-formed subpart (>= 1),
+ * which is what one U+FFFD replaces. */
+static inline int ifl_utf8_check(const unsigned char *s, size_t n, size_t *len)
+{
+    unsigned char c = s[0];
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+    if (c < 0x80) {
+        *len = 1;
+        return IFL_UTF8_OK;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+        need = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        *len = 1;
+        return IFL_UTF8_BAD;
+    }
+    for (size_t i = 1; i < need; i++) {
+        if (i >= n) {
+            *len = n;
+            return IFL_UTF8_SHORT;
+        }
+        unsigned char b = s[i];
+        int ok = i == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+        if (!ok) {
+            *len = i;
+            return IFL_UTF8_BAD;
+        }
+    }
+    *len = need;
+    return IFL_UTF8_OK;
+}
+
+/* Code point of a character ifl_utf8_check accepted. */
+static inline uint32_t ifl_utf8_decode(const unsigned char *s, size_t len)
+{
+    switch (len) {
+    case 1: return s[0];
+    case 2: return (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
+    case 3: return (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+    default:
+        return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 |
+               (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
+    }
+}
+
+/* Writes cp (< 0x110000) as UTF-8; returns the byte count. */
+static inline size_t ifl_utf8_encode(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    } else if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    } else if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* ---- merge candidates: a binary max-heap ---- */
+
+/* A candidate merge of symbols left and right whose texts were `size` bytes
+ * together when it was queued; it is stale once either changed. Higher pri
+ * first (SPM: the merged token's score; BPE: minus the merge rank), then the
+ * leftmost. */
+struct ifl_tok_cand {
+    double pri;
+    int32_t left, right;
+    int32_t size;
+    int32_t id; /* the merged token */
+};
+
+struct ifl_tok_heap {
+    struct ifl_tok_cand *a;
+    size_t n, cap;
+};
+
+static inline int ifl_tok_cand_before(const struct ifl_tok_cand *x, const struct ifl_tok_cand *y)
+{
+    return x->pri > y->pri || (x->pri == y->pri && x->left < y->left);
+}
+
+/* Returns 0 or IFL_ENOMEM. */
+static inline int ifl_tok_heap_push(struct ifl_tok_heap *h, struct ifl_tok_cand c)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        struct ifl_tok_cand *a = realloc(h->a, cap * sizeof(*a));
+        if (!a)
+            return IFL_ENOMEM;
+        h->a = a;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!ifl_tok_cand_before(&c, &h->a[p]))
+            break;
+        h->a[i] = h->a[p];
+        i = p;
+    }
+    h->a[i] = c;
+    return 0;
+}
+
+static inline struct ifl_tok_cand ifl_tok_heap_pop(struct ifl_tok_heap *h)
+{
+    struct ifl_tok_cand top = h->a[0];
+    struct ifl_tok_cand last = h->a[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t l = 2 * i + 1, best = i;
+        const struct ifl_tok_cand *bc = &last;
+        if (l < n && ifl_tok_cand_before(&h->a[l], bc)) {
+            best = l;
+            bc = &h->a[l];
+        }
+        if (l + 1 < n && ifl_tok_cand_before(&h->a[l + 1], bc))
+            best = l + 1;
+        if (best == i)
+            break;
+        h->a[i] = h->a[best];
+        i = best;
+    }
+    if (n > 0)
+        h->a[i] = last;
+    return top;
+}
+
+/* A symbol of the merge loops: a slice of the word, linked to its neighbours. */
+struct ifl_tok_sym {
+    int32_t start, n; /* byte slice; n == 0 once merged into its left neighbour */
+    int32_t prev, next;
+    int32_t id; /* BPE: its token (-1 if none) */
+};
+
+/* ---- the two tokenizers, on one raw-text fragment ---- */
+
+/* SPM: text is the fragment as given; prefix_space adds the leading "▁". */
+int ifl_vocab_spm_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
+                           int prefix_space, struct ifl_tok_out *out);
+int ifl_vocab_bpe_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
+                           struct ifl_tok_out *out);
+
+/* BPE set-up during load (bpe.c): the pre-tokenizer named by tokenizer.ggml.pre
+ * (and its add_bos default), the byte alphabet's tokens and the merges. Needs
+ * the texts and the text table; ifl_vocab_bpe_free releases what it made. */
+struct ifl_gguf;
+int ifl_vocab_bpe_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err);
+void ifl_vocab_bpe_free(struct ifl_vocab *v);
+
+/* The GPT-2 byte <-> code point alphabet (bpe.c). */
+uint32_t ifl_vocab_bpe_byte_cp(unsigned char b);
+int ifl_vocab_bpe_cp_byte(uint32_t cp); /* -1 for code points outside the alphabet */
+
+/* Piece view (detok.c and vocab.c): the bytes token id shows. */
+static inline const char *ifl_vocab_piece_view(const struct ifl_vocab *v, int32_t id,
+                                               int show_special, size_t *len)
+{
+    if (id < 0 || id >= v->n_tokens) {
+        *len = 0;
+        return "";
+    }
+    if (!show_special && (v->flags[id] & IFL_TOKF_HIDDEN)) {
+        *len = 0;
+        return "";
+    }
+    *len = v->piece_off[id + 1] - v->piece_off[id];
+    return v->piece_blob + v->piece_off[id];
+}
+
+#endif
