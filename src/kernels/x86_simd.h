@@ -93,6 +93,9 @@ AI __m256i sc_pair(int a, int b)
  * activation row still runs several independent chains. */
 #define TR 4
 #define TCMAX 4
+/* Weight rows are taken in blocks of about this many bytes, which stay in
+ * L2 while every activation row-tile passes over them. */
+#define COL_BLOCK_BYTES (256 * 1024)
 
 #define TILE_PARAMS                                                                                \
     int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws, float *y, size_t ldy
@@ -106,11 +109,14 @@ AI __m256i sc_pair(int a, int b)
     static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
                      size_t ws, float *y, size_t ldy)                                             \
     {                                                                                              \
+        int cb = ws > 0 && ws < (size_t)COL_BLOCK_BYTES / 4 ? (int)(COL_BLOCK_BYTES / ws) & ~3 : 4; \
+        for (int cb0 = 0; cb0 < nc; cb0 += cb) {                                                   \
+        int cend = nc - cb0 < cb ? nc : cb0 + cb;                                                  \
         for (int r0 = 0; r0 < nr; r0 += TR) {                                                      \
             int mr = nr - r0 < TR ? nr - r0 : TR;                                                  \
             int tc = mr >= 3 ? 2 : 4;                                                              \
-            for (int c0 = 0; c0 < nc; c0 += tc) {                                                  \
-                int mc = nc - c0 < tc ? nc - c0 : tc;                                              \
+            for (int c0 = cb0; c0 < cend; c0 += tc) {                                              \
+                int mc = cend - c0 < tc ? cend - c0 : tc;                                          \
                 const char *xp = (const char *)x + (size_t)r0 * xs;                               \
                 const char *wp = (const char *)w + (size_t)c0 * ws;                               \
                 float *yp = y + (size_t)r0 * ldy + c0;                                             \
@@ -123,6 +129,7 @@ AI __m256i sc_pair(int a, int b)
                     break;                                                                         \
                 }                                                                                  \
             }                                                                                      \
+        }                                                                                          \
         }                                                                                          \
     }
 
