@@ -8,8 +8,10 @@
 #include "kernels/kernels.h"
 #include "t.h"
 
+#include "core/err.h"
 #include "core/fp16.h"
 #include "core/rng.h"
+#include "model/gguf.h"
 
 static const enum ifl_type weight_types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
                                              IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
@@ -572,6 +574,137 @@ static void test_each_table(void)
     }
 }
 
+/* ---- real llama.cpp files: layouts against the reference quantiser --- */
+
+/* Each quantised copy of the shared llama model dequantises close to the
+ * same tensor in the F32 file (so our bit layouts are llama.cpp's), every
+ * table's dequant gives the reference's bits, and every table's gemm on
+ * the real weights agrees with the reference. Skipped when files are absent. */
+static void test_real_files(void)
+{
+    static const struct {
+        const char *file;
+        double max_rel; /* relative rms error against f32, for this format */
+    } files[] = {
+        {"llama-f16.gguf", 1e-3},   {"llama-bf16.gguf", 5e-3},  {"llama-q8_0.gguf", 0.01},
+        {"llama-q6_k.gguf", 0.03},  {"llama-q5_k_m.gguf", 0.06}, {"llama-q4_k_m.gguf", 0.12},
+        {"llama-q4_0.gguf", 0.15},
+    };
+    char path[1024], err[IFL_ERR_LEN];
+    snprintf(path, sizeof(path), "%s/models/ref/llama-f32.gguf", t_shared());
+    struct ifl_gguf *gf = NULL;
+    if (ifl_gguf_open(&gf, path, err) != 0) {
+        fprintf(stderr, "  skipped: %s\n", err);
+        return;
+    }
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 3);
+    for (size_t fi = 0; fi < sizeof(files) / sizeof(files[0]); fi++) {
+        snprintf(path, sizeof(path), "%s/models/ref/%s", t_shared(), files[fi].file);
+        struct ifl_gguf *g = NULL;
+        if (ifl_gguf_open(&g, path, err) != 0) {
+            fprintf(stderr, "  skipped %s: %s\n", files[fi].file, err);
+            continue;
+        }
+        int checked[IFL_TYPE_COUNT] = {0};
+        double worst[IFL_TYPE_COUNT] = {0};
+        for (int64_t i = 0; i < ifl_gguf_n_tensors(g); i++) {
+            const struct ifl_gguf_tensor *t = ifl_gguf_tensor(g, i);
+            const struct ifl_gguf_tensor *tf = ifl_gguf_find_tensor(gf, t->name);
+            const struct ifl_type_info *ti = ifl_type_info(t->type);
+            if (!ti || !ti->is_weight || t->type == IFL_TYPE_F32 || !tf ||
+                tf->type != IFL_TYPE_F32 || t->n_dims != 2 || tf->ne[0] != t->ne[0] ||
+                tf->ne[1] != t->ne[1])
+                continue;
+            enum ifl_type ty = (enum ifl_type)t->type;
+            int64_t n = t->ne[0], rows = t->ne[1];
+            size_t rs = ifl_type_row_size(ty, n);
+            float *y = xmalloc((size_t)n * 4), *y2 = xmalloc((size_t)n * 4);
+            double se = 0, sx = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                const char *q = (const char *)t->data + (size_t)row * rs;
+                const float *f = (const float *)tf->data + row * n;
+                ref->dequant[ty](q, y, n);
+                for (int64_t j = 0; j < n; j++) {
+                    se += ((double)y[j] - f[j]) * ((double)y[j] - f[j]);
+                    sx += (double)f[j] * f[j];
+                }
+                for (int k = 1; k < 3 && row < 8; k++) {
+                    const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
+                    if (!kt)
+                        continue;
+                    kt->dequant[ty](q, y2, n);
+                    CHECK_MSG(bits_equal(y, y2, (size_t)n * 4), "%s: %s dequant of %s differs",
+                              kt->name, files[fi].file, t->name);
+                }
+            }
+            double rel = sx > 0 ? sqrt(se / sx) : 0;
+            CHECK_MSG(rel <= files[fi].max_rel, "%s %s (%s): rel rms err %.4f vs f32 > %.4f",
+                      files[fi].file, t->name, ti->name, rel, files[fi].max_rel);
+            checked[ty]++;
+            if (rel > worst[ty])
+                worst[ty] = rel;
+
+            /* gemm on the real rows: 3 activation rows against up to 9 weight rows */
+            int nc = rows < 9 ? (int)rows : 9, nr = 3;
+            size_t xs = ifl_type_row_size(ti->act, n);
+            float *xf = xmalloc((size_t)(n * nr) * 4), *yr = xmalloc(sizeof(float) * 27);
+            float *yk = xmalloc(sizeof(float) * 27);
+            char *xa = xmalloc(xs * (size_t)nr);
+            fill_normal(&r, xf, n * nr, 1.0f);
+            for (int a = 0; a < nr; a++)
+                ref->quant[ti->act](xf + a * n, xa + (size_t)a * xs, n);
+            ref->gemm[ty](n, nr, nc, xa, xs, t->data, rs, yr, (size_t)nc);
+            /* scale for the tolerance: sum |w||x| of each output */
+            double mag[27];
+            float *xd = xmalloc((size_t)n * 4);
+            for (int a = 0; a < nr; a++) {
+                ref->dequant[ti->act](xa + (size_t)a * xs, xd, n);
+                for (int c = 0; c < nc; c++) {
+                    ref->dequant[ty]((const char *)t->data + (size_t)c * rs, y, n);
+                    double m = 0, s = 0;
+                    for (int64_t j = 0; j < n; j++) {
+                        m += fabs((double)y[j] * xd[j]);
+                        s += (double)y[j] * xd[j];
+                    }
+                    mag[a * nc + c] = m;
+                    CHECK_NEAR(yr[a * nc + c], s, 4 * tol_of(m));
+                }
+            }
+            for (int k = 1; k < 3; k++) {
+                const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
+                if (!kt)
+                    continue;
+                kt->gemm[ty](n, nr, nc, xa, xs, t->data, rs, yk, (size_t)nc);
+                for (int o = 0; o < nr * nc; o++)
+                    CHECK_MSG(fabs((double)yk[o] - yr[o]) <= tol_of(mag[o]),
+                              "%s gemm %s %s out %d: %.9g vs ref %.9g", kt->name, files[fi].file,
+                              t->name, o, yk[o], yr[o]);
+            }
+            free(xd);
+            free(xf);
+            free(yr);
+            free(yk);
+            free(xa);
+            free(y);
+            free(y2);
+        }
+        int any = 0;
+        for (int ty = 0; ty < IFL_TYPE_COUNT; ty++) {
+            if (!checked[ty])
+                continue;
+            any = 1;
+            if (getenv("IFL_TEST_VERBOSE"))
+                fprintf(stderr, "  %-18s %-5s %3d tensors, worst rel rms err %.4f\n",
+                        files[fi].file, ifl_type_info((uint32_t)ty)->name, checked[ty], worst[ty]);
+        }
+        CHECK_MSG(any, "%s: no tensor compared", files[fi].file);
+        ifl_gguf_free(g);
+    }
+    ifl_gguf_free(gf);
+}
+
 int main(void)
 {
     T_RUN(test_tables);
@@ -581,5 +714,6 @@ int main(void)
     T_RUN(test_roundtrip);
     T_RUN(test_ref_gemm_vs_dequant);
     T_RUN(test_each_table);
+    T_RUN(test_real_files);
     return t_done();
 }
