@@ -6,6 +6,7 @@
  * Each large vocabulary is loaded once.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -140,8 +141,11 @@ static void print_ids(const char *label, const int32_t *ids, int64_t n)
 
 enum { V_SPM, V_GPT2, V_LLAMA3, V_QWEN2, V_STORIES, V_COUNT };
 static const char *const vocab_files[V_COUNT] = {
-    "vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf",
-    "vocab/ggml-vocab-llama-bpe.gguf", "vocab/ggml-vocab-qwen2.gguf", "stories260K.gguf",
+    "vocab/ggml-vocab-llama-spm.gguf",
+    "vocab/ggml-vocab-gpt-2.gguf",
+    "vocab/ggml-vocab-llama-bpe.gguf",
+    "vocab/ggml-vocab-qwen2.gguf",
+    "stories260K.gguf",
 };
 static struct ifl_vocab *vocabs[V_COUNT];
 
@@ -321,8 +325,8 @@ static void expect_ids(const struct ifl_vocab *v, const char *text, int add_spec
     int64_t n = 0;
     int32_t *ids = tokenize(v, text, strlen(text), add_special, parse_special, &n);
     int ok = ids && n == n_want && memcmp(ids, want, (size_t)n * sizeof(*ids)) == 0;
-    CHECK_MSG(ok, "tokens of \"%s\" (add_special %d, parse_special %d) differ", text,
-              add_special, parse_special);
+    CHECK_MSG(ok, "tokens of \"%s\" (add_special %d, parse_special %d) differ", text, add_special,
+              parse_special);
     if (!ok) {
         print_ids("want", want, n_want);
         if (ids)
@@ -585,12 +589,14 @@ static void test_detok_stream(void)
         /* a cut-off character followed by ASCII: one U+FFFD, then the rest */
         int32_t bad[] = {3 + 0xE4, 3 + 0xBD, 3 + 'A'};
         all = stream(v, bad, 3, 0, &len, NULL);
-        CHECK_STR(all, "\xef\xbf\xbd" "A");
+        CHECK_STR(all, "\xef\xbf\xbd"
+                       "A");
         free(all);
         /* bytes that cannot start a character: one U+FFFD each */
         int32_t bad2[] = {3 + 0x80, 3 + 0xFF, 3 + 0xC0, 3 + 'x'};
         all = stream(v, bad2, 4, 0, &len, NULL);
-        CHECK_STR(all, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "x");
+        CHECK_STR(all, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                       "x");
         free(all);
         /* a surrogate encoding is ill-formed: ED A0 80 -> 3 x U+FFFD (ED alone, A0, 80) */
         int32_t sur[] = {3 + 0xED, 3 + 0xA0, 3 + 0x80};
@@ -619,7 +625,8 @@ static void test_detok_stream(void)
         v = vocabs[w];
         if (!v)
             continue;
-        const char *text = "🚀 (normal) 😶‍🌫️ 🦙🦙 我想在apple工作 Cửa Việt កាន់តែពិសេស";
+        const char *text = "🚀 (normal) 😶‍🌫️ 🦙🦙 我想在apple工作 Cửa Việt "
+                           "កាន់តែពិសេស";
         int64_t n;
         int32_t *ids = tokenize(v, text, strlen(text), 0, 0, &n);
         CHECK(ids);
@@ -705,17 +712,101 @@ static void test_random_bytes(void)
         struct ifl_detok d;
         ifl_detok_init(&d, v, 1);
         for (int i = 0; i < 2000; i++) {
-            int32_t id = (int32_t)((uint32_t)(ifl_rng_next(&rng) >> 32) % (uint32_t)(ifl_vocab_n_tokens(v) + 10)) - 5;
+            int32_t id = (int32_t)((uint32_t)(ifl_rng_next(&rng) >> 32) %
+                                   (uint32_t)(ifl_vocab_n_tokens(v) + 10)) -
+                         5;
             CHECK(ifl_detok_push(&d, id, room) <= IFL_DETOK_ROOM(v));
         }
         free(room);
     }
 }
 
+/* Byte-level BPE replaces each byte that starts no valid character with
+ * U+FFFD before pre-tokenizing, as llama.cpp does. */
+static void test_invalid_utf8_bpe(void)
+{
+    for (int w = V_GPT2; w <= V_QWEN2; w++) {
+        const struct ifl_vocab *v = vocabs[w];
+        if (!v)
+            continue;
+        static const char *const pairs[][2] = {
+            {"\xff", "\xef\xbf\xbd"},
+            {"a\xe4\xbd b", "a\xef\xbf\xbd\xef\xbf\xbd b"},
+            {"x\xc0\x80y", "x\xef\xbf\xbd\xef\xbf\xbdy"},             /* overlong */
+            {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+            {"end\xf0\x9f\xa6", "end\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        };
+        for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+            int64_t n1, n2;
+            int32_t *a = tokenize(v, pairs[i][0], strlen(pairs[i][0]), 0, 0, &n1);
+            int32_t *b = tokenize(v, pairs[i][1], strlen(pairs[i][1]), 0, 0, &n2);
+            CHECK_MSG(a && b && n1 == n2 && memcmp(a, b, (size_t)n1 * sizeof(int32_t)) == 0,
+                      "%s: invalid case %zu", vocab_files[w], i);
+            free(a);
+            free(b);
+        }
+    }
+    /* SPM keeps invalid bytes as byte tokens: lossless */
+    const struct ifl_vocab *v = vocabs[V_SPM];
+    if (v) {
+        int64_t n;
+        int32_t *ids = tokenize(v, "\xff\xe4\xbd", 3, 0, 0, &n);
+        CHECK(ids && n == 4 && ids[1] == 3 + 0xFF && ids[2] == 3 + 0xE4 && ids[3] == 3 + 0xBD);
+        free(ids);
+    }
+}
+
+/* The vocabulary is shared: threads tokenizing at once agree with one thread. */
+struct thread_job {
+    const struct ifl_vocab *v;
+    const struct vec_set *s;
+    int mismatches;
+};
+
+static void *thread_main(void *arg)
+{
+    struct thread_job *j = arg;
+    for (int rep = 0; rep < 4; rep++) {
+        for (int i = 0; i < j->s->n; i++) {
+            int64_t n = 0;
+            int32_t *ids = tokenize(j->v, j->s->c[i].text, j->s->c[i].len, 0, 0, &n);
+            if (!ids || n != j->s->c[i].n ||
+                (n && memcmp(ids, j->s->c[i].ids, (size_t)n * sizeof(*ids)) != 0))
+                j->mismatches++;
+            free(ids);
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    for (int w = V_SPM; w <= V_QWEN2; w++) {
+        if (!vocabs[w])
+            continue;
+        struct vec_set s;
+        if (load_vectors(w, &s) != 0) {
+            CHECK(0);
+            continue;
+        }
+        pthread_t th[4];
+        struct thread_job jobs[4];
+        for (int t = 0; t < 4; t++) {
+            jobs[t] = (struct thread_job){vocabs[w], &s, 0};
+            CHECK_EQ(pthread_create(&th[t], NULL, thread_main, &jobs[t]), 0);
+        }
+        for (int t = 0; t < 4; t++) {
+            pthread_join(th[t], NULL);
+            CHECK_EQ(jobs[t].mismatches, 0);
+        }
+        free_vectors(&s);
+    }
+}
+
 /* Long inputs stay fast (no quadratic behaviour). */
 static void test_long_input(void)
 {
-    size_t len = 1 << 20;
+    size_t len = 1 << 19;
     char *text = malloc(len);
     const char *words = "The quick brown fox jumps over the lazy dog, 12345 times! 你好世界 \n";
     size_t wl = strlen(words);
@@ -734,7 +825,7 @@ static void test_long_input(void)
         int rc2 = ifl_tokenize(v, spaces, len, 0, 0, NULL, 0, &n2);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-        fprintf(stderr, "  %s: 2 x 1 MiB in %.0f ms (%lld + %lld tokens)\n", vocab_files[w], ms,
+        fprintf(stderr, "  %s: 2 x 512 KiB in %.0f ms (%lld + %lld tokens)\n", vocab_files[w], ms,
                 (long long)n1, (long long)n2);
         CHECK_EQ(rc1, IFL_EFULL);
         CHECK_EQ(rc2, IFL_EFULL);
@@ -822,9 +913,9 @@ static void tiny_bpe(struct ifl_gguf_writer *w, const char *pre, int with_merges
     int n = 0;
     for (int b = 0; b < 256; b++) {
         uint32_t cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174) ? (uint32_t)b
-                      : b <= 32                                                      ? 256u + b
-                      : b <= 160                                                     ? 289u + (b - 127)
-                                                                                     : 323u;
+                      : b <= 32                                                     ? 256u + b
+                      : b <= 160 ? 289u + (b - 127)
+                                 : 323u;
         if (cp < 0x80) {
             texts[n][0] = (char)cp;
             texts[n][1] = 0;
@@ -956,6 +1047,28 @@ static void test_bad_metadata(void)
         CHECK(n == 2 && ids[0] == ' ' && ids[1] == 'a'); /* token i is byte i */
         ifl_vocab_free(v);
     }
+    /* every pre-tokenizer family compiles and cuts text */
+    static const char *const pres[] = {"default", "gpt-2",     "llama-bpe", "llama3",
+                                       "qwen2",   "starcoder", "smollm",    "deepseek-r1-qwen"};
+    for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]); i++) {
+        v = NULL;
+        rc = load_tiny(pres[i], 1, 0, err, &v);
+        CHECK_MSG(rc == 0, "pre %s: %s", pres[i], err);
+        if (!v)
+            continue;
+        CHECK_EQ(ifl_vocab_add_bos(v), 0); /* no BOS token in this vocabulary */
+        int32_t ids[64];
+        int64_t n;
+        const char *text = "abc 123  x!!\n\n 'S'll \xe4\xbd\xa0\t";
+        CHECK_EQ(ifl_tokenize(v, text, strlen(text), 0, 0, ids, 64, &n), 0);
+        CHECK(n > 10 && ids[0] == 257);
+        size_t len;
+        char *back = detokenize(v, ids, n, 0, &len);
+        CHECK_MSG(len == strlen(text) && memcmp(back, text, len) == 0, "pre %s: round trip",
+                  pres[i]);
+        free(back);
+        ifl_vocab_free(v);
+    }
     rmdir(tmpdir);
 }
 
@@ -973,6 +1086,8 @@ int main(void)
     T_RUN(test_efull);
     T_RUN(test_detok_stream);
     T_RUN(test_random_bytes);
+    T_RUN(test_invalid_utf8_bpe);
+    T_RUN(test_threads);
     T_RUN(test_long_input);
     T_RUN(test_bad_metadata);
     for (int w = 0; w < V_COUNT; w++)

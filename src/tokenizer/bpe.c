@@ -63,7 +63,9 @@ int ifl_vocab_bpe_cp_byte(uint32_t cp)
 /* ---- pre-tokenizers ---- */
 
 /* Unicode White_Space, the members of \s in the reference engines. */
-#define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+#define WS                                                                                         \
+    "\\t-\\r "                                                                                     \
+    "\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 #define S_ "[" WS "]"
 #define NS_ "[^" WS "]"
 #define NOT_SLN "[^" WS "\\p{L}\\p{N}]" /* [^\s\p{L}\p{N}] */
@@ -88,10 +90,7 @@ struct pre_def {
 
 static const struct pre_def pre_defs[] = {
     /* llama.cpp's fallback for BPE vocabularies without a known pre-tokenizer */
-    {"default",
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"},
-     0,
-     0},
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
     {"gpt-2 gpt2 phi-2 jina-es jina-de jina-v1-en jina-v2-es jina-v2-de jina-v2-code "
      "roberta-bpe gigachat mpt olmo",
      {RE_GPT2},
@@ -129,8 +128,8 @@ static int compile_pre(struct ifl_vocab *v, const struct pre_def *d, char *err)
         if (!re) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ec, msg, sizeof(msg));
-            return ifl_err(err, IFL_EUNSUPPORTED, "tokenizer: pre-tokenizer regex %d at %zu: %s",
-                           i, (size_t)eo, (const char *)msg);
+            return ifl_err(err, IFL_EUNSUPPORTED, "tokenizer: pre-tokenizer regex %d at %zu: %s", i,
+                           (size_t)eo, (const char *)msg);
         }
         /* JIT is an optimisation; without it the interpreter runs */
         (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
@@ -143,7 +142,10 @@ static int compile_pre(struct ifl_vocab *v, const struct pre_def *d, char *err)
 
 /* ---- merges ---- */
 
-static uint64_t merge_key(int32_t l, int32_t r) { return (uint64_t)(uint32_t)l << 32 | (uint32_t)r; }
+static uint64_t merge_key(int32_t l, int32_t r)
+{
+    return (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+}
 
 /* Keeps the first rank of a pair listed twice, like llama.cpp. */
 static void merge_insert(struct ifl_vocab *v, int32_t l, int32_t r, int32_t rank, int32_t id)
@@ -353,8 +355,8 @@ static int try_merge(const struct ifl_vocab *v, struct bpe_work *w, int32_t l, i
     return ifl_tok_heap_push(&w->heap, c);
 }
 
-static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigned char *s,
-                    size_t n, struct ifl_tok_out *out)
+static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigned char *s, size_t n,
+                    struct ifl_tok_out *out)
 {
     int rc;
     if (v->ignore_merges) {

@@ -77,7 +77,7 @@ struct ifl_vocab {
     int32_t *merge_rank;   /* (merge_mask + 1) */
     int32_t *merge_id;     /* (merge_mask + 1): id of the merged text */
     uint32_t merge_mask;
-    int ignore_merges; /* a whole pre-token found in the vocabulary is one token */
+    int ignore_merges;        /* a whole pre-token found in the vocabulary is one token */
     void *re[IFL_BPE_MAX_RE]; /* pcre2_code *, applied in sequence */
     int n_re;
 };

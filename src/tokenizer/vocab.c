@@ -75,8 +75,9 @@ static void table_insert(struct ifl_vocab *v, int32_t id)
 
 static const char *gguf_type_name(enum ifl_gguf_type t)
 {
-    static const char *names[] = {"uint8", "int8",  "uint16", "int16",  "uint32", "int32", "float32",
-                                  "bool",  "string", "array", "uint64", "int64",  "float64"};
+    static const char *names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                  "int32",  "float32", "bool",   "string", "array",
+                                  "uint64", "int64",   "float64"};
     return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "unknown";
 }
 
@@ -86,7 +87,8 @@ static int is_int_type(enum ifl_gguf_type t)
 }
 
 /* An optional token id key: keeps *id when absent, -1 when out of range. */
-static int get_id(const struct ifl_gguf *g, const char *key, int32_t n_tokens, int32_t *id, char *err)
+static int get_id(const struct ifl_gguf *g, const char *key, int32_t n_tokens, int32_t *id,
+                  char *err)
 {
     int64_t x;
     int rc = ifl_gguf_get_int(g, key, &x, err);
@@ -217,7 +219,7 @@ static int parse_byte_token(const char *t, size_t n)
     int x = 0;
     for (int i = 3; i < 5; i++) {
         char c = t[i];
-        int d = c >= '0' && c <= '9' ? c - '0'
+        int d = c >= '0' && c <= '9'   ? c - '0'
                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
                                        : -1;
@@ -317,8 +319,8 @@ static int cmp_special(const void *pa, const void *pb, void *arg)
 /* Texts that end generation when they are control (or user-defined) tokens;
  * the first few also serve to find eot when the metadata names none. */
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "<|eom_id|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>",         "<|endoftext|>",
+    "<EOT>",      "<|eom_id|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
 };
 #define N_EOT_TEXTS 6 /* eog_texts[0..6) are eot candidates */
 
