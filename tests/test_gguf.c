@@ -362,6 +362,21 @@ static void test_writer_roundtrip(void)
     struct ifl_gguf *g;
     rc = ifl_gguf_open(&g, path, err);
     CHECK_MSG(rc == 0, "reopen: %s", err);
+    /* every proper prefix of this small file is rejected with a message */
+    struct file whole = read_file(path);
+    CHECK(whole.n > 600);
+    for (size_t cut = 0; cut < whole.n; cut++) {
+        uint8_t *copy = malloc(cut ? cut : 1);
+        memcpy(copy, whole.p, cut);
+        struct ifl_gguf *h = NULL;
+        err[0] = 0;
+        int trc = ifl_gguf_open_mem(&h, copy, cut, err);
+        CHECK_MSG(trc == IFL_EFORMAT && strncmp(err, "gguf: ", 6) == 0, "cut %zu: %d '%s'", cut,
+                  trc, err);
+        ifl_gguf_free(h);
+        free(copy);
+    }
+    free(whole.p);
     unlink(path);
     if (rc)
         return;
@@ -935,6 +950,13 @@ static void test_truncations(void)
         }
         size_t need = needed_end(g, f.p);
         size_t meta = ifl_gguf_n_tensors(g) ? ifl_gguf_data_offset(g) : need;
+        size_t infos = 24; /* tensor infos start where the last kv ends */
+        if (ifl_gguf_n_kv(g)) {
+            const void *p;
+            size_t len;
+            ifl_gguf_kv_span(g, ifl_gguf_n_kv(g) - 1, &p, &len);
+            infos = (size_t)((const uint8_t *)p - f.p) + len;
+        }
         ifl_gguf_free(g);
         /* every byte of the first 600, ~150 points over the metadata, the
          * tensor-info tail byte by byte, a few in the data */
@@ -944,6 +966,9 @@ static void test_truncations(void)
             cuts[nc++] = c;
         size_t stride = meta / 150 + 1;
         for (size_t c = 600; c < meta && nc < 900; c += stride)
+            cuts[nc++] = c;
+        size_t istride = (meta - infos) / 100 + 1;
+        for (size_t c = infos; c < meta && nc < 900; c += istride)
             cuts[nc++] = c;
         for (size_t c = meta > 64 ? meta - 64 : 0; c < meta && nc < 1000; c++)
             cuts[nc++] = c;

@@ -515,8 +515,8 @@ static int parse_tensor_infos(struct parser *ps, uint64_t n_tensors)
             if ((rc = take_u64(ps, &ne, "dimension")))
                 return rc;
             if (ne < 1 || ne > INT64_MAX)
-                return fail(ps, "dimension %u is %lld at offset %zu (must be >= 1)", d,
-                            (long long)ne, at);
+                return fail(ps, "dimension %u is %llu at offset %zu (must be 1..2^63-1)", d,
+                            (unsigned long long)ne, at);
             t->ne[d] = (int64_t)ne;
         }
         at = ps->pos;

@@ -100,7 +100,8 @@ int ifl_gguf_value_str(const struct ifl_gguf_value *v, const char **s, size_t *l
 /* Typed getters by key. They return IFL_ENOTFOUND when the key is absent
  * (err untouched, so optional keys are easy) and IFL_EFORMAT with a message
  * naming the key when its type does not fit. Integers convert between
- * integer types when the value fits; floats accept FLOAT32 and FLOAT64. */
+ * integer types when the value fits (_get_int also reads a bool as 0/1);
+ * floats accept FLOAT32 and FLOAT64; _get_bool wants BOOL. */
 int ifl_gguf_get_int(const struct ifl_gguf *g, const char *key, int64_t *out, char *err);
 int ifl_gguf_get_float(const struct ifl_gguf *g, const char *key, double *out, char *err);
 int ifl_gguf_get_bool(const struct ifl_gguf *g, const char *key, int *out, char *err);
