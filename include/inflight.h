@@ -17,6 +17,8 @@
 #ifndef INFLIGHT_H
 #define INFLIGHT_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,6 +45,280 @@ const char *ifl_strerror(int status);
 
 /* The library version as "MAJOR.MINOR.PATCH". Static string. */
 const char *ifl_version(void);
+
+/* ======================================================================
+ * The executor: in-flight batching of generation requests.
+ *
+ * Any number of client threads enqueue requests and await their responses;
+ * one engine thread batches every active request into each forward pass.
+ * Modelled on TensorRT-LLM's Executor API.
+ *
+ * Threading: every function here is thread-safe except ifl_executor_destroy,
+ * which must not race with other calls on the same executor. Responses
+ * belong to the caller once awaited (free each with ifl_response_free).
+ * ====================================================================== */
+
+typedef struct ifl_executor ifl_executor;
+typedef uint64_t ifl_id; /* request ids start at 1; 0 means "none" or "any" */
+
+enum ifl_sched_policy {
+    /* admit a request only when KV blocks for its prompt plus max_tokens
+     * can be reserved: a running request never has to wait for memory */
+    IFL_SCHED_GUARANTEED_NO_EVICT = 0,
+    /* admit greedily; when blocks run out, preempt the lowest-priority,
+     * latest request (free its blocks, recompute it later, unseen by its
+     * client) */
+    IFL_SCHED_MAX_UTILIZATION = 1,
+};
+
+enum ifl_kv_type { IFL_KV_F16 = 0, IFL_KV_F32 = 1, IFL_KV_Q8_0 = 2 };
+
+enum ifl_finish_reason {
+    IFL_FINISH_NOT_FINISHED = 0,
+    IFL_FINISH_END_ID = 1,     /* the end token (or another end-of-generation token) */
+    IFL_FINISH_STOP_WORDS = 2, /* a stop word or stop string */
+    IFL_FINISH_LENGTH = 3,     /* max_tokens or the end of the context */
+    IFL_FINISH_TIMED_OUT = 4,  /* allotted_time_ms ran out */
+    IFL_FINISH_CANCELLED = 5,
+};
+
+enum ifl_request_stage {
+    IFL_STAGE_QUEUED = 0,
+    IFL_STAGE_CONTEXT_IN_PROGRESS = 1,
+    IFL_STAGE_GENERATION_IN_PROGRESS = 2,
+    IFL_STAGE_COMPLETE = 3,
+};
+
+enum ifl_guide_type {
+    IFL_GUIDE_NONE = 0,
+    IFL_GUIDE_JSON = 1,        /* any JSON value (text ignored) or an object */
+    IFL_GUIDE_JSON_SCHEMA = 2, /* text is a JSON Schema */
+    IFL_GUIDE_REGEX = 3,       /* text is a regular expression */
+    IFL_GUIDE_EBNF = 4,        /* text is a GBNF grammar */
+};
+
+/* Called on the engine thread for one row of logits before sampling; may
+ * change logits in place. tokens are the request's tokens so far (prompt
+ * then generated). Must not call back into the executor. */
+typedef void (*ifl_logits_fn)(void *user, ifl_id request_id, float *logits, int32_t n_vocab,
+                              const int32_t *tokens, int32_t n_tokens, uint64_t client_id);
+/* Called once per step with every row whose request named the batched
+ * processor ("batched"). logits is [n_rows][n_vocab]. */
+typedef void (*ifl_batched_logits_fn)(void *user, int32_t n_rows, const ifl_id *request_ids,
+                                      float *logits, int32_t n_vocab,
+                                      const int32_t *const *tokens, const int32_t *n_tokens,
+                                      const uint64_t *client_ids);
+
+struct ifl_logits_processor {
+    const char *name; /* what a request names; copied at creation */
+    ifl_logits_fn fn;
+    void *user;
+};
+
+struct ifl_executor_config {
+    int32_t n_threads;          /* forward-pass threads; 0: one per core */
+    int32_t max_batch_size;     /* sequences per step (default 16) */
+    int32_t max_num_tokens;     /* rows per step: decode rows + prefill chunk (default 512) */
+    int32_t max_queue_size;     /* waiting requests before enqueue fails; 0: unlimited */
+    int32_t n_ctx;              /* positions one sequence may reach; 0: the model's, <= 4096 */
+    int64_t kv_cache_tokens;    /* KV pool size in positions; 0: from kv_cache_bytes */
+    int64_t kv_cache_bytes;     /* used when kv_cache_tokens is 0; 0 as well: room for
+                                   max_batch_size full contexts */
+    int32_t kv_block_size;      /* positions per block (default 16) */
+    int32_t kv_type;            /* enum ifl_kv_type (default F16) */
+    int32_t sched_policy;       /* enum ifl_sched_policy */
+    int32_t enable_prefix_caching; /* default 1 */
+    const struct ifl_logits_processor *logits_processors; /* copied at creation */
+    int32_t n_logits_processors;
+    ifl_batched_logits_fn batched_logits_processor; /* requests name it "batched" */
+    void *batched_logits_user;
+};
+
+struct ifl_sampling_config {
+    int32_t beam_width;         /* 1: sampling; > 1: beam search */
+    int32_t top_k;              /* 0: off */
+    float top_p;                /* 1: off */
+    float top_p_min;            /* floor of the decayed top_p (default 1e-6) */
+    float top_p_decay;          /* top_p *= decay after each token; 1: off */
+    int32_t top_p_reset_ids;    /* token that resets top_p to its start; -1: none */
+    float min_p;                /* 0: off */
+    float typical_p;            /* 1: off */
+    float temperature;          /* 0: greedy */
+    uint64_t seed;
+    int32_t min_tokens;         /* end tokens are banned before this many */
+    float repetition_penalty;   /* 1: off */
+    float presence_penalty;     /* 0: off */
+    float frequency_penalty;    /* 0: off */
+    int32_t no_repeat_ngram_size; /* 0: off */
+    float length_penalty;       /* beam scores are divided by length^length_penalty */
+    int32_t early_stopping;     /* beams: 1 stop when beam_width beams finished */
+    int32_t ignore_eos;         /* keep generating past end tokens */
+};
+
+struct ifl_output_config {
+    int32_t return_log_probs;     /* log-prob of each generated token */
+    int32_t top_log_probs;        /* and of this many top alternatives (0..20) */
+    int32_t return_context_logits;    /* logits of every prompt position */
+    int32_t return_generation_logits; /* logits of every generated position */
+    int32_t exclude_input_from_output; /* output tokens without the prompt (default 1) */
+    int32_t return_perf_metrics;
+    int32_t return_hidden_states; /* additional output "hidden_states": final hidden state of
+                                     each generated position (and of the prompt with
+                                     return_context_logits) */
+};
+
+struct ifl_request {
+    const int32_t *input_ids;     /* prompt tokens; copied at enqueue */
+    int32_t n_input;
+    int32_t max_tokens;           /* tokens to generate, at most */
+    int32_t streaming;            /* 1: a response per new token(s) */
+    struct ifl_sampling_config sampling;
+    struct ifl_output_config output;
+    int32_t end_id;               /* -1: the model's end-of-generation tokens */
+    int32_t pad_id;               /* -1: the model's */
+    /* stop and bad words: n sequences of tokens, concatenated in *_tokens
+     * with their lengths in *_lens */
+    const int32_t *stop_words_tokens;
+    const int32_t *stop_words_lens;
+    int32_t n_stop_words;
+    const int32_t *bad_words_tokens;
+    const int32_t *bad_words_lens;
+    int32_t n_bad_words;
+    const char *const *stop_strings; /* matched on the detokenized text, across tokens */
+    int32_t n_stop_strings;
+    const int32_t *logit_bias_ids;
+    const float *logit_bias_values;
+    int32_t n_logit_bias;
+    uint64_t client_id;           /* echoed in responses */
+    float priority;               /* 0..1 (default 0.5); higher is served first */
+    int32_t num_return_sequences; /* independent samples (default 1) */
+    int64_t allotted_time_ms;     /* 0: no limit */
+    int32_t return_all_generated_tokens; /* streaming: every response carries all tokens so far */
+    const char *logits_post_processor; /* a registered name, "batched", or NULL */
+    int32_t guide_type;           /* enum ifl_guide_type */
+    const char *guide_text;
+    const char *lora_name;        /* reserved: must be NULL or "" for now */
+};
+
+/* One alternative at a position: token and its log-probability. */
+struct ifl_top_logprob {
+    int32_t token;
+    float logprob;
+};
+
+/* The result for one sequence (a beam, or one of num_return_sequences). */
+struct ifl_sequence_result {
+    int32_t *tokens;              /* new tokens in this response (or all so far; see request) */
+    int32_t n_tokens;
+    float *log_probs;             /* [n_tokens] when asked, else NULL */
+    struct ifl_top_logprob *top_log_probs; /* [n_tokens][n_top] when asked */
+    int32_t n_top;
+    float cum_log_prob;
+    float score;                  /* beams: cum_log_prob / length^length_penalty */
+    int32_t finish_reason;        /* enum ifl_finish_reason */
+    float *generation_logits;     /* [n_tokens][n_vocab] when asked */
+    float *hidden_states;         /* [n_tokens][n_embd] when asked */
+    char *text;                   /* the new tokens as text, NUL-terminated: whole UTF-8
+                                     characters only; with stop strings, text that may begin
+                                     one is held back until resolved, and a matched stop
+                                     string and all after it are left out */
+    int32_t n_text;               /* bytes in text (it may contain NUL bytes) */
+};
+
+struct ifl_perf_metrics {
+    int64_t arrival_us;           /* monotonic microseconds */
+    int64_t first_scheduled_us;
+    int64_t first_token_us;
+    int64_t last_token_us;
+    int32_t kv_blocks_reused;     /* prompt blocks found in the prefix cache */
+    int32_t kv_blocks_missed;
+    int32_t preemptions;
+};
+
+struct ifl_response {
+    ifl_id request_id;
+    uint64_t client_id;
+    int32_t status;               /* 0, or an enum ifl_status with error_msg */
+    char *error_msg;
+    int32_t is_final;             /* the last response of this request */
+    int32_t sequence_index;       /* num_return_sequences: which sample this is */
+    int32_t is_sequence_final;    /* the last response of that sample */
+    int32_t n_results;            /* beams: beam_width results ordered by score; else 1 */
+    struct ifl_sequence_result *results;
+    float *context_logits;        /* [n_input][n_vocab] when asked (first response) */
+    float *context_hidden_states; /* [n_input][n_embd] when asked (first response) */
+    int32_t n_vocab;
+    int32_t n_embd;
+    struct ifl_perf_metrics perf; /* when asked */
+};
+
+struct ifl_iteration_stats {
+    int64_t iteration;
+    double latency_ms;
+    int64_t timestamp_us;
+    int32_t active_requests;
+    int32_t queued_requests;
+    int64_t completed_requests;   /* since creation */
+    int32_t paused_requests;      /* preempted, waiting to resume */
+    int32_t context_requests;     /* in this step */
+    int32_t context_tokens;
+    int32_t generation_requests;
+    int32_t generation_tokens;
+    int32_t kv_blocks_max;
+    int32_t kv_blocks_free;
+    int32_t kv_blocks_used;
+    int64_t kv_blocks_reused;     /* since creation */
+    int64_t kv_blocks_missed;
+    double kv_cache_hit_rate;     /* reused / (reused + missed) */
+};
+
+struct ifl_request_stats {
+    ifl_id request_id;
+    int32_t stage;                /* enum ifl_request_stage */
+    int32_t context_prefill_position;
+    int32_t n_generated;
+    int32_t paused;
+};
+
+void ifl_executor_config_default(struct ifl_executor_config *cfg);
+void ifl_request_init(struct ifl_request *req); /* every field to its default */
+
+/* Loads the model and starts the engine thread. err (optional, 512 bytes)
+ * receives a sentence on failure. */
+int ifl_executor_create(ifl_executor **out, const char *model_path,
+                        const struct ifl_executor_config *cfg, char *err);
+/* Stops the engine. cancel_in_flight = 0 finishes every accepted request
+ * first; 1 cancels them (each gets a final "cancelled" response). Then every
+ * waiting caller is woken and everything is freed, including responses never
+ * awaited. */
+void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight);
+
+/* Validates and queues a request (the request's arrays are copied). Returns
+ * IFL_EINVAL with a message naming the field, IFL_EFULL when the queue is
+ * full, IFL_ESTATE after shutdown began. */
+int ifl_enqueue(ifl_executor *ex, const struct ifl_request *req, ifl_id *id, char *err);
+/* All or nothing: either every request is queued (ids filled) or none. */
+int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n, ifl_id *ids,
+                     char *err);
+int ifl_can_enqueue(ifl_executor *ex);
+/* Cancels a request; it ends at the next step with a final response whose
+ * finish reason is cancelled. IFL_ENOTFOUND if unknown or already final. */
+int ifl_cancel(ifl_executor *ex, ifl_id id);
+
+/* Waits for responses to any of ids (n_ids 0: any request) for up to
+ * timeout_ms (< 0: forever; 0: no wait). Moves up to max of them into out
+ * (in arrival order) and sets *n_out. Returns 0 with *n_out >= 1,
+ * IFL_ETIMEDOUT with *n_out = 0, or IFL_ESTATE when the executor is shut
+ * down and nothing more can come for those ids. */
+int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeout_ms,
+              struct ifl_response **out, int32_t max, int32_t *n_out);
+/* Responses ready for id (0: for all requests). */
+int32_t ifl_num_responses_ready(ifl_executor *ex, ifl_id id);
+void ifl_response_free(struct ifl_response *r);
+
+int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
+/* IFL_ENOTFOUND once a request's final response was awaited. */
+int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,118 @@
+/*
+ * Executor internals shared by executor.c (the public API: queues, waiting,
+ * shutdown) and engine.c (the engine thread: scheduler, forward pass,
+ * sampling, responses).
+ *
+ * Ownership:
+ *  - struct ifl_executor: created and destroyed by the API side.
+ *  - Everything under "engine-owned" is touched only by the engine thread.
+ *  - in_mu guards the incoming list, cancel list and the accepting flag.
+ *  - out_mu guards ready responses, the live-request table (stats, cancel
+ *    lookup) and n_callers; out_cv wakes awaiting clients.
+ */
+#ifndef IFL_RUNTIME_EXEC_H
+#define IFL_RUNTIME_EXEC_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "inflight.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "runtime/kvcache.h"
+#include "runtime/sample.h"
+#include "tokenizer/tokenizer.h"
+
+/* A request as the executor keeps it: a deep copy of the client's. */
+struct xreq {
+    ifl_id id;
+    struct ifl_request r;        /* pointers below are owned copies */
+    int32_t *input;              /* [n_input] */
+    int32_t *stop_tok, *stop_len, *bad_tok, *bad_len;
+    char **stop_strings;
+    int32_t *bias_ids;
+    float *bias_vals;
+    char *post_name;
+    int32_t post_index;          /* -1 none, -2 batched, else logits_processors index */
+    int64_t arrival_us;
+    int64_t deadline_us;         /* 0: none */
+    uint64_t seq_no;             /* arrival order */
+    struct xreq *next;           /* incoming / waiting list link */
+
+    /* engine-owned */
+    int cancelled;
+    int n_seqs_live;             /* sequences not yet finished */
+    int n_seqs_total;
+    int stage;                   /* enum ifl_request_stage */
+    struct ifl_perf_metrics perf;
+    int64_t kv_reserved;         /* guaranteed_no_evict: blocks promised, not yet taken */
+    int32_t n_slots_held;        /* engine slots this request occupies */
+};
+
+/* Response list node, in arrival order. */
+struct xresp {
+    struct ifl_response *resp;
+    struct xresp *next;
+};
+
+/* What clients may read about a live request (under out_mu). */
+struct xlive {
+    ifl_id id;                   /* 0: empty slot */
+    struct ifl_request_stats stats;
+    int final_sent;              /* the final response is queued */
+    int cancel_requested;
+};
+
+struct engine;
+
+struct ifl_executor {
+    struct ifl_executor_config cfg;
+    struct ifl_logits_processor *procs; /* copied, names owned */
+    struct ifl_model *model;
+    struct ifl_vocab *vocab;
+    int32_t n_ctx;
+    int32_t n_vocab;
+
+    pthread_t thread;
+    int thread_started;
+
+    /* incoming (in_mu) */
+    pthread_mutex_t in_mu;
+    pthread_cond_t in_cv;
+    struct xreq *in_head, *in_tail;
+    int32_t n_queued;            /* waiting for admission, incl. incoming */
+    ifl_id *cancels;
+    int32_t n_cancels, cap_cancels;
+    int accepting;
+    int stop;                    /* engine should exit when drained */
+    int cancel_all;
+    ifl_id next_id;
+    uint64_t next_seq_no;
+
+    /* outgoing (out_mu) */
+    pthread_mutex_t out_mu;
+    pthread_cond_t out_cv;
+    struct xresp *out_head, *out_tail;
+    int32_t n_ready;
+    struct xlive *live;          /* open-addressing table by id */
+    int32_t live_cap;
+    int32_t n_live;
+    int engine_done;             /* the engine thread has exited */
+    int32_t n_callers;           /* threads inside await */
+    struct ifl_iteration_stats last_stats;
+
+    struct engine *eng;          /* engine-owned */
+};
+
+/* engine.c */
+int ifl_engine_create(struct ifl_executor *ex, char *err);
+void ifl_engine_free(struct ifl_executor *ex);
+void *ifl_engine_main(void *arg);
+
+/* executor.c, called by the engine */
+void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r);
+void ifl_exec_update_stats(struct ifl_executor *ex, ifl_id id, const struct ifl_request_stats *s);
+void ifl_xreq_free(struct xreq *q);
+
+#endif

@@ -1,0 +1,733 @@
+/*
+ * The executor's public API (include/inflight.h): configuration defaults,
+ * request validation and deep copies, the incoming queue, the response
+ * list clients await, cancellation, statistics and shutdown. The engine
+ * thread (engine.c) does the rest.
+ *
+ * Locks: in_mu (incoming requests, cancels, accepting) and out_mu (ready
+ * responses, live-request table, caller count). Never both at once, except
+ * in destroy, which takes them one after the other.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/err.h"
+#include "core/timeutil.h"
+#include "runtime/exec.h"
+
+void ifl_executor_config_default(struct ifl_executor_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->max_batch_size = 16;
+    c->max_num_tokens = 512;
+    c->kv_block_size = 16;
+    c->kv_type = IFL_KV_F16;
+    c->sched_policy = IFL_SCHED_GUARANTEED_NO_EVICT;
+    c->enable_prefix_caching = 1;
+}
+
+void ifl_request_init(struct ifl_request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->max_tokens = 16;
+    r->end_id = -1;
+    r->pad_id = -1;
+    r->priority = 0.5f;
+    r->num_return_sequences = 1;
+    r->output.exclude_input_from_output = 1;
+    struct ifl_sampling_config *s = &r->sampling;
+    s->beam_width = 1;
+    s->top_p = 1.0f;
+    s->top_p_min = 1e-6f;
+    s->top_p_decay = 1.0f;
+    s->top_p_reset_ids = -1;
+    s->typical_p = 1.0f;
+    s->temperature = 1.0f;
+    s->repetition_penalty = 1.0f;
+    s->length_penalty = 1.0f;
+    s->early_stopping = 1;
+}
+
+/* ---- live-request table (out_mu held) ---- */
+
+static struct xlive *live_find(struct ifl_executor *ex, ifl_id id)
+{
+    if (!ex->live_cap)
+        return NULL;
+    for (int32_t i = (int32_t)(id % (uint64_t)ex->live_cap), n = 0; n < ex->live_cap;
+         n++, i = (i + 1) % ex->live_cap) {
+        if (ex->live[i].id == id)
+            return &ex->live[i];
+        if (ex->live[i].id == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+static int live_insert(struct ifl_executor *ex, ifl_id id)
+{
+    if ((ex->n_live + 1) * 2 > ex->live_cap) {
+        int32_t cap = ex->live_cap ? ex->live_cap * 2 : 64;
+        struct xlive *old = ex->live, *nt = calloc((size_t)cap, sizeof(*nt));
+        if (!nt)
+            return IFL_ENOMEM;
+        int32_t old_cap = ex->live_cap;
+        ex->live = nt;
+        ex->live_cap = cap;
+        for (int32_t i = 0; i < old_cap; i++)
+            if (old[i].id) {
+                int32_t j = (int32_t)(old[i].id % (uint64_t)cap);
+                while (nt[j].id)
+                    j = (j + 1) % cap;
+                nt[j] = old[i];
+            }
+        free(old);
+    }
+    int32_t j = (int32_t)(id % (uint64_t)ex->live_cap);
+    while (ex->live[j].id)
+        j = (j + 1) % ex->live_cap;
+    memset(&ex->live[j], 0, sizeof(ex->live[j]));
+    ex->live[j].id = id;
+    ex->live[j].stats.request_id = id;
+    ex->n_live++;
+    return 0;
+}
+
+/* Backward-shift deletion keeps probe chains whole without tombstones. */
+static void live_remove(struct ifl_executor *ex, struct xlive *e)
+{
+    int32_t cap = ex->live_cap;
+    int32_t i = (int32_t)(e - ex->live);
+    ex->live[i].id = 0;
+    ex->n_live--;
+    for (int32_t j = (i + 1) % cap; ex->live[j].id; j = (j + 1) % cap) {
+        int32_t home = (int32_t)(ex->live[j].id % (uint64_t)cap);
+        /* move j back to i when its home is not in (i, j] cyclically */
+        int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!between) {
+            ex->live[i] = ex->live[j];
+            ex->live[j].id = 0;
+            i = j;
+        }
+    }
+}
+
+/* ---- requests ---- */
+
+void ifl_xreq_free(struct xreq *q)
+{
+    if (!q)
+        return;
+    free(q->input);
+    free(q->stop_tok);
+    free(q->stop_len);
+    free(q->bad_tok);
+    free(q->bad_len);
+    if (q->stop_strings)
+        for (int32_t i = 0; i < q->r.n_stop_strings; i++)
+            free(q->stop_strings[i]);
+    free(q->stop_strings);
+    free(q->bias_ids);
+    free(q->bias_vals);
+    free(q->post_name);
+    free(q);
+}
+
+static int check_words(const struct ifl_executor *ex, const char *what, const int32_t *tok,
+                       const int32_t *len, int32_t n, int64_t *total, char *err)
+{
+    *total = 0;
+    if (n < 0 || n > 1024)
+        return ifl_err(err, IFL_EINVAL, "%s: %d sequences (0..1024 allowed)", what, n);
+    if (n && (!tok || !len))
+        return ifl_err(err, IFL_EINVAL, "%s: tokens and lengths are required", what);
+    for (int32_t i = 0; i < n; i++) {
+        if (len[i] < 1 || len[i] > 64)
+            return ifl_err(err, IFL_EINVAL, "%s[%d]: length %d (1..64 allowed)", what, i, len[i]);
+        for (int32_t k = 0; k < len[i]; k++) {
+            int32_t t = tok[*total + k];
+            if (t < 0 || t >= ex->n_vocab)
+                return ifl_err(err, IFL_EINVAL, "%s[%d]: token %d outside the vocabulary", what, i,
+                               t);
+        }
+        *total += len[i];
+    }
+    return 0;
+}
+
+static int validate(const struct ifl_executor *ex, const struct ifl_request *r, char *err)
+{
+    if (!r->input_ids || r->n_input < 1)
+        return ifl_err(err, IFL_EINVAL, "input_ids: the prompt must have at least one token");
+    for (int32_t i = 0; i < r->n_input; i++)
+        if (r->input_ids[i] < 0 || r->input_ids[i] >= ex->n_vocab)
+            return ifl_err(err, IFL_EINVAL, "input_ids[%d]: token %d outside the vocabulary of %d",
+                           i, r->input_ids[i], ex->n_vocab);
+    if (r->max_tokens < 0)
+        return ifl_err(err, IFL_EINVAL, "max_tokens: %d is negative", r->max_tokens);
+    if ((int64_t)r->n_input + r->max_tokens > ex->n_ctx)
+        return ifl_err(err, IFL_EINVAL,
+                       "max_tokens: the prompt (%d tokens) plus max_tokens (%d) exceeds the "
+                       "context of %d positions",
+                       r->n_input, r->max_tokens, ex->n_ctx);
+    const struct ifl_sampling_config *s = &r->sampling;
+    if (s->beam_width != 1)
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "sampling.beam_width: beam search is not available yet; use 1");
+    if (!(s->temperature >= 0 && s->temperature <= 100))
+        return ifl_err(err, IFL_EINVAL, "sampling.temperature: must be between 0 and 100");
+    if (!(s->top_p > 0 && s->top_p <= 1))
+        return ifl_err(err, IFL_EINVAL, "sampling.top_p: must be in (0, 1]");
+    if (s->top_k < 0)
+        return ifl_err(err, IFL_EINVAL, "sampling.top_k: must be >= 0");
+    if (!(s->min_p >= 0 && s->min_p <= 1))
+        return ifl_err(err, IFL_EINVAL, "sampling.min_p: must be in [0, 1]");
+    if (r->num_return_sequences < 1 || r->num_return_sequences > ex->cfg.max_batch_size)
+        return ifl_err(err, IFL_EINVAL, "num_return_sequences: %d (1..%d allowed)",
+                       r->num_return_sequences, ex->cfg.max_batch_size);
+    if (!(r->priority >= 0 && r->priority <= 1))
+        return ifl_err(err, IFL_EINVAL, "priority: must be in [0, 1]");
+    if (r->allotted_time_ms < 0)
+        return ifl_err(err, IFL_EINVAL, "allotted_time_ms: must be >= 0");
+    if (r->end_id < -1 || r->end_id >= ex->n_vocab)
+        return ifl_err(err, IFL_EINVAL, "end_id: %d outside the vocabulary", r->end_id);
+    if (r->pad_id < -1 || r->pad_id >= ex->n_vocab)
+        return ifl_err(err, IFL_EINVAL, "pad_id: %d outside the vocabulary", r->pad_id);
+    if (r->output.top_log_probs < 0 || r->output.top_log_probs > 20)
+        return ifl_err(err, IFL_EINVAL, "output.top_log_probs: %d (0..20 allowed)",
+                       r->output.top_log_probs);
+    if (r->output.return_hidden_states)
+        return ifl_err(err, IFL_EUNSUPPORTED, "output.return_hidden_states: not available yet");
+    int64_t total;
+    int rc;
+    if ((rc = check_words(ex, "stop_words", r->stop_words_tokens, r->stop_words_lens,
+                          r->n_stop_words, &total, err)) ||
+        (rc = check_words(ex, "bad_words", r->bad_words_tokens, r->bad_words_lens,
+                          r->n_bad_words, &total, err)))
+        return rc;
+    if (r->n_stop_strings < 0 || r->n_stop_strings > 64 || (r->n_stop_strings && !r->stop_strings))
+        return ifl_err(err, IFL_EINVAL, "stop_strings: %d strings (0..64 allowed)",
+                       r->n_stop_strings);
+    for (int32_t i = 0; i < r->n_stop_strings; i++) {
+        size_t l = r->stop_strings[i] ? strlen(r->stop_strings[i]) : 0;
+        if (l == 0 || l > 256)
+            return ifl_err(err, IFL_EINVAL, "stop_strings[%d]: must have 1 to 256 bytes", i);
+    }
+    if (r->n_logit_bias < 0 || r->n_logit_bias > ex->n_vocab ||
+        (r->n_logit_bias && (!r->logit_bias_ids || !r->logit_bias_values)))
+        return ifl_err(err, IFL_EINVAL, "logit_bias: %d entries", r->n_logit_bias);
+    for (int32_t i = 0; i < r->n_logit_bias; i++) {
+        if (r->logit_bias_ids[i] < 0 || r->logit_bias_ids[i] >= ex->n_vocab)
+            return ifl_err(err, IFL_EINVAL, "logit_bias[%d]: token %d outside the vocabulary", i,
+                           r->logit_bias_ids[i]);
+        if (!isfinite(r->logit_bias_values[i]) && !(r->logit_bias_values[i] < 0))
+            return ifl_err(err, IFL_EINVAL, "logit_bias[%d]: value must be finite or -inf", i);
+    }
+    if (r->logits_post_processor && r->logits_post_processor[0]) {
+        int found = !strcmp(r->logits_post_processor, "batched") && ex->cfg.batched_logits_processor;
+        for (int32_t i = 0; i < ex->cfg.n_logits_processors && !found; i++)
+            found = !strcmp(ex->procs[i].name, r->logits_post_processor);
+        if (!found)
+            return ifl_err(err, IFL_EINVAL, "logits_post_processor: '%.64s' is not registered",
+                           r->logits_post_processor);
+    }
+    if (r->guide_type != IFL_GUIDE_NONE)
+        return ifl_err(err, IFL_EUNSUPPORTED, "guide_type: guided decoding is not available yet");
+    if (r->lora_name && r->lora_name[0])
+        return ifl_err(err, IFL_EUNSUPPORTED, "lora_name: LoRA adapters are not available yet");
+    return 0;
+}
+
+static void *dup_mem(const void *p, size_t n)
+{
+    if (!n)
+        return NULL;
+    void *q = malloc(n);
+    if (q)
+        memcpy(q, p, n);
+    return q;
+}
+
+static int copy_request(const struct ifl_executor *ex, const struct ifl_request *r,
+                        struct xreq **out)
+{
+    struct xreq *q = calloc(1, sizeof(*q));
+    if (!q)
+        return IFL_ENOMEM;
+    q->r = *r;
+    int64_t stop_total = 0, bad_total = 0;
+    for (int32_t i = 0; i < r->n_stop_words; i++)
+        stop_total += r->stop_words_lens[i];
+    for (int32_t i = 0; i < r->n_bad_words; i++)
+        bad_total += r->bad_words_lens[i];
+    q->input = dup_mem(r->input_ids, sizeof(int32_t) * (size_t)r->n_input);
+    q->stop_tok = dup_mem(r->stop_words_tokens, sizeof(int32_t) * (size_t)stop_total);
+    q->stop_len = dup_mem(r->stop_words_lens, sizeof(int32_t) * (size_t)r->n_stop_words);
+    q->bad_tok = dup_mem(r->bad_words_tokens, sizeof(int32_t) * (size_t)bad_total);
+    q->bad_len = dup_mem(r->bad_words_lens, sizeof(int32_t) * (size_t)r->n_bad_words);
+    q->bias_ids = dup_mem(r->logit_bias_ids, sizeof(int32_t) * (size_t)r->n_logit_bias);
+    q->bias_vals = dup_mem(r->logit_bias_values, sizeof(float) * (size_t)r->n_logit_bias);
+    int ok = q->input && (!stop_total || (q->stop_tok && q->stop_len)) &&
+             (!bad_total || (q->bad_tok && q->bad_len)) &&
+             (!r->n_logit_bias || (q->bias_ids && q->bias_vals));
+    if (ok && r->n_stop_strings) {
+        q->stop_strings = calloc((size_t)r->n_stop_strings, sizeof(char *));
+        ok = q->stop_strings != NULL;
+        for (int32_t i = 0; ok && i < r->n_stop_strings; i++)
+            ok = (q->stop_strings[i] = strdup(r->stop_strings[i])) != NULL;
+    }
+    q->post_index = -1;
+    if (ok && r->logits_post_processor && r->logits_post_processor[0]) {
+        if (!strcmp(r->logits_post_processor, "batched"))
+            q->post_index = -2;
+        for (int32_t i = 0; i < ex->cfg.n_logits_processors; i++)
+            if (!strcmp(ex->procs[i].name, r->logits_post_processor))
+                q->post_index = i;
+        ok = (q->post_name = strdup(r->logits_post_processor)) != NULL;
+    }
+    /* the copy's pointers point at owned memory only */
+    q->r.input_ids = q->input;
+    q->r.stop_words_tokens = q->stop_tok;
+    q->r.stop_words_lens = q->stop_len;
+    q->r.bad_words_tokens = q->bad_tok;
+    q->r.bad_words_lens = q->bad_len;
+    q->r.stop_strings = (const char *const *)q->stop_strings;
+    q->r.logit_bias_ids = q->bias_ids;
+    q->r.logit_bias_values = q->bias_vals;
+    q->r.logits_post_processor = q->post_name;
+    q->r.guide_text = NULL;
+    q->r.lora_name = NULL;
+    if (!ok) {
+        if (!r->n_stop_strings)
+            q->r.n_stop_strings = 0;
+        ifl_xreq_free(q);
+        return IFL_ENOMEM;
+    }
+    q->arrival_us = ifl_now_us();
+    q->deadline_us = r->allotted_time_ms ? q->arrival_us + r->allotted_time_ms * 1000 : 0;
+    q->perf.arrival_us = q->arrival_us;
+    *out = q;
+    return 0;
+}
+
+int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n, ifl_id *ids,
+                     char *err)
+{
+    if (!ex || (n > 0 && (!reqs || !ids)) || n < 0)
+        return ifl_err(err, IFL_EINVAL, "enqueue: invalid arguments");
+    if (n == 0)
+        return 0;
+    struct xreq **qs = calloc((size_t)n, sizeof(*qs));
+    if (!qs)
+        return ifl_err(err, IFL_ENOMEM, "enqueue: out of memory");
+    int rc = 0;
+    for (int32_t i = 0; i < n && !rc; i++) {
+        char e2[IFL_ERR_LEN] = "";
+        rc = validate(ex, &reqs[i], e2);
+        if (rc) {
+            if (n > 1)
+                ifl_err(err, rc, "request %d: %s", i, e2);
+            else
+                ifl_err(err, rc, "%s", e2);
+        } else if ((rc = copy_request(ex, &reqs[i], &qs[i]))) {
+            ifl_err(err, rc, "enqueue: out of memory");
+        }
+    }
+    if (!rc) {
+        pthread_mutex_lock(&ex->in_mu);
+        if (!ex->accepting)
+            rc = ifl_err(err, IFL_ESTATE, "enqueue: the executor is shutting down");
+        else if (ex->cfg.max_queue_size > 0 && ex->n_queued + n > ex->cfg.max_queue_size)
+            rc = ifl_err(err, IFL_EFULL, "enqueue: the queue is full (%d waiting, limit %d)",
+                         ex->n_queued, ex->cfg.max_queue_size);
+        if (!rc) {
+            /* register in the live table first so await and cancel see them */
+            pthread_mutex_lock(&ex->out_mu);
+            int32_t k = 0;
+            for (; k < n && !rc; k++) {
+                qs[k]->id = ex->next_id + (ifl_id)k;
+                rc = live_insert(ex, qs[k]->id);
+            }
+            if (rc) {
+                for (int32_t m = 0; m < k - 1; m++)
+                    live_remove(ex, live_find(ex, qs[m]->id));
+                ifl_err(err, rc, "enqueue: out of memory");
+            }
+            pthread_mutex_unlock(&ex->out_mu);
+        }
+        if (!rc) {
+            for (int32_t i = 0; i < n; i++) {
+                qs[i]->seq_no = ex->next_seq_no++;
+                ids[i] = qs[i]->id;
+                if (ex->in_tail)
+                    ex->in_tail->next = qs[i];
+                else
+                    ex->in_head = qs[i];
+                ex->in_tail = qs[i];
+                qs[i] = NULL;
+            }
+            ex->next_id += (ifl_id)n;
+            ex->n_queued += n;
+            pthread_cond_signal(&ex->in_cv);
+        }
+        pthread_mutex_unlock(&ex->in_mu);
+    }
+    for (int32_t i = 0; i < n; i++)
+        ifl_xreq_free(qs[i]);
+    free(qs);
+    return rc;
+}
+
+int ifl_enqueue(ifl_executor *ex, const struct ifl_request *req, ifl_id *id, char *err)
+{
+    return ifl_enqueue_many(ex, req, 1, id, err);
+}
+
+int ifl_can_enqueue(ifl_executor *ex)
+{
+    pthread_mutex_lock(&ex->in_mu);
+    int ok = ex->accepting &&
+             (ex->cfg.max_queue_size <= 0 || ex->n_queued < ex->cfg.max_queue_size);
+    pthread_mutex_unlock(&ex->in_mu);
+    return ok;
+}
+
+int ifl_cancel(ifl_executor *ex, ifl_id id)
+{
+    pthread_mutex_lock(&ex->out_mu);
+    struct xlive *e = live_find(ex, id);
+    int found = e && !e->final_sent && !e->cancel_requested;
+    if (found)
+        e->cancel_requested = 1;
+    pthread_mutex_unlock(&ex->out_mu);
+    if (!found)
+        return IFL_ENOTFOUND;
+    pthread_mutex_lock(&ex->in_mu);
+    int rc = 0;
+    if (ex->n_cancels == ex->cap_cancels) {
+        int32_t cap = ex->cap_cancels ? ex->cap_cancels * 2 : 16;
+        ifl_id *c = realloc(ex->cancels, sizeof(ifl_id) * (size_t)cap);
+        if (c) {
+            ex->cancels = c;
+            ex->cap_cancels = cap;
+        } else {
+            rc = IFL_ENOMEM;
+        }
+    }
+    if (!rc) {
+        ex->cancels[ex->n_cancels++] = id;
+        pthread_cond_signal(&ex->in_cv);
+    }
+    pthread_mutex_unlock(&ex->in_mu);
+    return rc;
+}
+
+/* ---- responses ---- */
+
+void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r)
+{
+    struct xresp *n = malloc(sizeof(*n));
+    pthread_mutex_lock(&ex->out_mu);
+    if (!n) {
+        /* out of memory: the response is lost, but a final one must not be:
+         * keep the request's stats truthful and wake everyone */
+        ifl_response_free(r);
+    } else {
+        n->resp = r;
+        n->next = NULL;
+        if (ex->out_tail)
+            ex->out_tail->next = n;
+        else
+            ex->out_head = n;
+        ex->out_tail = n;
+        ex->n_ready++;
+        if (r->is_final) {
+            struct xlive *e = live_find(ex, r->request_id);
+            if (e) {
+                e->final_sent = 1;
+                e->stats.stage = IFL_STAGE_COMPLETE;
+            }
+        }
+    }
+    pthread_cond_broadcast(&ex->out_cv);
+    pthread_mutex_unlock(&ex->out_mu);
+}
+
+void ifl_exec_update_stats(struct ifl_executor *ex, ifl_id id, const struct ifl_request_stats *s)
+{
+    pthread_mutex_lock(&ex->out_mu);
+    struct xlive *e = live_find(ex, id);
+    if (e && !e->final_sent)
+        e->stats = *s;
+    pthread_mutex_unlock(&ex->out_mu);
+}
+
+static int wanted(const ifl_id *ids, int32_t n_ids, ifl_id id)
+{
+    if (n_ids == 0)
+        return 1;
+    for (int32_t i = 0; i < n_ids; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+/* Whether any of ids can still produce a response (out_mu held). */
+static int any_pending(struct ifl_executor *ex, const ifl_id *ids, int32_t n_ids)
+{
+    if (ex->engine_done)
+        return 0;
+    if (n_ids == 0)
+        return 1;
+    for (int32_t i = 0; i < n_ids; i++) {
+        struct xlive *e = live_find(ex, ids[i]);
+        if (e && !e->final_sent)
+            return 1;
+    }
+    return 0;
+}
+
+int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeout_ms,
+              struct ifl_response **out, int32_t max, int32_t *n_out)
+{
+    *n_out = 0;
+    if (max < 1 || n_ids < 0 || (n_ids && !ids))
+        return IFL_EINVAL;
+    struct timespec deadline;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+    }
+    pthread_mutex_lock(&ex->out_mu);
+    ex->n_callers++;
+    int rc = 0;
+    for (;;) {
+        struct xresp **pp = &ex->out_head, *prev = NULL;
+        while (*pp && *n_out < max) {
+            struct xresp *n = *pp;
+            if (wanted(ids, n_ids, n->resp->request_id)) {
+                *pp = n->next;
+                if (ex->out_tail == n)
+                    ex->out_tail = prev;
+                ex->n_ready--;
+                out[(*n_out)++] = n->resp;
+                if (n->resp->is_final) {
+                    struct xlive *e = live_find(ex, n->resp->request_id);
+                    if (e)
+                        live_remove(ex, e);
+                }
+                free(n);
+            } else {
+                prev = n;
+                pp = &n->next;
+            }
+        }
+        if (*n_out > 0)
+            break;
+        /* nothing ready: give up, or wait */
+        int pending = any_pending(ex, ids, n_ids);
+        if (!pending) {
+            rc = IFL_ESTATE;
+            break;
+        }
+        if (timeout_ms == 0) {
+            rc = IFL_ETIMEDOUT;
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&ex->out_cv, &ex->out_mu);
+        } else if (pthread_cond_timedwait(&ex->out_cv, &ex->out_mu, &deadline) == ETIMEDOUT) {
+            timeout_ms = 0; /* one last look, then IFL_ETIMEDOUT */
+        }
+    }
+    ex->n_callers--;
+    pthread_cond_broadcast(&ex->out_cv);
+    pthread_mutex_unlock(&ex->out_mu);
+    return rc;
+}
+
+int32_t ifl_num_responses_ready(ifl_executor *ex, ifl_id id)
+{
+    pthread_mutex_lock(&ex->out_mu);
+    int32_t n = 0;
+    if (id == 0) {
+        n = ex->n_ready;
+    } else {
+        for (struct xresp *p = ex->out_head; p; p = p->next)
+            n += p->resp->request_id == id;
+    }
+    pthread_mutex_unlock(&ex->out_mu);
+    return n;
+}
+
+void ifl_response_free(struct ifl_response *r)
+{
+    if (!r)
+        return;
+    for (int32_t i = 0; i < r->n_results; i++) {
+        struct ifl_sequence_result *s = &r->results[i];
+        free(s->tokens);
+        free(s->log_probs);
+        free(s->top_log_probs);
+        free(s->generation_logits);
+        free(s->hidden_states);
+        free(s->text);
+    }
+    free(r->results);
+    free(r->context_logits);
+    free(r->context_hidden_states);
+    free(r->error_msg);
+    free(r);
+}
+
+int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out)
+{
+    pthread_mutex_lock(&ex->out_mu);
+    *out = ex->last_stats;
+    pthread_mutex_unlock(&ex->out_mu);
+    return 0;
+}
+
+int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out)
+{
+    pthread_mutex_lock(&ex->out_mu);
+    struct xlive *e = live_find(ex, id);
+    if (e)
+        *out = e->stats;
+    pthread_mutex_unlock(&ex->out_mu);
+    return e ? 0 : IFL_ENOTFOUND;
+}
+
+/* ---- lifetime ---- */
+
+int ifl_executor_create(ifl_executor **out, const char *model_path,
+                        const struct ifl_executor_config *cfg_in, char *err)
+{
+    *out = NULL;
+    struct ifl_executor_config cfg;
+    if (cfg_in)
+        cfg = *cfg_in;
+    else
+        ifl_executor_config_default(&cfg);
+    if (cfg.max_batch_size < 1 || cfg.max_batch_size > 1024)
+        return ifl_err(err, IFL_EINVAL, "config: max_batch_size %d (1..1024)", cfg.max_batch_size);
+    if (cfg.max_num_tokens < 1 || cfg.max_num_tokens > 65536)
+        return ifl_err(err, IFL_EINVAL, "config: max_num_tokens %d (1..65536)", cfg.max_num_tokens);
+    if (cfg.max_queue_size < 0 || cfg.n_threads < 0 || cfg.n_threads > 256 || cfg.n_ctx < 0 ||
+        cfg.kv_cache_tokens < 0 || cfg.kv_cache_bytes < 0)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: max_queue_size, n_threads, n_ctx and KV sizes must be >= 0");
+    if (cfg.kv_block_size < 1 || cfg.kv_block_size > 256)
+        return ifl_err(err, IFL_EINVAL, "config: kv_block_size %d (1..256)", cfg.kv_block_size);
+    if (cfg.kv_type != IFL_KV_F16 && cfg.kv_type != IFL_KV_F32)
+        return ifl_err(err, IFL_EUNSUPPORTED, "config: kv_type %d (f16 = 0 and f32 = 1 available)",
+                       cfg.kv_type);
+    if (cfg.sched_policy != IFL_SCHED_GUARANTEED_NO_EVICT &&
+        cfg.sched_policy != IFL_SCHED_MAX_UTILIZATION)
+        return ifl_err(err, IFL_EINVAL, "config: sched_policy %d", cfg.sched_policy);
+    if (cfg.n_logits_processors < 0 || (cfg.n_logits_processors && !cfg.logits_processors))
+        return ifl_err(err, IFL_EINVAL, "config: logits_processors");
+    struct ifl_executor *ex = calloc(1, sizeof(*ex));
+    if (!ex)
+        return ifl_err(err, IFL_ENOMEM, "executor: out of memory");
+    ex->cfg = cfg;
+    ex->next_id = 1;
+    pthread_mutex_init(&ex->in_mu, NULL);
+    pthread_cond_init(&ex->in_cv, NULL);
+    pthread_mutex_init(&ex->out_mu, NULL);
+    pthread_cond_init(&ex->out_cv, NULL);
+    int rc = 0;
+    if (cfg.n_logits_processors) {
+        ex->procs = calloc((size_t)cfg.n_logits_processors, sizeof(*ex->procs));
+        if (!ex->procs)
+            rc = ifl_err(err, IFL_ENOMEM, "executor: out of memory");
+        for (int32_t i = 0; !rc && i < cfg.n_logits_processors; i++) {
+            const struct ifl_logits_processor *p = &cfg.logits_processors[i];
+            if (!p->name || !p->name[0] || !p->fn || !strcmp(p->name, "batched"))
+                rc = ifl_err(err, IFL_EINVAL, "config: logits_processors[%d] needs a name "
+                                              "(not \"batched\") and a function", i);
+            else if (!(ex->procs[i].name = strdup(p->name)))
+                rc = ifl_err(err, IFL_ENOMEM, "executor: out of memory");
+            ex->procs[i].fn = p->fn;
+            ex->procs[i].user = p->user;
+        }
+        ex->cfg.logits_processors = ex->procs;
+    }
+    if (!rc)
+        rc = ifl_model_load(&ex->model, model_path, err);
+    if (!rc)
+        rc = ifl_vocab_load(&ex->vocab, ex->model->gguf, err);
+    if (!rc) {
+        ex->n_vocab = ex->model->hp.n_vocab;
+        int32_t n_ctx = cfg.n_ctx;
+        if (n_ctx == 0)
+            n_ctx = ex->model->hp.n_ctx_train < 4096 ? ex->model->hp.n_ctx_train : 4096;
+        ex->n_ctx = n_ctx;
+        rc = ifl_engine_create(ex, err);
+    }
+    if (!rc) {
+        ex->accepting = 1;
+        if (pthread_create(&ex->thread, NULL, ifl_engine_main, ex) != 0)
+            rc = ifl_err(err, IFL_ENOMEM, "executor: cannot start the engine thread");
+        else
+            ex->thread_started = 1;
+    }
+    if (rc) {
+        ex->accepting = 0;
+        ifl_executor_destroy(ex, 1);
+        return rc;
+    }
+    *out = ex;
+    return 0;
+}
+
+void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
+{
+    if (!ex)
+        return;
+    pthread_mutex_lock(&ex->in_mu);
+    ex->accepting = 0;
+    ex->stop = 1;
+    ex->cancel_all = cancel_in_flight != 0;
+    pthread_cond_broadcast(&ex->in_cv);
+    pthread_mutex_unlock(&ex->in_mu);
+    if (ex->thread_started)
+        pthread_join(ex->thread, NULL);
+    /* wake every waiting caller and wait until they have left */
+    pthread_mutex_lock(&ex->out_mu);
+    ex->engine_done = 1;
+    pthread_cond_broadcast(&ex->out_cv);
+    while (ex->n_callers > 0)
+        pthread_cond_wait(&ex->out_cv, &ex->out_mu);
+    pthread_mutex_unlock(&ex->out_mu);
+    ifl_engine_free(ex);
+    for (struct xreq *q = ex->in_head, *n; q; q = n) {
+        n = q->next;
+        ifl_xreq_free(q);
+    }
+    for (struct xresp *p = ex->out_head, *n; p; p = n) {
+        n = p->next;
+        ifl_response_free(p->resp);
+        free(p);
+    }
+    for (int32_t i = 0; ex->procs && i < ex->cfg.n_logits_processors; i++)
+        free((char *)ex->procs[i].name);
+    free(ex->procs);
+    free(ex->cancels);
+    free(ex->live);
+    ifl_vocab_free(ex->vocab);
+    ifl_model_free(ex->model);
+    pthread_mutex_destroy(&ex->in_mu);
+    pthread_cond_destroy(&ex->in_cv);
+    pthread_mutex_destroy(&ex->out_mu);
+    pthread_cond_destroy(&ex->out_cv);
+    free(ex);
+}
