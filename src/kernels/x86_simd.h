@@ -515,23 +515,31 @@ static void x86_dequant_f16(const void *vx, float *y, int64_t n)
 
 /* ---- F16 KV-cache helpers ------------------------------------------- */
 
-/* dot_f16 of ref.c (reassociated: 8 lanes, tail zero-padded). */
+/* dot_f16 of ref.c (reassociated). Fixed order for a given n: four 8-lane
+ * sums over 32-element steps, a remaining 8-step into the first, the
+ * zero-padded tail into the second, then (s0 + s1) + (s2 + s3). */
+AI __m256 ld_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
 static float x86_dot_f16(int64_t n, const uint16_t *k, const float *q)
 {
-    __m256 acc = _mm256_setzero_ps();
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(ld_f16x8(k + i), _mm256_loadu_ps(q + i), s0);
+        s1 = _mm256_fmadd_ps(ld_f16x8(k + i + 8), _mm256_loadu_ps(q + i + 8), s1);
+        s2 = _mm256_fmadd_ps(ld_f16x8(k + i + 16), _mm256_loadu_ps(q + i + 16), s2);
+        s3 = _mm256_fmadd_ps(ld_f16x8(k + i + 24), _mm256_loadu_ps(q + i + 24), s3);
+    }
     for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))),
-                              _mm256_loadu_ps(q + i), acc);
+        s0 = _mm256_fmadd_ps(ld_f16x8(k + i), _mm256_loadu_ps(q + i), s0);
     if (i < n) {
         uint16_t kt[8] = {0};
         float qt[8] = {0};
         memcpy(kt, k + i, (size_t)(n - i) * 2);
         memcpy(qt, q + i, (size_t)(n - i) * 4);
-        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kt)),
-                              _mm256_loadu_ps(qt), acc);
+        s1 = _mm256_fmadd_ps(ld_f16x8(kt), _mm256_loadu_ps(qt), s1);
     }
-    return hsum_ps(acc);
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
 }
 
 /* axpy_f16 of ref.c, bit for bit: a multiply then an add, no fusing. */
