@@ -625,8 +625,9 @@ static void test_detok_stream(void)
         v = vocabs[w];
         if (!v)
             continue;
-        const char *text = "🚀 (normal) 😶‍🌫️ 🦙🦙 我想在apple工作 Cửa Việt "
-                           "កាន់តែពិសេស";
+        const char *text =
+            "🚀 (normal) 😶‍🌫️ 🦙🦙 我想在apple工作 Cửa Việt "
+            "កាន់តែពិសេស";
         int64_t n;
         int32_t *ids = tokenize(v, text, strlen(text), 0, 0, &n);
         CHECK(ids);
@@ -801,6 +802,235 @@ static void test_threads(void)
         }
         free_vectors(&s);
     }
+}
+
+/* ---- the heap-based merges against a naive quadratic reference ---- */
+
+/* Naive merging over a list of token ids: repeatedly merge the best adjacent
+ * pair (pick() scores it, higher wins, leftmost on ties). */
+struct naive_sym {
+    char text[256];
+    size_t len;
+};
+
+static int32_t naive_find(const struct ifl_vocab *v, const struct naive_sym *a,
+                          const struct naive_sym *b)
+{
+    char buf[512];
+    memcpy(buf, a->text, a->len);
+    memcpy(buf + a->len, b->text, b->len);
+    return ifl_vocab_find(v, buf, a->len + b->len);
+}
+
+static float *load_scores(int which)
+{
+    char path[1024], err[IFL_ERR_LEN];
+    snprintf(path, sizeof(path), "%s/models/%s", t_shared(), vocab_files[which]);
+    struct ifl_gguf *g = NULL;
+    if (ifl_gguf_open(&g, path, err) < 0)
+        return NULL;
+    struct ifl_gguf_value arr;
+    float *sc = NULL;
+    if (ifl_gguf_get_arr(g, "tokenizer.ggml.scores", &arr, err) == 0) {
+        sc = malloc(arr.n * sizeof(*sc));
+        for (uint64_t i = 0; i < arr.n; i++) {
+            double d = 0;
+            ifl_gguf_arr_float(&arr, i, &d);
+            sc[i] = (float)d;
+        }
+    }
+    ifl_gguf_free(g);
+    return sc;
+}
+
+static void test_naive_spm(void)
+{
+    const struct ifl_vocab *v = vocabs[V_SPM];
+    float *scores = load_scores(V_SPM);
+    CHECK(v && scores);
+    if (!v || !scores) {
+        free(scores);
+        return;
+    }
+    struct ifl_rng rng;
+    ifl_rng_seed(&rng, 99);
+    static const char *const alphabet[] = {
+        "a", "e", "n", "t", "s", "r", " ", "  ", "th", "in", "\xc3\xa9", "\xe4\xbd\xa0", "1", "."};
+    struct naive_sym *sym = malloc(200 * sizeof(*sym));
+    for (int iter = 0; iter < 300; iter++) {
+        char text[200];
+        size_t len = 0;
+        int parts = 1 + (int)(ifl_rng_next(&rng) % 40);
+        for (int k = 0; k < parts; k++) {
+            const char *a = alphabet[ifl_rng_next(&rng) % 14];
+            memcpy(text + len, a, strlen(a));
+            len += strlen(a);
+        }
+        /* reference: "▁" + escaped text, one symbol per character */
+        int ns = 0;
+        memcpy(sym[ns].text, "\xe2\x96\x81", 3);
+        sym[ns++].len = 3;
+        for (size_t i = 0; i < len;) {
+            size_t cl = (unsigned char)text[i] < 0x80 ? 1 : (unsigned char)text[i] >= 0xE0 ? 3 : 2;
+            if (text[i] == ' ') {
+                memcpy(sym[ns].text, "\xe2\x96\x81", 3);
+                sym[ns++].len = 3;
+            } else {
+                memcpy(sym[ns].text, text + i, cl);
+                sym[ns++].len = cl;
+            }
+            i += cl;
+        }
+        for (;;) {
+            int best = -1;
+            float best_score = 0;
+            for (int i = 0; i + 1 < ns; i++) {
+                int32_t id = naive_find(v, &sym[i], &sym[i + 1]);
+                if (id >= 0 && (best < 0 || scores[id] > best_score)) {
+                    best = i;
+                    best_score = scores[id];
+                }
+            }
+            if (best < 0)
+                break;
+            memcpy(sym[best].text + sym[best].len, sym[best + 1].text, sym[best + 1].len);
+            sym[best].len += sym[best + 1].len;
+            memmove(&sym[best + 1], &sym[best + 2], (size_t)(ns - best - 2) * sizeof(*sym));
+            ns--;
+        }
+        int32_t want[400];
+        int nw = 0;
+        for (int i = 0; i < ns; i++) {
+            int32_t id = ifl_vocab_find(v, sym[i].text, sym[i].len);
+            if (id >= 0) {
+                want[nw++] = id;
+            } else {
+                for (size_t b = 0; b < sym[i].len; b++)
+                    want[nw++] = 3 + (unsigned char)sym[i].text[b];
+            }
+        }
+        int64_t n;
+        int32_t *got = tokenize(v, text, len, 0, 0, &n);
+        int ok = got && n == nw && memcmp(got, want, (size_t)n * sizeof(int32_t)) == 0;
+        CHECK_MSG(ok, "SPM differs from the naive reference (iteration %d)", iter);
+        if (!ok) {
+            fputs("    input: ", stderr);
+            print_escaped(text, len);
+            fputc('\n', stderr);
+            print_ids("want", want, nw);
+            if (got)
+                print_ids("got ", got, n);
+        }
+        free(got);
+    }
+    free(sym);
+    free(scores);
+}
+
+/* BPE on single pre-tokens (letters only, so the regex keeps them whole):
+ * the lowest-rank merge first, leftmost on ties. */
+struct rank_entry {
+    int32_t l, r, rank;
+};
+
+static int cmp_rank_entry(const void *a, const void *b)
+{
+    const struct rank_entry *x = a, *y = b;
+    if (x->l != y->l)
+        return x->l < y->l ? -1 : 1;
+    if (x->r != y->r)
+        return x->r < y->r ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+static void test_naive_bpe(void)
+{
+    const struct ifl_vocab *v = vocabs[V_GPT2];
+    char path[1024], err[IFL_ERR_LEN];
+    snprintf(path, sizeof(path), "%s/models/%s", t_shared(), vocab_files[V_GPT2]);
+    struct ifl_gguf *g = NULL;
+    CHECK(v && ifl_gguf_open(&g, path, err) == 0);
+    if (!v || !g)
+        return;
+    struct ifl_gguf_value arr;
+    CHECK_EQ(ifl_gguf_get_arr(g, "tokenizer.ggml.merges", &arr, err), 0);
+    struct rank_entry *ranks = malloc(arr.n * sizeof(*ranks));
+    size_t nr = 0;
+    for (uint64_t i = 0; i < arr.n; i++) {
+        const char *s;
+        size_t n;
+        ifl_gguf_arr_str(&arr, i, &s, &n);
+        const char *sp = memchr(s + 1, ' ', n - 1);
+        int32_t l = ifl_vocab_find(v, s, (size_t)(sp - s));
+        int32_t r = ifl_vocab_find(v, sp + 1, n - (size_t)(sp - s) - 1);
+        if (l >= 0 && r >= 0)
+            ranks[nr++] = (struct rank_entry){l, r, (int32_t)i};
+    }
+    qsort(ranks, nr, sizeof(*ranks), cmp_rank_entry);
+    ifl_gguf_free(g);
+
+    struct ifl_rng rng;
+    ifl_rng_seed(&rng, 7);
+    struct naive_sym *sym = malloc(200 * sizeof(*sym));
+    int32_t ids[200];
+    for (int iter = 0; iter < 300; iter++) {
+        char text[100];
+        size_t len = 1 + ifl_rng_next(&rng) % 60;
+        for (size_t i = 0; i < len; i++)
+            text[i] = "aaeeinnrssttlloh"[ifl_rng_next(&rng) % 16];
+        int ns = (int)len;
+        for (int i = 0; i < ns; i++) {
+            sym[i].text[0] = text[i];
+            sym[i].len = 1;
+            ids[i] = ifl_vocab_find(v, text + i, 1);
+        }
+        for (;;) {
+            int best = -1;
+            int32_t best_rank = 0;
+            for (int i = 0; i + 1 < ns; i++) {
+                struct rank_entry key = {ids[i], ids[i + 1], -1};
+                struct rank_entry *e = NULL;
+                size_t lo = 0, hi = nr;
+                while (lo < hi) { /* first entry >= key */
+                    size_t mid = (lo + hi) / 2;
+                    if (cmp_rank_entry(&ranks[mid], &key) < 0)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                if (lo < nr && ranks[lo].l == key.l && ranks[lo].r == key.r)
+                    e = &ranks[lo];
+                if (e && naive_find(v, &sym[i], &sym[i + 1]) >= 0 &&
+                    (best < 0 || e->rank < best_rank)) {
+                    best = i;
+                    best_rank = e->rank;
+                }
+            }
+            if (best < 0)
+                break;
+            ids[best] = naive_find(v, &sym[best], &sym[best + 1]);
+            memcpy(sym[best].text + sym[best].len, sym[best + 1].text, sym[best + 1].len);
+            sym[best].len += sym[best + 1].len;
+            memmove(&sym[best + 1], &sym[best + 2], (size_t)(ns - best - 2) * sizeof(*sym));
+            memmove(&ids[best + 1], &ids[best + 2], (size_t)(ns - best - 2) * sizeof(*ids));
+            ns--;
+        }
+        int64_t n;
+        int32_t *got = tokenize(v, text, len, 0, 0, &n);
+        int ok = got && n == ns && memcmp(got, ids, (size_t)n * sizeof(int32_t)) == 0;
+        CHECK_MSG(ok, "BPE differs from the naive reference (iteration %d)", iter);
+        if (!ok) {
+            fputs("    input: ", stderr);
+            print_escaped(text, len);
+            fputc('\n', stderr);
+            print_ids("want", ids, ns);
+            if (got)
+                print_ids("got ", got, n);
+        }
+        free(got);
+    }
+    free(sym);
+    free(ranks);
 }
 
 /* Long inputs stay fast (no quadratic behaviour). */
@@ -1080,6 +1310,8 @@ int main(void)
     T_RUN(test_vectors_gpt2);
     T_RUN(test_vectors_llama3);
     T_RUN(test_vectors_qwen2);
+    T_RUN(test_naive_spm);
+    T_RUN(test_naive_bpe);
     T_RUN(test_stories);
     T_RUN(test_special);
     T_RUN(test_roundtrip);

@@ -96,7 +96,8 @@ static const struct pre_def pre_defs[] = {
      {RE_GPT2},
      0,
      0},
-    {"llama-bpe llama3 llama-v3 falcon3 dbrx smaug-bpe", {RE_LLAMA3_LIKE("{1,3}")}, 1, 1},
+    {"llama-bpe llama3 llama-v3 falcon3", {RE_LLAMA3_LIKE("{1,3}")}, 1, 1},
+    {"dbrx smaug-bpe", {RE_LLAMA3_LIKE("{1,3}")}, 0, 0},
     {"qwen2 deepseek-r1-qwen megrez", {RE_LLAMA3_LIKE("")}, 0, 0},
     {"starcoder refact command-r smollm codeshell exaone minerva-7b", {"\\p{N}", RE_GPT2}, 0, 0},
 };
@@ -351,8 +352,7 @@ static int try_merge(const struct ifl_vocab *v, struct bpe_work *w, int32_t l, i
     int32_t rank, id;
     if (a->id < 0 || b->id < 0 || !merge_find(v, a->id, b->id, &rank, &id))
         return 0;
-    struct ifl_tok_cand c = {-(double)rank, l, r, a->n + b->n, id};
-    return ifl_tok_heap_push(&w->heap, c);
+    return ifl_tok_heap_push(&w->heap, ifl_tok_cand_make(-rank, l, a->n + b->n, id));
 }
 
 static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigned char *s, size_t n,
@@ -382,17 +382,18 @@ static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigne
             return rc;
     while (w->heap.n) {
         struct ifl_tok_cand c = ifl_tok_heap_pop(&w->heap);
-        struct ifl_tok_sym *a = &w->sym[c.left], *b = &w->sym[c.right];
-        if (a->n == 0 || b->n == 0 || a->n + b->n != c.size)
+        int32_t left = ifl_tok_cand_left(&c);
+        struct ifl_tok_sym *a = &w->sym[left];
+        if (a->n == 0 || a->next < 0 || a->n + w->sym[a->next].n != c.size)
             continue; /* stale: one side changed since it was queued */
+        struct ifl_tok_sym *b = &w->sym[a->next];
         a->n += b->n;
         a->id = c.id;
         b->n = 0;
         a->next = b->next;
         if (b->next >= 0)
-            w->sym[b->next].prev = c.left;
-        if ((rc = try_merge(v, w, a->prev, c.left)) < 0 ||
-            (rc = try_merge(v, w, c.left, a->next)) < 0)
+            w->sym[b->next].prev = left;
+        if ((rc = try_merge(v, w, a->prev, left)) < 0 || (rc = try_merge(v, w, left, a->next)) < 0)
             return rc;
     }
     for (int32_t i = 0; i >= 0; i = w->sym[i].next)

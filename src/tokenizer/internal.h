@@ -225,13 +225,14 @@ static inline size_t ifl_utf8_encode(uint32_t cp, char *out)
 
 /* ---- merge candidates: a binary max-heap ---- */
 
-/* A candidate merge of symbols left and right whose texts were `size` bytes
- * together when it was queued; it is stale once either changed. Higher pri
- * first (SPM: the merged token's score; BPE: minus the merge rank), then the
- * leftmost. */
+/* A candidate merge of symbol `left` with its right neighbour, whose texts
+ * were `size` bytes together when it was queued. It is stale once either
+ * side changed: the left one merged away (n == 0) or grew (then its new
+ * neighbour makes the sum differ), or the right one grew. Ordered by key,
+ * higher first (SPM: the merged token's score; BPE: minus the merge rank),
+ * then leftmost first; both live in `order` so one compare decides. */
 struct ifl_tok_cand {
-    double pri;
-    int32_t left, right;
+    uint64_t order; /* (key + 2^31) << 32 | ~left */
     int32_t size;
     int32_t id; /* the merged token */
 };
@@ -241,12 +242,36 @@ struct ifl_tok_heap {
     size_t n, cap;
 };
 
-static inline int ifl_tok_cand_before(const struct ifl_tok_cand *x, const struct ifl_tok_cand *y)
+static inline struct ifl_tok_cand ifl_tok_cand_make(int32_t key, int32_t left, int32_t size,
+                                                    int32_t id)
 {
-    return x->pri > y->pri || (x->pri == y->pri && x->left < y->left);
+    struct ifl_tok_cand c;
+    c.order = (uint64_t)((uint32_t)key ^ 0x80000000u) << 32 | (uint32_t) ~(uint32_t)left;
+    c.size = size;
+    c.id = id;
+    return c;
 }
 
-/* Returns 0 or IFL_ENOMEM. */
+static inline int32_t ifl_tok_cand_left(const struct ifl_tok_cand *c)
+{
+    return (int32_t) ~(uint32_t)c->order;
+}
+
+/* A key ordered like the float (-0 equals 0; scores are never NaN in practice). */
+static inline int32_t ifl_tok_score_key(float f)
+{
+    f += 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+    return (int32_t)(u ^ 0x80000000u);
+}
+
+static inline int ifl_tok_cand_before(const struct ifl_tok_cand *x, const struct ifl_tok_cand *y)
+{
+    return x->order > y->order;
+}
+
 static inline int ifl_tok_heap_push(struct ifl_tok_heap *h, struct ifl_tok_cand c)
 {
     if (h->n == h->cap) {

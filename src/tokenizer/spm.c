@@ -31,8 +31,8 @@ static int try_merge(const struct ifl_vocab *v, struct spm_work *w, int32_t l, i
     int32_t id = ifl_vocab_find(v, w->s + a->start, (size_t)a->n + (size_t)b->n);
     if (id < 0)
         return 0;
-    struct ifl_tok_cand c = {v->scores[id], l, r, a->n + b->n, id};
-    return ifl_tok_heap_push(&w->heap, c);
+    return ifl_tok_heap_push(
+        &w->heap, ifl_tok_cand_make(ifl_tok_score_key(v->scores[id]), l, a->n + b->n, id));
 }
 
 static void emit_symbol(const struct ifl_vocab *v, const char *s, int32_t n,
@@ -102,17 +102,19 @@ int ifl_vocab_spm_tokenize(const struct ifl_vocab *v, const char *text, size_t l
             goto done;
     while (w.heap.n) {
         struct ifl_tok_cand c = ifl_tok_heap_pop(&w.heap);
-        struct ifl_tok_sym *a = &w.sym[c.left], *b = &w.sym[c.right];
-        if (a->n == 0 || b->n == 0 || a->n + b->n != c.size)
+        int32_t left = ifl_tok_cand_left(&c);
+        struct ifl_tok_sym *a = &w.sym[left];
+        if (a->n == 0 || a->next < 0 || a->n + w.sym[a->next].n != c.size)
             continue; /* stale: one side changed since it was queued */
+        struct ifl_tok_sym *b = &w.sym[a->next];
         a->n += b->n;
         a->id = c.id;
         b->n = 0;
         a->next = b->next;
         if (b->next >= 0)
-            w.sym[b->next].prev = c.left;
-        if ((rc = try_merge(v, &w, a->prev, c.left)) < 0 ||
-            (rc = try_merge(v, &w, c.left, a->next)) < 0)
+            w.sym[b->next].prev = left;
+        if ((rc = try_merge(v, &w, a->prev, left)) < 0 ||
+            (rc = try_merge(v, &w, left, a->next)) < 0)
             goto done;
     }
     for (int32_t i = 0; i >= 0; i = w.sym[i].next) {

@@ -48,8 +48,10 @@ int32_t ifl_vocab_find(const struct ifl_vocab *v, const char *text, size_t len);
 
 /* Tokenizes len bytes of text (any bytes; invalid UTF-8 is handled the way
  * the reference tokenizers handle it). add_special: prepend BOS / append EOS
- * as the metadata says. parse_special: text of control and user-defined
- * tokens becomes those tokens; otherwise it is plain text.
+ * as the metadata says. parse_special: text of control (and unknown) tokens
+ * becomes those tokens; otherwise it is plain text. User-defined tokens
+ * (added tokens such as Qwen's "<think>") are matched either way, as
+ * llama.cpp and Hugging Face do. Matching takes the longest texts first.
  * Writes at most cap ids; *n_out is the full count either way, and the call
  * returns IFL_EFULL when it exceeds cap (call again with more room). */
 int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int add_special,
