@@ -521,6 +521,8 @@ static void test_efull(void)
         }
         int64_t n;
         CHECK_EQ(ifl_tokenize(v, text, 5, 0, 0, buf, -1, &n), IFL_EINVAL);
+        /* refused before any byte is read */
+        CHECK_EQ(ifl_tokenize(v, text, IFL_TOKENIZE_MAX_LEN + 1, 0, 0, buf, 8, &n), IFL_EINVAL);
         free(full);
     }
 }

@@ -78,7 +78,8 @@ int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int ad
     int rc = 0;
     if (n_out)
         *n_out = 0;
-    if (cap < 0 || (cap > 0 && !ids) || (len > 0 && !text))
+    /* symbol indices are int32: the SPM text grows up to 3x when escaped */
+    if (cap < 0 || (cap > 0 && !ids) || (len > 0 && !text) || len > IFL_TOKENIZE_MAX_LEN)
         return IFL_EINVAL;
 
     if (add_special && v->add_bos)

@@ -53,7 +53,9 @@ int32_t ifl_vocab_find(const struct ifl_vocab *v, const char *text, size_t len);
  * (added tokens such as Qwen's "<think>") are matched either way, as
  * llama.cpp and Hugging Face do. Matching takes the longest texts first.
  * Writes at most cap ids; *n_out is the full count either way, and the call
- * returns IFL_EFULL when it exceeds cap (call again with more room). */
+ * returns IFL_EFULL when it exceeds cap (call again with more room).
+ * IFL_EINVAL for cap < 0 or len > IFL_TOKENIZE_MAX_LEN; IFL_ENOMEM. */
+#define IFL_TOKENIZE_MAX_LEN ((size_t)1 << 29)
 int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int add_special,
                  int parse_special, int32_t *ids, int64_t cap, int64_t *n_out);
 
