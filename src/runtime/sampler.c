@@ -1,0 +1,884 @@
+/*
+ * Per-sequence sampler (see sampler.h for the contract and the order of
+ * the transforms).
+ *
+ * Speed: n_vocab reaches 152K and a pick must cost well under a
+ * millisecond, so nothing sorts the whole vocabulary. Tokens more than 64
+ * (scaled) nats below the best are dropped up front; top-k, top-p and
+ * typical-p each need only "the shortest prefix, in key order, whose weight
+ * reaches a target", which sorted_prefix finds with a 1024-bin histogram of
+ * the keys: one pass sums the weight per bin, the bins up to the one where
+ * the running sum crosses the target are moved to the front and only they
+ * are sorted. Bins are monotone in the key, so the front is exactly a
+ * prefix of the total order and the result equals a full sort's.
+ *
+ * References: repetition penalty from CTRL (Keskar et al. 2019) as HF
+ * applies it; presence/frequency penalties from OpenAI's API docs; typical
+ * sampling from Meister et al. 2022; min-p from Nguyen et al. 2024; top-p
+ * decay from TensorRT-LLM's sampling config.
+ */
+#include "runtime/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+
+#define CUTOFF 64.0f   /* scaled nats below the best token that stay candidates */
+#define SMALL_SORT 256 /* sets this small are simply sorted */
+#define TOP_K_INSERT 128 /* top-k up to this by insertion, larger by histogram */
+
+void ifl_sampling_default(struct ifl_sampling_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->beam_width = 1;
+    c->top_k = 0;
+    c->top_p = 1.0f;
+    c->top_p_min = 1e-6f;
+    c->top_p_decay = 1.0f;
+    c->top_p_reset_ids = -1;
+    c->min_p = 0.0f;
+    c->typical_p = 1.0f;
+    c->temperature = 1.0f;
+    c->seed = 0;
+    c->min_tokens = 0;
+    c->repetition_penalty = 1.0f;
+    c->presence_penalty = 0.0f;
+    c->frequency_penalty = 0.0f;
+    c->no_repeat_ngram_size = 0;
+    c->length_penalty = 1.0f;
+    c->early_stopping = 1;
+    c->ignore_eos = 0;
+}
+
+static int bad_f(char *err, const char *field, const char *rule, float got)
+{
+    return ifl_err(err, IFL_EINVAL, "sampling.%s: must be %s (got %g)", field, rule, (double)got);
+}
+
+static int bad_i(char *err, const char *field, const char *rule, int32_t got)
+{
+    return ifl_err(err, IFL_EINVAL, "sampling.%s: must be %s (got %d)", field, rule, (int)got);
+}
+
+/* Written as !(in range) so that NaN fails every check. */
+int ifl_sampling_validate(const struct ifl_sampling_config *c, int32_t n_vocab, char *err)
+{
+    if (!(c->temperature >= 0 && isfinite(c->temperature)))
+        return bad_f(err, "temperature", "a finite number >= 0", c->temperature);
+    if (c->top_k < 0)
+        return bad_i(err, "top_k", ">= 0 (0: off)", c->top_k);
+    if (!(c->top_p > 0 && c->top_p <= 1))
+        return bad_f(err, "top_p", "in (0, 1]", c->top_p);
+    if (!(c->top_p_min > 0 && c->top_p_min <= 1))
+        return bad_f(err, "top_p_min", "in (0, 1]", c->top_p_min);
+    if (!(c->top_p_decay > 0 && c->top_p_decay <= 1))
+        return bad_f(err, "top_p_decay", "in (0, 1]", c->top_p_decay);
+    if (c->top_p_reset_ids < -1 || c->top_p_reset_ids >= n_vocab)
+        return ifl_err(err, IFL_EINVAL,
+                       "sampling.top_p_reset_ids: must be -1 or a token id below %d (got %d)",
+                       (int)n_vocab, (int)c->top_p_reset_ids);
+    if (!(c->min_p >= 0 && c->min_p <= 1))
+        return bad_f(err, "min_p", "in [0, 1]", c->min_p);
+    if (!(c->typical_p > 0 && c->typical_p <= 1))
+        return bad_f(err, "typical_p", "in (0, 1]", c->typical_p);
+    if (c->min_tokens < 0)
+        return bad_i(err, "min_tokens", ">= 0", c->min_tokens);
+    if (!(c->repetition_penalty > 0 && isfinite(c->repetition_penalty)))
+        return bad_f(err, "repetition_penalty", "a finite number > 0 (1: off)",
+                     c->repetition_penalty);
+    if (!isfinite(c->presence_penalty))
+        return bad_f(err, "presence_penalty", "finite", c->presence_penalty);
+    if (!isfinite(c->frequency_penalty))
+        return bad_f(err, "frequency_penalty", "finite", c->frequency_penalty);
+    if (c->no_repeat_ngram_size < 0)
+        return bad_i(err, "no_repeat_ngram_size", ">= 0 (0: off)", c->no_repeat_ngram_size);
+    if (c->beam_width < 1 || c->beam_width > 16)
+        return bad_i(err, "beam_width", "in 1..16", c->beam_width);
+    if (!isfinite(c->length_penalty))
+        return bad_f(err, "length_penalty", "finite", c->length_penalty);
+    if (c->early_stopping < 0 || c->early_stopping > 2)
+        return bad_i(err, "early_stopping", "0 (heuristic), 1 (stop) or 2 (never)",
+                     c->early_stopping);
+    if (c->ignore_eos != 0 && c->ignore_eos != 1)
+        return bad_i(err, "ignore_eos", "0 or 1", c->ignore_eos);
+    return 0;
+}
+
+int ifl_sampler_check_extras(const struct ifl_sampler_extras *x, int32_t n_vocab, char *err)
+{
+    for (int32_t i = 0; i < x->n_end_ids; i++)
+        if (x->end_ids[i] < 0 || x->end_ids[i] >= n_vocab)
+            return ifl_err(err, IFL_EINVAL, "end_ids[%d]: token %d is not in [0, %d)", (int)i,
+                           (int)x->end_ids[i], (int)n_vocab);
+    for (int32_t i = 0; i < x->n_bias; i++) {
+        if (x->bias_ids[i] < 0 || x->bias_ids[i] >= n_vocab)
+            return ifl_err(err, IFL_EINVAL, "logit_bias_ids[%d]: token %d is not in [0, %d)",
+                           (int)i, (int)x->bias_ids[i], (int)n_vocab);
+        float v = x->bias_values[i];
+        if (isnan(v) || v == INFINITY)
+            return ifl_err(err, IFL_EINVAL,
+                           "logit_bias_values[%d]: must be a number or -inf (got %g)", (int)i,
+                           (double)v);
+    }
+    int32_t off = 0;
+    for (int32_t w = 0; w < x->n_bad; w++) {
+        int32_t len = x->bad_lens[w];
+        if (len < 1)
+            return ifl_err(err, IFL_EINVAL, "bad_words_lens[%d]: must be >= 1 (got %d)", (int)w,
+                           (int)len);
+        for (int32_t j = 0; j < len; j++) {
+            int32_t t = x->bad_tokens[off + j];
+            if (t < 0 || t >= n_vocab)
+                return ifl_err(err, IFL_EINVAL,
+                               "bad_words_tokens[%d]: token %d is not in [0, %d)",
+                               (int)(off + j), (int)t, (int)n_vocab);
+        }
+        off += len;
+    }
+    return 0;
+}
+
+int ifl_sampler_state_init(struct ifl_sampler_state *st, int32_t n_vocab)
+{
+    memset(st, 0, sizeof(*st));
+    if (n_vocab < 1)
+        return IFL_EINVAL;
+    size_t n = (size_t)n_vocab;
+    st->n_vocab = n_vocab;
+    st->top_p = 1.0f;
+    st->counts = calloc(n, sizeof(*st->counts));
+    st->gen_ids = malloc(n * sizeof(*st->gen_ids));
+    st->in_prompt = calloc(n, sizeof(*st->in_prompt));
+    st->prompt_ids = malloc(n * sizeof(*st->prompt_ids));
+    st->cand = malloc(n * sizeof(*st->cand));
+    st->bins = malloc(IFL_SAMPLER_NBINS * sizeof(*st->bins));
+    st->e = malloc(n * sizeof(*st->e));
+    st->bin = malloc(n * sizeof(*st->bin));
+    st->v = malloc(n * sizeof(*st->v));
+    if (!st->counts || !st->gen_ids || !st->in_prompt || !st->prompt_ids || !st->cand ||
+        !st->bins || !st->e || !st->v || !st->bin) {
+        ifl_sampler_state_deinit(st);
+        return IFL_ENOMEM;
+    }
+    return 0;
+}
+
+void ifl_sampler_state_deinit(struct ifl_sampler_state *st)
+{
+    free(st->counts);
+    free(st->gen_ids);
+    free(st->in_prompt);
+    free(st->prompt_ids);
+    free(st->cand);
+    free(st->bins);
+    free(st->e);
+    free(st->v);
+    free(st->bin);
+    memset(st, 0, sizeof(*st));
+}
+
+static void clear_gen(struct ifl_sampler_state *st)
+{
+    for (int32_t i = 0; i < st->n_gen_ids; i++)
+        st->counts[st->gen_ids[i]] = 0;
+    st->n_gen_ids = 0;
+}
+
+static void count_gen(struct ifl_sampler_state *st, int32_t t)
+{
+    if (t < 0 || t >= st->n_vocab)
+        return;
+    if (st->counts[t]++ == 0)
+        st->gen_ids[st->n_gen_ids++] = t;
+}
+
+void ifl_sampler_reset(struct ifl_sampler_state *st, const struct ifl_sampling_config *c,
+                       const int32_t *prompt, int32_t n_prompt)
+{
+    clear_gen(st);
+    for (int32_t i = 0; i < st->n_prompt_ids; i++)
+        st->in_prompt[st->prompt_ids[i]] = 0;
+    st->n_prompt_ids = 0;
+    for (int32_t i = 0; i < n_prompt; i++) {
+        int32_t t = prompt[i];
+        if (t >= 0 && t < st->n_vocab && !st->in_prompt[t]) {
+            st->in_prompt[t] = 1;
+            st->prompt_ids[st->n_prompt_ids++] = t;
+        }
+    }
+    st->seed = c->seed;
+    st->n_accepted = 0;
+    st->top_p = c->top_p;
+    st->n_cand = 0;
+    st->cand_total = 0;
+}
+
+void ifl_sampler_recount(struct ifl_sampler_state *st, const int32_t *gen, int32_t n_gen)
+{
+    clear_gen(st);
+    for (int32_t i = 0; i < n_gen; i++)
+        count_gen(st, gen[i]);
+}
+
+void ifl_sampler_accept(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                        int32_t token)
+{
+    count_gen(st, token);
+    st->n_accepted++;
+    if (c->top_p_reset_ids >= 0 && token == c->top_p_reset_ids)
+        st->top_p = c->top_p;
+    else if (c->top_p_decay < 1)
+        st->top_p = fmaxf(st->top_p * c->top_p_decay, c->top_p_min);
+}
+
+/* ---- processing ---- */
+
+/* Token i of prompt + gen. */
+static inline int32_t seq_at(const int32_t *prompt, int32_t n_prompt, const int32_t *gen,
+                             int32_t i)
+{
+    return i < n_prompt ? prompt[i] : gen[i - n_prompt];
+}
+
+static inline void ban(float *logits, int32_t n_vocab, int32_t t)
+{
+    if (t >= 0 && t < n_vocab)
+        logits[t] = -INFINITY;
+}
+
+static inline float repeat_penalised(float l, float r)
+{
+    return l > 0 ? l / r : l * r;
+}
+
+static void ban_ngrams(float *logits, int32_t n_vocab, int32_t n, const int32_t *prompt,
+                       int32_t n_prompt, const int32_t *gen, int32_t n_gen)
+{
+    int32_t total = n_prompt + n_gen;
+    if (total < n)
+        return;
+    /* the n-1 latest tokens start at s; an earlier n-gram at i whose first
+     * n-1 tokens equal them bans its last token */
+    int32_t s = total - (n - 1);
+    int32_t last = n >= 2 ? seq_at(prompt, n_prompt, gen, total - 1) : 0;
+    for (int32_t i = 0; i + n <= total; i++) {
+        if (n >= 2 && seq_at(prompt, n_prompt, gen, i + n - 2) != last)
+            continue;
+        int32_t j = 0;
+        while (j < n - 1 &&
+               seq_at(prompt, n_prompt, gen, i + j) == seq_at(prompt, n_prompt, gen, s + j))
+            j++;
+        if (j == n - 1)
+            ban(logits, n_vocab, seq_at(prompt, n_prompt, gen, i + n - 1));
+    }
+}
+
+void ifl_sampler_process(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                         float *logits, int32_t n_vocab, const int32_t *prompt, int32_t n_prompt,
+                         const int32_t *gen, int32_t n_gen, const struct ifl_sampler_extras *x)
+{
+    IFL_ASSERT(n_vocab == st->n_vocab);
+    int32_t total = n_prompt + n_gen;
+    if (x) {
+        for (int32_t i = 0; i < x->n_bias; i++) {
+            int32_t t = x->bias_ids[i];
+            if (t >= 0 && t < n_vocab)
+                logits[t] += x->bias_values[i];
+        }
+        int32_t off = 0;
+        for (int32_t w = 0; w < x->n_bad; w++) {
+            int32_t len = x->bad_lens[w];
+            if (len < 1)
+                continue;
+            const int32_t *t = x->bad_tokens + off;
+            off += len;
+            if (len - 1 > total)
+                continue;
+            int32_t j = 0, s = total - (len - 1);
+            while (j < len - 1 && seq_at(prompt, n_prompt, gen, s + j) == t[j])
+                j++;
+            if (j == len - 1)
+                ban(logits, n_vocab, t[len - 1]);
+        }
+        if (n_gen < c->min_tokens)
+            for (int32_t i = 0; i < x->n_end_ids; i++)
+                ban(logits, n_vocab, x->end_ids[i]);
+    }
+    if (c->repetition_penalty != 1.0f) {
+        float r = c->repetition_penalty;
+        for (int32_t i = 0; i < st->n_prompt_ids; i++) {
+            int32_t t = st->prompt_ids[i];
+            logits[t] = repeat_penalised(logits[t], r);
+        }
+        for (int32_t i = 0; i < st->n_gen_ids; i++) {
+            int32_t t = st->gen_ids[i];
+            if (!st->in_prompt[t])
+                logits[t] = repeat_penalised(logits[t], r);
+        }
+    }
+    if (c->presence_penalty != 0.0f || c->frequency_penalty != 0.0f) {
+        for (int32_t i = 0; i < st->n_gen_ids; i++) {
+            int32_t t = st->gen_ids[i];
+            logits[t] -= c->presence_penalty + c->frequency_penalty * (float)st->counts[t];
+        }
+    }
+    if (c->no_repeat_ngram_size > 0)
+        ban_ngrams(logits, n_vocab, c->no_repeat_ngram_size, prompt, n_prompt, gen, n_gen);
+}
+
+/* ---- choosing ---- */
+
+/* Four-lane vectors (GCC/clang vector extensions): SSE2 on any x86-64,
+ * no ISA flags needed, and the same IEEE operations on every machine, so
+ * results do not depend on the CPU. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+#define LOG2E 1.44269504088896341f
+#define ROUND_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+#define LN2_HI 0.693359375f     /* ln 2 split so that n * LN2_HI is exact */
+#define LN2_LO (-2.12194440e-4f)
+
+/* exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, exp(r) by a
+ * degree-7 polynomial (Cephes' expf coefficients). The vector version
+ * below performs the very same operations lane by lane. */
+float ifl_sampler_exp(float x)
+{
+    if (x < -87.0f)
+        x = -87.0f;
+    float n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
+    float r = x - n * LN2_HI - n * LN2_LO;
+    float p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } s;
+    s.i = ((int32_t)n + 127) << 23;
+    return p * s.f;
+}
+
+static inline v4f splat(float x)
+{
+    return (v4f){x, x, x, x};
+}
+
+static inline v4f select4(v4i mask, v4f a, v4f b)
+{
+    return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
+}
+
+static inline v4f vexp(v4f x)
+{
+    x = select4(x < splat(-87.0f), splat(-87.0f), x);
+    v4f n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
+    v4f r = x - n * LN2_HI - n * LN2_LO;
+    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    v4i s = (__builtin_convertvector(n, v4i) + 127) << 23;
+    return p * (v4f)s;
+}
+
+/* The largest logit, NaN ignored; -inf if there is none. */
+static float max_logit(const float *l, int32_t n)
+{
+    v4f m0 = splat(-INFINITY), m1 = m0;
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v4f a, b;
+        memcpy(&a, l + i, sizeof(a));
+        memcpy(&b, l + i + 4, sizeof(b));
+        m0 = select4(a > m0, a, m0);
+        m1 = select4(b > m1, b, m1);
+    }
+    m0 = select4(m1 > m0, m1, m0);
+    float m = -INFINITY;
+    for (int j = 0; j < 4; j++)
+        if (m0[j] > m)
+            m = m0[j];
+    for (; i < n; i++)
+        if (l[i] > m)
+            m = l[i];
+    return m;
+}
+
+/* The exponential pass over a whole row. For each token v = (l - m) / t;
+ * it is a candidate when v >= -CUTOFF (so never for -inf or NaN) and
+ * e = exp(v) >= min_e. Writes e (0 for non-candidates) and v when the
+ * arrays are given; returns the sum of e, and the sum of e * v and the
+ * number of candidates through the optional pointers. */
+static double exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e,
+                       float *v, double *sum_ev, int32_t *count)
+{
+    const v4f mm = splat(m), tt = splat(t), lo = splat(-CUTOFF), me = splat(min_e);
+    const int divide = t != 1.0f;
+    double sum = 0, sev = 0;
+    int32_t cnt = 0;
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v4f s = splat(0), sv = splat(0);
+        v4i c = {0, 0, 0, 0};
+        for (int j = 0; j < 16; j += 4) {
+            v4f x;
+            memcpy(&x, l + i + j, sizeof(x));
+            v4f vv = divide ? (x - mm) / tt : x - mm;
+            v4i ok = vv >= lo;
+            vv = (v4f)((v4i)vv & ok); /* 0 in other lanes: a safe exp argument */
+            v4f ee = vexp(vv);
+            ok &= ee >= me;
+            ee = (v4f)((v4i)ee & ok);
+            if (e)
+                memcpy(e + i + j, &ee, sizeof(ee));
+            if (v)
+                memcpy(v + i + j, &vv, sizeof(vv));
+            s += ee;
+            sv += ee * vv;
+            c -= ok;
+        }
+        sum += (double)((s[0] + s[1]) + (s[2] + s[3]));
+        sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
+        cnt += c[0] + c[1] + c[2] + c[3];
+    }
+    for (; i < n; i++) {
+        float vv = divide ? (l[i] - m) / t : l[i] - m;
+        float ee = 0;
+        if (vv >= -CUTOFF) {
+            ee = ifl_sampler_exp(vv);
+            if (!(ee >= min_e))
+                ee = 0;
+        } else {
+            vv = 0;
+        }
+        if (e)
+            e[i] = ee;
+        if (v)
+            v[i] = vv;
+        sum += ee;
+        sev += (double)(ee * vv);
+        cnt += ee > 0;
+    }
+    if (sum_ev)
+        *sum_ev = sev;
+    if (count)
+        *count = cnt;
+    return sum;
+}
+
+double ifl_sampler_logsumexp(const float *logits, int32_t n_vocab)
+{
+    float m = max_logit(logits, n_vocab);
+    if (!(m > -INFINITY) || m == INFINITY)
+        return m;
+    return m + log(exp_pass(logits, n_vocab, m, 1.0f, 0.0f, NULL, NULL, NULL, NULL));
+}
+
+static int32_t argmax(const float *logits, int32_t n)
+{
+    float m = max_logit(logits, n);
+    if (!(m > -INFINITY))
+        return 0;
+    int32_t i = 0;
+    while (logits[i] != m)
+        i++;
+    return i;
+}
+
+/* Key ascending, then id ascending: a total order. */
+static int cand_cmp(const void *a, const void *b)
+{
+    const struct ifl_sampler_cand *x = a, *y = b;
+    if (x->k != y->k)
+        return x->k < y->k ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void sort_cands(struct ifl_sampler_cand *c, int32_t n)
+{
+    if (n > 1)
+        qsort(c, (size_t)n, sizeof(*c), cand_cmp);
+}
+
+/* Continues a prefix scan over c[from..to): returns the length of the
+ * prefix at which the running weight first reaches target, or -1. */
+static int32_t scan_prefix(const struct ifl_sampler_cand *c, int32_t from, int32_t to, double *cum,
+                           double target, int by_mass)
+{
+    for (int32_t i = from; i < to; i++) {
+        *cum += by_mass ? (double)c[i].p : 1.0;
+        if (*cum >= target)
+            return i + 1;
+    }
+    return -1;
+}
+
+static inline int32_t bin_of(float k, float kmin, double scale)
+{
+    double b = ((double)k - (double)kmin) * scale;
+    if (b < 0)
+        return 0;
+    if (b >= IFL_SAMPLER_NBINS - 1)
+        return IFL_SAMPLER_NBINS - 1;
+    return (int32_t)b;
+}
+
+/* The first bin at which the running weight reaches target (the last bin
+ * if none); *before gets the weight of the bins before it. */
+static int32_t crossing_bin(const double *bins, double target, double *before)
+{
+    double acc = 0;
+    for (int32_t b = 0; b < IFL_SAMPLER_NBINS - 1; b++) {
+        if (acc + bins[b] >= target) {
+            *before = acc;
+            return b;
+        }
+        acc += bins[b];
+    }
+    *before = acc;
+    return IFL_SAMPLER_NBINS - 1;
+}
+
+/* Moves the entries of c[from..n) whose bin is b to c[from..) and
+ * returns the new end of that group. */
+static int32_t gather_bin(struct ifl_sampler_cand *c, int32_t from, int32_t n, int32_t b,
+                          float kmin, double scale)
+{
+    for (int32_t i = from; i < n; i++)
+        if (bin_of(c[i].k, kmin, scale) == b) {
+            struct ifl_sampler_cand t = c[i];
+            c[i] = c[from];
+            c[from++] = t;
+        }
+    return from;
+}
+
+/* Finds the shortest prefix, in (key, id) order, of the list c[0..n) whose
+ * weight (p if by_mass, else 1 per entry) reaches target; moves it to the
+ * front and returns its length (n when the whole set falls short). Only
+ * the histogram bin where the target is crossed gets sorted: every entry
+ * of an earlier bin belongs to the prefix anyway. The front is therefore
+ * not in key order. */
+static int32_t sorted_prefix(struct ifl_sampler_state *st, struct ifl_sampler_cand *c, int32_t n,
+                             double target, int by_mass)
+{
+    double cum = 0;
+    float kmin = INFINITY, kmax = -INFINITY;
+    for (int32_t i = 0; i < n && n > SMALL_SORT; i++) {
+        kmin = fminf(kmin, c[i].k);
+        kmax = fmaxf(kmax, c[i].k);
+    }
+    if (n <= SMALL_SORT || !(kmax > kmin) || !isfinite(kmax - kmin)) {
+        sort_cands(c, n);
+        int32_t j = scan_prefix(c, 0, n, &cum, target, by_mass);
+        return j < 0 ? n : j;
+    }
+    double scale = IFL_SAMPLER_NBINS / ((double)kmax - (double)kmin);
+    double *bins = st->bins;
+    memset(bins, 0, IFL_SAMPLER_NBINS * sizeof(*bins));
+    for (int32_t i = 0; i < n; i++)
+        bins[bin_of(c[i].k, kmin, scale)] += by_mass ? (double)c[i].p : 1.0;
+    int32_t last = crossing_bin(bins, target, &cum);
+    int32_t front = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (bin_of(c[i].k, kmin, scale) < last) {
+            struct ifl_sampler_cand t = c[i];
+            c[i] = c[front];
+            c[front++] = t;
+        }
+    for (;;) {
+        int32_t end = gather_bin(c, front, n, last, kmin, scale);
+        sort_cands(c + front, end - front);
+        int32_t j = scan_prefix(c, front, end, &cum, target, by_mass);
+        if (j >= 0)
+            return j;
+        /* rounding left the bin just short: the next bin follows it */
+        if (end == n || last == IFL_SAMPLER_NBINS - 1)
+            return n;
+        front = end;
+        last++;
+    }
+}
+
+/* Sort keys. By probability: the raw logit, descending (exact, and the
+ * same order as v). Typical: |v - E[v]| ascending. */
+static inline float typical_key(float v, double ev)
+{
+    return (float)fabs((double)v - ev);
+}
+
+/* Histogram bin over a key in [0, CUTOFF]: 32 bins per nat. */
+static inline int32_t dense_bin(float key)
+{
+    float b = key * (IFL_SAMPLER_NBINS / CUTOFF);
+    return b < (float)(IFL_SAMPLER_NBINS - 1) ? (int32_t)b : IFL_SAMPLER_NBINS - 1;
+}
+
+/* The dense form of sorted_prefix, over the candidates of exp_pass
+ * (st->e[i] > 0): gathers the shortest prefix whose weight reaches target
+ * into st->cand and returns its length (all candidates if short).
+ * typical 0: order by logit (binned by -v, which is monotone in it);
+ * typical 1: by typical_key. */
+static int32_t dense_prefix(struct ifl_sampler_state *st, const float *l, int typical, double ev,
+                            double target, int by_mass)
+{
+    const float *e = st->e, *v = st->v;
+    uint16_t *bin = st->bin;
+    struct ifl_sampler_cand *cd = st->cand;
+    int32_t n = st->n_vocab;
+    double *bins = st->bins;
+    memset(bins, 0, IFL_SAMPLER_NBINS * sizeof(*bins));
+    for (int32_t i = 0; i < n; i++)
+        if (e[i] > 0) {
+            int32_t b = dense_bin(typical ? typical_key(v[i], ev) : -v[i]);
+            bin[i] = (uint16_t)b;
+            bins[b] += by_mass ? e[i] : 1.0;
+        }
+    double cum;
+    int32_t last = crossing_bin(bins, target, &cum);
+    int32_t nc = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (e[i] > 0 && bin[i] < last)
+            cd[nc++] = (struct ifl_sampler_cand){i, v[i], e[i], 0.0f};
+    for (;;) {
+        int32_t from = nc;
+        for (int32_t i = 0; i < n; i++)
+            if (e[i] > 0 && bin[i] == last)
+                cd[nc++] = (struct ifl_sampler_cand){i, v[i], e[i],
+                                                     typical ? typical_key(v[i], ev) : -l[i]};
+        sort_cands(cd + from, nc - from);
+        int32_t j = scan_prefix(cd, from, nc, &cum, target, by_mass);
+        if (j >= 0)
+            return j;
+        /* rounding left the bin just short: the next bin follows it */
+        if (last == IFL_SAMPLER_NBINS - 1)
+            return nc;
+        last++;
+    }
+}
+
+/* The top k candidates by logit (ties: lower id) into st->cand; sorted by
+ * logit when k <= TOP_K_INSERT. */
+static int32_t select_top_k(struct ifl_sampler_state *st, const float *l, float m, float t,
+                            int32_t k)
+{
+    struct ifl_sampler_cand *cd = st->cand;
+    int32_t n = st->n_vocab;
+    if (k > TOP_K_INSERT) {
+        exp_pass(l, n, m, t, 0.0f, st->e, st->v, NULL, NULL);
+        return dense_prefix(st, l, 0, 0, (double)k, 0);
+    }
+    /* small k: insertion into a sorted array; most tokens fail the first
+     * comparison */
+    int32_t cnt = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float x = l[i];
+        if (!(x > -INFINITY) || (cnt == k && !(x > -cd[k - 1].k)))
+            continue;
+        float v = t != 1.0f ? (x - m) / t : x - m;
+        if (!(v >= -CUTOFF))
+            continue;
+        int32_t j = cnt < k ? cnt++ : k - 1;
+        while (j > 0 && x > -cd[j - 1].k) {
+            cd[j] = cd[j - 1];
+            j--;
+        }
+        cd[j] = (struct ifl_sampler_cand){i, v, 0.0f, -x};
+    }
+    for (int32_t i = 0; i < cnt; i++)
+        cd[i].p = ifl_sampler_exp(cd[i].v);
+    return cnt;
+}
+
+static double sum_p(const struct ifl_sampler_cand *c, int32_t n)
+{
+    double s = 0;
+    for (int32_t i = 0; i < n; i++)
+        s += c[i].p;
+    return s;
+}
+
+/* The filters of ifl_sampler_dist. Survivors end up either in st->cand
+ * (st->dense 0) or, when no filter cut the candidates, as the tokens with
+ * st->e[i] > 0 (st->dense 1). *lse_t1 gets log-sum-exp of the logits when
+ * it came for free (temperature 1), else NAN. */
+static int32_t filter(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                      const float *l, double *lse_t1)
+{
+    int32_t n = st->n_vocab;
+    struct ifl_sampler_cand *cd = st->cand;
+    float t = c->temperature, top_p = st->top_p;
+    *lse_t1 = NAN;
+    st->dense = 0;
+    st->n_cand = 0;
+    st->cand_total = 0;
+    float m = max_logit(l, n);
+    if (!(m > -INFINITY))
+        return 0;
+    int32_t nc = 0;
+    int top_p_done = 0, typical_done = 0, sorted = 1; /* sorted: cd in logit order */
+    if (m == INFINITY) {
+        for (int32_t i = 0; i < n; i++)
+            if (l[i] == INFINITY)
+                cd[nc++] = (struct ifl_sampler_cand){i, 0.0f, 1.0f, -INFINITY};
+    } else if (c->top_k > 0 && c->top_k < n) {
+        nc = select_top_k(st, l, m, t, c->top_k);
+        sorted = c->top_k <= TOP_K_INSERT;
+    } else {
+        /* min-p is a threshold on e; before top-p it would change top-p's
+         * total, so it joins the pass only when top-p is off */
+        int fold_min_p = c->min_p > 0 && top_p >= 1.0f;
+        double sev, z;
+        z = exp_pass(l, n, m, t, fold_min_p ? c->min_p : 0.0f, st->e, st->v, &sev, &nc);
+        if (t == 1.0f && !fold_min_p)
+            *lse_t1 = m + log(z);
+        if (top_p < 1.0f) {
+            nc = dense_prefix(st, l, 0, 0, (double)top_p * z, 1);
+            top_p_done = 1;
+        } else if (c->typical_p < 1.0f) {
+            nc = dense_prefix(st, l, 1, sev / z, (double)c->typical_p * z, 1);
+            typical_done = 1;
+        } else {
+            st->dense = 1;
+            st->n_cand = nc;
+            st->cand_total = z;
+            return nc;
+        }
+    }
+    if (top_p < 1.0f && nc > 1 && !top_p_done) {
+        double target = (double)top_p * sum_p(cd, nc);
+        if (sorted) {
+            double cum = 0;
+            int32_t j = scan_prefix(cd, 0, nc, &cum, target, 1);
+            nc = j < 0 ? nc : j;
+        } else {
+            for (int32_t i = 0; i < nc; i++)
+                cd[i].k = -l[cd[i].id];
+            nc = sorted_prefix(st, cd, nc, target, 1);
+        }
+    }
+    if (c->min_p > 0.0f && nc > 1) {
+        /* the best token (v = 0, p = 1) always survives top-k and top-p */
+        int32_t keep = 0;
+        for (int32_t i = 0; i < nc; i++)
+            if (cd[i].p >= c->min_p)
+                cd[keep++] = cd[i];
+        nc = keep;
+    }
+    if (c->typical_p < 1.0f && nc > 1 && !typical_done) {
+        /* surprisal - entropy = (log Z - v) - (log Z - E[v]) = E[v] - v */
+        double z = sum_p(cd, nc), ev = 0;
+        for (int32_t i = 0; i < nc; i++)
+            ev += (double)cd[i].p * cd[i].v;
+        ev /= z;
+        for (int32_t i = 0; i < nc; i++)
+            cd[i].k = typical_key(cd[i].v, ev);
+        nc = sorted_prefix(st, cd, nc, (double)c->typical_p * z, 1);
+    }
+    st->n_cand = nc;
+    st->cand_total = sum_p(cd, nc);
+    return nc;
+}
+
+int32_t ifl_sampler_dist(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                         const float *logits, const struct ifl_sampler_cand **out)
+{
+    double lse;
+    int32_t nc = filter(c, st, logits, &lse);
+    if (st->dense) {
+        /* list the candidates in id order */
+        nc = 0;
+        for (int32_t i = 0; i < st->n_vocab; i++)
+            if (st->e[i] > 0)
+                st->cand[nc++] = (struct ifl_sampler_cand){i, st->v[i], st->e[i], -logits[i]};
+        st->dense = 0;
+        st->n_cand = nc;
+        st->cand_total = sum_p(st->cand, nc);
+    }
+    *out = st->cand;
+    return nc;
+}
+
+/* The n_top best logits, descending, ties by lower id; NaN counts as -inf.
+ * Entries past n_vocab get token -1. Values are raw logits. */
+static void top_logits(const float *logits, int32_t n_vocab, struct ifl_top_logprob *top,
+                       int32_t n_top)
+{
+    int32_t cnt = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = isnan(logits[i]) ? -INFINITY : logits[i];
+        if (cnt == n_top && !(l > top[cnt - 1].logprob))
+            continue;
+        int32_t j = cnt < n_top ? cnt++ : n_top - 1;
+        while (j > 0 && l > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j].token = i;
+        top[j].logprob = l;
+    }
+    for (int32_t j = cnt; j < n_top; j++) {
+        top[j].token = -1;
+        top[j].logprob = -INFINITY;
+    }
+}
+
+int32_t ifl_sampler_pick(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                         const float *logits, float *logprob, struct ifl_top_logprob *top,
+                         int32_t n_top)
+{
+    int32_t n = st->n_vocab;
+    int32_t tok;
+    double lse = NAN;
+    if (c->temperature <= 0) {
+        tok = argmax(logits, n);
+    } else if (filter(c, st, logits, &lse) == 0) {
+        tok = argmax(logits, n);
+    } else {
+        /* the generator of draw number n_accepted: see sampler.h */
+        uint64_t ctr = (uint64_t)st->n_accepted;
+        ifl_rng_seed(&st->rng, st->seed ^ ifl_splitmix64(&ctr));
+        double u = (double)(ifl_rng_next(&st->rng) >> 11) * 0x1p-53 * st->cand_total;
+        double cum = 0;
+        tok = -1;
+        if (st->dense) {
+            const float *e = st->e;
+            for (int32_t i = 0; i < n; i++) {
+                if (e[i] > 0) {
+                    tok = i;
+                    cum += e[i];
+                    if (u < cum)
+                        break;
+                }
+            }
+        } else {
+            for (int32_t i = 0; i < st->n_cand; i++) {
+                tok = st->cand[i].id;
+                cum += st->cand[i].p;
+                if (u < cum)
+                    break;
+            }
+        }
+    }
+    if (logprob || (top && n_top > 0)) {
+        if (isnan(lse))
+            lse = ifl_sampler_logsumexp(logits, n);
+        if (logprob)
+            *logprob = lse == -INFINITY ? -INFINITY : (float)((double)logits[tok] - lse);
+        if (top && n_top > 0) {
+            top_logits(logits, n, top, n_top);
+            for (int32_t j = 0; j < n_top; j++)
+                if (top[j].token >= 0)
+                    top[j].logprob = (float)((double)top[j].logprob - lse);
+        }
+    }
+    return tok;
+}
