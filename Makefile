@@ -11,12 +11,12 @@ CC ?= cc
 SANITIZE ?=
 DEBUG ?=
 
+comma := ,
 ifeq ($(SANITIZE),)
 BUILD := build
 else
 BUILD := build/san-$(subst $(comma),-,$(SANITIZE))
 endif
-comma := ,
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
 ifeq ($(CI),true)
@@ -30,9 +30,9 @@ PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 PCRE2_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE $(PCRE2_CFLAGS)
-CFLAGS := -std=c11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP
+CFLAGS := -std=c11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS := $(PCRE2_LIBS) -ljansson -lm -pthread
-LDFLAGS :=
+LDFLAGS := $(EXTRA_LDFLAGS)
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -111,13 +111,21 @@ run: deps
 deps:
 	$(Q)bash scripts/deps.sh
 
+# libFuzzer targets: the library is built by clang with the fuzzer's
+# instrumentation in build/fuzz/lib (per-ISA flags as usual), then linked
+# with each target. Run one: build/fuzz/fuzz_gguf CORPUS_DIR -max_total_time=60
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+FUZZ_LIB := build/fuzz/lib/libinflight.a
 fuzz: $(FUZZERS)
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+$(FUZZ_LIB): $(LIB_SRC)
+	$(MAKE) --no-print-directory CC=clang BUILD=build/fuzz/lib \
+	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build/fuzz/lib/libinflight.a
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined \
-	  -mavx2 -mfma -mf16c -o $@ $< $(filter-out src/kernels/x86_%,$(LIB_SRC)) $(LDLIBS)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< \
+	  $(FUZZ_LIB) $(LDLIBS)
 
 FORMAT_FILES = $(shell find include src tests tools examples -name '*.[ch]' 2>/dev/null)
 format:

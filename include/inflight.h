@@ -316,6 +316,34 @@ int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeou
 int32_t ifl_num_responses_ready(ifl_executor *ex, ifl_id id);
 void ifl_response_free(struct ifl_response *r);
 
+/* What the executor serves. */
+struct ifl_model_info {
+    char architecture[32];
+    int32_t n_vocab;
+    int32_t n_ctx;                /* positions a sequence may reach in this executor */
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t bos_id;               /* -1 when the vocabulary has none */
+    int32_t eos_id;
+    int32_t add_bos;              /* the model's metadata asks for BOS before a prompt */
+    int64_t kv_cache_tokens;      /* positions the KV pool holds */
+};
+
+int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out);
+
+/* Tokenizes len bytes of text with the model's vocabulary. add_special adds
+ * BOS/EOS as the metadata says; parse_special turns special-token text into
+ * those tokens. Writes at most cap ids, sets *n_out to the full count and
+ * returns IFL_EFULL when it exceeds cap. Thread-safe. */
+int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32_t add_special,
+                          int32_t parse_special, int32_t *ids, int64_t cap, int64_t *n_out);
+/* The text of n tokens (control tokens left out unless show_special),
+ * NUL-terminated in buf; *len_out is the full length, and IFL_EFULL means
+ * buf (cap bytes) was too small. Thread-safe. */
+int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int32_t show_special,
+                            char *buf, int64_t cap, int64_t *len_out);
+
 int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
 /* IFL_ENOTFOUND once a request's final response was awaited. */
 int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out);

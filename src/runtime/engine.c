@@ -69,6 +69,7 @@ struct engine {
     const int32_t **tables;    /* [n_slots] */
     int32_t *n_blocks;         /* [n_slots] */
     float *logits;             /* [logit_cap][n_vocab] */
+    float *scratch;            /* [n_vocab] a copy of a row for forked samples */
     int32_t logit_cap;
     char *piece;               /* detokenizer output */
     int64_t iteration;
@@ -107,6 +108,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     if (tokens == 0)
         tokens = (int64_t)c->max_batch_size * ex->n_ctx;
     int64_t n_blocks = (tokens + bs - 1) / bs;
+    ex->kv_cache_tokens = n_blocks * bs;
     if (n_blocks < blocks_for_n(ex->n_ctx, bs))
         return ifl_err(err, IFL_EINVAL,
                        "config: a KV cache of %lld positions cannot hold one full context of %d",
@@ -144,9 +146,10 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     e->tables = calloc((size_t)e->n_slots, sizeof(*e->tables));
     e->n_blocks = calloc((size_t)e->n_slots, sizeof(int32_t));
     e->logits = malloc(sizeof(float) * (size_t)e->logit_cap * (size_t)ex->n_vocab);
+    e->scratch = malloc(sizeof(float) * (size_t)ex->n_vocab);
     e->piece = malloc(IFL_DETOK_ROOM(ex->vocab));
     if (!e->seqs || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->row_slot ||
-        !e->tables || !e->n_blocks || !e->logits || !e->piece)
+        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->piece)
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory");
     int32_t max_blocks = blocks_for_n(ex->n_ctx, bs) + 1;
     for (int32_t i = 0; i < e->n_slots; i++) {
@@ -210,6 +213,7 @@ void ifl_engine_free(struct ifl_executor *ex)
     free(e->tables);
     free(e->n_blocks);
     free(e->logits);
+    free(e->scratch);
     free(e->piece);
     free(e);
     ex->eng = NULL;
@@ -790,9 +794,7 @@ static void run_processors(struct ifl_executor *ex, int32_t nlog)
     }
     if (!n)
         return;
-    /* rows are contiguous when gathered in place: swap into 0..n-1 */
-    float *tmp = e->logits + (size_t)nlog * nv; /* spare row space, see logit_cap */
-    (void)tmp;
+    /* gather the batched rows to the front (swapping), so they are contiguous */
     for (int32_t k = 0; k < n; k++) {
         if (idx[k] == k)
             continue;
@@ -948,7 +950,6 @@ static void step(struct ifl_executor *ex)
     }
     run_processors(ex, nlog);
     int32_t nv = ex->n_vocab;
-    float *scratch = e->logits + (size_t)nlog * nv; /* rows past nlog are free */
     int32_t gen_reqs = 0;
     for (int32_t r = 0; r < nlog; r++) {
         struct eseq *s = &e->seqs[e->row_slot[r]];
@@ -957,7 +958,7 @@ static void step(struct ifl_executor *ex)
         gen_reqs += s->n_gen > 0;
         float *row = e->logits + (size_t)r * nv;
         if (s->n_gen == 0 && s->index == 0 && s->q->n_seqs_total > 1 && s->n_tokens == s->n_prompt)
-            fork_samples(ex, s, row, nlog < e->logit_cap ? scratch : NULL);
+            fork_samples(ex, s, row, e->scratch);
         if (s->q)
             sample_and_apply(ex, s, row);
     }
@@ -976,9 +977,11 @@ void *ifl_engine_main(void *arg)
         struct xreq *in = ex->in_head;
         ex->in_head = ex->in_tail = NULL;
         int32_t nc = ex->n_cancels < 256 ? ex->n_cancels : 256;
-        memcpy(cancels, ex->cancels, sizeof(ifl_id) * (size_t)nc);
-        memmove(ex->cancels, ex->cancels + nc, sizeof(ifl_id) * (size_t)(ex->n_cancels - nc));
-        ex->n_cancels -= nc;
+        if (nc) {
+            memcpy(cancels, ex->cancels, sizeof(ifl_id) * (size_t)nc);
+            memmove(ex->cancels, ex->cancels + nc, sizeof(ifl_id) * (size_t)(ex->n_cancels - nc));
+            ex->n_cancels -= nc;
+        }
         int stop = ex->stop, cancel_all = ex->cancel_all;
         pthread_mutex_unlock(&ex->in_mu);
         while (in) {

@@ -73,6 +73,7 @@ struct ifl_executor {
     struct ifl_vocab *vocab;
     int32_t n_ctx;
     int32_t n_vocab;
+    int64_t kv_cache_tokens;
 
     pthread_t thread;
     int thread_started;

@@ -9,6 +9,7 @@
  * in destroy, which takes them one after the other.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -604,6 +605,53 @@ int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats 
         *out = e->stats;
     pthread_mutex_unlock(&ex->out_mu);
     return e ? 0 : IFL_ENOTFOUND;
+}
+
+/* ---- model and vocabulary ---- */
+
+int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    const struct ifl_hparams *hp = &ex->model->hp;
+    snprintf(out->architecture, sizeof out->architecture, "%s", hp->arch_name);
+    out->n_vocab = ex->n_vocab;
+    out->n_ctx = ex->n_ctx;
+    out->n_ctx_train = hp->n_ctx_train;
+    out->n_embd = hp->n_embd;
+    out->n_layer = hp->n_layer;
+    out->bos_id = ifl_vocab_bos(ex->vocab);
+    out->eos_id = ifl_vocab_eos(ex->vocab);
+    out->add_bos = ifl_vocab_add_bos(ex->vocab);
+    out->kv_cache_tokens = ex->kv_cache_tokens;
+    return 0;
+}
+
+int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32_t add_special,
+                          int32_t parse_special, int32_t *ids, int64_t cap, int64_t *n_out)
+{
+    *n_out = 0;
+    if (len < 0 || cap < 0 || (len && !text) || (cap && !ids))
+        return IFL_EINVAL;
+    return ifl_tokenize(ex->vocab, text, (size_t)len, add_special, parse_special, ids, cap, n_out);
+}
+
+int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int32_t show_special,
+                            char *buf, int64_t cap, int64_t *len_out)
+{
+    *len_out = 0;
+    if (n < 0 || cap < 1 || !buf || (n && !ids))
+        return IFL_EINVAL;
+    int64_t len = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= ex->n_vocab)
+            return IFL_EINVAL;
+        int64_t room = len < cap ? cap - len : 0;
+        len += (int64_t)ifl_vocab_piece(ex->vocab, ids[i], show_special, buf + (len < cap ? len : 0),
+                                        (size_t)room);
+    }
+    *len_out = len;
+    buf[len < cap ? len : cap - 1] = 0;
+    return len < cap ? 0 : IFL_EFULL;
 }
 
 /* ---- lifetime ---- */
