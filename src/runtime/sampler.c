@@ -153,12 +153,11 @@ int ifl_sampler_state_init(struct ifl_sampler_state *st, int32_t n_vocab)
     st->in_prompt = calloc(n, sizeof(*st->in_prompt));
     st->prompt_ids = malloc(n * sizeof(*st->prompt_ids));
     st->cand = malloc(n * sizeof(*st->cand));
-    st->bins = malloc(IFL_SAMPLER_NBINS * sizeof(*st->bins));
+    st->bins = malloc(2 * IFL_SAMPLER_NBINS * sizeof(*st->bins));
     st->e = malloc(n * sizeof(*st->e));
-    st->bin = malloc(n * sizeof(*st->bin));
     st->v = malloc(n * sizeof(*st->v));
     if (!st->counts || !st->gen_ids || !st->in_prompt || !st->prompt_ids || !st->cand ||
-        !st->bins || !st->e || !st->v || !st->bin) {
+        !st->bins || !st->e || !st->v) {
         ifl_sampler_state_deinit(st);
         return IFL_ENOMEM;
     }
@@ -175,7 +174,6 @@ void ifl_sampler_state_deinit(struct ifl_sampler_state *st)
     free(st->bins);
     free(st->e);
     free(st->v);
-    free(st->bin);
     memset(st, 0, sizeof(*st));
 }
 
@@ -416,9 +414,11 @@ static float max_logit(const float *l, int32_t n)
  * it is a candidate when v >= -CUTOFF (so never for -inf or NaN) and
  * e = exp(v) >= min_e. Writes e (0 for non-candidates) and v when the
  * arrays are given; returns the sum of e, and the sum of e * v and the
- * number of candidates through the optional pointers. */
-static double exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e,
-                       float *v, double *sum_ev, int32_t *count)
+ * number of candidates through the optional pointers. Always inlined, so
+ * that each caller's constant arguments strip the work it does not need. */
+static inline __attribute__((always_inline)) double
+exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e, float *v,
+         double *sum_ev, int32_t *count)
 {
     const v4f mm = splat(m), tt = splat(t), lo = splat(-CUTOFF), me = splat(min_e);
     const int divide = t != 1.0f;
@@ -442,8 +442,10 @@ static double exp_pass(const float *l, int32_t n, float m, float t, float min_e,
             if (v)
                 memcpy(v + i + j, &vv, sizeof(vv));
             s += ee;
-            sv += ee * vv;
-            c -= ok;
+            if (sum_ev)
+                sv += ee * vv;
+            if (count)
+                c -= ok;
         }
         sum += (double)((s[0] + s[1]) + (s[2] + s[3]));
         sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
@@ -622,76 +624,221 @@ static inline int32_t dense_bin(float key)
     return b < (float)(IFL_SAMPLER_NBINS - 1) ? (int32_t)b : IFL_SAMPLER_NBINS - 1;
 }
 
-/* The dense form of sorted_prefix, over the candidates of exp_pass
- * (st->e[i] > 0): gathers the shortest prefix whose weight reaches target
- * into st->cand and returns its length (all candidates if short).
- * typical 0: order by logit (binned by -v, which is monotone in it);
- * typical 1: by typical_key. */
-static int32_t dense_prefix(struct ifl_sampler_state *st, const float *l, int typical, double ev,
-                            double target, int by_mass)
+/* 1 if any of x[0..16) is > t (NaN never is). */
+static inline int any_above16(const float *x, float t)
+{
+    v4f tt = splat(t), a, b, c, d;
+    memcpy(&a, x, sizeof(a));
+    memcpy(&b, x + 4, sizeof(b));
+    memcpy(&c, x + 8, sizeof(c));
+    memcpy(&d, x + 12, sizeof(d));
+    v4i m = (a > tt) | (b > tt) | (c > tt) | (d > tt);
+    return (m[0] | m[1] | m[2] | m[3]) != 0;
+}
+
+/* The first bin below nb at which the running weight reaches target, or
+ * -1; *before gets the weight of the bins before it. */
+static int32_t crossing_within(const double *bins, int32_t nb, double target, double *before)
+{
+    double acc = 0;
+    for (int32_t b = 0; b < nb; b++) {
+        if (acc + bins[b] >= target) {
+            *before = acc;
+            return b;
+        }
+        acc += bins[b];
+    }
+    return -1;
+}
+
+/* A first histogram covers only the bins of the best FOCUS_BINS / 32 nats
+ * of the logit order, skipping (16 at a time) the tokens below: the
+ * prefix usually ends there. */
+#define FOCUS_BINS 448
+
+/* Sums over the dense survivors (e > 0): weight, weight * v, count.
+ * Non-survivors have e = 0 and a finite v, so they add nothing. */
+static double dense_sums(const struct ifl_sampler_state *st, double *sum_ev, int32_t *count)
 {
     const float *e = st->e, *v = st->v;
-    uint16_t *bin = st->bin;
+    int32_t n = st->n_vocab, i = 0, cnt = 0;
+    double z = 0, sev = 0;
+    for (; i + 16 <= n; i += 16) {
+        v4f s = splat(0), sv = splat(0);
+        v4i c = {0, 0, 0, 0};
+        for (int j = 0; j < 16; j += 4) {
+            v4f ee, vv;
+            memcpy(&ee, e + i + j, sizeof(ee));
+            memcpy(&vv, v + i + j, sizeof(vv));
+            s += ee;
+            sv += ee * vv;
+            c -= ee > splat(0.0f);
+        }
+        z += (double)((s[0] + s[1]) + (s[2] + s[3]));
+        sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
+        cnt += c[0] + c[1] + c[2] + c[3];
+    }
+    for (; i < n; i++) {
+        z += e[i];
+        sev += (double)(e[i] * v[i]);
+        cnt += e[i] > 0;
+    }
+    *sum_ev = sev;
+    *count = cnt;
+    return z;
+}
+
+/* Histogram of the dense survivors over bins [from, NBINS) (a token of
+ * an earlier bin adds nothing). Branch-free, alternating between two
+ * copies of the bins so that runs of tokens in one bin do not wait on each
+ * other's stores. Returns nothing; the caller reads st->bins. */
+static void dense_hist(struct ifl_sampler_state *st, int typical, double ev, int by_mass,
+                       int32_t from, int32_t upto, float vskip)
+{
+    const float *e = st->e, *v = st->v;
+    double *b0 = st->bins, *b1 = st->bins + IFL_SAMPLER_NBINS;
+    int32_t n = st->n_vocab;
+    memset(b1, 0, IFL_SAMPLER_NBINS * sizeof(*b1));
+    for (int32_t i = 0; i < n; i += 16) {
+        int32_t end = i + 16 <= n ? i + 16 : n;
+        if (end - i == 16 && vskip > -INFINITY && !any_above16(v + i, vskip))
+            continue;
+        for (int32_t j = i; j < end; j++) {
+            int32_t b = dense_bin(typical ? typical_key(v[j], ev) : -v[j]);
+            double w = by_mass ? (double)e[j] : (double)(e[j] > 0);
+            w = b >= from ? w : 0.0;
+            b = b < upto ? b : upto;
+            if (j & 1)
+                b1[b] += w;
+            else
+                b0[b] += w;
+        }
+    }
+    for (int32_t b = 0; b < IFL_SAMPLER_NBINS; b++)
+        b0[b] += b1[b];
+}
+
+/* The dense form of sorted_prefix, over the survivors of exp_pass
+ * (st->e[i] > 0): keeps the shortest prefix whose weight (e, or 1 per
+ * token) reaches target and zeroes e of every other token. typical 0:
+ * order by logit (binned by -v, which is monotone in it); typical 1: by
+ * typical_key. Only the bin where the target is crossed gets sorted (in
+ * st->cand), with the next one in reserve for rounding. */
+static void dense_cut(struct ifl_sampler_state *st, const float *l, int typical, double ev,
+                      double target, int by_mass)
+{
+    float *e = st->e;
+    const float *v = st->v;
     struct ifl_sampler_cand *cd = st->cand;
     int32_t n = st->n_vocab;
     double *bins = st->bins;
+    double cum = 0;
+    int32_t last = -1;
+    /* blocks whose v are all below this hold no token of the focus bins */
+    float vskip = -(float)FOCUS_BINS / (IFL_SAMPLER_NBINS / CUTOFF) - 0.5f;
     memset(bins, 0, IFL_SAMPLER_NBINS * sizeof(*bins));
-    for (int32_t i = 0; i < n; i++)
-        if (e[i] > 0) {
-            int32_t b = dense_bin(typical ? typical_key(v[i], ev) : -v[i]);
-            bin[i] = (uint16_t)b;
-            bins[b] += by_mass ? e[i] : 1.0;
-        }
-    double cum;
-    int32_t last = crossing_bin(bins, target, &cum);
-    int32_t nc = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (e[i] > 0 && bin[i] < last)
-            cd[nc++] = (struct ifl_sampler_cand){i, v[i], e[i], 0.0f};
-    for (;;) {
-        int32_t from = nc;
-        for (int32_t i = 0; i < n; i++)
-            if (e[i] > 0 && bin[i] == last)
-                cd[nc++] = (struct ifl_sampler_cand){i, v[i], e[i],
-                                                     typical ? typical_key(v[i], ev) : -l[i]};
-        sort_cands(cd + from, nc - from);
-        int32_t j = scan_prefix(cd, from, nc, &cum, target, by_mass);
-        if (j >= 0)
-            return j;
-        /* rounding left the bin just short: the next bin follows it */
-        if (last == IFL_SAMPLER_NBINS - 1)
-            return nc;
-        last++;
+    if (!typical) {
+        /* bins past the focus are lumped into bin FOCUS_BINS */
+        dense_hist(st, 0, 0, by_mass, 0, FOCUS_BINS, vskip);
+        last = crossing_within(bins, FOCUS_BINS, target, &cum);
     }
+    if (last < 0) {
+        /* typical, or the prefix reaches past the focus: every bin (the
+         * focus bins are already counted) */
+        int32_t from = typical ? 0 : FOCUS_BINS;
+        bins[from] = 0;
+        dense_hist(st, typical, ev, by_mass, from, IFL_SAMPLER_NBINS - 1, -INFINITY);
+        last = crossing_within(bins, IFL_SAMPLER_NBINS, target, &cum);
+        if (last < 0)
+            return; /* the whole set falls short: keep it */
+        vskip = -INFINITY;
+    }
+    /* one pass: the crossing bin to the front of cd, the next one to the
+     * back, every later token zeroed. By logit, bin(-v) < b exactly when
+     * -v * 32 < b (truncation), which classifies four lanes at once. */
+    const float scale = IFL_SAMPLER_NBINS / CUTOFF;
+    const v4f lo = splat((float)last), hi = splat((float)(last + 2));
+    int32_t na = 0, nb = n;
+    for (int32_t i = 0; i < n; i += 16) {
+        int32_t end = i + 16 <= n ? i + 16 : n;
+        if (end - i == 16 && !typical) {
+            if (vskip > -INFINITY && !any_above16(v + i, vskip)) {
+                memset(e + i, 0, 16 * sizeof(*e));
+                continue;
+            }
+            v4i mid = {0, 0, 0, 0};
+            for (int32_t j = 0; j < 16; j += 4) {
+                v4f x, ee;
+                memcpy(&x, v + i + j, sizeof(x));
+                memcpy(&ee, e + i + j, sizeof(ee));
+                x = -x * scale;
+                v4i beyond = x >= hi, before = x < lo;
+                ee = (v4f)((v4i)ee & ~beyond);
+                memcpy(e + i + j, &ee, sizeof(ee));
+                mid |= ~beyond & ~before & (ee > splat(0.0f));
+            }
+            if (!(mid[0] | mid[1] | mid[2] | mid[3]))
+                continue;
+        }
+        for (int32_t j = i; j < end; j++) {
+            if (!(e[j] > 0))
+                continue;
+            float k = typical ? typical_key(v[j], ev) : -v[j];
+            int32_t b = dense_bin(k);
+            if (b < last)
+                continue;
+            struct ifl_sampler_cand x = {j, v[j], e[j], typical ? k : -l[j]};
+            if (b == last)
+                cd[na++] = x;
+            else if (b == last + 1)
+                cd[--nb] = x;
+            else
+                e[j] = 0;
+        }
+    }
+    int32_t end = na + (n - nb);
+    memmove(cd + na, cd + nb, (size_t)(n - nb) * sizeof(*cd));
+    sort_cands(cd, na);
+    int32_t keep = scan_prefix(cd, 0, na, &cum, target, by_mass);
+    if (keep < 0) {
+        /* rounding left the bin just short: the next bin follows it */
+        sort_cands(cd + na, end - na);
+        keep = scan_prefix(cd, na, end, &cum, target, by_mass);
+        if (keep < 0)
+            keep = end;
+    }
+    for (int32_t i = keep; i < end; i++)
+        e[cd[i].id] = 0;
 }
 
-/* The top k candidates by logit (ties: lower id) into st->cand; sorted by
- * logit when k <= TOP_K_INSERT. */
+/* The top k (<= TOP_K_INSERT) candidates by logit (ties: lower id) into
+ * st->cand, sorted. */
 static int32_t select_top_k(struct ifl_sampler_state *st, const float *l, float m, float t,
                             int32_t k)
 {
     struct ifl_sampler_cand *cd = st->cand;
     int32_t n = st->n_vocab;
-    if (k > TOP_K_INSERT) {
-        exp_pass(l, n, m, t, 0.0f, st->e, st->v, NULL, NULL);
-        return dense_prefix(st, l, 0, 0, (double)k, 0);
-    }
-    /* small k: insertion into a sorted array; most tokens fail the first
+    /* insertion into a sorted array; most blocks of 16 fail the first
      * comparison */
     int32_t cnt = 0;
-    for (int32_t i = 0; i < n; i++) {
-        float x = l[i];
-        if (!(x > -INFINITY) || (cnt == k && !(x > -cd[k - 1].k)))
+    for (int32_t i0 = 0; i0 < n; i0 += 16) {
+        int32_t end = i0 + 16 <= n ? i0 + 16 : n;
+        if (end - i0 == 16 && !any_above16(l + i0, cnt == k ? -cd[k - 1].k : -INFINITY))
             continue;
-        float v = t != 1.0f ? (x - m) / t : x - m;
-        if (!(v >= -CUTOFF))
-            continue;
-        int32_t j = cnt < k ? cnt++ : k - 1;
-        while (j > 0 && x > -cd[j - 1].k) {
-            cd[j] = cd[j - 1];
-            j--;
+        for (int32_t i = i0; i < end; i++) {
+            float x = l[i];
+            if (!(x > -INFINITY) || (cnt == k && !(x > -cd[k - 1].k)))
+                continue;
+            float v = t != 1.0f ? (x - m) / t : x - m;
+            if (!(v >= -CUTOFF))
+                continue;
+            int32_t j = cnt < k ? cnt++ : k - 1;
+            while (j > 0 && x > -cd[j - 1].k) {
+                cd[j] = cd[j - 1];
+                j--;
+            }
+            cd[j] = (struct ifl_sampler_cand){i, v, 0.0f, -x};
         }
-        cd[j] = (struct ifl_sampler_cand){i, v, 0.0f, -x};
     }
     for (int32_t i = 0; i < cnt; i++)
         cd[i].p = ifl_sampler_exp(cd[i].v);
@@ -706,10 +853,10 @@ static double sum_p(const struct ifl_sampler_cand *c, int32_t n)
     return s;
 }
 
-/* The filters of ifl_sampler_dist. Survivors end up either in st->cand
- * (st->dense 0) or, when no filter cut the candidates, as the tokens with
- * st->e[i] > 0 (st->dense 1). *lse_t1 gets log-sum-exp of the logits when
- * it came for free (temperature 1), else NAN. */
+/* The filters of ifl_sampler_dist. The survivors end up either listed in
+ * st->cand (st->dense 0: small top-k, or +inf logits) or as the tokens
+ * with st->e[i] > 0 (st->dense 1). *lse_t1 gets log-sum-exp of the
+ * logits when it came for free (temperature 1), else NAN. */
 static int32_t filter(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
                       const float *l, double *lse_t1)
 {
@@ -724,14 +871,12 @@ static int32_t filter(const struct ifl_sampling_config *c, struct ifl_sampler_st
     if (!(m > -INFINITY))
         return 0;
     int32_t nc = 0;
-    int top_p_done = 0, typical_done = 0, sorted = 1; /* sorted: cd in logit order */
     if (m == INFINITY) {
         for (int32_t i = 0; i < n; i++)
             if (l[i] == INFINITY)
                 cd[nc++] = (struct ifl_sampler_cand){i, 0.0f, 1.0f, -INFINITY};
-    } else if (c->top_k > 0 && c->top_k < n) {
+    } else if (c->top_k > 0 && c->top_k <= TOP_K_INSERT && c->top_k < n) {
         nc = select_top_k(st, l, m, t, c->top_k);
-        sorted = c->top_k <= TOP_K_INSERT;
     } else {
         /* min-p is a threshold on e; before top-p it would change top-p's
          * total, so it joins the pass only when top-p is off */
@@ -740,41 +885,45 @@ static int32_t filter(const struct ifl_sampling_config *c, struct ifl_sampler_st
         z = exp_pass(l, n, m, t, fold_min_p ? c->min_p : 0.0f, st->e, st->v, &sev, &nc);
         if (t == 1.0f && !fold_min_p)
             *lse_t1 = m + log(z);
-        if (top_p < 1.0f) {
-            nc = dense_prefix(st, l, 0, 0, (double)top_p * z, 1);
-            top_p_done = 1;
-        } else if (c->typical_p < 1.0f) {
-            nc = dense_prefix(st, l, 1, sev / z, (double)c->typical_p * z, 1);
-            typical_done = 1;
-        } else {
-            st->dense = 1;
-            st->n_cand = nc;
-            st->cand_total = z;
-            return nc;
+        if (c->top_k > 0 && c->top_k < nc) {
+            dense_cut(st, l, 0, 0, (double)c->top_k, 0);
+            z = dense_sums(st, &sev, &nc);
         }
+        if (top_p < 1.0f && nc > 1) {
+            dense_cut(st, l, 0, 0, (double)top_p * z, 1);
+            z = dense_sums(st, &sev, &nc);
+        }
+        if (c->min_p > 0.0f && !fold_min_p && nc > 1) {
+            /* the best token (v = 0, e = 1) always survives top-k and top-p */
+            for (int32_t i = 0; i < n; i++)
+                if (st->e[i] < c->min_p)
+                    st->e[i] = 0;
+            z = dense_sums(st, &sev, &nc);
+        }
+        if (c->typical_p < 1.0f && nc > 1) {
+            /* surprisal - entropy = (log Z - v) - (log Z - E[v]) = E[v] - v */
+            dense_cut(st, l, 1, sev / z, (double)c->typical_p * z, 1);
+            z = dense_sums(st, &sev, &nc);
+        }
+        st->dense = 1;
+        st->n_cand = nc;
+        st->cand_total = z;
+        return nc;
     }
-    if (top_p < 1.0f && nc > 1 && !top_p_done) {
-        double target = (double)top_p * sum_p(cd, nc);
-        if (sorted) {
-            double cum = 0;
-            int32_t j = scan_prefix(cd, 0, nc, &cum, target, 1);
-            nc = j < 0 ? nc : j;
-        } else {
-            for (int32_t i = 0; i < nc; i++)
-                cd[i].k = -l[cd[i].id];
-            nc = sorted_prefix(st, cd, nc, target, 1);
-        }
+    /* listed: cd is sorted by logit */
+    if (top_p < 1.0f && nc > 1) {
+        double cum = 0;
+        int32_t j = scan_prefix(cd, 0, nc, &cum, (double)top_p * sum_p(cd, nc), 1);
+        nc = j < 0 ? nc : j;
     }
     if (c->min_p > 0.0f && nc > 1) {
-        /* the best token (v = 0, p = 1) always survives top-k and top-p */
         int32_t keep = 0;
         for (int32_t i = 0; i < nc; i++)
             if (cd[i].p >= c->min_p)
                 cd[keep++] = cd[i];
         nc = keep;
     }
-    if (c->typical_p < 1.0f && nc > 1 && !typical_done) {
-        /* surprisal - entropy = (log Z - v) - (log Z - E[v]) = E[v] - v */
+    if (c->typical_p < 1.0f && nc > 1) {
         double z = sum_p(cd, nc), ev = 0;
         for (int32_t i = 0; i < nc; i++)
             ev += (double)cd[i].p * cd[i].v;
@@ -814,6 +963,11 @@ static void top_logits(const float *logits, int32_t n_vocab, struct ifl_top_logp
 {
     int32_t cnt = 0;
     for (int32_t i = 0; i < n_vocab; i++) {
+        if (cnt == n_top && (i & 15) == 0 && i + 16 <= n_vocab &&
+            !any_above16(logits + i, top[cnt - 1].logprob)) {
+            i += 15;
+            continue;
+        }
         float l = isnan(logits[i]) ? -INFINITY : logits[i];
         if (cnt == n_top && !(l > top[cnt - 1].logprob))
             continue;
@@ -850,8 +1004,22 @@ int32_t ifl_sampler_pick(const struct ifl_sampling_config *c, struct ifl_sampler
         double cum = 0;
         tok = -1;
         if (st->dense) {
+            /* skip whole blocks of 16 by their sum, then token by token */
             const float *e = st->e;
-            for (int32_t i = 0; i < n; i++) {
+            int32_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                v4f a, b, c4, d;
+                memcpy(&a, e + i, sizeof(a));
+                memcpy(&b, e + i + 4, sizeof(b));
+                memcpy(&c4, e + i + 8, sizeof(c4));
+                memcpy(&d, e + i + 12, sizeof(d));
+                v4f s4 = (a + b) + (c4 + d);
+                double bs = (double)((s4[0] + s4[1]) + (s4[2] + s4[3]));
+                if (!(cum + bs <= u))
+                    break;
+                cum += bs;
+            }
+            for (; i < n; i++) {
                 if (e[i] > 0) {
                     tok = i;
                     cum += e[i];
@@ -859,6 +1027,9 @@ int32_t ifl_sampler_pick(const struct ifl_sampling_config *c, struct ifl_sampler
                         break;
                 }
             }
+            if (i == n) /* rounding: u past the sum; the last candidate */
+                for (tok = n - 1; tok > 0 && !(e[tok] > 0); tok--)
+                    ;
         } else {
             for (int32_t i = 0; i < st->n_cand; i++) {
                 tok = st->cand[i].id;

@@ -105,16 +105,15 @@ struct ifl_sampler_state {
     /* scratch of pick */
     float *e;                      /* [n_vocab] exp(v) of candidates, 0 for the others */
     float *v;                      /* [n_vocab] (logit - max) / temperature */
-    uint16_t *bin;                 /* [n_vocab] histogram bin of each candidate */
     struct ifl_sampler_cand *cand; /* [n_vocab] survivors, when listed */
     int32_t dense;                 /* 1: the survivors are the tokens with e > 0 */
     int32_t n_cand;                /* number of survivors of the last filtering */
     double cand_total;             /* their summed p */
-    double *bins;                  /* [IFL_SAMPLER_NBINS] histogram */
+    double *bins;                  /* [2][IFL_SAMPLER_NBINS] histogram */
 };
 
-/* Allocates the state for a vocabulary of n_vocab tokens (about 36 bytes
- * per token: 5.5 MB for 152K). Returns 0, IFL_EINVAL (n_vocab < 1) or IFL_ENOMEM; on failure
+/* Allocates the state for a vocabulary of n_vocab tokens (about 34 bytes
+ * per token: 5 MB for 152K). Returns 0, IFL_EINVAL (n_vocab < 1) or IFL_ENOMEM; on failure
  * the state needs no deinit (deinit is harmless all the same). */
 int ifl_sampler_state_init(struct ifl_sampler_state *st, int32_t n_vocab);
 /* Frees the arrays; a zeroed or deinitialised state is fine. */
