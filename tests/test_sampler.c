@@ -496,7 +496,7 @@ static int cmp_i32(const void *a, const void *b)
 
 static void test_dist_vs_reference(void)
 {
-    enum { N = 40000 };
+    enum { N = 40000, NCFG = 11 };
     static float l[N];
     static struct rcand ref[N];
     static int32_t ia[N], ib[N];
@@ -526,13 +526,14 @@ static void test_dist_vs_reference(void)
             CHECK_EQ(ifl_sampler_state_init(&small, n), 0);
             sp = &small;
         }
-        for (int cfgi = 0; cfgi < 9; cfgi++) {
+        for (int cfgi = 0; cfgi < NCFG; cfgi++) {
             struct ifl_sampling_config c = dflt();
-            c.temperature = (float[]){1.0f, 0.7f, 1.5f, 0.2f, 1.0f, 3.0f, 1.0f, 0.9f, 1.2f}[cfgi];
-            c.top_k = (int32_t[]){0, 40, 0, 0, 1000, 0, 0, 5, 0}[cfgi];
-            c.top_p = (float[]){1, 0.95f, 0.9f, 1, 0.5f, 0.99f, 1, 0.8f, 0.6f}[cfgi];
-            c.min_p = (float[]){0, 0, 0, 0.05f, 0, 0.01f, 0, 0.1f, 0}[cfgi];
-            c.typical_p = (float[]){1, 1, 1, 1, 0.9f, 1, 0.7f, 0.95f, 0.5f}[cfgi];
+            c.temperature =
+                (float[]){1.0f, 0.7f, 1.5f, 0.2f, 1.0f, 3.0f, 1.0f, 0.9f, 1.2f, 2.0f, 1.0f}[cfgi];
+            c.top_k = (int32_t[]){0, 40, 0, 0, 1000, 0, 0, 5, 0, 0, 200}[cfgi];
+            c.top_p = (float[]){1, 0.95f, 0.9f, 1, 0.5f, 0.99f, 1, 0.8f, 0.6f, 0.999f, 1}[cfgi];
+            c.min_p = (float[]){0, 0, 0, 0.05f, 0, 0.01f, 0, 0.1f, 0, 0, 0.02f}[cfgi];
+            c.typical_p = (float[]){1, 1, 1, 1, 0.9f, 1, 0.7f, 0.95f, 0.5f, 1, 1}[cfgi];
             ifl_sampler_reset(sp, &c, NULL, 0);
             const struct ifl_sampler_cand *got;
             int32_t ng = ifl_sampler_dist(&c, sp, l, &got);
@@ -559,7 +560,7 @@ static void test_dist_vs_reference(void)
             ifl_sampler_state_deinit(&small);
     }
     CHECK_EQ(mismatches, 0);
-    CHECK_EQ(cases, 60 * 9);
+    CHECK_EQ(cases, 60 * NCFG);
     ifl_sampler_state_deinit(&st);
 }
 

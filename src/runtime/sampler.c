@@ -757,7 +757,8 @@ static void dense_cut(struct ifl_sampler_state *st, const float *l, int typical,
      * back, every later token zeroed. By logit, bin(-v) < b exactly when
      * -v * 32 < b (truncation), which classifies four lanes at once. */
     const float scale = IFL_SAMPLER_NBINS / CUTOFF;
-    const v4f lo = splat((float)last), hi = splat((float)(last + 2));
+    const v4f lo = splat((float)last);
+    const v4f hi = splat(last + 2 < IFL_SAMPLER_NBINS ? (float)(last + 2) : INFINITY);
     int32_t na = 0, nb = n;
     for (int32_t i = 0; i < n; i += 16) {
         int32_t end = i + 16 <= n ? i + 16 : n;
