@@ -28,7 +28,7 @@
  *
  * Cost per pick, n_vocab = 152K, measured on the (slow, shared) 2.5 GHz
  * build VM: greedy 0.1 ms; top-k <= 128 0.1 ms; anything needing the
- * full softmax (plain temperature, top-p, min-p, log-probs) 0.7-1 ms, of
+ * full softmax (plain temperature, top-p, min-p, log-probs) 0.7-1.4 ms, of
  * which the exp pass is most; typical-p or a nucleus of ~50K tokens up
  * to 3 ms. A SIMD exp in the kernel dispatch table would divide the
  * common case by 2-4.
