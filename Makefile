@@ -118,10 +118,12 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 FUZZ_LIB := build/fuzz/lib/libinflight.a
 fuzz: $(FUZZERS)
+ifneq ($(BUILD),build/fuzz/lib)
 $(FUZZ_LIB): $(LIB_SRC)
 	$(MAKE) --no-print-directory CC=clang BUILD=build/fuzz/lib \
 	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build/fuzz/lib/libinflight.a
+endif
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< \

@@ -6,6 +6,7 @@
  * multi-threaded stress run in which every request gets exactly one final
  * response.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -522,6 +523,167 @@ static void test_destroy_wakes_waiters(void)
     ifl_executor_destroy(ex, 1); /* cancels all: nothing leaks, no hang */
 }
 
+
+/* Stop strings never leak into the text, even across tokens; the finish
+ * reason says stop; stop words (token sequences) end generation too. */
+static void test_stops(void)
+{
+    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, 64);
+    ifl_id id;
+    int32_t out[128], n;
+    char full[4096], text[4096];
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    collect(ex, id, 0, out, &n, NULL, full, sizeof full);
+    /* "..., there was a little girl named Lily. She loved to play..." */
+    const char *cut = strstr(full, "named Li");
+    CHECK(cut != NULL);
+    for (int streaming = 0; streaming < 2 && cut; streaming++) {
+        const char *stops[2] = {"zzz", "named Li"};
+        greedy_req(&r, ONCE, 5, 64);
+        r.streaming = streaming;
+        r.stop_strings = stops;
+        r.n_stop_strings = 2;
+        CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+        int fin = collect(ex, id, 0, out, &n, NULL, text, sizeof text);
+        CHECK_EQ(fin, IFL_FINISH_STOP_WORDS);
+        CHECK_EQ(strlen(text), (size_t)(cut - full));
+        CHECK(!strncmp(text, full, (size_t)(cut - full)));
+    }
+    /* a stop word: the two tokens at positions 3..4 of the greedy output */
+    greedy_req(&r, ONCE, 5, 64);
+    int32_t sw[2] = {GREEDY[3], GREEDY[4]}, swl[1] = {2};
+    r.stop_words_tokens = sw;
+    r.stop_words_lens = swl;
+    r.n_stop_words = 1;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_STOP_WORDS);
+    CHECK_EQ(n, 5);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Logit bias, bad words, penalties and min_tokens reach the sampler. */
+static void test_sampling_controls(void)
+{
+    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    struct ifl_request r;
+    ifl_id id;
+    int32_t out[128], n;
+    /* banning the first greedy token changes the first token */
+    greedy_req(&r, ONCE, 5, 4);
+    int32_t bid[1] = {GREEDY[0]};
+    float bval[1] = {-INFINITY};
+    r.logit_bias_ids = bid;
+    r.logit_bias_values = bval;
+    r.n_logit_bias = 1;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    CHECK(n == 4 && out[0] != GREEDY[0]);
+    /* a large positive bias forces a token */
+    bval[0] = 100;
+    bid[0] = 42;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    CHECK(n == 4 && out[0] == 42 && out[3] == 42);
+    /* a bad word of one token never appears */
+    greedy_req(&r, ONCE, 5, 40);
+    int32_t bw[1] = {261}, bwl[1] = {1}; /* " a" */
+    r.bad_words_tokens = bw;
+    r.bad_words_lens = bwl;
+    r.n_bad_words = 1;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    for (int i = 0; i < n; i++)
+        CHECK(out[i] != 261);
+    /* a strong frequency penalty: no token repeats in 20 steps */
+    greedy_req(&r, ONCE, 5, 20);
+    r.sampling.frequency_penalty = 50;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            CHECK(out[i] != out[j]);
+    /* the end token forced by bias is held off by min_tokens, then ends it */
+    greedy_req(&r, ONCE, 5, 30);
+    r.sampling.ignore_eos = 0;
+    r.sampling.min_tokens = 6;
+    int32_t eos[1] = {2};
+    float big[1] = {100};
+    r.logit_bias_ids = eos;
+    r.logit_bias_values = big;
+    r.n_logit_bias = 1;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_END_ID);
+    CHECK_EQ(n, 6);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Named and batched logits post-processors see their rows and can steer. */
+static atomic_int proc_calls, batched_rows;
+static void force_token(void *user, ifl_id id, float *logits, int32_t n_vocab,
+                        const int32_t *tokens, int32_t n_tokens, uint64_t client_id)
+{
+    (void)id;
+    (void)tokens;
+    (void)n_tokens;
+    atomic_fetch_add(&proc_calls, 1);
+    if (client_id == 7)
+        for (int32_t i = 0; i < n_vocab; i++)
+            logits[i] = i == *(int32_t *)user ? 10.0f : -10.0f;
+}
+static void batched_fn(void *user, int32_t n_rows, const ifl_id *ids, float *logits,
+                       int32_t n_vocab, const int32_t *const *tokens, const int32_t *n_tokens,
+                       const uint64_t *client_ids)
+{
+    (void)user;
+    (void)ids;
+    (void)tokens;
+    (void)n_tokens;
+    (void)client_ids;
+    atomic_fetch_add(&batched_rows, n_rows);
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t i = 0; i < n_vocab; i++)
+            logits[(size_t)r * n_vocab + i] = i == 99 ? 1.0f : 0.0f;
+}
+
+static void test_logits_processors(void)
+{
+    static int32_t forced = 77;
+    struct ifl_logits_processor p = {.name = "force", .fn = force_token, .user = &forced};
+    struct ifl_executor_config c;
+    ifl_executor_config_default(&c);
+    c.logits_processors = &p;
+    c.n_logits_processors = 1;
+    c.batched_logits_processor = batched_fn;
+    c.n_threads = 2;
+    ifl_executor *ex;
+    char err[512];
+    CHECK_EQ(ifl_executor_create(&ex, model_path, &c, err), 0);
+    struct ifl_request r[3];
+    ifl_id ids[3];
+    for (int k = 0; k < 3; k++) {
+        greedy_req(&r[k], ONCE, 5, 5);
+        r[k].logits_post_processor = k == 2 ? "batched" : "force";
+        r[k].client_id = k == 0 ? 7 : 8;
+    }
+    CHECK_EQ(ifl_enqueue_many(ex, r, 3, ids, err), 0);
+    int32_t out[16], n;
+    collect(ex, ids[0], 0, out, &n, NULL, NULL, 0);
+    CHECK(n == 5 && out[0] == 77 && out[4] == 77);
+    collect(ex, ids[1], 0, out, &n, NULL, NULL, 0);
+    CHECK(n == 5 && !memcmp(out, GREEDY, sizeof(int32_t) * 5));
+    collect(ex, ids[2], 0, out, &n, NULL, NULL, 0);
+    CHECK(n == 5 && out[0] == 99 && out[4] == 99);
+    CHECK_EQ(atomic_load(&proc_calls), 10);
+    CHECK_EQ(atomic_load(&batched_rows), 5);
+    ifl_executor_destroy(ex, 0);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
@@ -533,6 +695,9 @@ int main(void)
     T_RUN(test_preemption_is_invisible);
     T_RUN(test_cancel_and_timeout);
     T_RUN(test_bad_requests);
+    T_RUN(test_stops);
+    T_RUN(test_sampling_controls);
+    T_RUN(test_logits_processors);
     T_RUN(test_destroy_wakes_waiters);
     T_RUN(test_stress);
     return t_done();

@@ -10,7 +10,7 @@
 #include "cli/cli.h"
 #include "core/timeutil.h"
 #include "kernels/kernels.h"
-#include "runtime/sample.h"
+#include "runtime/sampler.h"
 
 struct run_opts {
     struct cli_session_opts so;
@@ -18,7 +18,7 @@ struct run_opts {
     const char *ids_text;
     const char *logits_path;
     int64_t n_predict;
-    struct ifl_sampling samp;
+    struct ifl_sampling_config samp;
     int print_ids;
     int ignore_eos;
     int seed_given;
@@ -52,7 +52,11 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
     memset(o, 0, sizeof(*o));
     o->so.kv_type = IFL_TYPE_F16;
     o->n_predict = 128;
-    o->samp = (struct ifl_sampling){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f};
+    ifl_sampling_default(&o->samp);
+    o->samp.temperature = 0.8f;
+    o->samp.top_k = 40;
+    o->samp.top_p = 0.95f;
+    o->samp.min_p = 0.05f;
     int is_run = !strcmp(cmd, "run");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -168,7 +172,7 @@ int cmd_run(int argc, char **argv)
     int64_t n_prompt = 0;
     float *logits = NULL;
     char *piece = NULL;
-    struct ifl_sampler smp = {0};
+    struct ifl_sampler_state smp = {0};
     int status = 0;
     int32_t n_vocab = s.model->hp.n_vocab;
     if (tokenize_prompt(&s, o.prompt, &prompt, &n_prompt) || n_prompt == 0) {
@@ -182,11 +186,16 @@ int cmd_run(int argc, char **argv)
     }
     logits = malloc(sizeof(float) * (size_t)n_vocab);
     piece = malloc(IFL_DETOK_ROOM(s.vocab));
-    if (!logits || !piece || ifl_sampler_init(&smp, &o.samp, n_vocab, err)) {
-        fprintf(stderr, "inflight run: %s\n", err[0] ? err : "out of memory");
+    if (ifl_sampling_validate(&o.samp, n_vocab, err)) {
+        status = cli_usage_error("run", "%s", err);
+        goto done;
+    }
+    if (!logits || !piece || ifl_sampler_state_init(&smp, n_vocab)) {
+        fprintf(stderr, "inflight run: out of memory\n");
         status = 1;
         goto done;
     }
+    ifl_sampler_reset(&smp, &o.samp, prompt, (int32_t)n_prompt);
     double t0 = ifl_now_s();
     if (cli_session_eval(&s, prompt, n_prompt, 0, NULL, logits, err)) {
         fprintf(stderr, "inflight run: %s\n", err);
@@ -200,7 +209,8 @@ int cmd_run(int argc, char **argv)
     int32_t pos = (int32_t)n_prompt;
     int hit_ctx = 0;
     while (n_gen < o.n_predict) {
-        int32_t tok = ifl_sampler_sample(&smp, logits);
+        int32_t tok = ifl_sampler_pick(&o.samp, &smp, logits, NULL, NULL, 0);
+        ifl_sampler_accept(&o.samp, &smp, tok);
         n_gen++;
         int eog = ifl_vocab_is_eog(s.vocab, tok) && !o.ignore_eos;
         if (o.print_ids) {
@@ -239,7 +249,7 @@ int cmd_run(int argc, char **argv)
                 (long long)(n_gen - 1), (t2 - t1) * 1e3, (n_gen - 1) / (t2 - t1),
                 ifl_fwd_n_threads(s.fwd), ifl_kernels_best()->name);
 done:
-    ifl_sampler_deinit(&smp);
+    ifl_sampler_state_deinit(&smp);
     free(piece);
     free(logits);
     free(prompt);

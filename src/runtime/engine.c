@@ -26,6 +26,8 @@
 #include "core/err.h"
 #include "core/timeutil.h"
 #include "runtime/exec.h"
+#include "runtime/sampler.h"
+#include "runtime/stopstr.h"
 
 struct eseq {
     struct xreq *q;            /* NULL: free slot */
@@ -39,7 +41,9 @@ struct eseq {
     int32_t n_sent;            /* generated tokens already in a response */
     int32_t finish;            /* enum ifl_finish_reason; != 0 when done */
     int paused;                /* preempted; blocks dropped */
-    struct ifl_sampler smp;
+    struct ifl_sampling_config scfg; /* the request's, with this sample's seed */
+    struct ifl_sampler_state st;
+    struct ifl_stopstr *stop;  /* NULL without stop strings */
     float *logprobs;           /* [n_ctx] */
     struct ifl_top_logprob *tops; /* [n_ctx][IFL_MAX_TOP] */
     float cum_logprob;
@@ -72,6 +76,9 @@ struct engine {
     float *scratch;            /* [n_vocab] a copy of a row for forked samples */
     int32_t logit_cap;
     char *piece;               /* detokenizer output */
+    char *stopbuf;             /* stop-string matcher output */
+    int32_t *eog_ids;          /* the model's end-of-generation tokens */
+    int32_t n_eog;
     int64_t iteration;
     int64_t completed;
     struct ifl_kvc_stats kst;
@@ -148,8 +155,16 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     e->logits = malloc(sizeof(float) * (size_t)e->logit_cap * (size_t)ex->n_vocab);
     e->scratch = malloc(sizeof(float) * (size_t)ex->n_vocab);
     e->piece = malloc(IFL_DETOK_ROOM(ex->vocab));
+    /* a feed of one piece plus the longest hold: 64 stop strings of 256 bytes at most */
+    e->stopbuf = malloc(IFL_DETOK_ROOM(ex->vocab) + 64 * 256);
+    e->eog_ids = malloc(sizeof(int32_t) * (size_t)ex->n_vocab);
+    if (e->eog_ids)
+        for (int32_t t = 0; t < ex->n_vocab; t++)
+            if (ifl_vocab_is_eog(ex->vocab, t))
+                e->eog_ids[e->n_eog++] = t;
     if (!e->seqs || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->row_slot ||
-        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->piece)
+        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->piece ||
+        !e->stopbuf || !e->eog_ids)
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory");
     int32_t max_blocks = blocks_for_n(ex->n_ctx, bs) + 1;
     for (int32_t i = 0; i < e->n_slots; i++) {
@@ -159,10 +174,8 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
         s->tops = malloc(sizeof(*s->tops) * (size_t)ex->n_ctx * IFL_MAX_TOP);
         s->cap_text = 4096;
         s->text = malloc(s->cap_text);
-        struct ifl_sampling dflt = {.temperature = 0, .top_p = 1};
         if (!s->tokens || !s->logprobs || !s->tops || !s->text ||
-            ifl_kvc_seq_init(&s->kv, max_blocks) ||
-            ifl_sampler_init(&s->smp, &dflt, ex->n_vocab, NULL))
+            ifl_kvc_seq_init(&s->kv, max_blocks) || ifl_sampler_state_init(&s->st, ex->n_vocab))
             return ifl_err(err, IFL_ENOMEM, "engine: out of memory for %d sequences",
                            e->n_slots);
         e->tables[i] = s->kv.blocks;
@@ -184,7 +197,8 @@ void ifl_engine_free(struct ifl_executor *ex)
             struct eseq *s = &e->seqs[i];
             if (e->kvc && s->kv.blocks)
                 ifl_kvc_seq_release(e->kvc, &s->kv);
-            ifl_sampler_deinit(&s->smp);
+            ifl_sampler_state_deinit(&s->st);
+            ifl_stopstr_free(s->stop);
             free(s->tokens);
             free(s->logprobs);
             free(s->tops);
@@ -215,6 +229,8 @@ void ifl_engine_free(struct ifl_executor *ex)
     free(e->logits);
     free(e->scratch);
     free(e->piece);
+    free(e->stopbuf);
+    free(e->eog_ids);
     free(e);
     ex->eng = NULL;
 }
@@ -348,6 +364,25 @@ static void emit_unstarted(struct ifl_executor *ex, struct xreq *q, int32_t reas
 
 /* ---- sequences ---- */
 
+static void append_text(struct eseq *s, const char *p, size_t n);
+
+/* Passes n bytes of e->piece through the stop-string matcher into the
+ * sequence's pending text; `last` flushes what the matcher holds. Returns 1
+ * when a stop string matched. */
+static int push_text(struct engine *e, struct eseq *s, size_t n, int last)
+{
+    if (!s->stop) {
+        append_text(s, e->piece, n);
+        return 0;
+    }
+    size_t k = 0;
+    int hit = ifl_stopstr_feed(s->stop, e->piece, n, e->stopbuf, &k);
+    append_text(s, e->stopbuf, k);
+    if (last && !hit)
+        append_text(s, e->stopbuf, ifl_stopstr_flush(s->stop, e->stopbuf));
+    return hit;
+}
+
 static void append_text(struct eseq *s, const char *p, size_t n)
 {
     if (s->n_text + n > s->cap_text) {
@@ -362,7 +397,10 @@ static void append_text(struct eseq *s, const char *p, size_t n)
     s->n_text += n;
 }
 
-static void start_seq(struct ifl_executor *ex, struct eseq *s, struct xreq *q, int32_t index)
+/* Binds slot s to sample `index` of q. Its tokens must be set by the
+ * caller before sampling; the sampler is reset on the prompt here. Returns
+ * nonzero when the stop-string matcher cannot be made (out of memory). */
+static int start_seq(struct ifl_executor *ex, struct eseq *s, struct xreq *q, int32_t index)
 {
     s->q = q;
     s->index = index;
@@ -373,14 +411,16 @@ static void start_seq(struct ifl_executor *ex, struct eseq *s, struct xreq *q, i
     s->paused = 0;
     s->cum_logprob = 0;
     s->n_text = 0;
-    const struct ifl_sampling_config *sc = &q->r.sampling;
-    s->smp.cfg = (struct ifl_sampling){.temperature = sc->temperature,
-                                       .top_k = sc->top_k,
-                                       .top_p = sc->top_p,
-                                       .min_p = sc->min_p,
-                                       .seed = sc->seed + (uint64_t)index};
-    ifl_rng_seed(&s->smp.rng, sc->seed + (uint64_t)index);
+    s->scfg = q->r.sampling;
+    s->scfg.seed = q->r.sampling.seed + (uint64_t)index;
+    ifl_sampler_reset(&s->st, &s->scfg, q->input, q->r.n_input);
     ifl_detok_init(&s->dt, ex->vocab, 0);
+    ifl_stopstr_free(s->stop);
+    s->stop = NULL;
+    if (q->r.n_stop_strings &&
+        ifl_stopstr_create(&s->stop, q->r.stop_strings, q->r.n_stop_strings, NULL))
+        return IFL_ENOMEM;
+    return 0;
 }
 
 static int release_request_if_done(struct ifl_executor *ex, struct xreq *q)
@@ -402,10 +442,8 @@ static void finish_seq(struct ifl_executor *ex, struct eseq *s, int32_t reason)
     struct engine *e = ex->eng;
     struct xreq *q = s->q;
     s->finish = reason;
-    if (s->started) {
-        size_t k = ifl_detok_flush(&s->dt, e->piece);
-        append_text(s, e->piece, k);
-    }
+    if (s->started)
+        push_text(e, s, ifl_detok_flush(&s->dt, e->piece), 1);
     q->n_seqs_live--;
     emit(ex, s, q->n_seqs_live == 0);
     ifl_kvc_seq_reset(e->kvc, &s->kv);
@@ -524,9 +562,9 @@ static void admit(struct ifl_executor *ex)
         q->next = NULL;
         q->kv_reserved = need;
         e->reserved += need;
-        start_seq(ex, prim, q, 0);
         memcpy(prim->tokens, q->input, sizeof(int32_t) * (size_t)q->r.n_input);
         prim->n_tokens = prim->n_prompt = q->r.n_input;
+        int start_rc = start_seq(ex, prim, q, 0);
         (void)reused;
         for (int32_t k = 1; k < n; k++)
             for (int32_t i = 0; i < e->n_slots; i++)
@@ -544,6 +582,8 @@ static void admit(struct ifl_executor *ex)
         q->perf.first_scheduled_us = ifl_now_us();
         e->n_active_req++;
         admitted++;
+        if (start_rc)
+            finish_request(ex, q, IFL_FINISH_CANCELLED);
     }
     if (admitted) {
         pthread_mutex_lock(&ex->in_mu);
@@ -665,51 +705,27 @@ static int hits_stop_word(const struct eseq *s)
     return 0;
 }
 
-/* log-softmax statistics of a row: max and log of the sum of exp(x - max). */
-static void log_softmax_stats(const float *x, int32_t n, float *mx, double *lse)
-{
-    float m = x[0];
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > m)
-            m = x[i];
-    double s = 0;
-    for (int32_t i = 0; i < n; i++)
-        s += exp((double)x[i] - m);
-    *mx = m;
-    *lse = log(s);
-}
-
-static void top_logprobs(const float *x, int32_t n, float mx, double lse, int32_t k,
-                         struct ifl_top_logprob *out)
-{
-    int32_t have = 0;
-    for (int32_t i = 0; i < n; i++) {
-        float lp = (float)((double)x[i] - mx - lse);
-        if (have == k && lp <= out[k - 1].logprob)
-            continue;
-        int32_t j = have < k ? have++ : k - 1;
-        while (j > 0 && out[j - 1].logprob < lp) {
-            out[j] = out[j - 1];
-            j--;
-        }
-        out[j].token = i;
-        out[j].logprob = lp;
-    }
-}
-
-/* Samples the next token of s from row, then applies it. */
+/* Samples the next token of s from row (processed in place), then applies it. */
 static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row)
 {
     struct engine *e = ex->eng;
     struct xreq *q = s->q;
     int32_t n_vocab = ex->n_vocab;
-    for (int32_t i = 0; i < q->r.n_logit_bias; i++)
-        row[q->bias_ids[i]] += q->bias_vals[i];
-    float mx;
-    double lse;
-    log_softmax_stats(row, n_vocab, &mx, &lse);
-    int32_t tok = ifl_sampler_sample(&s->smp, row);
-    float lp = (float)((double)row[tok] - mx - lse);
+    struct ifl_sampler_extras x = {.end_ids = q->r.end_id >= 0 ? &q->r.end_id : e->eog_ids,
+                                   .n_end_ids = q->r.end_id >= 0 ? 1 : e->n_eog,
+                                   .bias_ids = q->bias_ids,
+                                   .bias_values = q->bias_vals,
+                                   .n_bias = q->r.n_logit_bias,
+                                   .bad_tokens = q->bad_tok,
+                                   .bad_lens = q->bad_len,
+                                   .n_bad = q->r.n_bad_words};
+    ifl_sampler_process(&s->scfg, &s->st, row, n_vocab, s->tokens, s->n_prompt,
+                        s->tokens + s->n_prompt, s->n_gen, &x);
+    float lp = 0;
+    int32_t n_top = q->r.output.top_log_probs;
+    int32_t tok = ifl_sampler_pick(&s->scfg, &s->st, row, &lp,
+                                   n_top ? s->tops + (size_t)s->n_gen * IFL_MAX_TOP : NULL, n_top);
+    ifl_sampler_accept(&s->scfg, &s->st, tok);
     int64_t now = ifl_now_us();
     if (!q->perf.first_token_us)
         q->perf.first_token_us = now;
@@ -721,15 +737,12 @@ static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row
     }
     s->tokens[s->n_tokens++] = tok;
     s->logprobs[s->n_gen] = lp;
-    if (q->r.output.top_log_probs > 0)
-        top_logprobs(row, n_vocab, mx, lse, q->r.output.top_log_probs,
-                     s->tops + (size_t)s->n_gen * IFL_MAX_TOP);
     s->n_gen++;
     s->cum_logprob += lp;
-    size_t k = ifl_detok_push(&s->dt, tok, e->piece);
-    append_text(s, e->piece, k);
     int32_t reason = 0;
-    if (q->r.n_stop_words && hits_stop_word(s))
+    if (push_text(e, s, ifl_detok_push(&s->dt, tok, e->piece), 0))
+        reason = IFL_FINISH_STOP_WORDS;
+    else if (q->r.n_stop_words && hits_stop_word(s))
         reason = IFL_FINISH_STOP_WORDS;
     else if (s->n_gen >= q->r.max_tokens || s->n_tokens >= ex->n_ctx)
         reason = IFL_FINISH_LENGTH;
@@ -749,8 +762,7 @@ static void fork_samples(struct ifl_executor *ex, struct eseq *prim, const float
         struct eseq *c = &e->seqs[i];
         if (c->q != prim->q || c->started)
             continue;
-        start_seq(ex, c, prim->q, c->index);
-        if (ifl_kvc_fork(e->kvc, &prim->kv, &c->kv)) {
+        if (start_seq(ex, c, prim->q, c->index) || ifl_kvc_fork(e->kvc, &prim->kv, &c->kv)) {
             finish_seq(ex, c, IFL_FINISH_CANCELLED);
             continue;
         }

@@ -21,7 +21,6 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "runtime/kvcache.h"
-#include "runtime/sample.h"
 #include "tokenizer/tokenizer.h"
 
 /* A request as the executor keeps it: a deep copy of the client's. */

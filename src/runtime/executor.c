@@ -18,6 +18,7 @@
 #include "core/err.h"
 #include "core/timeutil.h"
 #include "runtime/exec.h"
+#include "runtime/sampler.h"
 
 void ifl_executor_config_default(struct ifl_executor_config *c)
 {
@@ -39,17 +40,7 @@ void ifl_request_init(struct ifl_request *r)
     r->priority = 0.5f;
     r->num_return_sequences = 1;
     r->output.exclude_input_from_output = 1;
-    struct ifl_sampling_config *s = &r->sampling;
-    s->beam_width = 1;
-    s->top_p = 1.0f;
-    s->top_p_min = 1e-6f;
-    s->top_p_decay = 1.0f;
-    s->top_p_reset_ids = -1;
-    s->typical_p = 1.0f;
-    s->temperature = 1.0f;
-    s->repetition_penalty = 1.0f;
-    s->length_penalty = 1.0f;
-    s->early_stopping = 1;
+    ifl_sampling_default(&r->sampling);
 }
 
 /* ---- live-request table (out_mu held) ---- */
@@ -175,17 +166,23 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
                        "context of %d positions",
                        r->n_input, r->max_tokens, ex->n_ctx);
     const struct ifl_sampling_config *s = &r->sampling;
+    int rc = ifl_sampling_validate(s, ex->n_vocab, err);
+    if (rc)
+        return rc;
     if (s->beam_width != 1)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "sampling.beam_width: beam search is not available yet; use 1");
-    if (!(s->temperature >= 0 && s->temperature <= 100))
-        return ifl_err(err, IFL_EINVAL, "sampling.temperature: must be between 0 and 100");
-    if (!(s->top_p > 0 && s->top_p <= 1))
-        return ifl_err(err, IFL_EINVAL, "sampling.top_p: must be in (0, 1]");
-    if (s->top_k < 0)
-        return ifl_err(err, IFL_EINVAL, "sampling.top_k: must be >= 0");
-    if (!(s->min_p >= 0 && s->min_p <= 1))
-        return ifl_err(err, IFL_EINVAL, "sampling.min_p: must be in [0, 1]");
+    struct ifl_sampler_extras x = {.bias_ids = r->logit_bias_ids,
+                                   .bias_values = r->logit_bias_values,
+                                   .n_bias = r->n_logit_bias,
+                                   .bad_tokens = r->bad_words_tokens,
+                                   .bad_lens = r->bad_words_lens,
+                                   .n_bad = r->n_bad_words};
+    if (r->n_logit_bias < 0 || r->n_logit_bias > ex->n_vocab ||
+        (r->n_logit_bias && (!r->logit_bias_ids || !r->logit_bias_values)))
+        return ifl_err(err, IFL_EINVAL, "logit_bias: %d entries", r->n_logit_bias);
+    if ((rc = ifl_sampler_check_extras(&x, ex->n_vocab, err)))
+        return rc;
     if (r->num_return_sequences < 1 || r->num_return_sequences > ex->cfg.max_batch_size)
         return ifl_err(err, IFL_EINVAL, "num_return_sequences: %d (1..%d allowed)",
                        r->num_return_sequences, ex->cfg.max_batch_size);
@@ -203,7 +200,6 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
     if (r->output.return_hidden_states)
         return ifl_err(err, IFL_EUNSUPPORTED, "output.return_hidden_states: not available yet");
     int64_t total;
-    int rc;
     if ((rc = check_words(ex, "stop_words", r->stop_words_tokens, r->stop_words_lens,
                           r->n_stop_words, &total, err)) ||
         (rc = check_words(ex, "bad_words", r->bad_words_tokens, r->bad_words_lens,
@@ -216,16 +212,6 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
         size_t l = r->stop_strings[i] ? strlen(r->stop_strings[i]) : 0;
         if (l == 0 || l > 256)
             return ifl_err(err, IFL_EINVAL, "stop_strings[%d]: must have 1 to 256 bytes", i);
-    }
-    if (r->n_logit_bias < 0 || r->n_logit_bias > ex->n_vocab ||
-        (r->n_logit_bias && (!r->logit_bias_ids || !r->logit_bias_values)))
-        return ifl_err(err, IFL_EINVAL, "logit_bias: %d entries", r->n_logit_bias);
-    for (int32_t i = 0; i < r->n_logit_bias; i++) {
-        if (r->logit_bias_ids[i] < 0 || r->logit_bias_ids[i] >= ex->n_vocab)
-            return ifl_err(err, IFL_EINVAL, "logit_bias[%d]: token %d outside the vocabulary", i,
-                           r->logit_bias_ids[i]);
-        if (!isfinite(r->logit_bias_values[i]) && !(r->logit_bias_values[i] < 0))
-            return ifl_err(err, IFL_EINVAL, "logit_bias[%d]: value must be finite or -inf", i);
     }
     if (r->logits_post_processor && r->logits_post_processor[0]) {
         int found = !strcmp(r->logits_post_processor, "batched") && ex->cfg.batched_logits_processor;
