@@ -199,6 +199,11 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
                        r->output.top_log_probs);
     if (r->output.return_hidden_states)
         return ifl_err(err, IFL_EUNSUPPORTED, "output.return_hidden_states: not available yet");
+    if (r->output.return_context_logits)
+        return ifl_err(err, IFL_EUNSUPPORTED, "output.return_context_logits: not available yet");
+    if (r->output.return_generation_logits)
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "output.return_generation_logits: not available yet");
     int64_t total;
     if ((rc = check_words(ex, "stop_words", r->stop_words_tokens, r->stop_words_lens,
                           r->n_stop_words, &total, err)) ||
