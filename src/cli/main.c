@@ -21,6 +21,7 @@ static void usage(FILE *f)
                "  eval      -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [-t THREADS] [--kv-type T]\n"
                "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
                "  info      -m FILE\n"
+               "  bench     -m FILE [-p N] [-n N] [-c 1,4,8,16] [-r N] [-t N] [--json]\n"
                "  version\n\n"
                "Run 'inflight COMMAND --help' for a command's options.\n",
             ifl_version());
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
         return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench"))
+        return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("inflight %s\n", ifl_version());
         return 0;
