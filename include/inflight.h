@@ -134,8 +134,25 @@ struct ifl_executor_config {
     void *batched_logits_user;
 };
 
+/* Beam search (beam_width 2..16, at most max_batch_size): each step keeps
+ * the beam_width most likely continuations (by cumulative log-prob of the
+ * processed logits: bias, bad words, min_tokens and penalties apply, each
+ * beam penalised by its own tokens; logits post-processors see each beam's
+ * row). A beam that emits an end token becomes a finished hypothesis
+ * (length_penalty and early_stopping decide when the search ends, as in HF
+ * transformers: 1 stop when beam_width are finished, 0 a heuristic bound,
+ * 2 only when no live beam can beat them); at max_tokens the live beams
+ * join the hypotheses. temperature, top-k/p, min-p, typical-p, top-p decay
+ * and seed do not apply: beam search is deterministic. The request's one
+ * final response carries the best hypotheses ordered by score (see
+ * struct ifl_response). Not supported with beams (IFL_EUNSUPPORTED at
+ * enqueue): stop_strings, stop_words, output.top_log_probs. Width 1 is the
+ * plain sampling path (greedy at temperature 0). A beam search holds
+ * beam_width of the max_batch_size sequence slots; under
+ * guaranteed_no_evict its KV reservation covers every beam's whole length;
+ * preempted, all its beams are recomputed together. */
 struct ifl_sampling_config {
-    int32_t beam_width;         /* 1: sampling; > 1: beam search */
+    int32_t beam_width;         /* 1: sampling; 2..16: beam search */
     int32_t top_k;              /* 0: off */
     float top_p;                /* 1: off */
     float top_p_min;            /* floor of the decayed top_p (default 1e-6) */
@@ -155,16 +172,37 @@ struct ifl_sampling_config {
     int32_t ignore_eos;         /* keep generating past end tokens */
 };
 
+/* Logits and hidden states are raw model outputs: logits as the LM head
+ * computed them, before logits post-processors and the sampler's
+ * processing (bias, bans, penalties, temperature); the hidden state is the
+ * final RMSNorm's output (times its weight), the vector the LM head
+ * multiplies, so hidden . output_row[t] is logit t. All are bitwise the
+ * same whatever else shares the batch and however the prompt is chunked.
+ * They are allocated when the request is admitted (generation outputs:
+ * max_tokens rows per sequence; a beam search keeps every live beam's rows
+ * per step, beam_width * max_tokens); if that fails the request ends at
+ * once with status IFL_ENOMEM. */
 struct ifl_output_config {
     int32_t return_log_probs;     /* log-prob of each generated token */
-    int32_t top_log_probs;        /* and of this many top alternatives (0..20) */
-    int32_t return_context_logits;    /* logits of every prompt position */
-    int32_t return_generation_logits; /* logits of every generated position */
+    int32_t top_log_probs;        /* and of this many top alternatives (0..20; not with beams) */
+    /* context_logits in the first response: [n_input][n_vocab], row i the
+     * logits after prompt token i (predicting token i + 1; the last row is
+     * the one the first generated token came from). Such a request does not
+     * reuse prefix-cached KV blocks (every prompt row must be computed), and
+     * its prefill chunks are cut to the logits rows free in a step. */
+    int32_t return_context_logits;
+    /* generation_logits in each result: the raw row each returned generated
+     * token was chosen from ([n][n_vocab] for the n generated tokens the
+     * result carries; none for the prompt when it is included) */
+    int32_t return_generation_logits;
     int32_t exclude_input_from_output; /* output tokens without the prompt (default 1) */
     int32_t return_perf_metrics;
-    int32_t return_hidden_states; /* additional output "hidden_states": final hidden state of
-                                     each generated position (and of the prompt with
-                                     return_context_logits) */
+    /* additional output "hidden_states": each result's hidden_states
+     * [n][n_embd], the final hidden state from which each of its generated
+     * tokens was chosen; with return_context_logits also set, the first
+     * response's context_hidden_states [n_input][n_embd], row i the state
+     * after prompt token i */
+    int32_t return_hidden_states;
 };
 
 struct ifl_request {
@@ -191,7 +229,9 @@ struct ifl_request {
     int32_t n_logit_bias;
     uint64_t client_id;           /* echoed in responses */
     float priority;               /* 0..1 (default 0.5); higher is served first */
-    int32_t num_return_sequences; /* independent samples (default 1) */
+    int32_t num_return_sequences; /* independent samples (default 1); with beam search: how
+                                     many of the best hypotheses to return (1 means
+                                     beam_width; at most beam_width) */
     int64_t allotted_time_ms;     /* 0: no limit */
     int32_t return_all_generated_tokens; /* streaming: every response carries all tokens so far */
     const char *logits_post_processor; /* a registered name, "batched", or NULL */
@@ -206,18 +246,24 @@ struct ifl_top_logprob {
     float logprob;
 };
 
-/* The result for one sequence (a beam, or one of num_return_sequences). */
+/* The result for one sequence (a beam hypothesis, or one of
+ * num_return_sequences). With the prompt included (not streaming and
+ * exclude_input_from_output 0) tokens starts with it, while log_probs,
+ * generation_logits and hidden_states cover the generated tokens only. */
 struct ifl_sequence_result {
-    int32_t *tokens;              /* new tokens in this response (or all so far; see request) */
+    int32_t *tokens;              /* new tokens in this response (or all so far; see request);
+                                     a beam hypothesis keeps the end token that finished it */
     int32_t n_tokens;
-    float *log_probs;             /* [n_tokens] when asked, else NULL */
+    float *log_probs;             /* [generated tokens] when asked, else NULL */
     struct ifl_top_logprob *top_log_probs; /* [n_tokens][n_top] when asked */
     int32_t n_top;
-    float cum_log_prob;
-    float score;                  /* beams: cum_log_prob / length^length_penalty */
+    float cum_log_prob;           /* sum of the generated tokens' log-probs */
+    float score;                  /* beams: cum_log_prob / length^length_penalty, length =
+                                     generated tokens (end token included); else
+                                     cum_log_prob */
     int32_t finish_reason;        /* enum ifl_finish_reason */
-    float *generation_logits;     /* [n_tokens][n_vocab] when asked */
-    float *hidden_states;         /* [n_tokens][n_embd] when asked */
+    float *generation_logits;     /* [generated tokens][n_vocab] when asked */
+    float *hidden_states;         /* [generated tokens][n_embd] when asked */
     char *text;                   /* the new tokens as text, NUL-terminated: whole UTF-8
                                      characters only; with stop strings, text that may begin
                                      one is held back until resolved, and a matched stop
@@ -243,9 +289,15 @@ struct ifl_response {
     int32_t is_final;             /* the last response of this request */
     int32_t sequence_index;       /* num_return_sequences: which sample this is */
     int32_t is_sequence_final;    /* the last response of that sample */
-    int32_t n_results;            /* beams: beam_width results ordered by score; else 1 */
+    /* beam search: n_results hypotheses, best score first, all in the one
+     * final response (num_return_sequences of them when > 1, else
+     * beam_width; fewer if cancelled early), text detokenized from each
+     * hypothesis's tokens; a streaming beam request also gets only that
+     * final response. Otherwise 1. */
+    int32_t n_results;
     struct ifl_sequence_result *results;
-    float *context_logits;        /* [n_input][n_vocab] when asked (first response) */
+    float *context_logits;        /* [n_input][n_vocab] when asked (first response, once the
+                                     whole prompt was computed) */
     float *context_hidden_states; /* [n_input][n_embd] when asked (first response) */
     int32_t n_vocab;
     int32_t n_embd;

@@ -15,6 +15,8 @@
 
 #include "core/rng.h"
 #include "inflight.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
 #include "t.h"
 
 static char model_path[600];
@@ -684,6 +686,538 @@ static void test_logits_processors(void)
     ifl_executor_destroy(ex, 0);
 }
 
+
+/* ---------------- beam search ---------------- */
+
+/* The final response of id (earlier ones are dropped); NULL on error. */
+static struct ifl_response *await_final(ifl_executor *ex, ifl_id id)
+{
+    for (;;) {
+        struct ifl_response *r;
+        int32_t got = 0;
+        int rc = ifl_await(ex, &id, 1, 30000, &r, 1, &got);
+        if (rc || !got) {
+            CHECK_MSG(0, "await %llu: %s", (unsigned long long)id, ifl_strerror(rc));
+            return NULL;
+        }
+        if (r->is_final)
+            return r;
+        ifl_response_free(r);
+    }
+}
+
+static struct ifl_response *run_one(ifl_executor *ex, const struct ifl_request *r)
+{
+    ifl_id id;
+    char err[512] = "";
+    int rc = ifl_enqueue(ex, r, &id, err);
+    CHECK_MSG(rc == 0, "enqueue: %s", err);
+    return rc ? NULL : await_final(ex, id);
+}
+
+static void beam_req(struct ifl_request *r, const int32_t *ids, int32_t n, int32_t max_tokens,
+                     int32_t width)
+{
+    greedy_req(r, ids, n, max_tokens);
+    r->sampling.beam_width = width;
+    r->output.return_log_probs = 1;
+}
+
+/* The same results, bitwise: tokens, log-probs, scores. */
+static int same_results(const struct ifl_response *a, const struct ifl_response *b)
+{
+    if (!a || !b || a->n_results != b->n_results)
+        return 0;
+    for (int32_t i = 0; i < a->n_results; i++) {
+        const struct ifl_sequence_result *x = &a->results[i], *y = &b->results[i];
+        if (x->n_tokens != y->n_tokens || x->finish_reason != y->finish_reason ||
+            memcmp(x->tokens, y->tokens, sizeof(int32_t) * (size_t)x->n_tokens) ||
+            memcmp(&x->cum_log_prob, &y->cum_log_prob, sizeof(float)) ||
+            memcmp(&x->score, &y->score, sizeof(float)))
+            return 0;
+        if ((x->log_probs == NULL) != (y->log_probs == NULL) ||
+            (x->log_probs && memcmp(x->log_probs, y->log_probs, sizeof(float) * (size_t)x->n_tokens)))
+            return 0;
+    }
+    return 1;
+}
+
+static void test_beam_search(void)
+{
+    ifl_executor *ex = open_ex(16, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    struct ifl_request r;
+    /* width 1 is greedy */
+    beam_req(&r, ONCE, 5, 32, 1);
+    struct ifl_response *g = run_one(ex, &r);
+    if (g) {
+        CHECK_EQ(g->n_results, 1);
+        CHECK_EQ(g->results[0].n_tokens, 32);
+        CHECK(!memcmp(g->results[0].tokens, GREEDY, sizeof(int32_t) * 32));
+    }
+    /* width 4 with an end token (295, "k", ends "park" and friends after a
+     * few words): 4 results by score, length penalty applied */
+    beam_req(&r, ONCE, 5, 64, 4);
+    r.sampling.ignore_eos = 0;
+    r.end_id = 295;
+    r.sampling.length_penalty = 0.7f;
+    r.sampling.early_stopping = 0;
+    struct ifl_response *b = run_one(ex, &r);
+    if (b) {
+        int n_end = 0;
+        CHECK_EQ(b->status, 0);
+        CHECK_EQ(b->n_results, 4);
+        CHECK(b->is_final && b->is_sequence_final);
+        for (int32_t i = 0; i < b->n_results; i++) {
+            const struct ifl_sequence_result *x = &b->results[i];
+            CHECK(x->n_tokens >= 1 && x->n_tokens <= 64);
+            double sum = 0;
+            for (int32_t k = 0; k < x->n_tokens; k++)
+                sum += x->log_probs[k];
+            CHECK_NEAR(sum, x->cum_log_prob, 1e-3);
+            double want = x->cum_log_prob / pow((double)x->n_tokens, 0.7);
+            CHECK_NEAR(x->score, want, 1e-4 * fabs(want) + 1e-6);
+            CHECK(x->finish_reason == IFL_FINISH_END_ID || x->finish_reason == IFL_FINISH_LENGTH);
+            if (x->finish_reason == IFL_FINISH_END_ID) {
+                CHECK_EQ(x->tokens[x->n_tokens - 1], 295); /* the end token is kept */
+                n_end++;
+            }
+            if (i > 0)
+                CHECK(b->results[i - 1].score >= x->score);
+            CHECK(x->text != NULL && x->n_text > 0);
+            if (i > 0) /* distinct hypotheses */
+                CHECK(x->n_tokens != b->results[0].n_tokens ||
+                      memcmp(x->tokens, b->results[0].tokens, sizeof(int32_t) * (size_t)x->n_tokens));
+        }
+        CHECK_MSG(n_end >= 2, "%d results ended on the end token", n_end);
+        /* lengths differ, and the penalty ranks a longer, less likely
+         * hypothesis above a shorter one */
+        int reordered = 0;
+        for (int32_t i = 1; i < b->n_results; i++)
+            reordered |= b->results[i - 1].cum_log_prob < b->results[i].cum_log_prob;
+        CHECK(reordered);
+    }
+    /* beam search finds a sequence at least as likely as greedy's (same
+     * length, no end tokens, no length penalty) */
+    greedy_req(&r, ONCE, 5, 24);
+    r.output.return_log_probs = 1;
+    struct ifl_response *gl = run_one(ex, &r);
+    beam_req(&r, ONCE, 5, 24, 4);
+    r.sampling.length_penalty = 0;
+    struct ifl_response *bl = run_one(ex, &r);
+    if (gl && bl) {
+        double sum = 0;
+        for (int32_t k = 0; k < gl->results[0].n_tokens; k++)
+            sum += gl->results[0].log_probs[k];
+        CHECK_EQ(bl->results[0].n_tokens, 24);
+        CHECK_MSG(bl->results[0].cum_log_prob >= sum - 1e-4, "beam %g < greedy %g",
+                  bl->results[0].cum_log_prob, sum);
+        /* num_return_sequences = 2: the best two of the same search */
+        r.num_return_sequences = 2;
+        struct ifl_response *two = run_one(ex, &r);
+        if (two) {
+            CHECK_EQ(two->n_results, 2);
+            struct ifl_response cut = *bl;
+            cut.n_results = 2;
+            CHECK(same_results(two, &cut));
+        }
+        ifl_response_free(two);
+        /* streaming beams: one final response only, with the same results */
+        r.num_return_sequences = 1;
+        r.streaming = 1;
+        ifl_id id;
+        CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+        struct ifl_response *st = NULL;
+        int32_t got = 0;
+        CHECK_EQ(ifl_await(ex, &id, 1, 30000, &st, 1, &got), 0);
+        if (got) {
+            CHECK(st->is_final);
+            CHECK(same_results(st, bl));
+            ifl_response_free(st);
+        }
+    }
+    /* unsupported combinations are refused with a message */
+    char err[512];
+    ifl_id id;
+    beam_req(&r, ONCE, 5, 8, 4);
+    const char *stops[1] = {"x"};
+    r.stop_strings = stops;
+    r.n_stop_strings = 1;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EUNSUPPORTED);
+    CHECK(strstr(err, "beam") != NULL);
+    beam_req(&r, ONCE, 5, 8, 4);
+    r.num_return_sequences = 5;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
+    beam_req(&r, ONCE, 5, 8, 4);
+    r.output.top_log_probs = 2;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EUNSUPPORTED);
+    ifl_response_free(g);
+    ifl_response_free(b);
+    ifl_response_free(gl);
+    ifl_response_free(bl);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* A beam search alone, then among 16 other requests (sampling and beams)
+ * with chunked prefill and two threads: the same results, bitwise. Then
+ * under max_utilization with a KV pool too small for everyone, where the
+ * low-priority beam search is preempted and recomputed. */
+static void test_beam_invariance(void)
+{
+    struct ifl_response *ref = NULL;
+    for (int round = 0; round < 3; round++) {
+        struct ifl_executor_config c;
+        ifl_executor_config_default(&c);
+        c.max_num_tokens = round == 1 ? 7 : 512;
+        c.n_threads = round ? 2 : 1;
+        c.n_ctx = 256;
+        c.kv_type = IFL_KV_F32;
+        if (round == 2) {
+            c.sched_policy = IFL_SCHED_MAX_UTILIZATION;
+            c.kv_cache_tokens = 512;
+            c.max_batch_size = 20;
+        }
+        ifl_executor *ex;
+        char err[512];
+        CHECK_EQ(ifl_executor_create(&ex, model_path, &c, err), 0);
+        struct ifl_request r;
+        beam_req(&r, ONCE, 5, 60, 4);
+        r.sampling.ignore_eos = 0;
+        r.sampling.early_stopping = 2;
+        r.sampling.repetition_penalty = 1.3f; /* penalties apply per beam */
+        r.output.return_generation_logits = 1;
+        r.priority = 0.2f;
+        r.output.return_perf_metrics = 1;
+        ifl_id id;
+        if (round == 0) {
+            ref = run_one(ex, &r);
+            ifl_executor_destroy(ex, 0);
+            continue;
+        }
+        int32_t prompts[16][40];
+        struct ifl_request others[16];
+        ifl_id oid[16];
+        struct ifl_rng g;
+        ifl_rng_seed(&g, 21);
+        for (int k = 0; k < 16; k++) {
+            int len = 3 + (int)(ifl_rng_next(&g) % 30);
+            prompts[k][0] = 1;
+            for (int i = 1; i < len; i++)
+                prompts[k][i] = 3 + (int)(ifl_rng_next(&g) % 500);
+            greedy_req(&others[k], prompts[k], len, round == 2 ? 90 : 30 + k * 4);
+            others[k].sampling.temperature = 0.8f;
+            others[k].sampling.seed = (uint64_t)k;
+            others[k].priority = 0.8f;
+            if (k % 5 == 0) {
+                others[k].sampling.beam_width = 2 + k % 3;
+                others[k].sampling.ignore_eos = 0;
+            }
+        }
+        if (round == 2) {
+            /* the beam search runs first; the others, of higher priority,
+             * then need its blocks */
+            CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+            for (int i = 0; i < 5000; i++) {
+                struct ifl_request_stats rs;
+                if (ifl_get_request_stats(ex, id, &rs) == 0 && rs.n_generated >= 4)
+                    break;
+                struct timespec ts = {0, 200 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            CHECK_EQ(ifl_enqueue_many(ex, others, 16, oid, err), 0);
+        } else {
+            CHECK_EQ(ifl_enqueue_many(ex, others, 8, oid, err), 0);
+            CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+            CHECK_EQ(ifl_enqueue_many(ex, others + 8, 8, oid + 8, err), 0);
+        }
+        struct ifl_response *got = await_final(ex, id);
+        CHECK_MSG(same_results(got, ref), "round %d: beam results differ under load", round);
+        if (got && ref && got->n_results == ref->n_results)
+            for (int32_t i = 0; i < got->n_results; i++)
+                CHECK(!memcmp(got->results[i].generation_logits, ref->results[i].generation_logits,
+                              sizeof(float) * 512 * (size_t)got->results[i].n_tokens));
+        if (round == 2 && got)
+            CHECK_MSG(got->perf.preemptions >= 1, "preemptions %d", got->perf.preemptions);
+        ifl_response_free(got);
+        for (int k = 0; k < 16; k++)
+            ifl_response_free(await_final(ex, oid[k]));
+        struct ifl_iteration_stats st;
+        ifl_get_iteration_stats(ex, &st);
+        ifl_executor_destroy(ex, 0);
+    }
+    /* every hypothesis's first token came from the prompt's row */
+    if (ref)
+        for (int32_t i = 0; i < ref->n_results; i++) {
+            const float *row = ref->results[i].generation_logits;
+            CHECK(row != NULL);
+            if (!row)
+                continue;
+            for (int32_t i2 = 0; i2 < ref->n_results; i2++)
+                CHECK(!memcmp(row, ref->results[i2].generation_logits, sizeof(float) * 512));
+        }
+    ifl_response_free(ref);
+}
+
+static void test_beam_cancel(void)
+{
+    ifl_executor *ex = open_ex(8, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    struct ifl_request r;
+    beam_req(&r, ONCE, 5, 480, 4);
+    ifl_id id;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    /* wait until it generates, then cancel */
+    for (int i = 0; i < 2000; i++) {
+        struct ifl_request_stats rs;
+        if (ifl_get_request_stats(ex, id, &rs) == 0 && rs.n_generated >= 3)
+            break;
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK_EQ(ifl_cancel(ex, id), 0);
+    struct ifl_response *f = await_final(ex, id);
+    if (f) {
+        CHECK(f->is_final);
+        CHECK(f->n_results >= 1);
+        CHECK_EQ(f->results[0].finish_reason, IFL_FINISH_CANCELLED);
+        CHECK(f->results[0].n_tokens < 480);
+        ifl_response_free(f);
+    }
+    /* cancelled while waiting: one final response */
+    struct ifl_request many[9];
+    ifl_id ids[9];
+    for (int k = 0; k < 9; k++)
+        beam_req(&many[k], ONCE, 5, 200, 4);
+    CHECK_EQ(ifl_enqueue_many(ex, many, 9, ids, NULL), 0);
+    CHECK_EQ(ifl_cancel(ex, ids[8]), 0);
+    for (int k = 0; k < 9; k++) {
+        struct ifl_response *x = await_final(ex, ids[k]);
+        if (x && k == 8)
+            CHECK_EQ(x->results[0].finish_reason, IFL_FINISH_CANCELLED);
+        ifl_response_free(x);
+        CHECK_EQ(ifl_num_responses_ready(ex, ids[k]), 0);
+    }
+    ifl_executor_destroy(ex, 1);
+}
+
+/* ---------------- logits and hidden states ---------------- */
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static void test_generation_and_context_logits(void)
+{
+    ifl_executor *ex = open_ex(16, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    const int32_t nv = 512;
+    int32_t prompt[150];
+    struct ifl_rng g;
+    ifl_rng_seed(&g, 8);
+    prompt[0] = 1;
+    for (int i = 1; i < 150; i++)
+        prompt[i] = 3 + (int)(ifl_rng_next(&g) % 500);
+    /* generation logits: argmax is the greedy token, streamed or not */
+    struct ifl_request r;
+    for (int streaming = 0; streaming < 2; streaming++) {
+        greedy_req(&r, ONCE, 5, 12);
+        r.output.return_generation_logits = 1;
+        r.streaming = streaming;
+        ifl_id id;
+        CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+        int32_t n = 0, final = 0;
+        while (!final) {
+            struct ifl_response *x;
+            int32_t got;
+            if (ifl_await(ex, &id, 1, 30000, &x, 1, &got))
+                break;
+            const struct ifl_sequence_result *s = &x->results[0];
+            CHECK(s->n_tokens == 0 || s->generation_logits != NULL);
+            for (int32_t k = 0; k < s->n_tokens && s->generation_logits; k++)
+                CHECK_EQ(argmax(s->generation_logits + (size_t)k * nv, nv), GREEDY[n + k]);
+            n += s->n_tokens;
+            CHECK(x->context_logits == NULL);
+            final = x->is_final;
+            ifl_response_free(x);
+        }
+        CHECK_EQ(n, 12);
+    }
+    /* context logits of a 150-token prompt (more rows than the 64 logits rows
+     * of a step: its prefill is cut into chunks) */
+    greedy_req(&r, prompt, 150, 4);
+    r.output.return_context_logits = 1;
+    r.output.return_generation_logits = 1;
+    r.output.return_perf_metrics = 1;
+    struct ifl_response *a = run_one(ex, &r);
+    /* the same prompt again: no prefix reuse, identical rows */
+    struct ifl_response *a2 = run_one(ex, &r);
+    if (a && a2) {
+        CHECK(a->context_logits != NULL);
+        CHECK_EQ(a->n_vocab, nv);
+        CHECK_EQ(a2->perf.kv_blocks_reused, 0);
+        CHECK(!memcmp(a->context_logits, a2->context_logits, sizeof(float) * 150 * nv));
+        /* the last prompt row predicted the first token */
+        CHECK(!memcmp(a->context_logits + (size_t)149 * nv, a->results[0].generation_logits,
+                      sizeof(float) * nv));
+        /* a prefix prompt's first generation row is the matching context row */
+        for (int cut = 1; cut <= 150; cut += 37) {
+            struct ifl_request p;
+            greedy_req(&p, prompt, cut, 1);
+            p.output.return_generation_logits = 1;
+            struct ifl_response *x = run_one(ex, &p);
+            if (x) {
+                CHECK_MSG(!memcmp(x->results[0].generation_logits,
+                                  a->context_logits + (size_t)(cut - 1) * nv, sizeof(float) * nv),
+                          "prefix %d", cut);
+                ifl_response_free(x);
+            }
+        }
+    }
+    ifl_response_free(a2);
+    ifl_executor_destroy(ex, 0);
+    /* chunked by max_num_tokens = 7, among other requests: the same rows */
+    struct ifl_executor_config c;
+    ifl_executor_config_default(&c);
+    c.max_num_tokens = 7;
+    c.n_threads = 2;
+    c.kv_type = IFL_KV_F32;
+    c.n_ctx = 512;
+    char err[512];
+    CHECK_EQ(ifl_executor_create(&ex, model_path, &c, err), 0);
+    struct ifl_request others[4];
+    ifl_id oid[4], id;
+    for (int k = 0; k < 4; k++) {
+        greedy_req(&others[k], prompt + 10 * k, 20, 10);
+        others[k].output.return_context_logits = k % 2;
+    }
+    CHECK_EQ(ifl_enqueue_many(ex, others, 2, oid, err), 0);
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+    CHECK_EQ(ifl_enqueue_many(ex, others + 2, 2, oid + 2, err), 0);
+    struct ifl_response *b = await_final(ex, id);
+    if (a && b) {
+        CHECK(b->context_logits && !memcmp(a->context_logits, b->context_logits,
+                                           sizeof(float) * 150 * nv));
+        CHECK(same_results(a, b));
+    }
+    for (int k = 0; k < 4; k++) {
+        struct ifl_response *x = await_final(ex, oid[k]);
+        if (x)
+            CHECK((x->context_logits != NULL) == (k % 2));
+        ifl_response_free(x);
+    }
+    ifl_response_free(a);
+    ifl_response_free(b);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Hidden states: h . W_out[token] is the token's raw logit; the last
+ * context row is the state that produced the first token; the same alone
+ * and in a batch; beams carry them per result. */
+static void test_hidden_states(void)
+{
+    struct ifl_model *m = NULL;
+    char err[512];
+    CHECK_EQ(ifl_model_load(&m, model_path, err), 0);
+    if (!m)
+        return;
+    const int32_t nv = 512, ne = m->hp.n_embd;
+    CHECK_EQ(ne, 64);
+    float *w = malloc(sizeof(float) * (size_t)nv * (size_t)ne);
+    for (int32_t t = 0; t < nv; t++)
+        ifl_kernels_ref()->dequant[m->output.type]((const char *)m->output.data +
+                                                       (size_t)t * m->output.row_bytes,
+                                                   w + (size_t)t * ne, ne);
+    ifl_executor *ex = open_ex(16, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, 16);
+    r.output.return_hidden_states = 1;
+    r.output.return_generation_logits = 1;
+    r.output.return_context_logits = 1;
+    struct ifl_response *a = run_one(ex, &r);
+    if (a) {
+        const struct ifl_sequence_result *s = &a->results[0];
+        CHECK_EQ(a->n_embd, ne);
+        CHECK(s->hidden_states != NULL && a->context_hidden_states != NULL);
+        for (int32_t k = 0; k < s->n_tokens && s->hidden_states; k++)
+            for (int32_t t = 0; t < nv; t += 37) {
+                double d = 0;
+                for (int32_t i = 0; i < ne; i++)
+                    d += (double)s->hidden_states[(size_t)k * ne + i] * w[(size_t)t * ne + i];
+                CHECK_NEAR(d, s->generation_logits[(size_t)k * nv + t], 1e-4);
+            }
+        if (a->context_hidden_states && s->hidden_states)
+            CHECK(!memcmp(a->context_hidden_states + (size_t)4 * ne, s->hidden_states,
+                          sizeof(float) * (size_t)ne));
+    }
+    /* in a batch with others: bitwise the same */
+    struct ifl_request rs[6];
+    ifl_id ids[6];
+    int32_t pr[6][8];
+    for (int k = 0; k < 6; k++) {
+        for (int i = 0; i < 8; i++)
+            pr[k][i] = i == 0 ? 1 : 20 + 30 * k + i;
+        greedy_req(&rs[k], pr[k], 8, 20);
+        rs[k].output.return_hidden_states = k % 2;
+    }
+    rs[3] = r;
+    CHECK_EQ(ifl_enqueue_many(ex, rs, 6, ids, err), 0);
+    struct ifl_response *b = await_final(ex, ids[3]);
+    if (a && b) {
+        CHECK(same_results(a, b));
+        CHECK(!memcmp(a->results[0].hidden_states, b->results[0].hidden_states,
+                      sizeof(float) * 16 * (size_t)ne));
+        CHECK(!memcmp(a->context_hidden_states, b->context_hidden_states,
+                      sizeof(float) * 5 * (size_t)ne));
+    }
+    for (int k = 0; k < 6; k++)
+        if (k != 3)
+            ifl_response_free(await_final(ex, ids[k]));
+    /* beams: each result's rows are the ones its tokens came from; with no
+     * processing, log_softmax(row)[token] is the token's log-prob */
+    beam_req(&r, ONCE, 5, 20, 3);
+    r.sampling.ignore_eos = 0;
+    r.output.return_hidden_states = 1;
+    r.output.return_generation_logits = 1;
+    r.output.return_context_logits = 0;
+    struct ifl_response *bm = run_one(ex, &r);
+    if (bm) {
+        CHECK_EQ(bm->n_results, 3);
+        for (int32_t i = 0; i < bm->n_results; i++) {
+            const struct ifl_sequence_result *s = &bm->results[i];
+            CHECK(s->generation_logits && s->hidden_states);
+            if (!s->generation_logits || !s->hidden_states)
+                continue;
+            for (int32_t k = 0; k < s->n_tokens; k++) {
+                const float *row = s->generation_logits + (size_t)k * nv;
+                double mx = row[argmax(row, nv)], sum = 0;
+                for (int32_t t = 0; t < nv; t++)
+                    sum += exp((double)row[t] - mx);
+                double lp = row[s->tokens[k]] - mx - log(sum);
+                CHECK_NEAR(lp, s->log_probs[k], 1e-4);
+                double d = 0;
+                for (int32_t e2 = 0; e2 < ne; e2++)
+                    d += (double)s->hidden_states[(size_t)k * ne + e2] *
+                         w[(size_t)s->tokens[k] * ne + e2];
+                CHECK_NEAR(d, row[s->tokens[k]], 1e-4);
+            }
+        }
+        ifl_response_free(bm);
+    }
+    ifl_response_free(a);
+    ifl_response_free(b);
+    ifl_executor_destroy(ex, 0);
+    free(w);
+    ifl_model_free(m);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
@@ -698,6 +1232,11 @@ int main(void)
     T_RUN(test_stops);
     T_RUN(test_sampling_controls);
     T_RUN(test_logits_processors);
+    T_RUN(test_beam_search);
+    T_RUN(test_beam_invariance);
+    T_RUN(test_beam_cancel);
+    T_RUN(test_generation_and_context_logits);
+    T_RUN(test_hidden_states);
     T_RUN(test_destroy_wakes_waiters);
     T_RUN(test_stress);
     return t_done();

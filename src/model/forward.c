@@ -16,7 +16,8 @@
  *             att = softmax(q K^T / sqrt(head_dim)) V over positions 0..pos
  *             x += att Wo
  *             xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
- * Then, for rows that want logits: logits = rmsnorm(x) * out_norm Wout.
+ * Then, for rows that want logits: logits = rmsnorm(x) * out_norm Wout
+ * (and, when the batch asks, that normed row is copied out as the hidden state).
  */
 #include "model/forward.h"
 
@@ -518,9 +519,12 @@ static void step(void *arg, int ith, int nth)
         return;
     long olo, ohi;
     ifl_pool_split(j->n_out, ith, nth, &olo, &ohi);
-    for (long i = olo; i < ohi; i++)
+    for (long i = olo; i < ohi; i++) {
         rmsnorm(f->xn + i * n_embd, f->x + (size_t)f->out_rows[i] * n_embd, m->out_norm, n_embd,
                 hp->rms_eps);
+        if (b->hidden)
+            memcpy(b->hidden + i * n_embd, f->xn + i * n_embd, sizeof(float) * (size_t)n_embd);
+    }
     ifl_pool_barrier(f->pool);
     memo.src = NULL;
     mm(j, ith, nth, &memo, &m->output, f->xn, j->n_out, j->logits);

@@ -55,6 +55,11 @@ struct ifl_batch {
     const int32_t *pos;     /* [n_rows] position of each row in its sequence */
     const int32_t *seq;     /* [n_rows] index into block_tables */
     const uint8_t *logits;  /* [n_rows] 1: compute this row's logits */
+    /* optional output, NULL for none: [n_logit_rows][n_embd], the final
+     * hidden state (the output of the last RMSNorm, times out_norm: what the
+     * LM head multiplies) of each row with logits[r] set, in row order like
+     * the logits */
+    float *hidden;
     int32_t n_seqs;
     const int32_t *const *block_tables; /* [n_seqs] -> block ids */
     const int32_t *n_blocks;            /* [n_seqs] length of each table */

@@ -25,6 +25,7 @@
 
 #include "core/err.h"
 #include "core/timeutil.h"
+#include "runtime/beam.h"
 #include "runtime/exec.h"
 #include "runtime/sampler.h"
 #include "runtime/stopstr.h"
@@ -51,7 +52,40 @@ struct eseq {
     char *text;                /* text not yet in a response */
     size_t n_text, cap_text;
     int64_t held_blocks;       /* guaranteed_no_evict: blocks still reserved for it */
+    /* outputs asked for, allocated when the slot is bound to a request */
+    float *glog;               /* [max(1, max_tokens)][n_vocab] raw logits of each token */
+    float *ghid;               /* [max(1, max_tokens)][n_embd] hidden state of each token */
+    int32_t beam_j;            /* beam requests: this slot's live beam index */
 };
+
+/* Beam search state of one request (beam_width > 1). Its W slots: live
+ * beam j runs in slot[j]; the others are held unstarted for later forks.
+ * A step of the search happens once every live beam's row is ready, so a
+ * beam that lags (preempted and recomputing, or left out of a full step)
+ * only delays its request. The trace (only with generation logits or
+ * hidden states) keeps every live beam's raw row per step and the tree of
+ * parents, from which each finished hypothesis's rows are read back. */
+struct ebeam {
+    struct ifl_beam b;
+    int32_t width;
+    int32_t n_ret;             /* results to return (top n_ret hypotheses) */
+    int32_t max_len;
+    int32_t slot[IFL_BEAM_MAX_WIDTH]; /* live beam -> engine slot */
+    int32_t all[IFL_BEAM_MAX_WIDTH];  /* every slot the request holds */
+    uint8_t ready[IFL_BEAM_MAX_WIDTH];
+    float *rows;               /* [width][n_vocab] processed rows of this step */
+    float *tlog;               /* [max_len][width][n_vocab] raw row of live beam j at step t */
+    float *thid;               /* [max_len][width][n_embd] */
+    int32_t *tpar;             /* [max_len][width] live beam i after step t came from tpar[t][i] */
+    int32_t *ttok;             /* [max_len][width] ... with token ttok[t][i] */
+    int32_t *tlive;            /* [max_len + 1] live beams at step t */
+};
+
+/* logits rows of a step: what each is for */
+#define ROW_SAMPLE 1 /* the next token of its sequence is chosen from it */
+#define ROW_CTX 2    /* a prompt position of a request asking for context logits */
+
+static void req_free_outputs(struct xreq *q);
 
 #define IFL_MAX_TOP 20
 
@@ -74,6 +108,11 @@ struct engine {
     int32_t *n_blocks;         /* [n_slots] */
     float *logits;             /* [logit_cap][n_vocab] */
     float *scratch;            /* [n_vocab] a copy of a row for forked samples */
+    float *hidden;             /* [logit_cap][n_embd] final hidden state of each logits row */
+    uint8_t *row_flag;         /* logits row -> ROW_SAMPLE | ROW_CTX */
+    int32_t *row_pos;          /* logits row -> its position */
+    int want_hidden;           /* this step's batch asks for hidden states */
+    int32_t n_embd;
     int32_t logit_cap;
     char *piece;               /* detokenizer output */
     char *stopbuf;             /* stop-string matcher output */
@@ -154,6 +193,10 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     e->n_blocks = calloc((size_t)e->n_slots, sizeof(int32_t));
     e->logits = malloc(sizeof(float) * (size_t)e->logit_cap * (size_t)ex->n_vocab);
     e->scratch = malloc(sizeof(float) * (size_t)ex->n_vocab);
+    e->n_embd = hp->n_embd;
+    e->hidden = malloc(sizeof(float) * (size_t)e->logit_cap * (size_t)hp->n_embd);
+    e->row_flag = malloc(R);
+    e->row_pos = malloc(sizeof(int32_t) * R);
     e->piece = malloc(IFL_DETOK_ROOM(ex->vocab));
     /* a feed of one piece plus the longest hold: 64 stop strings of 256 bytes at most */
     e->stopbuf = malloc(IFL_DETOK_ROOM(ex->vocab) + 64 * 256);
@@ -163,7 +206,8 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
             if (ifl_vocab_is_eog(ex->vocab, t))
                 e->eog_ids[e->n_eog++] = t;
     if (!e->seqs || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->row_slot ||
-        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->piece ||
+        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->hidden ||
+        !e->row_flag || !e->row_pos || !e->piece ||
         !e->stopbuf || !e->eog_ids)
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory");
     int32_t max_blocks = blocks_for_n(ex->n_ctx, bs) + 1;
@@ -203,6 +247,8 @@ void ifl_engine_free(struct ifl_executor *ex)
             free(s->logprobs);
             free(s->tops);
             free(s->text);
+            free(s->glog);
+            free(s->ghid);
         }
         /* requests still holding slots (only after a failed start) */
         for (int32_t i = 0; i < e->n_slots; i++) {
@@ -212,6 +258,7 @@ void ifl_engine_free(struct ifl_executor *ex)
             for (int32_t j = i; j < e->n_slots; j++)
                 if (e->seqs[j].q == q)
                     e->seqs[j].q = NULL;
+            req_free_outputs(q);
             ifl_xreq_free(q);
         }
     }
@@ -228,6 +275,9 @@ void ifl_engine_free(struct ifl_executor *ex)
     free(e->n_blocks);
     free(e->logits);
     free(e->scratch);
+    free(e->hidden);
+    free(e->row_flag);
+    free(e->row_pos);
     free(e->piece);
     free(e->stopbuf);
     free(e->eog_ids);
@@ -266,14 +316,35 @@ static void *dup_range(const void *p, size_t n)
     return q;
 }
 
-static struct ifl_response *new_response(const struct xreq *q)
+static struct ifl_response *new_response(struct ifl_executor *ex, const struct xreq *q)
 {
     struct ifl_response *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
     r->request_id = q->id;
     r->client_id = q->r.client_id;
+    r->n_vocab = ex->n_vocab;
+    r->n_embd = ex->model->hp.n_embd;
+    if (q->status) {
+        r->status = q->status;
+        r->error_msg = strdup("out of memory for the outputs this request asks for");
+    }
+    if (q->r.output.return_perf_metrics)
+        r->perf = q->perf;
     return r;
+}
+
+/* Moves the context logits (and hidden states) into r: the first response
+ * that finds the whole prompt captured carries them. */
+static void attach_context(struct xreq *q, struct ifl_response *r)
+{
+    if (q->ctx_sent || !q->ctx_logits || q->ctx_captured < q->r.n_input)
+        return;
+    r->context_logits = q->ctx_logits;
+    r->context_hidden_states = q->ctx_hidden;
+    q->ctx_logits = NULL;
+    q->ctx_hidden = NULL;
+    q->ctx_sent = 1;
 }
 
 /* Queues a response for sequence s: its tokens since the last response (or
@@ -281,7 +352,7 @@ static struct ifl_response *new_response(const struct xreq *q)
 static void emit(struct ifl_executor *ex, struct eseq *s, int is_final)
 {
     struct xreq *q = s->q;
-    struct ifl_response *r = new_response(q);
+    struct ifl_response *r = new_response(ex, q);
     struct ifl_sequence_result *res = r ? calloc(1, sizeof(*res)) : NULL;
     if (!res) {
         free(r);
@@ -292,8 +363,6 @@ static void emit(struct ifl_executor *ex, struct eseq *s, int is_final)
     r->is_sequence_final = s->finish != 0;
     r->n_results = 1;
     r->results = res;
-    r->n_vocab = ex->n_vocab;
-    r->n_embd = ex->model->hp.n_embd;
     int all = !q->r.streaming || q->r.return_all_generated_tokens;
     int32_t from = all ? 0 : s->n_sent;
     int with_prompt = !q->r.streaming && !q->r.output.exclude_input_from_output;
@@ -320,6 +389,12 @@ static void emit(struct ifl_executor *ex, struct eseq *s, int is_final)
             }
         }
     }
+    if (s->glog)
+        res->generation_logits = dup_range(s->glog + (size_t)from * (size_t)ex->n_vocab,
+                                           sizeof(float) * (size_t)n_new * (size_t)ex->n_vocab);
+    if (s->ghid)
+        res->hidden_states = dup_range(s->ghid + (size_t)from * (size_t)r->n_embd,
+                                       sizeof(float) * (size_t)n_new * (size_t)r->n_embd);
     res->cum_log_prob = s->cum_logprob;
     res->score = s->cum_logprob;
     res->finish_reason = s->finish;
@@ -330,36 +405,202 @@ static void emit(struct ifl_executor *ex, struct eseq *s, int is_final)
         res->n_text = (int32_t)s->n_text;
         s->n_text = 0;
     }
-    if (q->r.output.return_perf_metrics)
-        r->perf = q->perf;
+    attach_context(q, r);
     s->n_sent = s->n_gen;
     ifl_exec_push_response(ex, r);
 }
 
 /* A final response for a request that never got to run (cancelled or timed
- * out while waiting), one per sequence. */
+ * out while waiting), one per sequence (one for a beam search). */
 static void emit_unstarted(struct ifl_executor *ex, struct xreq *q, int32_t reason)
 {
-    for (int32_t i = 0; i < q->r.num_return_sequences; i++) {
-        struct ifl_response *r = new_response(q);
+    int32_t n = q->r.sampling.beam_width > 1 ? 1 : q->r.num_return_sequences;
+    for (int32_t i = 0; i < n; i++) {
+        struct ifl_response *r = new_response(ex, q);
         struct ifl_sequence_result *res = r ? calloc(1, sizeof(*res)) : NULL;
         if (!res) {
             free(r);
             continue;
         }
-        r->is_final = i == q->r.num_return_sequences - 1;
+        r->is_final = i == n - 1;
         r->sequence_index = i;
         r->is_sequence_final = 1;
         r->n_results = 1;
         r->results = res;
-        r->n_vocab = ex->n_vocab;
-        r->n_embd = ex->model->hp.n_embd;
         res->finish_reason = reason;
         res->text = calloc(1, 1);
-        if (q->r.output.return_perf_metrics)
-            r->perf = q->perf;
         ifl_exec_push_response(ex, r);
     }
+}
+
+/* ---- beam search ---- */
+
+static void beam_free(struct ebeam *eb)
+{
+    if (!eb)
+        return;
+    ifl_beam_deinit(&eb->b);
+    free(eb->rows);
+    free(eb->tlog);
+    free(eb->thid);
+    free(eb->tpar);
+    free(eb->ttok);
+    free(eb->tlive);
+    free(eb);
+}
+
+/* Frees what the engine attached to q at admission. */
+static void req_free_outputs(struct xreq *q)
+{
+    free(q->ctx_logits);
+    free(q->ctx_hidden);
+    q->ctx_logits = q->ctx_hidden = NULL;
+    beam_free(q->beam);
+    q->beam = NULL;
+}
+
+static int beam_create(struct ifl_executor *ex, struct xreq *q, struct ebeam **out)
+{
+    struct ebeam *eb = calloc(1, sizeof(*eb));
+    *out = eb;
+    if (!eb)
+        return IFL_ENOMEM;
+    int32_t w = q->r.sampling.beam_width, nv = ex->n_vocab, ne = ex->model->hp.n_embd;
+    eb->width = w;
+    eb->n_ret = q->r.num_return_sequences > 1 ? q->r.num_return_sequences : w;
+    eb->max_len = q->r.max_tokens > 0 ? q->r.max_tokens : 1;
+    size_t steps = (size_t)eb->max_len * (size_t)w;
+    if (ifl_beam_init(&eb->b, w, eb->max_len) ||
+        ifl_beam_reset(&eb->b, &q->r.sampling, eb->max_len))
+        return IFL_ENOMEM;
+    eb->rows = malloc(sizeof(float) * (size_t)w * (size_t)nv);
+    if (!eb->rows)
+        return IFL_ENOMEM;
+    int glog = q->r.output.return_generation_logits, ghid = q->r.output.return_hidden_states;
+    if (glog || ghid) {
+        eb->tpar = malloc(sizeof(int32_t) * steps);
+        eb->ttok = malloc(sizeof(int32_t) * steps);
+        eb->tlive = calloc((size_t)eb->max_len + 1, sizeof(int32_t));
+        if (!eb->tpar || !eb->ttok || !eb->tlive)
+            return IFL_ENOMEM;
+    }
+    if (glog && !(eb->tlog = calloc(steps * (size_t)nv, sizeof(float))))
+        return IFL_ENOMEM;
+    if (ghid && !(eb->thid = calloc(steps * (size_t)ne, sizeof(float))))
+        return IFL_ENOMEM;
+    return 0;
+}
+
+/* The live beam of step t (history of t tokens) whose history is h[0..t),
+ * found through the trace; -1 if none (cannot happen: histories of live
+ * beams are distinct, and every hypothesis extends one). */
+static int32_t beam_find(const struct ebeam *eb, int32_t t, const int32_t *h)
+{
+    int32_t w = eb->width;
+    for (int32_t j = 0; j < eb->tlive[t]; j++) {
+        int32_t cur = j, k = t - 1;
+        for (; k >= 0 && eb->ttok[(size_t)k * w + cur] == h[k]; k--)
+            cur = eb->tpar[(size_t)k * w + cur];
+        if (k < 0)
+            return j;
+    }
+    return -1;
+}
+
+/* Copies, for each token of hypothesis h, the trace row it was chosen
+ * from: the last token from its parent's row at step n - 1, the others
+ * walking the parents back. dst is [n][dim] (zeros where not found). */
+static void beam_trace_rows(const struct ebeam *eb, const struct ifl_beam_hyp *h,
+                            const float *trace, int32_t dim, float *dst)
+{
+    int32_t n = h->n_tokens, w = eb->width;
+    if (n < 1)
+        return;
+    int32_t j = beam_find(eb, n - 1, h->tokens);
+    if (j < 0)
+        return;
+    size_t d = (size_t)dim;
+    memcpy(dst + (size_t)(n - 1) * d, trace + ((size_t)(n - 1) * w + j) * d, sizeof(float) * d);
+    for (int32_t k = n - 2; k >= 0; k--) {
+        j = eb->tpar[(size_t)k * w + j];
+        memcpy(dst + (size_t)k * d, trace + ((size_t)k * w + j) * d, sizeof(float) * d);
+    }
+}
+
+/* Queues the one (final) response of a beam search: its best n_ret
+ * hypotheses, each with its tokens (the end token that finished it
+ * included), log-probs, scores, text and traced rows. */
+static void emit_beams(struct ifl_executor *ex, struct xreq *q)
+{
+    struct engine *e = ex->eng;
+    struct ebeam *eb = q->beam;
+    struct ifl_response *r = new_response(ex, q);
+    if (!r)
+        return;
+    r->is_final = 1;
+    r->is_sequence_final = 1;
+    struct ifl_beam_hyp h[IFL_BEAM_MAX_WIDTH];
+    int32_t n = eb ? ifl_beam_results(&eb->b, h, eb->n_ret) : 0;
+    r->results = calloc((size_t)(n > 0 ? n : 1), sizeof(*r->results));
+    if (!r->results) {
+        free(r->error_msg);
+        free(r);
+        return;
+    }
+    r->n_results = n > 0 ? n : 1;
+    if (n == 0) /* failed before the search began */
+        r->results[0].finish_reason = IFL_FINISH_CANCELLED;
+    int with_prompt = !q->r.output.exclude_input_from_output;
+    int32_t n_in = with_prompt ? q->r.n_input : 0, nv = ex->n_vocab, ne = r->n_embd;
+    for (int32_t i = 0; i < n; i++) {
+        struct ifl_sequence_result *res = &r->results[i];
+        int32_t nt = h[i].n_tokens;
+        res->tokens = malloc(sizeof(int32_t) * (size_t)(n_in + nt > 0 ? n_in + nt : 1));
+        if (res->tokens) {
+            memcpy(res->tokens, q->input, sizeof(int32_t) * (size_t)n_in);
+            memcpy(res->tokens + n_in, h[i].tokens, sizeof(int32_t) * (size_t)nt);
+            res->n_tokens = n_in + nt;
+        }
+        if (q->r.output.return_log_probs)
+            res->log_probs = dup_range(h[i].logprobs, sizeof(float) * (size_t)nt);
+        res->cum_log_prob = h[i].cum_log_prob;
+        res->score = h[i].score;
+        res->finish_reason = h[i].finish_reason;
+        if (eb->tlog && nt > 0 && (res->generation_logits =
+                                       calloc((size_t)nt * (size_t)nv, sizeof(float))))
+            beam_trace_rows(eb, &h[i], eb->tlog, nv, res->generation_logits);
+        if (eb->thid && nt > 0 &&
+            (res->hidden_states = calloc((size_t)nt * (size_t)ne, sizeof(float))))
+            beam_trace_rows(eb, &h[i], eb->thid, ne, res->hidden_states);
+        /* text: the hypothesis detokenized afresh */
+        struct ifl_detok dt;
+        ifl_detok_init(&dt, ex->vocab, 0);
+        size_t len = 0, cap = 64;
+        char *text = malloc(cap);
+        for (int32_t k = 0; k <= nt && text; k++) {
+            size_t m = k < nt ? ifl_detok_push(&dt, h[i].tokens[k], e->piece)
+                              : ifl_detok_flush(&dt, e->piece);
+            if (len + m + 1 > cap) {
+                char *t = realloc(text, (len + m + 1) * 2);
+                if (!t) {
+                    free(text);
+                    text = NULL;
+                    break;
+                }
+                text = t;
+                cap = (len + m + 1) * 2;
+            }
+            memcpy(text + len, e->piece, m);
+            len += m;
+        }
+        if (text) {
+            text[len] = 0;
+            res->text = text;
+            res->n_text = (int32_t)len;
+        }
+    }
+    attach_context(q, r);
+    ifl_exec_push_response(ex, r);
 }
 
 /* ---- sequences ---- */
@@ -432,6 +673,7 @@ static int release_request_if_done(struct ifl_executor *ex, struct xreq *q)
     q->kv_reserved = 0;
     e->n_active_req--;
     e->completed++;
+    req_free_outputs(q);
     ifl_xreq_free(q);
     return 1;
 }
@@ -449,7 +691,32 @@ static void finish_seq(struct ifl_executor *ex, struct eseq *s, int32_t reason)
     ifl_kvc_seq_reset(e->kvc, &s->kv);
     s->q = NULL;
     s->started = 0;
+    free(s->glog);
+    free(s->ghid);
+    s->glog = s->ghid = NULL;
     q->n_slots_held--;
+    release_request_if_done(ex, q);
+}
+
+/* Ends a beam search (done, or cut short with reason): one final response
+ * with its hypotheses, then every slot it holds is let go. */
+static void finish_beams(struct ifl_executor *ex, struct xreq *q, int32_t reason)
+{
+    struct engine *e = ex->eng;
+    if (q->beam)
+        ifl_beam_finalize(&q->beam->b, reason); /* nothing if already done */
+    emit_beams(ex, q);
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct eseq *s = &e->seqs[i];
+        if (s->q != q)
+            continue;
+        ifl_kvc_seq_reset(e->kvc, &s->kv);
+        s->q = NULL;
+        s->started = 0;
+        s->finish = reason;
+    }
+    q->n_slots_held = 0;
+    q->n_seqs_live = 0;
     release_request_if_done(ex, q);
 }
 
@@ -457,6 +724,10 @@ static void finish_seq(struct ifl_executor *ex, struct eseq *s, int32_t reason)
 static void finish_request(struct ifl_executor *ex, struct xreq *q, int32_t reason)
 {
     struct engine *e = ex->eng;
+    if (q->r.sampling.beam_width > 1) {
+        finish_beams(ex, q, reason);
+        return;
+    }
     /* unstarted samples first, so the final response comes from the last one */
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < e->n_slots; i++) {
@@ -514,13 +785,52 @@ static struct xreq *pick_victim(struct engine *e, const struct xreq *for_q)
 
 /* ---- one step ---- */
 
+/* Allocates the outputs q asks for (context logits, and per sequence
+ * generation logits and hidden states, or the beam search state) when it
+ * is admitted: nothing is allocated per step. slots: the n slots it holds,
+ * the first being its primary. */
+static int alloc_outputs(struct ifl_executor *ex, struct xreq *q, const int32_t *slots, int32_t n)
+{
+    struct engine *e = ex->eng;
+    const struct ifl_output_config *o = &q->r.output;
+    size_t nv = (size_t)ex->n_vocab, ne = (size_t)e->n_embd, n_in = (size_t)q->r.n_input;
+    if (o->return_context_logits) {
+        q->ctx_logits = malloc(sizeof(float) * n_in * nv);
+        if (!q->ctx_logits)
+            return IFL_ENOMEM;
+        if (o->return_hidden_states && !(q->ctx_hidden = malloc(sizeof(float) * n_in * ne)))
+            return IFL_ENOMEM;
+    }
+    if (q->r.sampling.beam_width > 1) {
+        int rc = beam_create(ex, q, &q->beam);
+        if (rc)
+            return rc;
+        for (int32_t k = 0; k < n; k++)
+            q->beam->all[k] = slots[k];
+        q->beam->slot[0] = slots[0];
+        e->seqs[slots[0]].beam_j = 0;
+        return 0;
+    }
+    size_t len = (size_t)(q->r.max_tokens > 0 ? q->r.max_tokens : 1);
+    for (int32_t k = 0; k < n; k++) {
+        struct eseq *s = &e->seqs[slots[k]];
+        if (o->return_generation_logits && !(s->glog = malloc(sizeof(float) * len * nv)))
+            return IFL_ENOMEM;
+        if (o->return_hidden_states && !(s->ghid = malloc(sizeof(float) * len * ne)))
+            return IFL_ENOMEM;
+    }
+    return 0;
+}
+
 static void admit(struct ifl_executor *ex)
 {
     struct engine *e = ex->eng;
     int32_t admitted = 0;
     while (e->waiting) {
         struct xreq *q = e->waiting;
-        int32_t n = q->r.num_return_sequences;
+        int beams = q->r.sampling.beam_width > 1;
+        /* beams hold a slot per beam, like samples */
+        int32_t n = beams ? q->r.sampling.beam_width : q->r.num_return_sequences;
         int32_t free_slots = 0;
         for (int32_t i = 0; i < e->n_slots; i++)
             free_slots += e->seqs[i].q == NULL;
@@ -533,12 +843,16 @@ static void admit(struct ifl_executor *ex)
         int32_t before_avail = ifl_kvc_available(e->kvc);
         struct ifl_kvc_stats k0;
         ifl_kvc_get_stats(e->kvc, &k0);
-        int32_t reused = ifl_kvc_match_prefix(e->kvc, &prim->kv, q->input, q->r.n_input - 1);
+        /* context logits need every prompt row computed: no prefix reuse */
+        int32_t reused = q->r.output.return_context_logits
+                             ? 0
+                             : ifl_kvc_match_prefix(e->kvc, &prim->kv, q->input, q->r.n_input - 1);
         int32_t taken = before_avail - ifl_kvc_available(e->kvc);
         int64_t need;
         if (ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
-            /* every sample may need its own blocks for the whole length, plus
-             * one copy-on-write block each */
+            /* every sample (or beam) may need its own blocks for the whole
+             * length, plus one copy-on-write block each; a beam search gives
+             * back to this reservation what its dropped beams free */
             int64_t full = blocks_for(e, (int64_t)q->r.n_input + q->r.max_tokens);
             need = (full - prim->kv.n_blocks) + (int64_t)(n - 1) * (full + 1) + 1;
             if (ifl_kvc_available(e->kvc) - e->reserved < need) {
@@ -566,24 +880,35 @@ static void admit(struct ifl_executor *ex)
         prim->n_tokens = prim->n_prompt = q->r.n_input;
         int start_rc = start_seq(ex, prim, q, 0);
         (void)reused;
+        int32_t held[1024]; /* n <= max_batch_size <= 1024 */
+        held[0] = (int32_t)(prim - e->seqs);
         for (int32_t k = 1; k < n; k++)
             for (int32_t i = 0; i < e->n_slots; i++)
                 if (!e->seqs[i].q) {
-                    e->seqs[i].q = q;
-                    e->seqs[i].index = k;
-                    e->seqs[i].started = 0;
-                    e->seqs[i].finish = 0;
+                    struct eseq *c = &e->seqs[i];
+                    c->q = q;
+                    c->index = beams ? -1 : k;
+                    c->started = 0;
+                    c->finish = 0;
+                    c->n_gen = c->n_sent = c->n_tokens = c->n_prompt = 0;
+                    c->n_text = 0;
+                    c->cum_logprob = 0;
+                    held[k] = i;
                     break;
                 }
-        q->n_seqs_live = n;
-        q->n_seqs_total = n;
+        int out_rc = alloc_outputs(ex, q, held, n);
+        /* a beam search is one sequence to its client, with n slots */
+        q->n_seqs_live = beams ? 1 : n;
+        q->n_seqs_total = beams ? 1 : n;
         q->n_slots_held = n;
         q->stage = IFL_STAGE_CONTEXT_IN_PROGRESS;
         q->perf.first_scheduled_us = ifl_now_us();
         e->n_active_req++;
         admitted++;
-        if (start_rc)
+        if (start_rc || out_rc) {
+            q->status = IFL_ENOMEM;
             finish_request(ex, q, IFL_FINISH_CANCELLED);
+        }
     }
     if (admitted) {
         pthread_mutex_lock(&ex->in_mu);
@@ -621,6 +946,7 @@ static int32_t build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t *c
     }
     int32_t rows = 0, nlog = 0;
     *ctx_rows = *ctx_reqs = *gen_rows = 0;
+    e->want_hidden = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t oi = 0; oi < n_order; oi++) {
             struct eseq *s = &e->seqs[order[oi]];
@@ -632,7 +958,22 @@ static int32_t build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t *c
             int32_t chunk = pending < e->max_rows - rows ? pending : e->max_rows - rows;
             if (chunk <= 0)
                 break;
-            if (chunk == pending && nlog >= e->logit_cap)
+            /* context logits: every prompt row not captured yet needs a
+             * logits row, so the chunk stops where the free ones run out */
+            int32_t ctx_from = s->kv.n_pos > s->q->ctx_captured ? s->kv.n_pos : s->q->ctx_captured;
+            int32_t n_ctx_rows = 0;
+            if (s->q->ctx_logits && ctx_from < s->q->r.n_input) {
+                int32_t lim = ctx_from - s->kv.n_pos + (e->logit_cap - nlog);
+                if (chunk > lim)
+                    chunk = lim;
+                if (chunk <= 0)
+                    continue;
+                int32_t end = s->kv.n_pos + chunk < s->q->r.n_input ? s->kv.n_pos + chunk
+                                                                     : s->q->r.n_input;
+                n_ctx_rows = end > ctx_from ? end - ctx_from : 0;
+            }
+            /* (with context rows, the last prompt row is one of them) */
+            if (chunk == pending && n_ctx_rows == 0 && nlog >= e->logit_cap)
                 continue;
             int rc;
             while ((rc = reserve(e, s, s->kv.n_pos + chunk)) == IFL_EFULL) {
@@ -659,16 +1000,24 @@ static int32_t build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t *c
             int32_t slot = (int32_t)(s - e->seqs);
             for (int32_t k = 0; k < chunk; k++) {
                 int32_t p = s->kv.n_pos + k;
+                uint8_t flag = (uint8_t)((n_ctx_rows && p >= ctx_from && p < s->q->r.n_input
+                                              ? ROW_CTX
+                                              : 0) |
+                                         (k == chunk - 1 && chunk == pending ? ROW_SAMPLE : 0));
                 e->b_tok[rows] = s->tokens[p];
                 e->b_pos[rows] = p;
                 e->b_seq[rows] = slot;
-                e->b_want[rows] = 0;
+                e->b_want[rows] = flag != 0;
+                if (flag) {
+                    e->row_slot[nlog] = slot;
+                    e->row_flag[nlog] = flag;
+                    e->row_pos[nlog] = p;
+                    nlog++;
+                }
                 rows++;
             }
-            if (chunk == pending) {
-                e->b_want[rows - 1] = 1;
-                e->row_slot[nlog++] = slot;
-            }
+            if (s->q->r.output.return_hidden_states)
+                e->want_hidden = 1;
             if (s->n_gen == 0 && s->n_tokens == s->n_prompt) {
                 *ctx_rows += chunk;
                 (*ctx_reqs)++;
@@ -706,19 +1055,24 @@ static int hits_stop_word(const struct eseq *s)
 }
 
 /* Samples the next token of s from row (processed in place), then applies it. */
+static struct ifl_sampler_extras extras_of(const struct engine *e, const struct xreq *q)
+{
+    return (struct ifl_sampler_extras){.end_ids = q->r.end_id >= 0 ? &q->r.end_id : e->eog_ids,
+                                       .n_end_ids = q->r.end_id >= 0 ? 1 : e->n_eog,
+                                       .bias_ids = q->bias_ids,
+                                       .bias_values = q->bias_vals,
+                                       .n_bias = q->r.n_logit_bias,
+                                       .bad_tokens = q->bad_tok,
+                                       .bad_lens = q->bad_len,
+                                       .n_bad = q->r.n_bad_words};
+}
+
 static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row)
 {
     struct engine *e = ex->eng;
     struct xreq *q = s->q;
     int32_t n_vocab = ex->n_vocab;
-    struct ifl_sampler_extras x = {.end_ids = q->r.end_id >= 0 ? &q->r.end_id : e->eog_ids,
-                                   .n_end_ids = q->r.end_id >= 0 ? 1 : e->n_eog,
-                                   .bias_ids = q->bias_ids,
-                                   .bias_values = q->bias_vals,
-                                   .n_bias = q->r.n_logit_bias,
-                                   .bad_tokens = q->bad_tok,
-                                   .bad_lens = q->bad_len,
-                                   .n_bad = q->r.n_bad_words};
+    struct ifl_sampler_extras x = extras_of(e, q);
     ifl_sampler_process(&s->scfg, &s->st, row, n_vocab, s->tokens, s->n_prompt,
                         s->tokens + s->n_prompt, s->n_gen, &x);
     float lp = 0;
@@ -769,8 +1123,169 @@ static void fork_samples(struct ifl_executor *ex, struct eseq *prim, const float
         memcpy(c->tokens, prim->tokens, sizeof(int32_t) * (size_t)prim->n_tokens);
         c->n_tokens = prim->n_tokens;
         c->n_prompt = prim->n_prompt;
+        /* the raw row and hidden state of the first token are the primary's */
+        if (c->glog && prim->glog)
+            memcpy(c->glog, prim->glog, sizeof(float) * (size_t)ex->n_vocab);
+        if (c->ghid && prim->ghid)
+            memcpy(c->ghid, prim->ghid, sizeof(float) * (size_t)e->n_embd);
         memcpy(scratch, row, sizeof(float) * (size_t)ex->n_vocab);
         sample_and_apply(ex, c, scratch);
+    }
+}
+
+/* Takes live beam s's row of this step: processed (penalties and bans
+ * see this beam's own tokens) into the request's row set. */
+static void beam_take_row(struct ifl_executor *ex, struct eseq *s, const float *row)
+{
+    struct engine *e = ex->eng;
+    struct xreq *q = s->q;
+    struct ebeam *eb = q->beam;
+    int32_t nv = ex->n_vocab;
+    float *dst = eb->rows + (size_t)s->beam_j * (size_t)nv;
+    memcpy(dst, row, sizeof(float) * (size_t)nv);
+    struct ifl_sampler_extras x = extras_of(e, q);
+    ifl_sampler_recount(&s->st, s->tokens + s->n_prompt, s->n_gen);
+    ifl_sampler_process(&s->scfg, &s->st, dst, nv, s->tokens, s->n_prompt,
+                        s->tokens + s->n_prompt, s->n_gen, &x);
+    eb->ready[s->beam_j] = 1;
+}
+
+/* Once every live beam of q has its row: one step of the search, then the
+ * beams are re-formed. New beam i continues parent p with token t: the
+ * first child of p keeps p's slot (its KV and tokens, plus t); another
+ * child gets a free slot of q, forked from p's KV (copy-on-write) with p's
+ * tokens plus t. Parents without children are dropped first (nobody forks
+ * from them), so their slots can take the extra children. */
+static void beam_advance(struct ifl_executor *ex, struct xreq *q)
+{
+    struct engine *e = ex->eng;
+    struct ebeam *eb = q->beam;
+    struct ifl_beam *b = &eb->b;
+    int32_t nl = ifl_beam_n_live(b), w = eb->width;
+    for (int32_t j = 0; j < nl; j++)
+        if (!eb->ready[j])
+            return;
+    int32_t t = ifl_beam_len(b);
+    const int32_t *ends = NULL;
+    int32_t n_end = 0;
+    if (!q->r.sampling.ignore_eos) {
+        ends = q->r.end_id >= 0 ? &q->r.end_id : e->eog_ids;
+        n_end = q->r.end_id >= 0 ? 1 : e->n_eog;
+    }
+    if (eb->tlive)
+        eb->tlive[t] = nl;
+    struct ifl_beam_choice ch[IFL_BEAM_MAX_WIDTH];
+    int32_t nc = 0;
+    int done = ifl_beam_step(b, eb->rows, ex->n_vocab, ends, n_end, ch, &nc);
+    memset(eb->ready, 0, sizeof eb->ready);
+    int64_t now = ifl_now_us();
+    if (!q->perf.first_token_us)
+        q->perf.first_token_us = now;
+    q->perf.last_token_us = now;
+    q->stage = IFL_STAGE_GENERATION_IN_PROGRESS;
+    if (done) {
+        finish_beams(ex, q, IFL_FINISH_LENGTH);
+        return;
+    }
+    if (eb->tpar)
+        for (int32_t i = 0; i < nc; i++) {
+            eb->tpar[(size_t)t * w + i] = ch[i].parent;
+            eb->ttok[(size_t)t * w + i] = ch[i].token;
+        }
+    int32_t old[IFL_BEAM_MAX_WIDTH], first[IFL_BEAM_MAX_WIDTH], dst[IFL_BEAM_MAX_WIDTH];
+    for (int32_t j = 0; j < nl; j++) {
+        old[j] = eb->slot[j];
+        first[j] = -1;
+    }
+    for (int32_t i = 0; i < nc; i++) {
+        int32_t p = ch[i].parent;
+        dst[i] = first[p] < 0 ? old[p] : -1;
+        if (first[p] < 0)
+            first[p] = i;
+    }
+    int32_t avail0 = ifl_kvc_available(e->kvc);
+    for (int32_t j = 0; j < nl; j++)
+        if (first[j] < 0) {
+            struct eseq *s = &e->seqs[old[j]];
+            ifl_kvc_seq_reset(e->kvc, &s->kv);
+            s->started = 0;
+            s->index = -1;
+        }
+    int32_t freed = ifl_kvc_available(e->kvc) - avail0;
+    if (freed > 0 && ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
+        q->kv_reserved += freed;
+        e->reserved += freed;
+    }
+    for (int32_t i = 0; i < nc; i++) {
+        if (dst[i] >= 0)
+            continue;
+        struct eseq *par = &e->seqs[old[ch[i].parent]], *c = NULL;
+        for (int32_t k = 0; k < w && !c; k++) {
+            struct eseq *f = &e->seqs[eb->all[k]];
+            int taken = f->started;
+            for (int32_t m = 0; m < i && !taken; m++)
+                taken = dst[m] == eb->all[k];
+            if (!taken)
+                c = f;
+        }
+        IFL_ASSERT(c != NULL); /* w slots for at most w beams */
+        if (start_seq(ex, c, q, i) || ifl_kvc_fork(e->kvc, &par->kv, &c->kv)) {
+            finish_beams(ex, q, IFL_FINISH_CANCELLED);
+            return;
+        }
+        memcpy(c->tokens, par->tokens, sizeof(int32_t) * (size_t)par->n_tokens);
+        c->n_tokens = par->n_tokens;
+        c->n_prompt = par->n_prompt;
+        c->n_gen = par->n_gen;
+        c->paused = par->paused;
+        dst[i] = (int32_t)(c - e->seqs);
+    }
+    for (int32_t i = 0; i < nc; i++) {
+        struct eseq *c = &e->seqs[dst[i]];
+        c->tokens[c->n_tokens++] = ch[i].token;
+        c->n_gen++;
+        c->beam_j = i;
+        c->index = i;
+        eb->slot[i] = dst[i];
+    }
+}
+
+/* Copies what the outputs need from this step's logits rows before
+ * anything modifies them: context rows, and each sampling row's raw
+ * logits and hidden state (per sequence, or into a beam search's trace). */
+static void capture_rows(struct ifl_executor *ex, int32_t nlog)
+{
+    struct engine *e = ex->eng;
+    size_t nv = (size_t)ex->n_vocab, ne = (size_t)e->n_embd;
+    for (int32_t r = 0; r < nlog; r++) {
+        struct eseq *s = &e->seqs[e->row_slot[r]];
+        struct xreq *q = s->q;
+        if (!q)
+            continue;
+        const float *lg = e->logits + (size_t)r * nv;
+        const float *hd = e->want_hidden ? e->hidden + (size_t)r * ne : NULL;
+        int32_t p = e->row_pos[r];
+        if ((e->row_flag[r] & ROW_CTX) && q->ctx_logits && p < q->r.n_input) {
+            memcpy(q->ctx_logits + (size_t)p * nv, lg, sizeof(float) * nv);
+            if (q->ctx_hidden && hd)
+                memcpy(q->ctx_hidden + (size_t)p * ne, hd, sizeof(float) * ne);
+            q->ctx_captured = p + 1;
+        }
+        if (!(e->row_flag[r] & ROW_SAMPLE))
+            continue;
+        if (q->beam) {
+            struct ebeam *eb = q->beam;
+            size_t at = (size_t)ifl_beam_len(&eb->b) * (size_t)eb->width + (size_t)s->beam_j;
+            if (eb->tlog)
+                memcpy(eb->tlog + at * nv, lg, sizeof(float) * nv);
+            if (eb->thid && hd)
+                memcpy(eb->thid + at * ne, hd, sizeof(float) * ne);
+        } else if (s->n_gen < (q->r.max_tokens > 0 ? q->r.max_tokens : 1)) {
+            if (s->glog)
+                memcpy(s->glog + (size_t)s->n_gen * nv, lg, sizeof(float) * nv);
+            if (s->ghid && hd)
+                memcpy(s->ghid + (size_t)s->n_gen * ne, hd, sizeof(float) * ne);
+        }
     }
 }
 
@@ -780,6 +1295,8 @@ static void run_processors(struct ifl_executor *ex, int32_t nlog)
     int32_t nv = ex->n_vocab;
     for (int32_t r = 0; r < nlog; r++) {
         struct eseq *s = &e->seqs[e->row_slot[r]];
+        if (!(e->row_flag[r] & ROW_SAMPLE))
+            continue; /* context rows are returned raw */
         int32_t pi = s->q->post_index;
         if (pi >= 0)
             ex->procs[pi].fn(ex->procs[pi].user, s->q->id, e->logits + (size_t)r * nv, nv,
@@ -795,7 +1312,7 @@ static void run_processors(struct ifl_executor *ex, int32_t nlog)
     int32_t idx[1024], n = 0;
     for (int32_t r = 0; r < nlog && n < 1024; r++) {
         struct eseq *s = &e->seqs[e->row_slot[r]];
-        if (s->q->post_index != -2)
+        if (s->q->post_index != -2 || !(e->row_flag[r] & ROW_SAMPLE))
             continue;
         idx[n] = r;
         ids[n] = s->q->id;
@@ -818,6 +1335,12 @@ static void run_processors(struct ifl_executor *ex, int32_t nlog)
         int32_t ts = e->row_slot[k];
         e->row_slot[k] = e->row_slot[idx[k]];
         e->row_slot[idx[k]] = ts;
+        uint8_t tf = e->row_flag[k];
+        e->row_flag[k] = e->row_flag[idx[k]];
+        e->row_flag[idx[k]] = tf;
+        int32_t tp = e->row_pos[k];
+        e->row_pos[k] = e->row_pos[idx[k]];
+        e->row_pos[idx[k]] = tp;
         for (int32_t m = k + 1; m < n; m++)
             if (idx[m] == k)
                 idx[m] = idx[k];
@@ -938,7 +1461,8 @@ static void step(struct ifl_executor *ex)
                           .logits = e->b_want,
                           .n_seqs = e->n_slots,
                           .block_tables = e->tables,
-                          .n_blocks = e->n_blocks};
+                          .n_blocks = e->n_blocks,
+                          .hidden = e->want_hidden ? e->hidden : NULL};
     char err[IFL_ERR_LEN] = "";
     int rc = ifl_forward(e->fwd, &b, e->logits, err);
     if (rc) {
@@ -960,19 +1484,30 @@ static void step(struct ifl_executor *ex)
         ifl_kvc_commit(e->kvc, &s->kv, s->tokens, e->b_pos[k - 1] + 1);
         r = k;
     }
+    capture_rows(ex, nlog);
     run_processors(ex, nlog);
     int32_t nv = ex->n_vocab;
     int32_t gen_reqs = 0;
     for (int32_t r = 0; r < nlog; r++) {
         struct eseq *s = &e->seqs[e->row_slot[r]];
-        if (!s->q || s->finish)
+        if (!(e->row_flag[r] & ROW_SAMPLE) || !s->q || s->finish)
             continue;
         gen_reqs += s->n_gen > 0;
         float *row = e->logits + (size_t)r * nv;
+        if (s->q->beam) {
+            beam_take_row(ex, s, row);
+            continue;
+        }
         if (s->n_gen == 0 && s->index == 0 && s->q->n_seqs_total > 1 && s->n_tokens == s->n_prompt)
             fork_samples(ex, s, row, e->scratch);
         if (s->q)
             sample_and_apply(ex, s, row);
+    }
+    /* beam searches whose live beams all have their rows take a step */
+    for (int32_t r = 0; r < nlog; r++) {
+        struct eseq *s = &e->seqs[e->row_slot[r]];
+        if ((e->row_flag[r] & ROW_SAMPLE) && s->q && s->q->beam)
+            beam_advance(ex, s->q);
     }
     publish_stats(ex, (ifl_now_s() - t0) * 1e3, ctx_reqs, ctx_rows, gen_reqs, gen_rows);
 }

@@ -47,6 +47,13 @@ struct xreq {
     struct ifl_perf_metrics perf;
     int64_t kv_reserved;         /* guaranteed_no_evict: blocks promised, not yet taken */
     int32_t n_slots_held;        /* engine slots this request occupies */
+    int32_t status;              /* != 0: failed (out of memory); its final response says so */
+    /* return_context_logits, allocated at admission (engine-owned) */
+    float *ctx_logits;           /* [n_input][n_vocab]; row i predicts token i + 1 */
+    float *ctx_hidden;           /* [n_input][n_embd] with return_hidden_states too */
+    int32_t ctx_captured;        /* leading prompt rows captured so far */
+    int ctx_sent;                /* a response has carried them */
+    struct ebeam *beam;          /* beam_width > 1: search state (engine.c) */
 };
 
 /* Response list node, in arrival order. */

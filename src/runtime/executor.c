@@ -169,9 +169,26 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
     int rc = ifl_sampling_validate(s, ex->n_vocab, err);
     if (rc)
         return rc;
-    if (s->beam_width != 1)
-        return ifl_err(err, IFL_EUNSUPPORTED,
-                       "sampling.beam_width: beam search is not available yet; use 1");
+    if (s->beam_width > 1) {
+        if (s->beam_width > ex->cfg.max_batch_size)
+            return ifl_err(err, IFL_EINVAL,
+                           "sampling.beam_width: %d beams need as many sequence slots, but "
+                           "max_batch_size is %d",
+                           s->beam_width, ex->cfg.max_batch_size);
+        if (r->num_return_sequences > s->beam_width)
+            return ifl_err(err, IFL_EINVAL,
+                           "num_return_sequences: %d exceeds sampling.beam_width %d (beam search "
+                           "returns its best num_return_sequences beams)",
+                           r->num_return_sequences, s->beam_width);
+        if (r->n_stop_strings || r->n_stop_words)
+            return ifl_err(err, IFL_EUNSUPPORTED,
+                           "stop_strings/stop_words: not supported with beam search "
+                           "(beam_width > 1); beams end on the end token or max_tokens");
+        if (r->output.top_log_probs)
+            return ifl_err(err, IFL_EUNSUPPORTED,
+                           "output.top_log_probs: not supported with beam search (beam_width > "
+                           "1); return_log_probs is");
+    }
     struct ifl_sampler_extras x = {.bias_ids = r->logit_bias_ids,
                                    .bias_values = r->logit_bias_values,
                                    .n_bias = r->n_logit_bias,
@@ -197,13 +214,6 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
     if (r->output.top_log_probs < 0 || r->output.top_log_probs > 20)
         return ifl_err(err, IFL_EINVAL, "output.top_log_probs: %d (0..20 allowed)",
                        r->output.top_log_probs);
-    if (r->output.return_hidden_states)
-        return ifl_err(err, IFL_EUNSUPPORTED, "output.return_hidden_states: not available yet");
-    if (r->output.return_context_logits)
-        return ifl_err(err, IFL_EUNSUPPORTED, "output.return_context_logits: not available yet");
-    if (r->output.return_generation_logits)
-        return ifl_err(err, IFL_EUNSUPPORTED,
-                       "output.return_generation_logits: not available yet");
     int64_t total;
     if ((rc = check_words(ex, "stop_words", r->stop_words_tokens, r->stop_words_lens,
                           r->n_stop_words, &total, err)) ||
