@@ -400,6 +400,16 @@ static void test_bad_requests(void)
     r.logits_post_processor = "nope";
     CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
     CHECK(strstr(err, "nope") != NULL);
+    /* beams: more than max_batch_size slots; more KV than the cache could
+     * ever reserve (4 beams of 512 positions in 2048) */
+    greedy_req(&r, ONCE, 5, 8);
+    r.sampling.beam_width = 8;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
+    CHECK(strstr(err, "max_batch_size") != NULL);
+    greedy_req(&r, ONCE, 5, 507);
+    r.sampling.beam_width = 4;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
+    CHECK(strstr(err, "KV blocks") != NULL);
     /* queue limit: 2 waiting at most, and all-or-nothing */
     greedy_req(&r, ONCE, 5, 8);
     struct ifl_request many[3] = {r, r, r};
@@ -416,8 +426,9 @@ static void test_bad_requests(void)
     CHECK_EQ(ifl_executor_create(&x2, model_path, &c, e2), IFL_EINVAL);
 }
 
-/* 8 client threads enqueue, await and cancel requests of random shapes:
- * every request gets exactly one final response. */
+/* 8 client threads enqueue, await and cancel requests of random shapes
+ * (samples, beams, logits and hidden-state outputs): every request gets
+ * exactly one final response. */
 struct stress {
     ifl_executor *ex;
     int thread;
@@ -447,6 +458,11 @@ static void *stress_client(void *arg)
         r.sampling.seed = ifl_rng_next(&g);
         r.num_return_sequences = 1 + (int)(ifl_rng_next(&g) % 2);
         r.priority = (float)(ifl_rng_next(&g) % 3) * 0.5f;
+        if (ifl_rng_next(&g) % 5 == 0)
+            r.sampling.beam_width = 2 + (int)(ifl_rng_next(&g) % 3);
+        r.output.return_generation_logits = ifl_rng_next(&g) % 4 == 0;
+        r.output.return_context_logits = ifl_rng_next(&g) % 4 == 0;
+        r.output.return_hidden_states = ifl_rng_next(&g) % 4 == 0;
         ifl_id id;
         if (ifl_enqueue(st->ex, &r, &id, NULL)) {
             atomic_fetch_add(&st->errors, 1);

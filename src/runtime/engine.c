@@ -917,6 +917,15 @@ static void admit(struct ifl_executor *ex)
     }
 }
 
+/* Whether a sequence of q has rows among the first `rows` of the batch. */
+static int in_batch(const struct engine *e, const struct xreq *q, int32_t rows)
+{
+    for (int32_t r = 0; r < rows; r++)
+        if (e->seqs[e->b_seq[r]].q == q)
+            return 1;
+    return 0;
+}
+
 static int cmp_slot_order(const struct engine *e, int32_t a, int32_t b)
 {
     const struct eseq *x = &e->seqs[a], *y = &e->seqs[b];
@@ -978,21 +987,17 @@ static int32_t build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t *c
             int rc;
             while ((rc = reserve(e, s, s->kv.n_pos + chunk)) == IFL_EFULL) {
                 struct xreq *v = pick_victim(e, s->q);
-                if (!v)
-                    break;
                 /* a victim already in this batch keeps its rows: skip it */
-                int in_batch = 0;
-                for (int32_t r = 0; r < rows && !in_batch; r++)
-                    in_batch = e->seqs[e->b_seq[r]].q == v;
-                if (in_batch)
+                if (!v || in_batch(e, v, rows))
                     break;
                 preempt(ex, v);
             }
             if (rc) {
                 /* cannot run now: wait for blocks (drop what it holds if it
-                 * blocks others, i.e. under max_utilization) */
+                 * blocks others, i.e. under max_utilization, unless another
+                 * of its sequences, a sample or beam, already has rows here) */
                 if (ex->cfg.sched_policy == IFL_SCHED_MAX_UTILIZATION && s->kv.n_pos > 0 &&
-                    pass == 0)
+                    pass == 0 && !in_batch(e, s->q, rows))
                     preempt(ex, s->q);
                 continue;
             }

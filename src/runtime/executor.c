@@ -203,6 +203,21 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
     if (r->num_return_sequences < 1 || r->num_return_sequences > ex->cfg.max_batch_size)
         return ifl_err(err, IFL_EINVAL, "num_return_sequences: %d (1..%d allowed)",
                        r->num_return_sequences, ex->cfg.max_batch_size);
+    if (ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
+        /* what admission reserves (engine.c admit): every sequence (sample
+         * or beam) its whole length plus a copy-on-write block; a request
+         * that can never get it would wait forever */
+        int64_t bs = ex->cfg.kv_block_size, n = s->beam_width > 1 ? s->beam_width
+                                                                   : r->num_return_sequences;
+        int64_t full = ((int64_t)r->n_input + r->max_tokens + bs - 1) / bs;
+        int64_t need = full + (n - 1) * (full + 1) + 1;
+        if (need * bs > ex->kv_cache_tokens)
+            return ifl_err(err, IFL_EINVAL,
+                           "max_tokens: %lld sequence(s) of %d positions need %lld KV blocks; the "
+                           "cache has %lld",
+                           (long long)n, r->n_input + r->max_tokens, (long long)need,
+                           (long long)(ex->kv_cache_tokens / bs));
+    }
     if (!(r->priority >= 0 && r->priority <= 1))
         return ifl_err(err, IFL_EINVAL, "priority: must be in [0, 1]");
     if (r->allotted_time_ms < 0)
