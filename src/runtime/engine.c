@@ -18,6 +18,21 @@
  * drops its blocks (n_pos = 0) and is recomputed from its tokens later: the
  * client sees no gap and no duplicate token, and batch invariance makes the
  * recomputed K/V identical.
+ *
+ * Beam search (struct ebeam): a request of width W holds W slots, one per
+ * live beam; beam 0 prefills the prompt, then each live beam is a decode
+ * row. When every live beam's row is in (a lagging beam only delays its
+ * own request), ifl_beam_step picks the next beams and the slots are
+ * re-formed: a parent's first child keeps its slot, other children fork
+ * its KV blocks copy-on-write into slots freed by childless beams. The
+ * search's state lives in the request, so preemption (all beams at once)
+ * just recomputes each beam from its tokens.
+ *
+ * Outputs: logits rows are flagged ROW_SAMPLE (a token is chosen from it)
+ * and/or ROW_CTX (a prompt position of a request asking for context
+ * logits; such a prefill is cut to the logits rows free in the step).
+ * capture_rows copies raw logits and hidden states out before logits
+ * processors touch them, into buffers allocated at admission.
  */
 #include <math.h>
 #include <stdlib.h>
