@@ -31,7 +31,7 @@ PCRE2_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8
 
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE $(PCRE2_CFLAGS)
 CFLAGS := -std=c11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS := $(PCRE2_LIBS) -ljansson -lm -pthread
+LDLIBS := $(PCRE2_LIBS) -ljansson -lmicrohttpd -lm -pthread
 LDFLAGS := $(EXTRA_LDFLAGS)
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all

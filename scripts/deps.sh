@@ -2,9 +2,11 @@
 # Installs the Debian packages inflight needs to build and test, when missing.
 # As root it runs apt-get; otherwise it prints the exact command and stops.
 set -eu
-pkgs=(gcc make pkg-config libpcre2-dev libjansson-dev)
+pkgs=(gcc make pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev nodejs npm curl)
 missing=()
 for p in "${pkgs[@]}"; do
+    # node may come from elsewhere (nodesource bundles npm): a working command is enough
+    case "$p" in nodejs) command -v node >/dev/null && continue ;; npm | curl) command -v "$p" >/dev/null && continue ;; esac
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -22,6 +22,7 @@ static void usage(FILE *f)
                "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
                "  info      -m FILE\n"
                "  bench     -m FILE [-p N] [-n N] [-c 1,4,8,16] [-r N] [-t N] [--json]\n"
+               "  serve     -m FILE [--host H] [--port N] [--parallel N] [--api-key KEY] ...\n"
                "  version\n\n"
                "Run 'inflight COMMAND --help' for a command's options.\n",
             ifl_version());
@@ -45,6 +46,8 @@ int main(int argc, char **argv)
         return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("inflight %s\n", ifl_version());
         return 0;

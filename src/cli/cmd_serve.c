@@ -1,0 +1,239 @@
+/*
+ * `inflight serve`: the executor behind HTTP (OpenAI and TGI routes).
+ *
+ * Every argument is checked before anything starts (files readable,
+ * numbers in range, options that exclude each other): a bad one prints one
+ * line and exits 2. Then the listener starts (/health answers 503), the
+ * model loads (/health: 200), and the main thread waits for SIGINT or
+ * SIGTERM: stop accepting, let requests in flight finish within
+ * --shutdown-timeout, cancel the rest, exit 0.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "inflight.h"
+#include "server/server.h"
+
+static const char SERVE_HELP[] =
+    "usage: inflight serve -m FILE [options]\n"
+    "  -m, --model FILE          GGUF model (required)\n"
+    "  --host ADDR               address to listen on (default 127.0.0.1)\n"
+    "  --port N                  port (default 8080; 0: any free port, printed at start)\n"
+    "  --parallel N              sequences batched per step (max_batch_size, default 16)\n"
+    "  --max-num-tokens N        rows per step: decode rows + prefill chunk (default 512)\n"
+    "  --kv-cache-tokens N       KV cache size in positions (default: --parallel full contexts)\n"
+    "  --max-queue N             waiting requests before 429 (default 256; 0: unlimited)\n"
+    "  --api-key KEY             require 'Authorization: Bearer KEY' (not on /health)\n"
+    "  --api-key-file F          the same, the key read from the first line of F\n"
+    "  --cors-origin O           send Access-Control-Allow-Origin: O and answer preflights\n"
+    "  -t, --threads N           forward-pass threads (default: one per core)\n"
+    "  -c, --ctx-size N          positions per sequence (default: the model's, at most 4096)\n"
+    "  --kv-type f16|f32         KV cache precision (default f16)\n"
+    "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
+    "  --served-model-name NAME  the model's name in the API (default: the file's base name)\n"
+    "  --log-format text|json    access log on stderr (default text)\n"
+    "  --max-body-bytes N        larger request bodies get 413 (default 4194304)\n"
+    "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30)\n"
+    "  --quiet                   no access log\n";
+
+/* Reads a whole small file into a NUL-terminated malloc'd string. */
+static char *read_file(const char *path, size_t max, const char **why)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        *why = buf ? "read error" : "out of memory";
+        return NULL;
+    }
+    if (n > max) {
+        free(buf);
+        *why = "too large";
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
+    const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
+    int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
+    int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
+    int kv_type = IFL_KV_F16, quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(SERVE_HELP, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--quiet")) {
+            quiet = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return cli_usage_error("serve", "option '%s' needs a value (or is unknown; see --help)",
+                                   a);
+        const char *v = argv[++i];
+#define NUM(var, lo, hi, what)                                                                     \
+    do {                                                                                           \
+        if (cli_parse_i64(v, lo, hi, &var))                                                        \
+            return cli_usage_error("serve", "%s wants %s (%lld to %lld), not '%s'", a, what,       \
+                                   (long long)(lo), (long long)(hi), v);                           \
+    } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--host"))
+            host = v;
+        else if (!strcmp(a, "--port"))
+            NUM(port, 0, 65535, "a port");
+        else if (!strcmp(a, "--parallel"))
+            NUM(parallel, 1, 1024, "a sequence count");
+        else if (!strcmp(a, "--max-num-tokens"))
+            NUM(max_num_tokens, 1, 65536, "a token count");
+        else if (!strcmp(a, "--kv-cache-tokens"))
+            NUM(kv_tokens, 1, (int64_t)1 << 32, "a position count");
+        else if (!strcmp(a, "--max-queue"))
+            NUM(max_queue, 0, 1 << 20, "a request count");
+        else if (!strcmp(a, "--api-key"))
+            api_key = v;
+        else if (!strcmp(a, "--api-key-file"))
+            api_key_file = v;
+        else if (!strcmp(a, "--cors-origin"))
+            cors = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            NUM(threads, 1, 1024, "a thread count");
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+            NUM(ctx, 2, 1 << 20, "a context size");
+        else if (!strcmp(a, "--kv-type")) {
+            if (strcmp(v, "f16") && strcmp(v, "f32"))
+                return cli_usage_error("serve", "--kv-type wants f16 or f32, not '%s'", v);
+            kv_type = strcmp(v, "f16") ? IFL_KV_F32 : IFL_KV_F16;
+        } else if (!strcmp(a, "--chat-template"))
+            tmpl_path = v;
+        else if (!strcmp(a, "--served-model-name"))
+            name = v;
+        else if (!strcmp(a, "--log-format"))
+            log_format = v;
+        else if (!strcmp(a, "--max-body-bytes"))
+            NUM(max_body, 1024, (int64_t)1 << 30, "a byte count");
+        else if (!strcmp(a, "--shutdown-timeout"))
+            NUM(shutdown_s, 0, 3600, "seconds");
+        else
+            return cli_usage_error("serve", "unknown option '%s' (see --help)", a);
+#undef NUM
+    }
+    if (!model)
+        return cli_usage_error("serve", "a model is required (-m FILE)");
+    FILE *mf = fopen(model, "rb");
+    if (!mf)
+        return cli_usage_error("serve", "cannot open model '%s': %s", model, strerror(errno));
+    fclose(mf);
+    if (!*host)
+        return cli_usage_error("serve", "--host must not be empty");
+    if (strcmp(log_format, "text") && strcmp(log_format, "json"))
+        return cli_usage_error("serve", "--log-format wants text or json, not '%s'", log_format);
+    if (api_key && api_key_file)
+        return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
+    if (api_key && !*api_key)
+        return cli_usage_error("serve", "--api-key must not be empty");
+    if (name && !*name)
+        return cli_usage_error("serve", "--served-model-name must not be empty");
+    if (cors && !*cors)
+        return cli_usage_error("serve", "--cors-origin must not be empty");
+    const char *why = NULL;
+    char *key_buf = NULL, *tmpl = NULL;
+    if (api_key_file) {
+        key_buf = read_file(api_key_file, 4096, &why);
+        if (!key_buf)
+            return cli_usage_error("serve", "--api-key-file '%s': %s", api_key_file, why);
+        key_buf[strcspn(key_buf, "\r\n")] = 0;
+        if (!*key_buf) {
+            free(key_buf);
+            return cli_usage_error("serve", "--api-key-file '%s': the first line is empty",
+                                   api_key_file);
+        }
+        api_key = key_buf;
+    }
+    if (tmpl_path) {
+        tmpl = read_file(tmpl_path, 1 << 20, &why);
+        if (!tmpl) {
+            free(key_buf);
+            return cli_usage_error("serve", "--chat-template '%s': %s", tmpl_path, why);
+        }
+    }
+    if (ctx && kv_tokens && kv_tokens < ctx) {
+        free(key_buf);
+        free(tmpl);
+        return cli_usage_error("serve", "--kv-cache-tokens %lld cannot hold one context of %lld",
+                               (long long)kv_tokens, (long long)ctx);
+    }
+
+    struct ifl_server_config cfg = {0};
+    cfg.host = host;
+    cfg.port = (int)port;
+    cfg.model_path = model;
+    ifl_executor_config_default(&cfg.exec);
+    cfg.exec.n_threads = (int32_t)threads;
+    cfg.exec.max_batch_size = (int32_t)parallel;
+    cfg.exec.max_num_tokens = (int32_t)max_num_tokens;
+    cfg.exec.max_queue_size = (int32_t)max_queue;
+    cfg.exec.n_ctx = (int32_t)ctx;
+    cfg.exec.kv_cache_tokens = kv_tokens;
+    cfg.exec.kv_type = kv_type;
+    cfg.api_key = api_key;
+    cfg.cors_origin = cors;
+    cfg.chat_template = tmpl;
+    cfg.served_model_name = name;
+    cfg.log_format = strcmp(log_format, "json") ? IFL_SERVER_LOG_TEXT : IFL_SERVER_LOG_JSON;
+    cfg.max_body_bytes = max_body;
+    cfg.quiet = quiet;
+
+    /* every thread started from here on inherits the blocked signals; the
+     * main thread takes them with sigwait */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[512] = "";
+    struct ifl_server *srv = NULL;
+    int rc = ifl_server_create(&srv, &cfg, err);
+    free(key_buf);
+    free(tmpl);
+    if (rc) {
+        fprintf(stderr, "inflight serve: %s\n", err);
+        return rc == IFL_EINVAL ? CLI_EXIT_USAGE : 1;
+    }
+    fprintf(stderr, "inflight serve: listening on http://%s:%d (loading %s)\n", host,
+            ifl_server_port(srv), model);
+    rc = ifl_server_load(srv, err);
+    if (rc) {
+        fprintf(stderr, "inflight serve: %s\n", err);
+        ifl_server_free(srv);
+        return CLI_EXIT_USAGE;
+    }
+    fprintf(stderr, "inflight serve: ready on http://%s:%d\n", host, ifl_server_port(srv));
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "inflight serve: %s: finishing requests in flight (up to %llds)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)shutdown_s);
+    ifl_server_shutdown(srv, shutdown_s * 1000);
+    ifl_server_free(srv);
+    fprintf(stderr, "inflight serve: stopped\n");
+    return 0;
+}

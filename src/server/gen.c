@@ -1,0 +1,559 @@
+/*
+ * One generation over the executor, shared by the OpenAI and TGI routes:
+ * parameters to a struct ifl_request, every prompt enqueued at once (all or
+ * nothing), responses folded into choices (prompt-major, then sample), and
+ * the per-request metrics (TTFT, queue time and inter-token latency from
+ * the executor's perf stamps, end-to-end from the server's clock).
+ *
+ * Text comes only from the executor's `text` field, which is whole UTF-8
+ * characters with stop strings held back and cut: never re-detokenized here.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/timeutil.h"
+#include "server/internal.h"
+
+/* ---- JSON helpers ---- */
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned min;
+    if ((c & 0xE0) == 0xC0) {
+        len = 2;
+        min = 0x80;
+        c &= 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        len = 3;
+        min = 0x800;
+        c &= 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        len = 4;
+        min = 0x10000;
+        c &= 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        c = (c << 6) | (p[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+json_t *ifl_json_text(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t l = utf8_len(u + i, n - i);
+        if (!l)
+            break;
+        i += l;
+    }
+    if (i == n)
+        return json_stringn(s, n);
+    struct ifl_sbuf b = {0};
+    for (i = 0; i < n;) {
+        size_t l = utf8_len(u + i, n - i);
+        if (l) {
+            ifl_sbuf_add(&b, s + i, l);
+            i += l;
+        } else {
+            ifl_sbuf_add(&b, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            i++;
+        }
+    }
+    json_t *j = b.oom ? NULL : json_stringn(b.p ? b.p : "", b.len);
+    ifl_sbuf_free(&b);
+    return j;
+}
+
+int ifl_json_get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    double d = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!json_is_number(v) || !(d >= lo && d <= hi)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be a number from %g to %g", key, lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+int ifl_json_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    /* 5.0 is accepted as 5 (JavaScript clients cannot tell them apart) */
+    int64_t x = 0;
+    int ok = 0;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+        ok = 1;
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        ok = d == floor(d) && fabs(d) < 9e15;
+        x = (int64_t)d;
+    }
+    if (!ok || x < lo || x > hi) {
+        ifl_err(err, IFL_EINVAL, "%s: must be an integer from %lld to %lld", key, (long long)lo,
+                (long long)hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+int ifl_json_get_bool(json_t *o, const char *key, int *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be true or false", key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+int ifl_json_get_str(json_t *o, const char *key, const char **out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be a string", key);
+        return -1;
+    }
+    *out = json_string_value(v);
+    return 1;
+}
+
+/* ---- the job ---- */
+
+struct ifl_gen_job *ifl_gen_job_new(struct ifl_server *s, ifl_executor *ex)
+{
+    struct ifl_gen_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->srv = s;
+    j->ex = ex;
+    j->t0_us = ifl_now_us();
+    ifl_request_init(&j->req);
+    return j;
+}
+
+void ifl_gen_job_free(struct ifl_gen_job *j)
+{
+    if (!j)
+        return;
+    for (int i = 0; i < j->n_prompts; i++)
+        free(j->prompts[i]);
+    free(j->prompts);
+    free(j->n_prompt);
+    for (int i = 0; i < j->n_stops; i++)
+        free(j->stops[i]);
+    free(j->stops);
+    free(j->bias_ids);
+    free(j->bias_vals);
+    free(j->ids);
+    free(j->req_final);
+    if (j->ch) {
+        for (int i = 0; i < j->n_prompts * j->n_per; i++) {
+            ifl_sbuf_free(&j->ch[i].text);
+            free(j->ch[i].tokens);
+            free(j->ch[i].lps);
+            free(j->ch[i].tops);
+        }
+        free(j->ch);
+    }
+    free(j);
+}
+
+int ifl_gen_add_prompt(struct ifl_gen_job *j, const int32_t *ids, int32_t n)
+{
+    int32_t **p = realloc(j->prompts, sizeof(*p) * (size_t)(j->n_prompts + 1));
+    if (!p)
+        return IFL_ENOMEM;
+    j->prompts = p;
+    int32_t *np = realloc(j->n_prompt, sizeof(*np) * (size_t)(j->n_prompts + 1));
+    if (!np)
+        return IFL_ENOMEM;
+    j->n_prompt = np;
+    int32_t *copy = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!copy)
+        return IFL_ENOMEM;
+    if (n)
+        memcpy(copy, ids, sizeof(int32_t) * (size_t)n);
+    j->prompts[j->n_prompts] = copy;
+    j->n_prompt[j->n_prompts] = n;
+    j->n_prompts++;
+    return 0;
+}
+
+int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, int add_special)
+{
+    int64_t cap = (int64_t)n + 8, got = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids)
+        return IFL_ENOMEM;
+    int rc = ifl_executor_tokenize(j->ex, text, (int64_t)n, add_special, 1, ids, cap, &got);
+    if (rc == IFL_EFULL) {
+        free(ids);
+        cap = got;
+        ids = malloc(sizeof(int32_t) * (size_t)(cap > 0 ? cap : 1));
+        if (!ids)
+            return IFL_ENOMEM;
+        rc = ifl_executor_tokenize(j->ex, text, (int64_t)n, add_special, 1, ids, cap, &got);
+    }
+    if (!rc && got > INT32_MAX)
+        rc = IFL_EINVAL;
+    if (!rc)
+        rc = ifl_gen_add_prompt(j, ids, (int32_t)got);
+    free(ids);
+    return rc;
+}
+
+int ifl_gen_add_stop(struct ifl_gen_job *j, const char *s)
+{
+    char **p = realloc(j->stops, sizeof(*p) * (size_t)(j->n_stops + 1));
+    if (!p)
+        return IFL_ENOMEM;
+    j->stops = p;
+    if (!(j->stops[j->n_stops] = strdup(s)))
+        return IFL_ENOMEM;
+    j->n_stops++;
+    return 0;
+}
+
+int ifl_gen_add_bias(struct ifl_gen_job *j, int32_t id, float v)
+{
+    int n = j->req.n_logit_bias;
+    int32_t *ids = realloc(j->bias_ids, sizeof(int32_t) * (size_t)(n + 1));
+    if (!ids)
+        return IFL_ENOMEM;
+    j->bias_ids = ids;
+    float *vals = realloc(j->bias_vals, sizeof(float) * (size_t)(n + 1));
+    if (!vals)
+        return IFL_ENOMEM;
+    j->bias_vals = vals;
+    j->bias_ids[n] = id;
+    j->bias_vals[n] = v;
+    j->req.n_logit_bias = n + 1;
+    return 0;
+}
+
+int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *param, char *err)
+{
+    struct ifl_server *s = j->srv;
+    int32_t n_ctx = s->info.n_ctx, longest = 0;
+    for (int i = 0; i < j->n_prompts; i++) {
+        if (j->n_prompt[i] < 1) {
+            strcpy(param, "prompt");
+            return ifl_err(err, IFL_EINVAL, "the prompt is empty (no tokens)");
+        }
+        if (j->n_prompt[i] > longest)
+            longest = j->n_prompt[i];
+    }
+    if (longest >= n_ctx) {
+        strcpy(param, "prompt");
+        return ifl_err(err, IFL_EINVAL,
+                       "this model's maximum context length is %d tokens, but the prompt has %d "
+                       "tokens; shorten it",
+                       n_ctx, longest);
+    }
+    int64_t max_tokens = p->max_tokens < 0 ? n_ctx - longest : p->max_tokens;
+    if (longest + max_tokens > n_ctx) {
+        strcpy(param, "max_tokens");
+        return ifl_err(err, IFL_EINVAL,
+                       "this model's maximum context length is %d tokens, but %lld were requested "
+                       "(%d in the prompt, %lld for the completion); reduce the prompt or "
+                       "max_tokens",
+                       n_ctx, (long long)(longest + max_tokens), longest, (long long)max_tokens);
+    }
+    if (p->n < 1 || p->n > s->cfg.exec.max_batch_size) {
+        strcpy(param, "n");
+        return ifl_err(err, IFL_EINVAL, "n: %d samples asked, this server allows 1 to %d (--parallel)",
+                       p->n, s->cfg.exec.max_batch_size);
+    }
+    struct ifl_request *r = &j->req;
+    r->max_tokens = (int32_t)max_tokens;
+    r->streaming = p->stream;
+    r->num_return_sequences = p->n;
+    j->n_per = p->n;
+    struct ifl_sampling_config *sc = &r->sampling;
+    sc->temperature = (float)p->temperature;
+    sc->top_p = (float)p->top_p;
+    sc->top_k = (int32_t)p->top_k;
+    sc->min_p = (float)p->min_p;
+    sc->typical_p = (float)p->typical_p;
+    sc->repetition_penalty = (float)p->rep_pen;
+    sc->presence_penalty = (float)p->pres_pen;
+    sc->frequency_penalty = (float)p->freq_pen;
+    sc->min_tokens = (int32_t)p->min_tokens;
+    sc->ignore_eos = p->ignore_eos;
+    if (p->has_seed) {
+        j->seed = (uint64_t)p->seed;
+        j->seeded = 1;
+    } else {
+        uint64_t z = s->id_salt ^ (uint64_t)ifl_now_us() ^
+                     (atomic_fetch_add_explicit(&s->next_id, 1, memory_order_relaxed) << 20);
+        z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
+        j->seed = (z ^ (z >> 33)) & 0x7fffffffffffull;
+    }
+    sc->seed = j->seed;
+    r->output.return_log_probs = p->logprobs;
+    r->output.top_log_probs = p->top_logprobs;
+    r->output.return_perf_metrics = 1;
+    r->priority = (float)p->priority;
+    r->stop_strings = (const char *const *)j->stops;
+    r->n_stop_strings = j->n_stops;
+    r->logit_bias_ids = j->bias_ids;
+    r->logit_bias_values = j->bias_vals;
+    return 0;
+}
+
+int ifl_gen_start(struct ifl_gen_job *j, char *err)
+{
+    int n = j->n_prompts;
+    struct ifl_request *reqs = calloc((size_t)n, sizeof(*reqs));
+    j->ids = calloc((size_t)n, sizeof(ifl_id));
+    j->req_final = calloc((size_t)n, 1);
+    j->ch = calloc((size_t)n * (size_t)j->n_per, sizeof(*j->ch));
+    if (!reqs || !j->ids || !j->req_final || !j->ch) {
+        free(reqs);
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        reqs[i] = j->req;
+        reqs[i].input_ids = j->prompts[i];
+        reqs[i].n_input = j->n_prompt[i];
+    }
+    int rc = ifl_enqueue_many(j->ex, reqs, n, j->ids, err);
+    free(reqs);
+    if (rc) {
+        if (rc == IFL_EFULL)
+            atomic_fetch_add_explicit(&j->srv->m.rejected_full, 1, memory_order_relaxed);
+        return rc;
+    }
+    j->enqueued = 1;
+    atomic_fetch_add_explicit(&j->srv->m.requests, 1, memory_order_relaxed);
+    ifl_server_metrics_tokens(j->srv, ifl_gen_prompt_tokens(j), 0);
+    return 0;
+}
+
+static int fold(struct ifl_gen_job *j, struct ifl_gen_choice *c, const struct ifl_sequence_result *res)
+{
+    int32_t add = res->n_tokens;
+    if (c->n_tokens + add > c->cap) {
+        int32_t cap = c->cap ? c->cap * 2 : 64;
+        while (cap < c->n_tokens + add)
+            cap *= 2;
+        int32_t *t = realloc(c->tokens, sizeof(int32_t) * (size_t)cap);
+        if (!t)
+            return IFL_ENOMEM;
+        c->tokens = t;
+        if (j->req.output.return_log_probs) {
+            float *l = realloc(c->lps, sizeof(float) * (size_t)cap);
+            if (!l)
+                return IFL_ENOMEM;
+            c->lps = l;
+        }
+        if (j->req.output.top_log_probs > 0) {
+            struct ifl_top_logprob *tp =
+                realloc(c->tops, sizeof(*tp) * (size_t)cap * (size_t)j->req.output.top_log_probs);
+            if (!tp)
+                return IFL_ENOMEM;
+            c->tops = tp;
+        }
+        c->cap = cap;
+    }
+    if (add)
+        memcpy(c->tokens + c->n_tokens, res->tokens, sizeof(int32_t) * (size_t)add);
+    if (c->lps)
+        for (int32_t i = 0; i < add; i++)
+            c->lps[c->n_tokens + i] = res->log_probs ? res->log_probs[i] : 0.0f;
+    int32_t k = j->req.output.top_log_probs;
+    if (c->tops && k > 0) {
+        c->n_top = k;
+        for (int32_t i = 0; i < add; i++)
+            for (int32_t t = 0; t < k; t++) {
+                struct ifl_top_logprob *dst = &c->tops[(size_t)(c->n_tokens + i) * k + t];
+                if (res->top_log_probs && t < res->n_top)
+                    *dst = res->top_log_probs[(size_t)i * res->n_top + t];
+                else
+                    *dst = (struct ifl_top_logprob){.token = -1, .logprob = -INFINITY};
+            }
+    }
+    c->n_tokens += add;
+    if (res->n_text > 0)
+        ifl_sbuf_add(&c->text, res->text, (size_t)res->n_text);
+    return c->text.oom ? IFL_ENOMEM : 0;
+}
+
+static void observe_request(struct ifl_gen_job *j, const struct ifl_response *r, int64_t n_gen)
+{
+    struct ifl_server *s = j->srv;
+    const struct ifl_perf_metrics *pm = &r->perf;
+    if (pm->first_scheduled_us && pm->arrival_us)
+        ifl_server_metrics_observe(s, IFL_HIST_QUEUE,
+                                   (double)(pm->first_scheduled_us - pm->arrival_us) * 1e-6);
+    if (pm->first_token_us && pm->arrival_us)
+        ifl_server_metrics_observe(s, IFL_HIST_TTFT,
+                                   (double)(pm->first_token_us - pm->arrival_us) * 1e-6);
+    if (n_gen > 1 && pm->last_token_us > pm->first_token_us) {
+        /* one observation per gap, at the request's mean gap */
+        double gap = (double)(pm->last_token_us - pm->first_token_us) * 1e-6 / (double)(n_gen - 1);
+        for (int64_t i = 0; i < n_gen - 1 && i < 4096; i++)
+            ifl_server_metrics_observe(s, IFL_HIST_ITL, gap);
+    }
+}
+
+int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, void *user)
+{
+    if (j->finished)
+        return 1;
+    if (!j->enqueued) {
+        j->finished = 1;
+        return 1;
+    }
+    struct ifl_response *rs[32];
+    int32_t got = 0;
+    int rc = ifl_await(j->ex, j->ids, j->n_prompts, timeout_ms, rs, 32, &got);
+    if (rc == IFL_ESTATE) {
+        j->finished = 1;
+        if (!j->error_status) {
+            j->error_status = IFL_ESTATE;
+            snprintf(j->error_msg, sizeof j->error_msg, "the server is shutting down");
+        }
+        return 1;
+    }
+    for (int32_t i = 0; i < got; i++) {
+        struct ifl_response *r = rs[i];
+        int k = 0;
+        while (k < j->n_prompts && j->ids[k] != r->request_id)
+            k++;
+        int seq = r->sequence_index;
+        if (k < j->n_prompts && seq >= 0 && seq < j->n_per) {
+            int choice = k * j->n_per + seq;
+            struct ifl_gen_choice *c = &j->ch[choice];
+            if (r->status && !j->error_status) {
+                j->error_status = r->status;
+                snprintf(j->error_msg, sizeof j->error_msg, "%s",
+                         r->error_msg ? r->error_msg : ifl_strerror(r->status));
+            }
+            if (r->n_results > 0) {
+                if (!j->t_first_us && r->results[0].n_tokens > 0)
+                    j->t_first_us = ifl_now_us();
+                if (fold(j, c, &r->results[0]) && !j->error_status) {
+                    j->error_status = IFL_ENOMEM;
+                    snprintf(j->error_msg, sizeof j->error_msg, "out of memory");
+                }
+            }
+            if (r->is_sequence_final || r->is_final) {
+                if (!c->done) {
+                    c->done = 1;
+                    c->finish = r->n_results > 0 ? r->results[0].finish_reason : 0;
+                    ifl_server_metrics_finish(j->srv, r->status ? -1 : c->finish);
+                    ifl_server_metrics_tokens(j->srv, 0, c->n_tokens);
+                }
+            }
+            if (fn)
+                fn(user, choice, r);
+            if (r->is_final && !j->req_final[k]) {
+                j->req_final[k] = 1;
+                j->n_final++;
+                int64_t n_gen = 0;
+                for (int q = 0; q < j->n_per; q++)
+                    n_gen += j->ch[k * j->n_per + q].n_tokens;
+                observe_request(j, r, j->n_per ? n_gen / j->n_per : n_gen);
+            }
+        }
+        ifl_response_free(r);
+    }
+    if (j->n_final == j->n_prompts) {
+        j->finished = 1;
+        j->t_last_us = ifl_now_us();
+        ifl_server_metrics_observe(j->srv, IFL_HIST_E2E, (double)(j->t_last_us - j->t0_us) * 1e-6);
+        return 1;
+    }
+    return 0;
+}
+
+int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c)
+{
+    while (!ifl_gen_poll(j, 100, NULL, NULL)) {
+        if (ifl_http_client_gone(c)) {
+            ifl_gen_cancel(j, 1);
+            return IFL_ECANCELLED;
+        }
+        if (atomic_load_explicit(&j->srv->aborting, memory_order_relaxed))
+            ifl_gen_cancel(j, 0);
+    }
+    return 0;
+}
+
+void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected)
+{
+    if (j->finished || !j->enqueued)
+        return;
+    if (!j->cancelled) {
+        j->cancelled = 1;
+        if (disconnected)
+            ifl_server_metrics_disconnect(j->srv);
+        for (int i = 0; i < j->n_prompts; i++)
+            if (!j->req_final[i])
+                ifl_cancel(j->ex, j->ids[i]);
+    }
+    /* the cancelled finals arrive at the next step; collect them so the
+     * executor holds nothing for this job */
+    int64_t t_end = ifl_now_us() + 5000000;
+    while (!ifl_gen_poll(j, 50, NULL, NULL) && ifl_now_us() < t_end)
+        ;
+}
+
+int64_t ifl_gen_completion_tokens(const struct ifl_gen_job *j)
+{
+    int64_t n = 0;
+    for (int i = 0; i < j->n_prompts * j->n_per; i++)
+        n += j->ch ? j->ch[i].n_tokens : 0;
+    return n;
+}
+
+int64_t ifl_gen_prompt_tokens(const struct ifl_gen_job *j)
+{
+    int64_t n = 0;
+    for (int i = 0; i < j->n_prompts; i++)
+        n += j->n_prompt[i];
+    return n;
+}
+
+size_t ifl_gen_piece(struct ifl_server *s, int32_t tok, char *buf, size_t cap)
+{
+    int64_t n = 0;
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    if (!ex || tok < 0 || ifl_executor_detokenize(ex, &tok, 1, 1, buf, (int64_t)cap, &n)) {
+        if (cap)
+            buf[0] = 0;
+        return 0;
+    }
+    return (size_t)n;
+}

@@ -1,0 +1,693 @@
+/*
+ * HTTP transport over libmicrohttpd: one thread per connection, so a
+ * handler may block while it awaits the executor, and a streamed reply's
+ * content-reader callback may block for its next response.
+ *
+ * Order of checks for every request (before its body is read): route (404),
+ * CORS preflight, method (405), API key (401; /health stays open), shutdown
+ * (503), declared body size (413). Then the body is collected up to the limit
+ * (413 past it), parsed with jansson (400 / 422), and handed to the route.
+ *
+ * A client that leaves is noticed by polling its socket for a hang-up
+ * between short awaits (POLLRDHUP), and again in the request-completed
+ * callback, which cancels whatever is still running.
+ */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/err.h"
+#include "core/timeutil.h"
+#include "server/internal.h"
+
+/* ---- byte buffer ---- */
+
+void ifl_sbuf_add(struct ifl_sbuf *b, const void *data, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void ifl_sbuf_addf(struct ifl_sbuf *b, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof small) {
+        ifl_sbuf_add(b, small, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->oom = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    ifl_sbuf_add(b, big, (size_t)n);
+    free(big);
+}
+
+void ifl_sbuf_free(struct ifl_sbuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+/* ---- ids ---- */
+
+void ifl_server_make_id(struct ifl_server *s, const char *prefix, char *out, size_t cap)
+{
+    uint64_t n = atomic_fetch_add_explicit(&s->next_id, 1, memory_order_relaxed);
+    /* splitmix64 of the counter under a per-process salt: unique, unguessable enough */
+    uint64_t z = s->id_salt + n * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    snprintf(out, cap, "%s-%016llx%08llx", prefix, (unsigned long long)z,
+             (unsigned long long)(n & 0xffffffffu));
+}
+
+/* ---- replies ---- */
+
+static void add_common_headers(struct ifl_hconn *c, struct MHD_Response *r, const char *type)
+{
+    if (type)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (c->srv->cors_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", c->srv->cors_origin);
+        if (strcmp(c->srv->cors_origin, "*"))
+            MHD_add_response_header(r, "Vary", "Origin");
+    }
+}
+
+int ifl_http_reply(struct ifl_hconn *c, int status, const char *type, const char *body, size_t n)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(n, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    add_common_headers(c, r, type);
+    enum MHD_Result rc = MHD_queue_response(c->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->status = status;
+    ifl_server_metrics_http(c->srv, status);
+    return rc;
+}
+
+int ifl_http_reply_json(struct ifl_hconn *c, int status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s)
+        return ifl_http_reply(c, 500, "application/json",
+                              "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                              "\"param\":null,\"code\":null}}",
+                              91);
+    int rc = ifl_http_reply(c, status, "application/json", s, strlen(s));
+    free(s);
+    return rc;
+}
+
+static const char *oai_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 404:
+        return "not_found_error";
+    case 429:
+        return "rate_limit_error";
+    case 500:
+        return "server_error";
+    case 503:
+        return "service_unavailable";
+    default:
+        return "invalid_request_error";
+    }
+}
+
+int ifl_http_reply_oai_error(struct ifl_hconn *c, int status, const char *param, const char *msg)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "message", ifl_json_text(msg, strlen(msg)));
+    json_object_set_new(e, "type", json_string(oai_type(status)));
+    json_object_set_new(e, "param", param && *param ? json_string(param) : json_null());
+    const char *code = NULL;
+    if (status == 404)
+        code = "not_found";
+    else if (status == 401)
+        code = "invalid_api_key";
+    else if (status == 413)
+        code = "request_too_large";
+    else if (status == 429)
+        code = "queue_full";
+    json_object_set_new(e, "code", code ? json_string(code) : json_null());
+    json_t *j = json_object();
+    json_object_set_new(j, "error", e);
+    return ifl_http_reply_json(c, status, j);
+}
+
+int ifl_http_reply_tgi_error(struct ifl_hconn *c, int status, const char *type, const char *msg)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "error", ifl_json_text(msg, strlen(msg)));
+    json_object_set_new(j, "error_type", json_string(type));
+    return ifl_http_reply_json(c, status, j);
+}
+
+int ifl_http_client_gone(struct ifl_hconn *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* The content reader of a streamed reply: hand out what is rendered, else
+ * await the next responses in short slices, watching the client. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct ifl_hconn *c = cls;
+    struct ifl_stream *st = c->stream;
+    for (;;) {
+        if (st->off < st->out.len) {
+            size_t n = st->out.len - st->off;
+            if (n > max)
+                n = max;
+            memcpy(buf, st->out.p + st->off, n);
+            st->off += n;
+            if (st->off == st->out.len) {
+                st->off = 0;
+                st->out.len = 0;
+            }
+            return (ssize_t)n;
+        }
+        if (st->ended)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (st->out.oom)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (ifl_http_client_gone(c)) {
+            ifl_gen_cancel(st->job, 1);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (atomic_load_explicit(&c->srv->aborting, memory_order_relaxed))
+            ifl_gen_cancel(st->job, 0); /* its cancelled finals still close the stream */
+        if (ifl_gen_poll(st->job, 20, st->on_resp, st->user)) {
+            st->on_end(st);
+            st->ended = 1;
+        }
+    }
+}
+
+int ifl_http_reply_stream(struct ifl_hconn *c, struct ifl_stream *st)
+{
+    c->stream = st;
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, c, NULL);
+    if (!r)
+        return MHD_NO;
+    add_common_headers(c, r, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result rc = MHD_queue_response(c->conn, 200, r);
+    MHD_destroy_response(r);
+    c->status = 200;
+    ifl_server_metrics_http(c->srv, 200);
+    return rc;
+}
+
+void ifl_stream_free(struct ifl_stream *st)
+{
+    if (!st)
+        return;
+    if (st->free_user)
+        st->free_user(st->user);
+    ifl_sbuf_free(&st->out);
+    free(st);
+}
+
+/* ---- routes ---- */
+
+enum route_kind { R_OAI, R_TGI, R_PLAIN };
+
+struct route {
+    const char *path;
+    const char *method;
+    int kind;
+    int needs_model;
+};
+
+static const struct route ROUTES[] = {
+    {"/health", "GET", R_PLAIN, 0},
+    {"/metrics", "GET", R_PLAIN, 0},
+    {"/v1/models", "GET", R_OAI, 1},
+    {"/v1/completions", "POST", R_OAI, 1},
+    {"/v1/chat/completions", "POST", R_OAI, 1},
+    {"/generate", "POST", R_TGI, 1},
+    {"/generate_stream", "POST", R_TGI, 1},
+    {"/tokenize", "POST", R_TGI, 1},
+    {"/detokenize", "POST", R_TGI, 1},
+    {"/info", "GET", R_TGI, 1},
+};
+
+static const struct route *find_route(const char *url)
+{
+    size_t n = strlen(url);
+    while (n > 1 && url[n - 1] == '/')
+        n--; /* "/v1/models/" is "/v1/models" */
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (strlen(ROUTES[i].path) == n && !strncmp(ROUTES[i].path, url, n))
+            return &ROUTES[i];
+    return NULL;
+}
+
+static int reply_error(struct ifl_hconn *c, const struct route *rt, int status, const char *param,
+                       const char *msg)
+{
+    if (rt && rt->kind == R_TGI) {
+        const char *type = status == 422 ? "validation"
+                           : status == 429 ? "overloaded"
+                           : status == 503 ? "unavailable"
+                                           : "request";
+        return ifl_http_reply_tgi_error(c, status, type, msg);
+    }
+    return ifl_http_reply_oai_error(c, status, param, msg);
+}
+
+static int key_ok(const struct ifl_server *s, struct MHD_Connection *conn)
+{
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7))
+        return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    size_t a = strlen(h), b = strlen(s->api_key);
+    unsigned diff = a != b;
+    for (size_t i = 0; i < b; i++)
+        diff |= (unsigned)(unsigned char)s->api_key[i] ^ (unsigned)(unsigned char)h[i < a ? i : 0];
+    return diff == 0;
+}
+
+static int handle_health(struct ifl_hconn *c)
+{
+    int ready = atomic_load_explicit(&c->srv->ex, memory_order_acquire) != NULL;
+    if (!ready)
+        return ifl_http_reply(c, 503, "application/json", "{\"status\":\"loading\"}", 20);
+    return ifl_http_reply(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+}
+
+static int handle_metrics(struct ifl_hconn *c)
+{
+    struct ifl_sbuf b = {0};
+    ifl_server_metrics_render(c->srv, &b);
+    if (b.oom) {
+        ifl_sbuf_free(&b);
+        return ifl_http_reply(c, 500, "text/plain", "out of memory\n", 14);
+    }
+    int rc = ifl_http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "",
+                            b.len);
+    ifl_sbuf_free(&b);
+    return rc;
+}
+
+static int dispatch(struct ifl_hconn *c, const struct route *rt)
+{
+    struct ifl_server *s = c->srv;
+    if (!strcmp(rt->path, "/health"))
+        return handle_health(c);
+    if (!strcmp(rt->path, "/metrics"))
+        return handle_metrics(c);
+    if (rt->needs_model && !atomic_load_explicit(&s->ex, memory_order_acquire))
+        return reply_error(c, rt, 503, NULL, "the model is still loading; retry shortly");
+    if (!strcmp(rt->path, "/v1/models"))
+        return ifl_oai_models(c);
+    if (!strcmp(rt->path, "/info"))
+        return ifl_tgi_info(c);
+    /* POST routes: a JSON object body */
+    json_error_t je;
+    json_t *body = json_loadb(c->body.p ? c->body.p : "", c->body.len, 0, &je);
+    if (!body) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d, column %d)", je.text,
+                 je.line, je.column);
+        return reply_error(c, rt, rt->kind == R_TGI ? 422 : 400, NULL, msg);
+    }
+    if (!json_is_object(body)) {
+        json_decref(body);
+        return reply_error(c, rt, rt->kind == R_TGI ? 422 : 400, NULL,
+                           "the body must be a JSON object");
+    }
+    int rc;
+    if (!strcmp(rt->path, "/v1/completions"))
+        rc = ifl_oai_completions(c, body);
+    else if (!strcmp(rt->path, "/v1/chat/completions"))
+        rc = ifl_oai_chat(c, body);
+    else if (!strcmp(rt->path, "/generate"))
+        rc = ifl_tgi_generate(c, body, 0);
+    else if (!strcmp(rt->path, "/generate_stream"))
+        rc = ifl_tgi_generate(c, body, 1);
+    else if (!strcmp(rt->path, "/tokenize"))
+        rc = ifl_tgi_tokenize(c, body);
+    else
+        rc = ifl_tgi_detokenize(c, body);
+    json_decref(body);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct ifl_server *s = cls;
+    struct ifl_hconn *c = *con_cls;
+    const struct route *rt = find_route(url);
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c)
+            return MHD_NO;
+        c->srv = s;
+        c->conn = conn;
+        c->method = method;
+        c->url = url;
+        c->t0_us = ifl_now_us();
+        c->content_length = -1;
+        *con_cls = c;
+        atomic_fetch_add_explicit(&s->in_flight, 1, memory_order_acq_rel);
+        c->counted = 1;
+        if (!rt)
+            return (enum MHD_Result)ifl_http_reply_oai_error(c, 404, NULL,
+                                                            "no such route (docs/http.md lists them)");
+        if (!strcmp(method, "OPTIONS") && s->cors_origin) {
+            struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+            if (!r)
+                return MHD_NO;
+            add_common_headers(c, r, NULL);
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                    "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+            enum MHD_Result rc = MHD_queue_response(conn, 204, r);
+            MHD_destroy_response(r);
+            c->status = 204;
+            return rc;
+        }
+        if (strcmp(method, rt->method)) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s is not allowed on %s (use %s)", method, rt->path,
+                     rt->method);
+            struct MHD_Response *r = NULL;
+            json_t *j = json_object(), *e = json_object();
+            json_object_set_new(e, "message", json_string(msg));
+            json_object_set_new(e, "type", json_string("invalid_request_error"));
+            json_object_set_new(e, "param", json_null());
+            json_object_set_new(e, "code", json_string("method_not_allowed"));
+            json_object_set_new(j, "error", e);
+            char *txt = json_dumps(j, JSON_COMPACT);
+            json_decref(j);
+            if (txt)
+                r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+            if (!r) {
+                free(txt);
+                return MHD_NO;
+            }
+            add_common_headers(c, r, "application/json");
+            MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, rt->method);
+            enum MHD_Result rc = MHD_queue_response(conn, 405, r);
+            MHD_destroy_response(r);
+            c->status = 405;
+            ifl_server_metrics_http(s, 405);
+            return rc;
+        }
+        if (s->api_key && strcmp(rt->path, "/health") && !key_ok(s, conn)) {
+            if (rt->kind == R_TGI)
+                return (enum MHD_Result)ifl_http_reply_tgi_error(
+                    c, 401, "authentication", "a valid API key is required (Authorization: Bearer KEY)");
+            return (enum MHD_Result)ifl_http_reply_oai_error(
+                c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+        }
+        if (atomic_load_explicit(&s->draining, memory_order_relaxed))
+            return (enum MHD_Result)reply_error(c, rt, 503, NULL, "the server is shutting down");
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            long long v = strtoll(cl, &end, 10);
+            if (*end == 0 && v >= 0)
+                c->content_length = v;
+        }
+        if (c->content_length > s->cfg.max_body_bytes) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the body (%lld bytes) exceeds the limit of %lld bytes",
+                     (long long)c->content_length, (long long)s->cfg.max_body_bytes);
+            return (enum MHD_Result)reply_error(c, rt, 413, NULL, msg);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_large && c->body.len + *upload_size > (size_t)s->cfg.max_body_bytes) {
+            c->too_large = 1;
+            ifl_sbuf_free(&c->body);
+        }
+        if (!c->too_large)
+            ifl_sbuf_add(&c->body, upload_data, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->status)
+        return MHD_YES; /* already answered (an error before the body) */
+    if (c->too_large) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "the body exceeds the limit of %lld bytes",
+                 (long long)s->cfg.max_body_bytes);
+        return (enum MHD_Result)reply_error(c, rt, 413, NULL, msg);
+    }
+    if (c->body.oom)
+        return (enum MHD_Result)reply_error(c, rt, 500, NULL, "out of memory");
+    return (enum MHD_Result)dispatch(c, rt);
+}
+
+static void log_request(struct ifl_server *s, struct ifl_hconn *c)
+{
+    if (s->cfg.quiet)
+        return;
+    double ms = (double)(ifl_now_us() - c->t0_us) / 1000.0;
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (s->cfg.log_format == IFL_SERVER_LOG_JSON) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:f}", "time", ts, "level", "info", "method",
+                              c->method ? c->method : "", "path", c->url ? c->url : "", "status",
+                              c->status, "ms", ms);
+        char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (t)
+            fprintf(stderr, "%s\n", t);
+        free(t);
+        json_decref(j);
+    } else {
+        fprintf(stderr, "%s INFO %s %s %d %.1fms\n", ts, c->method ? c->method : "",
+                c->url ? c->url : "", c->status, ms);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    struct ifl_server *s = cls;
+    struct ifl_hconn *c = *con_cls;
+    if (!c)
+        return;
+    *con_cls = NULL;
+    struct ifl_gen_job *job = c->stream ? c->stream->job : c->job;
+    if (job && !job->finished)
+        ifl_gen_cancel(job, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    log_request(s, c);
+    if (c->stream) {
+        ifl_gen_job_free(c->stream->job);
+        ifl_stream_free(c->stream);
+    } else {
+        ifl_gen_job_free(c->job);
+    }
+    ifl_sbuf_free(&c->body);
+    if (c->counted)
+        atomic_fetch_sub_explicit(&s->in_flight, 1, memory_order_acq_rel);
+    free(c);
+}
+
+/* ---- life cycle ---- */
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *cfg, char *err)
+{
+    *out = NULL;
+    struct ifl_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    if (s->cfg.max_body_bytes <= 0)
+        s->cfg.max_body_bytes = 4 << 20;
+    s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
+    s->model_path = dup_or_null(cfg->model_path);
+    s->api_key = dup_or_null(cfg->api_key);
+    s->cors_origin = dup_or_null(cfg->cors_origin);
+    s->chat_template = dup_or_null(cfg->chat_template);
+    if (cfg->served_model_name) {
+        s->model_name = strdup(cfg->served_model_name);
+    } else {
+        const char *p = cfg->model_path ? cfg->model_path : "model";
+        const char *slash = strrchr(p, '/');
+        s->model_name = strdup(slash ? slash + 1 : p);
+        char *dot = s->model_name ? strrchr(s->model_name, '.') : NULL;
+        if (dot && !strcmp(dot, ".gguf"))
+            *dot = 0;
+    }
+    s->cfg.host = s->host;
+    s->cfg.model_path = s->model_path;
+    s->cfg.api_key = s->api_key;
+    s->cfg.cors_origin = s->cors_origin;
+    s->cfg.chat_template = s->chat_template;
+    s->cfg.served_model_name = s->model_name;
+    s->id_salt = (uint64_t)ifl_now_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
+    if (!s->host || !s->model_name) {
+        ifl_server_free(s);
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int g = getaddrinfo(s->host, port, &hints, &ai);
+    if (g || !ai) {
+        ifl_err(err, IFL_EINVAL, "--host '%s': %s", s->host, gai_strerror(g));
+        ifl_server_free(s);
+        return IFL_EINVAL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                              on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        ifl_err(err, IFL_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
+                s->host, cfg->port);
+        ifl_server_free(s);
+        return IFL_EIO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    *out = s;
+    return 0;
+}
+
+int ifl_server_port(const struct ifl_server *s)
+{
+    return s->port;
+}
+
+int ifl_server_load(struct ifl_server *s, char *err)
+{
+    ifl_executor *ex = NULL;
+    int rc = ifl_executor_create(&ex, s->model_path, &s->cfg.exec, err);
+    if (rc)
+        return rc;
+    ifl_executor_model_info(ex, &s->info);
+    int64_t n = 0;
+    if (s->info.bos_id >= 0)
+        ifl_executor_detokenize(ex, &s->info.bos_id, 1, 1, s->bos_text, sizeof s->bos_text, &n);
+    if (s->info.eos_id >= 0)
+        ifl_executor_detokenize(ex, &s->info.eos_id, 1, 1, s->eos_text, sizeof s->eos_text, &n);
+    s->created = (int64_t)time(NULL);
+    atomic_store_explicit(&s->ex, ex, memory_order_release);
+    rc = ifl_server_chat_init(s, err);
+    if (rc) {
+        atomic_store_explicit(&s->ex, NULL, memory_order_release);
+        ifl_executor_destroy(ex, 1);
+        return rc;
+    }
+    return 0;
+}
+
+void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
+{
+    if (!s || !s->mhd)
+        return;
+    atomic_store_explicit(&s->draining, 1, memory_order_relaxed);
+    MHD_socket lsock = MHD_quiesce_daemon(s->mhd);
+    int64_t t_end = ifl_now_us() + grace_ms * 1000;
+    while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
+        usleep(10000);
+    atomic_store_explicit(&s->aborting, 1, memory_order_relaxed);
+    MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    ifl_executor *ex = atomic_exchange_explicit(&s->ex, NULL, memory_order_acq_rel);
+    if (ex)
+        ifl_executor_destroy(ex, 1);
+}
+
+void ifl_server_free(struct ifl_server *s)
+{
+    if (!s)
+        return;
+    if (s->mhd)
+        ifl_server_shutdown(s, 0);
+    ifl_server_chat_free(s);
+    free(s->host);
+    free(s->model_path);
+    free(s->api_key);
+    free(s->cors_origin);
+    free(s->chat_template);
+    free(s->model_name);
+    free(s);
+}

@@ -1,0 +1,243 @@
+/*
+ * Server internals shared by http.c (transport), gen.c (one generation over
+ * the executor), openai.c, tgi.c (the two protocols), metrics.c and chat.c.
+ *
+ * Ownership: a struct ifl_hconn lives from the first callback of an HTTP
+ * request to libmicrohttpd's "request completed" callback, which frees it
+ * together with its job and stream. Only that connection's thread touches
+ * it. The server struct is shared: its fields are immutable after load
+ * except the atomics (each commented with its memory order).
+ */
+#ifndef IFL_SERVER_INTERNAL_H
+#define IFL_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "inflight.h"
+#include "server/server.h"
+
+/* ---- growable byte buffer ---- */
+
+struct ifl_sbuf {
+    char *p;
+    size_t len, cap;
+    int oom; /* an append failed: contents are incomplete */
+};
+
+void ifl_sbuf_add(struct ifl_sbuf *b, const void *data, size_t n);
+void ifl_sbuf_addf(struct ifl_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ifl_sbuf_free(struct ifl_sbuf *b);
+
+/* ---- metrics (metrics.c): lock-free counters and histograms ---- */
+
+enum ifl_hist_id {
+    IFL_HIST_TTFT = 0,   /* time to first token */
+    IFL_HIST_ITL = 1,    /* between tokens */
+    IFL_HIST_E2E = 2,    /* whole request */
+    IFL_HIST_QUEUE = 3,  /* arrival to first scheduled */
+    IFL_HIST_COUNT = 4,
+};
+
+void ifl_server_metrics_observe(struct ifl_server *s, int hist, double seconds);
+/* One finished sequence: its enum ifl_finish_reason, or -1 for an error. */
+void ifl_server_metrics_finish(struct ifl_server *s, int finish_reason);
+void ifl_server_metrics_tokens(struct ifl_server *s, int64_t prompt, int64_t generated);
+void ifl_server_metrics_http(struct ifl_server *s, int status);
+void ifl_server_metrics_disconnect(struct ifl_server *s);
+/* The Prometheus text exposition; the caller frees the buffer. */
+void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *out);
+
+struct ifl_server_metrics {
+    /* relaxed order everywhere: counters are read only for exposition */
+    atomic_llong hist_bucket[IFL_HIST_COUNT][32];
+    atomic_llong hist_count[IFL_HIST_COUNT];
+    atomic_llong hist_sum_us[IFL_HIST_COUNT];
+    atomic_llong finish[8];      /* by enum ifl_finish_reason; [7]: errors */
+    atomic_llong prompt_tokens, generated_tokens;
+    atomic_llong http_status[6]; /* 1xx..5xx by hundreds; [0]: other */
+    atomic_llong disconnects;    /* clients gone before their request ended */
+    atomic_llong requests;       /* generation requests accepted */
+    atomic_llong rejected_full;  /* 429s */
+};
+
+/* ---- the server ---- */
+
+struct ifl_server {
+    struct ifl_server_config cfg;
+    char *host, *model_path, *api_key, *cors_origin, *chat_template, *model_name; /* owned copies */
+    struct MHD_Daemon *mhd;
+    int port;
+    int64_t created;                  /* unix time the model loaded */
+    /* set once by ifl_server_load (release), read by handlers (acquire) */
+    _Atomic(ifl_executor *) ex;
+    struct ifl_model_info info;       /* valid once ex is set */
+    char bos_text[64], eos_text[64];  /* the model's BOS/EOS token text, for templates */
+    void *chat_tmpl;                  /* compiled chat template (chat.c) */
+    atomic_int draining;              /* shutdown began: new requests get 503 (relaxed) */
+    atomic_int aborting;              /* grace ran out: cancel what is running (relaxed) */
+    atomic_int in_flight;             /* HTTP requests being handled (acq_rel) */
+    atomic_ullong next_id;            /* response ids (relaxed) */
+    uint64_t id_salt;
+    struct ifl_server_metrics m;
+};
+
+/* ---- one HTTP request ---- */
+
+struct ifl_gen_job;
+struct ifl_stream;
+
+struct ifl_hconn {
+    struct ifl_server *srv;
+    struct MHD_Connection *conn;
+    const char *method, *url; /* owned by libmicrohttpd for the request's life */
+    struct ifl_sbuf body;
+    int64_t content_length; /* -1: unknown */
+    int too_large;
+    int counted;            /* in srv->in_flight */
+    int status;             /* the status sent, for the log */
+    int64_t t0_us;
+    struct ifl_gen_job *job;
+    struct ifl_stream *stream;
+};
+
+/* Replies. Each returns an MHD result to hand back from the handler; body
+ * ownership stays with the caller. */
+int ifl_http_reply(struct ifl_hconn *c, int status, const char *type, const char *body, size_t n);
+int ifl_http_reply_json(struct ifl_hconn *c, int status, json_t *j); /* steals j */
+/* OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} */
+int ifl_http_reply_oai_error(struct ifl_hconn *c, int status, const char *param,
+                             const char *msg);
+/* TGI-shaped error: {"error", "error_type"} */
+int ifl_http_reply_tgi_error(struct ifl_hconn *c, int status, const char *type, const char *msg);
+/* Starts a chunked text/event-stream reply fed by the stream's producer. */
+int ifl_http_reply_stream(struct ifl_hconn *c, struct ifl_stream *st);
+/* 1 when the client closed its connection. */
+int ifl_http_client_gone(struct ifl_hconn *c);
+/* An id "PREFIX-<24 hex>" unique in this process. */
+void ifl_server_make_id(struct ifl_server *s, const char *prefix, char *out, size_t cap);
+
+/* ---- JSON helpers (gen.c) ---- */
+
+/* A JSON string from bytes that may hold invalid UTF-8 (replaced by U+FFFD). */
+json_t *ifl_json_text(const char *s, size_t n);
+/* Parameter readers: 0 absent (or null), 1 read, -1 wrong type or range
+ * (err then says "param: problem"). */
+int ifl_json_get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err);
+int ifl_json_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err);
+int ifl_json_get_bool(json_t *o, const char *key, int *out, char *err);
+int ifl_json_get_str(json_t *o, const char *key, const char **out, char *err);
+
+/* ---- one generation over the executor (gen.c) ---- */
+
+/* Everything a choice accumulates. */
+struct ifl_gen_choice {
+    struct ifl_sbuf text;
+    int32_t *tokens;
+    float *lps;
+    struct ifl_top_logprob *tops; /* [n_tokens][n_top] */
+    int32_t n_tokens, cap, n_top;
+    int finish;                   /* enum ifl_finish_reason, 0 while running */
+    int done;
+};
+
+struct ifl_gen_job {
+    struct ifl_server *srv;
+    ifl_executor *ex;
+    struct ifl_request req;    /* template; input_ids set per prompt */
+    int n_prompts, n_per;      /* choices = n_prompts * n_per, prompt-major */
+    int32_t **prompts;
+    int32_t *n_prompt;
+    char **stops;
+    int n_stops;
+    int32_t *bias_ids;
+    float *bias_vals;
+    ifl_id *ids;
+    unsigned char *req_final;  /* [n_prompts] its final response came */
+    struct ifl_gen_choice *ch;
+    int n_final;               /* requests with their final response */
+    int enqueued, finished, cancelled;
+    int error_status;          /* a response came back with an error */
+    char error_msg[256];
+    int64_t t0_us, t_first_us, t_last_us;
+    uint64_t seed;
+    int seeded;                /* the client gave the seed */
+};
+
+/* Sampling parameters shared by both protocols. */
+struct ifl_gen_params {
+    int64_t max_tokens;        /* -1: default (fill the context) */
+    int n;
+    double temperature, top_p, min_p, typical_p, rep_pen, pres_pen, freq_pen;
+    int64_t top_k, min_tokens, seed;
+    int has_seed, ignore_eos, logprobs, top_logprobs;
+    int stream;                /* a response per step */
+    double priority;
+};
+
+struct ifl_gen_job *ifl_gen_job_new(struct ifl_server *s, ifl_executor *ex);
+void ifl_gen_job_free(struct ifl_gen_job *j);
+/* Adds a prompt (tokens copied). */
+int ifl_gen_add_prompt(struct ifl_gen_job *j, const int32_t *ids, int32_t n);
+/* Tokenizes text (BOS as the model says; special-token text parsed). */
+int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, int add_special);
+int ifl_gen_add_stop(struct ifl_gen_job *j, const char *s);
+int ifl_gen_add_bias(struct ifl_gen_job *j, int32_t id, float v);
+/* Applies p to the request template; err gets "param: problem". The
+ * max_tokens default (p->max_tokens < 0) fills the context of the longest
+ * prompt. Returns 0 or a 400-worthy IFL_EINVAL. */
+int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *param, char *err);
+/* Enqueues every prompt's request (all or nothing). IFL_EFULL: 429. */
+int ifl_gen_start(struct ifl_gen_job *j, char *err);
+/* Waits up to timeout_ms for responses, folds them into the choices and
+ * calls fn (may be NULL) for each, with the choice index. Returns 1 when
+ * every request has ended, 0 otherwise. */
+typedef void (*ifl_gen_resp_fn)(void *user, int choice, const struct ifl_response *r);
+int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, void *user);
+/* Waits for the whole job, watching for a client that leaves (then it
+ * cancels and returns IFL_ECANCELLED) or a shutdown that runs out of time. */
+int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c);
+/* Cancels what is still running and drains the executor's responses
+ * (bounded wait). Counts a client disconnect when disconnected is 1. */
+void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected);
+int64_t ifl_gen_completion_tokens(const struct ifl_gen_job *j);
+int64_t ifl_gen_prompt_tokens(const struct ifl_gen_job *j);
+/* Text of one token (raw bytes, special tokens shown) into buf; length. */
+size_t ifl_gen_piece(struct ifl_server *s, int32_t tok, char *buf, size_t cap);
+
+/* A streamed reply: the producer renders each response into out; finish
+ * appends the closing events. http.c drains out into the socket. */
+struct ifl_stream {
+    struct ifl_gen_job *job;
+    void (*on_resp)(void *user, int choice, const struct ifl_response *r);
+    void (*on_end)(struct ifl_stream *st);
+    void *user;      /* the protocol's state, freed by free_user */
+    void (*free_user)(void *user);
+    struct ifl_sbuf out;
+    size_t off;
+    int ended;
+};
+void ifl_stream_free(struct ifl_stream *st);
+
+/* ---- routes ---- */
+
+int ifl_oai_completions(struct ifl_hconn *c, json_t *body);
+int ifl_oai_chat(struct ifl_hconn *c, json_t *body);
+int ifl_oai_models(struct ifl_hconn *c);
+int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream);
+int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *body);
+int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *body);
+int ifl_tgi_info(struct ifl_hconn *c);
+
+/* ---- chat templates (chat.c) ---- */
+
+int ifl_server_chat_init(struct ifl_server *s, char *err);
+void ifl_server_chat_free(struct ifl_server *s);
+/* Renders messages (validated: role, content) into a malloc'd prompt.
+ * IFL_EINVAL with err naming the message field. */
+int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n,
+                           char *err);
+
+#endif

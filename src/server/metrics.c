@@ -1,0 +1,170 @@
+/*
+ * /metrics: counters kept by the server (relaxed atomics: each is only ever
+ * added to, and exposition tolerates a torn view across counters) plus the
+ * executor's latest iteration stats, in the Prometheus text format 0.0.4
+ * (https://prometheus.io/docs/instrumenting/exposition_formats/).
+ *
+ * Histograms are cumulative at exposition: observe() bumps one bucket; the
+ * renderer sums them into the `le` series.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/internal.h"
+
+static const double BUCKETS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
+                                 0.5,   0.75,   1.0,   2.5,  5.0,   10.0, 20.0,  40.0, 80.0};
+#define N_BUCKETS ((int)(sizeof BUCKETS / sizeof BUCKETS[0]))
+
+static const struct {
+    const char *name, *help;
+} HISTS[IFL_HIST_COUNT] = {
+    {"inflight_time_to_first_token_seconds", "Time from arrival to the first generated token."},
+    {"inflight_inter_token_latency_seconds", "Time between generated tokens of a request."},
+    {"inflight_e2e_request_latency_seconds", "Time from arrival to the last response."},
+    {"inflight_request_queue_time_seconds", "Time from arrival to first being scheduled."},
+};
+
+void ifl_server_metrics_observe(struct ifl_server *s, int hist, double seconds)
+{
+    if (hist < 0 || hist >= IFL_HIST_COUNT || !(seconds >= 0))
+        return;
+    int b = 0;
+    while (b < N_BUCKETS && seconds > BUCKETS[b])
+        b++; /* b == N_BUCKETS: only +Inf */
+    atomic_fetch_add_explicit(&s->m.hist_bucket[hist][b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->m.hist_count[hist], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->m.hist_sum_us[hist], (long long)(seconds * 1e6),
+                              memory_order_relaxed);
+}
+
+void ifl_server_metrics_finish(struct ifl_server *s, int reason)
+{
+    int i = reason < 0 || reason > 6 ? 7 : reason;
+    atomic_fetch_add_explicit(&s->m.finish[i], 1, memory_order_relaxed);
+}
+
+void ifl_server_metrics_tokens(struct ifl_server *s, int64_t prompt, int64_t generated)
+{
+    if (prompt)
+        atomic_fetch_add_explicit(&s->m.prompt_tokens, prompt, memory_order_relaxed);
+    if (generated)
+        atomic_fetch_add_explicit(&s->m.generated_tokens, generated, memory_order_relaxed);
+}
+
+void ifl_server_metrics_http(struct ifl_server *s, int status)
+{
+    int i = status >= 100 && status < 600 ? status / 100 : 0;
+    atomic_fetch_add_explicit(&s->m.http_status[i], 1, memory_order_relaxed);
+}
+
+void ifl_server_metrics_disconnect(struct ifl_server *s)
+{
+    atomic_fetch_add_explicit(&s->m.disconnects, 1, memory_order_relaxed);
+}
+
+static long long rd(atomic_llong *a)
+{
+    return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+static void head(struct ifl_sbuf *b, const char *name, const char *type, const char *help)
+{
+    ifl_sbuf_addf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
+{
+    struct ifl_server_metrics *m = &s->m;
+    const char *model = s->model_name;
+
+    static const char *const reasons[8] = {"none",      "stop",     "stop_string", "length",
+                                           "timed_out", "cancelled", "unknown",     "error"};
+    head(b, "inflight_request_success_total", "counter",
+         "Finished sequences by finish reason (stop: end token; stop_string: a stop string or "
+         "word; length; timed_out; cancelled; error).");
+    for (int i = 1; i < 8; i++) {
+        if (i == 6)
+            continue;
+        ifl_sbuf_addf(b, "inflight_request_success_total{model_name=\"%s\",finish_reason=\"%s\"} %lld\n",
+                      model, reasons[i], rd(&m->finish[i]));
+    }
+    head(b, "inflight_requests_total", "counter", "Generation requests accepted.");
+    ifl_sbuf_addf(b, "inflight_requests_total{model_name=\"%s\"} %lld\n", model, rd(&m->requests));
+    head(b, "inflight_requests_rejected_total", "counter",
+         "Generation requests refused because the queue was full (429).");
+    ifl_sbuf_addf(b, "inflight_requests_rejected_total{model_name=\"%s\"} %lld\n", model,
+                  rd(&m->rejected_full));
+    head(b, "inflight_client_disconnects_total", "counter",
+         "Requests cancelled because their client left before the end.");
+    ifl_sbuf_addf(b, "inflight_client_disconnects_total{model_name=\"%s\"} %lld\n", model,
+                  rd(&m->disconnects));
+    head(b, "inflight_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
+    ifl_sbuf_addf(b, "inflight_prompt_tokens_total{model_name=\"%s\"} %lld\n", model,
+                  rd(&m->prompt_tokens));
+    head(b, "inflight_generation_tokens_total", "counter", "Generated tokens.");
+    ifl_sbuf_addf(b, "inflight_generation_tokens_total{model_name=\"%s\"} %lld\n", model,
+                  rd(&m->generated_tokens));
+    head(b, "inflight_http_responses_total", "counter", "HTTP responses by status class.");
+    for (int i = 1; i < 6; i++)
+        ifl_sbuf_addf(b, "inflight_http_responses_total{code=\"%dxx\"} %lld\n", i,
+                      rd(&m->http_status[i]));
+    head(b, "inflight_http_requests_in_flight", "gauge", "HTTP requests being handled.");
+    ifl_sbuf_addf(b, "inflight_http_requests_in_flight %d\n",
+                  atomic_load_explicit(&s->in_flight, memory_order_relaxed));
+
+    for (int h = 0; h < IFL_HIST_COUNT; h++) {
+        head(b, HISTS[h].name, "histogram", HISTS[h].help);
+        long long cum = 0;
+        for (int i = 0; i < N_BUCKETS; i++) {
+            cum += rd(&m->hist_bucket[h][i]);
+            ifl_sbuf_addf(b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %lld\n", HISTS[h].name, model,
+                          BUCKETS[i], cum);
+        }
+        cum += rd(&m->hist_bucket[h][N_BUCKETS]);
+        ifl_sbuf_addf(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %lld\n", HISTS[h].name, model,
+                      cum);
+        ifl_sbuf_addf(b, "%s_sum{model_name=\"%s\"} %.6f\n", HISTS[h].name, model,
+                      (double)rd(&m->hist_sum_us[h]) * 1e-6);
+        ifl_sbuf_addf(b, "%s_count{model_name=\"%s\"} %lld\n", HISTS[h].name, model,
+                      rd(&m->hist_count[h]));
+    }
+
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    struct ifl_iteration_stats st;
+    memset(&st, 0, sizeof st);
+    if (ex)
+        ifl_get_iteration_stats(ex, &st);
+    head(b, "inflight_model_loaded", "gauge", "1 once the model is loaded.");
+    ifl_sbuf_addf(b, "inflight_model_loaded %d\n", ex != NULL);
+    head(b, "inflight_num_requests_running", "gauge", "Requests being generated.");
+    ifl_sbuf_addf(b, "inflight_num_requests_running{model_name=\"%s\"} %d\n", model,
+                  st.active_requests);
+    head(b, "inflight_num_requests_waiting", "gauge", "Requests queued, not yet scheduled.");
+    ifl_sbuf_addf(b, "inflight_num_requests_waiting{model_name=\"%s\"} %d\n", model,
+                  st.queued_requests);
+    head(b, "inflight_num_requests_paused", "gauge", "Requests preempted, waiting to resume.");
+    ifl_sbuf_addf(b, "inflight_num_requests_paused{model_name=\"%s\"} %d\n", model,
+                  st.paused_requests);
+    head(b, "inflight_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks in use.");
+    ifl_sbuf_addf(b, "inflight_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", model,
+                  st.kv_blocks_max > 0 ? (double)st.kv_blocks_used / st.kv_blocks_max : 0.0);
+    head(b, "inflight_kv_cache_blocks", "gauge", "KV blocks by state.");
+    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", model,
+                  st.kv_blocks_used);
+    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"free\"} %d\n", model,
+                  st.kv_blocks_free);
+    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"max\"} %d\n", model,
+                  st.kv_blocks_max);
+    head(b, "inflight_prefix_cache_hits_total", "counter",
+         "Prompt KV blocks found in the prefix cache.");
+    ifl_sbuf_addf(b, "inflight_prefix_cache_hits_total{model_name=\"%s\"} %lld\n", model,
+                  (long long)st.kv_blocks_reused);
+    head(b, "inflight_prefix_cache_queries_total", "counter",
+         "Prompt KV blocks looked up in the prefix cache.");
+    ifl_sbuf_addf(b, "inflight_prefix_cache_queries_total{model_name=\"%s\"} %lld\n", model,
+                  (long long)(st.kv_blocks_reused + st.kv_blocks_missed));
+    head(b, "inflight_iterations_total", "counter", "Engine steps run.");
+    ifl_sbuf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
+                  (long long)st.iteration);
+}

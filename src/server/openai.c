@@ -1,0 +1,775 @@
+/*
+ * The OpenAI routes: POST /v1/completions, POST /v1/chat/completions,
+ * GET /v1/models, with the request parameters, response objects, stream
+ * chunks and error bodies of https://platform.openai.com/docs/api-reference
+ * (the shapes the official clients parse).
+ *
+ * Choices are ordered prompt-major: with prompts P and n samples, choice
+ * index = p * n + sample. Streamed replies are Server-Sent Events: one
+ * `data: {chunk}` per executor response that carries text (or log-probs, or a
+ * finish), an optional usage chunk, then `data: [DONE]`.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/err.h"
+#include "server/internal.h"
+
+#define MAX_PROMPTS 64
+
+static const char *finish_name(int f)
+{
+    switch (f) {
+    case IFL_FINISH_END_ID:
+    case IFL_FINISH_STOP_WORDS:
+        return "stop";
+    case IFL_FINISH_LENGTH:
+    case IFL_FINISH_TIMED_OUT:
+        return "length";
+    case IFL_FINISH_CANCELLED:
+        return "abort";
+    default:
+        return NULL;
+    }
+}
+
+static json_t *lp_json(float v)
+{
+    /* JSON has no -Infinity; OpenAI reports impossible tokens as -9999 */
+    return json_real(isfinite(v) ? (double)v : -9999.0);
+}
+
+static json_t *bytes_json(const char *p, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* ---- log-probs in both APIs' shapes ---- */
+
+/* Completions: {tokens, token_logprobs, top_logprobs, text_offset}; *offset
+ * advances by each token's bytes. */
+static json_t *lp_completion(struct ifl_server *s, const int32_t *toks, const float *lps,
+                             const struct ifl_top_logprob *tops, int32_t k, int32_t n,
+                             int64_t *offset)
+{
+    json_t *o = json_object(), *t = json_array(), *l = json_array(), *tl = json_array(),
+           *off = json_array();
+    char piece[256];
+    for (int32_t i = 0; i < n; i++) {
+        size_t pl = ifl_gen_piece(s, toks[i], piece, sizeof piece);
+        json_array_append_new(t, ifl_json_text(piece, pl));
+        json_array_append_new(l, lp_json(lps ? lps[i] : 0));
+        json_array_append_new(off, json_integer(*offset));
+        *offset += (int64_t)pl;
+        if (k > 0 && tops) {
+            json_t *d = json_object();
+            for (int32_t q = 0; q < k; q++) {
+                const struct ifl_top_logprob *tp = &tops[(size_t)i * k + q];
+                if (tp->token < 0)
+                    continue;
+                char alt[256];
+                size_t al = ifl_gen_piece(s, tp->token, alt, sizeof alt);
+                json_t *key = ifl_json_text(alt, al);
+                if (key && !json_object_get(d, json_string_value(key)))
+                    json_object_set_new(d, json_string_value(key), lp_json(tp->logprob));
+                json_decref(key);
+            }
+            json_array_append_new(tl, d);
+        } else {
+            json_array_append_new(tl, json_null());
+        }
+    }
+    json_object_set_new(o, "tokens", t);
+    json_object_set_new(o, "token_logprobs", l);
+    json_object_set_new(o, "top_logprobs", tl);
+    json_object_set_new(o, "text_offset", off);
+    return o;
+}
+
+/* Chat: {content: [{token, logprob, bytes, top_logprobs: [...]}], refusal} */
+static json_t *lp_chat(struct ifl_server *s, const int32_t *toks, const float *lps,
+                       const struct ifl_top_logprob *tops, int32_t k, int32_t n)
+{
+    json_t *content = json_array();
+    char piece[256];
+    for (int32_t i = 0; i < n; i++) {
+        size_t pl = ifl_gen_piece(s, toks[i], piece, sizeof piece);
+        json_t *e = json_object();
+        json_object_set_new(e, "token", ifl_json_text(piece, pl));
+        json_object_set_new(e, "logprob", lp_json(lps ? lps[i] : 0));
+        json_object_set_new(e, "bytes", bytes_json(piece, pl));
+        json_t *alts = json_array();
+        for (int32_t q = 0; q < k && tops; q++) {
+            const struct ifl_top_logprob *tp = &tops[(size_t)i * k + q];
+            if (tp->token < 0)
+                continue;
+            char alt[256];
+            size_t al = ifl_gen_piece(s, tp->token, alt, sizeof alt);
+            json_t *a = json_object();
+            json_object_set_new(a, "token", ifl_json_text(alt, al));
+            json_object_set_new(a, "logprob", lp_json(tp->logprob));
+            json_object_set_new(a, "bytes", bytes_json(alt, al));
+            json_array_append_new(alts, a);
+        }
+        json_object_set_new(e, "top_logprobs", alts);
+        json_array_append_new(content, e);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "content", content);
+    json_object_set_new(o, "refusal", json_null());
+    return o;
+}
+
+/* ---- parameters shared by both routes ---- */
+
+struct oai_req {
+    int chat, stream, include_usage, echo;
+    int want_lp;  /* log-probs asked */
+    int top;      /* alternatives per token */
+    struct ifl_gen_params p;
+    char **echo_text; /* completions: per prompt, the prompt as text */
+    size_t *echo_len;
+};
+
+static void oai_req_free(struct oai_req *q, int n_prompts)
+{
+    (void)n_prompts;
+    if (q->echo_text)
+        for (int i = 0; i < MAX_PROMPTS; i++)
+            free(q->echo_text[i]);
+    free(q->echo_text);
+    free(q->echo_len);
+}
+
+/* 0, or fills param/err and returns an HTTP status */
+static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, struct ifl_gen_job *j,
+                        char *param, char *err)
+{
+    struct ifl_gen_params *p = &q->p;
+    *p = (struct ifl_gen_params){.max_tokens = -1, .n = 1, .temperature = 1, .top_p = 1,
+                                 .typical_p = 1, .rep_pen = 1, .priority = 0.5};
+    const char *model = NULL;
+    int64_t v;
+    int bo;
+#define FAIL(name)                                                                                 \
+    do {                                                                                           \
+        snprintf(param, 64, "%s", name);                                                           \
+        return 400;                                                                                \
+    } while (0)
+    if (ifl_json_get_str(b, "model", &model, err) < 0)
+        FAIL("model");
+    if (model && strcmp(model, s->model_name)) {
+        snprintf(param, 64, "model");
+        ifl_err(err, IFL_ENOTFOUND, "the model '%.100s' does not exist (this server serves '%s')",
+                model, s->model_name);
+        return 404;
+    }
+    int r1 = ifl_json_get_int(b, "max_tokens", 0, 1 << 24, &v, err);
+    if (r1 < 0)
+        FAIL("max_tokens");
+    if (r1)
+        p->max_tokens = v;
+    int r2 = ifl_json_get_int(b, "max_completion_tokens", 0, 1 << 24, &v, err);
+    if (r2 < 0)
+        FAIL("max_completion_tokens");
+    if (r2)
+        p->max_tokens = v;
+    if (ifl_json_get_num(b, "temperature", 0, 2, &p->temperature, err) < 0)
+        FAIL("temperature");
+    if (ifl_json_get_num(b, "top_p", 0, 1, &p->top_p, err) < 0)
+        FAIL("top_p");
+    if (p->top_p == 0)
+        p->top_p = 1e-6; /* "nucleus of nothing": the top token only */
+    int rn = ifl_json_get_int(b, "n", 1, 128, &v, err);
+    if (rn < 0)
+        FAIL("n");
+    if (rn)
+        p->n = (int)v;
+    bo = 0;
+    if (ifl_json_get_bool(b, "stream", &bo, err) < 0)
+        FAIL("stream");
+    q->stream = bo;
+    json_t *so = json_object_get(b, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) {
+            ifl_err(err, IFL_EINVAL, "stream_options: must be an object");
+            FAIL("stream_options");
+        }
+        if (!q->stream) {
+            ifl_err(err, IFL_EINVAL, "stream_options: only allowed when stream is true");
+            FAIL("stream_options");
+        }
+        bo = 0;
+        if (ifl_json_get_bool(so, "include_usage", &bo, err) < 0)
+            FAIL("stream_options.include_usage");
+        q->include_usage = bo;
+    }
+    json_t *stop = json_object_get(b, "stop");
+    if (json_is_string(stop)) {
+        if (json_string_length(stop) && ifl_gen_add_stop(j, json_string_value(stop)))
+            return 500;
+    } else if (json_is_array(stop)) {
+        size_t i;
+        json_t *e;
+        if (json_array_size(stop) > 64) {
+            ifl_err(err, IFL_EINVAL, "stop: at most 64 strings");
+            FAIL("stop");
+        }
+        json_array_foreach(stop, i, e)
+        {
+            if (!json_is_string(e)) {
+                ifl_err(err, IFL_EINVAL, "stop[%zu]: must be a string", i);
+                FAIL("stop");
+            }
+            if (json_string_length(e) > 256) {
+                ifl_err(err, IFL_EINVAL, "stop[%zu]: at most 256 bytes", i);
+                FAIL("stop");
+            }
+            if (json_string_length(e) && ifl_gen_add_stop(j, json_string_value(e)))
+                return 500;
+        }
+    } else if (stop && !json_is_null(stop)) {
+        ifl_err(err, IFL_EINVAL, "stop: must be a string or a list of strings");
+        FAIL("stop");
+    }
+    if (ifl_json_get_num(b, "presence_penalty", -2, 2, &p->pres_pen, err) < 0)
+        FAIL("presence_penalty");
+    if (ifl_json_get_num(b, "frequency_penalty", -2, 2, &p->freq_pen, err) < 0)
+        FAIL("frequency_penalty");
+    json_t *lb = json_object_get(b, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb)) {
+            ifl_err(err, IFL_EINVAL, "logit_bias: must be an object of token id to bias");
+            FAIL("logit_bias");
+        }
+        const char *key;
+        json_t *val;
+        json_object_foreach(lb, key, val)
+        {
+            char *end;
+            long id = strtol(key, &end, 10);
+            if (!*key || *end || id < 0 || id >= s->info.n_vocab) {
+                ifl_err(err, IFL_EINVAL, "logit_bias: '%.40s' is not a token id (0..%d)", key,
+                        s->info.n_vocab - 1);
+                FAIL("logit_bias");
+            }
+            double bias = json_is_number(val) ? json_number_value(val) : NAN;
+            if (!(bias >= -100 && bias <= 100)) {
+                ifl_err(err, IFL_EINVAL, "logit_bias['%s']: must be a number from -100 to 100", key);
+                FAIL("logit_bias");
+            }
+            if (ifl_gen_add_bias(j, (int32_t)id, (float)bias))
+                return 500;
+        }
+    }
+    if (ifl_json_get_int(b, "seed", INT64_MIN, INT64_MAX, &p->seed, err) < 0)
+        FAIL("seed");
+    p->has_seed = json_object_get(b, "seed") && !json_is_null(json_object_get(b, "seed"));
+    const char *user = NULL;
+    if (ifl_json_get_str(b, "user", &user, err) < 0)
+        FAIL("user");
+    json_t *rf = json_object_get(b, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *type = json_is_object(rf) ? json_string_value(json_object_get(rf, "type")) : NULL;
+        if (!type) {
+            ifl_err(err, IFL_EINVAL, "response_format: must be an object with a type");
+            FAIL("response_format");
+        }
+        if (!strcmp(type, "json_object") || !strcmp(type, "json_schema")) {
+            ifl_err(err, IFL_EUNSUPPORTED,
+                    "response_format: '%s' is not supported yet (guided decoding); only 'text'",
+                    type);
+            FAIL("response_format");
+        }
+        if (strcmp(type, "text")) {
+            ifl_err(err, IFL_EINVAL, "response_format: unknown type '%.40s' (text, json_object, json_schema)",
+                    type);
+            FAIL("response_format");
+        }
+    }
+    static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
+                                              "audio", "modalities", "prediction", "suffix"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
+        json_t *x = json_object_get(b, unsupported[i]);
+        if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
+            !(json_is_string(x) && (json_string_length(x) == 0 || !strcmp(json_string_value(x), "none")))) {
+            ifl_err(err, IFL_EUNSUPPORTED, "%s: not supported by this server", unsupported[i]);
+            FAIL(unsupported[i]);
+        }
+    }
+    /* extensions (vLLM's names) */
+    if (ifl_json_get_int(b, "top_k", -1, 1 << 20, &p->top_k, err) < 0)
+        FAIL("top_k");
+    if (p->top_k < 0)
+        p->top_k = 0;
+    if (ifl_json_get_num(b, "min_p", 0, 1, &p->min_p, err) < 0)
+        FAIL("min_p");
+    if (ifl_json_get_num(b, "typical_p", 1e-6, 1, &p->typical_p, err) < 0)
+        FAIL("typical_p");
+    if (ifl_json_get_num(b, "repetition_penalty", 1e-3, 100, &p->rep_pen, err) < 0)
+        FAIL("repetition_penalty");
+    if (ifl_json_get_int(b, "min_tokens", 0, 1 << 24, &p->min_tokens, err) < 0)
+        FAIL("min_tokens");
+    bo = 0;
+    if (ifl_json_get_bool(b, "ignore_eos", &bo, err) < 0)
+        FAIL("ignore_eos");
+    p->ignore_eos = bo;
+    if (ifl_json_get_num(b, "priority", 0, 1, &p->priority, err) < 0)
+        FAIL("priority");
+    return 0;
+#undef FAIL
+}
+
+/* ---- rendering ---- */
+
+static json_t *usage_json(const struct ifl_gen_job *j)
+{
+    int64_t pt = ifl_gen_prompt_tokens(j), ct = ifl_gen_completion_tokens(j);
+    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt, "completion_tokens",
+                     (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
+}
+
+static json_t *envelope(struct ifl_server *s, const char *id, const char *object, int64_t created)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(created));
+    json_object_set_new(o, "model", json_string(s->model_name));
+    json_object_set_new(o, "system_fingerprint", json_string("fp_inflight"));
+    return o;
+}
+
+static int status_of(int rc)
+{
+    return rc == IFL_EFULL ? 429 : rc == IFL_ESTATE ? 503 : rc == IFL_ENOMEM ? 500 : 400;
+}
+
+static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
+{
+    struct ifl_server *s = c->srv;
+    char id[64];
+    ifl_server_make_id(s, q->chat ? "chatcmpl" : "cmpl", id, sizeof id);
+    json_t *o = envelope(s, id, q->chat ? "chat.completion" : "text_completion", (int64_t)time(NULL));
+    json_t *choices = json_array();
+    for (int i = 0; i < j->n_prompts * j->n_per; i++) {
+        struct ifl_gen_choice *ch = &j->ch[i];
+        json_t *cj = json_object();
+        json_object_set_new(cj, "index", json_integer(i));
+        const char *fin = finish_name(ch->finish);
+        if (q->chat) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", ifl_json_text(ch->text.p ? ch->text.p : "", ch->text.len));
+            json_object_set_new(msg, "refusal", json_null());
+            json_object_set_new(cj, "message", msg);
+            json_object_set_new(cj, "logprobs",
+                                q->want_lp ? lp_chat(s, ch->tokens, ch->lps, ch->tops, ch->n_top,
+                                                     ch->n_tokens)
+                                           : json_null());
+        } else {
+            int pi = i / j->n_per;
+            struct ifl_sbuf t = {0};
+            if (q->echo)
+                ifl_sbuf_add(&t, q->echo_text[pi], q->echo_len[pi]);
+            ifl_sbuf_add(&t, ch->text.p ? ch->text.p : "", ch->text.len);
+            json_object_set_new(cj, "text", ifl_json_text(t.p ? t.p : "", t.len));
+            ifl_sbuf_free(&t);
+            int64_t off = q->echo ? (int64_t)q->echo_len[pi] : 0;
+            json_object_set_new(cj, "logprobs",
+                                q->want_lp ? lp_completion(s, ch->tokens, ch->lps, ch->tops,
+                                                           ch->n_top, ch->n_tokens, &off)
+                                           : json_null());
+        }
+        json_object_set_new(cj, "finish_reason", fin ? json_string(fin) : json_null());
+        json_array_append_new(choices, cj);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(j));
+    return ifl_http_reply_json(c, 200, o);
+}
+
+/* ---- streaming ---- */
+
+struct oai_stream {
+    struct ifl_server *srv;
+    struct ifl_stream *st;
+    struct oai_req q;
+    int n_prompts;
+    char id[64];
+    int64_t created;
+    int64_t *offset; /* completions: text_offset per choice */
+};
+
+static void sse(struct ifl_sbuf *out, json_t *o)
+{
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!t) {
+        out->oom = 1;
+        return;
+    }
+    ifl_sbuf_add(out, "data: ", 6);
+    ifl_sbuf_add(out, t, strlen(t));
+    ifl_sbuf_add(out, "\n\n", 2);
+    free(t);
+}
+
+static json_t *chunk(struct oai_stream *os, json_t *choice)
+{
+    json_t *o = envelope(os->srv, os->id, os->q.chat ? "chat.completion.chunk" : "text_completion",
+                         os->created);
+    json_t *arr = json_array();
+    if (choice)
+        json_array_append_new(arr, choice);
+    json_object_set_new(o, "choices", arr);
+    if (os->q.include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
+{
+    struct oai_stream *os = user;
+    struct ifl_server *s = os->srv;
+    if (r->n_results < 1)
+        return;
+    const struct ifl_sequence_result *res = &r->results[0];
+    int seq_final = r->is_sequence_final || r->is_final;
+    const char *fin = seq_final ? finish_name(res->finish_reason) : NULL;
+    int has_lp = os->q.want_lp && res->n_tokens > 0;
+    if (res->n_text > 0 || has_lp || (fin && !os->q.chat)) {
+        json_t *cj = json_object();
+        json_object_set_new(cj, "index", json_integer(choice));
+        if (os->q.chat) {
+            json_t *delta = json_object();
+            json_object_set_new(delta, "content", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
+            json_object_set_new(cj, "delta", delta);
+            json_object_set_new(cj, "logprobs",
+                                has_lp ? lp_chat(s, res->tokens, res->log_probs, res->top_log_probs,
+                                                 res->n_top, res->n_tokens)
+                                       : json_null());
+            json_object_set_new(cj, "finish_reason", json_null());
+        } else {
+            json_object_set_new(cj, "text", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
+            json_object_set_new(cj, "logprobs",
+                                has_lp ? lp_completion(s, res->tokens, res->log_probs,
+                                                       res->top_log_probs, res->n_top,
+                                                       res->n_tokens, &os->offset[choice])
+                                       : json_null());
+            json_object_set_new(cj, "finish_reason", fin ? json_string(fin) : json_null());
+        }
+        sse(&os->st->out, chunk(os, cj));
+    }
+    if (fin && os->q.chat) {
+        json_t *cj = json_object();
+        json_object_set_new(cj, "index", json_integer(choice));
+        json_object_set_new(cj, "delta", json_object());
+        json_object_set_new(cj, "logprobs", json_null());
+        json_object_set_new(cj, "finish_reason", json_string(fin));
+        sse(&os->st->out, chunk(os, cj));
+    }
+}
+
+static void oai_on_end(struct ifl_stream *st)
+{
+    struct oai_stream *os = st->user;
+    struct ifl_gen_job *j = st->job;
+    if (j->error_status && !j->cancelled) {
+        json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", j->error_msg, "type",
+                              "server_error", "param", "code");
+        if (e)
+            sse(&st->out, e);
+    }
+    if (os->q.include_usage) {
+        json_t *o = chunk(os, NULL);
+        json_object_set_new(o, "usage", usage_json(j));
+        sse(&st->out, o);
+    }
+    ifl_sbuf_add(&st->out, "data: [DONE]\n\n", 14);
+}
+
+static void oai_stream_free(void *user)
+{
+    struct oai_stream *os = user;
+    if (!os)
+        return;
+    oai_req_free(&os->q, os->n_prompts);
+    free(os->offset);
+    free(os);
+}
+
+static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
+{
+    struct ifl_stream *st = calloc(1, sizeof(*st));
+    struct oai_stream *os = calloc(1, sizeof(*os));
+    int n_choices = j->n_prompts * j->n_per;
+    int64_t *offset = calloc((size_t)n_choices, sizeof(int64_t));
+    if (!st || !os || !offset) {
+        free(st);
+        free(os);
+        free(offset);
+        ifl_gen_cancel(j, 0);
+        ifl_gen_job_free(j);
+        oai_req_free(q, j->n_prompts);
+        return ifl_http_reply_oai_error(c, 500, NULL, "out of memory");
+    }
+    os->srv = c->srv;
+    os->st = st;
+    os->q = *q; /* takes the echo arrays */
+    os->n_prompts = j->n_prompts;
+    os->offset = offset;
+    os->created = (int64_t)time(NULL);
+    ifl_server_make_id(c->srv, q->chat ? "chatcmpl" : "cmpl", os->id, sizeof os->id);
+    st->job = j;
+    st->user = os;
+    st->on_resp = oai_on_resp;
+    st->on_end = oai_on_end;
+    st->free_user = oai_stream_free;
+    /* openers: the assistant role (chat) or the echoed prompt (completions) */
+    for (int i = 0; i < n_choices; i++) {
+        json_t *cj = json_object();
+        json_object_set_new(cj, "index", json_integer(i));
+        if (q->chat) {
+            json_t *delta = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
+            json_object_set_new(cj, "delta", delta);
+            json_object_set_new(cj, "logprobs", json_null());
+            json_object_set_new(cj, "finish_reason", json_null());
+        } else if (q->echo) {
+            int pi = i / j->n_per;
+            json_object_set_new(cj, "text", ifl_json_text(q->echo_text[pi], q->echo_len[pi]));
+            json_object_set_new(cj, "logprobs", json_null());
+            json_object_set_new(cj, "finish_reason", json_null());
+            offset[i] = (int64_t)q->echo_len[pi];
+        } else {
+            json_decref(cj);
+            continue;
+        }
+        sse(&st->out, chunk(os, cj));
+    }
+    return ifl_http_reply_stream(c, st);
+}
+
+/* ---- the routes ---- */
+
+static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
+{
+    char err[IFL_ERR_LEN] = "";
+    int rc = ifl_gen_start(j, err);
+    if (rc) {
+        int n = j->n_prompts;
+        ifl_gen_job_free(j);
+        oai_req_free(q, n);
+        if (rc == IFL_EFULL)
+            return ifl_http_reply_oai_error(c, 429, NULL,
+                                            "the server is busy (request queue full); retry later");
+        return ifl_http_reply_oai_error(c, status_of(rc), NULL, err);
+    }
+    if (q->stream)
+        return reply_stream(c, j, q);
+    c->job = j; /* freed by the request-completed callback */
+    rc = ifl_gen_run(j, c);
+    int ret;
+    if (rc == IFL_ECANCELLED)
+        ret = 0; /* the client is gone: close without a reply */
+    else if (j->error_status)
+        ret = ifl_http_reply_oai_error(c, j->error_status == IFL_ESTATE ? 503 : 500, NULL,
+                                       j->error_msg);
+    else
+        ret = reply_whole(c, j, q);
+    oai_req_free(q, j->n_prompts);
+    return ret;
+}
+
+static int fail(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q, int status,
+                const char *param, const char *err)
+{
+    int n = j ? j->n_prompts : 0;
+    ifl_gen_job_free(j);
+    oai_req_free(q, n);
+    return ifl_http_reply_oai_error(c, status, param, err[0] ? err : "invalid request");
+}
+
+static ifl_executor *executor(struct ifl_hconn *c)
+{
+    return atomic_load_explicit(&c->srv->ex, memory_order_acquire);
+}
+
+int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
+{
+    struct ifl_server *s = c->srv;
+    struct oai_req q = {0};
+    char param[64] = "", err[IFL_ERR_LEN] = "";
+    struct ifl_gen_job *j = ifl_gen_job_new(s, executor(c));
+    if (!j)
+        return ifl_http_reply_oai_error(c, 500, NULL, "out of memory");
+    int st = parse_common(s, b, &q, j, param, err);
+    if (st)
+        return fail(c, j, &q, st, param, err);
+    int bo = 0;
+    if (ifl_json_get_bool(b, "echo", &bo, err) < 0)
+        return fail(c, j, &q, 400, "echo", err);
+    q.echo = bo;
+    int64_t v = 0;
+    int r = ifl_json_get_int(b, "logprobs", 0, 20, &v, err);
+    if (r < 0)
+        return fail(c, j, &q, 400, "logprobs", err);
+    if (r) {
+        q.want_lp = 1;
+        q.top = (int)v;
+    }
+    if (ifl_json_get_int(b, "best_of", 1, 128, &v, err) < 0)
+        return fail(c, j, &q, 400, "best_of", err);
+    json_t *bof = json_object_get(b, "best_of");
+    if (bof && !json_is_null(bof) && v != q.p.n) {
+        snprintf(err, sizeof err, "best_of: only best_of equal to n is supported");
+        return fail(c, j, &q, 400, "best_of", err);
+    }
+    /* prompt: a string, a list of strings, a list of token ids, or a list of those lists */
+    json_t *prompt = json_object_get(b, "prompt");
+    q.echo_text = calloc(MAX_PROMPTS, sizeof(char *));
+    q.echo_len = calloc(MAX_PROMPTS, sizeof(size_t));
+    if (!q.echo_text || !q.echo_len)
+        return fail(c, j, &q, 500, NULL, "out of memory");
+    json_t *list[MAX_PROMPTS];
+    int n_list = 0, ids_prompt = 0;
+    if (json_is_string(prompt)) {
+        list[n_list++] = prompt;
+    } else if (json_is_array(prompt) && json_array_size(prompt) > 0) {
+        if (json_is_integer(json_array_get(prompt, 0))) {
+            ids_prompt = 1;
+            list[n_list++] = prompt;
+        } else {
+            if (json_array_size(prompt) > MAX_PROMPTS) {
+                snprintf(err, sizeof err, "prompt: at most %d prompts in one request", MAX_PROMPTS);
+                return fail(c, j, &q, 400, "prompt", err);
+            }
+            size_t i;
+            json_t *e;
+            json_array_foreach(prompt, i, e) list[n_list++] = e;
+        }
+    } else {
+        snprintf(err, sizeof err,
+                 "prompt: required, a string, a list of strings, or a list of token ids");
+        return fail(c, j, &q, 400, "prompt", err);
+    }
+    for (int i = 0; i < n_list; i++) {
+        json_t *e = list[i];
+        int rc;
+        if (json_is_string(e)) {
+            rc = ifl_gen_add_prompt_text(j, json_string_value(e), json_string_length(e), 1);
+            q.echo_text[i] = strndup(json_string_value(e), json_string_length(e));
+            q.echo_len[i] = json_string_length(e);
+        } else if (json_is_array(e) && json_array_size(e) > 0 &&
+                   (ids_prompt || json_is_integer(json_array_get(e, 0)))) {
+            size_t n = json_array_size(e), k;
+            int32_t *ids = malloc(sizeof(int32_t) * n);
+            if (!ids)
+                return fail(c, j, &q, 500, NULL, "out of memory");
+            json_t *t;
+            json_array_foreach(e, k, t)
+            {
+                json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+                if (id < 0 || id >= s->info.n_vocab) {
+                    free(ids);
+                    snprintf(err, sizeof err, "prompt: token ids must be integers from 0 to %d",
+                             s->info.n_vocab - 1);
+                    return fail(c, j, &q, 400, "prompt", err);
+                }
+                ids[k] = (int32_t)id;
+            }
+            rc = ifl_gen_add_prompt(j, ids, (int32_t)n);
+            struct ifl_sbuf t2 = {0};
+            char piece[256];
+            for (size_t x = 0; x < n; x++) {
+                size_t pl = ifl_gen_piece(s, ids[x], piece, sizeof piece);
+                ifl_sbuf_add(&t2, piece, pl);
+            }
+            q.echo_text[i] = t2.p ? t2.p : strdup("");
+            q.echo_len[i] = t2.len;
+            free(ids);
+        } else {
+            snprintf(err, sizeof err,
+                     "prompt[%d]: must be a string or a non-empty list of token ids", i);
+            return fail(c, j, &q, 400, "prompt", err);
+        }
+        if (rc || !q.echo_text[i])
+            return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "prompt",
+                        rc == IFL_EINVAL ? "prompt: too long" : "out of memory");
+    }
+    if (q.echo && q.want_lp) {
+        snprintf(err, sizeof err, "echo with logprobs (prompt log-probs) is not supported yet");
+        return fail(c, j, &q, 400, "echo", err);
+    }
+    if (q.p.max_tokens < 0)
+        q.p.max_tokens = 16; /* OpenAI's default for completions */
+    q.p.logprobs = q.want_lp;
+    q.p.top_logprobs = q.top;
+    q.p.stream = q.stream;
+    if (ifl_gen_apply(j, &q.p, param, err))
+        return fail(c, j, &q, 400, param, err);
+    return finish(c, j, &q);
+}
+
+int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
+{
+    struct ifl_server *s = c->srv;
+    struct oai_req q = {.chat = 1};
+    char param[64] = "", err[IFL_ERR_LEN] = "";
+    struct ifl_gen_job *j = ifl_gen_job_new(s, executor(c));
+    if (!j)
+        return ifl_http_reply_oai_error(c, 500, NULL, "out of memory");
+    int st = parse_common(s, b, &q, j, param, err);
+    if (st)
+        return fail(c, j, &q, st, param, err);
+    int bo = 0;
+    if (ifl_json_get_bool(b, "logprobs", &bo, err) < 0)
+        return fail(c, j, &q, 400, "logprobs", err);
+    q.want_lp = bo;
+    int64_t v = 0;
+    int r = ifl_json_get_int(b, "top_logprobs", 0, 20, &v, err);
+    if (r < 0)
+        return fail(c, j, &q, 400, "top_logprobs", err);
+    if (r && v > 0 && !q.want_lp) {
+        snprintf(err, sizeof err, "top_logprobs: needs logprobs set to true");
+        return fail(c, j, &q, 400, "top_logprobs", err);
+    }
+    q.top = r ? (int)v : 0;
+    char *prompt = NULL;
+    size_t plen = 0;
+    json_t *msgs = json_object_get(b, "messages");
+    int rc = ifl_server_chat_render(s, msgs, &prompt, &plen, err);
+    if (rc)
+        return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
+    size_t bl = strlen(s->bos_text);
+    int add_special = !(bl && plen >= bl && !memcmp(prompt, s->bos_text, bl));
+    rc = ifl_gen_add_prompt_text(j, prompt, plen, add_special);
+    free(prompt);
+    if (rc)
+        return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages",
+                    rc == IFL_EINVAL ? "messages: too long" : "out of memory");
+    if (!s->chat_tmpl && ifl_gen_add_stop(j, "<|im_end|>"))
+        return fail(c, j, &q, 500, NULL, "out of memory");
+    q.p.logprobs = q.want_lp;
+    q.p.top_logprobs = q.top;
+    q.p.stream = q.stream;
+    if (ifl_gen_apply(j, &q.p, param, err))
+        return fail(c, j, &q, 400, param, err);
+    return finish(c, j, &q);
+}
+
+int ifl_oai_models(struct ifl_hconn *c)
+{
+    struct ifl_server *s = c->srv;
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_name, "object", "model",
+                          "created", (json_int_t)s->created, "owned_by", "inflight",
+                          "max_model_len", s->info.n_ctx);
+    json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+    return ifl_http_reply_json(c, 200, o);
+}

@@ -1,0 +1,51 @@
+/*
+ * The HTTP server: the executor behind OpenAI- and TGI-compatible routes.
+ *
+ * Life cycle, as `inflight serve` drives it:
+ *   ifl_server_create   binds and starts listening at once (/health: 503)
+ *   ifl_server_load     loads the model into an executor (/health: 200)
+ *   ifl_server_shutdown stops accepting, lets requests in flight finish
+ *                       for up to grace_ms, cancels the rest, stops
+ *   ifl_server_free     frees everything (NULL is fine)
+ *
+ * Threads: libmicrohttpd runs one thread per connection; a handler only
+ * parses, enqueues, awaits and writes (docs/http.md lists the routes).
+ */
+#ifndef IFL_SERVER_SERVER_H
+#define IFL_SERVER_SERVER_H
+
+#include <stdint.h>
+
+#include "inflight.h"
+
+enum ifl_server_log_format { IFL_SERVER_LOG_TEXT = 0, IFL_SERVER_LOG_JSON = 1 };
+
+struct ifl_server_config {
+    const char *host;              /* address to bind (default "127.0.0.1") */
+    int port;                      /* 0: an ephemeral port (see ifl_server_port) */
+    const char *model_path;
+    struct ifl_executor_config exec;
+    const char *api_key;           /* NULL: no authentication */
+    const char *cors_origin;       /* NULL: no CORS headers */
+    const char *chat_template;     /* template text (not a path); NULL: the model's or ChatML */
+    const char *served_model_name; /* NULL: the model file's base name */
+    int log_format;                /* enum ifl_server_log_format */
+    int64_t max_body_bytes;        /* request bodies above this get 413 (default 4 MiB) */
+    int quiet;                     /* 1: no access log */
+};
+
+struct ifl_server;
+
+/* Binds host:port and starts serving; every route but /health answers 503
+ * until ifl_server_load succeeds. err (IFL_ERR_LEN bytes) gets a sentence. */
+int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *cfg, char *err);
+/* The port actually bound. */
+int ifl_server_port(const struct ifl_server *s);
+/* Loads the model (blocking). */
+int ifl_server_load(struct ifl_server *s, char *err);
+/* Stops accepting, waits up to grace_ms for requests in flight, cancels
+ * what is left, stops every connection thread and the executor. */
+void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms);
+void ifl_server_free(struct ifl_server *s);
+
+#endif

@@ -1,0 +1,581 @@
+/*
+ * The text-generation-inference routes: POST /generate, POST
+ * /generate_stream, POST /tokenize, GET /info, and POST /detokenize, with
+ * TGI's request parameters, response shapes and errors (422 with
+ * {"error", "error_type"}), as its OpenAPI document describes them.
+ *
+ * Streaming sends one event per generated token ("data:{...}\n\n"). The
+ * executor's text comes per response, not per token, so within one response
+ * every token but the last carries empty text and the last carries all of it:
+ * the concatenated token texts always equal generated_text, never split a
+ * UTF-8 character and never show a stop sequence.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "server/internal.h"
+
+static const char *tgi_finish(int f)
+{
+    switch (f) {
+    case IFL_FINISH_END_ID:
+        return "eos_token";
+    case IFL_FINISH_STOP_WORDS:
+        return "stop_sequence";
+    default:
+        return "length";
+    }
+}
+
+static ifl_executor *executor(struct ifl_hconn *c)
+{
+    return atomic_load_explicit(&c->srv->ex, memory_order_acquire);
+}
+
+/* A control token: its text shows only with show_special. */
+static int is_special(ifl_executor *ex, int32_t tok)
+{
+    char a[64], b[64];
+    int64_t na = 0, nb = 0;
+    ifl_executor_detokenize(ex, &tok, 1, 0, a, sizeof a, &na);
+    ifl_executor_detokenize(ex, &tok, 1, 1, b, sizeof b, &nb);
+    return na == 0 && nb > 0;
+}
+
+/* Whole UTF-8 characters only (a token piece may be part of one). */
+static int utf8_whole(const char *p, size_t n)
+{
+    json_t *j = json_stringn(p, n);
+    json_decref(j);
+    return j != NULL;
+}
+
+static json_t *token_json(struct ifl_server *s, ifl_executor *ex, int32_t tok, float lp,
+                          const char *text, size_t n_text, int text_given)
+{
+    char piece[256];
+    size_t pl = 0;
+    if (!text_given) {
+        pl = ifl_gen_piece(s, tok, piece, sizeof piece);
+        text = piece;
+        n_text = pl;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_integer(tok));
+    json_object_set_new(o, "text", ifl_json_text(text, n_text));
+    json_object_set_new(o, "logprob", json_real(isfinite(lp) ? (double)lp : -9999.0));
+    json_object_set_new(o, "special", json_boolean(is_special(ex, tok)));
+    return o;
+}
+
+static json_t *top_json(struct ifl_server *s, ifl_executor *ex, const struct ifl_top_logprob *t,
+                        int32_t k)
+{
+    json_t *a = json_array();
+    for (int32_t q = 0; q < k; q++)
+        if (t[q].token >= 0)
+            json_array_append_new(a, token_json(s, ex, t[q].token, t[q].logprob, NULL, 0, 0));
+    return a;
+}
+
+struct tgi_req {
+    int details, full_text, top_n;
+    char *inputs;
+    size_t n_inputs;
+};
+
+/* 0, or an HTTP status with err filled */
+static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct tgi_req *t,
+                 int stream, char *err)
+{
+    struct ifl_server *s = c->srv;
+    json_t *in = json_object_get(b, "inputs");
+    if (!json_is_string(in))
+        return ifl_err(err, 422, "`inputs` must be a string"), 422;
+    if (json_string_length(in) == 0)
+        return ifl_err(err, 422, "`inputs` cannot be empty"), 422;
+    json_t *pp = json_object_get(b, "parameters");
+    json_t *p = pp && !json_is_null(pp) ? pp : NULL;
+    if (p && !json_is_object(p))
+        return ifl_err(err, 422, "`parameters` must be an object"), 422;
+    json_t *empty = json_object();
+    if (!p)
+        p = empty;
+    struct ifl_gen_params g = {.max_tokens = 100, .n = 1, .temperature = 1, .top_p = 1,
+                               .typical_p = 1, .rep_pen = 1, .priority = 0.5};
+    int64_t v;
+    int bo, rc = 0, sampling = 0;
+    char e2[IFL_ERR_LEN] = "";
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        ifl_err(err, 422, __VA_ARGS__);                                                            \
+        rc = 422;                                                                                  \
+        goto out;                                                                                  \
+    } while (0)
+    int r = ifl_json_get_int(p, "max_new_tokens", 0, 1 << 24, &v, e2);
+    int has_max = r > 0;
+    if (r < 0)
+        BAD("`max_new_tokens` must be an integer >= 0");
+    if (r)
+        g.max_tokens = v;
+    double d;
+    if ((r = ifl_json_get_num(p, "temperature", 0, 100, &d, e2)) < 0 || (r && d <= 0))
+        BAD("`temperature` must be strictly positive");
+    if (r) {
+        g.temperature = d;
+        sampling |= d != 1.0;
+    }
+    if ((r = ifl_json_get_int(p, "top_k", 1, 1 << 20, &v, e2)) < 0)
+        BAD("`top_k` must be strictly positive");
+    if (r) {
+        g.top_k = v;
+        sampling = 1;
+    }
+    if ((r = ifl_json_get_num(p, "top_p", 0, 1, &d, e2)) < 0 || (r && (d <= 0 || d >= 1)))
+        BAD("`top_p` must be > 0.0 and < 1.0");
+    if (r) {
+        g.top_p = d;
+        sampling = 1;
+    }
+    if ((r = ifl_json_get_num(p, "typical_p", 0, 1, &d, e2)) < 0 || (r && (d <= 0 || d >= 1)))
+        BAD("`typical_p` must be > 0.0 and < 1.0");
+    if (r) {
+        g.typical_p = d;
+        sampling = 1;
+    }
+    if ((r = ifl_json_get_num(p, "repetition_penalty", 0, 100, &d, e2)) < 0 || (r && d <= 0))
+        BAD("`repetition_penalty` must be strictly positive");
+    if (r)
+        g.rep_pen = d;
+    if (ifl_json_get_num(p, "frequency_penalty", -2, 2, &g.freq_pen, e2) < 0)
+        BAD("`frequency_penalty` must be >= -2.0 and <= 2.0");
+    if ((r = ifl_json_get_int(p, "seed", 0, INT64_MAX, &v, e2)) < 0)
+        BAD("`seed` must be a non-negative integer");
+    if (r) {
+        g.seed = v;
+        g.has_seed = 1;
+    }
+    bo = 0;
+    if (ifl_json_get_bool(p, "do_sample", &bo, e2) < 0)
+        BAD("`do_sample` must be a boolean");
+    sampling |= bo;
+    if (!sampling)
+        g.temperature = 0; /* TGI: greedy unless sampling is asked for */
+    json_t *stop = json_object_get(p, "stop");
+    if (stop && !json_is_null(stop)) {
+        if (!json_is_array(stop) || json_array_size(stop) > 64)
+            BAD("`stop` must be a list of at most 64 strings");
+        size_t i;
+        json_t *e;
+        json_array_foreach(stop, i, e)
+        {
+            if (!json_is_string(e) || json_string_length(e) > 256)
+                BAD("`stop[%zu]` must be a string of at most 256 bytes", i);
+            if (json_string_length(e) && ifl_gen_add_stop(j, json_string_value(e)))
+                BAD("out of memory");
+        }
+    }
+    bo = 0;
+    if (ifl_json_get_bool(p, "details", &bo, e2) < 0)
+        BAD("`details` must be a boolean");
+    t->details = bo;
+    bo = 0;
+    if (ifl_json_get_bool(p, "decoder_input_details", &bo, e2) < 0)
+        BAD("`decoder_input_details` must be a boolean");
+    if (bo)
+        BAD("`decoder_input_details` (prompt token log-probs) is not supported yet");
+    bo = 0;
+    if (ifl_json_get_bool(p, "return_full_text", &bo, e2) < 0)
+        BAD("`return_full_text` must be a boolean");
+    t->full_text = bo;
+    if ((r = ifl_json_get_int(p, "top_n_tokens", 0, 20, &v, e2)) < 0)
+        BAD("`top_n_tokens` must be an integer from 0 to 20");
+    t->top_n = r ? (int)v : 0;
+    if ((r = ifl_json_get_int(p, "best_of", 1, 1 << 20, &v, e2)) < 0 || (r && v != 1))
+        BAD("`best_of` != 1 is not supported");
+    bo = 0;
+    if (ifl_json_get_bool(p, "watermark", &bo, e2) < 0 || bo)
+        BAD("`watermark` is not supported");
+    json_t *gr = json_object_get(p, "grammar");
+    if (gr && !json_is_null(gr))
+        BAD("`grammar` is not supported yet (guided decoding)");
+    json_t *ad = json_object_get(p, "adapter_id");
+    if (ad && !json_is_null(ad))
+        BAD("`adapter_id` is not supported");
+    int64_t truncate = 0;
+    if ((r = ifl_json_get_int(p, "truncate", 1, 1 << 24, &truncate, e2)) < 0)
+        BAD("`truncate` must be a strictly positive integer");
+
+    t->inputs = strndup(json_string_value(in), json_string_length(in));
+    t->n_inputs = json_string_length(in);
+    if (!t->inputs || ifl_gen_add_prompt_text(j, t->inputs, t->n_inputs, 1))
+        BAD("`inputs` could not be tokenized");
+    if (truncate > 0 && j->n_prompt[0] > truncate) {
+        int32_t drop = j->n_prompt[0] - (int32_t)truncate;
+        memmove(j->prompts[0], j->prompts[0] + drop, sizeof(int32_t) * (size_t)truncate);
+        j->n_prompt[0] = (int32_t)truncate;
+    }
+    int32_t n_ctx = s->info.n_ctx;
+    if (j->n_prompt[0] >= n_ctx)
+        BAD("`inputs` must have less than %d tokens. Given: %d", n_ctx, j->n_prompt[0]);
+    if (j->n_prompt[0] + g.max_tokens > n_ctx) {
+        if (!has_max)
+            g.max_tokens = n_ctx - j->n_prompt[0]; /* the default shrinks to fit */
+        else
+            BAD("`inputs` tokens + `max_new_tokens` must be <= %d. Given: %d `inputs` tokens and "
+                "%lld `max_new_tokens`",
+                n_ctx, j->n_prompt[0], (long long)g.max_tokens);
+    }
+    g.logprobs = 1;
+    g.stream = stream;
+    g.top_logprobs = t->top_n;
+    char param[64];
+    if (ifl_gen_apply(j, &g, param, e2))
+        BAD("%s", e2);
+    if (!sampling)
+        j->seeded = 0; /* greedy: TGI reports no seed */
+out:
+    json_decref(empty);
+    return rc;
+#undef BAD
+}
+
+static json_t *details_json(struct ifl_server *s, ifl_executor *ex, struct ifl_gen_job *j,
+                            int full)
+{
+    struct ifl_gen_choice *ch = &j->ch[0];
+    json_t *d = json_object();
+    json_object_set_new(d, "finish_reason", json_string(tgi_finish(ch->finish)));
+    json_object_set_new(d, "generated_tokens", json_integer(ch->n_tokens));
+    json_object_set_new(d, "seed", j->seeded ? json_integer((json_int_t)j->seed) : json_null());
+    if (!full) {
+        json_object_set_new(d, "input_length", json_integer(j->n_prompt[0]));
+        return d;
+    }
+    json_object_set_new(d, "prefill", json_array());
+    json_t *toks = json_array();
+    json_t *tops = json_array();
+    for (int32_t i = 0; i < ch->n_tokens; i++) {
+        json_array_append_new(toks, token_json(s, ex, ch->tokens[i], ch->lps ? ch->lps[i] : 0,
+                                               NULL, 0, 0));
+        if (ch->n_top > 0 && ch->tops)
+            json_array_append_new(tops, top_json(s, ex, &ch->tops[(size_t)i * ch->n_top], ch->n_top));
+    }
+    json_object_set_new(d, "tokens", toks);
+    if (ch->n_top > 0)
+        json_object_set_new(d, "top_tokens", tops);
+    else
+        json_decref(tops);
+    return d;
+}
+
+static json_t *generated_text(struct tgi_req *t, struct ifl_gen_choice *ch)
+{
+    struct ifl_sbuf b = {0};
+    if (t->full_text)
+        ifl_sbuf_add(&b, t->inputs, t->n_inputs);
+    ifl_sbuf_add(&b, ch->text.p ? ch->text.p : "", ch->text.len);
+    json_t *j = ifl_json_text(b.p ? b.p : "", b.len);
+    ifl_sbuf_free(&b);
+    return j;
+}
+
+/* ---- streaming ---- */
+
+struct tgi_stream {
+    struct ifl_server *srv;
+    ifl_executor *ex;
+    struct ifl_stream *st;
+    struct tgi_req t;
+    int64_t index;
+};
+
+static void sse(struct ifl_sbuf *out, json_t *o)
+{
+    char *txt = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!txt) {
+        out->oom = 1;
+        return;
+    }
+    ifl_sbuf_add(out, "data:", 5);
+    ifl_sbuf_add(out, txt, strlen(txt));
+    ifl_sbuf_add(out, "\n\n", 2);
+    free(txt);
+}
+
+static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
+{
+    (void)choice;
+    struct tgi_stream *ts = user;
+    struct ifl_gen_job *j = ts->st->job;
+    if (r->n_results < 1)
+        return;
+    const struct ifl_sequence_result *res = &r->results[0];
+    int final = r->is_final;
+    /* when the tokens' pieces spell the response's text exactly, each token
+     * gets its own piece; otherwise (held-back or cut text) the last gets all */
+    size_t *cut = calloc((size_t)res->n_tokens + 1, sizeof(size_t));
+    int split = cut != NULL && res->n_tokens > 1;
+    size_t at = 0;
+    char piece[256];
+    for (int32_t i = 0; split && i < res->n_tokens; i++) {
+        size_t pl = ifl_gen_piece(ts->srv, res->tokens[i], piece, sizeof piece);
+        split = at + pl <= (size_t)res->n_text && !memcmp(res->text + at, piece, pl) &&
+                utf8_whole(piece, pl);
+        at += pl;
+        cut[i + 1] = at;
+    }
+    split = split && at == (size_t)res->n_text;
+    for (int32_t i = 0; i < res->n_tokens; i++) {
+        int last = i == res->n_tokens - 1;
+        json_t *ev = json_object();
+        json_object_set_new(ev, "index", json_integer(++ts->index));
+        const char *text = last ? (res->text ? res->text : "") : "";
+        size_t n_text = last ? (size_t)res->n_text : 0;
+        if (split) {
+            text = res->text + cut[i];
+            n_text = cut[i + 1] - cut[i];
+        }
+        json_object_set_new(ev, "token",
+                            token_json(ts->srv, ts->ex, res->tokens[i],
+                                       res->log_probs ? res->log_probs[i] : 0, text, n_text, 1));
+        json_object_set_new(ev, "top_tokens",
+                            res->n_top > 0 && res->top_log_probs
+                                ? top_json(ts->srv, ts->ex, &res->top_log_probs[(size_t)i * res->n_top],
+                                           res->n_top)
+                                : json_null());
+        if (final && last && !r->status) {
+            json_object_set_new(ev, "generated_text", generated_text(&ts->t, &j->ch[0]));
+            json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, 0));
+        } else {
+            json_object_set_new(ev, "generated_text", json_null());
+            json_object_set_new(ev, "details", json_null());
+        }
+        sse(&ts->st->out, ev);
+    }
+    free(cut);
+    if (final && res->n_tokens == 0 && !r->status) {
+        /* the end came with no new token (end token or stop string): close
+         * with an empty-text event that carries the totals */
+        json_t *ev = json_object();
+        json_object_set_new(ev, "index", json_integer(++ts->index));
+        json_t *tok = json_object();
+        json_object_set_new(tok, "id", json_integer(ts->srv->info.eos_id));
+        json_object_set_new(tok, "text", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
+        json_object_set_new(tok, "logprob", json_real(0.0));
+        json_object_set_new(tok, "special", json_true());
+        json_object_set_new(ev, "token", tok);
+        json_object_set_new(ev, "top_tokens", json_null());
+        json_object_set_new(ev, "generated_text", generated_text(&ts->t, &j->ch[0]));
+        json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, 0));
+        sse(&ts->st->out, ev);
+    }
+}
+
+static void tgi_on_end(struct ifl_stream *st)
+{
+    struct ifl_gen_job *j = st->job;
+    if (j->error_status && !j->cancelled) {
+        json_t *e = json_object();
+        json_object_set_new(e, "error", ifl_json_text(j->error_msg, strlen(j->error_msg)));
+        json_object_set_new(e, "error_type", json_string("generation"));
+        sse(&st->out, e);
+    }
+}
+
+static void tgi_stream_free(void *user)
+{
+    struct tgi_stream *ts = user;
+    if (!ts)
+        return;
+    free(ts->t.inputs);
+    free(ts);
+}
+
+int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream)
+{
+    struct ifl_server *s = c->srv;
+    ifl_executor *ex = executor(c);
+    struct tgi_req t = {0};
+    char err[IFL_ERR_LEN] = "";
+    struct ifl_gen_job *j = ifl_gen_job_new(s, ex);
+    if (!j)
+        return ifl_http_reply_tgi_error(c, 500, "generation", "out of memory");
+    int st = parse(c, body, j, &t, stream, err);
+    if (!st && ifl_gen_start(j, err) == IFL_EFULL)
+        st = 429;
+    else if (!st && !j->enqueued)
+        st = 422;
+    if (st) {
+        ifl_gen_job_free(j);
+        free(t.inputs);
+        if (st == 429)
+            return ifl_http_reply_tgi_error(c, 429, "overloaded",
+                                            "Model is overloaded (request queue full)");
+        return ifl_http_reply_tgi_error(c, st, "validation", err);
+    }
+    if (stream) {
+        struct ifl_stream *sp = calloc(1, sizeof(*sp));
+        struct tgi_stream *ts = calloc(1, sizeof(*ts));
+        if (!sp || !ts) {
+            free(sp);
+            free(ts);
+            ifl_gen_cancel(j, 0);
+            ifl_gen_job_free(j);
+            free(t.inputs);
+            return ifl_http_reply_tgi_error(c, 500, "generation", "out of memory");
+        }
+        ts->srv = s;
+        ts->ex = ex;
+        ts->st = sp;
+        ts->t = t;
+        sp->job = j;
+        sp->user = ts;
+        sp->on_resp = tgi_on_resp;
+        sp->on_end = tgi_on_end;
+        sp->free_user = tgi_stream_free;
+        return ifl_http_reply_stream(c, sp);
+    }
+    c->job = j;
+    int rc = ifl_gen_run(j, c);
+    int ret;
+    if (rc == IFL_ECANCELLED) {
+        ret = 0;
+    } else if (j->error_status) {
+        ret = ifl_http_reply_tgi_error(c, j->error_status == IFL_ESTATE ? 503 : 500, "generation",
+                                       j->error_msg);
+    } else {
+        json_t *o = json_object();
+        json_object_set_new(o, "generated_text", generated_text(&t, &j->ch[0]));
+        if (t.details)
+            json_object_set_new(o, "details", details_json(s, ex, j, 1));
+        ret = ifl_http_reply_json(c, 200, o);
+    }
+    free(t.inputs);
+    return ret;
+}
+
+int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)
+{
+    struct ifl_server *s = c->srv;
+    ifl_executor *ex = executor(c);
+    json_t *in = json_object_get(b, "inputs");
+    if (!json_is_string(in))
+        return ifl_http_reply_tgi_error(c, 422, "validation", "`inputs` must be a string");
+    int add = 1;
+    char e2[IFL_ERR_LEN];
+    json_t *pp = json_object_get(b, "parameters");
+    if (json_is_object(pp) && ifl_json_get_bool(pp, "add_special_tokens", &add, e2) < 0)
+        return ifl_http_reply_tgi_error(c, 422, "validation",
+                                        "`add_special_tokens` must be a boolean");
+    if (ifl_json_get_bool(b, "add_special_tokens", &add, e2) < 0)
+        return ifl_http_reply_tgi_error(c, 422, "validation",
+                                        "`add_special_tokens` must be a boolean");
+    struct ifl_gen_job *j = ifl_gen_job_new(s, ex);
+    if (!j || ifl_gen_add_prompt_text(j, json_string_value(in), json_string_length(in), add)) {
+        ifl_gen_job_free(j);
+        return ifl_http_reply_tgi_error(c, 500, "tokenizer", "tokenization failed");
+    }
+    /* offsets are where each token's text falls in the concatenated pieces:
+     * exact for byte-level BPE, and for SentencePiece up to its leading space */
+    json_t *arr = json_array();
+    int64_t off = 0, len = (int64_t)json_string_length(in);
+    char piece[256];
+    for (int32_t i = 0; i < j->n_prompt[0]; i++) {
+        int32_t tok = j->prompts[0][i];
+        int64_t n_plain = 0;
+        char plain[256];
+        ifl_executor_detokenize(ex, &tok, 1, 0, plain, sizeof plain, &n_plain);
+        size_t pl = ifl_gen_piece(s, tok, piece, sizeof piece);
+        int64_t start = off < len ? off : len;
+        int64_t stop = off + n_plain < len ? off + n_plain : len;
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_integer(tok));
+        json_object_set_new(o, "text", ifl_json_text(piece, pl));
+        json_object_set_new(o, "start", json_integer(start));
+        json_object_set_new(o, "stop", json_integer(stop));
+        json_array_append_new(arr, o);
+        off += n_plain;
+    }
+    ifl_gen_job_free(j);
+    return ifl_http_reply_json(c, 200, arr);
+}
+
+int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *b)
+{
+    struct ifl_server *s = c->srv;
+    ifl_executor *ex = executor(c);
+    json_t *toks = json_object_get(b, "tokens");
+    if (!json_is_array(toks))
+        return ifl_http_reply_tgi_error(c, 422, "validation", "`tokens` must be a list of token ids");
+    int skip = 1;
+    char e2[IFL_ERR_LEN];
+    if (ifl_json_get_bool(b, "skip_special_tokens", &skip, e2) < 0)
+        return ifl_http_reply_tgi_error(c, 422, "validation",
+                                        "`skip_special_tokens` must be a boolean");
+    size_t n = json_array_size(toks), i;
+    int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!ids)
+        return ifl_http_reply_tgi_error(c, 500, "tokenizer", "out of memory");
+    json_t *t;
+    json_array_foreach(toks, i, t)
+    {
+        json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (id < 0 || id >= s->info.n_vocab) {
+            free(ids);
+            char msg[128];
+            snprintf(msg, sizeof msg, "`tokens[%zu]` must be a token id from 0 to %d", i,
+                     s->info.n_vocab - 1);
+            return ifl_http_reply_tgi_error(c, 422, "validation", msg);
+        }
+        ids[i] = (int32_t)id;
+    }
+    int64_t len = 0;
+    char one[1];
+    ifl_executor_detokenize(ex, ids, (int64_t)n, !skip, one, 1, &len);
+    char *buf = malloc((size_t)len + 1);
+    if (!buf || ifl_executor_detokenize(ex, ids, (int64_t)n, !skip, buf, len + 1, &len)) {
+        free(ids);
+        free(buf);
+        return ifl_http_reply_tgi_error(c, 500, "tokenizer", "out of memory");
+    }
+    free(ids);
+    json_t *o = json_object();
+    json_object_set_new(o, "text", ifl_json_text(buf, (size_t)len));
+    free(buf);
+    return ifl_http_reply_json(c, 200, o);
+}
+
+int ifl_tgi_info(struct ifl_hconn *c)
+{
+    struct ifl_server *s = c->srv;
+    const struct ifl_executor_config *e = &s->cfg.exec;
+    json_t *o = json_object();
+    json_object_set_new(o, "model_id", json_string(s->model_name));
+    json_object_set_new(o, "model_sha", json_null());
+    json_object_set_new(o, "model_dtype", json_string("gguf"));
+    json_object_set_new(o, "model_device_type", json_string("cpu"));
+    json_object_set_new(o, "model_pipeline_tag", json_string("text-generation"));
+    json_object_set_new(o, "architecture", json_string(s->info.architecture));
+    json_object_set_new(o, "max_concurrent_requests",
+                        json_integer(e->max_queue_size > 0 ? e->max_queue_size + e->max_batch_size
+                                                           : 0));
+    json_object_set_new(o, "max_best_of", json_integer(1));
+    json_object_set_new(o, "max_stop_sequences", json_integer(64));
+    json_object_set_new(o, "max_input_tokens", json_integer(s->info.n_ctx - 1));
+    json_object_set_new(o, "max_input_length", json_integer(s->info.n_ctx - 1));
+    json_object_set_new(o, "max_total_tokens", json_integer(s->info.n_ctx));
+    json_object_set_new(o, "max_batch_size", json_integer(e->max_batch_size));
+    json_object_set_new(o, "max_batch_total_tokens", json_integer(s->info.kv_cache_tokens));
+    json_object_set_new(o, "max_client_batch_size", json_integer(64));
+    json_object_set_new(o, "validation_workers", json_integer(1));
+    json_object_set_new(o, "router", json_string("inflight"));
+    json_object_set_new(o, "version", json_string(ifl_version()));
+    json_object_set_new(o, "sha", json_null());
+    json_object_set_new(o, "docker_label", json_null());
+    return ifl_http_reply_json(c, 200, o);
+}

@@ -1,0 +1,162 @@
+// The server driven by the official `openai` npm client, unchanged: what a
+// user's application would do. Run by tests/test_server.sh with BASE_URL
+// (http://127.0.0.1:PORT) and MODEL set; ends with "N passed, N failed".
+import OpenAI from 'openai';
+
+const BASE = process.env.BASE_URL;
+const MODEL = process.env.MODEL;
+const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: process.env.API_KEY || 'none', maxRetries: 0, timeout: 30000 });
+const LILY = ', there was a little girl named Lily.';
+let pass = 0, fail = 0;
+
+function check(name, cond, detail) {
+  if (cond) { pass++; console.log(`ok   ${name}`); }
+  else { fail++; console.log(`FAIL ${name}${detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`); }
+}
+async function test(name, fn) {
+  try { await fn(); } catch (e) { fail++; console.log(`FAIL ${name}: threw ${e && e.stack || e}`); }
+}
+async function expectError(name, fn, status, param) {
+  try {
+    await fn();
+    fail++; console.log(`FAIL ${name}: no error`);
+  } catch (e) {
+    const ok = e instanceof OpenAI.APIError && e.status === status &&
+      (param === undefined || (e.error && e.error.param === param)) &&
+      e.error && typeof e.error.message === 'string' && e.error.message.length > 0;
+    check(name, ok, { status: e.status, error: e.error, msg: String(e) });
+  }
+}
+async function collect(stream) {
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  return chunks;
+}
+
+await test('models.list', async () => {
+  const list = await client.models.list();
+  const ids = list.data.map((m) => m.id);
+  check('models.list names the served model', ids.includes(MODEL), ids);
+});
+
+await test('completion greedy', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 12, temperature: 0 });
+  check('completion greedy text', r.choices[0].text.startsWith(LILY), r.choices[0].text);
+  check('completion object and id', r.object === 'text_completion' && r.id.startsWith('cmpl-'), r);
+  check('completion finish_reason length', r.choices[0].finish_reason === 'length', r.choices[0]);
+  check('completion usage', r.usage.completion_tokens === 12 && r.usage.prompt_tokens === 5 &&
+    r.usage.total_tokens === 17, r.usage);
+});
+
+await test('completion default max_tokens', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', temperature: 0, ignore_eos: true });
+  check('completion default max_tokens is 16', r.usage.completion_tokens === 16, r.usage);
+});
+
+await test('completion stop', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 30, temperature: 0, stop: [' named', 'zzz'] });
+  check('stop string cuts the text', r.choices[0].text === ', there was a little girl', r.choices[0].text);
+  check('stop string finish_reason stop', r.choices[0].finish_reason === 'stop', r.choices[0]);
+  const s = await collect(await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 30, temperature: 0, stop: 'girl', stream: true }));
+  const text = s.map((c) => c.choices.map((x) => x.text).join('')).join('');
+  check('streamed stop string never leaks', text === ', there was a little ', text);
+});
+
+await test('completion stream', async () => {
+  const whole = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 40, temperature: 0 });
+  const chunks = await collect(await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 40, temperature: 0, stream: true, stream_options: { include_usage: true } }));
+  const text = chunks.map((c) => c.choices.map((x) => x.text).join('')).join('');
+  check('streamed text equals the whole text', text === whole.choices[0].text, { text, whole: whole.choices[0].text });
+  check('the stream is incremental', chunks.filter((c) => c.choices.length && c.choices[0].text).length > 3, chunks.length);
+  const last = chunks[chunks.length - 1];
+  check('stream usage chunk last', last.choices.length === 0 && last.usage && last.usage.completion_tokens === whole.usage.completion_tokens, last);
+  const fin = chunks.flatMap((c) => c.choices).filter((x) => x.finish_reason);
+  check('stream finish_reason once', fin.length === 1 && fin[0].finish_reason === whole.choices[0].finish_reason, fin);
+  check('stream chunk object', chunks.every((c) => c.object === 'text_completion' && c.id === chunks[0].id), chunks[0]);
+});
+
+await test('completion n=2 and seeds', async () => {
+  const req = { model: MODEL, prompt: 'Once upon a time', max_tokens: 24, temperature: 1.5, n: 2, seed: 1234 };
+  const a = await client.completions.create(req);
+  const b = await client.completions.create(req);
+  const c = await client.completions.create({ ...req, seed: 99 });
+  check('n=2 gives two choices', a.choices.length === 2 && a.choices[0].index === 0 && a.choices[1].index === 1, a.choices);
+  check('n=2 samples differ', a.choices[0].text !== a.choices[1].text, a.choices);
+  check('same seed, same texts', JSON.stringify(a.choices) === JSON.stringify(b.choices), [a.choices, b.choices]);
+  check('other seed, other texts', JSON.stringify(a.choices) !== JSON.stringify(c.choices));
+  check('n=2 usage counts both', a.usage.completion_tokens === 48 || a.choices.some((x) => x.finish_reason === 'stop'), a.usage);
+  const s = await collect(await client.completions.create({ ...req, stream: true }));
+  const t0 = s.flatMap((c) => c.choices).filter((x) => x.index === 0).map((x) => x.text).join('');
+  const t1 = s.flatMap((c) => c.choices).filter((x) => x.index === 1).map((x) => x.text).join('');
+  check('n=2 streamed equals whole', t0 === a.choices[0].text && t1 === a.choices[1].text, { t0, t1 });
+});
+
+await test('completion logprobs', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 6, temperature: 0, logprobs: 3 });
+  const lp = r.choices[0].logprobs;
+  check('logprobs arrays', lp.tokens.length === 6 && lp.token_logprobs.length === 6 && lp.text_offset.length === 6 && lp.top_logprobs.length === 6, lp);
+  check('logprobs tokens spell the text', lp.tokens.join('') === r.choices[0].text, lp.tokens);
+  check('logprobs values', lp.token_logprobs.every((x) => x <= 0 && x > -50), lp.token_logprobs);
+  check('top_logprobs has 3 and the greedy token', lp.top_logprobs.every((d, i) => Object.keys(d).length === 3 && d[lp.tokens[i]] !== undefined), lp.top_logprobs);
+  check('text_offset increases', lp.text_offset[0] === 0 && lp.text_offset.every((o, i) => i === 0 || o === lp.text_offset[i - 1] + lp.tokens[i - 1].length), lp.text_offset);
+});
+
+await test('completion prompts', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: ['Once upon a time', 'Tom had a'], max_tokens: 8, temperature: 0 });
+  check('list of prompts gives one choice each', r.choices.length === 2 && r.choices[0].text.startsWith(', there'), r.choices);
+  const ids = await client.completions.create({ model: MODEL, prompt: [1, 403, 407, 261, 378], max_tokens: 8, temperature: 0 });
+  check('token-id prompt equals the text prompt', ids.choices[0].text === r.choices[0].text, ids.choices[0]);
+  const e = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 4, temperature: 0, echo: true });
+  check('echo prepends the prompt', e.choices[0].text.startsWith('Once upon a time, there'), e.choices[0].text);
+});
+
+await test('chat', async () => {
+  const msgs = [{ role: 'system', content: 'You tell stories.' }, { role: 'user', content: [{ type: 'text', text: 'Tell me a story.' }] }];
+  const r = await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 20, temperature: 0 });
+  const ch = r.choices[0];
+  check('chat object and id', r.object === 'chat.completion' && r.id.startsWith('chatcmpl-'), r);
+  check('chat message', ch.message.role === 'assistant' && typeof ch.message.content === 'string' && ch.message.content.length > 0, ch);
+  check('chat finish_reason', ['stop', 'length'].includes(ch.finish_reason), ch);
+  check('chat usage', r.usage.prompt_tokens > 10 && r.usage.completion_tokens > 0 && r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens, r.usage);
+  const chunks = await collect(await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 20, temperature: 0, stream: true, stream_options: { include_usage: true } }));
+  const text = chunks.flatMap((c) => c.choices).map((x) => x.delta.content || '').join('');
+  check('chat stream equals whole', text === ch.message.content, { text, whole: ch.message.content });
+  check('chat stream starts with the role', chunks[0].choices[0].delta.role === 'assistant', chunks[0]);
+  check('chat stream chunk object', chunks.every((c) => c.object === 'chat.completion.chunk'), chunks[0]);
+  const fin = chunks.flatMap((c) => c.choices).filter((x) => x.finish_reason);
+  check('chat stream finish once', fin.length === 1 && fin[0].finish_reason === ch.finish_reason, fin);
+  check('chat stream usage', chunks[chunks.length - 1].usage && chunks[chunks.length - 1].usage.completion_tokens === r.usage.completion_tokens, chunks[chunks.length - 1]);
+  const def = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 0, ignore_eos: true });
+  const ctx = (await client.models.list()).data[0].max_model_len;
+  check('chat default max_tokens fills the context', def.usage.total_tokens === ctx, { usage: def.usage, ctx });
+  const mc = await client.chat.completions.create({ model: MODEL, messages: msgs, max_completion_tokens: 3, temperature: 0, ignore_eos: true });
+  check('max_completion_tokens', mc.usage.completion_tokens === 3, mc.usage);
+});
+
+await test('chat logprobs', async () => {
+  const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2, ignore_eos: true });
+  const c = r.choices[0].logprobs.content;
+  check('chat logprobs entries', c.length === 5 && c.every((e) => typeof e.token === 'string' && e.logprob <= 0 && Array.isArray(e.bytes) && e.top_logprobs.length === 2), c);
+  check('chat logprob bytes spell the token', c.every((e) => Buffer.from(e.bytes).toString('utf8') === e.token || e.token.includes('\uFFFD')), c);
+  const s = await collect(await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2, ignore_eos: true, stream: true }));
+  const n = s.flatMap((x) => x.choices).reduce((a, x) => a + (x.logprobs && x.logprobs.content ? x.logprobs.content.length : 0), 0);
+  check('chat streamed logprobs cover every token', n === 5, n);
+});
+
+await test('sampling extensions', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 10, temperature: 0.8, top_p: 0.9, top_k: 20, min_p: 0.05, repetition_penalty: 1.1, presence_penalty: 0.5, frequency_penalty: 0.5, seed: 3, min_tokens: 2, priority: 0.7, user: 'u1', logit_bias: { '432': -100 } });
+  check('extensions accepted', r.choices[0].text.length > 0 && !r.choices[0].text.startsWith(','), r.choices[0].text);
+});
+
+await expectError('temperature out of range: 400 naming it', () => client.completions.create({ model: MODEL, prompt: 'x', temperature: 7 }), 400, 'temperature');
+await expectError('unknown model: 404', () => client.completions.create({ model: 'gpt-nope', prompt: 'x' }), 404, 'model');
+await expectError('prompt + max_tokens over the context: 400', () => client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 1000 }), 400, 'max_tokens');
+await expectError('json_object response_format: 400', () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_object' } }), 400, 'response_format');
+await expectError('bad role: 400', () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages');
+await expectError('empty messages: 400', () => client.chat.completions.create({ model: MODEL, messages: [] }), 400, 'messages');
+await expectError('n out of range: 400', () => client.completions.create({ model: MODEL, prompt: 'x', n: 0 }), 400, 'n');
+await expectError('top_logprobs without logprobs: 400', () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], top_logprobs: 2 }), 400, 'top_logprobs');
+await expectError('logit_bias bad id: 400', () => client.completions.create({ model: MODEL, prompt: 'x', logit_bias: { '99999': 1 } }), 400, 'logit_bias');
+
+console.log(`${pass} passed, ${fail} failed`);
+process.exit(fail ? 1 : 0);

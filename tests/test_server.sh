@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# `inflight serve` end to end on 127.0.0.1 with the stories260K model:
+# raw HTTP with curl (status codes, error bodies, SSE framing, TGI routes,
+# metrics, auth, body limit, shutdown), then the official `openai` npm
+# client (tests/server/openai.test.mjs), then load: 64 concurrent streams
+# with a quarter leaving early, and a full queue (tests/server/load.test.mjs).
+# Every wait is bounded; every server started here is stopped here.
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/inflight
+SHARED=${IFL_SHARED:-../shared}
+M=$SHARED/models/stories260K.gguf
+pass=0
+fail=0
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { # name, expected, actual
+    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi
+}
+has() { # name, needle, haystack
+    case "$3" in *"$2"*) ok "$1" ;; *) bad "$1"; echo "  missing: $2"; echo "  in: ${3:0:400}" ;; esac
+}
+
+# start_server NAME ARGS...: sets PORT and SPID once /health answers 200
+start_server() {
+    local name=$1; shift
+    ( exec "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 "$@" 2>"$tmp/$name.log" ) &
+    SPID=$!
+    pids+=("$SPID")
+    PORT=
+    for _ in $(seq 100); do
+        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && break
+        sleep 0.1
+    done
+    for _ in $(seq 100); do
+        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
+        sleep 0.1
+    done
+    echo "server $name did not start:"; cat "$tmp/$name.log"
+    return 1
+}
+# stop_server: SIGTERM, bounded wait, exit status into STOP_RC
+stop_server() {
+    kill -TERM "$SPID" 2>/dev/null
+    STOP_RC=timeout
+    for _ in $(seq 150); do
+        if ! kill -0 "$SPID" 2>/dev/null; then wait "$SPID"; STOP_RC=$?; return; fi
+        sleep 0.1
+    done
+    kill -KILL "$SPID" 2>/dev/null
+}
+
+# status METHOD PATH [BODY] [curl args...] -> "CODE" (body in $tmp/body)
+req() {
+    local method=$1 path=$2; shift 2
+    curl -s -m 30 -o "$tmp/body" -w '%{http_code}' -X "$method" "http://127.0.0.1:$PORT$path" "$@"
+}
+
+# ---- argument validation: exit 2 with one message ----
+for args in "" "-m /nonexistent.gguf" "-m $M --port 70000" "-m $M --parallel 0" \
+    "-m $M --log-format xml" "-m $M --api-key a --api-key-file /etc/hostname" \
+    "-m $M --api-key-file /nonexistent" "-m $M --bogus 1" "-m $M --chat-template /nonexistent"; do
+    # shellcheck disable=SC2086
+    "$BIN" serve $args >/dev/null 2>"$tmp/err" </dev/null
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then ok "serve $args: exit 2"; else bad "serve $args: exit $rc"; cat "$tmp/err"; fi
+done
+
+start_server main || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+B="http://127.0.0.1:$PORT"
+
+check "/health 200" 200 "$(req GET /health)"
+check "/v1/completions greedy 200" 200 "$(req POST /v1/completions -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}')"
+has "greedy text" '"text":", there was a little girl named Lily.' "$(cat "$tmp/body")"
+has "usage" '"usage":{"prompt_tokens":5,"completion_tokens":12,"total_tokens":17}' "$(cat "$tmp/body")"
+
+# errors: OpenAI shape naming the field
+check "bad temperature 400" 400 "$(req POST /v1/completions -d '{"prompt":"x","temperature":"hot"}')"
+has "error names the param" '"param":"temperature"' "$(cat "$tmp/body")"
+has "error type" '"type":"invalid_request_error"' "$(cat "$tmp/body")"
+check "invalid JSON 400" 400 "$(req POST /v1/completions -d '{"prompt": ')"
+has "invalid JSON message" 'not valid JSON' "$(cat "$tmp/body")"
+check "body not an object 400" 400 "$(req POST /v1/chat/completions -d '[1,2]')"
+check "missing prompt 400" 400 "$(req POST /v1/completions -d '{"max_tokens":3}')"
+has "missing prompt names it" '"param":"prompt"' "$(cat "$tmp/body")"
+check "over the context 400" 400 "$(req POST /v1/completions -d '{"prompt":"Once upon a time","max_tokens":4000}')"
+check "json_schema 400" 400 "$(req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{}}}')"
+has "json_schema says not supported" 'not supported yet' "$(cat "$tmp/body")"
+check "tools 400" 400 "$(req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}')"
+check "unknown route 404" 404 "$(req GET /v2/nothing)"
+check "wrong method 405" 405 "$(req GET /v1/completions)"
+curl -s -D "$tmp/hdr" -o /dev/null "$B/generate"
+has "405 names the allowed method" "Allow: POST" "$(tr -d '\r' <"$tmp/hdr")"
+check "wrong method on /health 405" 405 "$(req POST /health -d '{}')"
+check "/v1/models 200" 200 "$(req GET /v1/models)"
+has "/v1/models lists the model" '"id":"stories260K"' "$(cat "$tmp/body")"
+head -c 5000000 /dev/zero | tr '\0' 'a' >"$tmp/big"
+check "5 MB body 413" 413 "$(req POST /v1/completions --data-binary @"$tmp/big")"
+check "5 MB chunked body 413" 413 "$(req POST /v1/completions -H 'Transfer-Encoding: chunked' --data-binary @"$tmp/big")"
+
+# SSE framing
+curl -sN -m 30 "$B/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' >"$tmp/sse"
+check "SSE ends with [DONE]" "data: [DONE]" "$(grep -v '^$' "$tmp/sse" | tail -1)"
+check "SSE: every event is one data line + blank line" 0 "$(grep -v '^$' "$tmp/sse" | grep -vc '^data: ')"
+check "SSE: blank line after each event" "$(grep -c '^data: ' "$tmp/sse")" "$(grep -c '^$' "$tmp/sse")"
+has "SSE chunk object" '"object":"chat.completion.chunk"' "$(cat "$tmp/sse")"
+has "SSE usage chunk" '"choices":[],"usage":{"prompt_tokens"' "$(cat "$tmp/sse")"
+curl -sN -m 30 -D "$tmp/hdr" "$B/v1/completions" -d '{"prompt":"Once","max_tokens":4,"stream":true}' >/dev/null
+has "SSE content type" "Content-Type: text/event-stream" "$(tr -d '\r' <"$tmp/hdr")"
+
+# TGI routes
+check "/generate 200" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":10,"details":true,"top_n_tokens":2}}')"
+has "/generate text" '"generated_text":", there was a little girl named Lily"' "$(cat "$tmp/body")"
+has "/generate details" '"finish_reason":"length","generated_tokens":10' "$(cat "$tmp/body")"
+has "/generate top tokens" '"top_tokens":[[{' "$(cat "$tmp/body")"
+check "/generate return_full_text" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":3,"return_full_text":true}}')"
+has "/generate full text" '"generated_text":"Once upon a time, there was"' "$(cat "$tmp/body")"
+check "/generate stop" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":30,"stop":[" girl"],"details":true}}')"
+has "/generate stop_sequence" '"generated_text":", there was a little","details":{"finish_reason":"stop_sequence"' "$(cat "$tmp/body")"
+curl -sN -m 30 "$B/generate_stream" -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":8}}' >"$tmp/tgi"
+check "/generate_stream one event per token" 8 "$(grep -c '^data:{"index"' "$tmp/tgi")"
+has "/generate_stream last event has the text" '"generated_text":", there was a little girl","details":{"finish_reason":"length"' "$(grep '^data:' "$tmp/tgi" | tail -1)"
+check "/generate best_of 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"best_of":2}}')"
+has "422 TGI shape" '"error_type":"validation"' "$(cat "$tmp/body")"
+check "/generate decoder_input_details 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"decoder_input_details":true}}')"
+check "/generate bad JSON 422" 422 "$(req POST /generate -d 'nope')"
+check "/generate over the context 422" 422 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":5000}}')"
+check "/generate truncate" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":1,"truncate":2,"details":true}}')"
+check "/tokenize" 200 "$(req POST /tokenize -d '{"inputs":"Once upon a time"}')"
+has "/tokenize ids" '{"id":1,"text":"<s>"' "$(cat "$tmp/body")"
+has "/tokenize ids 2" '{"id":403,"text":" Once"' "$(cat "$tmp/body")"
+check "/detokenize" 200 "$(req POST /detokenize -d '{"tokens":[1,403,407,261,378]}')"
+check "/detokenize text" '{"text":" Once upon a time"}' "$(cat "$tmp/body")"
+check "/detokenize bad id 422" 422 "$(req POST /detokenize -d '{"tokens":[1,99999]}')"
+check "/info" 200 "$(req GET /info)"
+has "/info fields" '"max_total_tokens":128' "$(cat "$tmp/body")"
+
+# metrics
+check "/metrics 200" 200 "$(req GET /metrics)"
+m=$(cat "$tmp/body")
+for name in inflight_request_success_total inflight_num_requests_running inflight_num_requests_waiting \
+    inflight_prompt_tokens_total inflight_generation_tokens_total inflight_time_to_first_token_seconds_bucket \
+    inflight_inter_token_latency_seconds_count inflight_e2e_request_latency_seconds_sum \
+    inflight_request_queue_time_seconds_count inflight_kv_cache_usage_ratio inflight_prefix_cache_hits_total \
+    inflight_client_disconnects_total; do
+    has "/metrics has $name" "$name" "$m"
+done
+has "/metrics TYPE lines" "# TYPE inflight_time_to_first_token_seconds histogram" "$m"
+has "/metrics +Inf bucket" 'le="+Inf"' "$m"
+has "/metrics finish reasons" 'finish_reason="length"' "$m"
+
+# the official client
+if [ ! -d tests/server/node_modules/openai ]; then
+    timeout 120 npm install --no-save --no-audit --no-fund --prefix tests/server openai@^4 >"$tmp/npm.log" 2>&1 ||
+        { echo "npm install failed:"; tail -5 "$tmp/npm.log"; }
+fi
+run_node() { # name, script, env...
+    local name=$1 script=$2; shift 2
+    env "$@" timeout 100 node "$script" >"$tmp/node.log" 2>&1
+    local rc=$? line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
+    local p=${line%% passed*} f
+    f=${line#*, }; f=${f%% failed*}
+    [ -z "$line" ] && { p=0; f=1; }
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    pass=$((pass + p)); fail=$((fail + f))
+    if [ "$f" -ne 0 ]; then grep -v '^ok' "$tmp/node.log" | head -40; fi
+    echo "$name: $p passed, $f failed"
+}
+if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
+    run_node "openai client" tests/server/openai.test.mjs BASE_URL="$B" MODEL=stories260K
+else
+    bad "node and the openai package are needed (npm install failed?)"
+fi
+
+stop_server
+check "SIGTERM exits 0" 0 "$STOP_RC"
+has "SIGTERM logged" "finishing requests in flight" "$(cat "$tmp/main.log")"
+
+# auth, CORS, small body limit, JSON log
+echo "s3cret" >"$tmp/key"
+start_server auth --api-key-file "$tmp/key" --cors-origin https://example.org --max-body-bytes 4096 --log-format json || exit 1
+check "health open without a key" 200 "$(req GET /health)"
+check "no key 401" 401 "$(req POST /v1/completions -d '{"prompt":"x"}')"
+has "401 OpenAI shape" '"type":"authentication_error"' "$(cat "$tmp/body")"
+check "wrong key 401" 401 "$(req POST /v1/completions -d '{"prompt":"x"}' -H 'Authorization: Bearer nope')"
+check "TGI route without a key 401" 401 "$(req POST /generate -d '{"inputs":"x"}')"
+check "right key 200" 200 "$(req POST /v1/completions -d '{"prompt":"Once","max_tokens":2}' -H 'Authorization: Bearer s3cret')"
+curl -s -D "$tmp/hdr" -o /dev/null -H 'Authorization: Bearer s3cret' "$B/v1/models" 2>/dev/null
+curl -s -D "$tmp/hdr" -o /dev/null -H 'Authorization: Bearer s3cret' "http://127.0.0.1:$PORT/v1/models"
+has "CORS header" "Access-Control-Allow-Origin: https://example.org" "$(tr -d '\r' <"$tmp/hdr")"
+check "CORS preflight 204" 204 "$(req OPTIONS /v1/chat/completions -H 'Origin: https://example.org' -H 'Access-Control-Request-Method: POST')"
+head -c 5000 /dev/zero | tr '\0' 'a' >"$tmp/mid"
+check "--max-body-bytes 413" 413 "$(req POST /v1/completions -H 'Authorization: Bearer s3cret' --data-binary @"$tmp/mid")"
+has "JSON access log" '"method":"POST","path":"/v1/completions","status":200' "$(cat "$tmp/auth.log")"
+stop_server
+check "auth server stops cleanly" 0 "$STOP_RC"
+
+# load: 64 streaming clients, a quarter leaving early (a longer context keeps them busy)
+if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
+    start_server load --parallel 8 -c 512 --quiet || exit 1
+    run_node "64 clients" tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=clients MAXTOK=200
+    stop_server
+    check "load server stops cleanly" 0 "$STOP_RC"
+    start_server queue --parallel 1 --max-queue 1 --quiet || exit 1
+    run_node "full queue" tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=queue
+    stop_server
+fi
+
+# SIGTERM with a request in flight: it finishes, then exit 0
+start_server drain --quiet -c 512 || exit 1
+curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"stream":true}' >"$tmp/drain" &
+cpid=$!
+sleep 0.3
+stop_server
+wait $cpid
+check "SIGTERM with a stream in flight exits 0" 0 "$STOP_RC"
+check "the in-flight stream finished" "data: [DONE]" "$(grep -v '^$' "$tmp/drain" | tail -1)"
+has "the in-flight stream ran to its length" '"finish_reason":"length"' "$(cat "$tmp/drain")"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
