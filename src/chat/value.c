@@ -1,0 +1,1065 @@
+/*
+ * Values of the chat-template interpreter and the Python behaviour they
+ * must copy byte for byte: str() and repr() (float repr is the shortest
+ * string that reads back to the same double, as CPython prints it),
+ * json.dumps(ensure_ascii=..., indent=..., separators=..., sort_keys=...),
+ * == and ordering with Python's type rules, and conversion from jansson.
+ *
+ * All memory comes from an arena (see internal.h); an allocation past the
+ * arena's cap longjmps to the owner's recovery point, so callers never see
+ * NULL.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/internal.h"
+#include "core/err.h"
+
+/* ---- arena ---- */
+
+struct ifl_chat_chunk {
+    struct ifl_chat_chunk *next;
+    size_t size, used;
+    _Alignas(16) unsigned char data[];
+};
+
+#define CHUNK_MIN ((size_t)32 << 10)
+
+static _Noreturn void arena_die(struct ifl_chat_arena *a, int why)
+{
+    a->failed = why;
+    longjmp(*a->oom, 1);
+}
+
+void *ifl_chat_alloc(struct ifl_chat_arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0)
+        n = 16;
+    struct ifl_chat_chunk *c = a->head;
+    if (c && c->size - c->used >= n) {
+        void *p = c->data + c->used;
+        c->used += n;
+        return p;
+    }
+    if (n > a->cap)
+        arena_die(a, 1);
+    size_t sz = n > CHUNK_MIN / 4 ? n : CHUNK_MIN;
+    if (a->total + sz > a->cap)
+        arena_die(a, 1);
+    struct ifl_chat_chunk *nc = malloc(sizeof *nc + sz);
+    if (!nc)
+        arena_die(a, 2);
+    a->total += sz;
+    nc->size = sz;
+    nc->used = n;
+    if (sz == n && c) {
+        /* a big block: keep the partly used head chunk for small ones */
+        nc->next = c->next;
+        c->next = nc;
+    } else {
+        nc->next = c;
+        a->head = nc;
+    }
+    return nc->data;
+}
+
+void ifl_chat_arena_free(struct ifl_chat_arena *a)
+{
+    struct ifl_chat_chunk *c = a->head;
+    while (c) {
+        struct ifl_chat_chunk *n = c->next;
+        free(c);
+        c = n;
+    }
+    a->head = NULL;
+    a->total = 0;
+}
+
+/* ---- constructors ---- */
+
+cstr *ifl_chat_mkstr(struct ifl_chat_arena *a, const char *p, size_t n)
+{
+    cstr *s = ifl_chat_alloc(a, sizeof *s + n + 1);
+    s->len = n;
+    if (n)
+        memcpy(s->p, p, n);
+    s->p[n] = 0;
+    return s;
+}
+
+cstr *ifl_chat_fmtstr(struct ifl_chat_arena *a, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof buf)
+        n = sizeof buf - 1;
+    return ifl_chat_mkstr(a, buf, (size_t)n);
+}
+
+cval ifl_chat_v_str(struct ifl_chat_arena *a, const char *p, size_t n)
+{
+    cval v = {.t = CV_STR};
+    v.u.s = ifl_chat_mkstr(a, p, n);
+    return v;
+}
+
+cval ifl_chat_v_cstr(const char *p, size_t n, struct ifl_chat_arena *a)
+{
+    return ifl_chat_v_str(a, p, n);
+}
+
+cval ifl_chat_v_int(int64_t i)
+{
+    cval v = {.t = CV_INT};
+    v.u.i = i;
+    return v;
+}
+
+cval ifl_chat_v_float(double d)
+{
+    cval v = {.t = CV_FLOAT};
+    v.u.d = d;
+    return v;
+}
+
+cval ifl_chat_v_bool(int b)
+{
+    cval v = {.t = CV_BOOL};
+    v.u.b = b != 0;
+    return v;
+}
+
+cval ifl_chat_v_none(void)
+{
+    cval v = {.t = CV_NONE};
+    return v;
+}
+
+cval ifl_chat_v_undef(cstr *hint)
+{
+    cval v = {.t = CV_UNDEF};
+    v.u.s = hint;
+    return v;
+}
+
+cval ifl_chat_v_list(struct ifl_chat_arena *a, size_t cap)
+{
+    cval v = {.t = CV_LIST};
+    v.u.l = ifl_chat_alloc(a, sizeof *v.u.l);
+    v.u.l->n = 0;
+    v.u.l->cap = cap;
+    v.u.l->v = cap ? ifl_chat_alloc(a, cap * sizeof(cval)) : NULL;
+    return v;
+}
+
+cval ifl_chat_v_dict(struct ifl_chat_arena *a, size_t cap)
+{
+    cval v = {.t = CV_DICT};
+    v.u.m = ifl_chat_alloc(a, sizeof *v.u.m);
+    v.u.m->n = 0;
+    v.u.m->cap = cap;
+    v.u.m->k = cap ? ifl_chat_alloc(a, cap * sizeof(cval)) : NULL;
+    v.u.m->v = cap ? ifl_chat_alloc(a, cap * sizeof(cval)) : NULL;
+    return v;
+}
+
+void ifl_chat_list_push(struct ifl_chat_arena *a, struct ifl_chat_list *l, cval v)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 4;
+        cval *nv = ifl_chat_alloc(a, nc * sizeof(cval));
+        if (l->n)
+            memcpy(nv, l->v, l->n * sizeof(cval));
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n++] = v;
+}
+
+static int key_eq(cval a, cval b)
+{
+    if (a.t == CV_STR && b.t == CV_STR)
+        return a.u.s->len == b.u.s->len && memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
+    if (a.t == CV_STR || b.t == CV_STR)
+        return 0;
+    return ifl_chat_equal(NULL, a, b, 0);
+}
+
+cval *ifl_chat_dict_findn(const struct ifl_chat_dict *m, const char *k, size_t n)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        const cval *key = &m->k[i];
+        if (key->t == CV_STR && key->u.s->len == n && memcmp(key->u.s->p, k, n) == 0)
+            return &m->v[i];
+    }
+    return NULL;
+}
+
+cval *ifl_chat_dict_find(const struct ifl_chat_dict *m, cval k)
+{
+    if (k.t == CV_STR)
+        return ifl_chat_dict_findn(m, k.u.s->p, k.u.s->len);
+    for (size_t i = 0; i < m->n; i++)
+        if (key_eq(m->k[i], k))
+            return &m->v[i];
+    return NULL;
+}
+
+void ifl_chat_dict_set(struct ifl_chat_arena *a, struct ifl_chat_dict *m, cval k, cval v)
+{
+    cval *old = ifl_chat_dict_find(m, k);
+    if (old) {
+        *old = v;
+        return;
+    }
+    if (m->n == m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 4;
+        cval *nk = ifl_chat_alloc(a, nc * sizeof(cval));
+        cval *nv = ifl_chat_alloc(a, nc * sizeof(cval));
+        if (m->n) {
+            memcpy(nk, m->k, m->n * sizeof(cval));
+            memcpy(nv, m->v, m->n * sizeof(cval));
+        }
+        m->k = nk;
+        m->v = nv;
+        m->cap = nc;
+    }
+    m->k[m->n] = k;
+    m->v[m->n] = v;
+    m->n++;
+}
+
+int ifl_chat_dict_del(struct ifl_chat_dict *m, cval k, cval *old)
+{
+    cval *p = ifl_chat_dict_find(m, k);
+    if (!p)
+        return 0;
+    size_t i = (size_t)(p - m->v);
+    if (old)
+        *old = m->v[i];
+    memmove(m->k + i, m->k + i + 1, (m->n - i - 1) * sizeof(cval));
+    memmove(m->v + i, m->v + i + 1, (m->n - i - 1) * sizeof(cval));
+    m->n--;
+    return 1;
+}
+
+/* ---- string builder ---- */
+
+void ifl_chat_sb_put(struct ifl_chat_arena *a, struct ifl_chat_sb *b, const char *p, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 64;
+        while (nc < b->n + n + 1)
+            nc *= 2;
+        char *np = ifl_chat_alloc(a, nc);
+        if (b->n)
+            memcpy(np, b->p, b->n);
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n)
+        memcpy(b->p + b->n, p, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void ifl_chat_sb_putc(struct ifl_chat_arena *a, struct ifl_chat_sb *b, char c)
+{
+    ifl_chat_sb_put(a, b, &c, 1);
+}
+
+cval ifl_chat_sb_val(struct ifl_chat_arena *a, struct ifl_chat_sb *b)
+{
+    return ifl_chat_v_str(a, b->p ? b->p : "", b->n);
+}
+
+/* ---- UTF-8 ---- */
+
+uint32_t ifl_chat_utf8_dec(const char *s, size_t n, size_t *adv)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    if (n == 0) {
+        *adv = 0;
+        return 0;
+    }
+    unsigned c = p[0];
+    if (c < 0x80) {
+        *adv = 1;
+        return c;
+    }
+    size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+    if (need == 0 || need > n) {
+        *adv = 1;
+        return 0xfffd;
+    }
+    uint32_t cp = c & (0x3f >> (need - 1));
+    for (size_t i = 1; i < need; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            *adv = 1;
+            return 0xfffd;
+        }
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    *adv = need;
+    return cp;
+}
+
+size_t ifl_chat_utf8_enc(uint32_t c, char *o)
+{
+    if (c < 0x80) {
+        o[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        o[0] = (char)(0xc0 | (c >> 6));
+        o[1] = (char)(0x80 | (c & 0x3f));
+        return 2;
+    }
+    if (c < 0x10000) {
+        o[0] = (char)(0xe0 | (c >> 12));
+        o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (c & 0x3f));
+        return 3;
+    }
+    if (c > 0x10ffff)
+        c = 0xfffd;
+    o[0] = (char)(0xf0 | (c >> 18));
+    o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (c & 0x3f));
+    return 4;
+}
+
+size_t ifl_chat_utf8_len(const char *p, size_t n)
+{
+    size_t k = 0, i = 0;
+    while (i < n) {
+        size_t adv;
+        if ((unsigned char)p[i] < 0x80) {
+            i++;
+        } else {
+            ifl_chat_utf8_dec(p + i, n - i, &adv);
+            i += adv;
+        }
+        k++;
+    }
+    return k;
+}
+
+size_t ifl_chat_utf8_offset(const char *p, size_t n, size_t cp)
+{
+    size_t i = 0;
+    while (cp > 0 && i < n) {
+        size_t adv;
+        ifl_chat_utf8_dec(p + i, n - i, &adv);
+        i += adv;
+        cp--;
+    }
+    return i;
+}
+
+int ifl_chat_is_space(uint32_t c)
+{
+    return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* ---- str() and repr() ---- */
+
+int ifl_chat_truthy(cval v)
+{
+    switch (v.t) {
+    case CV_UNDEF:
+    case CV_NONE:
+    case CV_MISSING:
+        return 0;
+    case CV_BOOL:
+        return v.u.b;
+    case CV_INT:
+        return v.u.i != 0;
+    case CV_FLOAT:
+        return v.u.d != 0.0;
+    case CV_STR:
+        return v.u.s->len != 0;
+    case CV_LIST:
+        return (v.f & CVF_GEN) || v.u.l->n != 0;
+    case CV_DICT:
+        return v.u.m->n != 0;
+    default:
+        return 1;
+    }
+}
+
+const char *ifl_chat_type_name(cval v)
+{
+    switch (v.t) {
+    case CV_UNDEF:
+    case CV_MISSING:
+        return "Undefined";
+    case CV_NONE:
+        return "NoneType";
+    case CV_BOOL:
+        return "bool";
+    case CV_INT:
+        return "int";
+    case CV_FLOAT:
+        return "float";
+    case CV_STR:
+        return (v.f & CVF_SAFE) ? "Markup" : "str";
+    case CV_LIST:
+        return (v.f & CVF_GEN) ? "generator" : (v.f & CVF_TUPLE) ? "tuple" : "list";
+    case CV_DICT:
+        return "dict";
+    case CV_NS:
+        return "Namespace";
+    case CV_FUNC:
+        return v.u.fn->kind == FN_MACRO ? "Macro" : "builtin_function_or_method";
+    case CV_LOOP:
+        return "LoopContext";
+    }
+    return "object";
+}
+
+void ifl_chat_float_repr(char *buf, size_t cap, double d)
+{
+    if (isnan(d)) {
+        snprintf(buf, cap, "nan");
+        return;
+    }
+    if (isinf(d)) {
+        snprintf(buf, cap, d < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (d == 0) {
+        snprintf(buf, cap, signbit(d) ? "-0.0" : "0.0");
+        return;
+    }
+    char tmp[48];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(tmp, sizeof tmp, "%.*e", p - 1, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    /* tmp: [-]D[.DDD]e(+|-)XX */
+    char digits[24];
+    int nd = 0, neg = 0;
+    const char *q = tmp;
+    if (*q == '-') {
+        neg = 1;
+        q++;
+    }
+    while (*q && *q != 'e') {
+        if (*q != '.' && nd < 20)
+            digits[nd++] = *q;
+        q++;
+    }
+    int e = *q == 'e' ? atoi(q + 1) : 0;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = 0;
+    char out[64];
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (e >= -4 && e < 16) {
+        if (e >= 0) {
+            for (int i = 0; i <= e; i++)
+                out[o++] = i < nd ? digits[i] : '0';
+            out[o++] = '.';
+            if (nd > e + 1)
+                for (int i = e + 1; i < nd; i++)
+                    out[o++] = digits[i];
+            else
+                out[o++] = '0';
+        } else {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int i = 0; i < -e - 1; i++)
+                out[o++] = '0';
+            for (int i = 0; i < nd; i++)
+                out[o++] = digits[i];
+        }
+        out[o] = 0;
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (int i = 1; i < nd; i++)
+                out[o++] = digits[i];
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+    }
+    snprintf(buf, cap, "%s", out);
+}
+
+/* Python's str.isprintable, approximately: controls, separators other than
+ * the ASCII space, format characters and private use are not printable. */
+static int py_printable(uint32_t c)
+{
+    if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad)
+        return 0;
+    if (c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
+        (c >= 0x205f && c <= 0x206f) || c == 0x3000 || c == 0xfeff || (c >= 0xfff9 && c <= 0xfffb))
+        return 0;
+    if ((c >= 0xd800 && c <= 0xf8ff) || c >= 0xf0000 || (c >= 0xe0000 && c <= 0xe007f))
+        return 0;
+    if ((c >= 0x600 && c <= 0x605) || c == 0x61c || c == 0x6dd || c == 0x70f || c == 0x180e)
+        return 0;
+    return 1;
+}
+
+static void repr_str(struct ifl_chat_arena *a, struct ifl_chat_sb *b, const char *p, size_t n)
+{
+    int has_sq = memchr(p, '\'', n) != NULL, has_dq = memchr(p, '"', n) != NULL;
+    char q = (has_sq && !has_dq) ? '"' : '\'';
+    ifl_chat_sb_putc(a, b, q);
+    size_t i = 0;
+    while (i < n) {
+        size_t adv;
+        uint32_t c = ifl_chat_utf8_dec(p + i, n - i, &adv);
+        char tmp[16];
+        if (c == (uint32_t)q || c == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = (char)c;
+            ifl_chat_sb_put(a, b, tmp, 2);
+        } else if (c == '\n') {
+            ifl_chat_sb_put(a, b, "\\n", 2);
+        } else if (c == '\r') {
+            ifl_chat_sb_put(a, b, "\\r", 2);
+        } else if (c == '\t') {
+            ifl_chat_sb_put(a, b, "\\t", 2);
+        } else if (!py_printable(c)) {
+            int k;
+            if (c < 0x100)
+                k = snprintf(tmp, sizeof tmp, "\\x%02x", c);
+            else if (c < 0x10000)
+                k = snprintf(tmp, sizeof tmp, "\\u%04x", c);
+            else
+                k = snprintf(tmp, sizeof tmp, "\\U%08x", c);
+            ifl_chat_sb_put(a, b, tmp, (size_t)k);
+        } else {
+            ifl_chat_sb_put(a, b, p + i, adv);
+        }
+        i += adv;
+    }
+    ifl_chat_sb_putc(a, b, q);
+}
+
+static void put_s(struct ifl_chat_rt *r, struct ifl_chat_sb *b, const char *s)
+{
+    ifl_chat_sb_put(ifl_chat_rt_arena(r), b, s, strlen(s));
+}
+
+static void scalar_str(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v)
+{
+    char tmp[64];
+    switch (v.t) {
+    case CV_NONE:
+        put_s(r, b, "None");
+        break;
+    case CV_BOOL:
+        put_s(r, b, v.u.b ? "True" : "False");
+        break;
+    case CV_INT:
+        snprintf(tmp, sizeof tmp, "%" PRId64, v.u.i);
+        put_s(r, b, tmp);
+        break;
+    case CV_FLOAT:
+        ifl_chat_float_repr(tmp, sizeof tmp, v.u.d);
+        put_s(r, b, tmp);
+        break;
+    case CV_NS:
+        put_s(r, b, "<Namespace>");
+        break;
+    case CV_FUNC:
+        if (v.u.fn->kind == FN_MACRO) {
+            put_s(r, b, "<Macro '");
+            put_s(r, b, v.u.fn->macro && v.u.fn->macro->s ? v.u.fn->macro->s->p : "caller");
+            put_s(r, b, "'>");
+        } else {
+            put_s(r, b, "<built-in function ");
+            put_s(r, b, v.u.fn->name);
+            put_s(r, b, ">");
+        }
+        break;
+    case CV_LOOP:
+        snprintf(tmp, sizeof tmp, "<LoopContext %zu/%zu>", v.u.lp->i + 1, v.u.lp->n);
+        put_s(r, b, tmp);
+        break;
+    default:
+        break;
+    }
+}
+
+void ifl_chat_repr_of(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v, int depth)
+{
+    struct ifl_chat_arena *a = ifl_chat_rt_arena(r);
+    if (depth > 200)
+        ifl_chat_fail(r, IFL_EFORMAT, "RecursionError", "maximum recursion depth exceeded");
+    ifl_chat_rt_steps(r, 1);
+    switch (v.t) {
+    case CV_UNDEF:
+    case CV_MISSING:
+        put_s(r, b, "Undefined");
+        break;
+    case CV_STR:
+        if (v.f & CVF_SAFE)
+            put_s(r, b, "Markup(");
+        repr_str(a, b, v.u.s->p, v.u.s->len);
+        if (v.f & CVF_SAFE)
+            put_s(r, b, ")");
+        break;
+    case CV_LIST:
+        if (v.f & CVF_GEN) {
+            put_s(r, b, "<generator object>");
+            break;
+        }
+        put_s(r, b, (v.f & CVF_TUPLE) ? "(" : "[");
+        for (size_t i = 0; i < v.u.l->n; i++) {
+            if (i)
+                put_s(r, b, ", ");
+            ifl_chat_repr_of(r, b, v.u.l->v[i], depth + 1);
+        }
+        if ((v.f & CVF_TUPLE) && v.u.l->n == 1)
+            put_s(r, b, ",");
+        put_s(r, b, (v.f & CVF_TUPLE) ? ")" : "]");
+        break;
+    case CV_DICT:
+        put_s(r, b, "{");
+        for (size_t i = 0; i < v.u.m->n; i++) {
+            if (i)
+                put_s(r, b, ", ");
+            ifl_chat_repr_of(r, b, v.u.m->k[i], depth + 1);
+            put_s(r, b, ": ");
+            ifl_chat_repr_of(r, b, v.u.m->v[i], depth + 1);
+        }
+        put_s(r, b, "}");
+        break;
+    default:
+        scalar_str(r, b, v);
+    }
+}
+
+void ifl_chat_str_of(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v)
+{
+    switch (v.t) {
+    case CV_UNDEF:
+    case CV_MISSING:
+        break;
+    case CV_STR:
+        ifl_chat_sb_put(ifl_chat_rt_arena(r), b, v.u.s->p, v.u.s->len);
+        break;
+    case CV_LIST:
+    case CV_DICT:
+        ifl_chat_repr_of(r, b, v, 0);
+        break;
+    default:
+        scalar_str(r, b, v);
+    }
+}
+
+cval ifl_chat_escape(struct ifl_chat_rt *r, cval v)
+{
+    if (v.t == CV_STR && (v.f & CVF_SAFE))
+        return v;
+    cval s = ifl_chat_to_str(r, v);
+    struct ifl_chat_arena *a = ifl_chat_rt_arena(r);
+    struct ifl_chat_sb b = {0};
+    const char *p = s.u.s->p;
+    size_t n = s.u.s->len, run = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *rep = NULL;
+        switch (p[i]) {
+        case '&':
+            rep = "&amp;";
+            break;
+        case '<':
+            rep = "&lt;";
+            break;
+        case '>':
+            rep = "&gt;";
+            break;
+        case '"':
+            rep = "&#34;";
+            break;
+        case '\'':
+            rep = "&#39;";
+            break;
+        }
+        if (!rep) {
+            run++;
+            continue;
+        }
+        ifl_chat_sb_put(a, &b, p + i - run, run);
+        run = 0;
+        ifl_chat_sb_put(a, &b, rep, strlen(rep));
+    }
+    ifl_chat_sb_put(a, &b, p + n - run, run);
+    cval out = ifl_chat_sb_val(a, &b);
+    out.f = CVF_SAFE;
+    return out;
+}
+
+cval ifl_chat_to_str(struct ifl_chat_rt *r, cval v)
+{
+    if (v.t == CV_STR)
+        return v;
+    struct ifl_chat_sb b = {0};
+    ifl_chat_str_of(r, &b, v);
+    return ifl_chat_sb_val(ifl_chat_rt_arena(r), &b);
+}
+
+/* ---- json.dumps ---- */
+
+static void json_str(struct ifl_chat_arena *a, struct ifl_chat_sb *b, const char *p, size_t n,
+                     int ascii)
+{
+    ifl_chat_sb_putc(a, b, '"');
+    size_t i = 0, run = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        const char *esc = NULL;
+        char tmp[16];
+        size_t adv = 1;
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
+        else if (c < 0x20 || (ascii && c == 0x7f)) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", c);
+            esc = tmp;
+        } else if (ascii && c >= 0x80) {
+            uint32_t cp = ifl_chat_utf8_dec(p + i, n - i, &adv);
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xd800 + (cp >> 10),
+                         0xdc00 + (cp & 0x3ff));
+            } else {
+                snprintf(tmp, sizeof tmp, "\\u%04x", cp);
+            }
+            esc = tmp;
+        }
+        if (esc) {
+            if (run)
+                ifl_chat_sb_put(a, b, p + i - run, run);
+            run = 0;
+            ifl_chat_sb_put(a, b, esc, strlen(esc));
+            i += adv;
+        } else {
+            run++;
+            i++;
+        }
+    }
+    if (run)
+        ifl_chat_sb_put(a, b, p + n - run, run);
+    ifl_chat_sb_putc(a, b, '"');
+}
+
+static void json_newline(struct ifl_chat_arena *a, struct ifl_chat_sb *b,
+                         const struct ifl_chat_json_opts *o, int level)
+{
+    ifl_chat_sb_putc(a, b, '\n');
+    for (int i = 0; i < level; i++)
+        ifl_chat_sb_put(a, b, o->indent, o->indent_len);
+}
+
+static void json_key(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval k, int ascii)
+{
+    struct ifl_chat_arena *a = ifl_chat_rt_arena(r);
+    char tmp[64];
+    switch (k.t) {
+    case CV_STR:
+        json_str(a, b, k.u.s->p, k.u.s->len, ascii);
+        return;
+    case CV_BOOL:
+        put_s(r, b, k.u.b ? "\"true\"" : "\"false\"");
+        return;
+    case CV_NONE:
+        put_s(r, b, "\"null\"");
+        return;
+    case CV_INT:
+        snprintf(tmp, sizeof tmp, "\"%" PRId64 "\"", k.u.i);
+        put_s(r, b, tmp);
+        return;
+    case CV_FLOAT:
+        ifl_chat_float_repr(tmp + 1, sizeof tmp - 2, k.u.d);
+        tmp[0] = '"';
+        strcat(tmp, "\"");
+        put_s(r, b, tmp);
+        return;
+    default:
+        ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "keys must be str, int, float, bool or None, not %s",
+                      ifl_chat_type_name(k));
+    }
+}
+
+static int key_cmp(struct ifl_chat_rt *r, const cval *x, const cval *y)
+{
+    return ifl_chat_compare(r, *x, *y, "<");
+}
+
+void ifl_chat_json_dump(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v,
+                        const struct ifl_chat_json_opts *o, int level)
+{
+    struct ifl_chat_arena *a = ifl_chat_rt_arena(r);
+    char tmp[64];
+    if (level > 200)
+        ifl_chat_fail(r, IFL_EFORMAT, "RecursionError", "maximum recursion depth exceeded while encoding a JSON object");
+    ifl_chat_rt_steps(r, 1);
+    switch (v.t) {
+    case CV_NONE:
+        put_s(r, b, "null");
+        return;
+    case CV_BOOL:
+        put_s(r, b, v.u.b ? "true" : "false");
+        return;
+    case CV_INT:
+        snprintf(tmp, sizeof tmp, "%" PRId64, v.u.i);
+        put_s(r, b, tmp);
+        return;
+    case CV_FLOAT:
+        if (isnan(v.u.d))
+            put_s(r, b, "NaN");
+        else if (isinf(v.u.d))
+            put_s(r, b, v.u.d < 0 ? "-Infinity" : "Infinity");
+        else {
+            ifl_chat_float_repr(tmp, sizeof tmp, v.u.d);
+            put_s(r, b, tmp);
+        }
+        return;
+    case CV_STR:
+        json_str(a, b, v.u.s->p, v.u.s->len, o->ensure_ascii);
+        return;
+    case CV_LIST:
+        if (v.f & CVF_GEN)
+            break;
+        if (v.u.l->n == 0) {
+            put_s(r, b, "[]");
+            return;
+        }
+        ifl_chat_sb_putc(a, b, '[');
+        for (size_t i = 0; i < v.u.l->n; i++) {
+            if (i)
+                ifl_chat_sb_put(a, b, o->item_sep, o->item_sep_len);
+            if (o->indent)
+                json_newline(a, b, o, level + 1);
+            ifl_chat_json_dump(r, b, v.u.l->v[i], o, level + 1);
+        }
+        if (o->indent)
+            json_newline(a, b, o, level);
+        ifl_chat_sb_putc(a, b, ']');
+        return;
+    case CV_DICT: {
+        size_t n = v.u.m->n;
+        if (n == 0) {
+            put_s(r, b, "{}");
+            return;
+        }
+        size_t *ord = ifl_chat_alloc(a, n * sizeof *ord);
+        for (size_t i = 0; i < n; i++)
+            ord[i] = i;
+        if (o->sort_keys) {
+            /* insertion sort keeps it stable and needs no comparator context */
+            for (size_t i = 1; i < n; i++) {
+                size_t x = ord[i], j = i;
+                while (j > 0 && key_cmp(r, &v.u.m->k[x], &v.u.m->k[ord[j - 1]]) < 0) {
+                    ord[j] = ord[j - 1];
+                    j--;
+                }
+                ord[j] = x;
+                ifl_chat_rt_steps(r, (long long)i);
+            }
+        }
+        ifl_chat_sb_putc(a, b, '{');
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                ifl_chat_sb_put(a, b, o->item_sep, o->item_sep_len);
+            if (o->indent)
+                json_newline(a, b, o, level + 1);
+            json_key(r, b, v.u.m->k[ord[i]], o->ensure_ascii);
+            ifl_chat_sb_put(a, b, o->key_sep, o->key_sep_len);
+            ifl_chat_json_dump(r, b, v.u.m->v[ord[i]], o, level + 1);
+        }
+        if (o->indent)
+            json_newline(a, b, o, level);
+        ifl_chat_sb_putc(a, b, '}');
+        return;
+    }
+    default:
+        break;
+    }
+    ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "Object of type %s is not JSON serializable",
+                  ifl_chat_type_name(v));
+}
+
+/* ---- comparison ---- */
+
+static int is_num(cval v)
+{
+    return v.t == CV_BOOL || v.t == CV_INT || v.t == CV_FLOAT;
+}
+
+static double num_d(cval v)
+{
+    return v.t == CV_FLOAT ? v.u.d : v.t == CV_INT ? (double)v.u.i : (double)v.u.b;
+}
+
+static int64_t num_i(cval v)
+{
+    return v.t == CV_INT ? v.u.i : v.u.b;
+}
+
+int ifl_chat_equal(struct ifl_chat_rt *r, cval a, cval b, int depth)
+{
+    if (depth > 200)
+        return 0;
+    if (r)
+        ifl_chat_rt_steps(r, 1);
+    if (is_num(a) && is_num(b)) {
+        if (a.t == CV_FLOAT || b.t == CV_FLOAT)
+            return num_d(a) == num_d(b);
+        return num_i(a) == num_i(b);
+    }
+    if (a.t != b.t) {
+        if ((a.t == CV_UNDEF && b.t == CV_MISSING) || (a.t == CV_MISSING && b.t == CV_UNDEF))
+            return 1;
+        return 0;
+    }
+    switch (a.t) {
+    case CV_UNDEF:
+    case CV_NONE:
+    case CV_MISSING:
+        return 1;
+    case CV_STR:
+        return a.u.s->len == b.u.s->len && memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
+    case CV_LIST:
+        if ((a.f | b.f) & CVF_GEN)
+            return a.u.l == b.u.l;
+        if ((a.f & CVF_TUPLE) != (b.f & CVF_TUPLE) || a.u.l->n != b.u.l->n)
+            return 0;
+        if (a.u.l == b.u.l)
+            return 1;
+        for (size_t i = 0; i < a.u.l->n; i++)
+            if (!ifl_chat_equal(r, a.u.l->v[i], b.u.l->v[i], depth + 1))
+                return 0;
+        return 1;
+    case CV_DICT:
+        if (a.u.m->n != b.u.m->n)
+            return 0;
+        if (a.u.m == b.u.m)
+            return 1;
+        for (size_t i = 0; i < a.u.m->n; i++) {
+            cval *o = ifl_chat_dict_find(b.u.m, a.u.m->k[i]);
+            if (!o || !ifl_chat_equal(r, a.u.m->v[i], *o, depth + 1))
+                return 0;
+        }
+        return 1;
+    case CV_NS:
+        return a.u.m == b.u.m;
+    case CV_FUNC:
+        return a.u.fn == b.u.fn;
+    case CV_LOOP:
+        return a.u.lp == b.u.lp;
+    }
+    return 0;
+}
+
+int ifl_chat_compare(struct ifl_chat_rt *r, cval a, cval b, const char *opname)
+{
+    ifl_chat_rt_steps(r, 1);
+    if (a.t == CV_UNDEF || a.t == CV_MISSING || b.t == CV_UNDEF || b.t == CV_MISSING) {
+        cval u = (a.t == CV_UNDEF || a.t == CV_MISSING) ? a : b;
+        ifl_chat_fail(r, IFL_EFORMAT, "UndefinedError", "%s", u.u.s ? u.u.s->p : "value is undefined");
+    }
+    if (is_num(a) && is_num(b)) {
+        if (a.t == CV_FLOAT || b.t == CV_FLOAT) {
+            double x = num_d(a), y = num_d(b);
+            return x < y ? -1 : x > y ? 1 : 0;
+        }
+        int64_t x = num_i(a), y = num_i(b);
+        return x < y ? -1 : x > y ? 1 : 0;
+    }
+    if (a.t == CV_STR && b.t == CV_STR) {
+        size_t n = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
+        ifl_chat_rt_steps(r, (long long)(n / 64));
+        int c = memcmp(a.u.s->p, b.u.s->p, n);
+        if (c)
+            return c < 0 ? -1 : 1;
+        return a.u.s->len < b.u.s->len ? -1 : a.u.s->len > b.u.s->len ? 1 : 0;
+    }
+    if (a.t == CV_LIST && b.t == CV_LIST && !((a.f | b.f) & CVF_GEN) &&
+        (a.f & CVF_TUPLE) == (b.f & CVF_TUPLE)) {
+        size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
+        for (size_t i = 0; i < n; i++) {
+            if (ifl_chat_equal(r, a.u.l->v[i], b.u.l->v[i], 0))
+                continue;
+            return ifl_chat_compare(r, a.u.l->v[i], b.u.l->v[i], opname);
+        }
+        return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n ? 1 : 0;
+    }
+    ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "'%s' not supported between instances of '%s' and '%s'",
+                  opname, ifl_chat_type_name(a), ifl_chat_type_name(b));
+}
+
+/* ---- jansson ---- */
+
+cval ifl_chat_from_json(struct ifl_chat_rt *r, const json_t *j, int depth)
+{
+    struct ifl_chat_arena *a = ifl_chat_rt_arena(r);
+    if (depth > 200)
+        ifl_chat_fail(r, IFL_EINVAL, "ValueError", "context nests deeper than 200 levels");
+    ifl_chat_rt_steps(r, 1);
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        cval v = ifl_chat_v_dict(a, json_object_size(j));
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)j, k, x)
+        {
+            cval key = ifl_chat_v_str(a, k, strlen(k));
+            ifl_chat_dict_set(a, v.u.m, key, ifl_chat_from_json(r, x, depth + 1));
+        }
+        return v;
+    }
+    case JSON_ARRAY: {
+        size_t n = json_array_size(j);
+        cval v = ifl_chat_v_list(a, n);
+        for (size_t i = 0; i < n; i++)
+            ifl_chat_list_push(a, v.u.l, ifl_chat_from_json(r, json_array_get(j, i), depth + 1));
+        return v;
+    }
+    case JSON_STRING:
+        return ifl_chat_v_str(a, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER:
+        return ifl_chat_v_int((int64_t)json_integer_value(j));
+    case JSON_REAL:
+        return ifl_chat_v_float(json_real_value(j));
+    case JSON_TRUE:
+        return ifl_chat_v_bool(1);
+    case JSON_FALSE:
+        return ifl_chat_v_bool(0);
+    default:
+        return ifl_chat_v_none();
+    }
+}
