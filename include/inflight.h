@@ -384,6 +384,14 @@ struct ifl_model_info {
 
 int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out);
 
+/* A string value of the model's GGUF metadata (e.g. "tokenizer.chat_template",
+ * "general.name"), NUL-terminated in buf. IFL_ENOTFOUND when the key is
+ * absent, IFL_EINVAL when its value is not a string, IFL_EFULL when buf (cap
+ * bytes) is too small; *len_out is the value's length in every case where
+ * the key is a string. Thread-safe. */
+int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_t cap,
+                            int64_t *len_out);
+
 /* Tokenizes len bytes of text with the model's vocabulary. add_special adds
  * BOS/EOS as the metadata says; parse_special turns special-token text into
  * those tokens. Writes at most cap ids, sets *n_out to the full count and

@@ -1234,6 +1234,40 @@ static void test_hidden_states(void)
     ifl_model_free(m);
 }
 
+/* A single request that fills the whole context fits the default KV pool
+ * of one context; model metadata is readable through the API. */
+static void test_full_context_and_meta(void)
+{
+    struct ifl_executor_config c;
+    ifl_executor_config_default(&c);
+    c.max_batch_size = 1;
+    c.n_threads = 1;
+    ifl_executor *ex;
+    char err[512];
+    CHECK_EQ(ifl_executor_create(&ex, model_path, &c, err), 0);
+    struct ifl_model_info mi;
+    ifl_executor_model_info(ex, &mi);
+    CHECK_EQ(mi.n_ctx, 128);
+    CHECK(mi.kv_cache_tokens >= 128);
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, mi.n_ctx - 5);
+    ifl_id id;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+    int32_t out[256], n;
+    CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_LENGTH);
+    CHECK_EQ(n, mi.n_ctx - 5);
+    char buf[64];
+    int64_t len;
+    CHECK_EQ(ifl_executor_model_meta(ex, "general.architecture", buf, sizeof buf, &len), 0);
+    CHECK_STR(buf, "llama");
+    CHECK_EQ(len, 5);
+    CHECK_EQ(ifl_executor_model_meta(ex, "no.such.key", buf, sizeof buf, &len), IFL_ENOTFOUND);
+    CHECK_EQ(ifl_executor_model_meta(ex, "llama.block_count", buf, sizeof buf, &len), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_model_meta(ex, "general.architecture", buf, 3, &len), IFL_EFULL);
+    CHECK_STR(buf, "ll");
+    ifl_executor_destroy(ex, 0);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
@@ -1245,6 +1279,7 @@ int main(void)
     T_RUN(test_preemption_is_invisible);
     T_RUN(test_cancel_and_timeout);
     T_RUN(test_bad_requests);
+    T_RUN(test_full_context_and_meta);
     T_RUN(test_stops);
     T_RUN(test_sampling_controls);
     T_RUN(test_logits_processors);

@@ -865,11 +865,11 @@ static void admit(struct ifl_executor *ex)
         int32_t taken = before_avail - ifl_kvc_available(e->kvc);
         int64_t need;
         if (ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
-            /* every sample (or beam) may need its own blocks for the whole
-             * length, plus one copy-on-write block each; a beam search gives
-             * back to this reservation what its dropped beams free */
-            int64_t full = blocks_for(e, (int64_t)q->r.n_input + q->r.max_tokens);
-            need = (full - prim->kv.n_blocks) + (int64_t)(n - 1) * (full + 1) + 1;
+            /* blocks the prefix match already holds count as taken; a beam
+             * search gives back to this reservation what its dropped beams free */
+            need = ifl_exec_blocks_to_reserve(ifl_kvc_block_size(e->kvc),
+                                              (int64_t)q->r.n_input + q->r.max_tokens, n) -
+                   prim->kv.n_blocks;
             if (ifl_kvc_available(e->kvc) - e->reserved < need) {
                 ifl_kvc_seq_reset(e->kvc, &prim->kv);
                 break;

@@ -112,6 +112,17 @@ struct ifl_executor {
     struct engine *eng;          /* engine-owned */
 };
 
+/* KV blocks guaranteed_no_evict promises a request of n sequences (samples
+ * or beams) of n_pos positions each: every sequence its whole length, and
+ * one copy-on-write block for each sequence forked from the first (the last
+ * to write into a shared block writes in place). Shared by validation (a
+ * request that could never get it is refused) and admission. */
+static inline int64_t ifl_exec_blocks_to_reserve(int64_t block_size, int64_t n_pos, int64_t n)
+{
+    int64_t full = (n_pos + block_size - 1) / block_size;
+    return n * full + (n - 1);
+}
+
 /* engine.c */
 int ifl_engine_create(struct ifl_executor *ex, char *err);
 void ifl_engine_free(struct ifl_executor *ex);

@@ -204,13 +204,10 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
         return ifl_err(err, IFL_EINVAL, "num_return_sequences: %d (1..%d allowed)",
                        r->num_return_sequences, ex->cfg.max_batch_size);
     if (ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
-        /* what admission reserves (engine.c admit): every sequence (sample
-         * or beam) its whole length plus a copy-on-write block; a request
-         * that can never get it would wait forever */
+        /* a request that can never get its reservation would wait forever */
         int64_t bs = ex->cfg.kv_block_size, n = s->beam_width > 1 ? s->beam_width
                                                                    : r->num_return_sequences;
-        int64_t full = ((int64_t)r->n_input + r->max_tokens + bs - 1) / bs;
-        int64_t need = full + (n - 1) * (full + 1) + 1;
+        int64_t need = ifl_exec_blocks_to_reserve(bs, (int64_t)r->n_input + r->max_tokens, n);
         if (need * bs > ex->kv_cache_tokens)
             return ifl_err(err, IFL_EINVAL,
                            "max_tokens: %lld sequence(s) of %d positions need %lld KV blocks; the "
@@ -640,6 +637,26 @@ int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
     out->add_bos = ifl_vocab_add_bos(ex->vocab);
     out->kv_cache_tokens = ex->kv_cache_tokens;
     return 0;
+}
+
+int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_t cap,
+                            int64_t *len_out)
+{
+    *len_out = 0;
+    if (!key || cap < 1 || !buf)
+        return IFL_EINVAL;
+    const char *v;
+    size_t len;
+    int rc = ifl_gguf_get_str(ex->model->gguf, key, &v, &len, NULL);
+    if (rc == IFL_ENOTFOUND)
+        return rc;
+    if (rc)
+        return IFL_EINVAL;
+    *len_out = (int64_t)len;
+    size_t n = (int64_t)len < cap ? len : (size_t)cap - 1;
+    memcpy(buf, v, n);
+    buf[n] = 0;
+    return (int64_t)len < cap ? 0 : IFL_EFULL;
 }
 
 int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32_t add_special,
