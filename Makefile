@@ -106,7 +106,7 @@ check-test: all $(TESTS)
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(BIN) run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 128
+	$(BIN) serve -m ../shared/models/stories260K.gguf --host 127.0.0.1 --port 8080
 
 deps:
 	$(Q)bash scripts/deps.sh
