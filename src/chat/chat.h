@@ -56,4 +56,16 @@ void ifl_chat_template_free(struct ifl_chat_template *t);
 int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
                     const struct tm *now, char **out, size_t *out_len, char *err);
 
+/* Per-render caps; 0 in a field means the IFL_CHAT_MAX_* default. */
+struct ifl_chat_limits {
+    size_t max_output;    /* bytes of rendered text */
+    size_t max_memory;    /* bytes of working memory */
+    long long max_steps;  /* evaluation steps */
+};
+
+/* ifl_chat_render with explicit limits (lim may be NULL). */
+int ifl_chat_render_limited(const struct ifl_chat_template *t, const json_t *context,
+                            const struct tm *now, const struct ifl_chat_limits *lim, char **out,
+                            size_t *out_len, char *err);
+
 #endif

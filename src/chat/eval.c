@@ -50,7 +50,8 @@ struct ifl_chat_rt {
     char msg[IFL_ERR_LEN];
     struct ifl_chat_sb main;
     struct ifl_chat_sb *out;
-    long long steps;
+    long long steps, max_steps;
+    size_t max_output;
     int depth, calls;
     scope *root;
     cstr *loop_name;
@@ -79,9 +80,9 @@ struct ifl_chat_arena *ifl_chat_rt_arena(struct ifl_chat_rt *r)
 void ifl_chat_rt_steps(struct ifl_chat_rt *r, long long n)
 {
     r->steps += n;
-    if (r->steps > IFL_CHAT_MAX_STEPS)
+    if (r->steps > r->max_steps)
         ifl_chat_fail(r, IFL_EFULL, "LimitError", "template ran for more than %lld steps",
-                      (long long)IFL_CHAT_MAX_STEPS);
+                      r->max_steps);
 }
 
 const struct tm *ifl_chat_rt_now(struct ifl_chat_rt *r)
@@ -167,9 +168,9 @@ static cval lookup(struct ifl_chat_rt *r, scope *s, const cstr *name)
 
 static void out_put(struct ifl_chat_rt *r, const char *p, size_t n)
 {
-    if (r->out->n + n > IFL_CHAT_MAX_OUTPUT)
+    if (r->out->n + n > r->max_output)
         ifl_chat_fail(r, IFL_EFULL, "LimitError", "output is larger than %zu bytes",
-                      (size_t)IFL_CHAT_MAX_OUTPUT);
+                      r->max_output);
     ifl_chat_sb_put(&r->ar, r->out, p, n);
 }
 
@@ -197,7 +198,13 @@ static const char *obj_type_repr(cval v)
     case CV_STR:
         return "str object";
     case CV_LIST:
-        return (v.f & CVF_GEN) ? "generator object" : (v.f & CVF_TUPLE) ? "tuple object" : "list object";
+        if (v.f & CVF_GEN)
+            return "generator object";
+        if (v.f & CVF_VIEW)
+            return (v.f & CVF_VIEW_KEYS)     ? "dict_keys object"
+                   : (v.f & CVF_VIEW_VALUES) ? "dict_values object"
+                                             : "dict_items object";
+        return (v.f & CVF_TUPLE) ? "tuple object" : "list object";
     case CV_DICT:
         return "dict object";
     }
@@ -326,7 +333,7 @@ cval ifl_chat_getitem(struct ifl_chat_rt *r, cval obj, cval key)
         break;
     }
     case CV_LIST: {
-        if (obj.f & CVF_GEN)
+        if (obj.f & CVF_LAZY)
             break;
         int64_t i = index_of(key, &ok);
         if (ok) {
@@ -455,7 +462,7 @@ static cval do_slice(struct ifl_chat_rt *r, const node *x, scope *s)
         ifl_chat_fail(r, IFL_EFORMAT, "ValueError", "slice step cannot be zero");
     if (obj.t == CV_UNDEF)
         undefined_error(r, obj);
-    if (obj.t == CV_LIST && !(obj.f & CVF_GEN)) {
+    if (obj.t == CV_LIST && !(obj.f & CVF_LAZY)) {
         int64_t st = iv[0], sp = iv[1];
         int64_t cnt = slice_count((int64_t)obj.u.l->n, &st, &sp, iv[2], has[0], has[1]);
         cval out = ifl_chat_v_list(&r->ar, (size_t)cnt);
@@ -561,7 +568,7 @@ static cval repeat(struct ifl_chat_rt *r, cval seq, int64_t k)
         k = 0;
     if (seq.t == CV_STR) {
         size_t n = seq.u.s->len;
-        if (n && (uint64_t)k > IFL_CHAT_MAX_MEMORY / n)
+        if (n && (uint64_t)k > r->ar.cap / n)
             ifl_chat_fail(r, IFL_EFULL, "MemoryError", "string repetition too large");
         char *buf = ifl_chat_alloc(&r->ar, n * (size_t)k + 1);
         for (int64_t i = 0; i < k; i++)
@@ -570,7 +577,7 @@ static cval repeat(struct ifl_chat_rt *r, cval seq, int64_t k)
         return ifl_chat_v_str(&r->ar, buf, n * (size_t)k);
     }
     size_t n = seq.u.l->n;
-    if (n && (uint64_t)k > IFL_CHAT_MAX_MEMORY / (n * sizeof(cval)))
+    if (n && (uint64_t)k > r->ar.cap / (n * sizeof(cval)))
         ifl_chat_fail(r, IFL_EFULL, "MemoryError", "list repetition too large");
     cval out = ifl_chat_v_list(&r->ar, n * (size_t)k);
     out.f = seq.f & CVF_TUPLE;
@@ -618,7 +625,8 @@ static cval str_percent(struct ifl_chat_rt *r, cval fmt, cval arg)
         } else
             ifl_chat_fail(r, IFL_EFORMAT, "ValueError", "unsupported format character '%c'", c);
     }
-    if (used < nargs)
+    /* a list or dict argument counts as a mapping: leftovers are no error */
+    if (used < nargs && !(arg.t == CV_DICT || (arg.t == CV_LIST && !(arg.f & CVF_TUPLE))))
         ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
                       "not all arguments converted during string formatting");
     return ifl_chat_sb_val(&r->ar, &b);
@@ -628,6 +636,11 @@ static cval binop(struct ifl_chat_rt *r, int op, cval a, cval b)
 {
     if (a.t == CV_UNDEF || a.t == CV_MISSING)
         undefined_error(r, a);
+    if (op == OP_MOD && a.t == CV_STR && (b.t == CV_UNDEF || b.t == CV_MISSING)) {
+        cval v = str_percent(r, a, ifl_chat_v_dict(&r->ar, 0)); /* Undefined acts as a mapping */
+        v.f = a.f & CVF_SAFE;
+        return v;
+    }
     if (b.t == CV_UNDEF || b.t == CV_MISSING)
         undefined_error(r, b);
     if (is_num(a) && is_num(b)) {
@@ -722,7 +735,7 @@ static cval binop(struct ifl_chat_rt *r, int op, cval a, cval b)
             out.f = safe ? CVF_SAFE : 0;
             return out;
         }
-        if (a.t == CV_LIST && b.t == CV_LIST && !((a.f | b.f) & CVF_GEN) &&
+        if (a.t == CV_LIST && b.t == CV_LIST && !((a.f | b.f) & CVF_LAZY) &&
             (a.f & CVF_TUPLE) == (b.f & CVF_TUPLE)) {
             size_t n = a.u.l->n + b.u.l->n;
             cval out = ifl_chat_v_list(&r->ar, n);
@@ -735,21 +748,36 @@ static cval binop(struct ifl_chat_rt *r, int op, cval a, cval b)
             ifl_chat_rt_steps(r, (long long)n);
             return out;
         }
-        if (a.t == CV_STR || (a.t == CV_LIST && !(a.f & CVF_GEN)))
+        if (a.t == CV_STR || (a.t == CV_LIST && !(a.f & CVF_LAZY)))
             ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
                           "can only concatenate %s (not \"%s\") to %s", ifl_chat_type_name(a),
                           ifl_chat_type_name(b), ifl_chat_type_name(a));
     }
     if (op == OP_MUL) {
-        if ((a.t == CV_STR || (a.t == CV_LIST && !(a.f & CVF_GEN))) &&
+        if ((a.t == CV_STR || (a.t == CV_LIST && !(a.f & CVF_LAZY))) &&
             (b.t == CV_INT || b.t == CV_BOOL))
             return repeat(r, a, as_i(b));
-        if ((b.t == CV_STR || (b.t == CV_LIST && !(b.f & CVF_GEN))) &&
+        if ((b.t == CV_STR || (b.t == CV_LIST && !(b.f & CVF_LAZY))) &&
             (a.t == CV_INT || a.t == CV_BOOL))
             return repeat(r, b, as_i(a));
     }
-    if (op == OP_MOD && a.t == CV_STR)
-        return str_percent(r, a, b);
+    if (op == OP_MOD && a.t == CV_STR) {
+        if (!(a.f & CVF_SAFE))
+            return str_percent(r, a, b);
+        /* Markup % args escapes the arguments and stays Markup */
+        if (b.t == CV_LIST && (b.f & CVF_TUPLE)) {
+            cval t = ifl_chat_v_list(&r->ar, b.u.l->n);
+            t.f = CVF_TUPLE;
+            for (size_t i = 0; i < b.u.l->n; i++)
+                t.u.l->v[t.u.l->n++] = ifl_chat_escape(r, b.u.l->v[i]);
+            b = t;
+        } else if (b.t != CV_LIST && b.t != CV_DICT) {
+            b = ifl_chat_escape(r, b);
+        }
+        cval v = str_percent(r, a, b);
+        v.f = CVF_SAFE;
+        return v;
+    }
     bad_operands(r, op, a, b);
 }
 
@@ -769,6 +797,9 @@ static int contains(struct ifl_chat_rt *r, cval container, cval item)
                 return 1;
         return 0;
     case CV_DICT:
+        if (!ifl_chat_hashable(item, 0))
+            ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "unhashable type: '%s'",
+                          ifl_chat_unhashable_name(item));
         return ifl_chat_dict_find(container.u.m, item) != NULL;
     case CV_UNDEF:
     case CV_MISSING:
@@ -1034,11 +1065,9 @@ static cval eval_inner(struct ifl_chat_rt *r, const node *x, scope *s)
         cval d = ifl_chat_v_dict(&r->ar, (size_t)x->nv);
         for (int i = 0; i < x->nv; i++) {
             cval k = eval(r, x->v[i], s);
-            if (k.t == CV_LIST && !(k.f & CVF_TUPLE))
-                ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "unhashable type: 'list'");
-            if (k.t == CV_DICT || k.t == CV_NS)
+            if (!ifl_chat_hashable(k, 0))
                 ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "unhashable type: '%s'",
-                              ifl_chat_type_name(k));
+                              ifl_chat_unhashable_name(k));
             ifl_chat_dict_set(&r->ar, d.u.m, k, eval(r, x->w[i], s));
         }
         return d;
@@ -1059,7 +1088,7 @@ static cval eval(struct ifl_chat_rt *r, const node *x, scope *s)
     if (++r->depth > MAX_DEPTH)
         ifl_chat_fail(r, IFL_EFULL, "RecursionError", "template nests deeper than %d levels",
                       MAX_DEPTH);
-    if (++r->steps > IFL_CHAT_MAX_STEPS)
+    if (++r->steps > r->max_steps)
         ifl_chat_rt_steps(r, 0);
     cval v = eval_inner(r, x, s);
     r->depth--;
@@ -1245,7 +1274,7 @@ static int exec(struct ifl_chat_rt *r, const node *x, scope *s)
     if (++r->depth > MAX_DEPTH)
         ifl_chat_fail(r, IFL_EFULL, "RecursionError", "template nests deeper than %d levels",
                       MAX_DEPTH);
-    if (++r->steps > IFL_CHAT_MAX_STEPS)
+    if (++r->steps > r->max_steps)
         ifl_chat_rt_steps(r, 0);
     int rc = exec_inner(r, x, s);
     r->depth--;
@@ -1380,6 +1409,13 @@ void ifl_chat_template_free(struct ifl_chat_template *t)
 int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
                     const struct tm *now, char **out, size_t *out_len, char *err)
 {
+    return ifl_chat_render_limited(t, context, now, NULL, out, out_len, err);
+}
+
+int ifl_chat_render_limited(const struct ifl_chat_template *t, const json_t *context,
+                            const struct tm *now, const struct ifl_chat_limits *lim, char **out,
+                            size_t *out_len, char *err)
+{
     *out = NULL;
     if (out_len)
         *out_len = 0;
@@ -1388,7 +1424,9 @@ int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
     struct ifl_chat_rt *r = calloc(1, sizeof *r);
     if (!r)
         return ifl_err(err, IFL_ENOMEM, "chat template: out of memory");
-    r->ar.cap = IFL_CHAT_MAX_MEMORY;
+    r->ar.cap = lim && lim->max_memory ? lim->max_memory : IFL_CHAT_MAX_MEMORY;
+    r->max_output = lim && lim->max_output ? lim->max_output : IFL_CHAT_MAX_OUTPUT;
+    r->max_steps = lim && lim->max_steps ? lim->max_steps : IFL_CHAT_MAX_STEPS;
     r->ar.oom = &r->jb;
     if (now) {
         r->now = *now;
@@ -1400,8 +1438,7 @@ int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
         int rc;
         if (r->ar.failed)
             rc = ifl_err(err, r->ar.failed == 2 ? IFL_ENOMEM : IFL_EFULL,
-                         "MemoryError: template used more than %zu bytes of memory",
-                         (size_t)IFL_CHAT_MAX_MEMORY);
+                         "MemoryError: template used more than %zu bytes of memory", r->ar.cap);
         else
             rc = ifl_err(err, r->status, "%s", r->msg);
         ifl_chat_arena_free(&r->ar);

@@ -4,7 +4,8 @@
  *   lex.c      Jinja2 lexer (whitespace control, trim/lstrip_blocks)
  *   parse.c    parser to the AST below
  *   eval.c     tree-walking evaluator, scopes, macros, limits
- *   builtins.c filters, tests, str/dict/list methods, globals
+ *   builtins.c filters, tests, dict/list methods, globals
+ *   strings.c  Python str methods and string algorithms (builtins.h)
  *
  * Memory: every value and AST node lives in an arena (one per compiled
  * template, one per render) and is released with it, so values need no
@@ -58,6 +59,10 @@ enum {
 #define CVF_TUPLE 1 /* a list that Python would hold as a tuple */
 #define CVF_GEN 2   /* a lazily produced sequence (Python generator) */
 #define CVF_SAFE 4  /* a str that is markupsafe.Markup (from |safe): + escapes the other side */
+#define CVF_VIEW 8  /* a list that is a dict view: dict.items()/keys()/values() (see u.l) */
+#define CVF_VIEW_KEYS 16
+#define CVF_LAZY (CVF_GEN | CVF_VIEW) /* not subscriptable, not a list for + and * */
+#define CVF_VIEW_VALUES 32
 
 struct ifl_chat_str {
     size_t len;
@@ -277,6 +282,9 @@ void ifl_chat_sb_putc(struct ifl_chat_arena *a, struct ifl_chat_sb *b, char c);
 cval ifl_chat_sb_val(struct ifl_chat_arena *a, struct ifl_chat_sb *b);
 
 int ifl_chat_truthy(cval v);
+/* Python hash() would succeed: no list, dict or namespace inside. */
+int ifl_chat_hashable(cval v, int depth);
+const char *ifl_chat_unhashable_name(cval v); /* type name for "unhashable type: '%s'" */
 const char *ifl_chat_type_name(cval v);
 /* Python str(v) / repr(v) appended to b. */
 void ifl_chat_str_of(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v);

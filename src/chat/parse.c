@@ -354,9 +354,7 @@ static node *parse_postfix(struct parser *P, node *x)
                     perr(P, "unexpected end of template");
             }
             expect_op(P, "]");
-            if (args.n == 0)
-                perr(P, "expected subscript expression");
-            node *arg;
+            node *arg; /* x[] subscripts with an empty tuple, as in Jinja */
             if (args.n == 1) {
                 arg = args.p[0];
             } else {
@@ -526,7 +524,15 @@ static node *parse_pow(struct parser *P)
     node *l = parse_unary(P, 1);
     while (is_op(cur(P), "**")) {
         next(P);
-        l = binop(P, OP_POW, l, parse_unary(P, 1));
+        node *rhs = parse_unary(P, 1);
+        if (l->kind == N_NEG && l->a->kind == N_LIT &&
+            (l->a->lit.t == CV_INT || l->a->lit.t == CV_FLOAT)) {
+            /* Jinja folds -3 to a constant and emits it unparenthesised, so
+             * Python reads -3 ** x as -(3 ** x); do the same */
+            l->a = binop(P, OP_POW, l->a, rhs);
+            continue;
+        }
+        l = binop(P, OP_POW, l, rhs);
     }
     return l;
 }

@@ -401,6 +401,32 @@ int ifl_chat_truthy(cval v)
     }
 }
 
+int ifl_chat_hashable(cval v, int depth)
+{
+    if (v.t == CV_DICT || v.t == CV_NS || (v.t == CV_LIST && !(v.f & CVF_TUPLE)))
+        return 0;
+    if (v.t == CV_LIST && depth < 100)
+        for (size_t i = 0; i < v.u.l->n; i++)
+            if (!ifl_chat_hashable(v.u.l->v[i], depth + 1))
+                return 0;
+    return 1;
+}
+
+/* the first unhashable value inside v (v itself when it is one) */
+static cval unhashable_part(cval v)
+{
+    if (v.t == CV_LIST && (v.f & CVF_TUPLE))
+        for (size_t i = 0; i < v.u.l->n; i++)
+            if (!ifl_chat_hashable(v.u.l->v[i], 0))
+                return unhashable_part(v.u.l->v[i]);
+    return v;
+}
+
+const char *ifl_chat_unhashable_name(cval v)
+{
+    return ifl_chat_type_name(unhashable_part(v));
+}
+
 const char *ifl_chat_type_name(cval v)
 {
     switch (v.t) {
@@ -418,6 +444,8 @@ const char *ifl_chat_type_name(cval v)
     case CV_STR:
         return (v.f & CVF_SAFE) ? "Markup" : "str";
     case CV_LIST:
+        if (v.f & CVF_VIEW)
+            return (v.f & CVF_VIEW_KEYS) ? "dict_keys" : (v.f & CVF_VIEW_VALUES) ? "dict_values" : "dict_items";
         return (v.f & CVF_GEN) ? "generator" : (v.f & CVF_TUPLE) ? "tuple" : "list";
     case CV_DICT:
         return "dict";
@@ -625,6 +653,10 @@ void ifl_chat_repr_of(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v, int 
             put_s(r, b, "<generator object>");
             break;
         }
+        if (v.f & CVF_VIEW) {
+            put_s(r, b, ifl_chat_type_name(v));
+            put_s(r, b, "(");
+        }
         put_s(r, b, (v.f & CVF_TUPLE) ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
@@ -634,6 +666,8 @@ void ifl_chat_repr_of(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v, int 
         if ((v.f & CVF_TUPLE) && v.u.l->n == 1)
             put_s(r, b, ",");
         put_s(r, b, (v.f & CVF_TUPLE) ? ")" : "]");
+        if (v.f & CVF_VIEW)
+            put_s(r, b, ")");
         break;
     case CV_DICT:
         put_s(r, b, "{");
@@ -852,7 +886,7 @@ void ifl_chat_json_dump(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v,
         json_str(a, b, v.u.s->p, v.u.s->len, o->ensure_ascii);
         return;
     case CV_LIST:
-        if (v.f & CVF_GEN)
+        if (v.f & (CVF_GEN | CVF_VIEW))
             break;
         if (v.u.l->n == 0) {
             put_s(r, b, "[]");
@@ -954,7 +988,7 @@ int ifl_chat_equal(struct ifl_chat_rt *r, cval a, cval b, int depth)
     case CV_STR:
         return a.u.s->len == b.u.s->len && memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
     case CV_LIST:
-        if ((a.f | b.f) & CVF_GEN)
+        if ((a.f | b.f) & CVF_LAZY)
             return a.u.l == b.u.l;
         if ((a.f & CVF_TUPLE) != (b.f & CVF_TUPLE) || a.u.l->n != b.u.l->n)
             return 0;
@@ -1008,7 +1042,7 @@ int ifl_chat_compare(struct ifl_chat_rt *r, cval a, cval b, const char *opname)
             return c < 0 ? -1 : 1;
         return a.u.s->len < b.u.s->len ? -1 : a.u.s->len > b.u.s->len ? 1 : 0;
     }
-    if (a.t == CV_LIST && b.t == CV_LIST && !((a.f | b.f) & CVF_GEN) &&
+    if (a.t == CV_LIST && b.t == CV_LIST && !((a.f | b.f) & CVF_LAZY) &&
         (a.f & CVF_TUPLE) == (b.f & CVF_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
