@@ -2,28 +2,65 @@
  * Chat messages to a prompt. Messages are validated here (roles system,
  * developer, user, assistant; content a string, null for an assistant, or a
  * list of {"type": "text", "text": ...} parts, joined with "\n") and
- * normalised to [{role, content}], then rendered.
- *
- * Rendering: ChatML (<|im_start|>role\ncontent<|im_end|>\n ... then
- * <|im_start|>assistant\n) until the Jinja renderer of src/chat/ is wired
- * in; ifl_server_chat_render is the one place that changes then.
+ * normalised to [{role, content}], then rendered with the chat template:
+ * --chat-template FILE if given, else the model's tokenizer.chat_template,
+ * else ChatML. A model template our renderer cannot compile falls back to
+ * ChatML with a warning (the model still serves); a --chat-template file
+ * that does not compile stops the server from starting.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/chat.h"
 #include "core/err.h"
 #include "server/internal.h"
 
 int ifl_server_chat_init(struct ifl_server *s, char *err)
 {
-    (void)err;
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    struct ifl_chat_template *t = NULL;
+    char cerr[IFL_ERR_LEN] = "";
     s->chat_tmpl = NULL;
+    s->chat_default = 0;
+    if (s->chat_template) {
+        if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
+            return ifl_err(err, IFL_EINVAL, "--chat-template: %s", cerr);
+        s->chat_tmpl = t;
+        return 0;
+    }
+    char probe[1];
+    int64_t len = 0;
+    int rc = ifl_executor_model_meta(ex, "tokenizer.chat_template", probe, sizeof probe, &len);
+    if (rc == IFL_EFULL) { /* a non-empty template (an empty one counts as none) */
+        char *src = malloc((size_t)len + 1);
+        if (!src)
+            return ifl_err(err, IFL_ENOMEM, "out of memory");
+        ifl_executor_model_meta(ex, "tokenizer.chat_template", src, len + 1, &len);
+        rc = ifl_chat_template_compile(&t, src, (size_t)len, cerr);
+        free(src);
+        if (rc == IFL_ENOMEM)
+            return ifl_err(err, rc, "out of memory");
+        if (rc)
+            fprintf(stderr,
+                    "inflight serve: the model's chat template does not compile (%s); using "
+                    "ChatML (give --chat-template FILE to choose)\n",
+                    cerr);
+    }
+    if (!t) {
+        if (ifl_chat_template_compile(&t, ifl_chat_default_template,
+                                      strlen(ifl_chat_default_template), cerr))
+            return ifl_err(err, IFL_ENOMEM, "chat template: %s", cerr);
+        s->chat_default = 1;
+    }
+    s->chat_tmpl = t;
     return 0;
 }
 
 void ifl_server_chat_free(struct ifl_server *s)
 {
+    ifl_chat_template_free(s->chat_tmpl);
     s->chat_tmpl = NULL;
 }
 
@@ -99,39 +136,26 @@ static int normalize(json_t *messages, json_t **out, char *err)
     return 0;
 }
 
-static int render_chatml(json_t *msgs, char **out, size_t *n)
-{
-    struct ifl_sbuf b = {0};
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m)
-    {
-        json_t *content = json_object_get(m, "content");
-        ifl_sbuf_addf(&b, "<|im_start|>%s\n", json_string_value(json_object_get(m, "role")));
-        ifl_sbuf_add(&b, json_string_value(content), json_string_length(content));
-        ifl_sbuf_add(&b, "<|im_end|>\n", 11);
-    }
-    ifl_sbuf_add(&b, "<|im_start|>assistant\n", 22);
-    if (b.oom) {
-        ifl_sbuf_free(&b);
-        return IFL_ENOMEM;
-    }
-    *out = b.p;
-    *n = b.len;
-    return 0;
-}
-
 int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n,
                            char *err)
 {
-    (void)s;
     json_t *msgs = NULL;
     int rc = normalize(messages, &msgs, err);
     if (rc)
         return rc;
-    rc = render_chatml(msgs, out, n);
-    json_decref(msgs);
-    if (rc)
+    json_t *ctx = json_object();
+    json_object_set_new(ctx, "messages", msgs);
+    json_object_set_new(ctx, "tools", json_null());
+    json_object_set_new(ctx, "documents", json_null());
+    json_object_set_new(ctx, "add_generation_prompt", json_true());
+    json_object_set_new(ctx, "bos_token", json_string(s->bos_text));
+    json_object_set_new(ctx, "eos_token", json_string(s->eos_text));
+    char rerr[IFL_ERR_LEN] = "";
+    rc = ifl_chat_render(s->chat_tmpl, ctx, NULL, out, n, rerr);
+    json_decref(ctx);
+    if (rc == IFL_ENOMEM)
         return ifl_err(err, rc, "out of memory");
+    if (rc) /* the template refused these messages (raise_exception) or failed on them */
+        return ifl_err(err, IFL_EINVAL, "messages: the chat template says: %s", rerr);
     return 0;
 }

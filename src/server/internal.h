@@ -65,6 +65,8 @@ struct ifl_server_metrics {
 
 /* ---- the server ---- */
 
+struct ifl_chat_template;
+
 struct ifl_server {
     struct ifl_server_config cfg;
     char *host, *model_path, *api_key, *cors_origin, *chat_template, *model_name; /* owned copies */
@@ -75,7 +77,8 @@ struct ifl_server {
     _Atomic(ifl_executor *) ex;
     struct ifl_model_info info;       /* valid once ex is set */
     char bos_text[64], eos_text[64];  /* the model's BOS/EOS token text, for templates */
-    void *chat_tmpl;                  /* compiled chat template (chat.c) */
+    struct ifl_chat_template *chat_tmpl; /* compiled chat template (chat.c) */
+    int chat_default;                 /* chat_tmpl is the built-in ChatML */
     atomic_int draining;              /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;              /* grace ran out: cancel what is running (relaxed) */
     atomic_int in_flight;             /* HTTP requests being handled (acq_rel) */

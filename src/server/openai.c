@@ -754,7 +754,7 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages",
                     rc == IFL_EINVAL ? "messages: too long" : "out of memory");
-    if (!s->chat_tmpl && ifl_gen_add_stop(j, "<|im_end|>"))
+    if (s->chat_default && ifl_gen_add_stop(j, "<|im_end|>"))
         return fail(c, j, &q, 500, NULL, "out of memory");
     q.p.logprobs = q.want_lp;
     q.p.top_logprobs = q.top;
