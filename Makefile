@@ -81,8 +81,9 @@ $(LIB_A): $(LIB_OBJ)
 $(LIB_SO): $(LIB_OBJ)
 	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# only the command line uses libcurl (the load generator of inflight bench --url)
 $(BIN): $(CLI_OBJ) $(LIB_A)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB_A) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB_A) $(LDLIBS) -lcurl
 
 $(BUILD)/tools/%: $(BUILD)/tools/%.o $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)

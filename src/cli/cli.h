@@ -59,6 +59,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_loadgen(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

@@ -127,10 +127,15 @@ static const char BENCH_HELP[] =
     "  -r, --repetitions N     waves per concurrency (default 3)\n"
     "  -t, --threads N         forward-pass threads (default: one per core)\n"
     "  --kv-type f16|f32       KV cache precision (default f16)\n"
-    "  --json                  one JSON object per concurrency instead of the table\n";
+    "  --json                  one JSON object per concurrency instead of the table\n"
+    "With --url URL instead of -m, it loads an OpenAI-compatible server over HTTP\n"
+    "(see 'inflight bench --url x --help').\n";
 
 int cmd_bench(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--url"))
+            return cmd_loadgen(argc, argv);
     const char *model = NULL;
     int64_t n_prompt = 128, n_gen = 64, reps = 3, threads = 0;
     int conc[16] = {1}, n_conc = 1, json = 0, kv_type = IFL_KV_F16;
