@@ -1,0 +1,1213 @@
+/*
+ * GBNF grammars: the parser, the compiled form, and the automaton.
+ *
+ * Parsing builds each rule's body as elements (see internal.h); groups and
+ * repetitions become generated rules named "<rule>_<n>": x* is R ::= x R |
+ * (empty), x{m,n} is m copies of x then a chain of optional rules. So the
+ * compiled grammar has only three element kinds: a character class, a rule
+ * reference, and the end of an alternative.
+ *
+ * The automaton (our own design after the idea of llama.cpp's grammar
+ * sampler): a state is a set of stacks of element positions; the top of
+ * every stack is a character class (stacks are "expanded": references are
+ * replaced by their alternatives, ends pop to the caller) or the stack is
+ * empty, meaning the input may end here. A code point advances every stack
+ * whose top class matches it. A reference followed by the end of its
+ * alternative is a tail call (the caller's frame is dropped), so right
+ * recursion such as repetition runs in constant depth. Expansion terminates
+ * because left recursion is rejected at compile time.
+ */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "guide/internal.h"
+
+/* ---------------------------------------------------------------- vectors */
+
+int ifl_guide_vec_reserve(struct ifl_guide_vec *v, size_t n)
+{
+    if (n <= v->cap)
+        return 0;
+    size_t cap = v->cap ? v->cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint32_t *p = realloc(v->v, cap * sizeof *p);
+    if (!p)
+        return IFL_ENOMEM;
+    v->v = p;
+    v->cap = cap;
+    return 0;
+}
+
+static int vec_push(struct ifl_guide_vec *v, uint32_t x)
+{
+    if (v->n == v->cap && ifl_guide_vec_reserve(v, v->n + 1))
+        return IFL_ENOMEM;
+    v->v[v->n++] = x;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- parser */
+
+struct brule {
+    char *name;
+    int defined;
+    size_t def_at, ref_at; /* source offsets of the definition / first reference */
+    struct ifl_guide_vec body;
+    int n_gen; /* generated sub-rules so far */
+};
+
+struct parser {
+    const char *s;
+    size_t n, p;
+    struct brule *rules;
+    uint32_t n_rules, cap_rules;
+    struct ifl_guide_vec cls_off; /* into ranges */
+    struct ifl_guide_vec ranges;
+    struct ifl_guide_vec cls_neg;
+    size_t total;   /* elements emitted, against IFL_GUIDE_MAX_ELEMS */
+    int depth;      /* nesting of ( ) */
+    char *err;
+    int rc;
+};
+
+static void where(const struct parser *ps, size_t at, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < at && i < ps->n; i++) {
+        if (ps->s[i] == '\n') {
+            ++*line;
+            *col = 1;
+        } else {
+            ++*col;
+        }
+    }
+}
+
+static int perr(struct parser *ps, size_t at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int perr(struct parser *ps, size_t at, const char *fmt, ...)
+{
+    if (ps->rc)
+        return ps->rc;
+    ps->rc = IFL_EFORMAT;
+    if (ps->err) {
+        char msg[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        int line, col;
+        where(ps, at, &line, &col);
+        snprintf(ps->err, IFL_ERR_LEN, "gbnf: %d:%d: %s", line, col, msg);
+    }
+    return ps->rc;
+}
+
+static int oom(struct parser *ps)
+{
+    if (!ps->rc) {
+        ps->rc = IFL_ENOMEM;
+        ifl_err(ps->err, IFL_ENOMEM, "gbnf: out of memory");
+    }
+    return ps->rc;
+}
+
+static int peek(const struct parser *ps)
+{
+    return ps->p < ps->n ? (unsigned char)ps->s[ps->p] : -1;
+}
+
+static void skip_ws(struct parser *ps, int newlines)
+{
+    while (ps->p < ps->n) {
+        char c = ps->s[ps->p];
+        if (c == ' ' || c == '\t' || c == '\r' || (newlines && c == '\n')) {
+            ps->p++;
+        } else if (c == '#') {
+            while (ps->p < ps->n && ps->s[ps->p] != '\n')
+                ps->p++;
+        } else {
+            break;
+        }
+    }
+}
+
+static int is_name_char(int c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+}
+
+static int64_t new_rule(struct parser *ps, const char *name, size_t len)
+{
+    if (ps->n_rules == ps->cap_rules) {
+        uint32_t cap = ps->cap_rules ? ps->cap_rules * 2 : 16;
+        struct brule *r = realloc(ps->rules, cap * sizeof *r);
+        if (!r)
+            return oom(ps);
+        ps->rules = r;
+        ps->cap_rules = cap;
+    }
+    if (ps->n_rules >= (1u << 27))
+        return perr(ps, ps->p, "too many rules");
+    struct brule *r = &ps->rules[ps->n_rules];
+    memset(r, 0, sizeof *r);
+    r->name = malloc(len + 1);
+    if (!r->name)
+        return oom(ps);
+    memcpy(r->name, name, len);
+    r->name[len] = 0;
+    return ps->n_rules++;
+}
+
+static int64_t find_rule(struct parser *ps, const char *name, size_t len)
+{
+    for (uint32_t i = 0; i < ps->n_rules; i++)
+        if (strlen(ps->rules[i].name) == len && memcmp(ps->rules[i].name, name, len) == 0)
+            return i;
+    return new_rule(ps, name, len);
+}
+
+static int64_t gen_rule(struct parser *ps, uint32_t parent)
+{
+    char name[300];
+    int k = ++ps->rules[parent].n_gen;
+    snprintf(name, sizeof name, "%.200s_%d", ps->rules[parent].name, k);
+    int64_t r = new_rule(ps, name, strlen(name));
+    if (r >= 0)
+        ps->rules[r].defined = 1;
+    return r;
+}
+
+static int emit(struct parser *ps, uint32_t rule, uint32_t e)
+{
+    if (++ps->total > IFL_GUIDE_MAX_ELEMS)
+        return perr(ps, ps->p, "grammar too large (over %zu elements)", IFL_GUIDE_MAX_ELEMS);
+    if (vec_push(&ps->rules[rule].body, e))
+        return oom(ps);
+    return 0;
+}
+
+/* Adds a class from ranges[lo, hi] pairs; returns its id. */
+static int64_t add_class(struct parser *ps, int neg, const uint32_t *rg, size_t n_pairs)
+{
+    if (ps->cls_off.n == 0 && vec_push(&ps->cls_off, 0))
+        return oom(ps);
+    if (ps->cls_off.n > (1u << 27))
+        return perr(ps, ps->p, "too many character classes");
+    for (size_t i = 0; i < 2 * n_pairs; i++)
+        if (vec_push(&ps->ranges, rg[i]))
+            return oom(ps);
+    if (vec_push(&ps->cls_off, (uint32_t)(ps->ranges.n / 2)) || vec_push(&ps->cls_neg, neg))
+        return oom(ps);
+    return (int64_t)ps->cls_neg.n - 1;
+}
+
+static int emit_char(struct parser *ps, uint32_t rule, uint32_t cp)
+{
+    uint32_t rg[2] = {cp, cp};
+    int64_t c = add_class(ps, 0, rg, 1);
+    return c < 0 ? (int)c : emit(ps, rule, E_MAKE(E_CLASS, c));
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes one UTF-8 character of the source; invalid bytes stand for
+ * themselves (as code points 0x80-0xFF would not be meant, reject them). */
+static int64_t src_char(struct parser *ps)
+{
+    size_t at = ps->p;
+    unsigned char c = (unsigned char)ps->s[ps->p++];
+    if (c < 0x80)
+        return c;
+    int need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : -1;
+    if (need < 0)
+        return perr(ps, at, "invalid UTF-8 byte 0x%02X", c);
+    uint32_t cp = c & (0x3F >> need);
+    for (int i = 0; i < need; i++) {
+        if (ps->p >= ps->n || ((unsigned char)ps->s[ps->p] & 0xC0) != 0x80)
+            return perr(ps, at, "truncated UTF-8 character");
+        cp = (cp << 6) | ((unsigned char)ps->s[ps->p++] & 0x3F);
+    }
+    return cp;
+}
+
+/* One character of a literal or class, escapes decoded. */
+static int64_t parse_char(struct parser *ps)
+{
+    if (ps->p >= ps->n)
+        return perr(ps, ps->p, "unexpected end of grammar");
+    if (ps->s[ps->p] != '\\')
+        return src_char(ps);
+    size_t at = ps->p++;
+    if (ps->p >= ps->n)
+        return perr(ps, at, "unfinished escape at end of grammar");
+    char e = ps->s[ps->p++];
+    int digits = 0;
+    switch (e) {
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    case '0': return 0;
+    case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/': case '.':
+    case '(': case ')': case '|': case '*': case '+': case '?': case '{': case '}':
+        return e;
+    case 'x': digits = 2; break;
+    case 'u': digits = 4; break;
+    case 'U': digits = 8; break;
+    default:
+        return perr(ps, at, "bad escape '\\%c'", e >= 32 && e < 127 ? e : '?');
+    }
+    uint32_t v = 0;
+    for (int i = 0; i < digits; i++) {
+        int h = ps->p < ps->n ? hexval((unsigned char)ps->s[ps->p]) : -1;
+        if (h < 0)
+            return perr(ps, at, "bad escape: '\\%c' needs %d hex digits", e, digits);
+        v = v * 16 + (uint32_t)h;
+        ps->p++;
+    }
+    if (v > 0x10FFFF)
+        return perr(ps, at, "escape U+%X is beyond U+10FFFF", v);
+    return v;
+}
+
+static int parse_alts(struct parser *ps, uint32_t rule, int nested);
+
+static int parse_count(struct parser *ps, uint32_t *v)
+{
+    size_t at = ps->p;
+    uint64_t x = 0;
+    if (peek(ps) < '0' || peek(ps) > '9')
+        return perr(ps, at, "expected a number in { }");
+    while (peek(ps) >= '0' && peek(ps) <= '9') {
+        x = x * 10 + (uint64_t)(ps->s[ps->p++] - '0');
+        if (x > 100000)
+            return perr(ps, at, "repetition count too large");
+    }
+    *v = (uint32_t)x;
+    return 0;
+}
+
+/* Emits item x repeated m..n times (n == UINT32_MAX: unbounded). */
+static int emit_repeat(struct parser *ps, uint32_t rule, uint32_t x, uint32_t m, uint32_t n,
+                       size_t at)
+{
+    if (n != UINT32_MAX && n < m)
+        return perr(ps, at, "repetition {%u,%u} has max below min", m, n);
+    if (m > 10000 || (n != UINT32_MAX && n > 10000))
+        return perr(ps, at, "repetition count too large (max 10000)");
+    for (uint32_t i = 0; i < m; i++)
+        if (emit(ps, rule, x))
+            return ps->rc;
+    if (n == UINT32_MAX) {
+        int64_t r = gen_rule(ps, rule);
+        if (r < 0)
+            return (int)r;
+        if (emit(ps, (uint32_t)r, x) || emit(ps, (uint32_t)r, E_MAKE(E_REF, r)) ||
+            emit(ps, (uint32_t)r, E_MAKE(E_END, 0)) || emit(ps, (uint32_t)r, E_MAKE(E_END, 0)))
+            return ps->rc;
+        return emit(ps, rule, E_MAKE(E_REF, r));
+    }
+    int64_t prev = -1;
+    for (uint32_t i = m; i < n; i++) {
+        int64_t r = gen_rule(ps, rule);
+        if (r < 0)
+            return (int)r;
+        if (emit(ps, (uint32_t)r, x) || (prev >= 0 && emit(ps, (uint32_t)r, E_MAKE(E_REF, prev))) ||
+            emit(ps, (uint32_t)r, E_MAKE(E_END, 0)) || emit(ps, (uint32_t)r, E_MAKE(E_END, 0)))
+            return ps->rc;
+        prev = r;
+    }
+    return prev >= 0 ? emit(ps, rule, E_MAKE(E_REF, prev)) : 0;
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : (x[1] < y[1] ? -1 : x[1] > y[1]);
+}
+
+static int parse_class(struct parser *ps, uint32_t rule)
+{
+    size_t at = ps->p++;
+    int neg = 0;
+    if (peek(ps) == '^') {
+        neg = 1;
+        ps->p++;
+    }
+    struct ifl_guide_vec rg = {0};
+    while (1) {
+        if (ps->p >= ps->n) {
+            free(rg.v);
+            return perr(ps, at, "unbalanced '[': character class is not closed");
+        }
+        if (ps->s[ps->p] == ']')
+            break;
+        int64_t lo = parse_char(ps), hi = lo;
+        if (lo < 0)
+            break;
+        if (peek(ps) == '-' && ps->p + 1 < ps->n && ps->s[ps->p + 1] != ']') {
+            ps->p++;
+            hi = parse_char(ps);
+            if (hi < 0)
+                break;
+            if (hi < lo) {
+                free(rg.v);
+                return perr(ps, at, "character range is reversed (U+%X after U+%X)",
+                            (unsigned)hi, (unsigned)lo);
+            }
+        }
+        if (vec_push(&rg, (uint32_t)lo) || vec_push(&rg, (uint32_t)hi)) {
+            free(rg.v);
+            return oom(ps);
+        }
+    }
+    if (ps->rc) {
+        free(rg.v);
+        return ps->rc;
+    }
+    ps->p++; /* ']' */
+    /* sort and merge, so membership and coverage are simple scans */
+    size_t np = rg.n / 2, k = 0;
+    if (np)
+        qsort(rg.v, np, 2 * sizeof(uint32_t), cmp_pair);
+    for (size_t i = 0; i < np; i++) {
+        if (k && rg.v[2 * i] <= rg.v[2 * (k - 1) + 1] + 1) {
+            if (rg.v[2 * i + 1] > rg.v[2 * (k - 1) + 1])
+                rg.v[2 * (k - 1) + 1] = rg.v[2 * i + 1];
+        } else {
+            rg.v[2 * k] = rg.v[2 * i];
+            rg.v[2 * k + 1] = rg.v[2 * i + 1];
+            k++;
+        }
+    }
+    int64_t c = add_class(ps, neg, rg.v, k);
+    free(rg.v);
+    return c < 0 ? (int)c : emit(ps, rule, E_MAKE(E_CLASS, c));
+}
+
+/* Parses one atom into rule's body; 1 when there was one, 0 when not. */
+static int parse_atom(struct parser *ps, uint32_t rule, int nested)
+{
+    int c = peek(ps);
+    size_t at = ps->p;
+    if (c == '"') {
+        ps->p++;
+        while (1) {
+            if (ps->p >= ps->n || ps->s[ps->p] == '\n')
+                return perr(ps, at, "unterminated string literal");
+            if (ps->s[ps->p] == '"')
+                break;
+            int64_t ch = parse_char(ps);
+            if (ch < 0 || emit_char(ps, rule, (uint32_t)ch))
+                return ps->rc;
+        }
+        ps->p++;
+        return 1;
+    }
+    if (c == '[')
+        return parse_class(ps, rule) ? ps->rc : 1;
+    if (c == '.') {
+        ps->p++;
+        int64_t k = add_class(ps, 1, NULL, 0);
+        return k < 0 ? (int)k : emit(ps, rule, E_MAKE(E_CLASS, k)) ? ps->rc : 1;
+    }
+    if (c == '(') {
+        ps->p++;
+        if (++ps->depth > 200)
+            return perr(ps, at, "groups nested too deeply");
+        int64_t r = gen_rule(ps, rule);
+        if (r < 0)
+            return (int)r;
+        if (parse_alts(ps, (uint32_t)r, 1))
+            return ps->rc;
+        skip_ws(ps, 1);
+        if (peek(ps) != ')')
+            return perr(ps, at, "unbalanced '(': no matching ')'");
+        ps->p++;
+        ps->depth--;
+        return emit(ps, rule, E_MAKE(E_REF, r)) ? ps->rc : 1;
+    }
+    if (is_name_char(c)) {
+        size_t b = ps->p;
+        while (is_name_char(peek(ps)))
+            ps->p++;
+        size_t e = ps->p;
+        if (!nested) {
+            /* `name ::=` starts the next rule */
+            skip_ws(ps, 0);
+            if (ps->p + 3 <= ps->n && memcmp(ps->s + ps->p, "::=", 3) == 0) {
+                ps->p = b;
+                return 0;
+            }
+            ps->p = e;
+        }
+        int64_t r = find_rule(ps, ps->s + b, e - b);
+        if (r < 0)
+            return (int)r;
+        if (!ps->rules[r].ref_at)
+            ps->rules[r].ref_at = b + 1;
+        return emit(ps, rule, E_MAKE(E_REF, r)) ? ps->rc : 1;
+    }
+    return 0;
+}
+
+static int parse_seq(struct parser *ps, uint32_t rule, int nested)
+{
+    while (1) {
+        skip_ws(ps, nested);
+        size_t start = ps->rules[rule].body.n, at = ps->p;
+        int got = parse_atom(ps, rule, nested);
+        if (got < 0 || ps->rc)
+            return ps->rc;
+        if (!got)
+            break;
+        skip_ws(ps, 0);
+        int c = peek(ps);
+        uint32_t m, n;
+        if (c == '*' || c == '+' || c == '?') {
+            ps->p++;
+            m = c == '+' ? 1 : 0;
+            n = c == '?' ? 1 : UINT32_MAX;
+        } else if (c == '{') {
+            ps->p++;
+            skip_ws(ps, 0);
+            if (parse_count(ps, &m))
+                return ps->rc;
+            skip_ws(ps, 0);
+            n = m;
+            if (peek(ps) == ',') {
+                ps->p++;
+                skip_ws(ps, 0);
+                n = UINT32_MAX;
+                if (peek(ps) != '}' && parse_count(ps, &n))
+                    return ps->rc;
+                skip_ws(ps, 0);
+            }
+            if (peek(ps) != '}')
+                return perr(ps, at, "unbalanced '{': expected '}'");
+            ps->p++;
+        } else {
+            continue;
+        }
+        /* the atom becomes one element x (a generated rule if it is longer) */
+        struct ifl_guide_vec *b = &ps->rules[rule].body;
+        uint32_t x;
+        if (b->n - start == 1) {
+            x = b->v[start];
+        } else {
+            int64_t r = gen_rule(ps, rule);
+            if (r < 0)
+                return (int)r;
+            b = &ps->rules[rule].body; /* rules may have moved */
+            for (size_t i = start; i < b->n; i++)
+                if (emit(ps, (uint32_t)r, b->v[i]))
+                    return ps->rc;
+            if (emit(ps, (uint32_t)r, E_MAKE(E_END, 0)))
+                return ps->rc;
+            x = E_MAKE(E_REF, r);
+        }
+        ps->rules[rule].body.n = start;
+        if (emit_repeat(ps, rule, x, m, n, at))
+            return ps->rc;
+    }
+    return 0;
+}
+
+static int parse_alts(struct parser *ps, uint32_t rule, int nested)
+{
+    while (1) {
+        if (parse_seq(ps, rule, nested) || emit(ps, rule, E_MAKE(E_END, 0)))
+            return ps->rc;
+        size_t save = ps->p;
+        skip_ws(ps, 1);
+        if (peek(ps) != '|') {
+            ps->p = save;
+            return 0;
+        }
+        ps->p++;
+        skip_ws(ps, 1);
+    }
+}
+
+static int parse_grammar(struct parser *ps)
+{
+    while (1) {
+        skip_ws(ps, 1);
+        if (ps->p >= ps->n)
+            return 0;
+        size_t at = ps->p;
+        if (!is_name_char(peek(ps))) {
+            int c = peek(ps);
+            if (c == ')')
+                return perr(ps, at, "unbalanced ')'");
+            return perr(ps, at, "expected a rule name, found '%c'", c >= 32 && c < 127 ? c : '?');
+        }
+        while (is_name_char(peek(ps)))
+            ps->p++;
+        int64_t r = find_rule(ps, ps->s + at, ps->p - at);
+        if (r < 0)
+            return (int)r;
+        skip_ws(ps, 0);
+        if (!(ps->p + 3 <= ps->n && memcmp(ps->s + ps->p, "::=", 3) == 0))
+            return perr(ps, ps->p, "expected '::=' after rule name '%s'", ps->rules[r].name);
+        if (ps->rules[r].defined)
+            return perr(ps, at, "rule '%s' is defined twice", ps->rules[r].name);
+        ps->rules[r].defined = 1;
+        ps->rules[r].def_at = at;
+        ps->p += 3;
+        skip_ws(ps, 1); /* a rule may start on the next line */
+        if (parse_alts(ps, (uint32_t)r, 0))
+            return ps->rc;
+        skip_ws(ps, 0);
+        int c = peek(ps);
+        if (c == ')')
+            return perr(ps, ps->p, "unbalanced ')'");
+        if (c >= 0 && c != '\n')
+            return perr(ps, ps->p, "unexpected '%c'", c >= 32 && c < 127 ? c : '?');
+    }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+/* Rejects left recursion: rule r reaching itself through references that
+ * start an alternative or follow only elements that can match nothing. */
+static int check_left_recursion(struct parser *ps, struct ifl_guide *g)
+{
+    uint8_t *nullable = calloc(g->n_rules, 1);
+    uint8_t *mark = calloc(g->n_rules, 1);
+    uint32_t *stack = malloc((g->n_rules + 1) * 2 * sizeof *stack);
+    int rc = 0;
+    if (!nullable || !mark || !stack) {
+        rc = oom(ps);
+        goto out;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (uint32_t r = 0; r < g->n_rules; r++) {
+            if (nullable[r])
+                continue;
+            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1] && !nullable[r]; a++) {
+                uint32_t p = g->alts[a];
+                while (E_TYPE(g->elems[p]) == E_REF && nullable[E_VAL(g->elems[p])])
+                    p++;
+                if (E_TYPE(g->elems[p]) == E_END) {
+                    nullable[r] = 1;
+                    changed = 1;
+                }
+            }
+        }
+    }
+    /* iterative DFS over left edges; mark 1 = on the path, 2 = done */
+    for (uint32_t s = 0; s < g->n_rules && !rc; s++) {
+        if (mark[s])
+            continue;
+        size_t sp = 0;
+        stack[sp++] = s; /* the rule */
+        stack[sp++] = 0; /* how many of its left references were visited */
+        mark[s] = 1;
+        while (sp && !rc) {
+            uint32_t r = stack[sp - 2], cur = stack[sp - 1];
+            /* enumerate left references of r: walk alternatives, cur counts visited refs */
+            uint32_t k = 0, next = UINT32_MAX;
+            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1] && next == UINT32_MAX; a++) {
+                for (uint32_t p = g->alts[a]; E_TYPE(g->elems[p]) == E_REF; p++) {
+                    if (k++ == cur) {
+                        next = E_VAL(g->elems[p]);
+                        break;
+                    }
+                    if (!nullable[E_VAL(g->elems[p])])
+                        break;
+                }
+            }
+            if (next == UINT32_MAX) {
+                mark[r] = 2;
+                sp -= 2;
+                continue;
+            }
+            stack[sp - 1] = cur + 1;
+            if (mark[next] == 1) {
+                size_t at = ps->rules[next].def_at;
+                rc = perr(ps, at,
+                          "left recursion through rule '%s' (a rule that can start with itself, "
+                          "or a repeated item that can match the empty string)",
+                          g->names[next]);
+            } else if (mark[next] == 0) {
+                mark[next] = 1;
+                stack[sp++] = next;
+                stack[sp++] = 0;
+            }
+        }
+    }
+out:
+    free(nullable);
+    free(mark);
+    free(stack);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+struct hslot {
+    uint64_t hash;
+    uint32_t gen, off;
+};
+
+struct ifl_guide_scratch {
+    struct ifl_guide_vec sc; /* stacks being expanded */
+    struct hslot *tab;       /* dedup of the output's stacks */
+    uint32_t tab_mask, gen;
+    uint32_t n_out;
+    struct ifl_guide_vec tmp[2]; /* accept_bytes' double buffer */
+};
+
+int ifl_guide_scratch_create(struct ifl_guide_scratch **out)
+{
+    struct ifl_guide_scratch *s = calloc(1, sizeof *s);
+    if (!s)
+        return IFL_ENOMEM;
+    s->tab_mask = 255;
+    s->tab = calloc(s->tab_mask + 1, sizeof *s->tab);
+    if (!s->tab) {
+        free(s);
+        return IFL_ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+void ifl_guide_scratch_free(struct ifl_guide_scratch *s)
+{
+    if (!s)
+        return;
+    free(s->sc.v);
+    free(s->tmp[0].v);
+    free(s->tmp[1].v);
+    free(s->tab);
+    free(s);
+}
+
+static uint64_t hash_words(const uint32_t *w, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (size_t i = 0; i < n; i++) {
+        h ^= w[i];
+        h *= 0x100000001B3ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int grow_table(struct ifl_guide_scratch *s, const struct ifl_guide_vec *out)
+{
+    uint32_t nm = s->tab_mask * 2 + 1;
+    struct hslot *t = calloc((size_t)nm + 1, sizeof *t);
+    if (!t)
+        return IFL_ENOMEM;
+    free(s->tab);
+    s->tab = t;
+    s->tab_mask = nm;
+    s->gen = 1;
+    /* re-insert what out holds so far */
+    for (size_t off = 0; off < out->n; off += 1 + out->v[off]) {
+        uint64_t h = hash_words(out->v + off, 1 + out->v[off]);
+        uint32_t i = (uint32_t)h & nm;
+        while (t[i].gen == s->gen)
+            i = (i + 1) & nm;
+        t[i] = (struct hslot){h, s->gen, (uint32_t)off};
+    }
+    return 0;
+}
+
+/* Appends the stack w[0..depth) to out unless already there. */
+static int add_stack(struct ifl_guide_scratch *s, struct ifl_guide_vec *out, const uint32_t *w,
+                     uint32_t depth)
+{
+    if ((s->n_out + 1) * 2 > s->tab_mask && grow_table(s, out))
+        return IFL_ENOMEM;
+    if (ifl_guide_vec_reserve(out, out->n + depth + 1))
+        return IFL_ENOMEM;
+    uint32_t *dst = out->v + out->n;
+    dst[0] = depth;
+    memcpy(dst + 1, w, depth * sizeof *w);
+    uint64_t h = hash_words(dst, depth + 1);
+    uint32_t i = (uint32_t)h & s->tab_mask;
+    for (; s->tab[i].gen == s->gen; i = (i + 1) & s->tab_mask) {
+        if (s->tab[i].hash == h) {
+            const uint32_t *o = out->v + s->tab[i].off;
+            if (o[0] == depth && memcmp(o + 1, w, depth * sizeof *w) == 0)
+                return 0;
+        }
+    }
+    if (s->n_out >= IFL_GUIDE_MAX_STACKS)
+        return IFL_EFULL;
+    s->tab[i] = (struct hslot){h, s->gen, (uint32_t)out->n};
+    out->n += depth + 1;
+    s->n_out++;
+    return 0;
+}
+
+static void begin_output(struct ifl_guide_scratch *s, struct ifl_guide_vec *out)
+{
+    out->n = 0;
+    s->n_out = 0;
+    if (++s->gen == 0) {
+        memset(s->tab, 0, ((size_t)s->tab_mask + 1) * sizeof *s->tab);
+        s->gen = 1;
+    }
+}
+
+/* Expands the stack at s->sc.v[off .. off+depth) until every resulting
+ * stack's top is a class (or it is empty) and adds those to out. */
+static int expand(const struct ifl_guide *g, struct ifl_guide_scratch *s, size_t off,
+                  uint32_t depth, struct ifl_guide_vec *out)
+{
+    while (1) {
+        if (depth == 0)
+            return add_stack(s, out, NULL, 0);
+        uint32_t p = s->sc.v[off + depth - 1], e = g->elems[p];
+        if (E_TYPE(e) == E_CLASS)
+            return add_stack(s, out, s->sc.v + off, depth);
+        if (E_TYPE(e) == E_END) {
+            depth--;
+            continue;
+        }
+        uint32_t r = E_VAL(e);
+        if (E_TYPE(g->elems[p + 1]) == E_END)
+            depth--; /* tail call */
+        else
+            s->sc.v[off + depth - 1] = p + 1;
+        if (depth + 1 > IFL_GUIDE_MAX_DEPTH)
+            return IFL_EFULL;
+        uint32_t a0 = g->alt_off[r], a1 = g->alt_off[r + 1];
+        if (a1 - a0 == 1) {
+            if (ifl_guide_vec_reserve(&s->sc, off + depth + 1))
+                return IFL_ENOMEM;
+            s->sc.v[off + depth++] = g->alts[a0];
+            continue;
+        }
+        size_t noff = off + depth + 1;
+        for (uint32_t a = a0; a < a1; a++) {
+            if (ifl_guide_vec_reserve(&s->sc, noff + depth + 1))
+                return IFL_ENOMEM;
+            memmove(s->sc.v + noff, s->sc.v + off, depth * sizeof(uint32_t));
+            s->sc.v[noff + depth] = g->alts[a];
+            int rc = expand(g, s, noff, depth + 1, out);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+}
+
+static int class_has(const struct ifl_guide *g, uint32_t c, uint32_t cp)
+{
+    if (cp < 128)
+        return (g->cls_ascii[4 * c + (cp >> 5)] >> (cp & 31)) & 1;
+    int in = 0;
+    for (uint32_t i = g->cls_off[c]; i < g->cls_off[c + 1]; i++) {
+        if (cp < g->ranges[2 * i])
+            break;
+        if (cp <= g->ranges[2 * i + 1]) {
+            in = 1;
+            break;
+        }
+    }
+    return in ^ g->cls_neg[c];
+}
+
+/* Whether class c matches some code point in [lo, hi]. */
+static int class_meets(const struct ifl_guide *g, uint32_t c, uint32_t lo, uint32_t hi)
+{
+    uint32_t i0 = g->cls_off[c], i1 = g->cls_off[c + 1];
+    if (!g->cls_neg[c]) {
+        for (uint32_t i = i0; i < i1; i++)
+            if (g->ranges[2 * i] <= hi && g->ranges[2 * i + 1] >= lo)
+                return 1;
+        return 0;
+    }
+    /* negated: true unless the (sorted, merged) ranges cover [lo, hi] */
+    for (uint32_t i = i0; i < i1; i++)
+        if (g->ranges[2 * i] <= lo && g->ranges[2 * i + 1] >= hi)
+            return 0;
+    return 1;
+}
+
+/* Advances every stack of in by code point cp into out. */
+static int advance(const struct ifl_guide *g, const struct ifl_guide_level *in, uint32_t cp,
+                   struct ifl_guide_vec *out, struct ifl_guide_scratch *s)
+{
+    begin_output(s, out);
+    const uint32_t *w = in->buf, *end = in->buf + in->len;
+    for (; w < end; w += 1 + w[0]) {
+        uint32_t d = w[0];
+        if (d == 0)
+            continue;
+        uint32_t top = w[d];
+        if (!class_has(g, E_VAL(g->elems[top]), cp))
+            continue;
+        if (ifl_guide_vec_reserve(&s->sc, d))
+            return IFL_ENOMEM;
+        memcpy(s->sc.v, w + 1, d * sizeof *w);
+        s->sc.v[d - 1] = top + 1;
+        int rc = expand(g, s, 0, d, out);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int ifl_guide_step(const struct ifl_guide *g, const struct ifl_guide_level *in, uint8_t b,
+                   struct ifl_guide_vec *out, struct ifl_guide_level *res,
+                   struct ifl_guide_scratch *s)
+{
+    uint32_t cp, need;
+    if (in->need == 0) {
+        if (b < 0x80) {
+            cp = b;
+            need = 0;
+        } else if (b >= 0xC2 && b <= 0xDF) {
+            cp = b & 0x1F;
+            need = 1;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            cp = b & 0x0F;
+            need = 2;
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            cp = b & 0x07;
+            need = 3;
+        } else {
+            return 0;
+        }
+    } else {
+        if ((b & 0xC0) != 0x80)
+            return 0;
+        /* no overlong forms (E0 80..9F, F0 80..8F), surrogates (ED A0..BF)
+         * or code points past U+10FFFF (F4 90..BF): after a lead byte these
+         * (cp, need) pairs name the lead exactly */
+        if ((in->need == 2 && in->cp == 0 && b < 0xA0) ||
+            (in->need == 2 && in->cp == 0xD && b >= 0xA0) ||
+            (in->need == 3 && in->cp == 0 && b < 0x90) || (in->need == 3 && in->cp == 4 && b >= 0x90))
+            return 0;
+        cp = (in->cp << 6) | (b & 0x3F);
+        need = in->need - 1;
+    }
+    if (need) {
+        uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+        /* after a lead byte the smallest code point of its length (no
+         * overlong forms); later bytes already exclude them */
+        static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
+        if (in->need == 0 && lo < min_cp[need])
+            lo = min_cp[need];
+        if (hi > 0x10FFFF)
+            hi = 0x10FFFF;
+        if (lo > hi)
+            return 0;
+        const uint32_t *w = in->buf, *end = in->buf + in->len;
+        int ok = 0;
+        for (; w < end && !ok; w += 1 + w[0])
+            if (w[0] && class_meets(g, E_VAL(g->elems[w[w[0]]]), lo, hi))
+                ok = 1;
+        if (!ok)
+            return 0;
+        *res = *in;
+        res->cp = cp;
+        res->need = need;
+        return 1;
+    }
+    int rc = advance(g, in, cp, out, s);
+    if (rc)
+        return rc;
+    if (s->n_out == 0)
+        return 0;
+    res->buf = out->v;
+    res->len = out->n;
+    res->n_stacks = s->n_out;
+    res->cp = 0;
+    res->need = 0;
+    return 1;
+}
+
+int ifl_guide_level_accepting(const struct ifl_guide_level *l)
+{
+    if (l->need)
+        return 0;
+    for (const uint32_t *w = l->buf, *end = l->buf + l->len; w < end; w += 1 + w[0])
+        if (w[0] == 0)
+            return 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- compile */
+
+void ifl_guide_free(struct ifl_guide *g)
+{
+    if (!g)
+        return;
+    if (g->names)
+        for (uint32_t i = 0; i < g->n_rules; i++)
+            free(g->names[i]);
+    free(g->names);
+    free(g->elems);
+    free(g->alt_off);
+    free(g->alts);
+    free(g->cls_off);
+    free(g->cls_neg);
+    free(g->cls_ascii);
+    free(g->ranges);
+    free(g->init);
+    free(g);
+}
+
+static int build(struct parser *ps, struct ifl_guide **out)
+{
+    struct ifl_guide *g = calloc(1, sizeof *g);
+    if (!g)
+        return oom(ps);
+    g->n_rules = ps->n_rules;
+    size_t n_el = 0, n_alt = 0;
+    for (uint32_t r = 0; r < ps->n_rules; r++) {
+        n_el += ps->rules[r].body.n;
+        for (size_t i = 0; i < ps->rules[r].body.n; i++)
+            n_alt += E_TYPE(ps->rules[r].body.v[i]) == E_END;
+    }
+    g->n_elems = n_el;
+    g->elems = malloc((n_el + 1) * sizeof *g->elems);
+    g->alts = malloc((n_alt + 1) * sizeof *g->alts);
+    g->alt_off = malloc(((size_t)g->n_rules + 1) * sizeof *g->alt_off);
+    g->names = calloc(g->n_rules + 1, sizeof *g->names);
+    g->n_classes = (uint32_t)ps->cls_neg.n;
+    g->cls_off = malloc(((size_t)g->n_classes + 1) * sizeof *g->cls_off);
+    g->cls_neg = malloc((size_t)g->n_classes + 1);
+    g->cls_ascii = calloc((size_t)g->n_classes * 4 + 1, sizeof *g->cls_ascii);
+    g->ranges = malloc((ps->ranges.n + 1) * sizeof *g->ranges);
+    if (!g->elems || !g->alts || !g->alt_off || !g->names || !g->cls_off || !g->cls_neg ||
+        !g->cls_ascii || !g->ranges) {
+        ifl_guide_free(g);
+        return oom(ps);
+    }
+    size_t pe = 0, pa = 0;
+    for (uint32_t r = 0; r < ps->n_rules; r++) {
+        g->names[r] = ps->rules[r].name;
+        ps->rules[r].name = NULL;
+        g->alt_off[r] = (uint32_t)pa;
+        const struct ifl_guide_vec *b = &ps->rules[r].body;
+        size_t start = pe;
+        for (size_t i = 0; i < b->n; i++) {
+            g->elems[pe++] = b->v[i];
+            if (E_TYPE(b->v[i]) == E_END) {
+                g->alts[pa++] = (uint32_t)start;
+                start = pe;
+            }
+        }
+    }
+    g->alt_off[g->n_rules] = (uint32_t)pa;
+    g->elems[pe] = E_MAKE(E_END, 0);
+    if (g->n_classes)
+        memcpy(g->cls_off, ps->cls_off.v, ((size_t)g->n_classes + 1) * sizeof *g->cls_off);
+    for (uint32_t c = 0; c < g->n_classes; c++)
+        g->cls_neg[c] = (uint8_t)ps->cls_neg.v[c];
+    if (ps->ranges.n)
+        memcpy(g->ranges, ps->ranges.v, ps->ranges.n * sizeof *g->ranges);
+    for (uint32_t c = 0; c < g->n_classes; c++) {
+        for (uint32_t i = g->cls_off[c]; i < g->cls_off[c + 1]; i++)
+            for (uint32_t cp = g->ranges[2 * i]; cp <= g->ranges[2 * i + 1] && cp < 128; cp++)
+                g->cls_ascii[4 * c + (cp >> 5)] |= 1u << (cp & 31);
+        if (g->cls_neg[c])
+            for (int k = 0; k < 4; k++)
+                g->cls_ascii[4 * c + k] = ~g->cls_ascii[4 * c + k];
+    }
+    *out = g;
+    return 0;
+}
+
+int ifl_guide_compile_gbnf(struct ifl_guide **out, const char *text, size_t len, char *err)
+{
+    if (!out || (!text && len))
+        return ifl_err(err, IFL_EINVAL, "gbnf: no grammar given");
+    *out = NULL;
+    if (len > IFL_GUIDE_MAX_TEXT)
+        return ifl_err(err, IFL_EFORMAT, "gbnf: grammar of %zu bytes exceeds the limit of %zu",
+                       len, IFL_GUIDE_MAX_TEXT);
+    struct parser ps = {.s = text, .n = len, .err = err};
+    struct ifl_guide *g = NULL;
+    int rc = parse_grammar(&ps);
+    int64_t root = -1;
+    for (uint32_t r = 0; !rc && r < ps.n_rules; r++) {
+        if (!ps.rules[r].defined)
+            rc = perr(&ps, ps.rules[r].ref_at ? ps.rules[r].ref_at - 1 : 0,
+                      "undefined rule '%s'", ps.rules[r].name);
+        else if (strcmp(ps.rules[r].name, "root") == 0)
+            root = r;
+    }
+    if (!rc && root < 0)
+        rc = ifl_err(err, ps.rc = IFL_EFORMAT, "gbnf: missing rule 'root' (the start rule)");
+    if (!rc)
+        rc = build(&ps, &g);
+    if (!rc) {
+        /* relaxed: the id only has to be unique, it orders nothing */
+        static atomic_uint_fast64_t next_id = 1;
+        g->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
+        g->root = (uint32_t)root;
+        rc = check_left_recursion(&ps, g);
+    }
+    if (!rc) {
+        /* the start state: one stack per alternative of root, expanded */
+        struct ifl_guide_scratch *s = NULL;
+        struct ifl_guide_vec o = {0};
+        rc = ifl_guide_scratch_create(&s);
+        if (!rc) {
+            begin_output(s, &o);
+            for (uint32_t a = g->alt_off[g->root]; !rc && a < g->alt_off[g->root + 1]; a++) {
+                rc = ifl_guide_vec_reserve(&s->sc, 1);
+                if (!rc) {
+                    s->sc.v[0] = g->alts[a];
+                    rc = expand(g, s, 0, 1, &o);
+                }
+            }
+            g->init = o.v;
+            g->init_len = o.n;
+            g->init_n = s->n_out;
+            if (rc == IFL_EFULL)
+                rc = ifl_err(err, IFL_EFORMAT,
+                             "gbnf: the grammar is too ambiguous (its start exceeds %d parses)",
+                             IFL_GUIDE_MAX_STACKS);
+            else if (rc)
+                rc = ifl_err(err, rc, "gbnf: out of memory");
+        }
+        ifl_guide_scratch_free(s);
+    }
+    for (uint32_t r = 0; r < ps.n_rules; r++) {
+        free(ps.rules[r].name);
+        free(ps.rules[r].body.v);
+    }
+    free(ps.rules);
+    free(ps.cls_off.v);
+    free(ps.ranges.v);
+    free(ps.cls_neg.v);
+    if (rc) {
+        ifl_guide_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- state */
+
+int ifl_guide_state_init(struct ifl_guide_state *st, const struct ifl_guide *g)
+{
+    memset(st, 0, sizeof *st);
+    st->g = g;
+    struct ifl_guide_scratch *s;
+    int rc = ifl_guide_scratch_create(&s);
+    if (rc)
+        return rc;
+    st->scratch = s;
+    return ifl_guide_state_reset(st);
+}
+
+void ifl_guide_state_deinit(struct ifl_guide_state *st)
+{
+    if (!st)
+        return;
+    free(st->buf);
+    ifl_guide_scratch_free(st->scratch);
+    memset(st, 0, sizeof *st);
+}
+
+static int set_stacks(struct ifl_guide_state *st, const uint32_t *w, size_t len)
+{
+    if (len > st->cap) {
+        size_t cap = len < 64 ? 64 : len * 2;
+        uint32_t *p = realloc(st->buf, cap * sizeof *p);
+        if (!p)
+            return IFL_ENOMEM;
+        st->buf = p;
+        st->cap = cap;
+    }
+    if (len)
+        memmove(st->buf, w, len * sizeof *w);
+    st->len = len;
+    return 0;
+}
+
+int ifl_guide_state_reset(struct ifl_guide_state *st)
+{
+    st->cp = st->need = 0;
+    st->n_stacks = st->g->init_n;
+    return set_stacks(st, st->g->init, st->g->init_len);
+}
+
+int ifl_guide_state_copy(struct ifl_guide_state *dst, const struct ifl_guide_state *src)
+{
+    if (dst == src)
+        return 0;
+    int rc = set_stacks(dst, src->buf, src->len);
+    if (rc)
+        return rc;
+    dst->g = src->g;
+    dst->n_stacks = src->n_stacks;
+    dst->cp = src->cp;
+    dst->need = src->need;
+    return 0;
+}
+
+int ifl_guide_accept_bytes(struct ifl_guide_state *st, const void *bytes, size_t n)
+{
+    const uint8_t *b = bytes;
+    struct ifl_guide_scratch *s = st->scratch;
+    struct ifl_guide_vec *v = s->tmp;
+    struct ifl_guide_level cur = {st->buf, st->len, st->n_stacks, st->cp, st->need}, nx;
+    int rc = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        rc = ifl_guide_step(st->g, &cur, b[i], &v[k], &nx, st->scratch);
+        if (rc <= 0) {
+            rc = rc == 0 ? IFL_EINVAL : rc;
+            break;
+        }
+        if (nx.buf == v[k].v)
+            k ^= 1;
+        cur = nx;
+        rc = 0;
+    }
+    if (!rc) {
+        rc = set_stacks(st, cur.buf, cur.len);
+        if (!rc) {
+            st->n_stacks = cur.n_stacks;
+            st->cp = cur.cp;
+            st->need = cur.need;
+        }
+    }
+    return rc;
+}
+
+int ifl_guide_is_accepting(const struct ifl_guide_state *st)
+{
+    struct ifl_guide_level l = {st->buf, st->len, st->n_stacks, st->cp, st->need};
+    return ifl_guide_level_accepting(&l);
+}
+
+int ifl_guide_can_continue(const struct ifl_guide_state *st)
+{
+    if (st->need)
+        return 1;
+    for (const uint32_t *w = st->buf, *end = st->buf + st->len; w < end; w += 1 + w[0])
+        if (w[0])
+            return 1;
+    return 0;
+}
