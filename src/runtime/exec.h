@@ -8,7 +8,10 @@
  *  - Everything under "engine-owned" is touched only by the engine thread.
  *  - in_mu guards the incoming list, cancel list and the accepting flag.
  *  - out_mu guards ready responses, the live-request table (stats, cancel
- *    lookup) and n_callers; out_cv wakes awaiting clients.
+ *    lookup), the waiter list and n_callers. Each awaiting client has its
+ *    own condition variable and is woken only by responses for ids it
+ *    waits for (or by shutdown); out_cv only tells destroy that the last
+ *    caller has left.
  */
 #ifndef IFL_RUNTIME_EXEC_H
 #define IFL_RUNTIME_EXEC_H
@@ -54,6 +57,14 @@ struct xreq {
     int32_t ctx_captured;        /* leading prompt rows captured so far */
     int ctx_sent;                /* a response has carried them */
     struct ebeam *beam;          /* beam_width > 1: search state (engine.c) */
+};
+
+/* A client blocked in ifl_await (on its own stack), woken only for its ids. */
+struct xwaiter {
+    const ifl_id *ids;           /* n_ids 0: any request */
+    int32_t n_ids;
+    pthread_cond_t cv;
+    struct xwaiter *next;
 };
 
 /* Response list node, in arrival order. */
@@ -107,6 +118,7 @@ struct ifl_executor {
     int32_t n_live;
     int engine_done;             /* the engine thread has exited */
     int32_t n_callers;           /* threads inside await */
+    struct xwaiter *waiters;
     struct ifl_iteration_stats last_stats;
 
     struct engine *eng;          /* engine-owned */

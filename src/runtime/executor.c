@@ -441,6 +441,17 @@ int ifl_cancel(ifl_executor *ex, ifl_id id)
 
 /* ---- responses ---- */
 
+static int wanted(const ifl_id *ids, int32_t n_ids, ifl_id id)
+{
+    if (n_ids == 0)
+        return 1;
+    for (int32_t i = 0; i < n_ids; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+
 void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r)
 {
     struct xresp *n = malloc(sizeof(*n));
@@ -466,7 +477,9 @@ void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r)
             }
         }
     }
-    pthread_cond_broadcast(&ex->out_cv);
+    for (struct xwaiter *w = ex->waiters; w; w = w->next)
+        if (wanted(w->ids, w->n_ids, r->request_id))
+            pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&ex->out_mu);
 }
 
@@ -477,16 +490,6 @@ void ifl_exec_update_stats(struct ifl_executor *ex, ifl_id id, const struct ifl_
     if (e && !e->final_sent)
         e->stats = *s;
     pthread_mutex_unlock(&ex->out_mu);
-}
-
-static int wanted(const ifl_id *ids, int32_t n_ids, ifl_id id)
-{
-    if (n_ids == 0)
-        return 1;
-    for (int32_t i = 0; i < n_ids; i++)
-        if (ids[i] == id)
-            return 1;
-    return 0;
 }
 
 /* Whether any of ids can still produce a response (out_mu held). */
@@ -520,8 +523,12 @@ int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeou
             deadline.tv_nsec -= 1000000000;
         }
     }
+    struct xwaiter me = {.ids = ids, .n_ids = n_ids};
+    pthread_cond_init(&me.cv, NULL);
     pthread_mutex_lock(&ex->out_mu);
     ex->n_callers++;
+    me.next = ex->waiters;
+    ex->waiters = &me;
     int rc = 0;
     for (;;) {
         struct xresp **pp = &ex->out_head, *prev = NULL;
@@ -557,14 +564,21 @@ int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeou
             break;
         }
         if (timeout_ms < 0) {
-            pthread_cond_wait(&ex->out_cv, &ex->out_mu);
-        } else if (pthread_cond_timedwait(&ex->out_cv, &ex->out_mu, &deadline) == ETIMEDOUT) {
+            pthread_cond_wait(&me.cv, &ex->out_mu);
+        } else if (pthread_cond_timedwait(&me.cv, &ex->out_mu, &deadline) == ETIMEDOUT) {
             timeout_ms = 0; /* one last look, then IFL_ETIMEDOUT */
         }
     }
+    for (struct xwaiter **pp = &ex->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == &me) {
+            *pp = me.next;
+            break;
+        }
     ex->n_callers--;
-    pthread_cond_broadcast(&ex->out_cv);
+    if (ex->engine_done)
+        pthread_cond_broadcast(&ex->out_cv); /* destroy waits for the last caller */
     pthread_mutex_unlock(&ex->out_mu);
+    pthread_cond_destroy(&me.cv);
     return rc;
 }
 
@@ -785,7 +799,8 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     /* wake every waiting caller and wait until they have left */
     pthread_mutex_lock(&ex->out_mu);
     ex->engine_done = 1;
-    pthread_cond_broadcast(&ex->out_cv);
+    for (struct xwaiter *w = ex->waiters; w; w = w->next)
+        pthread_cond_signal(&w->cv);
     while (ex->n_callers > 0)
         pthread_cond_wait(&ex->out_cv, &ex->out_mu);
     pthread_mutex_unlock(&ex->out_mu);
