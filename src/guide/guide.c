@@ -744,13 +744,14 @@ static int add_stack(struct ifl_guide_scratch *s, struct ifl_guide_vec *out, con
         return IFL_ENOMEM;
     uint32_t *dst = out->v + out->n;
     dst[0] = depth;
-    memcpy(dst + 1, w, depth * sizeof *w);
+    if (depth)
+        memcpy(dst + 1, w, depth * sizeof *w);
     uint64_t h = hash_words(dst, depth + 1);
     uint32_t i = (uint32_t)h & s->tab_mask;
     for (; s->tab[i].gen == s->gen; i = (i + 1) & s->tab_mask) {
         if (s->tab[i].hash == h) {
             const uint32_t *o = out->v + s->tab[i].off;
-            if (o[0] == depth && memcmp(o + 1, w, depth * sizeof *w) == 0)
+            if (o[0] == depth && (!depth || memcmp(o + 1, w, depth * sizeof *w) == 0))
                 return 0;
         }
     }

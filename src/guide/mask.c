@@ -288,7 +288,8 @@ int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state 
     for (int i = 0; i < CACHE_N; i++) {
         struct centry *c = &m->cache[i];
         if (c->used && c->hash == h && c->gid == st->g->id && c->len == st->len && c->cp == st->cp &&
-            c->need == st->need && memcmp(c->key, st->buf, st->len * sizeof *st->buf) == 0) {
+            c->need == st->need &&
+            (!st->len || memcmp(c->key, st->buf, st->len * sizeof *st->buf) == 0)) {
             memcpy(allowed, c->bits, m->n_words * sizeof *allowed);
             c->used = ++m->clock;
             m->hits++;
