@@ -71,6 +71,8 @@ enum ifl_sched_policy {
     IFL_SCHED_MAX_UTILIZATION = 1,
 };
 
+/* KV cache precision. Q8_0 halves F16's memory (blocks of 32 values with one
+ * scale); it needs key and value widths that are multiples of 32. */
 enum ifl_kv_type { IFL_KV_F16 = 0, IFL_KV_F32 = 1, IFL_KV_Q8_0 = 2 };
 
 enum ifl_finish_reason {

@@ -43,6 +43,13 @@ want=$(json_ids "$ref" greedy_ids)
 got=$("$BIN" run -m "$M" -p "Once upon a time, there was a little robot" -n 64 --temp 0 --ids --ignore-eos -t 1 --kv-type f32 2>/dev/null)
 check "run greedy ids equal llama.cpp (robot, 1 thread, f32 cache)" "$want" "$got"
 
+ref=$SHARED/models/ref/stories260K.json
+want=$(json_ids "$ref" greedy_ids | cut -d' ' -f1-32)
+got=$("$BIN" run -m "$M" -p "Once upon a time" -n 32 --temp 0 --ids --ignore-eos --kv-type q8_0 2>/dev/null)
+check "run with a q8_0 KV cache keeps the greedy ids (32 steps)" "$want" "$got"
+check_usage "bad kv type names the choices" "$BIN" run -m "$M" -p hi --kv-type q4
+grep -q "f16, f32 or q8_0" "$tmp/err" && ok "kv type message lists q8_0" || bad "kv type message lists q8_0"
+
 text=$("$BIN" run -m "$M" -p "Once upon a time" -n 40 --temp 0 2>/dev/null)
 case "$text" in *Lily*) ok "run streams text" ;; *) bad "run streams text: $text" ;; esac
 a=$("$BIN" run -m "$M" -p "Once upon a time" -n 30 --temp 1 --seed 7 --ids 2>/dev/null)

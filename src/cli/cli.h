@@ -22,6 +22,10 @@ int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* Parses "1 2 3" (spaces, commas or newlines between) into a malloc'd array. */
 int cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
+/* "f16", "f32" or "q8_0" to enum ifl_kv_type; -1 for anything else. */
+int cli_parse_kv_type(const char *s);
+/* enum ifl_kv_type to the weight-type id the KV store uses. */
+enum ifl_type cli_kv_store_type(int kv_type);
 
 /* One sequence: the model, its vocabulary, a KV store of n_ctx positions and
  * a forward context. */

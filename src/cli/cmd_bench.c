@@ -126,7 +126,7 @@ static const char BENCH_HELP[] =
     "  -c, --concurrency LIST  requests in flight, e.g. 1,4,8,16 (default 1)\n"
     "  -r, --repetitions N     waves per concurrency (default 3)\n"
     "  -t, --threads N         forward-pass threads (default: one per core)\n"
-    "  --kv-type f16|f32       KV cache precision (default f16)\n"
+    "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
     "  --json                  one JSON object per concurrency instead of the table\n"
     "With --url URL instead of -m, it loads an OpenAI-compatible server over HTTP\n"
     "(see 'inflight bench --url x --help').\n";
@@ -167,9 +167,8 @@ int cmd_bench(int argc, char **argv)
             if (cli_parse_i64(v, 1, 256, &threads))
                 return cli_usage_error("bench", "-t wants 1..256 threads, not '%s'", v);
         } else if (!strcmp(a, "--kv-type")) {
-            if (strcmp(v, "f16") && strcmp(v, "f32"))
-                return cli_usage_error("bench", "--kv-type wants f16 or f32, not '%s'", v);
-            kv_type = strcmp(v, "f16") ? IFL_KV_F32 : IFL_KV_F16;
+            if ((kv_type = cli_parse_kv_type(v)) < 0)
+                return cli_usage_error("bench", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) {
             n_conc = 0;
             char buf[256];

@@ -36,7 +36,7 @@ static const char RUN_HELP[] =
     "  --seed S             random seed (default: from the clock)\n"
     "  -t, --threads N      threads (default: one per core)\n"
     "  -c, --ctx-size N     context positions (default: the model's, at most 4096)\n"
-    "  --kv-type f16|f32    KV cache precision (default f16)\n"
+    "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n";
 
@@ -94,12 +94,10 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
                 return cli_usage_error(cmd, "-c wants a context size from 1 to 1048576, not '%s'", v);
             o->so.n_ctx = (int32_t)iv;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16"))
-                o->so.kv_type = IFL_TYPE_F16;
-            else if (!strcmp(v, "f32"))
-                o->so.kv_type = IFL_TYPE_F32;
-            else
-                return cli_usage_error(cmd, "--kv-type wants f16 or f32, not '%s'", v);
+            int kt = cli_parse_kv_type(v);
+            if (kt < 0)
+                return cli_usage_error(cmd, "--kv-type wants f16, f32 or q8_0, not '%s'", v);
+            o->so.kv_type = cli_kv_store_type(kt);
         } else if (is_run && (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))) {
             if (cli_parse_i64(v, 0, 1 << 20, &iv))
                 return cli_usage_error(cmd, "-n wants a token count from 0 to 1048576, not '%s'", v);

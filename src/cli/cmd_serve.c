@@ -32,7 +32,7 @@ static const char SERVE_HELP[] =
     "  --cors-origin O           send Access-Control-Allow-Origin: O and answer preflights\n"
     "  -t, --threads N           forward-pass threads (default: one per core)\n"
     "  -c, --ctx-size N          positions per sequence (default: the model's, at most 4096)\n"
-    "  --kv-type f16|f32         KV cache precision (default f16)\n"
+    "  --kv-type f16|f32|q8_0    KV cache precision (default f16)\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
     "  --served-model-name NAME  the model's name in the API (default: the file's base name)\n"
     "  --log-format text|json    access log on stderr (default text)\n"
@@ -118,9 +118,8 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
             NUM(ctx, 2, 1 << 20, "a context size");
         else if (!strcmp(a, "--kv-type")) {
-            if (strcmp(v, "f16") && strcmp(v, "f32"))
-                return cli_usage_error("serve", "--kv-type wants f16 or f32, not '%s'", v);
-            kv_type = strcmp(v, "f16") ? IFL_KV_F32 : IFL_KV_F16;
+            if ((kv_type = cli_parse_kv_type(v)) < 0)
+                return cli_usage_error("serve", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
         } else if (!strcmp(a, "--chat-template"))
             tmpl_path = v;
         else if (!strcmp(a, "--served-model-name"))

@@ -82,6 +82,22 @@ int cli_parse_ids(const char *s, int32_t **ids, int64_t *n)
     return 0;
 }
 
+int cli_parse_kv_type(const char *s)
+{
+    if (!strcmp(s, "f16"))
+        return IFL_KV_F16;
+    if (!strcmp(s, "f32"))
+        return IFL_KV_F32;
+    if (!strcmp(s, "q8_0"))
+        return IFL_KV_Q8_0;
+    return -1;
+}
+
+enum ifl_type cli_kv_store_type(int kv_type)
+{
+    return kv_type == IFL_KV_F32 ? IFL_TYPE_F32 : kv_type == IFL_KV_Q8_0 ? IFL_TYPE_Q8_0 : IFL_TYPE_F16;
+}
+
 int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, const char *cmd)
 {
     memset(s, 0, sizeof(*s));

@@ -52,6 +52,8 @@ struct ifl_fwd {
     float *tmp;         /* [R][n_embd] */
     float *rope_cs;     /* [R][n_rot/2][2] cos, sin */
     float *scores;      /* [n_threads][max_ctx] */
+    float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
+    size_t kvtmp_len;
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
 };
 
@@ -80,8 +82,13 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
                         enum ifl_type type, int32_t n_blocks, int32_t block_size, char *err)
 {
     *out = NULL;
-    if (type != IFL_TYPE_F16 && type != IFL_TYPE_F32)
-        return ifl_err(err, IFL_EUNSUPPORTED, "kv: cache type must be f16 or f32");
+    if (type != IFL_TYPE_F16 && type != IFL_TYPE_F32 && type != IFL_TYPE_Q8_0)
+        return ifl_err(err, IFL_EUNSUPPORTED, "kv: cache type must be f16, f32 or q8_0");
+    if (type == IFL_TYPE_Q8_0 && ((hp->n_head_kv * hp->head_dim) % 32 || (hp->n_head_kv * hp->head_dim_v) % 32))
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "kv: a q8_0 cache needs key and value widths that are multiples of 32 "
+                       "(this model has %d and %d)",
+                       hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v);
     if (n_blocks < 1 || block_size < 1 || block_size > 4096)
         return ifl_err(err, IFL_EINVAL, "kv: %d blocks of %d positions is not a valid cache",
                        n_blocks, block_size);
@@ -94,15 +101,16 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
     kv->block_size = block_size;
     kv->k_dim = hp->n_head_kv * hp->head_dim;
     kv->v_dim = hp->n_head_kv * hp->head_dim_v;
-    kv->elt = type == IFL_TYPE_F16 ? 2 : 4;
+    kv->k_row = ifl_type_row_size(type, kv->k_dim);
+    kv->v_row = ifl_type_row_size(type, kv->v_dim);
     kv->k = calloc((size_t)hp->n_layer, sizeof(void *));
     kv->v = calloc((size_t)hp->n_layer, sizeof(void *));
     if (!kv->k || !kv->v)
         goto oom;
     size_t pos = (size_t)n_blocks * (size_t)block_size;
     for (int il = 0; il < hp->n_layer; il++) {
-        size_t kb = ((pos * (size_t)kv->k_dim * kv->elt + 63) / 64) * 64;
-        size_t vb = ((pos * (size_t)kv->v_dim * kv->elt + 63) / 64) * 64;
+        size_t kb = ((pos * kv->k_row + 63) / 64) * 64;
+        size_t vb = ((pos * kv->v_row + 63) / 64) * 64;
         kv->k[il] = aligned_alloc(64, kb);
         kv->v[il] = aligned_alloc(64, vb);
         if (!kv->k[il] || !kv->v[il])
@@ -137,12 +145,12 @@ void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, 
 {
     IFL_ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
     IFL_ASSERT(n >= 0 && n <= kv->block_size);
-    size_t kbs = (size_t)kv->block_size * (size_t)kv->k_dim * kv->elt;
-    size_t vbs = (size_t)kv->block_size * (size_t)kv->v_dim * kv->elt;
+    size_t kbs = (size_t)kv->block_size * kv->k_row;
+    size_t vbs = (size_t)kv->block_size * kv->v_row;
     for (int il = 0; il < kv->n_layer; il++) {
         char *k = kv->k[il], *v = kv->v[il];
-        memcpy(k + (size_t)dst * kbs, k + (size_t)src * kbs, (size_t)n * (size_t)kv->k_dim * kv->elt);
-        memcpy(v + (size_t)dst * vbs, v + (size_t)src * vbs, (size_t)n * (size_t)kv->v_dim * kv->elt);
+        memcpy(k + (size_t)dst * kbs, k + (size_t)src * kbs, (size_t)n * kv->k_row);
+        memcpy(v + (size_t)dst * vbs, v + (size_t)src * vbs, (size_t)n * kv->v_row);
     }
 }
 
@@ -164,6 +172,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->tmp);
     free(f->rope_cs);
     free(f->scores);
+    free(f->kvtmp);
     free(f->out_rows);
     free(f);
 }
@@ -224,9 +233,13 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->tmp = alloc_floats(R * (size_t)hp->n_embd);
     f->rope_cs = alloc_floats(R * (size_t)(half > 0 ? half : 1) * 2);
     f->scores = alloc_floats((size_t)nth * (size_t)cfg->max_ctx);
+    /* a head spans at most its width plus one partial block on each side */
+    f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
+    f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
     f->out_rows = malloc(R * sizeof(int32_t));
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
-        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->out_rows) {
+        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->kvtmp ||
+        !f->out_rows) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
@@ -325,10 +338,20 @@ static void mm(struct job *j, int ith, int nth, struct act_memo *memo, const str
 /* ---- attention ---- */
 
 static const void *kv_at(const struct ifl_kv_store *kv, void *const *base, int il, int32_t block,
-                         int32_t slot, int32_t dim)
+                         int32_t slot, size_t row_bytes)
 {
-    size_t idx = ((size_t)block * (size_t)kv->block_size + (size_t)slot) * (size_t)dim;
-    return (const char *)base[il] + idx * kv->elt;
+    size_t idx = (size_t)block * (size_t)kv->block_size + (size_t)slot;
+    return (const char *)base[il] + idx * row_bytes;
+}
+
+/* The `width` values of one head, starting at value `off` of a Q8_0 row:
+ * dequantises the 32-value blocks that hold them into tmp and returns a
+ * pointer to the head's first value. */
+static const float *q8_head(const struct ifl_fwd *f, const void *row, int off, int width, float *tmp)
+{
+    int b0 = off / 32, b1 = (off + width - 1) / 32;
+    f->kn->dequant[IFL_TYPE_Q8_0]((const char *)row + (size_t)b0 * 34, tmp, (int64_t)(b1 - b0 + 1) * 32);
+    return tmp + (off - b0 * 32);
 }
 
 static void store_kv(struct job *j, int ith, int nth, int il)
@@ -342,12 +365,15 @@ static void store_kv(struct job *j, int ith, int nth, int il)
         int32_t p = b->pos[r];
         int32_t blk = b->block_tables[b->seq[r]][p / kv->block_size];
         int32_t slot = p % kv->block_size;
-        void *kd = (void *)kv_at(kv, kv->k, il, blk, slot, kv->k_dim);
-        void *vd = (void *)kv_at(kv, kv->v, il, blk, slot, kv->v_dim);
+        void *kd = (void *)kv_at(kv, kv->k, il, blk, slot, kv->k_row);
+        void *vd = (void *)kv_at(kv, kv->v, il, blk, slot, kv->v_row);
         const float *ks = f->k + r * kv->k_dim, *vs = f->v + r * kv->v_dim;
         if (kv->type == IFL_TYPE_F16) {
             f->kn->cvt_f32_f16(kv->k_dim, ks, kd);
             f->kn->cvt_f32_f16(kv->v_dim, vs, vd);
+        } else if (kv->type == IFL_TYPE_Q8_0) {
+            f->kn->quant[IFL_TYPE_Q8_0](ks, kd, kv->k_dim);
+            f->kn->quant[IFL_TYPE_Q8_0](vs, vd, kv->v_dim);
         } else {
             memcpy(kd, ks, sizeof(float) * (size_t)kv->k_dim);
             memcpy(vd, vs, sizeof(float) * (size_t)kv->v_dim);
@@ -365,6 +391,7 @@ static void attention(struct job *j, int ith, int nth, int il)
     int group = hp->n_head / hp->n_head_kv;
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = f->scores + (size_t)ith * (size_t)f->max_ctx;
+    float *tmp = f->kvtmp + (size_t)ith * (size_t)f->kvtmp_len;
     long lo, hi;
     ifl_pool_split((long)b->n_rows * hp->n_head, ith, nth, &lo, &hi);
     for (long item = lo; item < hi; item++) {
@@ -377,12 +404,13 @@ static void attention(struct job *j, int ith, int nth, int il)
         float mx = -INFINITY;
         for (int32_t t = 0; t < n_pos; t++) {
             int32_t blk = table[t / kv->block_size], slot = t % kv->block_size;
-            const void *kp = kv_at(kv, kv->k, il, blk, slot, kv->k_dim);
+            const void *kp = kv_at(kv, kv->k, il, blk, slot, kv->k_row);
             float s;
             if (kv->type == IFL_TYPE_F16) {
                 s = f->kn->dot_f16(hd, (const uint16_t *)kp + (size_t)hk * hd, q);
             } else {
-                const float *kf = (const float *)kp + (size_t)hk * hd;
+                const float *kf = kv->type == IFL_TYPE_Q8_0 ? q8_head(f, kp, hk * hd, hd, tmp)
+                                                            : (const float *)kp + (size_t)hk * hd;
                 s = 0;
                 for (int i = 0; i < hd; i++)
                     s += kf[i] * q[i];
@@ -401,11 +429,12 @@ static void attention(struct job *j, int ith, int nth, int il)
         memset(o, 0, sizeof(float) * (size_t)hdv);
         for (int32_t t = 0; t < n_pos; t++) {
             int32_t blk = table[t / kv->block_size], slot = t % kv->block_size;
-            const void *vp = kv_at(kv, kv->v, il, blk, slot, kv->v_dim);
+            const void *vp = kv_at(kv, kv->v, il, blk, slot, kv->v_row);
             if (kv->type == IFL_TYPE_F16) {
                 f->kn->axpy_f16(hdv, sc[t], (const uint16_t *)vp + (size_t)hk * hdv, o);
             } else {
-                const float *vf = (const float *)vp + (size_t)hk * hdv;
+                const float *vf = kv->type == IFL_TYPE_Q8_0 ? q8_head(f, vp, hk * hdv, hdv, tmp)
+                                                            : (const float *)vp + (size_t)hk * hdv;
                 for (int i = 0; i < hdv; i++)
                     o[i] += sc[t] * vf[i];
             }

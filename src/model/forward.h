@@ -30,15 +30,17 @@
 #include "model/model.h"
 
 /* K/V storage: per layer, n_blocks blocks of block_size positions of
- * n_head_kv * head_dim values. */
+ * n_head_kv * head_dim values, each position's row in `type` (Q8_0 rows are
+ * blocks of 32 values: the widths must be multiples of 32). */
 struct ifl_kv_store {
-    enum ifl_type type;   /* IFL_TYPE_F16 (default) or IFL_TYPE_F32 */
+    enum ifl_type type;   /* IFL_TYPE_F16 (default), IFL_TYPE_F32 or IFL_TYPE_Q8_0 */
     int32_t n_layer;
     int32_t n_blocks;
     int32_t block_size;
     int32_t k_dim;        /* n_head_kv * head_dim */
     int32_t v_dim;        /* n_head_kv * head_dim_v */
-    size_t elt;           /* bytes per value */
+    size_t k_row;         /* bytes of one position's keys (k_dim values in `type`) */
+    size_t v_row;         /* bytes of one position's values */
     void **k;             /* [n_layer] -> [n_blocks][block_size][k_dim] */
     void **v;             /* [n_layer] -> [n_blocks][block_size][v_dim] */
 };

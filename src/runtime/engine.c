@@ -161,9 +161,12 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     ex->eng = e;
     int32_t bs = c->kv_block_size;
     int64_t tokens = c->kv_cache_tokens;
-    size_t per_pos = (size_t)hp->n_layer * (size_t)hp->n_head_kv *
-                     (size_t)(hp->head_dim + hp->head_dim_v) *
-                     (c->kv_type == IFL_KV_F32 ? 4 : 2);
+    enum ifl_type st = c->kv_type == IFL_KV_F32    ? IFL_TYPE_F32
+                       : c->kv_type == IFL_KV_Q8_0 ? IFL_TYPE_Q8_0
+                                                   : IFL_TYPE_F16;
+    size_t per_pos = (size_t)hp->n_layer *
+                     (ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim) +
+                      ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim_v));
     if (tokens == 0 && c->kv_cache_bytes > 0)
         tokens = c->kv_cache_bytes / (int64_t)per_pos;
     if (tokens == 0)
@@ -177,7 +180,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     if (n_blocks > (1 << 30))
         return ifl_err(err, IFL_EINVAL, "config: KV cache of %lld positions is too large",
                        (long long)tokens);
-    int rc = ifl_kv_store_create(&e->store, hp, c->kv_type == IFL_KV_F32 ? IFL_TYPE_F32 : IFL_TYPE_F16,
+    int rc = ifl_kv_store_create(&e->store, hp, st,
                                  (int32_t)n_blocks, bs, err);
     if (rc)
         return rc;

@@ -722,8 +722,8 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
                        "config: max_queue_size, n_threads, n_ctx and KV sizes must be >= 0");
     if (cfg.kv_block_size < 1 || cfg.kv_block_size > 256)
         return ifl_err(err, IFL_EINVAL, "config: kv_block_size %d (1..256)", cfg.kv_block_size);
-    if (cfg.kv_type != IFL_KV_F16 && cfg.kv_type != IFL_KV_F32)
-        return ifl_err(err, IFL_EUNSUPPORTED, "config: kv_type %d (f16 = 0 and f32 = 1 available)",
+    if (cfg.kv_type != IFL_KV_F16 && cfg.kv_type != IFL_KV_F32 && cfg.kv_type != IFL_KV_Q8_0)
+        return ifl_err(err, IFL_EINVAL, "config: kv_type %d (f16 = 0, f32 = 1, q8_0 = 2)",
                        cfg.kv_type);
     if (cfg.sched_policy != IFL_SCHED_GUARANTEED_NO_EVICT &&
         cfg.sched_policy != IFL_SCHED_MAX_UTILIZATION)
