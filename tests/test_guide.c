@@ -625,6 +625,249 @@ static void test_vocab_llama3(void)
     run_vocab("models/vocab/ggml-vocab-llama-bpe.gguf", 4, 7, 1);
 }
 
+/* ---------------------------------------------------------------- schema */
+
+/* A small validator for the keywords the schemas below use (test-only). */
+static int validate(json_t *v, json_t *s, json_t *root)
+{
+    if (json_is_true(s))
+        return 1;
+    json_t *k;
+    if ((k = json_object_get(s, "$ref"))) {
+        const char *r = json_string_value(k);
+        if (strcmp(r, "#") == 0)
+            return validate(v, root, root);
+        return validate(v, json_object_get(json_object_get(root, "$defs"), r + 8), root);
+    }
+    if (json_object_get(s, "nullable") == json_true() && json_is_null(v))
+        return 1;
+    if ((k = json_object_get(s, "const")))
+        return json_equal(v, k);
+    if ((k = json_object_get(s, "enum"))) {
+        for (size_t i = 0; i < json_array_size(k); i++)
+            if (json_equal(v, json_array_get(k, i)))
+                return 1;
+        return 0;
+    }
+    if ((k = json_object_get(s, "anyOf")) || (k = json_object_get(s, "oneOf"))) {
+        for (size_t i = 0; i < json_array_size(k); i++)
+            if (validate(v, json_array_get(k, i), root))
+                return 1;
+        return 0;
+    }
+    const char *t = json_string_value(json_object_get(s, "type"));
+    if (json_is_array(json_object_get(s, "type"))) {
+        json_t *ts = json_object_get(s, "type");
+        for (size_t i = 0; i < json_array_size(ts); i++) {
+            json_t *sub = json_deep_copy(s);
+            json_object_set(sub, "type", json_array_get(ts, i));
+            int ok = validate(v, sub, root);
+            json_decref(sub);
+            if (ok)
+                return 1;
+        }
+        return 0;
+    }
+    if (!t)
+        return 1;
+    if (strcmp(t, "string") == 0) {
+        if (!json_is_string(v))
+            return 0;
+        const char *str = json_string_value(v);
+        size_t cps = 0;
+        for (const char *p = str; *p; p++)
+            cps += ((unsigned char)*p & 0xC0) != 0x80;
+        json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
+        if ((mn && cps < (size_t)json_integer_value(mn)) || (mx && cps > (size_t)json_integer_value(mx)))
+            return 0;
+        const char *f = json_string_value(json_object_get(s, "format"));
+        if (f && strcmp(f, "date") == 0) {
+            int y, m, d;
+            char tail;
+            return strlen(str) == 10 && sscanf(str, "%4d-%2d-%2d%c", &y, &m, &d, &tail) == 3 &&
+                   m >= 1 && m <= 12 && d >= 1 && d <= 31;
+        }
+        if (f && strcmp(f, "uuid") == 0)
+            return strlen(str) == 36 && str[8] == '-' && str[13] == '-';
+        if (f && strcmp(f, "email") == 0)
+            return strchr(str, '@') != NULL;
+        return 1;
+    }
+    if (strcmp(t, "integer") == 0) {
+        if (!json_is_integer(v))
+            return 0;
+        json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
+        return !(mn && json_integer_value(v) < json_number_value(mn)) &&
+               !(mx && json_integer_value(v) > json_number_value(mx));
+    }
+    if (strcmp(t, "number") == 0)
+        return json_is_number(v);
+    if (strcmp(t, "boolean") == 0)
+        return json_is_boolean(v);
+    if (strcmp(t, "null") == 0)
+        return json_is_null(v);
+    if (strcmp(t, "array") == 0) {
+        if (!json_is_array(v))
+            return 0;
+        json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
+        size_t n = json_array_size(v);
+        if ((mn && n < (size_t)json_integer_value(mn)) || (mx && n > (size_t)json_integer_value(mx)))
+            return 0;
+        json_t *items = json_object_get(s, "items");
+        for (size_t i = 0; items && i < n; i++)
+            if (!validate(json_array_get(v, i), items, root))
+                return 0;
+        return 1;
+    }
+    if (strcmp(t, "object") == 0) {
+        if (!json_is_object(v))
+            return 0;
+        json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+        for (size_t i = 0; i < json_array_size(req); i++)
+            if (!json_object_get(v, json_string_value(json_array_get(req, i))))
+                return 0;
+        const char *key;
+        json_t *val;
+        json_object_foreach(v, key, val)
+        {
+            json_t *ps = json_object_get(props, key);
+            if (props && !ps && json_object_get(s, "additionalProperties") == json_false())
+                return 0;
+            if (ps && !validate(val, ps, root))
+                return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static const char *schemas[] = {
+    "{\"type\": \"integer\"}",
+    "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 8}, "
+    "\"age\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 120}}, \"required\": [\"name\", "
+    "\"age\"], \"additionalProperties\": false}",
+    "{\"type\": \"array\", \"items\": {\"enum\": [\"red\", \"green\", 3, null]}, \"minItems\": 1, "
+    "\"maxItems\": 3}",
+    "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"boolean\"}, \"b\": {\"type\": "
+    "[\"string\", \"null\"]}, \"c\": {\"const\": \"x\"}}}",
+    "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"string\", \"format\": \"uuid\"}, "
+    "\"when\": {\"type\": \"string\", \"format\": \"date\"}, \"mail\": {\"type\": \"string\", "
+    "\"format\": \"email\"}}, \"required\": [\"id\", \"when\"]}",
+    "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
+    "\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}, \"maxItems\": 2}}, "
+    "\"required\": [\"v\"]}}, \"$ref\": \"#/$defs/node\"}",
+    "{\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"array\", \"items\": {\"type\": \"object\", "
+    "\"properties\": {\"k\": {\"type\": \"string\", \"minLength\": 2}}, \"required\": [\"k\"]}}]}",
+    "{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", \"format\": "
+    "\"date-time\", \"nullable\": true}, \"n\": {\"type\": \"integer\", \"minimum\": 1}}, "
+    "\"required\": [\"t\", \"n\"]}",
+};
+
+static struct ifl_guide *compile_schema(const char *s)
+{
+    struct ifl_guide *g = NULL;
+    char err[IFL_ERR_LEN] = "";
+    int rc = ifl_guide_compile_json_schema(&g, s, strlen(s), err);
+    CHECK_MSG(rc == 0, "schema %s: %s", s, err);
+    return g;
+}
+
+static void test_schema(void)
+{
+    struct {
+        int schema;
+        const char *yes, *no;
+    } cases[] = {
+        {0, "-12", "1.5"},
+        {1, "{\"name\": \"bob\", \"age\": 7}", "{\"name\": \"bob\", \"age\": 121}"},
+        {1, "{ \"name\" : \"\", \"age\" : 120 }", "{\"age\": 7, \"name\": \"bob\"}"},
+        {1, "{\"name\": \"12345678\", \"age\": 0}", "{\"name\": \"123456789\", \"age\": 0}"},
+        {2, "[\"red\", 3, null]", "[]"},
+        {2, "[\"green\"]", "[\"red\", \"red\", \"red\", \"red\"]"},
+        {3, "{}", "{\"c\": \"y\"}"},
+        {3, "{\"b\": null, \"c\": \"x\"}", "{\"b\": 1}"},
+        {3, "{\"a\": true, \"b\": \"s\", \"c\": \"x\"}", "{\"c\": \"x\", \"a\": true}"},
+        {4, "{\"id\": \"123e4567-e89b-12d3-a456-426614174000\", \"when\": \"2024-02-29\"}",
+         "{\"id\": \"123e4567\", \"when\": \"2024-02-29\"}"},
+        {4, "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"when\": \"1999-12-31\", \"mail\": \"a.b@c.org\"}",
+         "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"when\": \"1999-13-31\"}"},
+        {5, "{\"v\": 1, \"kids\": [{\"v\": 2}, {\"v\": 3, \"kids\": []}]}", "{\"kids\": []}"},
+        {6, "[{\"k\": \"ab\"}]", "[{\"k\": \"a\"}]"},
+        {6, "2.5e3", "\"x\""},
+        {7, "{\"t\": \"2024-01-02T03:04:05Z\", \"n\": 3}", "{\"t\": \"2024-01-02T03:04:05\", \"n\": 3}"},
+        {7, "{\"t\": null, \"n\": 1}", "{\"t\": null, \"n\": 0}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct ifl_guide *g = compile_schema(schemas[cases[i].schema]);
+        if (!g)
+            continue;
+        CHECK_MSG(matches_all_ways(g, cases[i].yes), "schema %d rejects %s", cases[i].schema, cases[i].yes);
+        CHECK_MSG(!matches_all_ways(g, cases[i].no), "schema %d accepts %s", cases[i].schema, cases[i].no);
+        ifl_guide_free(g);
+    }
+    struct {
+        const char *s, *want;
+        int rc;
+    } errs[] = {
+        {"{\"type\": \"strin\"}", "json schema: unknown type 'strin'", IFL_EFORMAT},
+        {"{\"type\": \"string\", \"pattern\": \"a+\"}", "'pattern' is not supported", IFL_EUNSUPPORTED},
+        {"{\"$ref\": \"#/$defs/nope\"}", "$ref '#/$defs/nope' does not resolve", IFL_EFORMAT},
+        {"{\"type\": \"object\"", "json schema: 1:", IFL_EFORMAT},
+        {"{\"type\": \"integer\", \"minimum\": -5}", "not supported", IFL_EUNSUPPORTED},
+        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "below minItems", IFL_EFORMAT},
+        {"{\"enum\": []}", "'enum' must be a non-empty array", IFL_EFORMAT},
+        {"{\"type\": \"string\", \"format\": \"ipv6\"}", "format 'ipv6' is not supported", IFL_EUNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
+        struct ifl_guide *g = NULL;
+        char err[IFL_ERR_LEN] = "";
+        int rc = ifl_guide_compile_json_schema(&g, errs[i].s, strlen(errs[i].s), err);
+        CHECK_MSG(rc == errs[i].rc, "%s: rc %d (%s)", errs[i].s, rc, err);
+        CHECK_MSG(strstr(err, errs[i].want) != NULL, "%s: '%s'", errs[i].s, err);
+        CHECK(g == NULL);
+    }
+}
+
+static void run_schema_walks(const char *rel, int walks, int check_every)
+{
+    struct vocab_fix f;
+    if (load_vocab(&f, rel))
+        return;
+    char *buf = malloc(1 << 16);
+    int n_checked = 0, n_masks = 0, total = 0, ok = 0;
+    double mt = 0;
+    for (size_t si = 0; si < sizeof schemas / sizeof *schemas; si++) {
+        struct ifl_guide *g = compile_schema(schemas[si]);
+        json_t *sch = json_loads(schemas[si], 0, NULL);
+        for (int w = 0; g && w < walks; w++) {
+            long l = walk(&f, g, buf, 1 << 16, check_every, &n_checked, &mt, &n_masks);
+            if (l < 0)
+                continue;
+            total++;
+            json_error_t je;
+            json_t *j = json_loadb(buf, (size_t)l, JSON_DECODE_ANY, &je);
+            CHECK_MSG(j != NULL, "schema %zu: jansson rejects '%s': %s", si, buf, je.text);
+            int valid = j && validate(j, sch, sch);
+            CHECK_MSG(valid, "schema %zu: '%s' does not validate", si, buf);
+            ok += valid;
+            json_decref(j);
+        }
+        json_decref(sch);
+        ifl_guide_free(g);
+    }
+    fprintf(stderr, "  %s: schemas: %d of %d walks valid, %d masks checked, %.3f ms/mask\n", rel,
+            ok, total, n_checked, n_masks ? mt / n_masks * 1e3 : 0.0);
+    CHECK(total >= (int)(sizeof schemas / sizeof *schemas) * walks / 2);
+    free(buf);
+    free_vocab(&f);
+}
+
+static void test_schema_walks(void)
+{
+    run_schema_walks("models/stories260K.gguf", 10, 3);
+    run_schema_walks("models/vocab/ggml-vocab-llama-bpe.gguf", 3, 0);
+}
+
 int main(void)
 {
     T_RUN(test_parse_errors);
@@ -636,5 +879,7 @@ int main(void)
     T_RUN(test_limits);
     T_RUN(test_vocab_small);
     T_RUN(test_vocab_llama3);
+    T_RUN(test_schema);
+    T_RUN(test_schema_walks);
     return t_done();
 }

@@ -62,6 +62,20 @@ int ifl_guide_compile_json(struct ifl_guide **out, int object_only, char *err);
 int ifl_guide_compile_regex(struct ifl_guide **out, const char *re, size_t len, char *err);
 /* Translates a regex to GBNF text (malloc'd, NUL-terminated, caller frees). */
 int ifl_guide_regex_to_gbnf(char **out, const char *re, size_t len, char *err);
+/* A JSON Schema (JSON text): type (and arrays of types), properties,
+ * required, additionalProperties (for objects without properties), items,
+ * prefixItems, minItems/maxItems, enum, const, anyOf/oneOf, allOf of one
+ * schema, $ref to #, #/$defs/... or #/definitions/... (recursion allowed),
+ * string formats date, time, date-time, uuid, email, minLength/maxLength,
+ * integer minimum/maximum (both bounds within 2000 values, or minimum 0 or
+ * 1 alone), number minimum 0, nullable. Properties come out in schema
+ * order, required ones first. A constraining keyword it cannot express is
+ * IFL_EUNSUPPORTED naming it (never silently dropped); a malformed schema
+ * is IFL_EFORMAT. */
+int ifl_guide_compile_json_schema(struct ifl_guide **out, const char *schema, size_t len,
+                                  char *err);
+/* The GBNF text a schema compiles to (malloc'd, caller frees). */
+int ifl_guide_schema_to_gbnf(char **out, const char *schema, size_t len, char *err);
 /* The GBNF text of JSON mode (a static string). */
 const char *ifl_guide_json_gbnf(int object_only);
 void ifl_guide_free(struct ifl_guide *g);
