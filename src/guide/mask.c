@@ -42,20 +42,22 @@ struct ifl_guide_vocab_index {
     uint32_t max_depth;
 };
 
-static const struct ifl_guide_vocab_index *sort_vi;
+/* A token's piece during sorting; the comparator needs no global. */
+struct sort_item {
+    const char *p;
+    uint32_t len;
+    int32_t id;
+};
 
 static int cmp_piece(const void *a, const void *b)
 {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const struct ifl_guide_vocab_index *vi = sort_vi;
-    uint32_t lx = vi->piece_off[x + 1] - vi->piece_off[x];
-    uint32_t ly = vi->piece_off[y + 1] - vi->piece_off[y];
-    int c = memcmp(vi->blob + vi->piece_off[x], vi->blob + vi->piece_off[y], lx < ly ? lx : ly);
+    const struct sort_item *x = a, *y = b;
+    int c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
     if (c)
         return c;
-    if (lx != ly)
-        return lx < ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 void ifl_guide_vocab_index_free(struct ifl_guide_vocab_index *vi)
@@ -127,8 +129,18 @@ int ifl_guide_vocab_index_create(struct ifl_guide_vocab_index **out, const struc
         order[n_trie++] = id;
     }
     vi->piece_off[n] = (uint32_t)used;
-    sort_vi = vi; /* qsort has no context argument in C11; build is not reentrant here */
-    qsort(order, (size_t)n_trie, sizeof *order, cmp_piece);
+    struct sort_item *items = malloc(((size_t)n_trie + 1) * sizeof *items);
+    if (!items)
+        goto nomem;
+    for (int32_t k = 0; k < n_trie; k++) {
+        int32_t id = order[k];
+        items[k] = (struct sort_item){vi->blob + vi->piece_off[id],
+                                      vi->piece_off[id + 1] - vi->piece_off[id], id};
+    }
+    qsort(items, (size_t)n_trie, sizeof *items, cmp_piece);
+    for (int32_t k = 0; k < n_trie; k++)
+        order[k] = items[k].id;
+    free(items);
     size_t max_nodes = total_bytes + 1;
     vi->byte = malloc(max_nodes);
     vi->depth = malloc(max_nodes * sizeof *vi->depth);

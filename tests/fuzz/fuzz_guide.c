@@ -1,5 +1,5 @@
-/* libFuzzer target for the guide: the input is compiled as GBNF and as a
- * regex; a grammar that compiles is then run over a few byte strings (the
+/* libFuzzer target for the guide: the input is compiled as GBNF, as a
+ * regex and as a JSON Schema; a grammar that compiles is then run over a few byte strings (the
  * input's own tail and fixed probes), fed whole and one byte at a time, and
  * both ways must agree. Copies and resets are exercised along the way. */
 #include <stddef.h>
@@ -57,6 +57,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 512 && ifl_guide_compile_regex(&g, (const char *)data, size, err) == 0) {
         for (size_t k = 0; k < sizeof probes / sizeof *probes; k++)
             run(g, (const uint8_t *)probes[k], strlen(probes[k]));
+        ifl_guide_free(g);
+    }
+    if (size < 4096 && ifl_guide_compile_json_schema(&g, (const char *)data, size, err) == 0) {
+        run(g, (const uint8_t *)"{\"a\": [1, \"x\"]}", 16);
+        run(g, (const uint8_t *)"\"2024-01-01\"", 12);
         ifl_guide_free(g);
     }
     return 0;
