@@ -32,21 +32,6 @@ struct wave_result {
     int64_t n_itl;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(double *v, int64_t n, double p)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    int64_t i = (int64_t)ceil(p * (double)n) - 1;
-    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
-}
-
 static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct ifl_rng *g,
                     int32_t n_vocab, int32_t bos, struct wave_result *w, char *err)
 {
@@ -250,8 +235,8 @@ int cmd_bench(int argc, char **argv)
         double s_pp = (double)c * n_prompt * reps / tp;
         double s_tg = (double)c * (n_gen - 1) * reps / td;
         double s_all = (double)c * n_gen * reps / tt;
-        double t50 = pct(ttft_all, n_ttft, 0.5) * 1e3, t99 = pct(ttft_all, n_ttft, 0.99) * 1e3;
-        double i50 = pct(itl_all, n_itl, 0.5) * 1e3, i99 = pct(itl_all, n_itl, 0.99) * 1e3;
+        double t50 = cli_percentile(ttft_all, n_ttft, 0.5) * 1e3, t99 = cli_percentile(ttft_all, n_ttft, 0.99) * 1e3;
+        double i50 = cli_percentile(itl_all, n_itl, 0.5) * 1e3, i99 = cli_percentile(itl_all, n_itl, 0.99) * 1e3;
         if (json)
             printf("{\"model\":\"%s\",\"concurrency\":%d,\"n_prompt\":%lld,\"n_gen\":%lld,"
                    "\"prompt_tps\":%.2f,\"decode_tps\":%.2f,\"total_tps\":%.2f,"

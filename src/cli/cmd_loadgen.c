@@ -47,21 +47,6 @@ struct lg_run {
     int64_t n_gaps, gap_cap;
 };
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pctl(double *v, int64_t n, double p)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, (size_t)n, sizeof(double), cmp_d);
-    int64_t i = (int64_t)ceil(p * (double)n) - 1;
-    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
-}
-
 /* Handles one complete event (the text after "data: "). */
 static void on_event(struct lg_req *r, const char *data, size_t n)
 {
@@ -403,8 +388,8 @@ int cmd_loadgen(int argc, char **argv)
         double wall;
         run_level(&o, conc[ci], url, body, &res, &wall);
         double rps = (double)(o.n_req - res.failed) / wall, tps = (double)res.tokens / wall;
-        double t50 = pctl(res.ttft, res.n_ttft, 0.5) * 1e3, t99 = pctl(res.ttft, res.n_ttft, 0.99) * 1e3;
-        double i50 = pctl(res.gaps, res.n_gaps, 0.5) * 1e3, i99 = pctl(res.gaps, res.n_gaps, 0.99) * 1e3;
+        double t50 = cli_percentile(res.ttft, res.n_ttft, 0.5) * 1e3, t99 = cli_percentile(res.ttft, res.n_ttft, 0.99) * 1e3;
+        double i50 = cli_percentile(res.gaps, res.n_gaps, 0.5) * 1e3, i99 = cli_percentile(res.gaps, res.n_gaps, 0.99) * 1e3;
         if (o.json)
             printf("{\"url\":\"%s\",\"concurrency\":%d,\"requests\":%lld,\"failed\":%lld,"
                    "\"requests_per_s\":%.3f,\"output_tps\":%.2f,\"ttft_p50_ms\":%.3f,"

@@ -82,6 +82,21 @@ int cli_parse_ids(const char *s, int32_t **ids, int64_t *n)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cli_percentile(double *v, int64_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    int64_t i = (int64_t)ceil(p * (double)n) - 1;
+    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+
 int cli_parse_kv_type(const char *s)
 {
     if (!strcmp(s, "f16"))
