@@ -56,6 +56,9 @@ static void greedy_req(struct ifl_request *r, const int32_t *ids, int32_t n, int
     r->sampling.ignore_eos = 1;
 }
 
+/* perf.preemptions of the last final response collect() saw */
+static int32_t last_preemptions;
+
 /* Awaits every response of one request; concatenates tokens of sequence
  * `index` into out. Returns the finish reason of that sequence. */
 static int collect(ifl_executor *ex, ifl_id id, int32_t index, int32_t *out, int32_t *n,
@@ -89,6 +92,8 @@ static int collect(ifl_executor *ex, ifl_id id, int32_t index, int32_t *out, int
                 if (r[i]->is_sequence_final)
                     finish = s->finish_reason;
             }
+            if (r[i]->is_final)
+                last_preemptions = r[i]->perf.preemptions;
             final |= r[i]->is_final;
             ifl_response_free(r[i]);
         }
@@ -303,10 +308,13 @@ static void test_preemption_is_invisible(void)
     r.sampling.temperature = 0.7f;
     r.sampling.seed = 3;
     r.priority = 0.1f;
+    r.output.return_log_probs = 1;
+    r.output.return_perf_metrics = 1;
     ifl_id id;
     int32_t ref[128], nref;
+    float ref_lp[128];
     CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
-    collect(ex, id, 0, ref, &nref, NULL, NULL, 0);
+    collect(ex, id, 0, ref, &nref, ref_lp, NULL, 0);
     ifl_executor_destroy(ex, 0);
     /* 8 requests in a KV pool that holds 2.5 of them: the low-priority one
      * is preempted and recomputed */
@@ -324,9 +332,12 @@ static void test_preemption_is_invisible(void)
     CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
     CHECK_EQ(ifl_enqueue_many(ex, others, 7, oid, NULL), 0);
     int32_t out[128], n;
-    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    float lp[128];
+    collect(ex, id, 0, out, &n, lp, NULL, 0);
     CHECK_EQ(n, nref);
     CHECK(!memcmp(out, ref, sizeof(int32_t) * (size_t)n));
+    CHECK(!memcmp(lp, ref_lp, sizeof(float) * (size_t)n));
+    CHECK_MSG(last_preemptions >= 1, "the request was never preempted (%d)", last_preemptions);
     for (int k = 0; k < 7; k++) {
         int32_t o[128], no;
         collect(ex, oid[k], 0, o, &no, NULL, NULL, 0);
