@@ -103,33 +103,15 @@ static int put(struct rx *r, const char *fmt, ...)
     return 0;
 }
 
-static int rx_hex(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* One source character (UTF-8 decoded). */
 static int64_t rx_utf8(struct rx *r)
 {
     size_t at = r->p;
-    unsigned char c = (unsigned char)r->s[r->p++];
-    if (c < 0x80)
-        return c;
-    int need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : -1;
-    if (need < 0)
-        return rx_err(r, IFL_EFORMAT, at, "invalid UTF-8 byte 0x%02X", c);
-    uint32_t cp = c & (0x3F >> need);
-    for (int i = 0; i < need; i++) {
-        if (r->p >= r->n || ((unsigned char)r->s[r->p] & 0xC0) != 0x80)
-            return rx_err(r, IFL_EFORMAT, at, "truncated UTF-8 character");
-        cp = (cp << 6) | ((unsigned char)r->s[r->p++] & 0x3F);
-    }
+    int64_t cp = ifl_guide_utf8_next(r->s, r->n, &r->p);
+    if (cp == -1)
+        return rx_err(r, IFL_EFORMAT, at, "invalid UTF-8 byte 0x%02X", (unsigned char)r->s[at]);
+    if (cp == -2)
+        return rx_err(r, IFL_EFORMAT, at, "truncated UTF-8 character");
     return cp;
 }
 
@@ -171,7 +153,7 @@ static int64_t rx_escape(struct rx *r, const char **cls, int *neg)
         int digits = c == 'x' ? 2 : 4;
         uint32_t v = 0;
         for (int i = 0; i < digits; i++) {
-            int h = r->p < r->n ? rx_hex((unsigned char)r->s[r->p]) : -1;
+            int h = r->p < r->n ? ifl_guide_hexval((unsigned char)r->s[r->p]) : -1;
             if (h < 0)
                 return rx_err(r, IFL_EFORMAT, at, "bad escape: '\\%c' needs %d hex digits", c,
                               digits);

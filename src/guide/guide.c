@@ -216,34 +216,16 @@ static int emit_char(struct parser *ps, uint32_t rule, uint32_t cp)
     return c < 0 ? (int)c : emit(ps, rule, E_MAKE(E_CLASS, c));
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes one UTF-8 character of the source; invalid bytes stand for
  * themselves (as code points 0x80-0xFF would not be meant, reject them). */
 static int64_t src_char(struct parser *ps)
 {
     size_t at = ps->p;
-    unsigned char c = (unsigned char)ps->s[ps->p++];
-    if (c < 0x80)
-        return c;
-    int need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : -1;
-    if (need < 0)
-        return perr(ps, at, "invalid UTF-8 byte 0x%02X", c);
-    uint32_t cp = c & (0x3F >> need);
-    for (int i = 0; i < need; i++) {
-        if (ps->p >= ps->n || ((unsigned char)ps->s[ps->p] & 0xC0) != 0x80)
-            return perr(ps, at, "truncated UTF-8 character");
-        cp = (cp << 6) | ((unsigned char)ps->s[ps->p++] & 0x3F);
-    }
+    int64_t cp = ifl_guide_utf8_next(ps->s, ps->n, &ps->p);
+    if (cp == -1)
+        return perr(ps, at, "invalid UTF-8 byte 0x%02X", (unsigned char)ps->s[at]);
+    if (cp == -2)
+        return perr(ps, at, "truncated UTF-8 character");
     return cp;
 }
 
@@ -275,7 +257,7 @@ static int64_t parse_char(struct parser *ps)
     }
     uint32_t v = 0;
     for (int i = 0; i < digits; i++) {
-        int h = ps->p < ps->n ? hexval((unsigned char)ps->s[ps->p]) : -1;
+        int h = ps->p < ps->n ? ifl_guide_hexval((unsigned char)ps->s[ps->p]) : -1;
         if (h < 0)
             return perr(ps, at, "bad escape: '\\%c' needs %d hex digits", e, digits);
         v = v * 16 + (uint32_t)h;

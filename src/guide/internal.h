@@ -63,4 +63,38 @@ int ifl_guide_step(const struct ifl_guide *g, const struct ifl_guide_level *in, 
                    struct ifl_guide_scratch *s);
 int ifl_guide_level_accepting(const struct ifl_guide_level *l);
 
+/* Source-text helpers shared by the GBNF parser and the regex front end. */
+
+/* The value of a hex digit, or -1. */
+static inline int ifl_guide_hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes the UTF-8 character at s[*p] (*p < n) and advances *p past it.
+ * Returns the code point, -1 for a byte no character starts with, or -2 for
+ * a character cut short; *p has moved past the first byte either way. */
+static inline int64_t ifl_guide_utf8_next(const char *s, size_t n, size_t *p)
+{
+    unsigned char c = (unsigned char)s[(*p)++];
+    if (c < 0x80)
+        return c;
+    int need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : -1;
+    if (need < 0)
+        return -1;
+    uint32_t cp = c & (0x3F >> need);
+    for (int i = 0; i < need; i++) {
+        if (*p >= n || ((unsigned char)s[*p] & 0xC0) != 0x80)
+            return -2;
+        cp = (cp << 6) | ((unsigned char)s[(*p)++] & 0x3F);
+    }
+    return cp;
+}
+
 #endif
