@@ -85,10 +85,9 @@ static void on_event(struct lg_req *r, const char *data, size_t n)
     json_decref(j);
 }
 
-static size_t on_data(char *p, size_t sz, size_t nm, void *user)
+/* Appends n bytes to r's buffer; 0 when out of memory (curl then aborts). */
+static int buf_add(struct lg_req *r, const char *p, size_t n)
 {
-    struct lg_req *r = user;
-    size_t n = sz * nm;
     if (r->len + n + 1 > r->cap) {
         size_t cap = (r->len + n + 1) * 2;
         char *b = realloc(r->buf, cap);
@@ -99,6 +98,15 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *user)
     }
     memcpy(r->buf + r->len, p, n);
     r->len += n;
+    return 1;
+}
+
+static size_t on_data(char *p, size_t sz, size_t nm, void *user)
+{
+    struct lg_req *r = user;
+    size_t n = sz * nm;
+    if (!buf_add(r, p, n))
+        return 0;
     /* split on blank lines; each event's "data:" lines carry the payload */
     size_t start = 0;
     for (;;) {
@@ -224,19 +232,8 @@ static void run_level(const struct lg_opts *o, int conc, const char *url, const 
 
 static size_t collect_body(char *p, size_t sz, size_t nm, void *user)
 {
-    struct lg_req *r = user; /* only buf/len/cap are used */
-    size_t n = sz * nm;
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = (r->len + n + 1) * 2;
-        char *b = realloc(r->buf, cap);
-        if (!b)
-            return 0;
-        r->buf = b;
-        r->cap = cap;
-    }
-    memcpy(r->buf + r->len, p, n);
-    r->len += n;
-    return n;
+    /* only the buffer of the struct is used */
+    return buf_add(user, p, sz * nm) ? sz * nm : 0;
 }
 
 /* The first model id GET /v1/models lists, copied into out; 0 on success. */
