@@ -265,6 +265,13 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
         out[i] = x[i] * scale * w[i];
 }
 
+/* x += t over n values: the residual stream takes a sub-layer's output. */
+static void add_residual(float *x, const float *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        x[i] += t[i];
+}
+
 static void rope(float *v, const float *cs, int n_rot, int head_dim, int n_heads, int neox)
 {
     int half = n_rot / 2;
@@ -515,11 +522,8 @@ static void step(void *arg, int ith, int nth)
         mm(j, ith, nth, &memo, &w->wo, f->att, nr, f->tmp);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++) {
-            float *x = f->x + r * n_embd;
-            const float *t = f->tmp + r * n_embd;
-            for (int i = 0; i < n_embd; i++)
-                x[i] += t[i];
-            rmsnorm(f->xn + r * n_embd, x, w->ffn_norm, n_embd, hp->rms_eps);
+            add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
+            rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
         }
         ifl_pool_barrier(f->pool);
         memo.src = NULL; /* xn now holds the ffn input */
@@ -535,12 +539,8 @@ static void step(void *arg, int ith, int nth)
         ifl_pool_barrier(f->pool);
         mm(j, ith, nth, &memo, &w->w_down, f->gate, nr, f->tmp);
         ifl_pool_barrier(f->pool);
-        for (long r = lo; r < hi; r++) {
-            float *x = f->x + r * n_embd;
-            const float *t = f->tmp + r * n_embd;
-            for (int i = 0; i < n_embd; i++)
-                x[i] += t[i];
-        }
+        for (long r = lo; r < hi; r++)
+            add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
         ifl_pool_barrier(f->pool);
     }
 
