@@ -324,16 +324,6 @@ static void waiting_insert(struct engine *e, struct xreq *q)
 
 /* ---- responses ---- */
 
-static void *dup_range(const void *p, size_t n)
-{
-    if (!n)
-        return NULL;
-    void *q = malloc(n);
-    if (q)
-        memcpy(q, p, n);
-    return q;
-}
-
 static struct ifl_response *new_response(struct ifl_executor *ex, const struct xreq *q)
 {
     struct ifl_response *r = calloc(1, sizeof(*r));
@@ -395,7 +385,7 @@ static void emit(struct ifl_executor *ex, struct eseq *s, int is_final)
         res->n_tokens = n_out;
     }
     if (q->r.output.return_log_probs) {
-        res->log_probs = dup_range(s->logprobs + from, sizeof(float) * (size_t)n_new);
+        res->log_probs = ifl_exec_dup(s->logprobs + from, sizeof(float) * (size_t)n_new);
         int32_t k = q->r.output.top_log_probs;
         if (k > 0 && n_new > 0) {
             res->top_log_probs = malloc(sizeof(*res->top_log_probs) * (size_t)n_new * (size_t)k);
@@ -408,10 +398,10 @@ static void emit(struct ifl_executor *ex, struct eseq *s, int is_final)
         }
     }
     if (s->glog)
-        res->generation_logits = dup_range(s->glog + (size_t)from * (size_t)ex->n_vocab,
+        res->generation_logits = ifl_exec_dup(s->glog + (size_t)from * (size_t)ex->n_vocab,
                                            sizeof(float) * (size_t)n_new * (size_t)ex->n_vocab);
     if (s->ghid)
-        res->hidden_states = dup_range(s->ghid + (size_t)from * (size_t)r->n_embd,
+        res->hidden_states = ifl_exec_dup(s->ghid + (size_t)from * (size_t)r->n_embd,
                                        sizeof(float) * (size_t)n_new * (size_t)r->n_embd);
     res->cum_log_prob = s->cum_logprob;
     res->score = s->cum_logprob;
@@ -580,7 +570,7 @@ static void emit_beams(struct ifl_executor *ex, struct xreq *q)
             res->n_tokens = n_in + nt;
         }
         if (q->r.output.return_log_probs)
-            res->log_probs = dup_range(h[i].logprobs, sizeof(float) * (size_t)nt);
+            res->log_probs = ifl_exec_dup(h[i].logprobs, sizeof(float) * (size_t)nt);
         res->cum_log_prob = h[i].cum_log_prob;
         res->score = h[i].score;
         res->finish_reason = h[i].finish_reason;

@@ -18,6 +18,8 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "inflight.h"
@@ -133,6 +135,17 @@ static inline int64_t ifl_exec_blocks_to_reserve(int64_t block_size, int64_t n_p
 {
     int64_t full = (n_pos + block_size - 1) / block_size;
     return n * full + (n - 1);
+}
+
+/* A malloc'd copy of n bytes; NULL for n = 0 or out of memory. */
+static inline void *ifl_exec_dup(const void *p, size_t n)
+{
+    if (!n)
+        return NULL;
+    void *q = malloc(n);
+    if (q)
+        memcpy(q, p, n);
+    return q;
 }
 
 /* engine.c */

@@ -255,16 +255,6 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
     return 0;
 }
 
-static void *dup_mem(const void *p, size_t n)
-{
-    if (!n)
-        return NULL;
-    void *q = malloc(n);
-    if (q)
-        memcpy(q, p, n);
-    return q;
-}
-
 static int copy_request(const struct ifl_executor *ex, const struct ifl_request *r,
                         struct xreq **out)
 {
@@ -277,13 +267,13 @@ static int copy_request(const struct ifl_executor *ex, const struct ifl_request 
         stop_total += r->stop_words_lens[i];
     for (int32_t i = 0; i < r->n_bad_words; i++)
         bad_total += r->bad_words_lens[i];
-    q->input = dup_mem(r->input_ids, sizeof(int32_t) * (size_t)r->n_input);
-    q->stop_tok = dup_mem(r->stop_words_tokens, sizeof(int32_t) * (size_t)stop_total);
-    q->stop_len = dup_mem(r->stop_words_lens, sizeof(int32_t) * (size_t)r->n_stop_words);
-    q->bad_tok = dup_mem(r->bad_words_tokens, sizeof(int32_t) * (size_t)bad_total);
-    q->bad_len = dup_mem(r->bad_words_lens, sizeof(int32_t) * (size_t)r->n_bad_words);
-    q->bias_ids = dup_mem(r->logit_bias_ids, sizeof(int32_t) * (size_t)r->n_logit_bias);
-    q->bias_vals = dup_mem(r->logit_bias_values, sizeof(float) * (size_t)r->n_logit_bias);
+    q->input = ifl_exec_dup(r->input_ids, sizeof(int32_t) * (size_t)r->n_input);
+    q->stop_tok = ifl_exec_dup(r->stop_words_tokens, sizeof(int32_t) * (size_t)stop_total);
+    q->stop_len = ifl_exec_dup(r->stop_words_lens, sizeof(int32_t) * (size_t)r->n_stop_words);
+    q->bad_tok = ifl_exec_dup(r->bad_words_tokens, sizeof(int32_t) * (size_t)bad_total);
+    q->bad_len = ifl_exec_dup(r->bad_words_lens, sizeof(int32_t) * (size_t)r->n_bad_words);
+    q->bias_ids = ifl_exec_dup(r->logit_bias_ids, sizeof(int32_t) * (size_t)r->n_logit_bias);
+    q->bias_vals = ifl_exec_dup(r->logit_bias_values, sizeof(float) * (size_t)r->n_logit_bias);
     int ok = q->input && (!stop_total || (q->stop_tok && q->stop_len)) &&
              (!bad_total || (q->bad_tok && q->bad_len)) &&
              (!r->n_logit_bias || (q->bias_ids && q->bias_vals));
