@@ -155,19 +155,10 @@ int cmd_bench(int argc, char **argv)
             if ((kv_type = cli_parse_kv_type(v)) < 0)
                 return cli_usage_error("bench", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) {
-            n_conc = 0;
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int64_t c;
-                if (n_conc == 16 || cli_parse_i64(tok, 1, MAX_CONC, &c))
-                    return cli_usage_error("bench",
-                                           "-c wants up to 16 counts of 1..%d, like 1,4,16, not '%s'",
-                                           MAX_CONC, v);
-                conc[n_conc++] = (int)c;
-            }
-            if (!n_conc)
-                return cli_usage_error("bench", "-c wants counts like 1,4,16");
+            if ((n_conc = cli_parse_int_list(v, 1, MAX_CONC, conc, 16)) < 0)
+                return cli_usage_error("bench",
+                                       "-c wants up to 16 counts of 1..%d, like 1,4,16, not '%s'",
+                                       MAX_CONC, v);
         } else {
             return cli_usage_error("bench", "unknown option '%s' (see --help)", a);
         }

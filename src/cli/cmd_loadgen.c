@@ -325,18 +325,9 @@ int cmd_loadgen(int argc, char **argv)
             if (cli_parse_i64(v, 1, 86400, &o.timeout_s))
                 return cli_usage_error("bench", "--timeout wants 1..86400 seconds, not '%s'", v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) {
-            n_conc = 0;
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                int64_t c;
-                if (n_conc == 16 || cli_parse_i64(t, 1, MAX_CONC, &c))
-                    return cli_usage_error("bench", "-c wants up to 16 counts of 1..%d, not '%s'",
-                                           MAX_CONC, v);
-                conc[n_conc++] = (int)c;
-            }
-            if (!n_conc)
-                return cli_usage_error("bench", "-c wants counts like 1,4,16");
+            if ((n_conc = cli_parse_int_list(v, 1, MAX_CONC, conc, 16)) < 0)
+                return cli_usage_error("bench", "-c wants up to 16 counts of 1..%d, like 1,4,16, not '%s'",
+                                       MAX_CONC, v);
         } else
             return cli_usage_error("bench", "unknown option '%s' with --url (see --help)", a);
     }

@@ -97,6 +97,22 @@ double cli_percentile(double *v, int64_t n, double p)
     return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
 }
 
+int cli_parse_int_list(const char *s, int64_t lo, int64_t hi, int *out, int max)
+{
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf)
+        return -1;
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int64_t v;
+        if (n == max || cli_parse_i64(t, lo, hi, &v))
+            return -1;
+        out[n++] = (int)v;
+    }
+    return n ? n : -1;
+}
+
 int cli_parse_kv_type(const char *s)
 {
     if (!strcmp(s, "f16"))
