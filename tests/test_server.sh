@@ -129,9 +129,23 @@ has "/generate stop_sequence" '"generated_text":", there was a little","details"
 curl -sN -m 30 "$B/generate_stream" -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":8}}' >"$tmp/tgi"
 check "/generate_stream one event per token" 8 "$(grep -c '^data:{"index"' "$tmp/tgi")"
 has "/generate_stream last event has the text" '"generated_text":", there was a little girl","details":{"finish_reason":"length"' "$(grep '^data:' "$tmp/tgi" | tail -1)"
-check "/generate best_of 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"best_of":2}}')"
+check "/generate greedy best_of 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"best_of":2}}')"
 has "422 TGI shape" '"error_type":"validation"' "$(cat "$tmp/body")"
-check "/generate decoder_input_details 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"decoder_input_details":true}}')"
+has "best_of needs sampling" 'you must use sampling when `best_of` is > 1' "$(cat "$tmp/body")"
+check "/generate best_of with seed 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"best_of":2,"do_sample":true,"seed":1}}')"
+check "/generate_stream best_of 422" 422 "$(req POST /generate_stream -d '{"inputs":"x","parameters":{"best_of":2,"do_sample":true}}')"
+check "/generate best_of over max_best_of 422" 422 "$(req POST /generate -d '{"inputs":"x","parameters":{"best_of":999,"do_sample":true}}')"
+check "/generate best_of 3" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":6,"best_of":3,"temperature":1.5,"details":true}}')"
+check "best_of: the best has the highest mean log-prob, two others listed" "2 ok" "$(node -e '
+const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).details;
+const m = (s) => s.tokens.reduce((a, t) => a + t.logprob, 0) / Math.max(1, s.tokens.length);
+const o = d.best_of_sequences;
+const seeds = new Set([d.seed, ...o.map((s) => s.seed)]);
+console.log(o.length, o.every((s) => m(d) >= m(s) - 1e-6 && typeof s.generated_text === "string") && seeds.size === 3 ? "ok" : "bad");' "$tmp/body" 2>&1)"
+check "/generate decoder_input_details" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":2,"details":true,"decoder_input_details":true}}')"
+has "prefill: BOS first without a log-prob" '"prefill":[{"id":1,"text":"<s>","logprob":null},{"id":403,"text":" Once","logprob":-' "$(cat "$tmp/body")"
+check "prefill lists every prompt token" 5 "$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).details.prefill.length)' "$tmp/body" 2>&1)"
+check "/generate_stream decoder_input_details 422" 422 "$(req POST /generate_stream -d '{"inputs":"x","parameters":{"decoder_input_details":true}}')"
 check "/generate bad JSON 422" 422 "$(req POST /generate -d 'nope')"
 check "/generate over the context 422" 422 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":5000}}')"
 check "/generate truncate" 200 "$(req POST /generate -d '{"inputs":"Once upon a time","parameters":{"max_new_tokens":1,"truncate":2,"details":true}}')"

@@ -176,6 +176,14 @@ void ifl_gen_job_free(struct ifl_gen_job *j)
     free(j->bias_vals);
     free(j->ids);
     free(j->req_final);
+    free(j->order);
+    if (j->pscore) {
+        for (int i = 0; i < j->n_prompts; i++) {
+            free(j->pscore[i].lps);
+            free(j->pscore[i].tops);
+        }
+        free(j->pscore);
+    }
     if (j->ch) {
         for (int i = 0; i < j->n_prompts * j->n_per; i++) {
             ifl_sbuf_free(&j->ch[i].text);
@@ -294,11 +302,23 @@ int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *p
         return ifl_err(err, IFL_EINVAL, "n: %d samples asked, this server allows 1 to %d (--parallel)",
                        p->n, s->cfg.exec.max_batch_size);
     }
+    int n_gen = p->best_of > p->n ? p->best_of : p->n;
+    if (n_gen > s->cfg.exec.max_batch_size) {
+        strcpy(param, "best_of");
+        return ifl_err(err, IFL_EINVAL,
+                       "best_of: %d samples asked, this server allows 1 to %d (--parallel)", n_gen,
+                       s->cfg.exec.max_batch_size);
+    }
     struct ifl_request *r = &j->req;
-    r->max_tokens = (int32_t)max_tokens;
+    j->no_output = max_tokens == 0;
+    r->max_tokens = max_tokens == 0 ? 1 : (int32_t)max_tokens;
     r->streaming = p->stream;
-    r->num_return_sequences = p->n;
-    j->n_per = p->n;
+    r->num_return_sequences = n_gen;
+    j->n_per = n_gen;
+    j->n_ret = p->n;
+    j->score_prompt = p->score_prompt;
+    j->prompt_top = p->score_prompt ? p->prompt_top : 0;
+    r->output.return_context_logits = p->score_prompt;
     struct ifl_sampling_config *sc = &r->sampling;
     sc->temperature = (float)p->temperature;
     sc->top_p = (float)p->top_p;
@@ -338,7 +358,9 @@ int ifl_gen_start(struct ifl_gen_job *j, char *err)
     j->ids = calloc((size_t)n, sizeof(ifl_id));
     j->req_final = calloc((size_t)n, 1);
     j->ch = calloc((size_t)n * (size_t)j->n_per, sizeof(*j->ch));
-    if (!reqs || !j->ids || !j->req_final || !j->ch) {
+    if (j->score_prompt)
+        j->pscore = calloc((size_t)n, sizeof(*j->pscore));
+    if (!reqs || !j->ids || !j->req_final || !j->ch || (j->score_prompt && !j->pscore)) {
         free(reqs);
         return ifl_err(err, IFL_ENOMEM, "out of memory");
     }
@@ -404,6 +426,7 @@ static int fold(struct ifl_gen_job *j, struct ifl_gen_choice *c, const struct if
             }
     }
     c->n_tokens += add;
+    c->cum = res->cum_log_prob;
     if (res->n_text > 0)
         ifl_sbuf_add(&c->text, res->text, (size_t)res->n_text);
     return c->text.oom ? IFL_ENOMEM : 0;
@@ -425,6 +448,99 @@ static void observe_request(struct ifl_gen_job *j, const struct ifl_response *r,
         for (int64_t i = 0; i < n_gen - 1 && i < 4096; i++)
             ifl_server_metrics_observe(s, IFL_HIST_ITL, gap);
     }
+}
+
+/* Scores prompt k from its context logits (row i predicts token i + 1):
+ * log_softmax of each row at the next prompt token, and the row's best
+ * alternatives. */
+static int score_prompt(struct ifl_gen_job *j, int k, const float *logits, int32_t nv)
+{
+    struct ifl_gen_prompt_scores *ps = &j->pscore[k];
+    int32_t n = j->n_prompt[k], top = j->prompt_top;
+    ps->lps = malloc(sizeof(float) * (size_t)n);
+    if (top > 0)
+        ps->tops = malloc(sizeof(*ps->tops) * (size_t)n * (size_t)top);
+    if (!ps->lps || (top > 0 && !ps->tops))
+        return IFL_ENOMEM;
+    ps->n = n;
+    ps->n_top = top;
+    ps->lps[0] = NAN;
+    for (int32_t t = 0; t < top; t++)
+        ps->tops[t] = (struct ifl_top_logprob){.token = -1, .logprob = -INFINITY};
+    for (int32_t i = 1; i < n; i++) {
+        const float *row = logits + (size_t)(i - 1) * (size_t)nv;
+        float mx = row[0];
+        for (int32_t v = 1; v < nv; v++)
+            mx = row[v] > mx ? row[v] : mx;
+        double sum = 0;
+        for (int32_t v = 0; v < nv; v++)
+            sum += exp((double)(row[v] - mx));
+        float lse = mx + (float)log(sum);
+        ps->lps[i] = row[j->prompts[k][i]] - lse;
+        if (top <= 0)
+            continue;
+        /* the best `top` of the row, kept sorted (ties: the lower id first) */
+        struct ifl_top_logprob *b = ps->tops + (size_t)i * (size_t)top;
+        int32_t have = 0;
+        for (int32_t v = 0; v < nv; v++) {
+            if (have == top && row[v] <= b[top - 1].logprob)
+                continue;
+            int32_t at = have < top ? have++ : top - 1;
+            while (at > 0 && b[at - 1].logprob < row[v]) {
+                b[at] = b[at - 1];
+                at--;
+            }
+            b[at] = (struct ifl_top_logprob){.token = v, .logprob = row[v]};
+        }
+        for (int32_t t = 0; t < have; t++)
+            b[t].logprob -= lse;
+        for (int32_t t = have; t < top; t++)
+            b[t] = (struct ifl_top_logprob){.token = -1, .logprob = -INFINITY};
+    }
+    return 0;
+}
+
+/* A sample's rank key: its mean log-probability per generated token
+ * (OpenAI's and TGI's best_of both pick by it). */
+static double mean_lp(const struct ifl_gen_choice *c)
+{
+    return c->n_tokens > 0 ? (double)c->cum / c->n_tokens : (double)c->cum;
+}
+
+static int rank_choices(struct ifl_gen_job *j)
+{
+    j->order = malloc(sizeof(int) * (size_t)(j->n_prompts * j->n_ret + 1));
+    if (!j->order)
+        return IFL_ENOMEM;
+    for (int k = 0; k < j->n_prompts; k++) {
+        int *o = j->order + k * j->n_ret;
+        int have = 0;
+        for (int q = 0; q < j->n_per; q++) {
+            int ci = k * j->n_per + q;
+            if (j->n_ret == j->n_per) {
+                o[have++] = ci;
+                continue;
+            }
+            /* insertion into the n_ret best; equal keys keep sample order */
+            double key = mean_lp(&j->ch[ci]);
+            if (have == j->n_ret && key <= mean_lp(&j->ch[o[have - 1]]))
+                continue;
+            int at = have < j->n_ret ? have++ : j->n_ret - 1;
+            while (at > 0 && mean_lp(&j->ch[o[at - 1]]) < key) {
+                o[at] = o[at - 1];
+                at--;
+            }
+            o[at] = ci;
+        }
+    }
+    return 0;
+}
+
+int ifl_gen_choice_at(const struct ifl_gen_job *j, int i)
+{
+    if (j->order)
+        return j->order[i];
+    return (i / j->n_ret) * j->n_per + i % j->n_ret;
 }
 
 int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, void *user)
@@ -452,6 +568,20 @@ int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, 
         while (k < j->n_prompts && j->ids[k] != r->request_id)
             k++;
         int seq = r->sequence_index;
+        if (k < j->n_prompts && r->context_logits && j->pscore && !j->pscore[k].lps &&
+            score_prompt(j, k, r->context_logits, r->n_vocab) && !j->error_status) {
+            j->error_status = IFL_ENOMEM;
+            snprintf(j->error_msg, sizeof j->error_msg, "out of memory");
+        }
+        if (j->no_output)
+            for (int32_t q = 0; q < r->n_results; q++) {
+                struct ifl_sequence_result *res = &r->results[q];
+                res->n_tokens = 0;
+                res->n_text = 0;
+                res->cum_log_prob = 0;
+                if (res->finish_reason)
+                    res->finish_reason = IFL_FINISH_LENGTH;
+            }
         if (k < j->n_prompts && seq >= 0 && seq < j->n_per) {
             int choice = k * j->n_per + seq;
             struct ifl_gen_choice *c = &j->ch[choice];
@@ -491,6 +621,10 @@ int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, 
     }
     if (j->n_final == j->n_prompts) {
         j->finished = 1;
+        if (rank_choices(j) && !j->error_status) {
+            j->error_status = IFL_ENOMEM;
+            snprintf(j->error_msg, sizeof j->error_msg, "out of memory");
+        }
         j->t_last_us = ifl_now_us();
         ifl_server_metrics_observe(j->srv, IFL_HIST_E2E, (double)(j->t_last_us - j->t0_us) * 1e-6);
         return 1;

@@ -144,6 +144,17 @@ struct ifl_gen_choice {
     int32_t n_tokens, cap, n_top;
     int finish;                   /* enum ifl_finish_reason, 0 while running */
     int done;
+    float cum;                    /* sum of the generated tokens' log-probs (executor's) */
+};
+
+/* A prompt's scores (decoder input details, completions echo with
+ * logprobs): lps[i] the model's log-probability of prompt token i given
+ * the tokens before it (lps[0] is NAN: nothing predicts the first), tops
+ * [n][n_top] the most likely tokens at each position (row 0 empty). */
+struct ifl_gen_prompt_scores {
+    float *lps;
+    struct ifl_top_logprob *tops;
+    int32_t n, n_top;
 };
 
 struct ifl_gen_job {
@@ -151,6 +162,13 @@ struct ifl_gen_job {
     ifl_executor *ex;
     struct ifl_request req;    /* template; input_ids set per prompt */
     int n_prompts, n_per;      /* choices = n_prompts * n_per, prompt-major */
+    int n_ret;                 /* of each prompt's n_per, how many are returned (best_of) */
+    int *order;                /* [n_prompts * n_ret]: the returned choices, best first per
+                                  prompt (identity unless best_of > n); set when finished */
+    int score_prompt, prompt_top; /* as in ifl_gen_params */
+    int no_output;             /* max_tokens 0: the executor samples one token (its minimum),
+                                  which the job drops: the prompt alone is scored and echoed */
+    struct ifl_gen_prompt_scores *pscore; /* [n_prompts] when score_prompt */
     int32_t **prompts;
     int32_t *n_prompt;
     char **stops;
@@ -176,6 +194,9 @@ struct ifl_gen_params {
     double temperature, top_p, min_p, typical_p, rep_pen, pres_pen, freq_pen;
     int64_t top_k, min_tokens, seed;
     int has_seed, ignore_eos, logprobs, top_logprobs;
+    int best_of;               /* 0: n; else generate best_of per prompt, return the n best */
+    int score_prompt;          /* 1: the prompt tokens' log-probs (pscore) */
+    int prompt_top;            /* and this many alternatives at each */
     int stream;                /* a response per step */
     double priority;
 };
@@ -206,6 +227,9 @@ int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c);
  * (bounded wait). Counts a client disconnect when disconnected is 1. */
 void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected);
 int64_t ifl_gen_completion_tokens(const struct ifl_gen_job *j);
+/* The i-th returned choice (0 <= i < n_prompts * n_ret) as an index into
+ * ch: prompt-major, best first within a prompt when best_of ranked them. */
+int ifl_gen_choice_at(const struct ifl_gen_job *j, int i);
 int64_t ifl_gen_prompt_tokens(const struct ifl_gen_job *j);
 /* Text of one token (raw bytes, special tokens shown) into buf; length. */
 size_t ifl_gen_piece(struct ifl_server *s, int32_t tok, char *buf, size_t cap);

@@ -52,22 +52,53 @@ static json_t *bytes_json(const char *p, size_t n)
 
 /* ---- log-probs in both APIs' shapes ---- */
 
-/* Completions: {tokens, token_logprobs, top_logprobs, text_offset}; *offset
- * advances by each token's bytes. */
-static json_t *lp_completion(struct ifl_server *s, const int32_t *toks, const float *lps,
-                             const struct ifl_top_logprob *tops, int32_t k, int32_t n,
-                             int64_t *offset)
+/* Completions: {tokens, token_logprobs, top_logprobs, text_offset}. */
+static json_t *lp_completion_new(void)
 {
-    json_t *o = json_object(), *t = json_array(), *l = json_array(), *tl = json_array(),
-           *off = json_array();
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", json_array());
+    json_object_set_new(o, "token_logprobs", json_array());
+    json_object_set_new(o, "top_logprobs", json_array());
+    json_object_set_new(o, "text_offset", json_array());
+    return o;
+}
+
+/* Appends n tokens to o; *offset advances by each token's bytes. A NAN
+ * log-prob (the first prompt token of an echo: nothing predicts it) shows
+ * as null with null alternatives. With plain (an echoed prompt, shown as
+ * the client sent it), *offset counts the tokens' text without control
+ * tokens, and the offset shown is that less plain->shift, within
+ * 0..plain->limit. */
+struct plain_offsets {
+    int64_t shift, limit;
+};
+
+static void lp_completion_add(struct ifl_server *s, json_t *o, const int32_t *toks,
+                              const float *lps, const struct ifl_top_logprob *tops, int32_t k,
+                              int32_t n, int64_t *offset, const struct plain_offsets *plain)
+{
+    json_t *t = json_object_get(o, "tokens"), *l = json_object_get(o, "token_logprobs"),
+           *tl = json_object_get(o, "top_logprobs"), *off = json_object_get(o, "text_offset");
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
     char piece[256];
     for (int32_t i = 0; i < n; i++) {
         size_t pl = ifl_gen_piece(s, toks[i], piece, sizeof piece);
         json_array_append_new(t, ifl_json_text(piece, pl));
-        json_array_append_new(l, lp_json(lps ? lps[i] : 0));
-        json_array_append_new(off, json_integer(*offset));
-        *offset += (int64_t)pl;
-        if (k > 0 && tops) {
+        int unknown = lps && isnan(lps[i]);
+        json_array_append_new(l, unknown ? json_null() : lp_json(lps ? lps[i] : 0));
+        if (plain) {
+            int64_t at = *offset - plain->shift, np = 0;
+            at = at < 0 ? 0 : at > plain->limit ? plain->limit : at;
+            json_array_append_new(off, json_integer(at));
+            char plain_text[256];
+            if (ifl_executor_detokenize(ex, &toks[i], 1, 0, plain_text, sizeof plain_text, &np))
+                np = 0;
+            *offset += np;
+        } else {
+            json_array_append_new(off, json_integer(*offset));
+            *offset += (int64_t)pl;
+        }
+        if (k > 0 && tops && !unknown) {
             json_t *d = json_object();
             for (int32_t q = 0; q < k; q++) {
                 const struct ifl_top_logprob *tp = &tops[(size_t)i * k + q];
@@ -85,11 +116,36 @@ static json_t *lp_completion(struct ifl_server *s, const int32_t *toks, const fl
             json_array_append_new(tl, json_null());
         }
     }
-    json_object_set_new(o, "tokens", t);
-    json_object_set_new(o, "token_logprobs", l);
-    json_object_set_new(o, "top_logprobs", tl);
-    json_object_set_new(o, "text_offset", off);
+}
+
+static json_t *lp_completion(struct ifl_server *s, const int32_t *toks, const float *lps,
+                             const struct ifl_top_logprob *tops, int32_t k, int32_t n,
+                             int64_t *offset)
+{
+    json_t *o = lp_completion_new();
+    lp_completion_add(s, o, toks, lps, tops, k, n, offset, NULL);
     return o;
+}
+
+/* The echoed prompt's part of the log-probs: prompt pi's tokens from the
+ * job's prompt scores. Offsets index the prompt's text: the tokens' plain
+ * text may be longer at its start (a SentencePiece word's space), so the
+ * difference is taken off. */
+static void lp_completion_echo(struct ifl_server *s, json_t *o, const struct ifl_gen_job *j,
+                               int pi, int64_t echo_len)
+{
+    const struct ifl_gen_prompt_scores *ps = &j->pscore[pi];
+    if (ps->n != j->n_prompt[pi])
+        return;
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    int64_t total = 0, shown = 0, off = 0;
+    char one[1];
+    ifl_executor_detokenize(ex, j->prompts[pi], ps->n, 0, one, 1, &total);
+    ifl_executor_detokenize(ex, j->prompts[pi], ps->n, 1, one, 1, &shown);
+    /* a prompt of token ids is echoed as its tokens' shown pieces */
+    struct plain_offsets po = {.shift = total > echo_len ? total - echo_len : 0, .limit = echo_len};
+    lp_completion_add(s, o, j->prompts[pi], ps->lps, ps->tops, ps->n_top, ps->n, &off,
+                      shown == echo_len ? NULL : &po);
 }
 
 /* Chat: {content: [{token, logprob, bytes, top_logprobs: [...]}], refusal} */
@@ -358,8 +414,9 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
     ifl_server_make_id(s, q->chat ? "chatcmpl" : "cmpl", id, sizeof id);
     json_t *o = envelope(s, id, q->chat ? "chat.completion" : "text_completion", (int64_t)time(NULL));
     json_t *choices = json_array();
-    for (int i = 0; i < j->n_prompts * j->n_per; i++) {
-        struct ifl_gen_choice *ch = &j->ch[i];
+    for (int i = 0; i < j->n_prompts * j->n_ret; i++) {
+        int ci = ifl_gen_choice_at(j, i);
+        struct ifl_gen_choice *ch = &j->ch[ci];
         json_t *cj = json_object();
         json_object_set_new(cj, "index", json_integer(i));
         const char *fin = finish_name(ch->finish);
@@ -374,7 +431,7 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
                                                      ch->n_tokens)
                                            : json_null());
         } else {
-            int pi = i / j->n_per;
+            int pi = ci / j->n_per;
             struct ifl_sbuf t = {0};
             if (q->echo)
                 ifl_sbuf_add(&t, q->echo_text[pi], q->echo_len[pi]);
@@ -382,10 +439,15 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
             json_object_set_new(cj, "text", ifl_json_text(t.p ? t.p : "", t.len));
             ifl_sbuf_free(&t);
             int64_t off = q->echo ? (int64_t)q->echo_len[pi] : 0;
-            json_object_set_new(cj, "logprobs",
-                                q->want_lp ? lp_completion(s, ch->tokens, ch->lps, ch->tops,
-                                                           ch->n_top, ch->n_tokens, &off)
-                                           : json_null());
+            json_t *lp = json_null();
+            if (q->want_lp) {
+                lp = lp_completion_new();
+                if (q->echo)
+                    lp_completion_echo(s, lp, j, pi, off);
+                lp_completion_add(s, lp, ch->tokens, ch->lps, ch->tops, ch->n_top, ch->n_tokens,
+                                  &off, NULL);
+            }
+            json_object_set_new(cj, "logprobs", lp);
         }
         json_object_set_new(cj, "finish_reason", fin ? json_string(fin) : json_null());
         json_array_append_new(choices, cj);
@@ -405,6 +467,7 @@ struct oai_stream {
     char id[64];
     int64_t created;
     int64_t *offset; /* completions: text_offset per choice */
+    unsigned char *echo_due; /* completions, echo with logprobs: the prompt is still to send */
 };
 
 static void sse(struct ifl_sbuf *out, json_t *o)
@@ -441,6 +504,20 @@ static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
     if (r->n_results < 1)
         return;
     const struct ifl_sequence_result *res = &r->results[0];
+    struct ifl_gen_job *j = os->st->job;
+    if (os->echo_due && os->echo_due[choice]) {
+        /* the prompt's log-probs came with the request's first response */
+        int pi = choice / j->n_per;
+        os->echo_due[choice] = 0;
+        json_t *cj = json_object();
+        json_object_set_new(cj, "index", json_integer(choice));
+        json_object_set_new(cj, "text", ifl_json_text(os->q.echo_text[pi], os->q.echo_len[pi]));
+        json_t *lp = lp_completion_new();
+        lp_completion_echo(s, lp, j, pi, (int64_t)os->q.echo_len[pi]);
+        json_object_set_new(cj, "logprobs", lp);
+        json_object_set_new(cj, "finish_reason", json_null());
+        sse(&os->st->out, chunk(os, cj));
+    }
     int seq_final = r->is_sequence_final || r->is_final;
     const char *fin = seq_final ? finish_name(res->finish_reason) : NULL;
     int has_lp = os->q.want_lp && res->n_tokens > 0;
@@ -502,6 +579,7 @@ static void oai_stream_free(void *user)
         return;
     oai_req_free(&os->q, os->n_prompts);
     free(os->offset);
+    free(os->echo_due);
     free(os);
 }
 
@@ -511,10 +589,12 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     struct oai_stream *os = calloc(1, sizeof(*os));
     int n_choices = j->n_prompts * j->n_per;
     int64_t *offset = calloc((size_t)n_choices, sizeof(int64_t));
-    if (!st || !os || !offset) {
+    unsigned char *due = q->echo && q->want_lp ? calloc((size_t)n_choices, 1) : NULL;
+    if (!st || !os || !offset || (q->echo && q->want_lp && !due)) {
         free(st);
         free(os);
         free(offset);
+        free(due);
         ifl_gen_cancel(j, 0);
         ifl_gen_job_free(j);
         oai_req_free(q, j->n_prompts);
@@ -525,6 +605,7 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     os->q = *q; /* takes the echo arrays */
     os->n_prompts = j->n_prompts;
     os->offset = offset;
+    os->echo_due = due;
     os->created = (int64_t)time(NULL);
     ifl_server_make_id(c->srv, q->chat ? "chatcmpl" : "cmpl", os->id, sizeof os->id);
     st->job = j;
@@ -543,10 +624,15 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
             json_object_set_new(cj, "finish_reason", json_null());
         } else if (q->echo) {
             int pi = i / j->n_per;
+            offset[i] = (int64_t)q->echo_len[pi];
+            if (due) {
+                due[i] = 1; /* sent with the prompt's log-probs, once they are known */
+                json_decref(cj);
+                continue;
+            }
             json_object_set_new(cj, "text", ifl_json_text(q->echo_text[pi], q->echo_len[pi]));
             json_object_set_new(cj, "logprobs", json_null());
             json_object_set_new(cj, "finish_reason", json_null());
-            offset[i] = (int64_t)q->echo_len[pi];
         } else {
             json_decref(cj);
             continue;
@@ -624,13 +710,19 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
         q.want_lp = 1;
         q.top = (int)v;
     }
-    if (ifl_json_get_int(b, "best_of", 1, 128, &v, err) < 0)
+    r = ifl_json_get_int(b, "best_of", 1, 128, &v, err);
+    if (r < 0)
         return fail(c, j, &q, 400, "best_of", err);
-    json_t *bof = json_object_get(b, "best_of");
-    if (bof && !json_is_null(bof) && v != q.p.n) {
-        snprintf(err, sizeof err, "best_of: only best_of equal to n is supported");
+    if (r && v < q.p.n) {
+        snprintf(err, sizeof err, "best_of: must be at least n (%d)", q.p.n);
         return fail(c, j, &q, 400, "best_of", err);
     }
+    if (r && v > q.p.n && q.stream) {
+        snprintf(err, sizeof err, "best_of: cannot be used with stream (the best are known only "
+                                  "at the end)");
+        return fail(c, j, &q, 400, "best_of", err);
+    }
+    q.p.best_of = r ? (int)v : 0;
     /* prompt: a string, a list of strings, a list of token ids, or a list of those lists */
     json_t *prompt = json_object_get(b, "prompt");
     q.echo_text = calloc(MAX_PROMPTS, sizeof(char *));
@@ -703,10 +795,8 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
             return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "prompt",
                         rc == IFL_EINVAL ? "prompt: too long" : "out of memory");
     }
-    if (q.echo && q.want_lp) {
-        snprintf(err, sizeof err, "echo with logprobs (prompt log-probs) is not supported yet");
-        return fail(c, j, &q, 400, "echo", err);
-    }
+    q.p.score_prompt = q.echo && q.want_lp;
+    q.p.prompt_top = q.top;
     if (q.p.max_tokens < 0)
         q.p.max_tokens = 16; /* OpenAI's default for completions */
     q.p.logprobs = q.want_lp;

@@ -185,8 +185,9 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     bo = 0;
     if (ifl_json_get_bool(p, "decoder_input_details", &bo, e2) < 0)
         BAD("`decoder_input_details` must be a boolean");
-    if (bo)
-        BAD("`decoder_input_details` (prompt token log-probs) is not supported yet");
+    if (bo && stream)
+        BAD("`decoder_input_details` == true is not supported when streaming tokens");
+    g.score_prompt = bo;
     bo = 0;
     if (ifl_json_get_bool(p, "return_full_text", &bo, e2) < 0)
         BAD("`return_full_text` must be a boolean");
@@ -194,8 +195,18 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     if ((r = ifl_json_get_int(p, "top_n_tokens", 0, 20, &v, e2)) < 0)
         BAD("`top_n_tokens` must be an integer from 0 to 20");
     t->top_n = r ? (int)v : 0;
-    if ((r = ifl_json_get_int(p, "best_of", 1, 1 << 20, &v, e2)) < 0 || (r && v != 1))
-        BAD("`best_of` != 1 is not supported");
+    int max_best_of = s->cfg.exec.max_batch_size;
+    if ((r = ifl_json_get_int(p, "best_of", 1, max_best_of, &v, e2)) < 0)
+        BAD("`best_of` must be > 0 and <= %d (--parallel)", max_best_of);
+    if (r && v > 1) {
+        if (stream)
+            BAD("`best_of` != 1 is not supported when streaming tokens");
+        if (!sampling)
+            BAD("you must use sampling when `best_of` is > 1");
+        if (g.has_seed)
+            BAD("`seed` must not be set when `best_of` > 1");
+        g.best_of = (int)v;
+    }
     bo = 0;
     if (ifl_json_get_bool(p, "watermark", &bo, e2) < 0 || bo)
         BAD("`watermark` is not supported");
@@ -235,27 +246,53 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     char param[64];
     if (ifl_gen_apply(j, &g, param, e2))
         BAD("%s", e2);
-    if (!sampling)
-        j->seeded = 0; /* greedy: TGI reports no seed */
+    /* TGI reports the seed a sampled request used (the client's or one
+     * drawn for it) and none for greedy decoding */
+    j->seeded = sampling;
 out:
     json_decref(empty);
     return rc;
 #undef BAD
 }
 
-static json_t *details_json(struct ifl_server *s, ifl_executor *ex, struct ifl_gen_job *j,
-                            int full)
+static json_t *generated_text(struct tgi_req *t, struct ifl_gen_choice *ch);
+
+/* details of one sample: finish_reason, generated_tokens, seed, and with
+ * full the prefill (prompt tokens with their log-probs when asked), tokens
+ * and top_tokens */
+static json_t *sample_json(struct ifl_server *s, ifl_executor *ex, struct ifl_gen_job *j, int ci,
+                           int full)
 {
-    struct ifl_gen_choice *ch = &j->ch[0];
+    struct ifl_gen_choice *ch = &j->ch[ci];
     json_t *d = json_object();
     json_object_set_new(d, "finish_reason", json_string(tgi_finish(ch->finish)));
     json_object_set_new(d, "generated_tokens", json_integer(ch->n_tokens));
-    json_object_set_new(d, "seed", j->seeded ? json_integer((json_int_t)j->seed) : json_null());
+    /* sample q of a request is drawn with seed + q (the executor's rule) */
+    json_object_set_new(d, "seed", j->seeded ? json_integer((json_int_t)(j->seed + (uint64_t)ci))
+                                             : json_null());
     if (!full) {
         json_object_set_new(d, "input_length", json_integer(j->n_prompt[0]));
         return d;
     }
-    json_object_set_new(d, "prefill", json_array());
+    json_t *prefill = json_array();
+    const struct ifl_gen_prompt_scores *ps = j->pscore ? &j->pscore[0] : NULL;
+    if (ps && ps->n == j->n_prompt[0]) {
+        char piece[256];
+        for (int32_t i = 0; i < ps->n; i++) {
+            int32_t tok = j->prompts[0][i];
+            size_t pl = ifl_gen_piece(s, tok, piece, sizeof piece);
+            json_t *o = json_object();
+            json_object_set_new(o, "id", json_integer(tok));
+            json_object_set_new(o, "text", ifl_json_text(piece, pl));
+            json_object_set_new(o, "logprob",
+                                isnan(ps->lps[i]) ? json_null()
+                                                  : json_real(isfinite(ps->lps[i])
+                                                                  ? (double)ps->lps[i]
+                                                                  : -9999.0));
+            json_array_append_new(prefill, o);
+        }
+    }
+    json_object_set_new(d, "prefill", prefill);
     json_t *toks = json_array();
     json_t *tops = json_array();
     for (int32_t i = 0; i < ch->n_tokens; i++) {
@@ -269,6 +306,30 @@ static json_t *details_json(struct ifl_server *s, ifl_executor *ex, struct ifl_g
         json_object_set_new(d, "top_tokens", tops);
     else
         json_decref(tops);
+    return d;
+}
+
+/* details of the returned sample, and with best_of the others under
+ * best_of_sequences (each with its generated_text) */
+static json_t *details_json(struct ifl_server *s, ifl_executor *ex, struct ifl_gen_job *j,
+                            struct tgi_req *t, int full)
+{
+    int best = ifl_gen_choice_at(j, 0);
+    json_t *d = sample_json(s, ex, j, best, full);
+    if (full && j->n_per > 1) {
+        json_t *others = json_array();
+        for (int q = 0; q < j->n_per; q++) {
+            if (q == best)
+                continue;
+            json_t *o = json_object();
+            json_object_set_new(o, "generated_text", generated_text(t, &j->ch[q]));
+            json_t *sj = sample_json(s, ex, j, q, 1);
+            json_object_update(o, sj);
+            json_decref(sj);
+            json_array_append_new(others, o);
+        }
+        json_object_set_new(d, "best_of_sequences", others);
+    }
     return d;
 }
 
@@ -350,7 +411,7 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
                                 : json_null());
         if (final && last && !r->status) {
             json_object_set_new(ev, "generated_text", generated_text(&ts->t, &j->ch[0]));
-            json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, 0));
+            json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, &ts->t, 0));
         } else {
             json_object_set_new(ev, "generated_text", json_null());
             json_object_set_new(ev, "details", json_null());
@@ -371,7 +432,7 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
         json_object_set_new(ev, "token", tok);
         json_object_set_new(ev, "top_tokens", json_null());
         json_object_set_new(ev, "generated_text", generated_text(&ts->t, &j->ch[0]));
-        json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, 0));
+        json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, &ts->t, 0));
         sse(&ts->st->out, ev);
     }
 }
@@ -450,9 +511,10 @@ int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream)
                                        j->error_msg);
     } else {
         json_t *o = json_object();
-        json_object_set_new(o, "generated_text", generated_text(&t, &j->ch[0]));
+        json_object_set_new(o, "generated_text",
+                            generated_text(&t, &j->ch[ifl_gen_choice_at(j, 0)]));
         if (t.details)
-            json_object_set_new(o, "details", details_json(s, ex, j, 1));
+            json_object_set_new(o, "details", details_json(s, ex, j, &t, 1));
         ret = ifl_http_reply_json(c, 200, o);
     }
     free(t.inputs);
@@ -564,7 +626,7 @@ int ifl_tgi_info(struct ifl_hconn *c)
     json_object_set_new(o, "max_concurrent_requests",
                         json_integer(e->max_queue_size > 0 ? e->max_queue_size + e->max_batch_size
                                                            : 0));
-    json_object_set_new(o, "max_best_of", json_integer(1));
+    json_object_set_new(o, "max_best_of", json_integer(e->max_batch_size));
     json_object_set_new(o, "max_stop_sequences", json_integer(64));
     json_object_set_new(o, "max_input_tokens", json_integer(s->info.n_ctx - 1));
     json_object_set_new(o, "max_input_length", json_integer(s->info.n_ctx - 1));

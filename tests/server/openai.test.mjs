@@ -110,6 +110,42 @@ await test('completion prompts', async () => {
   check('echo prepends the prompt', e.choices[0].text.startsWith('Once upon a time, there'), e.choices[0].text);
 });
 
+await test('completion echo with logprobs (prompt scoring)', async () => {
+  const PROMPT = 'Once upon a time';
+  const g = await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 3, temperature: 0, logprobs: 2 });
+  const gl = g.choices[0].logprobs;
+  // score the prompt plus what greedy decoding produced: the prompt part of
+  // an echo must give the generated tokens the log-probs they were sampled with
+  const e = await client.completions.create({ model: MODEL, prompt: PROMPT + g.choices[0].text, max_tokens: 0, echo: true, logprobs: 2 });
+  const el = e.choices[0].logprobs;
+  check('echo max_tokens 0: the prompt only', e.choices[0].text === PROMPT + g.choices[0].text && e.usage.completion_tokens === 0 && e.choices[0].finish_reason === 'length', e);
+  check('echo: every prompt token listed', el.tokens.length === e.usage.prompt_tokens && el.token_logprobs.length === el.tokens.length, el);
+  check('echo: the first prompt token has no log-prob', el.token_logprobs[0] === null && el.top_logprobs[0] === null, el);
+  const tail = el.token_logprobs.slice(-3);
+  check('echo scores equal the sampled log-probs', tail.every((v, i) => Math.abs(v - gl.token_logprobs[i]) < 2e-3), { tail, gen: gl.token_logprobs });
+  check('echo top alternatives', el.top_logprobs.slice(1).every((d) => Object.keys(d).length === 2 && Object.values(d).every((v) => v <= 0)), el.top_logprobs);
+  check('echo text_offset indexes the prompt', el.text_offset.every((o, i) => i === 0 || o >= el.text_offset[i - 1]) && el.text_offset[el.text_offset.length - 1] < e.choices[0].text.length &&
+    e.choices[0].text.slice(el.text_offset[2]).startsWith(' upon'), el.text_offset);
+  const both = await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 3, temperature: 0, logprobs: 1, echo: true });
+  const bl = both.choices[0].logprobs;
+  check('echo + generation: prompt then generated tokens', bl.tokens.length === both.usage.prompt_tokens + 3 && bl.text_offset[bl.text_offset.length - 3] === PROMPT.length, bl);
+  const st = await collect(await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 3, temperature: 0, logprobs: 1, echo: true, stream: true }));
+  const toks = st.flatMap((c) => c.choices).flatMap((x) => (x.logprobs ? x.logprobs.tokens : []));
+  const text = st.flatMap((c) => c.choices).map((x) => x.text).join('');
+  check('echo + logprobs streamed: same tokens and text', JSON.stringify(toks) === JSON.stringify(bl.tokens) && text === both.choices[0].text, { toks, text });
+});
+
+await test('completion best_of', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 1.2, n: 2, best_of: 5, logprobs: 0, seed: 11 });
+  check('best_of returns n choices', r.choices.length === 2 && r.choices.map((c) => c.index).join() === '0,1', r.choices);
+  const mean = (c) => c.logprobs.token_logprobs.reduce((a, v) => a + v, 0) / Math.max(1, c.logprobs.token_logprobs.length);
+  check('best_of: best first by mean log-prob', mean(r.choices[0]) >= mean(r.choices[1]) - 1e-6, r.choices.map(mean));
+  const kept = r.choices.reduce((a, c) => a + c.logprobs.tokens.length, 0);
+  check('best_of: usage counts every sample', r.usage.completion_tokens >= kept && r.usage.completion_tokens > kept - 1 + 8, { usage: r.usage, kept });
+  const again = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 1.2, n: 2, best_of: 5, logprobs: 0, seed: 11 });
+  check('best_of with a seed is reproducible', JSON.stringify(again.choices.map((c) => c.text)) === JSON.stringify(r.choices.map((c) => c.text)), again.choices);
+});
+
 await test('chat', async () => {
   const msgs = [{ role: 'system', content: 'You tell stories.' }, { role: 'user', content: [{ type: 'text', text: 'Tell me a story.' }] }];
   const r = await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 20, temperature: 0 });
@@ -156,6 +192,8 @@ await expectError('bad role: 400', () => client.chat.completions.create({ model:
 await expectError('empty messages: 400', () => client.chat.completions.create({ model: MODEL, messages: [] }), 400, 'messages');
 await expectError('n out of range: 400', () => client.completions.create({ model: MODEL, prompt: 'x', n: 0 }), 400, 'n');
 await expectError('top_logprobs without logprobs: 400', () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], top_logprobs: 2 }), 400, 'top_logprobs');
+await expectError('best_of below n: 400', () => client.completions.create({ model: MODEL, prompt: 'x', n: 3, best_of: 2 }), 400, 'best_of');
+await expectError('best_of with stream: 400', () => client.completions.create({ model: MODEL, prompt: 'x', best_of: 2, stream: true }), 400, 'best_of');
 await expectError('logit_bias bad id: 400', () => client.completions.create({ model: MODEL, prompt: 'x', logit_bias: { '99999': 1 } }), 400, 'logit_bias');
 
 console.log(`${pass} passed, ${fail} failed`);
