@@ -94,7 +94,7 @@ check "missing prompt 400" 400 "$(req POST /v1/completions -d '{"max_tokens":3}'
 has "missing prompt names it" '"param":"prompt"' "$(cat "$tmp/body")"
 check "over the context 400" 400 "$(req POST /v1/completions -d '{"prompt":"Once upon a time","max_tokens":4000}')"
 check "json_schema 400" 400 "$(req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{}}}')"
-has "json_schema says not supported" 'not supported yet' "$(cat "$tmp/body")"
+has "json_schema without a schema names it" 'json_schema.schema is required' "$(cat "$tmp/body")"
 check "tools 400" 400 "$(req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}')"
 check "unknown route 404" 404 "$(req GET /v2/nothing)"
 check "wrong method 405" 405 "$(req GET /v1/completions)"

@@ -177,6 +177,7 @@ void ifl_gen_job_free(struct ifl_gen_job *j)
     free(j->ids);
     free(j->req_final);
     free(j->order);
+    free(j->guide_text);
     if (j->pscore) {
         for (int i = 0; i < j->n_prompts; i++) {
             free(j->pscore[i].lps);
@@ -267,6 +268,50 @@ int ifl_gen_add_bias(struct ifl_gen_job *j, int32_t id, float v)
     j->bias_vals[n] = v;
     j->req.n_logit_bias = n + 1;
     return 0;
+}
+
+int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t n,
+                      const char *param, char *err)
+{
+    if (j->req.guide_type != IFL_GUIDE_NONE)
+        return ifl_err(err, IFL_EINVAL, "%s: only one of response_format, grammar and json_schema "
+                                        "may constrain the output (%s already does)",
+                       param, j->guide_param);
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    memcpy(copy, text, n);
+    copy[n] = 0;
+    j->guide_text = copy;
+    j->guide_param = param;
+    j->req.guide_type = type;
+    j->req.guide_text = copy;
+    return 0;
+}
+
+char *ifl_json_schema_text(json_t *v, const char *param, char *err)
+{
+    if (json_is_string(v)) {
+        /* a schema sent as a string: it must hold a JSON object */
+        json_error_t je;
+        json_t *o = json_loadb(json_string_value(v), json_string_length(v), 0, &je);
+        int obj = json_is_object(o);
+        json_decref(o);
+        if (!obj) {
+            ifl_err(err, IFL_EINVAL, "%s: the schema is not a JSON object%s%s", param,
+                    o ? "" : ": ", o ? "" : je.text);
+            return NULL;
+        }
+        return strndup(json_string_value(v), json_string_length(v));
+    }
+    if (!json_is_object(v) && !json_is_boolean(v)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be a JSON Schema (an object)", param);
+        return NULL;
+    }
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t)
+        ifl_err(err, IFL_ENOMEM, "out of memory");
+    return t;
 }
 
 int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *param, char *err)

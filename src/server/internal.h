@@ -166,6 +166,8 @@ struct ifl_gen_job {
     int *order;                /* [n_prompts * n_ret]: the returned choices, best first per
                                   prompt (identity unless best_of > n); set when finished */
     int score_prompt, prompt_top; /* as in ifl_gen_params */
+    char *guide_text;          /* the request's guided-decoding text (owned) */
+    const char *guide_param;   /* the parameter that asked for it, for errors */
     int no_output;             /* max_tokens 0: the executor samples one token (its minimum),
                                   which the job drops: the prompt alone is scored and echoed */
     struct ifl_gen_prompt_scores *pscore; /* [n_prompts] when score_prompt */
@@ -209,6 +211,14 @@ int ifl_gen_add_prompt(struct ifl_gen_job *j, const int32_t *ids, int32_t n);
 int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, int add_special);
 int ifl_gen_add_stop(struct ifl_gen_job *j, const char *s);
 int ifl_gen_add_bias(struct ifl_gen_job *j, int32_t id, float v);
+/* Constrains the output (enum ifl_guide_type; text copied). param names the
+ * request field for errors; a second guide is an IFL_EINVAL. The executor
+ * compiles it at enqueue: an invalid schema, regex or grammar fails there. */
+int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t n,
+                      const char *param, char *err);
+/* The JSON text of a request field (a schema given as an object or as a
+ * string holding one), malloc'd; NULL with err when it is neither. */
+char *ifl_json_schema_text(json_t *v, const char *param, char *err);
 /* Applies p to the request template; err gets "param: problem". The
  * max_tokens default (p->max_tokens < 0) fills the context of the longest
  * prompt. Returns 0 or a 400-worthy IFL_EINVAL. */

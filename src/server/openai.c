@@ -337,17 +337,54 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
             ifl_err(err, IFL_EINVAL, "response_format: must be an object with a type");
             FAIL("response_format");
         }
-        if (!strcmp(type, "json_object") || !strcmp(type, "json_schema")) {
-            ifl_err(err, IFL_EUNSUPPORTED,
-                    "response_format: '%s' is not supported yet (guided decoding); only 'text'",
-                    type);
-            FAIL("response_format");
-        }
-        if (strcmp(type, "text")) {
+        int rc = 0;
+        if (!strcmp(type, "json_object")) {
+            static const char obj[] = "{\"type\":\"object\"}";
+            rc = ifl_gen_set_guide(j, IFL_GUIDE_JSON_SCHEMA, obj, sizeof obj - 1, "response_format",
+                                   err);
+        } else if (!strcmp(type, "json_schema")) {
+            /* {"json_schema": {"name", "schema", "strict", "description"}}:
+             * the schema is enforced whether strict is true or not */
+            json_t *js = json_object_get(rf, "json_schema");
+            json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+            json_t *strict = json_is_object(js) ? json_object_get(js, "strict") : NULL;
+            if (!schema || json_is_null(schema)) {
+                ifl_err(err, IFL_EINVAL, "response_format: json_schema.schema is required");
+                FAIL("response_format");
+            }
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict)) {
+                ifl_err(err, IFL_EINVAL, "response_format: json_schema.strict must be true or false");
+                FAIL("response_format");
+            }
+            char *t = ifl_json_schema_text(schema, "response_format", err);
+            if (!t)
+                FAIL("response_format");
+            rc = ifl_gen_set_guide(j, IFL_GUIDE_JSON_SCHEMA, t, strlen(t), "response_format", err);
+            free(t);
+        } else if (strcmp(type, "text")) {
             ifl_err(err, IFL_EINVAL, "response_format: unknown type '%.40s' (text, json_object, json_schema)",
                     type);
             FAIL("response_format");
         }
+        if (rc)
+            FAIL("response_format");
+    }
+    /* llama.cpp server's fields: a GBNF grammar, or a schema */
+    const char *gbnf = NULL;
+    if (ifl_json_get_str(b, "grammar", &gbnf, err) < 0)
+        FAIL("grammar");
+    if (gbnf && *gbnf &&
+        ifl_gen_set_guide(j, IFL_GUIDE_EBNF, gbnf, strlen(gbnf), "grammar", err))
+        FAIL("grammar");
+    json_t *jsch = json_object_get(b, "json_schema");
+    if (jsch && !json_is_null(jsch)) {
+        char *t = ifl_json_schema_text(jsch, "json_schema", err);
+        if (!t)
+            FAIL("json_schema");
+        int rc = ifl_gen_set_guide(j, IFL_GUIDE_JSON_SCHEMA, t, strlen(t), "json_schema", err);
+        free(t);
+        if (rc)
+            FAIL("json_schema");
     }
     static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
                                               "audio", "modalities", "prediction", "suffix"};
@@ -650,12 +687,16 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
     int rc = ifl_gen_start(j, err);
     if (rc) {
         int n = j->n_prompts;
+        /* an invalid schema, regex or grammar is found by the executor */
+        const char *param = j->guide_param && (rc == IFL_EINVAL || rc == IFL_EUNSUPPORTED)
+                                ? j->guide_param
+                                : NULL;
         ifl_gen_job_free(j);
         oai_req_free(q, n);
         if (rc == IFL_EFULL)
             return ifl_http_reply_oai_error(c, 429, NULL,
                                             "the server is busy (request queue full); retry later");
-        return ifl_http_reply_oai_error(c, status_of(rc), NULL, err);
+        return ifl_http_reply_oai_error(c, status_of(rc), param, err);
     }
     if (q->stream)
         return reply_stream(c, j, q);
