@@ -20,6 +20,42 @@ awk -F'"decode_tps":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 <= 0) bad = 1 } 
     ok "offline: positive throughput" || bad "offline: positive throughput"
 "$BIN" bench -m "$M" -p 16 -n 8 -c 1 -r 1 -t 1 | grep -q '^| 1 |' && ok "offline: table" || bad "offline: table"
 
+# llama-bench's tests: one JSON line per test with llama-bench's field names
+"$BIN" bench -m "$M" --pp 16,32 --tg 8 -r 2 -t 1 --json >"$tmp/pt.json" 2>"$tmp/pt.err"
+[ $? -eq 0 ] && [ "$(grep -c '^{' "$tmp/pt.json")" -eq 3 ] && ok "pp/tg: one JSON line per test" ||
+    { bad "pp/tg: one JSON line per test"; cat "$tmp/pt.json" "$tmp/pt.err"; }
+for t in pp16 pp32 tg8; do
+    grep -q "\"test\":\"$t\"" "$tmp/pt.json" && ok "pp/tg: test $t present" || bad "pp/tg: test $t present"
+done
+grep -q '"test":"pp32","n_prompt":32,"n_gen":0,"reps":2' "$tmp/pt.json" && grep -q '"test":"tg8","n_prompt":0,"n_gen":8' "$tmp/pt.json" &&
+    ok "pp/tg: shapes" || bad "pp/tg: shapes"
+# every number that must be positive is, and samples_ts has -r entries
+awk '{
+    for (k = split("avg_ts avg_ns model_size model_n_params bytes_per_token max_rss_bytes n_threads", f, " "); k > 0; k--) {
+        if (!match($0, "\"" f[k] "\":[0-9.]+")) { print "missing " f[k]; bad = 1; continue }
+        v = substr($0, RSTART + length(f[k]) + 3, RLENGTH - length(f[k]) - 3)
+        if (v + 0 <= 0) { print f[k] " not positive: " v; bad = 1 }
+    }
+    if (!match($0, /"stddev_ts":[0-9.]+/)) { print "missing stddev_ts"; bad = 1 }
+    if (!match($0, /"samples_ts":\[[0-9.]+,[0-9.]+\]/)) { print "samples_ts: not 2 values"; bad = 1 }
+} END { exit bad }' "$tmp/pt.json" && ok "pp/tg: fields present and positive" || bad "pp/tg: fields present and positive"
+"$BIN" bench -m "$M" --pp 16 --tg 8 -r 2 -t 1 >"$tmp/pt.md" 2>&1
+grep -q '^| model | size | params | threads | test | t/s |$' "$tmp/pt.md" &&
+    grep -Eq '^\| stories260K.gguf \| [0-9.]+ MiB \| [0-9.]+ M \| 1 \| pp16 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/pt.md" &&
+    grep -Eq '^\| stories260K.gguf .* \| tg8 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/pt.md" &&
+    ! grep -q concurrency "$tmp/pt.md" && ok "pp/tg: llama-bench's table, no batched test" ||
+    { bad "pp/tg: llama-bench's table, no batched test"; cat "$tmp/pt.md"; }
+# --batched (or -c) adds the batched test to pp/tg in the same run
+"$BIN" bench -m "$M" --tg 8 --batched -c 2 -p 16 -n 8 -r 1 -t 1 --json >"$tmp/both.json" 2>&1
+grep -q '"test":"tg8"' "$tmp/both.json" && grep -q '"test":"batched","n_threads":1,"concurrency":2' "$tmp/both.json" &&
+    ok "--batched with --tg: both tests" || { bad "--batched with --tg: both tests"; cat "$tmp/both.json"; }
+"$BIN" bench --bandwidth --bw-mib 8 -t 2 -r 2 --json >"$tmp/bw.json" 2>&1
+grep -Eq '^\{"test":"bandwidth","n_threads":2,"buffer_bytes":8388608,"reps":2,"gbps":[0-9.]+' "$tmp/bw.json" &&
+    awk -F'"gbps":' '{ split($2, a, ","); exit !(a[1] + 0 > 0) }' "$tmp/bw.json" &&
+    ok "--bandwidth: positive GB/s" || { bad "--bandwidth: positive GB/s"; cat "$tmp/bw.json"; }
+"$BIN" bench --bandwidth --bw-mib 8 -t 1 -r 1 | grep -q '^memory read bandwidth: [0-9.]* GB/s (1 threads, 8 MiB buffer' &&
+    ok "--bandwidth: text" || bad "--bandwidth: text"
+
 ( exec "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 -c 256 --quiet 2>"$tmp/log" ) &
 spid=$!
 PORT=
@@ -39,10 +75,15 @@ kill -TERM "$spid"; wait "$spid" 2>/dev/null; spid=
 
 "$BIN" bench --url "http://127.0.0.1:$PORT" -n 2 >/dev/null 2>&1
 [ $? -eq 2 ] && ok "--url: no server is exit 2" || bad "--url: no server is exit 2"
-for args in "-m $M -c 0" "-m $M -p x" "--url ftp://x" "-c 1,2"; do
+for args in "-m $M -c 0" "-m $M -p x" "--url ftp://x" "-c 1,2" "-m $M --pp 0" "-m $M --tg x" \
+    "-m $M --pp" "--tg 8" "--bandwidth -m $M" "--bandwidth --bw-mib 0" "-m $M --frobnicate 1"; do
     # shellcheck disable=SC2086
-    "$BIN" bench $args >/dev/null 2>"$tmp/e"
-    [ $? -eq 2 ] && [ -s "$tmp/e" ] && ok "bad arguments: $args" || bad "bad arguments: $args"
+    "$BIN" bench $args >"$tmp/o" 2>"$tmp/e"
+    [ $? -eq 2 ] && grep -q '^inflight bench: ' "$tmp/e" && [ ! -s "$tmp/o" ] && ok "bad arguments: $args" ||
+        { bad "bad arguments: $args"; cat "$tmp/e"; }
 done
+grep -q "a model is required" <("$BIN" bench --tg 8 2>&1) && ok "bad arguments: the message names the problem" ||
+    bad "bad arguments: the message names the problem"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,34 +1,238 @@
 /*
- * `inflight bench -m FILE`: offline throughput and latency through the
- * executor API, the way a server would drive it.
+ * `inflight bench -m FILE`: offline throughput through the executor API, in
+ * tests shaped like llama.cpp's two benchmark tools so that the figures can be
+ * set side by side with theirs on the same file.
  *
- * For each concurrency C it runs waves of C requests enqueued together,
- * each with a prompt of P random tokens (distinct per request, so nothing is
- * served from the prefix cache) and exactly G generated tokens (end tokens
- * ignored), streamed. From the client's timestamps it reports:
- *   prompt tok/s   C*P / time until the last request of a wave had its first token
- *   decode tok/s   C*(G-1) / time from then until the wave finished: the
- *                  aggregate decode rate of C sequences (llama-batched-bench's S_TG)
- *   total tok/s    C*G / wave time
- *   TTFT and ITL   time to first token and between tokens, p50 and p99
- * With C = 1 the first two are llama-bench's pp and tg figures.
+ *   pp N  (--pp N)  llama-bench's pp test: one request of N prompt tokens (BOS,
+ *                   then random ids) and max_tokens 1 into an empty KV cache,
+ *                   timed from enqueue to its final response. tok/s = N / time.
+ *   tg N  (--tg N)  llama-bench's tg test: one request whose prompt is the one
+ *                   BOS token, generating N tokens greedily (end tokens
+ *                   ignored). That is N forward passes of one row at positions
+ *                   0..N-1, as llama-bench's N one-token decodes from an empty
+ *                   cache. tok/s = N / (enqueue to final response).
+ *   batched (-c C)  llama-batched-bench: waves of C requests enqueued together,
+ *                   each with a prompt of P random tokens (distinct per
+ *                   request, so nothing comes from the prefix cache) and
+ *                   exactly G generated tokens, streamed. From the client's
+ *                   timestamps:
+ *     prompt tok/s  C*P / time until the last request of a wave had its first token
+ *     decode tok/s  C*(G-1) / time from then until the wave finished: the
+ *                   aggregate decode rate of C sequences (llama-batched-bench's S_TG)
+ *     total tok/s   C*G / wave time
+ *     TTFT and ITL  time to first token and between tokens, p50 and p99
+ *
+ * pp and tg run once untimed, then -r times, and report the mean and sample
+ * standard deviation of the per-run tok/s, as llama-bench does. Sampling
+ * (greedy argmax) and the engine's queues are inside the timed span; they are
+ * small next to a forward pass of a real model.
+ *
+ * --bandwidth measures memory read bandwidth instead: T threads each sum
+ * their slice of a buffer far larger than the caches. Decode of one stream
+ * cannot beat that bandwidth divided by the weight bytes read per token,
+ * which the tg test reports.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "inflight.h"
+#include "model/gguf.h"
 
 #define MAX_CONC 64
+#define MAX_TESTS 16
+
+struct bench_opts {
+    const char *model;
+    int64_t n_prompt, n_gen, reps, threads, bw_mib;
+    int conc[MAX_TESTS], n_conc;
+    int pp[MAX_TESTS], n_pp;
+    int tg[MAX_TESTS], n_tg;
+    int batched, bandwidth, json, kv_type;
+};
+
+/* What llama-bench prints about a model, from the GGUF's tensor table. */
+struct model_size {
+    uint64_t bytes; /* all tensors (llama-bench's model_size) */
+    uint64_t params;
+    uint64_t bytes_per_token; /* read by one decode step: all but the embedding
+                                 table, of which one row (the whole table when
+                                 the output matrix is tied to it) */
+};
+
+static int read_model_size(const char *path, struct model_size *s, char *err)
+{
+    struct ifl_gguf *g;
+    int rc = ifl_gguf_open(&g, path, err);
+    if (rc)
+        return rc;
+    memset(s, 0, sizeof(*s));
+    for (int64_t i = 0; i < ifl_gguf_n_tensors(g); i++) {
+        const struct ifl_gguf_tensor *t = ifl_gguf_tensor(g, i);
+        s->bytes += t->nbytes;
+        s->params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    s->bytes_per_token = s->bytes;
+    const struct ifl_gguf_tensor *e = ifl_gguf_find_tensor(g, "token_embd.weight");
+    if (e && ifl_gguf_find_tensor(g, "output.weight") && e->ne[1] > 0)
+        s->bytes_per_token = s->bytes - e->nbytes + e->nbytes / (uint64_t)e->ne[1];
+    ifl_gguf_free(g);
+    return 0;
+}
+
+static uint64_t peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru))
+        return 0;
+    return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void mean_sd(const double *v, int n, double *mean, double *sd)
+{
+    double m = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        m += v[i];
+    m /= n;
+    for (int i = 0; i < n; i++)
+        ss += (v[i] - m) * (v[i] - m);
+    *mean = m;
+    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+/* ---- pp and tg: one request at a time ---- */
+
+/* One request of n_prompt tokens (BOS first when the model has one, then
+ * random ids) generating n_gen tokens greedily, not streamed. *secs is the
+ * time from enqueue to its final response. */
+static int run_one(ifl_executor *ex, int n_prompt, int n_gen, struct ifl_rng *g,
+                   const struct ifl_model_info *mi, double *secs, char *err)
+{
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    if (!p)
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    for (int i = 0; i < n_prompt; i++)
+        p[i] = (int32_t)(ifl_rng_next(g) % (uint64_t)mi->n_vocab);
+    if (mi->bos_id >= 0)
+        p[0] = mi->bos_id;
+    struct ifl_request req;
+    ifl_request_init(&req);
+    req.input_ids = p;
+    req.n_input = n_prompt;
+    req.max_tokens = n_gen;
+    req.sampling.temperature = 0;
+    req.sampling.ignore_eos = 1;
+    ifl_id id;
+    double t0 = ifl_now_s();
+    int rc = ifl_enqueue(ex, &req, &id, err);
+    int final = 0, n_tok = 0;
+    while (!rc && !final) {
+        struct ifl_response *r;
+        int32_t n = 0;
+        rc = ifl_await(ex, &id, 1, 600000, &r, 1, &n);
+        if (rc) {
+            ifl_err(err, rc, "await: %s", ifl_strerror(rc));
+            break;
+        }
+        if (n == 0)
+            continue;
+        if (r->status)
+            rc = ifl_err(err, r->status, "request failed: %s", r->error_msg ? r->error_msg : "?");
+        n_tok += r->n_results ? r->results[0].n_tokens : 0;
+        final = r->is_final;
+        ifl_response_free(r);
+    }
+    *secs = ifl_now_s() - t0;
+    free(p);
+    if (!rc && n_tok != n_gen)
+        rc = ifl_err(err, IFL_EINVAL, "asked for %d tokens, got %d", n_gen, n_tok);
+    return rc;
+}
+
+/* pp N (is_pp) or tg N: one untimed run, then reps timed ones. */
+static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_pp, int n,
+                          const struct ifl_model_info *mi, const struct model_size *ms, int threads,
+                          struct ifl_rng *g, char *err)
+{
+    int n_prompt = is_pp ? n : 1, n_gen = is_pp ? 1 : n;
+    double secs, *ts = malloc(sizeof(double) * (size_t)o->reps);
+    double *ns = malloc(sizeof(double) * (size_t)o->reps);
+    if (!ts || !ns) {
+        free(ts);
+        free(ns);
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
+    int rc = run_one(ex, n_prompt, is_pp ? 1 : 2, g, mi, &secs, err);
+    for (int r = 0; r < o->reps && !rc; r++) {
+        rc = run_one(ex, n_prompt, n_gen, g, mi, &secs, err);
+        ts[r] = n / secs;
+        ns[r] = secs * 1e9;
+    }
+    if (!rc) {
+        double avg, sd, avg_ns, sd_ns;
+        int reps = (int)o->reps;
+        mean_sd(ts, reps, &avg, &sd);
+        mean_sd(ns, reps, &avg_ns, &sd_ns);
+        if (o->json) {
+            printf("{\"model\":");
+            json_str(o->model);
+            printf(",\"model_size\":%llu,\"model_n_params\":%llu,\"n_threads\":%d,"
+                   "\"test\":\"%s%d\",\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
+                   "\"avg_ns\":%.0f,\"stddev_ns\":%.0f,\"avg_ts\":%.3f,\"stddev_ts\":%.3f,"
+                   "\"samples_ts\":[",
+                   (unsigned long long)ms->bytes, (unsigned long long)ms->params, threads,
+                   is_pp ? "pp" : "tg", n, is_pp ? n : 0, is_pp ? 0 : n, reps, avg_ns, sd_ns, avg,
+                   sd);
+            for (int r = 0; r < reps; r++)
+                printf("%s%.3f", r ? "," : "", ts[r]);
+            printf("],\"bytes_per_token\":%llu,\"max_rss_bytes\":%llu}\n",
+                   (unsigned long long)ms->bytes_per_token, (unsigned long long)peak_rss_bytes());
+        } else {
+            printf("| %s | %.2f MiB | %.2f M | %d | %s%d | %.2f ± %.2f |\n", base_name(o->model),
+                   ms->bytes / 1048576.0, ms->params / 1e6, threads, is_pp ? "pp" : "tg", n, avg,
+                   sd);
+        }
+        fflush(stdout);
+    }
+    free(ts);
+    free(ns);
+    return rc;
+}
+
+/* ---- batched: waves of C concurrent requests ---- */
 
 struct wave_result {
     double t_prompt, t_decode, t_total;
-    double *ttft;   /* [C] seconds */
-    double *itl;    /* [C * (G-1)] seconds */
+    double *ttft; /* [C] seconds */
+    double *itl;  /* [C * (G-1)] seconds */
     int64_t n_itl;
 };
 
@@ -104,82 +308,319 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
     return rc;
 }
 
-static const char BENCH_HELP[] =
-    "usage: inflight bench -m FILE [options]\n"
-    "  -p, --n-prompt N        prompt tokens per request (default 128)\n"
-    "  -n, --n-gen N           generated tokens per request (default 64)\n"
-    "  -c, --concurrency LIST  requests in flight, e.g. 1,4,8,16 (default 1)\n"
-    "  -r, --repetitions N     waves per concurrency (default 3)\n"
-    "  -t, --threads N         forward-pass threads (default: one per core)\n"
-    "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
-    "  --json                  one JSON object per concurrency instead of the table\n"
-    "With --url URL instead of -m, it loads an OpenAI-compatible server over HTTP\n"
-    "(see 'inflight bench --url x --help').\n";
-
-int cmd_bench(int argc, char **argv)
+static int run_batched(ifl_executor *ex, const struct bench_opts *o,
+                       const struct ifl_model_info *mi, int threads, struct ifl_rng *g, char *err)
 {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--url"))
-            return cmd_loadgen(argc, argv);
-    const char *model = NULL;
-    int64_t n_prompt = 128, n_gen = 64, reps = 3, threads = 0;
-    int conc[16] = {1}, n_conc = 1, json = 0, kv_type = IFL_KV_F16;
+    int64_t reps = o->reps, n_prompt = o->n_prompt, n_gen = o->n_gen;
+    struct wave_result w = {0};
+    double *ttft_all = malloc(sizeof(double) * MAX_CONC * (size_t)reps);
+    double *itl_all = malloc(sizeof(double) * MAX_CONC * (size_t)n_gen * (size_t)reps);
+    int rc = ttft_all && itl_all ? 0 : ifl_err(err, IFL_ENOMEM, "out of memory");
+    if (!rc && !o->json)
+        printf(
+            "model %s (%s), prompt %lld, gen %lld, %lld waves each\n"
+            "| concurrency | prompt tok/s | decode tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms "
+            "| ITL p50 ms | ITL p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            o->model, mi->architecture, (long long)n_prompt, (long long)n_gen, (long long)reps);
+    /* one untimed wave warms caches and the thread pool */
+    w.ttft = ttft_all;
+    w.itl = itl_all;
+    if (!rc)
+        rc = run_wave(ex, 1, (int)n_prompt, (int)n_gen, g, mi->n_vocab, mi->bos_id, &w, err);
+    for (int ci = 0; ci < o->n_conc && !rc; ci++) {
+        int c = o->conc[ci];
+        double tp = 0, td = 0, tt = 0;
+        int64_t n_ttft = 0, n_itl = 0;
+        for (int rep = 0; rep < reps && !rc; rep++) {
+            w.ttft = ttft_all + n_ttft;
+            w.itl = itl_all + n_itl;
+            rc = run_wave(ex, c, (int)n_prompt, (int)n_gen, g, mi->n_vocab, mi->bos_id, &w, err);
+            tp += w.t_prompt;
+            td += w.t_decode;
+            tt += w.t_total;
+            n_ttft += c;
+            n_itl += w.n_itl;
+        }
+        if (rc)
+            break;
+        double s_pp = (double)c * n_prompt * reps / tp;
+        double s_tg = (double)c * (n_gen - 1) * reps / td;
+        double s_all = (double)c * n_gen * reps / tt;
+        double t50 = cli_percentile(ttft_all, n_ttft, 0.5) * 1e3;
+        double t99 = cli_percentile(ttft_all, n_ttft, 0.99) * 1e3;
+        double i50 = cli_percentile(itl_all, n_itl, 0.5) * 1e3;
+        double i99 = cli_percentile(itl_all, n_itl, 0.99) * 1e3;
+        if (o->json) {
+            printf("{\"model\":");
+            json_str(o->model);
+            printf(",\"test\":\"batched\",\"n_threads\":%d,\"concurrency\":%d,\"n_prompt\":%lld,"
+                   "\"n_gen\":%lld,\"reps\":%lld,\"prompt_tps\":%.2f,\"decode_tps\":%.2f,"
+                   "\"total_tps\":%.2f,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
+                   "\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"max_rss_bytes\":%llu}\n",
+                   threads, c, (long long)n_prompt, (long long)n_gen, (long long)reps, s_pp, s_tg,
+                   s_all, t50, t99, i50, i99, (unsigned long long)peak_rss_bytes());
+        } else {
+            printf("| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3f | %.3f |\n", c, s_pp, s_tg,
+                   s_all, t50, t99, i50, i99);
+        }
+        fflush(stdout);
+    }
+    free(ttft_all);
+    free(itl_all);
+    return rc;
+}
+
+/* ---- memory read bandwidth ---- */
+
+struct bw_slice {
+    const uint64_t *p;
+    size_t n;
+    int passes;
+    uint64_t sum;
+};
+
+static void *bw_read(void *arg)
+{
+    struct bw_slice *s = arg;
+    /* eight independent sums keep several loads in flight per cycle */
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    for (int k = 0; k < s->passes; k++)
+        for (size_t i = 0; i + 8 <= s->n; i += 8) {
+            a0 += s->p[i];
+            a1 += s->p[i + 1];
+            a2 += s->p[i + 2];
+            a3 += s->p[i + 3];
+            a4 += s->p[i + 4];
+            a5 += s->p[i + 5];
+            a6 += s->p[i + 6];
+            a7 += s->p[i + 7];
+        }
+    s->sum = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+    return NULL;
+}
+
+static int run_bandwidth(const struct bench_opts *o, int threads, char *err)
+{
+    enum { PASSES = 4 };
+    size_t bytes = (size_t)o->bw_mib << 20, n = bytes / sizeof(uint64_t);
+    uint64_t *buf = malloc(bytes);
+    double *gbps = malloc(sizeof(double) * (size_t)o->reps);
+    struct bw_slice sl[256];
+    pthread_t tid[256];
+    int rc = buf && gbps
+                 ? 0
+                 : ifl_err(err, IFL_ENOMEM, "out of memory for %lld MiB", (long long)o->bw_mib);
+    if (!rc)
+        for (size_t i = 0; i < n; i++)
+            buf[i] = i; /* every page touched before the clock starts */
+    uint64_t sink = 0;
+    double best = 0;
+    for (int r = 0; r < o->reps && !rc; r++) {
+        size_t per = n / (size_t)threads / 8 * 8;
+        int started = 0;
+        double t0 = ifl_now_s();
+        for (int t = 0; t < threads; t++) {
+            sl[t] = (struct bw_slice){.p = buf + per * (size_t)t, .n = per, .passes = PASSES};
+            if (pthread_create(&tid[t], NULL, bw_read, &sl[t])) {
+                rc = ifl_err(err, IFL_ENOMEM, "cannot start thread %d", t);
+                break;
+            }
+            started++;
+        }
+        for (int t = 0; t < started; t++) {
+            pthread_join(tid[t], NULL);
+            sink ^= sl[t].sum;
+        }
+        double secs = ifl_now_s() - t0;
+        gbps[r] = (double)per * sizeof(uint64_t) * threads * PASSES / secs / 1e9;
+        if (gbps[r] > best)
+            best = gbps[r];
+    }
+    if (!rc) {
+        if (o->json) {
+            printf("{\"test\":\"bandwidth\",\"n_threads\":%d,\"buffer_bytes\":%zu,\"reps\":%lld,"
+                   "\"gbps\":%.3f,\"samples_gbps\":[",
+                   threads, bytes, (long long)o->reps, best);
+            for (int r = 0; r < o->reps; r++)
+                printf("%s%.3f", r ? "," : "", gbps[r]);
+            printf("],\"checksum\":%llu}\n", (unsigned long long)(sink & 0xffff));
+        } else {
+            printf("memory read bandwidth: %.2f GB/s (%d threads, %lld MiB buffer, best of %lld)\n",
+                   best, threads, (long long)o->bw_mib, (long long)o->reps);
+        }
+    }
+    free(buf);
+    free(gbps);
+    return rc;
+}
+
+/* ---- arguments ---- */
+
+static const char BENCH_HELP[] =
+    "usage: inflight bench -m FILE [--pp LIST] [--tg LIST] [--batched] [options]\n"
+    "       inflight bench --bandwidth [-t N] [--bw-mib N] [-r N] [--json]\n"
+    "       inflight bench --url URL ...   (an HTTP load generator; --url x --help)\n"
+    "llama-bench's tests (one sequence, mean ± stddev of -r runs):\n"
+    "  --pp LIST               prompt processing of N tokens, e.g. 128 or 128,512\n"
+    "  --tg LIST               generation of N tokens from a 1-token context, e.g. 64\n"
+    "llama-batched-bench's test (the default when neither --pp nor --tg is given):\n"
+    "  --batched               run it alongside --pp/--tg (implied by -c, -p, -n)\n"
+    "  -c, --concurrency LIST  sequences in parallel, e.g. 1,4,8,16 (default 1)\n"
+    "  -p, --n-prompt N        prompt tokens per sequence (default 128)\n"
+    "  -n, --n-gen N           generated tokens per sequence (default 64)\n"
+    "common:\n"
+    "  -r, --repetitions N     timed runs of each test, waves of each level (default 3)\n"
+    "  -t, --threads N         threads (default: one per core)\n"
+    "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
+    "  --json                  one JSON object per test instead of tables\n"
+    "  --bandwidth             measure memory read bandwidth (no model)\n"
+    "  --bw-mib N              its buffer in MiB (default 512)\n";
+
+static int parse_args(int argc, char **argv, struct bench_opts *o)
+{
+    int pp_or_tg = 0, batch_flag = 0;
+    memset(o, 0, sizeof(*o));
+    o->n_prompt = 128;
+    o->n_gen = 64;
+    o->reps = 3;
+    o->bw_mib = 512;
+    o->conc[0] = 1;
+    o->n_conc = 1;
+    o->kv_type = IFL_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(BENCH_HELP, stdout);
-            return 0;
+            return -1;
         }
         if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--batched")) {
+            batch_flag = 1;
+            continue;
+        }
+        if (!strcmp(a, "--bandwidth")) {
+            o->bandwidth = 1;
             continue;
         }
         if (i + 1 >= argc)
             return cli_usage_error("bench", "option '%s' needs a value (or is unknown)", a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model = v;
+            o->model = v;
+        } else if (!strcmp(a, "--pp")) {
+            if ((o->n_pp = cli_parse_int_list(v, 1, 1 << 16, o->pp, MAX_TESTS)) < 0)
+                return cli_usage_error("bench",
+                                       "--pp wants prompt lengths of 1..65536, like "
+                                       "128 or 128,512, not '%s'",
+                                       v);
+            pp_or_tg = 1;
+        } else if (!strcmp(a, "--tg")) {
+            if ((o->n_tg = cli_parse_int_list(v, 1, 1 << 16, o->tg, MAX_TESTS)) < 0)
+                return cli_usage_error("bench",
+                                       "--tg wants generation lengths of 1..65536, "
+                                       "like 64 or 32,128, not '%s'",
+                                       v);
+            pp_or_tg = 1;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
-            if (cli_parse_i64(v, 1, 1 << 16, &n_prompt))
+            if (cli_parse_i64(v, 1, 1 << 16, &o->n_prompt))
                 return cli_usage_error("bench", "-p wants 1..65536 tokens, not '%s'", v);
+            batch_flag = 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
-            if (cli_parse_i64(v, 2, 1 << 16, &n_gen))
+            if (cli_parse_i64(v, 2, 1 << 16, &o->n_gen))
                 return cli_usage_error("bench", "-n wants 2..65536 tokens, not '%s'", v);
+            batch_flag = 1;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
-            if (cli_parse_i64(v, 1, 1000, &reps))
+            if (cli_parse_i64(v, 1, 1000, &o->reps))
                 return cli_usage_error("bench", "-r wants 1..1000, not '%s'", v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (cli_parse_i64(v, 1, 256, &threads))
+            if (cli_parse_i64(v, 1, 256, &o->threads))
                 return cli_usage_error("bench", "-t wants 1..256 threads, not '%s'", v);
+        } else if (!strcmp(a, "--bw-mib")) {
+            if (cli_parse_i64(v, 1, 1 << 16, &o->bw_mib))
+                return cli_usage_error("bench", "--bw-mib wants 1..65536 MiB, not '%s'", v);
         } else if (!strcmp(a, "--kv-type")) {
-            if ((kv_type = cli_parse_kv_type(v)) < 0)
+            if ((o->kv_type = cli_parse_kv_type(v)) < 0)
                 return cli_usage_error("bench", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) {
-            if ((n_conc = cli_parse_int_list(v, 1, MAX_CONC, conc, 16)) < 0)
+            if ((o->n_conc = cli_parse_int_list(v, 1, MAX_CONC, o->conc, MAX_TESTS)) < 0)
                 return cli_usage_error("bench",
                                        "-c wants up to 16 counts of 1..%d, like 1,4,16, not '%s'",
                                        MAX_CONC, v);
+            batch_flag = 1;
         } else {
             return cli_usage_error("bench", "unknown option '%s' (see --help)", a);
         }
     }
-    if (!model)
+    if (o->bandwidth) {
+        if (o->model || pp_or_tg || batch_flag)
+            return cli_usage_error("bench", "--bandwidth takes only -t, -r, --bw-mib and --json");
+        return 0;
+    }
+    if (!o->model)
         return cli_usage_error("bench", "a model is required (-m FILE)");
+    o->batched = batch_flag || !pp_or_tg;
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--url"))
+            return cmd_loadgen(argc, argv);
+    struct bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    int threads = (int)o.threads;
+    if (threads == 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc < 1 ? 1 : nc > 256 ? 256 : (int)nc;
+    }
+    char err[512] = "";
+    if (o.bandwidth) {
+        if (run_bandwidth(&o, threads, err)) {
+            fprintf(stderr, "inflight bench: %s\n", err);
+            return 1;
+        }
+        return 0;
+    }
+
+    struct model_size ms;
+    if (read_model_size(o.model, &ms, err)) {
+        fprintf(stderr, "inflight bench: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
     int max_conc = 1;
-    for (int i = 0; i < n_conc; i++)
-        if (conc[i] > max_conc)
-            max_conc = conc[i];
+    int64_t n_ctx = 1;
+    if (o.batched) {
+        for (int i = 0; i < o.n_conc; i++)
+            if (o.conc[i] > max_conc)
+                max_conc = o.conc[i];
+        n_ctx = o.n_prompt + o.n_gen;
+    }
+    for (int i = 0; i < o.n_pp; i++)
+        if (o.pp[i] + 1 > n_ctx)
+            n_ctx = o.pp[i] + 1;
+    for (int i = 0; i < o.n_tg; i++)
+        if (o.tg[i] + 1 > n_ctx)
+            n_ctx = o.tg[i] + 1;
+    int64_t kv_tokens = o.batched ? (int64_t)max_conc * (o.n_prompt + o.n_gen + 32) : 0;
+    if (kv_tokens < n_ctx + 32)
+        kv_tokens = n_ctx + 32;
+
     struct ifl_executor_config cfg;
     ifl_executor_config_default(&cfg);
-    cfg.n_threads = (int32_t)threads;
+    cfg.n_threads = (int32_t)o.threads;
     cfg.max_batch_size = max_conc;
-    cfg.n_ctx = (int32_t)(n_prompt + n_gen);
-    cfg.kv_cache_tokens = (int64_t)max_conc * (n_prompt + n_gen + 32);
-    cfg.kv_type = kv_type;
+    cfg.n_ctx = (int32_t)n_ctx;
+    cfg.kv_cache_tokens = kv_tokens;
+    cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
-    char err[512] = "";
     ifl_executor *ex;
-    if (ifl_executor_create(&ex, model, &cfg, err)) {
+    if (ifl_executor_create(&ex, o.model, &cfg, err)) {
         fprintf(stderr, "inflight bench: %s\n", err);
         return CLI_EXIT_USAGE;
     }
@@ -187,61 +628,21 @@ int cmd_bench(int argc, char **argv)
     ifl_executor_model_info(ex, &mi);
     struct ifl_rng g;
     ifl_rng_seed(&g, 1);
-    struct wave_result w = {0};
-    w.ttft = malloc(sizeof(double) * MAX_CONC * (size_t)reps);
-    w.itl = malloc(sizeof(double) * MAX_CONC * (size_t)n_gen * (size_t)reps);
-    double *ttft_all = w.ttft, *itl_all = w.itl;
-    int status = 0;
-    if (!json)
-        printf("model %s (%s), prompt %lld, gen %lld, %lld waves each\n"
-               "| concurrency | prompt tok/s | decode tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms "
-               "| ITL p50 ms | ITL p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-               model, mi.architecture, (long long)n_prompt, (long long)n_gen, (long long)reps);
-    /* one untimed wave warms caches and the thread pool */
-    w.ttft = ttft_all;
-    w.itl = itl_all;
-    if (run_wave(ex, 1, (int)n_prompt, (int)n_gen, &g, mi.n_vocab, mi.bos_id, &w, err)) {
+
+    if ((o.n_pp || o.n_tg) && !o.json)
+        printf("| model | size | params | threads | test | t/s |\n"
+               "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int i = 0; i < o.n_pp && !rc; i++)
+        rc = run_llama_test(ex, &o, 1, o.pp[i], &mi, &ms, threads, &g, err);
+    for (int i = 0; i < o.n_tg && !rc; i++)
+        rc = run_llama_test(ex, &o, 0, o.tg[i], &mi, &ms, threads, &g, err);
+    if (!rc && (o.n_pp || o.n_tg) && !o.json)
+        printf("\nweights read per generated token: %.2f MiB; peak RSS %.1f MiB\n%s",
+               ms.bytes_per_token / 1048576.0, peak_rss_bytes() / 1048576.0, o.batched ? "\n" : "");
+    if (!rc && o.batched)
+        rc = run_batched(ex, &o, &mi, threads, &g, err);
+    if (rc)
         fprintf(stderr, "inflight bench: %s\n", err);
-        status = 1;
-    }
-    for (int ci = 0; ci < n_conc && !status; ci++) {
-        int c = conc[ci];
-        double tp = 0, td = 0, tt = 0;
-        int64_t n_ttft = 0, n_itl = 0;
-        for (int rep = 0; rep < reps && !status; rep++) {
-            w.ttft = ttft_all + n_ttft;
-            w.itl = itl_all + n_itl;
-            if (run_wave(ex, c, (int)n_prompt, (int)n_gen, &g, mi.n_vocab, mi.bos_id, &w, err)) {
-                fprintf(stderr, "inflight bench: %s\n", err);
-                status = 1;
-            }
-            tp += w.t_prompt;
-            td += w.t_decode;
-            tt += w.t_total;
-            n_ttft += c;
-            n_itl += w.n_itl;
-        }
-        if (status)
-            break;
-        double s_pp = (double)c * n_prompt * reps / tp;
-        double s_tg = (double)c * (n_gen - 1) * reps / td;
-        double s_all = (double)c * n_gen * reps / tt;
-        double t50 = cli_percentile(ttft_all, n_ttft, 0.5) * 1e3, t99 = cli_percentile(ttft_all, n_ttft, 0.99) * 1e3;
-        double i50 = cli_percentile(itl_all, n_itl, 0.5) * 1e3, i99 = cli_percentile(itl_all, n_itl, 0.99) * 1e3;
-        if (json)
-            printf("{\"model\":\"%s\",\"concurrency\":%d,\"n_prompt\":%lld,\"n_gen\":%lld,"
-                   "\"prompt_tps\":%.2f,\"decode_tps\":%.2f,\"total_tps\":%.2f,"
-                   "\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,\"itl_p50_ms\":%.3f,"
-                   "\"itl_p99_ms\":%.3f}\n",
-                   model, c, (long long)n_prompt, (long long)n_gen, s_pp, s_tg, s_all, t50, t99,
-                   i50, i99);
-        else
-            printf("| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3f | %.3f |\n", c, s_pp, s_tg,
-                   s_all, t50, t99, i50, i99);
-        fflush(stdout);
-    }
-    free(ttft_all);
-    free(itl_all);
     ifl_executor_destroy(ex, 1);
-    return status;
+    return rc ? 1 : 0;
 }

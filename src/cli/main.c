@@ -21,7 +21,8 @@ static void usage(FILE *f)
                "  eval      -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [-t THREADS] [--kv-type T]\n"
                "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
                "  info      -m FILE\n"
-               "  bench     -m FILE [-p N] [-n N] [-c 1,4,8,16] [-r N] [-t N] [--json]\n"
+               "  bench     -m FILE [--pp N] [--tg N] [-c 1,4,8,16 [-p N] [-n N]] [-r N] [-t N] [--json]\n"
+               "            --bandwidth [-t N]   |   --url URL (HTTP load generator)\n"
                "  serve     -m FILE [--host H] [--port N] [--parallel N] [--api-key KEY] ...\n"
                "  version\n\n"
                "Run 'inflight COMMAND --help' for a command's options.\n",
