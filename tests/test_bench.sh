@@ -85,5 +85,50 @@ done
 grep -q "a model is required" <("$BIN" bench --tg 8 2>&1) && ok "bad arguments: the message names the problem" ||
     bad "bad arguments: the message names the problem"
 
+# bench/compare without llama.cpp: a stand-in llama.cpp directory whose tools
+# print fixed figures; inflight runs for real on stories260K.
+C=bench/compare
+fake=$tmp/fakellama
+mkdir -p "$fake"
+printf '#!/bin/sh\necho "{\\"n_prompt\\": 1, \\"avg_ts\\": 100.000000, \\"stddev_ts\\": 1.0}"\n' >"$fake/llama-bench"
+printf '#!/bin/sh\necho "{\\"pl\\": 2, \\"speed_pp\\": 50.000000, \\"speed_tg\\": 25.000000}"\n' >"$fake/llama-batched-bench"
+chmod +x "$fake/llama-bench" "$fake/llama-batched-bench"
+"$C" --llama "$fake" --inflight "$BIN" -t 1 --rounds 2 -r 1 --pp 16 --tg 8 -B 2 --bandwidth \
+    --log "$tmp/cmplog" "$M" >"$tmp/cmp.md" 2>"$tmp/cmp.err"
+rc=$?
+[ $rc -eq 0 ] && ok "compare: runs with a stand-in llama.cpp" || { bad "compare: runs with a stand-in llama.cpp (exit $rc)"; cat "$tmp/cmp.err"; }
+grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | tg limit tok/s |' "$tmp/cmp.md" &&
+    ok "compare: table header" || { bad "compare: table header"; cat "$tmp/cmp.md"; }
+# each row: inflight figure positive, llama.cpp's the stand-in's, ratio their quotient
+awk -F' *\\| *' '/^\| stories260K \|/ {
+    rows++; want = ($3 ~ /^pp|^tg/) ? 100 : ($3 ~ /decode/) ? 25 : 50
+    if (!($4 > 0) || $5 != sprintf("%.1f", want) || ($6 - $4 / want) ^ 2 > 0.01 ^ 2 * 4 + 0.0001) { print "bad row: " $0; bad = 1 }
+    if ($3 ~ /^tg/ && !($7 > 0)) { print "no tg limit: " $0; bad = 1 }
+} END { if (rows != 4) { print rows " rows"; bad = 1 } exit bad }' "$tmp/cmp.md" &&
+    ok "compare: rows pp, tg, B=2 decode and prompt with ratios" || { bad "compare: rows"; cat "$tmp/cmp.md"; }
+[ "$(ls "$tmp/cmplog"/*.cmd | wc -l)" -eq 12 ] && ok "compare: 2 rounds x 3 tests x 2 engines" || bad "compare: 2 rounds x 3 tests x 2 engines"
+# odd rounds start with inflight, even rounds with llama.cpp
+ls "$tmp/cmplog"/*.cmd | sed -n '1p;7p' | tr '\n' ' ' | grep -q '/001-ifl-pp16-[^ ]* [^ ]*/007-llama-pp16-' &&
+    ok "compare: rounds alternate the first engine" || bad "compare: rounds alternate the first engine"
+"$C" --llama "$fake" --dry-run -B 1,16 "$M" >"$tmp/dry" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c 'llama-batched-bench .* -npl 16 ' "$tmp/dry")" -eq 2 ] &&
+    [ "$(grep -c 'inflight bench .* --pp 128 ' "$tmp/dry")" -eq 2 ] && ok "compare: --dry-run lists the commands" ||
+    { bad "compare: --dry-run lists the commands"; cat "$tmp/dry"; }
+for args in "$M" "--llama $tmp/nowhere $M" "--llama $tmp $M" "--llama $fake" "--llama $fake -B 1,,2 $M" \
+    "--llama $fake --inflight $tmp/none $M" "--llama $fake --bogus $M"; do
+    # shellcheck disable=SC2086
+    "$C" $args >"$tmp/o" 2>"$tmp/e"
+    [ $? -eq 2 ] && grep -q '^bench/compare: ' "$tmp/e" && ok "compare: bad arguments: ${args//$tmp/TMP}" ||
+        { bad "compare: bad arguments: $args"; cat "$tmp/e"; }
+done
+grep -q "no executable llama-bench" <("$C" --llama "$tmp" "$M" 2>&1) && ok "compare: names the missing tool" ||
+    bad "compare: names the missing tool"
+"$C" --make-models "$tmp/models" --dry-run --only "small-110m:q8_0 tinyllama-1.1b:q4_k_m" \
+    --vocab "$M" --mkmodel "$BUILD/tools/mkmodel" >"$tmp/mk" 2>&1
+[ $? -eq 0 ] && grep -q -- "-o $tmp/models/small-110m-q8_0.gguf .* --preset small-110m --type q8_0" "$tmp/mk" &&
+    grep -q -- "--preset tinyllama-1.1b --type q4_k_m" "$tmp/mk" && ok "compare: --make-models commands" ||
+    { bad "compare: --make-models commands"; cat "$tmp/mk"; }
+"$C" --make-models "$tmp/models" --only "huge-70b:q8_0" --vocab "$M" --mkmodel "$BUILD/tools/mkmodel" >/dev/null 2>&1
+[ $? -eq 2 ] && ok "compare: --make-models rejects an unknown preset" || bad "compare: --make-models rejects an unknown preset"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
