@@ -73,6 +73,52 @@ AI __m512i ld_2x256(const char *a, const char *b, int two)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
+
+/* ---- float weights: F32, F16, BF16, F32 activations ------------------ */
+
+/* Sixteen weights of a row from element i as floats (m: lanes to load,
+ * the rest zero). kind: 0 f32, 1 f16, 2 bf16. */
+AI __m512 ldw16(int kind, const char *row, int64_t i, __mmask16 m)
+{
+    if (kind == 0)
+        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    if (kind == 1)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* gemm_f32 / gemm_f16 / gemm_bf16 of ref.c: per output one 16-lane sum,
+ * elements 16k .. 16k + 15 into lane order, the zero-padded tail last,
+ * folded by hsum512. */
+AI void tile_float(int kind, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
+                   size_t ws, float *y, size_t ldy)
+{
+    __m512 acc[MR][MCMAX];
+    UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[MCMAX];
+        UNROLL FOR_C wv[c] = ldw16(kind, w + (size_t)c * ws, i, 0xffff);
+        UNROLL FOR_R
+        {
+            __m512 xv = _mm512_loadu_ps((const float *)(x + (size_t)r * xs) + i);
+            UNROLL FOR_C acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+        }
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[MCMAX];
+        UNROLL FOR_C wv[c] = ldw16(kind, w + (size_t)c * ws, i, m);
+        UNROLL FOR_R
+        {
+            __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(x + (size_t)r * xs) + i);
+            UNROLL FOR_C acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum512(acc[r][c]);
+}
+
 /* ---- Q8_0 and Q4_0 weights, Q8_0 activations ------------------------ */
 
 #define XBS ((size_t)sizeof(struct ifl_block_q8_0))
@@ -343,6 +389,12 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
         }                                                                                          \
     }
 
+AI void tile_f32(TILE_PARAMS) { tile_float(0, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_f16(TILE_PARAMS) { tile_float(1, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_bf16(TILE_PARAMS) { tile_float(2, n, R, C, x, xs, w, ws, y, ldy); }
+DEFINE_GEMM(z_gemm_f32, tile_f32)
+DEFINE_GEMM(z_gemm_f16, tile_f16)
+DEFINE_GEMM(z_gemm_bf16, tile_bf16)
 AI void tile_q8_0(TILE_PARAMS) { tile_q80(0, n, R, C, x, xs, w, ws, y, ldy); }
 AI void tile_q4_0(TILE_PARAMS) { tile_q80(1, n, R, C, x, xs, w, ws, y, ldy); }
 DEFINE_GEMM(z_gemm_q8_0, tile_q8_0)
@@ -355,6 +407,9 @@ DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
 
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
+    k->gemm[IFL_TYPE_F32] = z_gemm_f32;
+    k->gemm[IFL_TYPE_F16] = z_gemm_f16;
+    k->gemm[IFL_TYPE_BF16] = z_gemm_bf16;
     k->gemm[IFL_TYPE_Q8_0] = z_gemm_q8_0;
     k->gemm[IFL_TYPE_Q4_0] = z_gemm_q4_0;
     k->gemm[IFL_TYPE_Q4_K] = z_gemm_q4_k;
