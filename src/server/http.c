@@ -283,6 +283,11 @@ static const struct route ROUTES[] = {
     {"/tokenize", "POST", R_TGI, 1},
     {"/detokenize", "POST", R_TGI, 1},
     {"/info", "GET", R_TGI, 1},
+    /* TGI's compat routes (huggingface_hub's InferenceClient posts to the
+     * base URL; SageMaker to /invocations): /generate or /generate_stream
+     * as the body's "stream" says */
+    {"/", "POST", R_TGI, 1},
+    {"/invocations", "POST", R_TGI, 1},
 };
 
 static const struct route *find_route(const char *url)
@@ -382,7 +387,13 @@ static int dispatch(struct ifl_hconn *c, const struct route *rt)
         rc = ifl_tgi_generate(c, body, 0);
     else if (!strcmp(rt->path, "/generate_stream"))
         rc = ifl_tgi_generate(c, body, 1);
-    else if (!strcmp(rt->path, "/tokenize"))
+    else if (!strcmp(rt->path, "/") || !strcmp(rt->path, "/invocations")) {
+        json_t *st = json_object_get(body, "stream");
+        if (st && !json_is_null(st) && !json_is_boolean(st))
+            rc = reply_error(c, rt, 422, NULL, "`stream` must be a boolean");
+        else
+            rc = ifl_tgi_generate(c, body, json_is_true(st));
+    } else if (!strcmp(rt->path, "/tokenize"))
         rc = ifl_tgi_tokenize(c, body);
     else
         rc = ifl_tgi_detokenize(c, body);
