@@ -5,31 +5,8 @@
 // JSON.parse and a field-by-field check of the schema, RegExp full match.
 // Run by tests/test_server.sh with BASE_URL and MODEL; ends with
 // "N passed, N failed".
-import OpenAI from 'openai';
+import { BASE, MODEL, client, check, test, expectError, finish } from './harness.mjs';
 
-const BASE = process.env.BASE_URL;
-const MODEL = process.env.MODEL;
-const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
-let pass = 0, fail = 0;
-
-function check(name, cond, detail) {
-  if (cond) { pass++; console.log(`ok   ${name}`); }
-  else { fail++; console.log(`FAIL ${name}${detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`); }
-}
-async function test(name, fn) {
-  try { await fn(); } catch (e) { fail++; console.log(`FAIL ${name}: threw ${e && e.stack || e}`); }
-}
-async function expectError(name, fn, status, param, needle) {
-  try {
-    await fn();
-    fail++; console.log(`FAIL ${name}: no error`);
-  } catch (e) {
-    const msg = e.error && e.error.message;
-    const ok = e instanceof OpenAI.APIError && e.status === status && e.error && e.error.param === param &&
-      typeof msg === 'string' && msg.includes(needle);
-    check(name, ok, { status: e.status, error: e.error });
-  }
-}
 function parse(text) {
   try { return { ok: true, v: JSON.parse(text) }; } catch (e) { return { ok: false, err: String(e) }; }
 }
@@ -104,5 +81,4 @@ await expectError('grammar with an undefined rule: 400', () => client.completion
 await expectError('two constraints: 400', () => client.completions.create({ model: MODEL, prompt: 'x', grammar: 'root ::= "a"', json_schema: person }), 400, 'json_schema', 'only one');
 await expectError('json_schema without schema: 400', () => client.chat.completions.create({ model: MODEL, messages: msgs, response_format: { type: 'json_schema', json_schema: { name: 'x' } } }), 400, 'response_format', 'schema');
 
-console.log(`${pass} passed, ${fail} failed`);
-process.exit(fail ? 1 : 0);
+finish();

@@ -6,17 +6,8 @@
 //     once: the overflow gets 429 with an OpenAI error body, the rest complete.
 // Ends with "N passed, N failed".
 import http from 'node:http';
-import OpenAI from 'openai';
+import { BASE, MODEL, KEY, client, check, finish } from './harness.mjs';
 
-const BASE = process.env.BASE_URL;
-const MODEL = process.env.MODEL;
-const KEY = process.env.API_KEY || 'none';
-const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: KEY, maxRetries: 0, timeout: 60000 });
-let pass = 0, fail = 0;
-function check(name, cond, detail) {
-  if (cond) { pass++; console.log(`ok   ${name}`); }
-  else { fail++; console.log(`FAIL ${name}${detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`); }
-}
 async function metric(name) {
   const text = await (await fetch(`${BASE}/metrics`, { headers: { Authorization: `Bearer ${KEY}` } })).text();
   let sum = 0;
@@ -99,5 +90,4 @@ if (process.env.MODE === 'clients') {
   check('the admitted requests complete', ok.length >= 1 && ok.length + full.length === 20 && ok.every((r) => r.body.usage.completion_tokens === 100), res.map((r) => r.status));
   check('/metrics counts the rejections', (await metric('inflight_requests_rejected_total')) === full.length);
 }
-console.log(`${pass} passed, ${fail} failed`);
-process.exit(fail ? 1 : 0);
+finish();

@@ -1,37 +1,9 @@
 // The server driven by the official `openai` npm client, unchanged: what a
 // user's application would do. Run by tests/test_server.sh with BASE_URL
 // (http://127.0.0.1:PORT) and MODEL set; ends with "N passed, N failed".
-import OpenAI from 'openai';
+import { MODEL, client, check, test, expectError, collect, finish } from './harness.mjs';
 
-const BASE = process.env.BASE_URL;
-const MODEL = process.env.MODEL;
-const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: process.env.API_KEY || 'none', maxRetries: 0, timeout: 30000 });
 const LILY = ', there was a little girl named Lily.';
-let pass = 0, fail = 0;
-
-function check(name, cond, detail) {
-  if (cond) { pass++; console.log(`ok   ${name}`); }
-  else { fail++; console.log(`FAIL ${name}${detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`); }
-}
-async function test(name, fn) {
-  try { await fn(); } catch (e) { fail++; console.log(`FAIL ${name}: threw ${e && e.stack || e}`); }
-}
-async function expectError(name, fn, status, param) {
-  try {
-    await fn();
-    fail++; console.log(`FAIL ${name}: no error`);
-  } catch (e) {
-    const ok = e instanceof OpenAI.APIError && e.status === status &&
-      (param === undefined || (e.error && e.error.param === param)) &&
-      e.error && typeof e.error.message === 'string' && e.error.message.length > 0;
-    check(name, ok, { status: e.status, error: e.error, msg: String(e) });
-  }
-}
-async function collect(stream) {
-  const chunks = [];
-  for await (const c of stream) chunks.push(c);
-  return chunks;
-}
 
 await test('models.list', async () => {
   const list = await client.models.list();
@@ -196,5 +168,4 @@ await expectError('best_of below n: 400', () => client.completions.create({ mode
 await expectError('best_of with stream: 400', () => client.completions.create({ model: MODEL, prompt: 'x', best_of: 2, stream: true }), 400, 'best_of');
 await expectError('logit_bias bad id: 400', () => client.completions.create({ model: MODEL, prompt: 'x', logit_bias: { '99999': 1 } }), 400, 'logit_bias');
 
-console.log(`${pass} passed, ${fail} failed`);
-process.exit(fail ? 1 : 0);
+finish();
