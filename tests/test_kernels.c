@@ -538,6 +538,50 @@ static void check_table_f16(const struct ifl_kernels *k)
         for (int i = 0; i < len; i++)
             CHECK_NEAR(y1[i], y2[i], 1e-6 * (fabs(y2[i]) + 1));
     }
+    /* a block of positions for a group of heads: rows of the cache are
+     * wider than a head (the other KV heads sit between them) */
+    for (int d = 8; d <= 136; d += 16) {
+        for (int nq = 1; nq <= 9; nq += 2) {
+            for (int nt = 1; nt <= 33; nt += 8) {
+                const size_t ks = (size_t)d * 3 + 5, lds = 40;
+                float *q = xmalloc(sizeof(float) * (size_t)(nq * d));
+                uint16_t *kv = xmalloc(2 * ks * (size_t)nt);
+                float *s1 = xmalloc(sizeof(float) * lds * (size_t)nq);
+                float *s2 = xmalloc(sizeof(float) * lds * (size_t)nq);
+                float *o1 = xmalloc(sizeof(float) * (size_t)(nq * d));
+                float *o2 = xmalloc(sizeof(float) * (size_t)(nq * d));
+                memset(s2, 0, sizeof(float) * lds * (size_t)nq);
+                for (int i = 0; i < nq * d; i++) {
+                    q[i] = ifl_rng_normal(&r);
+                    o1[i] = o2[i] = ifl_rng_normal(&r);
+                }
+                for (size_t i = 0; i < ks * (size_t)nt; i++)
+                    kv[i] = ifl_f32_to_f16(ifl_rng_normal(&r));
+                k->attn_qk_f16(d, nq, q, kv + 2, ks, nt, 0.125f, s1, lds);
+                ref->attn_qk_f16(d, nq, q, kv + 2, ks, nt, 0.125f, s2, lds);
+                for (int i = 0; i < nq; i++)
+                    for (int t = 0; t < nt; t++) {
+                        double mag = 0;
+                        for (int e = 0; e < d; e++)
+                            mag += fabs(q[i * d + e] * ifl_f16_to_f32(kv[2 + (size_t)t * ks + (size_t)e]));
+                        CHECK_NEAR(s1[(size_t)i * lds + t], s2[(size_t)i * lds + t], 0.125 * tol_of(mag));
+                    }
+                /* probabilities: the scores squashed into 0..1 */
+                for (size_t i = 0; i < lds * (size_t)nq; i++)
+                    s1[i] = s2[i] = 1.0f / (1.0f + expf(-s2[i]));
+                k->attn_pv_f16(d, nq, s1, lds, kv + 1, ks, nt, o1);
+                ref->attn_pv_f16(d, nq, s2, lds, kv + 1, ks, nt, o2);
+                CHECK_MSG(bits_equal(o1, o2, sizeof(float) * (size_t)(nq * d)),
+                          "%s attn_pv_f16 d=%d nq=%d nt=%d differs from ref", k->name, d, nq, nt);
+                free(q);
+                free(kv);
+                free(s1);
+                free(s2);
+                free(o1);
+                free(o2);
+            }
+        }
+    }
 }
 
 static void test_tables(void)

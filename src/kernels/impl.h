@@ -13,5 +13,7 @@ void ifl_kernels_fill_avx2(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512(struct ifl_kernels *k);
 /* The 512-bit gemm kernels (x86_avx512_gemm.c), over a filled avx512 table. */
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k);
+/* F16 attention kernels (x86_avx512_attn.c), likewise. */
+void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k);
 
 #endif

@@ -45,6 +45,16 @@ struct ifl_kernels {
     float (*dot_f16)(int64_t n, const uint16_t *k, const float *q); /* sum k[i] * q[i] */
     void (*axpy_f16)(int64_t n, float a, const uint16_t *v, float *y); /* y += a * v */
     void (*cvt_f32_f16)(int64_t n, const float *x, uint16_t *y); /* round to nearest even */
+    /* The same, nt cached positions at a time (one KV block) for nq query
+     * heads that share a KV head. Cached rows are ks (vs) elements apart;
+     * queries and outputs are d elements apart.
+     * attn_qk: s[i * lds + t] = scale * dot_f16(d, k + t * ks, q + i * d).
+     * attn_pv: for t ascending, axpy_f16(d, p[i * ldp + t], v + t * vs, o + i * d),
+     * so o equals the axpy_f16 loop bit for bit. */
+    void (*attn_qk_f16)(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
+                        float scale, float *s, size_t lds);
+    void (*attn_pv_f16)(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
+                        int nt, float *o);
 };
 
 const struct ifl_kernels *ifl_kernels_ref(void);

@@ -579,10 +579,26 @@ REF_GEMM(gemm_q6_k, dot_q6_k, struct ifl_block_q6_k, struct ifl_block_q8_k)
 
 static float dot_f16(int64_t n, const uint16_t *k, const float *q) { return dot_f16w(n, k, q); }
 
+static void attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
+                        float scale, float *s, size_t lds)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nt; t++)
+            s[(size_t)i * lds + t] = scale * dot_f16(d, k + (size_t)t * ks, q + (size_t)i * d);
+}
+
 static void axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * ifl_f16_to_f32(v[i]);
+}
+
+static void attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
+                        int nt, float *o)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nt; t++)
+            axpy_f16(d, p[(size_t)i * ldp + t], v + (size_t)t * vs, o + (size_t)i * d);
 }
 
 static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y) { quant_f16(x, y, n); }
@@ -622,5 +638,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
 
     k->dot_f16 = dot_f16;
     k->axpy_f16 = axpy_f16;
+    k->attn_qk_f16 = attn_qk_f16;
+    k->attn_pv_f16 = attn_pv_f16;
     k->cvt_f32_f16 = cvt_f32_f16;
 }

@@ -555,6 +555,23 @@ static void x86_axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
         y[i] += a * ifl_f16_to_f32(v[i]);
 }
 
+/* attn_qk_f16 / attn_pv_f16 of ref.c: the two kernels above, per position. */
+static void x86_attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
+                            float scale, float *s, size_t lds)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nt; t++)
+            s[(size_t)i * lds + t] = scale * x86_dot_f16(d, k + (size_t)t * ks, q + (size_t)i * d);
+}
+
+static void x86_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
+                            int nt, float *o)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nt; t++)
+            x86_axpy_f16(d, p[(size_t)i * ldp + t], v + (size_t)t * vs, o + (size_t)i * d);
+}
+
 /* cvt_f32_f16 of ref.c, bit for bit (F16C rounds to nearest even). */
 static void x86_cvt_f32_f16(int64_t n, const float *x, uint16_t *y)
 {
@@ -582,5 +599,7 @@ static void x86_fill(struct ifl_kernels *k)
     k->dequant[IFL_TYPE_F16] = x86_dequant_f16;
     k->dot_f16 = x86_dot_f16;
     k->axpy_f16 = x86_axpy_f16;
+    k->attn_qk_f16 = x86_attn_qk_f16;
+    k->attn_pv_f16 = x86_attn_pv_f16;
     k->cvt_f32_f16 = x86_cvt_f32_f16;
 }

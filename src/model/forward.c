@@ -51,7 +51,7 @@ struct ifl_fwd {
     float *up;          /* [R][n_ff] */
     float *tmp;         /* [R][n_embd] */
     float *rope_cs;     /* [R][n_rot/2][2] cos, sin */
-    float *scores;      /* [n_threads][max_ctx] */
+    float *scores;      /* [n_threads][group][max_ctx], group = n_head / n_head_kv */
     float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
     size_t kvtmp_len;
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
@@ -232,7 +232,7 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->up = alloc_floats(R * (size_t)hp->n_ff);
     f->tmp = alloc_floats(R * (size_t)hp->n_embd);
     f->rope_cs = alloc_floats(R * (size_t)(half > 0 ? half : 1) * 2);
-    f->scores = alloc_floats((size_t)nth * (size_t)cfg->max_ctx);
+    f->scores = alloc_floats((size_t)nth * (size_t)(hp->n_head / hp->n_head_kv) * (size_t)cfg->max_ctx);
     /* a head spans at most its width plus one partial block on each side */
     f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
     f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
@@ -388,8 +388,84 @@ static void store_kv(struct job *j, int ith, int nth, int il)
     }
 }
 
+/* Whether thread ith of nth takes the attention of row r: rows are dealt
+ * out by their cost (positions attended, plus a fixed part), so a prefill
+ * chunk's long late rows do not all land on the last thread. */
+static int attn_mine(const struct ifl_batch *b, long r, long *cum, long total, int ith, int nth)
+{
+    long cost = b->pos[r] + 1 + 16;
+    long mid = *cum + cost / 2;
+    *cum += cost;
+    return (int)(mid * nth / total) == ith;
+}
+
+/* Attention over an F16 cache: one item is (row, KV head) with all the
+ * query heads of its group, one kernel call per KV block for the scores
+ * and one for the weighted values. The softmax between them is the same
+ * arithmetic as attention()'s. */
+static void attention_f16(struct job *j, int ith, int nth, int il)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const struct ifl_hparams *hp = &f->m->hp;
+    const struct ifl_kv_store *kv = f->kv;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v, bs = kv->block_size;
+    const int group = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t lds = (size_t)f->max_ctx;
+    float *sc = f->scores + (size_t)ith * (size_t)group * lds;
+    long total = 0, cum = 0;
+    for (long r = 0; r < b->n_rows; r++)
+        total += b->pos[r] + 1 + 16;
+    for (long r = 0; r < b->n_rows; r++) {
+        if (!attn_mine(b, r, &cum, total, ith, nth))
+            continue;
+        const int32_t *table = b->block_tables[b->seq[r]];
+        const int32_t n_pos = b->pos[r] + 1;
+        for (int hk = 0; hk < hp->n_head_kv; hk++) {
+            const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)hk * group * hd;
+            for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
+                int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
+                const uint16_t *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
+                f->kn->attn_qk_f16(hd, group, q, kp + (size_t)hk * hd, kv->k_row / 2, nt, scale,
+                                   sc + t0, lds);
+            }
+            float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)hk * group * hdv;
+            double sum[64];
+            for (int g = 0; g < group; g++) {
+                float *s = sc + (size_t)g * lds, mx = -INFINITY;
+                for (int32_t t = 0; t < n_pos; t++)
+                    if (s[t] > mx)
+                        mx = s[t];
+                double acc = 0;
+                for (int32_t t = 0; t < n_pos; t++) {
+                    s[t] = expf(s[t] - mx);
+                    acc += s[t];
+                }
+                sum[g] = acc;
+            }
+            memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
+            for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
+                int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
+                const uint16_t *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
+                f->kn->attn_pv_f16(hdv, group, sc + t0, lds, vp + (size_t)hk * hdv, kv->v_row / 2,
+                                   nt, o);
+            }
+            for (int g = 0; g < group; g++) {
+                float inv = (float)(1.0 / sum[g]);
+                for (int i = 0; i < hdv; i++)
+                    o[(size_t)g * hdv + i] *= inv;
+            }
+        }
+    }
+}
+
 static void attention(struct job *j, int ith, int nth, int il)
 {
+    if (j->f->kv->type == IFL_TYPE_F16 && j->f->m->hp.n_head / j->f->m->hp.n_head_kv <= 64) {
+        attention_f16(j, ith, nth, il);
+        return;
+    }
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
     const struct ifl_hparams *hp = &f->m->hp;

@@ -1,0 +1,151 @@
+/*
+ * Attention over an F16 KV cache for the AVX-512 table: one call covers a
+ * run of cached positions (a KV block) and every query head that shares
+ * its KV head, so each cached row is converted from F16 once for all of
+ * them and there is one call per block, not per position.
+ *
+ * attn_qk_f16 equals ref.c's attn_qk_f16 within float reassociation: each
+ * score is one 16-lane FMA chain over the head (elements 16k .. 16k + 15
+ * into lane order, a zero-padded tail last), folded by one fixed
+ * horizontal sum, then scaled. attn_pv_f16 equals ref.c bit for bit: per
+ * position in order, a multiply then an add on each output value.
+ * Neither depends on how many heads or positions share a call, so a row's
+ * attention does not depend on the batch.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/impl.h"
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+AI float hsum512(__m512 v)
+{
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AI __mmask16 lanes(int d, int j) { return d - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - j)) - 1); }
+
+/* Q heads by T positions; T * Q independent chains keep both FMA ports busy. */
+AI void qk_tile(int Q, int T, int d, const float *q, const uint16_t *k, size_t ks, float scale,
+                float *s, size_t lds)
+{
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int j = 0; j < d; j += 16) {
+        __mmask16 m = lanes(d, j);
+        __m512 kv[4];
+        UNROLL for (int t = 0; t < T; t++) kv[t] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k + (size_t)t * ks + j));
+        UNROLL for (int i = 0; i < Q; i++)
+        {
+            __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)i * d + j);
+            UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_fmadd_ps(kv[t], qv, acc[i][t]);
+        }
+    }
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) s[(size_t)i * lds + t] =
+        scale * hsum512(acc[i][t]);
+}
+
+AI void qk_heads(int Q, int d, const float *q, const uint16_t *k, size_t ks, int nt, float scale,
+                 float *s, size_t lds)
+{
+    const int T = Q <= 2 ? 4 : 2;
+    int t = 0;
+    for (; t + T <= nt; t += T)
+        qk_tile(Q, T, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
+    for (; t < nt; t++)
+        qk_tile(Q, 1, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
+}
+
+static void z_attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
+                          float scale, float *s, size_t lds)
+{
+    int i = 0;
+    for (; i + 4 <= nq; i += 4)
+        qk_heads(4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+    switch (nq - i) {
+    case 3:
+        qk_heads(3, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+        break;
+    case 2:
+        qk_heads(2, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+        break;
+    case 1:
+        qk_heads(1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Q heads by up to 64 output values (J vectors) held in registers across
+ * all nt positions. */
+AI void pv_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const uint16_t *v,
+                size_t vs, int nt, float *o)
+{
+    __m512 acc[4][4];
+    __mmask16 m[4];
+    UNROLL for (int jj = 0; jj < J; jj++) m[jj] = lanes(d, j0 + 16 * jj);
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] =
+        _mm512_maskz_loadu_ps(m[jj], o + (size_t)i * d + j0 + 16 * jj);
+    for (int t = 0; t < nt; t++) {
+        __m512 vv[4];
+        UNROLL for (int jj = 0; jj < J; jj++) vv[jj] =
+            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[jj], v + (size_t)t * vs + j0 + 16 * jj));
+        UNROLL for (int i = 0; i < Q; i++)
+        {
+            __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
+            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_add_ps(acc[i][jj], _mm512_mul_ps(a, vv[jj]));
+        }
+    }
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++)
+        _mm512_mask_storeu_ps(o + (size_t)i * d + j0 + 16 * jj, m[jj], acc[i][jj]);
+}
+
+AI void pv_heads(int Q, int d, const float *p, size_t ldp, const uint16_t *v, size_t vs, int nt,
+                 float *o)
+{
+    for (int j0 = 0; j0 < d; j0 += 64) {
+        int rest = (d - j0 + 15) / 16;
+        if (rest >= 4)
+            pv_tile(Q, 4, d, j0, p, ldp, v, vs, nt, o);
+        else if (rest == 3)
+            pv_tile(Q, 3, d, j0, p, ldp, v, vs, nt, o);
+        else if (rest == 2)
+            pv_tile(Q, 2, d, j0, p, ldp, v, vs, nt, o);
+        else
+            pv_tile(Q, 1, d, j0, p, ldp, v, vs, nt, o);
+    }
+}
+
+static void z_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
+                          int nt, float *o)
+{
+    int i = 0;
+    for (; i + 4 <= nq; i += 4)
+        pv_heads(4, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+    switch (nq - i) {
+    case 3:
+        pv_heads(3, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+        break;
+    case 2:
+        pv_heads(2, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+        break;
+    case 1:
+        pv_heads(1, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+        break;
+    default:
+        break;
+    }
+}
+
+void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k)
+{
+    k->attn_qk_f16 = z_attn_qk_f16;
+    k->attn_pv_f16 = z_attn_pv_f16;
+}
