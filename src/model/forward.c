@@ -311,6 +311,25 @@ static void mm_prepare(struct job *j, int ith, int nth, struct act_memo *memo,
     ifl_pool_barrier(f->pool);
 }
 
+/* Converts rows [lo, hi) of x into the kernels' input format for w and
+ * notes in memo that `act` will hold all nr rows once every thread has
+ * done its share: the caller meets the others at a barrier before the
+ * matmul (mm_prepare then finds the memo and converts nothing). Lets a
+ * thread convert rows it has just written, with no barrier in between. */
+static void quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
+                       const float *x, int32_t nr, long lo, long hi)
+{
+    struct ifl_fwd *f = j->f;
+    enum ifl_type at = ifl_type_info(w->type)->act;
+    if (at == IFL_TYPE_F32)
+        return;
+    for (long r = lo; r < hi; r++)
+        f->kn->quant[at](x + r * w->n_in, (char *)f->act + r * f->act_row_bytes, w->n_in);
+    memo->src = x;
+    memo->type = at;
+    memo->nr = nr;
+}
+
 /* This thread's share of y = x W^T (no barrier at the end). */
 static void mm_run(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *x,
                    int32_t nr, float *y, size_t ldy)
@@ -402,8 +421,10 @@ static int attn_mine(const struct ifl_batch *b, long r, long *cum, long total, i
 /* Attention over an F16 cache: one item is (row, KV head) with all the
  * query heads of its group, one kernel call per KV block for the scores
  * and one for the weighted values. The softmax between them is the same
- * arithmetic as attention()'s. */
-static void attention_f16(struct job *j, int ith, int nth, int il)
+ * arithmetic as attention()'s. Each finished row is converted for wo
+ * (see quant_rows). */
+static void attention_f16(struct job *j, int ith, int nth, int il, struct act_memo *memo,
+                          const struct ifl_mat *wo)
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
@@ -457,15 +478,21 @@ static void attention_f16(struct job *j, int ith, int nth, int il)
                     o[(size_t)g * hdv + i] *= inv;
             }
         }
+        /* the row is whole: convert it for Wo now, not after a barrier */
+        quant_rows(j, memo, wo, f->att, b->n_rows, r, r + 1);
     }
 }
 
-static void attention(struct job *j, int ith, int nth, int il)
+static void attention(struct job *j, int ith, int nth, int il, struct act_memo *memo,
+                      const struct ifl_mat *wo)
 {
     if (j->f->kv->type == IFL_TYPE_F16 && j->f->m->hp.n_head / j->f->m->hp.n_head_kv <= 64) {
-        attention_f16(j, ith, nth, il);
+        attention_f16(j, ith, nth, il, memo, wo);
+        /* every thread notes it, rows or none, so all agree on what act holds */
+        quant_rows(j, memo, wo, j->f->att, j->b->n_rows, 0, 0);
         return;
     }
+    memo->src = NULL; /* mm_prepare converts att after the barrier */
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
     const struct ifl_hparams *hp = &f->m->hp;
@@ -545,7 +572,8 @@ static void step(void *arg, int ith, int nth)
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
 
-    /* embeddings and rotary angles */
+    /* embeddings and rotary angles; each thread's rows stay its own for
+     * every per-row phase below, so those need no barrier between them */
     for (long r = lo; r < hi; r++) {
         const struct ifl_mat *te = &m->tok_embd;
         f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
@@ -557,14 +585,14 @@ static void step(void *arg, int ith, int nth)
             cs[2 * i + 1] = (float)sin(th);
         }
     }
-    ifl_pool_barrier(f->pool);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const struct ifl_layer_weights *w = &m->layers[il];
         for (long r = lo; r < hi; r++)
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
-        ifl_pool_barrier(f->pool);
         memo.src = NULL;
+        quant_rows(j, &memo, &w->wq, f->xn, nr, lo, hi);
+        ifl_pool_barrier(f->pool);
         mm(j, ith, nth, &memo, &w->wq, f->xn, nr, f->q);
         mm(j, ith, nth, &memo, &w->wk, f->xn, nr, f->k);
         mm(j, ith, nth, &memo, &w->wv, f->xn, nr, f->v);
@@ -593,7 +621,7 @@ static void step(void *arg, int ith, int nth)
         }
         store_kv(j, ith, nth, il);
         ifl_pool_barrier(f->pool);
-        attention(j, ith, nth, il);
+        attention(j, ith, nth, il, &memo, &w->wo);
         ifl_pool_barrier(f->pool);
         mm(j, ith, nth, &memo, &w->wo, f->att, nr, f->tmp);
         ifl_pool_barrier(f->pool);
@@ -601,8 +629,9 @@ static void step(void *arg, int ith, int nth)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
         }
-        ifl_pool_barrier(f->pool);
         memo.src = NULL; /* xn now holds the ffn input */
+        quant_rows(j, &memo, &w->w_gate, f->xn, nr, lo, hi);
+        ifl_pool_barrier(f->pool);
         mm(j, ith, nth, &memo, &w->w_gate, f->xn, nr, f->gate);
         mm(j, ith, nth, &memo, &w->w_up, f->xn, nr, f->up);
         ifl_pool_barrier(f->pool);
@@ -612,13 +641,14 @@ static void step(void *arg, int ith, int nth)
             for (int i = 0; i < n_ff; i++)
                 g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
+        quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
         ifl_pool_barrier(f->pool);
         mm(j, ith, nth, &memo, &w->w_down, f->gate, nr, f->tmp);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
-        ifl_pool_barrier(f->pool);
     }
+    ifl_pool_barrier(f->pool); /* the output rows below are any thread's */
 
     if (j->n_out == 0)
         return;
@@ -630,8 +660,9 @@ static void step(void *arg, int ith, int nth)
         if (b->hidden)
             memcpy(b->hidden + i * n_embd, f->xn + i * n_embd, sizeof(float) * (size_t)n_embd);
     }
-    ifl_pool_barrier(f->pool);
     memo.src = NULL;
+    quant_rows(j, &memo, &m->output, f->xn, j->n_out, olo, ohi);
+    ifl_pool_barrier(f->pool);
     mm(j, ith, nth, &memo, &m->output, f->xn, j->n_out, j->logits);
 }
 
