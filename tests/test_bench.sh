@@ -97,6 +97,8 @@ chmod +x "$fake/llama-bench" "$fake/llama-batched-bench"
     --log "$tmp/cmplog" "$M" >"$tmp/cmp.md" 2>"$tmp/cmp.err"
 rc=$?
 [ $rc -eq 0 ] && ok "compare: runs with a stand-in llama.cpp" || { bad "compare: runs with a stand-in llama.cpp (exit $rc)"; cat "$tmp/cmp.err"; }
+grep -Eq '^CPU idle before each run: median [0-9]+ %, lowest [0-9]+ %' "$tmp/cmp.md" && ok "compare: reports how idle the machine was" ||
+    { bad "compare: reports how idle the machine was"; cat "$tmp/cmp.md"; }
 grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | tg limit tok/s |' "$tmp/cmp.md" &&
     ok "compare: table header" || { bad "compare: table header"; cat "$tmp/cmp.md"; }
 # each row: inflight figure positive, llama.cpp's the stand-in's, ratio their quotient
@@ -115,7 +117,7 @@ ls "$tmp/cmplog"/*.cmd | sed -n '1p;7p' | tr '\n' ' ' | grep -q '/001-ifl-pp16-[
     [ "$(grep -c 'inflight bench .* --pp 128 ' "$tmp/dry")" -eq 2 ] && ok "compare: --dry-run lists the commands" ||
     { bad "compare: --dry-run lists the commands"; cat "$tmp/dry"; }
 for args in "$M" "--llama $tmp/nowhere $M" "--llama $tmp $M" "--llama $fake" "--llama $fake -B 1,,2 $M" \
-    "--llama $fake --inflight $tmp/none $M" "--llama $fake --bogus $M"; do
+    "--llama $fake --inflight $tmp/none $M" "--llama $fake --bogus $M" "--llama $fake --wait-idle 101 $M"; do
     # shellcheck disable=SC2086
     "$C" $args >"$tmp/o" 2>"$tmp/e"
     [ $? -eq 2 ] && grep -q '^bench/compare: ' "$tmp/e" && ok "compare: bad arguments: ${args//$tmp/TMP}" ||
