@@ -868,6 +868,76 @@ static void test_schema_walks(void)
     run_schema_walks("models/vocab/ggml-vocab-llama-bpe.gguf", 3, 0);
 }
 
+/* The plain-token fast path against the whole-trie walk: along random
+ * token walks of several grammars, every mask is the same both ways and
+ * the fast one is the faster in string content. */
+static void test_fast_path(void)
+{
+    struct vocab_fix f;
+    if (load_vocab(&f, "models/vocab/ggml-vocab-llama-bpe.gguf"))
+        return;
+    struct ifl_guide_masker *slow = NULL;
+    CHECK_EQ(ifl_guide_masker_create_sized(&slow, f.vi, 1), 0);
+    ifl_guide_masker_set_fast(slow, 0);
+    struct ifl_guide_masker *fast = NULL;
+    CHECK_EQ(ifl_guide_masker_create_sized(&fast, f.vi, 1), 0);
+    if (!slow || !fast)
+        return;
+    static const char *const texts[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":7},"
+        "\"b\":{\"type\":\"string\"},\"c\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}},"
+        "\"required\":[\"a\",\"b\",\"c\"]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":\"email\"}}",
+    };
+    int32_t n = ifl_vocab_n_tokens(f.v);
+    size_t nw = ((size_t)n + 31) / 32;
+    uint32_t *a = malloc(nw * 4), *b = malloc(nw * 4);
+    int compared = 0;
+    double t_fast = 0, t_slow = 0;
+    for (int k = 0; k < 4 && a && b; k++) {
+        struct ifl_guide *g = NULL;
+        if (k < 2)
+            CHECK_EQ(ifl_guide_compile_json_schema(&g, texts[k], strlen(texts[k]), NULL), 0);
+        else
+            CHECK_EQ(ifl_guide_compile_json(&g, k == 3, NULL), 0);
+        if (!g)
+            continue;
+        struct ifl_guide_state st;
+        ifl_guide_state_init(&st, g);
+        for (int step = 0; step < 12; step++) {
+            double t0 = now_s();
+            int64_t ca = ifl_guide_mask(fast, &st, a);
+            double t1 = now_s();
+            int64_t cb = ifl_guide_mask(slow, &st, b);
+            t_fast += t1 - t0;
+            t_slow += now_s() - t1;
+            CHECK_EQ(ca, cb);
+            CHECK_MSG(!memcmp(a, b, nw * 4), "grammar %d step %d: masks differ", k, step);
+            compared++;
+            /* prefer long tokens, so the walk gets inside strings */
+            int32_t id = -1;
+            for (int c = 0; c < 200; c++) {
+                int32_t t = pick(a, n, &f, 0);
+                if (t >= 0 && (id < 0 || ifl_vocab_piece(f.v, t, 0, NULL, 0) >
+                                             ifl_vocab_piece(f.v, id, 0, NULL, 0)))
+                    id = t;
+            }
+            if (id < 0 || ifl_guide_accept_token(&st, f.vi, id))
+                break;
+        }
+        ifl_guide_state_deinit(&st);
+        ifl_guide_free(g);
+    }
+    fprintf(stderr, "  %d masks equal both ways; fast %.3f ms, full walk %.3f ms per mask\n",
+            compared, t_fast / compared * 1e3, t_slow / compared * 1e3);
+    CHECK(compared >= 20);
+    free(a);
+    free(b);
+    ifl_guide_masker_free(slow);
+    ifl_guide_masker_free(fast);
+    free_vocab(&f);
+}
+
 int main(void)
 {
     T_RUN(test_parse_errors);
@@ -881,5 +951,6 @@ int main(void)
     T_RUN(test_vocab_llama3);
     T_RUN(test_schema);
     T_RUN(test_schema_walks);
+    T_RUN(test_fast_path);
     return t_done();
 }

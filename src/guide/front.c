@@ -24,7 +24,10 @@ static const char json_common[] =
     "member ::= string ws \":\" ws value\n"
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex4 )\n"
+    /* no UTF-16 surrogates: a lone one is not valid JSON text, and a pair
+     * would count as two characters for minLength/maxLength */
+    "hex4 ::= ( [0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7] ) [0-9a-fA-F]{2}\n"
     "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
     "ws ::= [ \\t\\n\\r]{0,20}\n";
 

@@ -831,6 +831,38 @@ static int class_meets(const struct ifl_guide *g, uint32_t c, uint32_t lo, uint3
     return 1;
 }
 
+int ifl_guide_class_plain(const struct ifl_guide *g, uint32_t c)
+{
+    /* ASCII part: 0x20..0x7F except '"' (0x22) and '\\' (0x5C) */
+    static const uint32_t pm[4] = {0, 0xFFFFFFFBu, 0xEFFFFFFFu, 0xFFFFFFFFu};
+    int all = 1, none = 1;
+    for (int k = 0; k < 4; k++) {
+        uint32_t w = g->cls_ascii[4 * c + k] & pm[k];
+        all &= w == pm[k];
+        none &= w == 0;
+    }
+    /* the rest: every code point past ASCII, or none of them */
+    int some = class_meets(g, c, 0x80, 0x10FFFF);
+    int every = 1;
+    uint32_t i0 = g->cls_off[c], i1 = g->cls_off[c + 1];
+    if (!g->cls_neg[c]) {
+        /* sorted and merged: one range must cover [0x80, 0x10FFFF] */
+        every = 0;
+        for (uint32_t i = i0; i < i1; i++)
+            if (g->ranges[2 * i] <= 0x80 && g->ranges[2 * i + 1] >= 0x10FFFF)
+                every = 1;
+    } else {
+        for (uint32_t i = i0; i < i1; i++)
+            if (g->ranges[2 * i + 1] >= 0x80)
+                every = 0;
+    }
+    if (all && every)
+        return 1;
+    if (none && !some)
+        return 0;
+    return -1;
+}
+
 /* Advances every stack of in by code point cp into out. */
 static int advance(const struct ifl_guide *g, const struct ifl_guide_level *in, uint32_t cp,
                    struct ifl_guide_vec *out, struct ifl_guide_scratch *s)

@@ -64,11 +64,14 @@ int ifl_guide_compile_regex(struct ifl_guide **out, const char *re, size_t len, 
 int ifl_guide_regex_to_gbnf(char **out, const char *re, size_t len, char *err);
 /* A JSON Schema (JSON text): type (and arrays of types), properties,
  * required, additionalProperties (for objects without properties), items,
- * prefixItems, minItems/maxItems, enum, const, anyOf/oneOf, allOf of one
+ * prefixItems, minItems/maxItems, enum, const, anyOf/oneOf (oneOf as
+ * anyOf: give it disjoint alternatives), allOf of one
  * schema, $ref to #, #/$defs/... or #/definitions/... (recursion allowed),
  * string formats date, time, date-time, uuid, email, minLength/maxLength,
  * integer minimum/maximum (both bounds within 2000 values, or minimum 0 or
- * 1 alone), number minimum 0, nullable. Properties come out in schema
+ * 1 alone), number minimum 0 alone or minimum and maximum (integer
+ * bounds, at most 2000 apart; up to six fraction digits, no exponent),
+ * nullable. Properties come out in schema
  * order, required ones first. A constraining keyword it cannot express is
  * IFL_EUNSUPPORTED naming it (never silently dropped); a malformed schema
  * is IFL_EFORMAT. */
@@ -76,6 +79,14 @@ int ifl_guide_compile_json_schema(struct ifl_guide **out, const char *schema, si
                                   char *err);
 /* The GBNF text a schema compiles to (malloc'd, caller frees). */
 int ifl_guide_schema_to_gbnf(char **out, const char *schema, size_t len, char *err);
+/* Validates the JSON text doc against a JSON Schema (its own code, not
+ * the grammar; see validate.c for the keywords). 0: valid; IFL_EINVAL:
+ * invalid or not JSON, err names the place as a JSON path and the rule
+ * ("$.items[2].age: 130 is above maximum 120"); IFL_EFORMAT: the schema is
+ * malformed; IFL_EUNSUPPORTED: it uses a keyword the validator lacks.
+ * Thread-safe. err optional, IFL_ERR_LEN bytes. */
+int ifl_guide_validate_json(const char *schema, size_t schema_len, const char *doc,
+                            size_t doc_len, char *err);
 /* The GBNF text of JSON mode (a static string). */
 const char *ifl_guide_json_gbnf(int object_only);
 void ifl_guide_free(struct ifl_guide *g);
@@ -126,6 +137,10 @@ int ifl_guide_accept_token(struct ifl_guide_state *st, const struct ifl_guide_vo
 /* A masker: scratch and a small LRU cache of masks keyed by the full state,
  * for one vocab index. Single-owner. */
 int ifl_guide_masker_create(struct ifl_guide_masker **out, const struct ifl_guide_vocab_index *vi);
+/* The same with room for n_cache masks (an executor shares one masker
+ * between requests, so it remembers many states). */
+int ifl_guide_masker_create_sized(struct ifl_guide_masker **out,
+                                  const struct ifl_guide_vocab_index *vi, int n_cache);
 void ifl_guide_masker_free(struct ifl_guide_masker *m);
 /* Sets bit id of allowed[(n_tokens + 31) / 32] (bit id % 32 of word id / 32)
  * for every token st may accept next, clears the others. Returns the number
@@ -133,6 +148,9 @@ void ifl_guide_masker_free(struct ifl_guide_masker *m);
  * the stack limits counts as not allowed. */
 int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state *st,
                        uint32_t *allowed);
+/* Turns the plain-token fast path off (0) or on (1, the default); tests
+ * compare the two. */
+void ifl_guide_masker_set_fast(struct ifl_guide_masker *m, int on);
 /* Cache statistics since creation. */
 void ifl_guide_masker_stats(const struct ifl_guide_masker *m, uint64_t *hits, uint64_t *misses);
 

@@ -62,6 +62,10 @@ int ifl_guide_step(const struct ifl_guide *g, const struct ifl_guide_level *in, 
                    struct ifl_guide_vec *out, struct ifl_guide_level *res,
                    struct ifl_guide_scratch *s);
 int ifl_guide_level_accepting(const struct ifl_guide_level *l);
+/* How class c treats the "plain" code points (every one from U+0020 up,
+ * except '"' and '\\': what a JSON string holds unescaped): 1 it matches
+ * them all, 0 none, -1 some. The mask's fast path for string content. */
+int ifl_guide_class_plain(const struct ifl_guide *g, uint32_t c);
 
 /* Source-text helpers shared by the GBNF parser and the regex front end. */
 

@@ -23,15 +23,9 @@
 
 enum { TOK_NEVER = 0, TOK_TRIE = 1, TOK_EOG = 2 };
 
-struct ifl_guide_vocab_index {
-    const struct ifl_vocab *vocab;
-    int32_t n_tokens;
-    uint8_t *kind;       /* [n_tokens] TOK_* */
-    uint32_t *piece_off; /* [n_tokens + 1] into blob */
-    char *blob;          /* every token's piece */
-    int32_t *eog;        /* end-of-generation ids */
-    int32_t n_eog;
-    /* the trie, preorder; node 0 is the root (empty prefix) */
+/* A byte trie over some of the tokens, preorder; node 0 is the root (the
+ * empty prefix). */
+struct trie {
     uint32_t n_nodes;
     uint8_t *byte;     /* [n_nodes] the byte leading into the node */
     uint16_t *depth;   /* [n_nodes] */
@@ -40,6 +34,32 @@ struct ifl_guide_vocab_index {
     uint32_t *tok_n;   /* [n_nodes] tokens whose piece ends here */
     int32_t *toks;
     uint32_t max_depth;
+};
+
+/* Plain tokens: pieces of 1..PLAIN_MAX whole UTF-8 characters, each plain
+ * (U+0020 and up except '"' and '\\', see ifl_guide_class_plain). From a
+ * state where every stack top treats all plain characters alike, the
+ * automaton cannot tell two plain characters apart, so a plain token of k
+ * characters is allowed exactly when k steps on any plain character
+ * succeed: no walk needed. That covers nearly the whole vocabulary inside
+ * a JSON string, the states whose walk is the slowest. */
+#define PLAIN_MAX 256
+
+struct ifl_guide_vocab_index {
+    const struct ifl_vocab *vocab;
+    int32_t n_tokens;
+    uint8_t *kind;       /* [n_tokens] TOK_* */
+    uint32_t *piece_off; /* [n_tokens + 1] into blob */
+    char *blob;          /* every token's piece */
+    int32_t *eog;        /* end-of-generation ids */
+    int32_t n_eog;
+    struct trie all;     /* every token with a piece */
+    struct trie rest;    /* the tokens that are not plain */
+    uint32_t max_depth;  /* of all */
+    int32_t max_plain;   /* longest plain token, in characters */
+    uint32_t *plain_upto;  /* [max_plain + 1][n_words] plain tokens of 1..k characters */
+    int64_t *plain_count;  /* [max_plain + 1] how many */
+    size_t n_words;
 };
 
 /* A token's piece during sorting; the comparator needs no global. */
@@ -60,6 +80,16 @@ static int cmp_piece(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static void trie_free(struct trie *t)
+{
+    free(t->byte);
+    free(t->depth);
+    free(t->skip);
+    free(t->tok_off);
+    free(t->tok_n);
+    free(t->toks);
+}
+
 void ifl_guide_vocab_index_free(struct ifl_guide_vocab_index *vi)
 {
     if (!vi)
@@ -68,18 +98,91 @@ void ifl_guide_vocab_index_free(struct ifl_guide_vocab_index *vi)
     free(vi->piece_off);
     free(vi->blob);
     free(vi->eog);
-    free(vi->byte);
-    free(vi->depth);
-    free(vi->skip);
-    free(vi->tok_off);
-    free(vi->tok_n);
-    free(vi->toks);
+    trie_free(&vi->all);
+    trie_free(&vi->rest);
+    free(vi->plain_upto);
+    free(vi->plain_count);
     free(vi);
 }
 
 int32_t ifl_guide_vocab_index_n_tokens(const struct ifl_guide_vocab_index *vi)
 {
     return vi->n_tokens;
+}
+
+/* Characters of a plain piece (1..PLAIN_MAX), or 0 when it is not plain:
+ * a byte that is not strict UTF-8 (overlong, surrogate, cut short), or a
+ * character below U+0020, '"' or '\\'. */
+static int32_t plain_chars(const char *p, uint32_t len)
+{
+    int32_t k = 0;
+    for (size_t i = 0; i < len;) {
+        size_t at = i;
+        int64_t cp = ifl_guide_utf8_next(p, len, &i);
+        size_t used = i - at;
+        if (cp < 0x20 || cp == '"' || cp == '\\' || (cp >= 0xD800 && cp <= 0xDFFF) ||
+            cp > 0x10FFFF || used != (size_t)(cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4))
+            return 0;
+        if (++k > PLAIN_MAX)
+            return 0;
+    }
+    return k;
+}
+
+/* Builds a trie over ids[0..n) (sorted by piece). */
+static int trie_build(struct trie *t, const struct ifl_guide_vocab_index *vi, const int32_t *ids,
+                      int32_t n, uint64_t total_bytes, size_t maxp)
+{
+    size_t max_nodes = total_bytes + 1;
+    t->byte = malloc(max_nodes);
+    t->depth = malloc(max_nodes * sizeof *t->depth);
+    t->skip = malloc(max_nodes * sizeof *t->skip);
+    t->tok_off = malloc(max_nodes * sizeof *t->tok_off);
+    t->tok_n = calloc(max_nodes, sizeof *t->tok_n);
+    t->toks = malloc(((size_t)n + 1) * sizeof *t->toks);
+    uint32_t *path = malloc((maxp + 1) * sizeof *path);
+    if (!t->byte || !t->depth || !t->skip || !t->tok_off || !t->tok_n || !t->toks || !path) {
+        free(path);
+        return IFL_ENOMEM;
+    }
+    uint32_t nn = 1, pd = 0; /* path[0..pd] is the current root-to-node path */
+    t->byte[0] = 0;
+    t->depth[0] = 0;
+    t->tok_off[0] = 0;
+    path[0] = 0;
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = ids[k];
+        const char *p = vi->blob + vi->piece_off[id];
+        uint32_t len = vi->piece_off[id + 1] - vi->piece_off[id];
+        uint32_t l = 0;
+        while (prev && l < len && l < prev_len && p[l] == prev[l])
+            l++;
+        while (pd > l)
+            t->skip[path[pd--]] = nn;
+        for (uint32_t d = l; d < len; d++) {
+            t->byte[nn] = (uint8_t)p[d];
+            t->depth[nn] = (uint16_t)(d + 1);
+            t->tok_off[nn] = (uint32_t)k;
+            path[++pd] = nn++;
+        }
+        uint32_t node = path[pd];
+        if (t->tok_n[node] == 0)
+            t->tok_off[node] = (uint32_t)k;
+        t->toks[k] = id;
+        t->tok_n[node]++;
+        if (len > t->max_depth)
+            t->max_depth = len;
+        prev = p;
+        prev_len = len;
+    }
+    while (pd > 0)
+        t->skip[path[pd--]] = nn;
+    t->skip[0] = nn;
+    t->n_nodes = nn;
+    free(path);
+    return 0;
 }
 
 int ifl_guide_vocab_index_create(struct ifl_guide_vocab_index **out, const struct ifl_vocab *vocab,
@@ -141,55 +244,39 @@ int ifl_guide_vocab_index_create(struct ifl_guide_vocab_index **out, const struc
     for (int32_t k = 0; k < n_trie; k++)
         order[k] = items[k].id;
     free(items);
-    size_t max_nodes = total_bytes + 1;
-    vi->byte = malloc(max_nodes);
-    vi->depth = malloc(max_nodes * sizeof *vi->depth);
-    vi->skip = malloc(max_nodes * sizeof *vi->skip);
-    vi->tok_off = malloc(max_nodes * sizeof *vi->tok_off);
-    vi->tok_n = calloc(max_nodes, sizeof *vi->tok_n);
-    vi->toks = malloc(((size_t)n_trie + 1) * sizeof *vi->toks);
-    uint32_t *path = malloc((maxp + 1) * sizeof *path);
-    if (!vi->byte || !vi->depth || !vi->skip || !vi->tok_off || !vi->tok_n || !vi->toks || !path) {
-        free(path);
+    int32_t *rest = malloc(((size_t)n_trie + 1) * sizeof *rest);
+    int32_t *plen = calloc((size_t)n, sizeof *plen);
+    if (!rest || !plen) {
+        free(rest);
+        free(plen);
         goto nomem;
     }
-    uint32_t nn = 1, pd = 0; /* path[0..pd] is the current root-to-node path */
-    vi->byte[0] = 0;
-    vi->depth[0] = 0;
-    vi->tok_off[0] = 0;
-    path[0] = 0;
-    const char *prev = NULL;
-    uint32_t prev_len = 0;
+    int32_t n_rest = 0;
     for (int32_t k = 0; k < n_trie; k++) {
         int32_t id = order[k];
-        const char *p = vi->blob + vi->piece_off[id];
-        uint32_t len = vi->piece_off[id + 1] - vi->piece_off[id];
-        uint32_t l = 0;
-        while (prev && l < len && l < prev_len && p[l] == prev[l])
-            l++;
-        while (pd > l)
-            vi->skip[path[pd--]] = nn;
-        for (uint32_t d = l; d < len; d++) {
-            vi->byte[nn] = (uint8_t)p[d];
-            vi->depth[nn] = (uint16_t)(d + 1);
-            vi->tok_off[nn] = (uint32_t)k;
-            path[++pd] = nn++;
-        }
-        uint32_t node = path[pd];
-        if (vi->tok_n[node] == 0)
-            vi->tok_off[node] = (uint32_t)k;
-        vi->toks[k] = id;
-        vi->tok_n[node]++;
-        if (len > vi->max_depth)
-            vi->max_depth = len;
-        prev = p;
-        prev_len = len;
+        plen[id] = plain_chars(vi->blob + vi->piece_off[id], vi->piece_off[id + 1] - vi->piece_off[id]);
+        if (plen[id] > vi->max_plain)
+            vi->max_plain = plen[id];
+        if (!plen[id])
+            rest[n_rest++] = id;
     }
-    while (pd > 0)
-        vi->skip[path[pd--]] = nn;
-    vi->skip[0] = nn;
-    vi->n_nodes = nn;
-    free(path);
+    vi->n_words = ((size_t)n + 31) / 32;
+    vi->plain_upto = calloc(((size_t)vi->max_plain + 1) * vi->n_words, sizeof *vi->plain_upto);
+    vi->plain_count = calloc((size_t)vi->max_plain + 1, sizeof *vi->plain_count);
+    int bad = !vi->plain_upto || !vi->plain_count;
+    for (int32_t id = 0; !bad && id < n; id++)
+        if (plen[id])
+            for (int32_t k = plen[id]; k <= vi->max_plain; k++) {
+                vi->plain_upto[(size_t)k * vi->n_words + (size_t)(id >> 5)] |= 1u << (id & 31);
+                vi->plain_count[k]++;
+            }
+    bad = bad || trie_build(&vi->all, vi, order, n_trie, total_bytes, maxp) ||
+          trie_build(&vi->rest, vi, rest, n_rest, total_bytes, maxp);
+    free(rest);
+    free(plen);
+    if (bad)
+        goto nomem;
+    vi->max_depth = vi->all.max_depth;
     free(order);
     *out = vi;
     return 0;
@@ -233,21 +320,35 @@ struct ifl_guide_masker {
     struct ifl_guide_vec *bufs;     /* [max_depth + 1] */
     struct ifl_guide_level *levels; /* [max_depth + 1] */
     size_t n_words;
-    struct centry cache[CACHE_N];
+    struct centry *cache; /* [n_cache] */
+    int n_cache;
     uint64_t clock, hits, misses;
+    int no_fast;                 /* tests: always walk the whole trie */
+    struct ifl_guide_vec chain[2]; /* plain_run's levels */
 };
 
 int ifl_guide_masker_create(struct ifl_guide_masker **out, const struct ifl_guide_vocab_index *vi)
 {
+    return ifl_guide_masker_create_sized(out, vi, CACHE_N);
+}
+
+int ifl_guide_masker_create_sized(struct ifl_guide_masker **out,
+                                  const struct ifl_guide_vocab_index *vi, int n_cache)
+{
+    if (n_cache < 1)
+        n_cache = 1;
     struct ifl_guide_masker *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m || !(m->cache = calloc((size_t)n_cache, sizeof *m->cache))) {
+        free(m);
         return IFL_ENOMEM;
+    }
+    m->n_cache = n_cache;
     m->vi = vi;
     m->n_words = ((size_t)vi->n_tokens + 31) / 32;
     m->bufs = calloc((size_t)vi->max_depth + 2, sizeof *m->bufs);
     m->levels = calloc((size_t)vi->max_depth + 2, sizeof *m->levels);
     int rc = m->bufs && m->levels ? ifl_guide_scratch_create(&m->s) : IFL_ENOMEM;
-    for (int i = 0; !rc && i < CACHE_N; i++)
+    for (int i = 0; !rc && i < m->n_cache; i++)
         if (!(m->cache[i].bits = malloc(m->n_words * sizeof(uint32_t))))
             rc = IFL_ENOMEM;
     if (rc) {
@@ -268,10 +369,13 @@ void ifl_guide_masker_free(struct ifl_guide_masker *m)
     free(m->bufs);
     free(m->levels);
     ifl_guide_scratch_free(m->s);
-    for (int i = 0; i < CACHE_N; i++) {
+    free(m->chain[0].v);
+    free(m->chain[1].v);
+    for (int i = 0; i < m->n_cache; i++) {
         free(m->cache[i].key);
         free(m->cache[i].bits);
     }
+    free(m->cache);
     free(m);
 }
 
@@ -291,13 +395,88 @@ static uint64_t state_hash(const struct ifl_guide_state *st)
     return h ^ st->g->id;
 }
 
+void ifl_guide_masker_set_fast(struct ifl_guide_masker *m, int on) { m->no_fast = !on; }
+
+/* Whether every stack top of l treats the plain characters alike: 1 some
+ * stack takes them all (the rest none), 0 none does, -1 mixed. */
+static int plain_uniform(const struct ifl_guide *g, const struct ifl_guide_level *l)
+{
+    int any = 0;
+    for (const uint32_t *w = l->buf, *end = l->buf + l->len; w < end; w += 1 + w[0]) {
+        if (!w[0])
+            continue;
+        int u = ifl_guide_class_plain(g, E_VAL(g->elems[w[w[0]]]));
+        if (u < 0)
+            return -1;
+        any |= u;
+    }
+    return any;
+}
+
+/* How many plain characters in a row l may take, capped at the longest
+ * plain token (so plain tokens up to that many characters are allowed and
+ * longer ones are not); -1 when the fast path does not apply (a pending
+ * UTF-8 character, or a state along the run that tells plain characters
+ * apart); IFL_ENOMEM or IFL_EFULL. */
+static int64_t plain_run(struct ifl_guide_masker *m, const struct ifl_guide_level *l0,
+                         const struct ifl_guide *g)
+{
+    const struct ifl_guide_vocab_index *vi = m->vi;
+    if (l0->need || vi->max_plain == 0)
+        return -1;
+    struct ifl_guide_level cur = *l0, nx;
+    int k = 0, b = 0;
+    for (; k < vi->max_plain; k++) {
+        int u = plain_uniform(g, &cur);
+        if (u < 0)
+            return -1;
+        if (u == 0)
+            return k;
+        int rc = ifl_guide_step(g, &cur, 'a', &m->chain[b], &nx, m->s);
+        if (rc < 0)
+            return rc == IFL_ENOMEM ? IFL_ENOMEM : -1;
+        if (rc == 0)
+            return k;
+        /* a state that loops on plain characters takes any number of them */
+        if (nx.len == cur.len && nx.n_stacks == cur.n_stacks &&
+            !memcmp(nx.buf, cur.buf, nx.len * sizeof *nx.buf))
+            return vi->max_plain;
+        cur = nx;
+        b ^= 1;
+    }
+    return k;
+}
+
+/* Sets the bits of every token of trie t that m->levels[0] accepts. */
+static int walk(struct ifl_guide_masker *m, const struct trie *t, const struct ifl_guide *g,
+                uint32_t *allowed, int64_t *count)
+{
+    for (uint32_t i = 1; i < t->n_nodes;) {
+        uint32_t d = t->depth[i];
+        int rc = ifl_guide_step(g, &m->levels[d - 1], t->byte[i], &m->bufs[d], &m->levels[d], m->s);
+        if (rc == IFL_ENOMEM)
+            return rc;
+        if (rc <= 0) {
+            i = t->skip[i];
+            continue;
+        }
+        for (uint32_t k = 0; k < t->tok_n[i]; k++) {
+            int32_t id = t->toks[t->tok_off[i] + k];
+            allowed[id >> 5] |= 1u << (id & 31);
+            (*count)++;
+        }
+        i++;
+    }
+    return 0;
+}
+
 int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state *st,
                        uint32_t *allowed)
 {
     const struct ifl_guide_vocab_index *vi = m->vi;
     uint64_t h = state_hash(st);
     struct centry *victim = &m->cache[0];
-    for (int i = 0; i < CACHE_N; i++) {
+    for (int i = 0; i < m->n_cache; i++) {
         struct centry *c = &m->cache[i];
         if (c->used && c->hash == h && c->gid == st->g->id && c->len == st->len && c->cp == st->cp &&
             c->need == st->need &&
@@ -315,22 +494,20 @@ int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state 
     int64_t count = 0;
     const struct ifl_guide *g = st->g;
     m->levels[0] = (struct ifl_guide_level){st->buf, st->len, st->n_stacks, st->cp, st->need};
-    for (uint32_t i = 1; i < vi->n_nodes;) {
-        uint32_t d = vi->depth[i];
-        int rc = ifl_guide_step(g, &m->levels[d - 1], vi->byte[i], &m->bufs[d], &m->levels[d],
-                                m->s);
-        if (rc == IFL_ENOMEM)
-            return rc;
-        if (rc <= 0) {
-            i = vi->skip[i];
-            continue;
+    int64_t run = m->no_fast ? -1 : plain_run(m, &m->levels[0], g);
+    if (run == IFL_ENOMEM)
+        return run;
+    if (run >= 0) {
+        /* plain tokens by their length; the walk covers the others */
+        if (run > 0) {
+            memcpy(allowed, vi->plain_upto + (size_t)run * vi->n_words,
+                   m->n_words * sizeof *allowed);
+            count = vi->plain_count[run];
         }
-        for (uint32_t k = 0; k < vi->tok_n[i]; k++) {
-            int32_t id = vi->toks[vi->tok_off[i] + k];
-            allowed[id >> 5] |= 1u << (id & 31);
-            count++;
-        }
-        i++;
+        if (walk(m, &vi->rest, g, allowed, &count))
+            return IFL_ENOMEM;
+    } else if (walk(m, &vi->all, g, allowed, &count)) {
+        return IFL_ENOMEM;
     }
     if (ifl_guide_is_accepting(st)) {
         for (int32_t k = 0; k < vi->n_eog; k++) {

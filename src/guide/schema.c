@@ -12,6 +12,7 @@
  * $schema, $id, $comment, strict) are ignored.
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,13 @@ static int gen_string(struct sc *c, json_t *s)
         return sc_err(c, IFL_EUNSUPPORTED, "'pattern' is not supported");
     if (fmt) {
         const char *f = json_string_value(fmt);
-        static const char *date = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
+        /* a calendar date (RFC 3339 full-date): days per month, and
+         * February 29 only in leap years (divisible by 4, centuries by 400) */
+        static const char *date =
+            "( [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | "
+            "\"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+            "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) | ( [0-9]{2} ( \"0\" [48] | "
+            "[2468] [048] | [13579] [26] ) | ( [02468] [048] | [13579] [26] ) \"00\" ) \"-02-29\" )";
         static const char *time = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
         if (!f)
             return sc_err(c, IFL_EFORMAT, "'format' must be a string");
@@ -175,8 +182,12 @@ static int gen_string(struct sc *c, json_t *s)
             return outf(c, "\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
                            "[0-9a-f]{4} \"-\" [0-9a-f]{12} \"\\\"\"");
         if (strcmp(f, "email") == 0)
-            return outf(c, "\"\\\"\" [a-zA-Z0-9._%%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" "
-                           "[a-zA-Z0-9-]{1,63} )* \"\\\"\"");
+            /* narrower than RFC 5321 so that every output is valid: at
+             * most one dot in the local part (64 bytes at most), domain
+             * labels without edge hyphens, a top-level domain of letters */
+            return outf(c, "\"\\\"\" [a-zA-Z0-9_%%+-]{1,32} ( \".\" [a-zA-Z0-9_%%+-]{1,31} )? \"@\" "
+                           "( [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )? \".\" ){1,3} "
+                           "[a-zA-Z]{2,12} \"\\\"\"");
         return sc_err(c, IFL_EUNSUPPORTED, "string format '%s' is not supported", f);
     }
     int64_t mn = get_int(c, s, "minLength", 0), mx = get_int(c, s, "maxLength", -2);
@@ -192,6 +203,57 @@ static int gen_string(struct sc *c, json_t *s)
     return outf(c, "\"\\\"\" char{%lld,%lld} \"\\\"\"", (long long)mn, (long long)mx);
 }
 
+/* The decimal strings a..b of n digits each (a <= b as strings; inner
+ * positions, so leading zeros are allowed), digit by digit: a range costs
+ * O(digits) grammar, and the automaton a few stacks, whatever its width. */
+static int same_len(struct sc *c, const char *a, const char *b, size_t n)
+{
+    if (n == 0 || !memcmp(a, b, n))
+        return n ? outf(c, "\"%.*s\"", (int)n, a) : 0;
+    int zeros = 1, nines = 1;
+    for (size_t i = 1; i < n; i++) {
+        zeros &= a[i] == '0';
+        nines &= b[i] == '9';
+    }
+    if (a[0] == b[0])
+        return outf(c, "\"%c\" ( ", a[0]) || same_len(c, a + 1, b + 1, n - 1) || outf(c, " )");
+    if (zeros && nines)
+        return outf(c, "[%c-%c]", a[0], b[0]) || (n > 1 && outf(c, " [0-9]{%zu}", n - 1));
+    char lo[24], hi[24];
+    memset(lo, '0', sizeof lo);
+    memset(hi, '9', sizeof hi);
+    if (outf(c, "( \"%c\" ( ", a[0]) || same_len(c, a + 1, hi, n - 1) || outf(c, " )"))
+        return c->rc;
+    if (b[0] - a[0] > 1 &&
+        (outf(c, " | [%c-%c]", a[0] + 1, b[0] - 1) || (n > 1 && outf(c, " [0-9]{%zu}", n - 1))))
+        return c->rc;
+    return outf(c, " | \"%c\" ( ", b[0]) || same_len(c, lo, b + 1, n - 1) || outf(c, " ) )");
+}
+
+/* Every integer in [a, b] (0 <= a <= b) without leading zeros, as one
+ * parenthesised alternation. */
+static int digit_range(struct sc *c, long long a, long long b)
+{
+    if (out(c, "( ", 2))
+        return c->rc;
+    long long p = 1; /* 10^(d-1) */
+    int first = 1;
+    for (int d = 1; d <= 18 && p <= b; d++, p *= 10) {
+        long long x = a > (d == 1 ? 0 : p) ? a : (d == 1 ? 0 : p), y = b < p * 10 - 1 ? b : p * 10 - 1;
+        if (x > y)
+            continue;
+        char xs[24], ys[24];
+        snprintf(xs, sizeof xs, "%lld", x);
+        snprintf(ys, sizeof ys, "%lld", y);
+        if ((!first && out(c, " | ", 3)) || same_len(c, xs, ys, (size_t)d))
+            return c->rc;
+        first = 0;
+    }
+    return out(c, " )", 2);
+}
+
+#define RANGE_LIMIT 1e15 /* integer bounds beyond this are not supported */
+
 static int gen_integer(struct sc *c, json_t *s)
 {
     json_t *jmin = json_object_get(s, "minimum"), *jmax = json_object_get(s, "maximum");
@@ -202,43 +264,79 @@ static int gen_integer(struct sc *c, json_t *s)
     if (json_object_get(s, "multipleOf"))
         return sc_err(c, IFL_EUNSUPPORTED, "'multipleOf' is not supported");
     int has_min = jmin || emin, has_max = jmax || emax;
-    double lo = jmin ? json_number_value(jmin) : -1e300, hi = jmax ? json_number_value(jmax) : 1e300;
-    if (emin && json_number_value(emin) + 1 > lo)
-        lo = json_number_value(emin) + 1;
-    if (emax && json_number_value(emax) - 1 < hi)
-        hi = json_number_value(emax) - 1;
+    double lo = jmin ? ceil(json_number_value(jmin)) : -1e300;
+    double hi = jmax ? floor(json_number_value(jmax)) : 1e300;
+    if (emin && floor(json_number_value(emin)) + 1 > lo)
+        lo = floor(json_number_value(emin)) + 1;
+    if (emax && ceil(json_number_value(emax)) - 1 < hi)
+        hi = ceil(json_number_value(emax)) - 1;
     if (!has_min && !has_max)
         return outf(c, "integer");
     if (has_min && has_max) {
-        long long a = (long long)(lo == (long long)lo ? lo : lo + 1), b = (long long)hi;
-        if (a > b)
+        if (lo > hi)
             return sc_err(c, IFL_EFORMAT, "integer range [%g, %g] is empty", lo, hi);
-        if (b - a > 2000)
-            return sc_err(c, IFL_EUNSUPPORTED,
-                          "integer ranges wider than 2000 values are not supported");
-        for (long long v = a; v <= b; v++)
-            if (outf(c, "%s\"%lld\"", v == a ? "" : " | ", v))
-                return c->rc;
-        return 0;
+        if (fabs(lo) > RANGE_LIMIT || fabs(hi) > RANGE_LIMIT)
+            return sc_err(c, IFL_EUNSUPPORTED, "integer bounds beyond 1e15 are not supported");
+        long long a = (long long)lo, b = (long long)hi;
+        if (b < 0)
+            return out(c, "\"-\" ", 4) || digit_range(c, -b, -a);
+        if (a >= 0)
+            return digit_range(c, a, b);
+        return out(c, "( \"-\" ", 6) || digit_range(c, 1, -a) || out(c, " | ", 3) ||
+               digit_range(c, 0, b) || out(c, " )", 2);
     }
-    if (has_min && !has_max && lo <= 0 && lo > -1)
-        return outf(c, "( \"0\" | [1-9] [0-9]* )");
-    if (has_min && !has_max && lo <= 1 && lo > 0)
-        return outf(c, "[1-9] [0-9]*");
+    if (has_min && !has_max && lo == 0)
+        return outf(c, "( \"0\" | [1-9] [0-9]{0,14} )");
+    if (has_min && !has_max && lo == 1)
+        return outf(c, "[1-9] [0-9]{0,14}");
     return sc_err(c, IFL_EUNSUPPORTED, "this integer minimum/maximum is not supported");
 }
 
 static int gen_number(struct sc *c, json_t *s)
 {
-    json_t *jmin = json_object_get(s, "minimum");
-    if (json_object_get(s, "maximum") || json_object_get(s, "exclusiveMaximum") ||
-        json_object_get(s, "exclusiveMinimum") || json_object_get(s, "multipleOf") ||
-        (jmin && !(json_is_number(jmin) && json_number_value(jmin) == 0)))
-        return sc_err(c, IFL_EUNSUPPORTED,
-                      "number bounds other than minimum 0 are not supported");
-    if (jmin)
-        return outf(c, "( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?");
-    return outf(c, "number");
+    json_t *jmin = json_object_get(s, "minimum"), *jmax = json_object_get(s, "maximum");
+    if (json_object_get(s, "exclusiveMaximum") || json_object_get(s, "exclusiveMinimum") ||
+        json_object_get(s, "multipleOf"))
+        return sc_err(c, IFL_EUNSUPPORTED, "number exclusive bounds and 'multipleOf' are not "
+                                           "supported");
+    if ((jmin && !json_is_number(jmin)) || (jmax && !json_is_number(jmax)))
+        return sc_err(c, IFL_EFORMAT, "minimum/maximum must be numbers");
+    if (jmin && !jmax) {
+        if (json_number_value(jmin) != 0)
+            return sc_err(c, IFL_EUNSUPPORTED,
+                          "a number minimum other than 0 needs a maximum as well");
+        return outf(c, "( \"0\" | [1-9] [0-9]{0,14} ) ( \".\" [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,2} )?");
+    }
+    if (!jmin && jmax)
+        return sc_err(c, IFL_EUNSUPPORTED, "a number maximum needs a minimum as well");
+    if (!jmin)
+        return outf(c, "number");
+    /* [lo, hi] with integer bounds: an integer part in range and up to six
+     * fraction digits (no exponent), so every output is inside */
+    double dlo = json_number_value(jmin), dhi = json_number_value(jmax);
+    if (dlo != floor(dlo) || dhi != floor(dhi) || fabs(dlo) > RANGE_LIMIT ||
+        fabs(dhi) > RANGE_LIMIT)
+        return sc_err(c, IFL_EUNSUPPORTED, "number bounds must be integers (|bound| <= 1e15)");
+    long long lo = (long long)dlo, hi = (long long)dhi;
+    if (lo > hi)
+        return sc_err(c, IFL_EFORMAT, "number range [%lld, %lld] is empty", lo, hi);
+    const char *frac = " ( \".\" [0-9]{1,6} )?";
+    if (out(c, "( ", 2))
+        return c->rc;
+    /* the bounds themselves */
+    if (outf(c, "\"%lld\"", hi) || (lo < hi && outf(c, " | \"%lld\"", lo)))
+        return c->rc;
+    /* k.f for k in [max(lo, 0), hi - 1]: in [k, k + 1) */
+    long long k0 = lo > 0 ? lo : 0;
+    if (k0 <= hi - 1 &&
+        (out(c, " | ", 3) || digit_range(c, k0, hi - 1) || out(c, frac, strlen(frac))))
+        return c->rc;
+    /* -m.f for m in [max(0, -hi), -lo - 1]: in (-(m + 1), -m] */
+    long long m0 = hi < 0 ? -hi : 0;
+    if (m0 <= -lo - 1 && (out(c, " | \"-\" ", 7) || digit_range(c, m0, -lo - 1) ||
+                          out(c, frac, strlen(frac))))
+        return c->rc;
+    return out(c, " )", 2);
 }
 
 static int gen_array(struct sc *c, json_t *s)
@@ -630,15 +728,34 @@ int ifl_guide_schema_to_gbnf(char **out_text, const char *schema, size_t len, ch
         char head[64];
         snprintf(head, sizeof head, "root ::= ws s%d ws\n", r);
         const char *common = ifl_guide_json_gbnf(0);
-        /* JSON mode's rules minus its root line, plus integer */
-        const char *rest = strchr(common, '\n');
-        size_t body_n = c.dn;
-        char *text = malloc(strlen(head) + body_n + strlen(rest) + 64);
+        /* JSON mode's rules minus its root line, its number and its ws,
+         * which schema output replaces: numbers keep to 15 integer digits
+         * and two exponent digits (exact in a double, and within what JSON
+         * parsers take: a 40-digit integer is "too big" for most), and
+         * output is compact, at most one space between tokens (JSON mode
+         * allows runs of whitespace, which a model can repeat until
+         * max_tokens) */
+        static const char tail[] =
+            "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} ) ( \".\" [0-9]{1,15} )? "
+            "( [eE] [-+]? [0-9]{1,2} )?\n"
+            "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} )\n"
+            "ws ::= \" \"?\n";
+        const char *rest = strchr(common, '\n') + 1;
+        char *text = malloc(strlen(head) + c.dn + strlen(rest) + sizeof tail + 1);
         if (!text) {
             sc_err(&c, IFL_ENOMEM, "out of memory");
         } else {
-            sprintf(text, "%s%s%s\ninteger ::= \"-\"? ( \"0\" | [1-9] [0-9]* )\n", head,
-                    c.d ? c.d : "", rest + 1);
+            size_t n = (size_t)sprintf(text, "%s%s", head, c.d ? c.d : "");
+            for (const char *l = rest; *l;) {
+                const char *eol = strchr(l, '\n');
+                size_t ln = eol ? (size_t)(eol - l) + 1 : strlen(l);
+                if (strncmp(l, "number ::=", 10) && strncmp(l, "ws ::=", 6)) {
+                    memcpy(text + n, l, ln);
+                    n += ln;
+                }
+                l += ln;
+            }
+            memcpy(text + n, tail, sizeof tail);
             *out_text = text;
         }
     }

@@ -71,6 +71,8 @@ struct eseq {
     float *glog;               /* [max(1, max_tokens)][n_vocab] raw logits of each token */
     float *ghid;               /* [max(1, max_tokens)][n_embd] hidden state of each token */
     int32_t beam_j;            /* beam requests: this slot's live beam index */
+    struct ifl_guide_state gst; /* guided requests: the grammar after its generated tokens */
+    int g_init;                /* gst is initialised (for some grammar) */
 };
 
 /* Beam search state of one request (beam_width > 1). Its W slots: live
@@ -136,6 +138,7 @@ struct engine {
     int64_t iteration;
     int64_t completed;
     struct ifl_kvc_stats kst;
+    struct ifl_xguide_engine ge; /* guided decoding: vocabulary index, masker */
 };
 
 static void kv_copy(void *user, int32_t dst, int32_t src, int32_t n)
@@ -197,6 +200,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     if ((rc = ifl_fwd_create(&e->fwd, ex->model, e->store, &fc, err)))
         return rc;
     e->n_slots = c->max_batch_size;
+    ifl_xguide_engine_init(&e->ge, ex->vocab, ex->n_vocab);
     e->logit_cap = e->n_slots > 64 ? e->n_slots : 64;
     if (e->logit_cap > e->max_rows)
         e->logit_cap = e->max_rows > e->n_slots ? e->max_rows : e->n_slots;
@@ -267,6 +271,8 @@ void ifl_engine_free(struct ifl_executor *ex)
             free(s->text);
             free(s->glog);
             free(s->ghid);
+            if (s->g_init)
+                ifl_guide_state_deinit(&s->gst);
         }
         /* requests still holding slots (only after a failed start) */
         for (int32_t i = 0; i < e->n_slots; i++) {
@@ -299,6 +305,7 @@ void ifl_engine_free(struct ifl_executor *ex)
     free(e->piece);
     free(e->stopbuf);
     free(e->eog_ids);
+    ifl_xguide_engine_deinit(&e->ge);
     free(e);
     ex->eng = NULL;
 }
@@ -669,6 +676,17 @@ static int start_seq(struct ifl_executor *ex, struct eseq *s, struct xreq *q, in
     if (q->r.n_stop_strings &&
         ifl_stopstr_create(&s->stop, q->r.stop_strings, q->r.n_stop_strings, NULL))
         return IFL_ENOMEM;
+    if (q->xg) {
+        /* the grammar's start; samples and beams then copy their parent's */
+        if (ifl_xguide_engine_ready(&ex->eng->ge))
+            return IFL_ENOMEM;
+        if (s->g_init && s->gst.g == q->xg->g)
+            return ifl_guide_state_reset(&s->gst);
+        if (s->g_init)
+            ifl_guide_state_deinit(&s->gst);
+        s->g_init = 1;
+        return ifl_guide_state_init(&s->gst, q->xg->g);
+    }
     return 0;
 }
 
@@ -1088,10 +1106,24 @@ static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row
     struct ifl_sampler_extras x = extras_of(e, q);
     ifl_sampler_process(&s->scfg, &s->st, row, n_vocab, s->tokens, s->n_prompt,
                         s->tokens + s->n_prompt, s->n_gen, &x);
+    if (q->xg && ifl_xguide_mask_row(&e->ge, &s->gst, row, x.end_ids, x.n_end_ids) < 0) {
+        q->status = IFL_ENOMEM;
+        finish_seq(ex, s, IFL_FINISH_CANCELLED);
+        return;
+    }
     float lp = 0;
     int32_t n_top = q->r.output.top_log_probs;
     int32_t tok = ifl_sampler_pick(&s->scfg, &s->st, row, &lp,
                                    n_top ? s->tops + (size_t)s->n_gen * IFL_MAX_TOP : NULL, n_top);
+    if (q->xg && !ifl_xguide_allowed(&e->ge, tok)) {
+        /* every token the grammar allows was banned (bad words, bias,
+         * min_tokens on a complete grammar): end here rather than break it */
+        if (!ifl_guide_is_accepting(&s->gst))
+            q->status = IFL_EINVAL;
+        finish_seq(ex, s, ifl_guide_is_accepting(&s->gst) ? IFL_FINISH_END_ID
+                                                          : IFL_FINISH_CANCELLED);
+        return;
+    }
     ifl_sampler_accept(&s->scfg, &s->st, tok);
     int64_t now = ifl_now_us();
     if (!q->perf.first_token_us)
@@ -1102,6 +1134,17 @@ static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row
         finish_seq(ex, s, IFL_FINISH_END_ID);
         return;
     }
+    int done = 0; /* a guided sequence whose grammar is complete and cannot go on */
+    if (q->xg) {
+        int grc = ifl_guide_accept_token(&s->gst, e->ge.vi, tok);
+        if (grc) {
+            /* only IFL_ENOMEM or IFL_EFULL can get here: the mask allowed it */
+            q->status = grc;
+            finish_seq(ex, s, IFL_FINISH_CANCELLED);
+            return;
+        }
+        done = !ifl_guide_can_continue(&s->gst);
+    }
     s->tokens[s->n_tokens++] = tok;
     s->logprobs[s->n_gen] = lp;
     s->n_gen++;
@@ -1111,6 +1154,8 @@ static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row
         reason = IFL_FINISH_STOP_WORDS;
     else if (q->r.n_stop_words && hits_stop_word(s))
         reason = IFL_FINISH_STOP_WORDS;
+    else if (done)
+        reason = IFL_FINISH_END_ID; /* min_tokens never forces text past the grammar */
     else if (s->n_gen >= q->r.max_tokens || s->n_tokens >= ex->n_ctx)
         reason = IFL_FINISH_LENGTH;
     if (reason)
@@ -1130,6 +1175,10 @@ static void fork_samples(struct ifl_executor *ex, struct eseq *prim, const float
         if (c->q != prim->q || c->started)
             continue;
         if (start_seq(ex, c, prim->q, c->index) || ifl_kvc_fork(e->kvc, &prim->kv, &c->kv)) {
+            finish_seq(ex, c, IFL_FINISH_CANCELLED);
+            continue;
+        }
+        if (c->q->xg && ifl_guide_state_copy(&c->gst, &prim->gst)) {
             finish_seq(ex, c, IFL_FINISH_CANCELLED);
             continue;
         }
@@ -1160,6 +1209,11 @@ static void beam_take_row(struct ifl_executor *ex, struct eseq *s, const float *
     ifl_sampler_recount(&s->st, s->tokens + s->n_prompt, s->n_gen);
     ifl_sampler_process(&s->scfg, &s->st, dst, nv, s->tokens, s->n_prompt,
                         s->tokens + s->n_prompt, s->n_gen, &x);
+    /* each beam is masked by its own grammar state (a failed mask leaves
+     * nothing allowed, so the beam drops out) */
+    if (q->xg && ifl_xguide_mask_row(&e->ge, &s->gst, dst, x.end_ids, x.n_end_ids) < 0)
+        for (int32_t t = 0; t < nv; t++)
+            dst[t] = -INFINITY;
     eb->ready[s->beam_j] = 1;
 }
 
@@ -1242,7 +1296,8 @@ static void beam_advance(struct ifl_executor *ex, struct xreq *q)
                 c = f;
         }
         IFL_ASSERT(c != NULL); /* w slots for at most w beams */
-        if (start_seq(ex, c, q, i) || ifl_kvc_fork(e->kvc, &par->kv, &c->kv)) {
+        if (start_seq(ex, c, q, i) || ifl_kvc_fork(e->kvc, &par->kv, &c->kv) ||
+            (q->xg && ifl_guide_state_copy(&c->gst, &par->gst))) {
             finish_beams(ex, q, IFL_FINISH_CANCELLED);
             return;
         }
@@ -1255,6 +1310,12 @@ static void beam_advance(struct ifl_executor *ex, struct xreq *q)
     }
     for (int32_t i = 0; i < nc; i++) {
         struct eseq *c = &e->seqs[dst[i]];
+        /* the mask allowed the token, so only running out of memory or the
+         * stack limits fail here: the search ends with what it has */
+        if (q->xg && ifl_guide_accept_token(&c->gst, e->ge.vi, ch[i].token)) {
+            finish_beams(ex, q, IFL_FINISH_CANCELLED);
+            return;
+        }
         c->tokens[c->n_tokens++] = ch[i].token;
         c->n_gen++;
         c->beam_j = i;
@@ -1391,6 +1452,7 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.kv_cache_hit_rate = k.reused + k.missed ? (double)k.reused / (double)(k.reused + k.missed) : 0;
     pthread_mutex_lock(&ex->out_mu);
     ex->last_stats = st;
+    ex->guide_stats = e->ge.stats;
     pthread_mutex_unlock(&ex->out_mu);
     /* per-request stats */
     for (int32_t i = 0; i < e->n_slots; i++) {

@@ -25,6 +25,7 @@
 #include "inflight.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "runtime/guided.h"
 #include "runtime/kvcache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +43,7 @@ struct xreq {
     int64_t arrival_us;
     int64_t deadline_us;         /* 0: none */
     uint64_t seq_no;             /* arrival order */
+    struct ifl_xguide *xg;       /* compiled guide (a reference), NULL: unguided */
     struct xreq *next;           /* incoming / waiting list link */
 
     /* engine-owned */
@@ -124,7 +126,14 @@ struct ifl_executor {
     struct ifl_iteration_stats last_stats;
 
     struct engine *eng;          /* engine-owned */
+    struct ifl_xguide_cache guides; /* compiled guides by text (own lock) */
+    /* guided-decoding mask statistics, published by the engine (out_mu) */
+    struct ifl_xguide_stats guide_stats;
 };
+
+/* A copy of the mask statistics of guided requests so far (for benchmarks
+ * and tests). Thread-safe. */
+void ifl_exec_guide_stats(struct ifl_executor *ex, struct ifl_xguide_stats *out);
 
 /* KV blocks guaranteed_no_evict promises a request of n sequences (samples
  * or beams) of n_pos positions each: every sequence its whole length, and

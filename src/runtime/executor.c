@@ -125,6 +125,7 @@ void ifl_xreq_free(struct xreq *q)
     free(q->bias_ids);
     free(q->bias_vals);
     free(q->post_name);
+    ifl_xguide_release(q->xg);
     free(q);
 }
 
@@ -248,8 +249,13 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
             return ifl_err(err, IFL_EINVAL, "logits_post_processor: '%.64s' is not registered",
                            r->logits_post_processor);
     }
-    if (r->guide_type != IFL_GUIDE_NONE)
-        return ifl_err(err, IFL_EUNSUPPORTED, "guide_type: guided decoding is not available yet");
+    if (r->guide_type < IFL_GUIDE_NONE || r->guide_type > IFL_GUIDE_EBNF)
+        return ifl_err(err, IFL_EINVAL, "guide_type: %d is not a guide type (0..4)",
+                       r->guide_type);
+    if (r->guide_type != IFL_GUIDE_NONE && s->ignore_eos)
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "sampling.ignore_eos: not supported with a guide (guide_type); a "
+                       "guided sequence ends where its grammar does");
     if (r->lora_name && r->lora_name[0])
         return ifl_err(err, IFL_EUNSUPPORTED, "lora_name: LoRA adapters are not available yet");
     return 0;
@@ -338,6 +344,14 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
                 ifl_err(err, rc, "%s", e2);
         } else if ((rc = copy_request(ex, &reqs[i], &qs[i]))) {
             ifl_err(err, rc, "enqueue: out of memory");
+        } else if (reqs[i].guide_type != IFL_GUIDE_NONE &&
+                   (rc = ifl_xguide_acquire(&ex->guides, reqs[i].guide_type, reqs[i].guide_text,
+                                            &qs[i]->xg, e2))) {
+            /* the grammar is compiled here: a bad one fails the enqueue */
+            if (n > 1)
+                ifl_err(err, rc, "request %d: %s", i, e2);
+            else
+                ifl_err(err, rc, "%s", e2);
         }
     }
     if (!rc) {
@@ -614,6 +628,13 @@ int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out)
     return 0;
 }
 
+void ifl_exec_guide_stats(struct ifl_executor *ex, struct ifl_xguide_stats *out)
+{
+    pthread_mutex_lock(&ex->out_mu);
+    *out = ex->guide_stats;
+    pthread_mutex_unlock(&ex->out_mu);
+}
+
 int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out)
 {
     pthread_mutex_lock(&ex->out_mu);
@@ -729,6 +750,7 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
     pthread_cond_init(&ex->in_cv, NULL);
     pthread_mutex_init(&ex->out_mu, NULL);
     pthread_cond_init(&ex->out_cv, NULL);
+    ifl_xguide_cache_init(&ex->guides);
     int rc = 0;
     if (cfg.n_logits_processors) {
         ex->procs = calloc((size_t)cfg.n_logits_processors, sizeof(*ex->procs));
@@ -809,6 +831,7 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     free(ex->procs);
     free(ex->cancels);
     free(ex->live);
+    ifl_xguide_cache_deinit(&ex->guides);
     ifl_vocab_free(ex->vocab);
     ifl_model_free(ex->model);
     pthread_mutex_destroy(&ex->in_mu);
