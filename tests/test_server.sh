@@ -198,6 +198,7 @@ run_node() { # name, script, env...
 }
 if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
     run_node "openai client" tests/server/openai.test.mjs BASE_URL="$B" MODEL=stories260K
+    run_node "structured output" tests/server/guide.test.mjs BASE_URL="$B" MODEL=stories260K
 else
     bad "node and the openai package are needed (npm install failed?)"
 fi

@@ -688,7 +688,8 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
     if (rc) {
         int n = j->n_prompts;
         /* an invalid schema, regex or grammar is found by the executor */
-        const char *param = j->guide_param && (rc == IFL_EINVAL || rc == IFL_EUNSUPPORTED)
+        const char *param = j->guide_param && (rc == IFL_EINVAL || rc == IFL_EFORMAT ||
+                                               rc == IFL_EUNSUPPORTED)
                                 ? j->guide_param
                                 : NULL;
         ifl_gen_job_free(j);
@@ -836,6 +837,11 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
             return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "prompt",
                         rc == IFL_EINVAL ? "prompt: too long" : "out of memory");
     }
+    if (q.p.ignore_eos && j->guide_param) {
+        snprintf(err, sizeof err, "ignore_eos: not with %s (a constrained output ends where its "
+                                  "grammar does)", j->guide_param);
+        return fail(c, j, &q, 400, "ignore_eos", err);
+    }
     q.p.score_prompt = q.echo && q.want_lp;
     q.p.prompt_top = q.top;
     if (q.p.max_tokens < 0)
@@ -885,6 +891,11 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages",
                     rc == IFL_EINVAL ? "messages: too long" : "out of memory");
+    if (q.p.ignore_eos && j->guide_param) {
+        snprintf(err, sizeof err, "ignore_eos: not with %s (a constrained output ends where its "
+                                  "grammar does)", j->guide_param);
+        return fail(c, j, &q, 400, "ignore_eos", err);
+    }
     if (s->chat_default && ifl_gen_add_stop(j, "<|im_end|>"))
         return fail(c, j, &q, 500, NULL, "out of memory");
     q.p.logprobs = q.want_lp;
