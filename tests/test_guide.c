@@ -894,12 +894,16 @@ static void test_fast_path(void)
     uint32_t *a = malloc(nw * 4), *b = malloc(nw * 4);
     int compared = 0;
     double t_fast = 0, t_slow = 0;
-    for (int k = 0; k < 4 && a && b; k++) {
+    static const char *const res[] = {"[A-Za-z_][A-Za-z0-9_]{0,15}( [a-z]+)?",
+                                      "(0x[0-9a-f]{1,12}|[0-9]{1,9})(, [0-9a-f]+)*"};
+    for (int k = 0; k < 6 && a && b; k++) {
         struct ifl_guide *g = NULL;
         if (k < 2)
             CHECK_EQ(ifl_guide_compile_json_schema(&g, texts[k], strlen(texts[k]), NULL), 0);
-        else
+        else if (k < 4)
             CHECK_EQ(ifl_guide_compile_json(&g, k == 3, NULL), 0);
+        else
+            CHECK_EQ(ifl_guide_compile_regex(&g, res[k - 4], strlen(res[k - 4]), NULL), 0);
         if (!g)
             continue;
         struct ifl_guide_state st;

@@ -8,6 +8,7 @@
  * Anything needing backtracking state (backreferences, lookaround, word
  * boundaries) is refused, never approximated.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,16 +34,20 @@ static const char json_common[] =
 
 static char json_value_gbnf[sizeof json_common + 64];
 static char json_object_gbnf[sizeof json_common + 64];
+static pthread_once_t json_gbnf_once = PTHREAD_ONCE_INIT;
+
+static void build_json_gbnf(void)
+{
+    snprintf(json_value_gbnf, sizeof json_value_gbnf, "root ::= ws value ws\n%s", json_common);
+    snprintf(json_object_gbnf, sizeof json_object_gbnf, "root ::= ws object ws\n%s", json_common);
+}
 
 const char *ifl_guide_json_gbnf(int object_only)
 {
-    /* built on first use; the result is the same every time, so a race
-     * between threads writes identical bytes */
-    char *dst = object_only ? json_object_gbnf : json_value_gbnf;
-    if (!dst[0])
-        snprintf(dst, sizeof json_value_gbnf, "root ::= ws %s ws\n%s",
-                 object_only ? "object" : "value", json_common);
-    return dst;
+    /* built once, on first use, whichever thread gets there (enqueues
+     * compile schemas on client threads) */
+    pthread_once(&json_gbnf_once, build_json_gbnf);
+    return object_only ? json_object_gbnf : json_value_gbnf;
 }
 
 int ifl_guide_compile_json(struct ifl_guide **out, int object_only, char *err)

@@ -831,6 +831,20 @@ static int class_meets(const struct ifl_guide *g, uint32_t c, uint32_t lo, uint3
     return 1;
 }
 
+int ifl_guide_class_has(const struct ifl_guide *g, uint32_t c, uint32_t cp)
+{
+    return class_has(g, c, cp);
+}
+
+int ifl_guide_class_apart(const struct ifl_guide *g, uint32_t a, uint32_t b)
+{
+    for (int k = 0; k < 4; k++)
+        if (g->cls_ascii[4 * a + k] & g->cls_ascii[4 * b + k])
+            return 0;
+    /* past ASCII: fine when either matches nothing there */
+    return !class_meets(g, a, 0x80, 0x10FFFF) || !class_meets(g, b, 0x80, 0x10FFFF) ? 1 : -1;
+}
+
 int ifl_guide_class_plain(const struct ifl_guide *g, uint32_t c)
 {
     /* ASCII part: 0x20..0x7F except '"' (0x22) and '\\' (0x5C) */

@@ -66,6 +66,11 @@ int ifl_guide_level_accepting(const struct ifl_guide_level *l);
  * except '"' and '\\': what a JSON string holds unescaped): 1 it matches
  * them all, 0 none, -1 some. The mask's fast path for string content. */
 int ifl_guide_class_plain(const struct ifl_guide *g, uint32_t c);
+/* Whether class c matches code point cp. */
+int ifl_guide_class_has(const struct ifl_guide *g, uint32_t c, uint32_t cp);
+/* Whether classes a and b share no code point: 1 they do not, 0 they do,
+ * -1 unknown (both match something past ASCII). */
+int ifl_guide_class_apart(const struct ifl_guide *g, uint32_t a, uint32_t b);
 
 /* Source-text helpers shared by the GBNF parser and the regex front end. */
 

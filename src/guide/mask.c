@@ -314,6 +314,25 @@ struct centry {
     uint64_t used; /* LRU stamp, 0 = empty */
 };
 
+/* The class fast path: the plain one generalised to any class C that
+ * every stack top of a state either is or shares nothing with (identifier
+ * and e-mail characters, digits, hex). From such states the characters of
+ * C are alike, so a token made only of them is allowed exactly when as
+ * many steps on one of them succeed; the walk skips every subtree of the
+ * trie that holds only such tokens. Per (grammar, class) the token lengths
+ * and the subtree flags are computed once (O(vocabulary)) and cached. */
+#define CLASS_CACHE 16
+#define CLASS_MIN_ASCII 20 /* narrower classes take the plain walk */
+
+struct cinfo {
+    uint64_t gid;
+    uint32_t cls;
+    uint64_t used;    /* LRU stamp, 0 = empty */
+    int32_t max_len;  /* longest token made of C, in characters */
+    uint16_t *len;    /* [n_tokens] characters when the piece is whole characters of C, else 0 */
+    uint32_t *sub;    /* [(all.n_nodes + 31) / 32] node's subtree holds a token not made of C */
+};
+
 struct ifl_guide_masker {
     const struct ifl_guide_vocab_index *vi;
     struct ifl_guide_scratch *s;
@@ -325,6 +344,9 @@ struct ifl_guide_masker {
     uint64_t clock, hits, misses;
     int no_fast;                 /* tests: always walk the whole trie */
     struct ifl_guide_vec chain[2]; /* plain_run's levels */
+    struct cinfo ccache[CLASS_CACHE];
+    uint64_t cclock;
+    uint32_t *pref;              /* [all.n_nodes + 1] scratch of cinfo_build */
 };
 
 int ifl_guide_masker_create(struct ifl_guide_masker **out, const struct ifl_guide_vocab_index *vi)
@@ -371,6 +393,11 @@ void ifl_guide_masker_free(struct ifl_guide_masker *m)
     ifl_guide_scratch_free(m->s);
     free(m->chain[0].v);
     free(m->chain[1].v);
+    for (int i = 0; i < CLASS_CACHE; i++) {
+        free(m->ccache[i].len);
+        free(m->ccache[i].sub);
+    }
+    free(m->pref);
     for (int i = 0; i < m->n_cache; i++) {
         free(m->cache[i].key);
         free(m->cache[i].bits);
@@ -447,11 +474,136 @@ static int64_t plain_run(struct ifl_guide_masker *m, const struct ifl_guide_leve
     return k;
 }
 
+/* The class view of (g, cls), built on first use; NULL when out of memory. */
+static struct cinfo *cinfo_get(struct ifl_guide_masker *m, const struct ifl_guide *g, uint32_t cls)
+{
+    const struct ifl_guide_vocab_index *vi = m->vi;
+    const struct trie *t = &vi->all;
+    struct cinfo *v = &m->ccache[0];
+    for (int i = 0; i < CLASS_CACHE; i++) {
+        struct cinfo *c = &m->ccache[i];
+        if (c->used && c->gid == g->id && c->cls == cls) {
+            c->used = ++m->cclock;
+            return c;
+        }
+        if (c->used < v->used)
+            v = c;
+    }
+    if (!v->len && !(v->len = malloc((size_t)vi->n_tokens * sizeof *v->len)))
+        return NULL;
+    if (!v->sub && !(v->sub = malloc(((size_t)t->n_nodes + 31) / 32 * sizeof *v->sub)))
+        return NULL;
+    if (!m->pref && !(m->pref = malloc(((size_t)t->n_nodes + 1) * sizeof *m->pref)))
+        return NULL;
+    v->max_len = 0;
+    for (int32_t id = 0; id < vi->n_tokens; id++) {
+        v->len[id] = 0;
+        if (vi->kind[id] != TOK_TRIE)
+            continue;
+        const char *p = vi->blob + vi->piece_off[id];
+        size_t n = vi->piece_off[id + 1] - vi->piece_off[id], k = 0;
+        for (size_t i = 0; i < n;) {
+            size_t at = i;
+            int64_t cp = ifl_guide_utf8_next(p, n, &i);
+            if (cp < 0 || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF ||
+                i - at != (size_t)(cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4) ||
+                !ifl_guide_class_has(g, cls, (uint32_t)cp) || ++k > 65535) {
+                k = 0;
+                break;
+            }
+        }
+        v->len[id] = (uint16_t)k;
+        if ((int32_t)k > v->max_len)
+            v->max_len = (int32_t)k;
+    }
+    /* pref[i]: nodes before i that end a token not made of C */
+    m->pref[0] = 0;
+    for (uint32_t i = 0; i < t->n_nodes; i++) {
+        uint32_t bad = 0;
+        for (uint32_t k = 0; k < t->tok_n[i] && !bad; k++)
+            bad = v->len[t->toks[t->tok_off[i] + k]] == 0;
+        m->pref[i + 1] = m->pref[i] + bad;
+    }
+    memset(v->sub, 0, ((size_t)t->n_nodes + 31) / 32 * sizeof *v->sub);
+    for (uint32_t i = 0; i < t->n_nodes; i++)
+        if (m->pref[t->skip[i]] > m->pref[i])
+            v->sub[i >> 5] |= 1u << (i & 31);
+    v->gid = g->id;
+    v->cls = cls;
+    v->used = ++m->cclock;
+    return v;
+}
+
+/* How many characters of one class C in a row l0 may take (C: the class
+ * of the first stack's top), capped at C's longest token; *out is C's
+ * view. -1 when the path does not apply: a pending UTF-8 character, no
+ * ASCII character in C, or a state along the run with a top that is
+ * neither C nor apart from it. IFL_ENOMEM. */
+static int64_t class_run(struct ifl_guide_masker *m, const struct ifl_guide_level *l0,
+                         const struct ifl_guide *g, struct cinfo **out)
+{
+    if (l0->need)
+        return -1;
+    const uint32_t *w = l0->buf, *end = l0->buf + l0->len;
+    while (w < end && !w[0])
+        w += 1;
+    if (w >= end)
+        return -1;
+    uint32_t cls = E_VAL(g->elems[w[w[0]]]);
+    /* narrow classes (a literal character, digits) prune the walk at the
+     * first byte already: the class view (O(vocabulary) to build) pays
+     * only for wide ones, such as letters */
+    int rep = -1, n_ascii = 0;
+    for (int cp = 0; cp < 128; cp++)
+        if (ifl_guide_class_has(g, cls, (uint32_t)cp)) {
+            if (rep < 0)
+                rep = cp;
+            n_ascii++;
+        }
+    if (rep < 0 || n_ascii < CLASS_MIN_ASCII)
+        return -1;
+    struct cinfo *ci = cinfo_get(m, g, cls);
+    if (!ci)
+        return IFL_ENOMEM;
+    *out = ci;
+    struct ifl_guide_level cur = *l0, nx;
+    int b = 0;
+    for (int32_t k = 0; k < ci->max_len; k++) {
+        int any = 0;
+        for (w = cur.buf, end = cur.buf + cur.len; w < end; w += 1 + w[0]) {
+            if (!w[0])
+                continue;
+            uint32_t c = E_VAL(g->elems[w[w[0]]]);
+            if (c == cls)
+                any = 1;
+            else if (ifl_guide_class_apart(g, c, cls) != 1)
+                return -1;
+        }
+        if (!any)
+            return k;
+        int rc = ifl_guide_step(g, &cur, (uint8_t)rep, &m->chain[b], &nx, m->s);
+        if (rc < 0)
+            return rc == IFL_ENOMEM ? IFL_ENOMEM : -1;
+        if (rc == 0)
+            return k;
+        if (nx.len == cur.len && nx.n_stacks == cur.n_stacks &&
+            !memcmp(nx.buf, cur.buf, nx.len * sizeof *nx.buf))
+            return ci->max_len;
+        cur = nx;
+        b ^= 1;
+    }
+    return ci->max_len;
+}
+
 /* Sets the bits of every token of trie t that m->levels[0] accepts. */
 static int walk(struct ifl_guide_masker *m, const struct trie *t, const struct ifl_guide *g,
-                uint32_t *allowed, int64_t *count)
+                uint32_t *allowed, int64_t *count, const uint32_t *sub)
 {
     for (uint32_t i = 1; i < t->n_nodes;) {
+        if (sub && !((sub[i >> 5] >> (i & 31)) & 1)) {
+            i = t->skip[i]; /* only tokens the class run decided */
+            continue;
+        }
         uint32_t d = t->depth[i];
         int rc = ifl_guide_step(g, &m->levels[d - 1], t->byte[i], &m->bufs[d], &m->levels[d], m->s);
         if (rc == IFL_ENOMEM)
@@ -495,8 +647,10 @@ int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state 
     const struct ifl_guide *g = st->g;
     m->levels[0] = (struct ifl_guide_level){st->buf, st->len, st->n_stacks, st->cp, st->need};
     int64_t run = m->no_fast ? -1 : plain_run(m, &m->levels[0], g);
-    if (run == IFL_ENOMEM)
-        return run;
+    struct cinfo *ci = NULL;
+    int64_t crun = run < 0 && !m->no_fast ? class_run(m, &m->levels[0], g, &ci) : -1;
+    if (run == IFL_ENOMEM || crun == IFL_ENOMEM)
+        return IFL_ENOMEM;
     if (run >= 0) {
         /* plain tokens by their length; the walk covers the others */
         if (run > 0) {
@@ -504,9 +658,20 @@ int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state 
                    m->n_words * sizeof *allowed);
             count = vi->plain_count[run];
         }
-        if (walk(m, &vi->rest, g, allowed, &count))
+        if (walk(m, &vi->rest, g, allowed, &count, NULL))
             return IFL_ENOMEM;
-    } else if (walk(m, &vi->all, g, allowed, &count)) {
+    } else if (crun >= 0) {
+        /* tokens of the class by their length; the walk skips subtrees
+         * that hold nothing else, and may set a decided bit again */
+        for (int32_t id = 0; id < vi->n_tokens; id++)
+            if (ci->len[id] && ci->len[id] <= crun)
+                allowed[id >> 5] |= 1u << (id & 31);
+        if (walk(m, &vi->all, g, allowed, &count, ci->sub))
+            return IFL_ENOMEM;
+        count = 0;
+        for (size_t w = 0; w < m->n_words; w++)
+            count += __builtin_popcount(allowed[w]);
+    } else if (walk(m, &vi->all, g, allowed, &count, NULL)) {
         return IFL_ENOMEM;
     }
     if (ifl_guide_is_accepting(st)) {
