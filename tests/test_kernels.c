@@ -582,6 +582,57 @@ static void check_table_f16(const struct ifl_kernels *k)
             }
         }
     }
+    /* the same over a Q8_0 cache: rows of three heads, the middle one used */
+    for (int d = 32; d <= 160; d += 32) {
+        for (int nq = 1; nq <= 9; nq += 4) {
+            for (int nt = 1; nt <= 33; nt += 8) {
+                const size_t ks = (size_t)d * 3 / 32 * 34, lds = 40, head = (size_t)d / 32 * 34;
+                float *q = xmalloc(sizeof(float) * (size_t)(nq * d));
+                float *rowf = xmalloc(sizeof(float) * (size_t)d * 3);
+                char *kv = xmalloc(ks * (size_t)nt);
+                float *s1 = xmalloc(sizeof(float) * lds * (size_t)nq);
+                float *s2 = xmalloc(sizeof(float) * lds * (size_t)nq);
+                float *o1 = xmalloc(sizeof(float) * (size_t)(nq * d));
+                float *o2 = xmalloc(sizeof(float) * (size_t)(nq * d));
+                memset(s2, 0, sizeof(float) * lds * (size_t)nq);
+                for (int i = 0; i < nq * d; i++) {
+                    q[i] = ifl_rng_normal(&r);
+                    o1[i] = o2[i] = ifl_rng_normal(&r);
+                }
+                for (int t = 0; t < nt; t++) {
+                    for (int e = 0; e < d * 3; e++)
+                        rowf[e] = ifl_rng_normal(&r);
+                    ref->quant[IFL_TYPE_Q8_0](rowf, kv + (size_t)t * ks, (int64_t)d * 3);
+                }
+                k->attn_qk_q8_0(d, nq, q, kv + head, ks, nt, 0.125f, s1, lds);
+                ref->attn_qk_q8_0(d, nq, q, kv + head, ks, nt, 0.125f, s2, lds);
+                float *deq = xmalloc(sizeof(float) * (size_t)d * 3);
+                for (int t = 0; t < nt; t++) {
+                    ref->dequant[IFL_TYPE_Q8_0](kv + (size_t)t * ks, deq, (int64_t)d * 3);
+                    for (int i = 0; i < nq; i++) {
+                        double mag = 0;
+                        for (int e = 0; e < d; e++)
+                            mag += fabs(q[i * d + e] * deq[d + e]);
+                        CHECK_NEAR(s1[(size_t)i * lds + t], s2[(size_t)i * lds + t], 0.125 * tol_of(mag));
+                    }
+                }
+                for (size_t i = 0; i < lds * (size_t)nq; i++)
+                    s1[i] = s2[i] = 1.0f / (1.0f + expf(-s2[i]));
+                k->attn_pv_q8_0(d, nq, s1, lds, kv + head, ks, nt, o1);
+                ref->attn_pv_q8_0(d, nq, s2, lds, kv + head, ks, nt, o2);
+                CHECK_MSG(bits_equal(o1, o2, sizeof(float) * (size_t)(nq * d)),
+                          "%s attn_pv_q8_0 d=%d nq=%d nt=%d differs from ref", k->name, d, nq, nt);
+                free(deq);
+                free(q);
+                free(rowf);
+                free(kv);
+                free(s1);
+                free(s2);
+                free(o1);
+                free(o2);
+            }
+        }
+    }
 }
 
 static void test_tables(void)

@@ -55,6 +55,15 @@ struct ifl_kernels {
                         float scale, float *s, size_t lds);
     void (*attn_pv_f16)(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
                         int nt, float *o);
+    /* The same over a Q8_0 cache, read in place (no dequantised copy): d is
+     * a multiple of 32, k and v point at the head's first block, and ks, vs
+     * are row strides in bytes. Equal to dequantising each block (d * q)
+     * and then: attn_qk a sequential float dot (reassociated in SIMD
+     * tables), attn_pv a multiply then an add per value (bit for bit). */
+    void (*attn_qk_q8_0)(int d, int nq, const float *q, const void *k, size_t ks, int nt,
+                         float scale, float *s, size_t lds);
+    void (*attn_pv_q8_0)(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
+                         int nt, float *o);
 };
 
 const struct ifl_kernels *ifl_kernels_ref(void);

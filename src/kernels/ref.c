@@ -601,6 +601,38 @@ static void attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_
             axpy_f16(d, p[(size_t)i * ldp + t], v + (size_t)t * vs, o + (size_t)i * d);
 }
 
+/* Element e of a run of Q8_0 blocks, dequantised as dequant_q8_0 does. */
+static float q8_at(const char *row, int e)
+{
+    const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)row + e / IFL_QK;
+    return ifl_f16_to_f32(b->d) * (float)b->qs[e % IFL_QK];
+}
+
+static void attn_qk_q8_0(int d, int nq, const float *q, const void *k, size_t ks, int nt,
+                         float scale, float *s, size_t lds)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nt; t++) {
+            const char *row = (const char *)k + (size_t)t * ks;
+            float acc = 0.0f;
+            for (int e = 0; e < d; e++)
+                acc += q8_at(row, e) * q[(size_t)i * d + e];
+            s[(size_t)i * lds + t] = scale * acc;
+        }
+}
+
+static void attn_pv_q8_0(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
+                         int nt, float *o)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nt; t++) {
+            const char *row = (const char *)v + (size_t)t * vs;
+            float a = p[(size_t)i * ldp + t];
+            for (int e = 0; e < d; e++)
+                o[(size_t)i * d + e] += a * q8_at(row, e);
+        }
+}
+
 static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y) { quant_f16(x, y, n); }
 
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
@@ -640,5 +672,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->axpy_f16 = axpy_f16;
     k->attn_qk_f16 = attn_qk_f16;
     k->attn_pv_f16 = attn_pv_f16;
+    k->attn_qk_q8_0 = attn_qk_q8_0;
+    k->attn_pv_q8_0 = attn_pv_q8_0;
     k->cvt_f32_f16 = cvt_f32_f16;
 }

@@ -10,10 +10,13 @@
  * horizontal sum, then scaled. attn_pv_f16 equals ref.c bit for bit: per
  * position in order, a multiply then an add on each output value.
  * Neither depends on how many heads or positions share a call, so a row's
- * attention does not depend on the batch.
+ * attention does not depend on the batch. The Q8_0 pair reads the cache in
+ * place with the same structure, dequantising sixteen values at a time.
  */
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/impl.h"
 
@@ -144,8 +147,103 @@ static void z_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint1
     }
 }
 
+/* ---- Q8_0 cache ------------------------------------------------------ */
+
+/* Sixteen values of a Q8_0 run from element e (e % 16 == 0), dequantised
+ * as dequant_q8_0 does: d * q. */
+AI __m512 ld_q8x16(const char *row, int e)
+{
+    const char *blk = row + (size_t)(e / 32) * 34;
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+    __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + (e % 32)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
+AI void qk8_tile(int Q, int T, int d, const float *q, const char *k, size_t ks, float scale,
+                 float *s, size_t lds)
+{
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int j = 0; j < d; j += 16) {
+        __m512 kv[4];
+        UNROLL for (int t = 0; t < T; t++) kv[t] = ld_q8x16(k + (size_t)t * ks, j);
+        UNROLL for (int i = 0; i < Q; i++)
+        {
+            __m512 qv = _mm512_loadu_ps(q + (size_t)i * d + j);
+            UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_fmadd_ps(kv[t], qv, acc[i][t]);
+        }
+    }
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) s[(size_t)i * lds + t] =
+        scale * hsum512(acc[i][t]);
+}
+
+AI void qk8_heads(int Q, int d, const float *q, const char *k, size_t ks, int nt, float scale,
+                  float *s, size_t lds)
+{
+    const int T = Q <= 2 ? 4 : 2;
+    int t = 0;
+    for (; t + T <= nt; t += T)
+        qk8_tile(Q, T, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
+    for (; t < nt; t++)
+        qk8_tile(Q, 1, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
+}
+
+static void z_attn_qk_q8_0(int d, int nq, const float *q, const void *k, size_t ks, int nt,
+                           float scale, float *s, size_t lds)
+{
+    int i = 0;
+    for (; i + 4 <= nq; i += 4)
+        qk8_heads(4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+    for (; i < nq; i++)
+        qk8_heads(1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+}
+
+/* Q heads by J vectors of 16 values (d % 32 == 0, so whole vectors). */
+AI void pv8_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const char *v,
+                 size_t vs, int nt, float *o)
+{
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] =
+        _mm512_loadu_ps(o + (size_t)i * d + j0 + 16 * jj);
+    for (int t = 0; t < nt; t++) {
+        __m512 vv[4];
+        UNROLL for (int jj = 0; jj < J; jj++) vv[jj] = ld_q8x16(v + (size_t)t * vs, j0 + 16 * jj);
+        UNROLL for (int i = 0; i < Q; i++)
+        {
+            __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
+            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_add_ps(acc[i][jj], _mm512_mul_ps(a, vv[jj]));
+        }
+    }
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++)
+        _mm512_storeu_ps(o + (size_t)i * d + j0 + 16 * jj, acc[i][jj]);
+}
+
+static void z_attn_pv_q8_0(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
+                           int nt, float *o)
+{
+    int i = 0;
+    for (; i + 4 <= nq; i += 4)
+        for (int j0 = 0; j0 < d; j0 += 64) {
+            if (d - j0 >= 64)
+                pv8_tile(4, 4, d, j0, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+            else
+                pv8_tile(4, 2, d, j0, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+        }
+    for (; i < nq; i++)
+        for (int j0 = 0; j0 < d; j0 += 64) {
+            if (d - j0 >= 64)
+                pv8_tile(1, 4, d, j0, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+            else
+                pv8_tile(1, 2, d, j0, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
+        }
+}
+
 void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k)
 {
+    k->attn_qk_q8_0 = z_attn_qk_q8_0;
+    k->attn_pv_q8_0 = z_attn_pv_q8_0;
     k->attn_qk_f16 = z_attn_qk_f16;
     k->attn_pv_f16 = z_attn_pv_f16;
 }

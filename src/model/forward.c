@@ -418,12 +418,13 @@ static int attn_mine(const struct ifl_batch *b, long r, long *cum, long total, i
     return (int)(mid * nth / total) == ith;
 }
 
-/* Attention over an F16 cache: one item is (row, KV head) with all the
+/* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
+ * (read in place, no dequantised copy): one item is (row, KV head) with all the
  * query heads of its group, one kernel call per KV block for the scores
  * and one for the weighted values. The softmax between them is the same
  * arithmetic as attention()'s. Each finished row is converted for wo
  * (see quant_rows). */
-static void attention_f16(struct job *j, int ith, int nth, int il, struct act_memo *memo,
+static void attention_blocks(struct job *j, int ith, int nth, int il, struct act_memo *memo,
                           const struct ifl_mat *wo)
 {
     struct ifl_fwd *f = j->f;
@@ -432,6 +433,7 @@ static void attention_f16(struct job *j, int ith, int nth, int il, struct act_me
     const struct ifl_kv_store *kv = f->kv;
     const int hd = hp->head_dim, hdv = hp->head_dim_v, bs = kv->block_size;
     const int group = hp->n_head / hp->n_head_kv;
+    const int q8 = kv->type == IFL_TYPE_Q8_0; /* else F16 */
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t lds = (size_t)f->max_ctx;
     float *sc = f->scores + (size_t)ith * (size_t)group * lds;
@@ -447,9 +449,13 @@ static void attention_f16(struct job *j, int ith, int nth, int il, struct act_me
             const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)hk * group * hd;
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
                 int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
-                const uint16_t *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
-                f->kn->attn_qk_f16(hd, group, q, kp + (size_t)hk * hd, kv->k_row / 2, nt, scale,
-                                   sc + t0, lds);
+                const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
+                if (q8)
+                    f->kn->attn_qk_q8_0(hd, group, q, kp + (size_t)hk * hd / 32 * 34, kv->k_row,
+                                        nt, scale, sc + t0, lds);
+                else
+                    f->kn->attn_qk_f16(hd, group, q, (const uint16_t *)kp + (size_t)hk * hd,
+                                       kv->k_row / 2, nt, scale, sc + t0, lds);
             }
             float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)hk * group * hdv;
             double sum[64];
@@ -468,9 +474,13 @@ static void attention_f16(struct job *j, int ith, int nth, int il, struct act_me
             memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
                 int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
-                const uint16_t *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
-                f->kn->attn_pv_f16(hdv, group, sc + t0, lds, vp + (size_t)hk * hdv, kv->v_row / 2,
-                                   nt, o);
+                const char *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
+                if (q8)
+                    f->kn->attn_pv_q8_0(hdv, group, sc + t0, lds, vp + (size_t)hk * hdv / 32 * 34,
+                                        kv->v_row, nt, o);
+                else
+                    f->kn->attn_pv_f16(hdv, group, sc + t0, lds,
+                                       (const uint16_t *)vp + (size_t)hk * hdv, kv->v_row / 2, nt, o);
             }
             for (int g = 0; g < group; g++) {
                 float inv = (float)(1.0 / sum[g]);
@@ -486,8 +496,12 @@ static void attention_f16(struct job *j, int ith, int nth, int il, struct act_me
 static void attention(struct job *j, int ith, int nth, int il, struct act_memo *memo,
                       const struct ifl_mat *wo)
 {
-    if (j->f->kv->type == IFL_TYPE_F16 && j->f->m->hp.n_head / j->f->m->hp.n_head_kv <= 64) {
-        attention_f16(j, ith, nth, il, memo, wo);
+    const struct ifl_hparams *mh = &j->f->m->hp;
+    enum ifl_type kt = j->f->kv->type;
+    int blocked = kt == IFL_TYPE_F16 ||
+                  (kt == IFL_TYPE_Q8_0 && mh->head_dim % 32 == 0 && mh->head_dim_v % 32 == 0);
+    if (blocked && mh->n_head / mh->n_head_kv <= 64) {
+        attention_blocks(j, ith, nth, il, memo, wo);
         /* every thread notes it, rows or none, so all agree on what act holds */
         quant_rows(j, memo, wo, j->f->att, j->b->n_rows, 0, 0);
         return;
