@@ -19,18 +19,10 @@
 #include <string.h>
 
 #include "kernels/impl.h"
+#include "kernels/x86_avx512.h"
 
-#define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-AI float hsum512(__m512 v)
-{
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 AI __mmask16 lanes(int d, int j) { return d - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - j)) - 1); }
 

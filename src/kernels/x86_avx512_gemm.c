@@ -25,8 +25,8 @@
 
 #include "kernels/blocks.h"
 #include "kernels/impl.h"
+#include "kernels/x86_avx512.h"
 
-#define AI static inline __attribute__((always_inline))
 
 /* Activation rows per tile; weight rows per tile is 4, or 8 for a lone row. */
 #define MR 4
@@ -54,15 +54,6 @@ AI __m512 scale_pair(uint16_t a, uint16_t b)
                                  _mm512_castps128_ps512(f));
 }
 
-/* One fixed order: (low 256 + high 256), then 128-bit halves, pairs, last two. */
-AI float hsum512(__m512 v)
-{
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Two 32-byte runs as one zmm; with two == 0 the high half is zero. */
 AI __m512i ld_2x256(const char *a, const char *b, int two)
