@@ -413,6 +413,11 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     if (ifl_json_get_bool(b, "ignore_eos", &bo, err) < 0)
         FAIL("ignore_eos");
     p->ignore_eos = bo;
+    if (p->ignore_eos && j->guide_param) {
+        ifl_err(err, IFL_EINVAL, "ignore_eos: not with %s (a constrained output ends where its "
+                                 "grammar does)", j->guide_param);
+        FAIL("ignore_eos");
+    }
     if (ifl_json_get_num(b, "priority", 0, 1, &p->priority, err) < 0)
         FAIL("priority");
     return 0;
@@ -837,11 +842,6 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
             return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "prompt",
                         rc == IFL_EINVAL ? "prompt: too long" : "out of memory");
     }
-    if (q.p.ignore_eos && j->guide_param) {
-        snprintf(err, sizeof err, "ignore_eos: not with %s (a constrained output ends where its "
-                                  "grammar does)", j->guide_param);
-        return fail(c, j, &q, 400, "ignore_eos", err);
-    }
     q.p.score_prompt = q.echo && q.want_lp;
     q.p.prompt_top = q.top;
     if (q.p.max_tokens < 0)
@@ -891,11 +891,6 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages",
                     rc == IFL_EINVAL ? "messages: too long" : "out of memory");
-    if (q.p.ignore_eos && j->guide_param) {
-        snprintf(err, sizeof err, "ignore_eos: not with %s (a constrained output ends where its "
-                                  "grammar does)", j->guide_param);
-        return fail(c, j, &q, 400, "ignore_eos", err);
-    }
     if (s->chat_default && ifl_gen_add_stop(j, "<|im_end|>"))
         return fail(c, j, &q, 500, NULL, "out of memory");
     q.p.logprobs = q.want_lp;
