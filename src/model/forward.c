@@ -4,8 +4,9 @@
  *
  * One call runs one pool job. All threads walk the same list of phases and
  * meet at barriers between them; inside a phase each thread takes a fixed
- * slice (rows for element-wise work, output columns for matmuls, (row, head)
- * pairs for attention). Every output element is computed by one thread with
+ * slice (rows for element-wise work, (row, head) pairs for attention), or,
+ * for matmuls, chunks of output columns from a shared counter until none is
+ * left, so that both cores finish together. Every output element is computed by one thread with
  * a fixed reduction order, so results do not depend on the thread count or
  * on the batch's other rows.
  *
@@ -22,11 +23,17 @@
 #include "model/forward.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
+
+/* One matmul group's chunk counter, alone on its cache line. */
+struct mm_counter {
+    _Alignas(64) atomic_int next;
+};
 
 struct ifl_fwd {
     const struct ifl_model *m;
@@ -55,6 +62,8 @@ struct ifl_fwd {
     float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
     size_t kvtmp_len;
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
+    struct mm_counter *mm_next; /* [n_mm_groups] the next chunk of each matmul group */
+    int n_mm_groups;
 };
 
 /* What one step's threads share. */
@@ -174,6 +183,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->scores);
     free(f->kvtmp);
     free(f->out_rows);
+    free(f->mm_next);
     free(f);
 }
 
@@ -237,9 +247,13 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
     f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
     f->out_rows = malloc(R * sizeof(int32_t));
+    /* per layer at most 3 (q, k, v) + 1 (o) + 2 (gate, up) + 1 (down), when
+     * no two share an input format; then the output */
+    f->n_mm_groups = 7 * hp->n_layer + 1;
+    f->mm_next = aligned_alloc(64, sizeof(struct mm_counter) * (size_t)f->n_mm_groups);
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->kvtmp ||
-        !f->out_rows) {
+        !f->out_rows || !f->mm_next) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
@@ -330,35 +344,84 @@ static void quant_rows(struct job *j, struct act_memo *memo, const struct ifl_ma
     memo->nr = nr;
 }
 
-/* This thread's share of y = x W^T (no barrier at the end). */
-static void mm_run(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *x,
-                   int32_t nr, float *y, size_t ldy)
+/* One matmul of a group: y = x W^T, y rows ldy apart. */
+struct mm_task {
+    const struct ifl_mat *w;
+    float *y;
+    size_t ldy;
+};
+
+/* Output columns per chunk of w: a multiple of 16 so tiles stay whole,
+ * about eight chunks per thread so a thread that falls behind (a busy
+ * neighbour on the core, a slower share of memory) is made up by the
+ * others taking more chunks. */
+static int64_t mm_chunk_cols(const struct ifl_mat *w, int nth)
+{
+    int64_t c = (w->n_out + 8 * nth - 1) / (8 * nth);
+    return c < 16 ? 16 : (c + 15) / 16 * 16;
+}
+
+/* Runs the tasks (matmuls over the same converted input) as one pool of
+ * column chunks that the threads take in turn from the group's counter
+ * until none is left. Which thread computes an output changes nothing
+ * about how it is computed, so results stay the same. No barrier at the
+ * end. */
+static void mm_chunks(struct job *j, int g, const struct mm_task *t, int nt, const float *x,
+                      int32_t nr)
 {
     struct ifl_fwd *f = j->f;
-    enum ifl_type at = ifl_type_info(w->type)->act;
+    enum ifl_type at = ifl_type_info(t[0].w->type)->act;
     const void *xa = x;
-    size_t xs = (size_t)w->n_in * sizeof(float);
+    size_t xs = (size_t)t[0].w->n_in * sizeof(float);
     if (at != IFL_TYPE_F32) {
         xa = f->act;
         xs = f->act_row_bytes;
     }
-    /* split columns in multiples of 16 so tiles stay whole */
-    int64_t chunks = (w->n_out + 15) / 16;
-    int64_t c0 = chunks * ith / nth * 16, c1 = chunks * (ith + 1) / nth * 16;
-    if (c1 > w->n_out)
-        c1 = w->n_out;
-    if (c0 >= c1)
-        return;
-    f->kn->gemm[w->type](w->n_in, nr, (int)(c1 - c0), xa, xs,
-                         (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0,
-                         ldy);
+    int64_t cw[4], nch[4], total = 0;
+    for (int i = 0; i < nt; i++) {
+        cw[i] = mm_chunk_cols(t[i].w, ifl_pool_size(f->pool));
+        nch[i] = (t[i].w->n_out + cw[i] - 1) / cw[i];
+        total += nch[i];
+    }
+    atomic_int *next = &f->mm_next[g].next;
+    for (int64_t k; (k = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) < total;) {
+        int i = 0;
+        while (k >= nch[i])
+            k -= nch[i++];
+        const struct ifl_mat *w = t[i].w;
+        int64_t c0 = k * cw[i], c1 = c0 + cw[i] < w->n_out ? c0 + cw[i] : w->n_out;
+        f->kn->gemm[w->type](w->n_in, nr, (int)(c1 - c0), xa, xs,
+                             (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes,
+                             t[i].y + c0, t[i].ldy);
+    }
 }
 
-static void mm(struct job *j, int ith, int nth, struct act_memo *memo, const struct ifl_mat *w,
-               const float *x, int32_t nr, float *y)
+/* y_i = x W_i^T for up to four matmuls on the same input x: converts x
+ * once per input format and shares the columns of all of them out between
+ * the threads. Tasks whose weights want another input format wait at a
+ * barrier until the previous ones are done with the converted input. No
+ * barrier at the end. */
+static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int *grp,
+                     const float *x, int32_t nr, const struct mm_task *t, int nt)
 {
-    mm_prepare(j, ith, nth, memo, w, x, nr);
-    mm_run(j, ith, nth, w, x, nr, y, (size_t)w->n_out);
+    for (int i = 0; i < nt;) {
+        enum ifl_type at = ifl_type_info(t[i].w->type)->act;
+        int k = i + 1;
+        while (k < nt && ifl_type_info(t[k].w->type)->act == at)
+            k++;
+        if (i > 0)
+            ifl_pool_barrier(j->f->pool);
+        mm_prepare(j, ith, nth, memo, t[i].w, x, nr);
+        mm_chunks(j, (*grp)++, t + i, k - i, x, nr);
+        i = k;
+    }
+}
+
+static void mm(struct job *j, int ith, int nth, struct act_memo *memo, int *grp,
+               const struct ifl_mat *w, const float *x, int32_t nr, float *y)
+{
+    struct mm_task t = {w, y, (size_t)w->n_out};
+    mm_group(j, ith, nth, memo, grp, x, nr, &t, 1);
 }
 
 /* ---- attention ---- */
@@ -583,6 +646,7 @@ static void step(void *arg, int ith, int nth)
     const int q_dim = hp->n_head * hp->head_dim, k_dim = hp->n_head_kv * hp->head_dim;
     const int v_dim = hp->n_head_kv * hp->head_dim_v;
     struct act_memo memo = {0};
+    int grp = 0; /* matmul groups this thread has been through */
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
 
@@ -607,9 +671,10 @@ static void step(void *arg, int ith, int nth)
         memo.src = NULL;
         quant_rows(j, &memo, &w->wq, f->xn, nr, lo, hi);
         ifl_pool_barrier(f->pool);
-        mm(j, ith, nth, &memo, &w->wq, f->xn, nr, f->q);
-        mm(j, ith, nth, &memo, &w->wk, f->xn, nr, f->k);
-        mm(j, ith, nth, &memo, &w->wv, f->xn, nr, f->v);
+        const struct mm_task qkv[3] = {{&w->wq, f->q, (size_t)q_dim},
+                                       {&w->wk, f->k, (size_t)k_dim},
+                                       {&w->wv, f->v, (size_t)v_dim}};
+        mm_group(j, ith, nth, &memo, &grp, f->xn, nr, qkv, 3);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++) {
             float *q = f->q + r * q_dim, *k = f->k + r * k_dim, *v = f->v + r * v_dim;
@@ -637,7 +702,7 @@ static void step(void *arg, int ith, int nth)
         ifl_pool_barrier(f->pool);
         attention(j, ith, nth, il, &memo, &w->wo);
         ifl_pool_barrier(f->pool);
-        mm(j, ith, nth, &memo, &w->wo, f->att, nr, f->tmp);
+        mm(j, ith, nth, &memo, &grp, &w->wo, f->att, nr, f->tmp);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++) {
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
@@ -646,8 +711,9 @@ static void step(void *arg, int ith, int nth)
         memo.src = NULL; /* xn now holds the ffn input */
         quant_rows(j, &memo, &w->w_gate, f->xn, nr, lo, hi);
         ifl_pool_barrier(f->pool);
-        mm(j, ith, nth, &memo, &w->w_gate, f->xn, nr, f->gate);
-        mm(j, ith, nth, &memo, &w->w_up, f->xn, nr, f->up);
+        const struct mm_task gu[2] = {{&w->w_gate, f->gate, (size_t)n_ff},
+                                      {&w->w_up, f->up, (size_t)n_ff}};
+        mm_group(j, ith, nth, &memo, &grp, f->xn, nr, gu, 2);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++) {
             float *g = f->gate + r * n_ff;
@@ -657,7 +723,7 @@ static void step(void *arg, int ith, int nth)
         }
         quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
         ifl_pool_barrier(f->pool);
-        mm(j, ith, nth, &memo, &w->w_down, f->gate, nr, f->tmp);
+        mm(j, ith, nth, &memo, &grp, &w->w_down, f->gate, nr, f->tmp);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
@@ -677,7 +743,7 @@ static void step(void *arg, int ith, int nth)
     memo.src = NULL;
     quant_rows(j, &memo, &m->output, f->xn, j->n_out, olo, ohi);
     ifl_pool_barrier(f->pool);
-    mm(j, ith, nth, &memo, &m->output, f->xn, j->n_out, j->logits);
+    mm(j, ith, nth, &memo, &grp, &m->output, f->xn, j->n_out, j->logits);
 }
 
 static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char *err)
@@ -721,6 +787,8 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     for (int32_t r = 0; r < b->n_rows; r++)
         if (b->logits && b->logits[r])
             f->out_rows[j.n_out++] = r;
+    for (int g = 0; g < f->n_mm_groups; g++) /* published by the job's start */
+        atomic_store_explicit(&f->mm_next[g].next, 0, memory_order_relaxed);
     ifl_pool_run(f->pool, step, &j);
     return 0;
 }
