@@ -26,6 +26,7 @@
 #include "kernels/blocks.h"
 #include "kernels/impl.h"
 #include "kernels/x86_avx512.h"
+#include "kernels/x86_prefetch.h"
 
 
 /* Activation rows per tile; weight rows per tile is 4, or 8 for a lone row. */
@@ -90,6 +91,9 @@ AI void tile_float(int kind, int64_t n, int R, int C, const char *x, size_t xs, 
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 wv[MCMAX];
+        /* a step reads 64 (f32) or 32 bytes of each row */
+        if (kind == 0 || !(i & 31))
+            UNROLL FOR_C pf_lines(w + (size_t)c * ws + (size_t)i * (kind ? 2 : 4), 1);
         UNROLL FOR_C wv[c] = ldw16(kind, w + (size_t)c * ws, i, 0xffff);
         UNROLL FOR_R
         {
@@ -124,6 +128,7 @@ AI void q80_step(int q4, int two, int R, int C, int64_t b, const char *x, size_t
     UNROLL FOR_C
     {
         const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+        pf_lines(blk, 1); /* a step reads 36 or 68 bytes */
         if (q4) {
             __m128i lo = _mm_loadu_si128((const __m128i *)(blk + 2));
             __m128i hi = two ? _mm_loadu_si128((const __m128i *)(blk + wbs + 2)) : _mm_setzero_si128();
@@ -230,6 +235,7 @@ AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const
             mins16[c] = _mm256_or_si256(md, _mm256_slli_epi32(md, 16));
             wd[c] = _cvtsh_ss(ld_u16(blk));
             wdm[c] = _cvtsh_ss(ld_u16(blk + 2));
+            pf_lines(blk, q5 ? 3 : 2); /* a super-block is 176 or 144 bytes */
         }
         __m512i isum[MR][MCMAX];
         UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm512_setzero_si512();
@@ -291,6 +297,7 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
     for (int64_t b = 0; b < n / IFL_QK_K; b++) {
         __m512i isum[MR][MCMAX];
         UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm512_setzero_si512();
+        UNROLL FOR_C pf_lines(w + (size_t)c * ws + (size_t)b * wbs, 4); /* 210 bytes */
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
         {
             const int h = j >> 1, p = j & 1;

@@ -22,6 +22,7 @@
 #include "core/fp16.h"
 #include "kernels/blocks.h"
 #include "kernels/impl.h"
+#include "kernels/x86_prefetch.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -173,6 +174,9 @@ AI void tile_float(int kind, int64_t n, int R, int C, const char *x, size_t xs, 
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 wv[TCMAX];
+        /* a step reads 32 (f32) or 16 bytes of each row */
+        if (!(i & (kind ? 31 : 15)))
+            UNROLL FOR_C pf_lines(w + (size_t)c * ws + (size_t)i * (kind ? 2 : 4), 1);
         UNROLL FOR_C wv[c] = load_w8(kind, w + (size_t)c * ws, i);
         UNROLL FOR_R
         {
@@ -219,6 +223,8 @@ AI void tile_q80(int q4, int64_t n, int R, int C, const char *x, size_t xs, cons
         UNROLL FOR_C
         {
             const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+            if (!(b & (q4 ? 3 : 1))) /* a block is 18 or 34 bytes */
+                pf_lines(blk, 1);
             wd[c] = ld_f16(blk);
             if (q4) {
                 __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));
@@ -292,6 +298,7 @@ AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const
                                           m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
             wd[c] = ld_f16(blk);
             wdm[c] = ld_f16(blk + 2);
+            pf_lines(blk, q5 ? 3 : 2); /* a super-block is 176 or 144 bytes */
             qh[c] = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
         }
         __m256i isum[TR][TCMAX];
@@ -361,6 +368,7 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
     for (int64_t b = 0; b < n / IFL_QK_K; b++) {
         __m256i isum[TR][TCMAX];
         UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm256_setzero_si256();
+        UNROLL FOR_C pf_lines(w + (size_t)c * ws + (size_t)b * wbs, 4); /* 210 bytes */
         for (int h = 0; h < 2; h++) {
             for (int v = 0; v < 4; v++) { /* elements 128h + 32v .. +31 */
                 UNROLL FOR_C
