@@ -35,9 +35,33 @@ typedef void (*ifl_quant_fn)(const float *x, void *y, int64_t n);
 /* Converts n elements of type t to floats. */
 typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
 
+/* Weights repacked in groups of 16 rows (the "x16" layout), Q4_0 and Q8_0.
+ *
+ * A group of 16 rows of n elements takes the bytes of those 16 rows, so a
+ * repacked matrix keeps its size and group g starts at byte 16 * g * row
+ * bytes. A group is n / 32 block groups in order; block group b holds block
+ * b of rows 0..15:
+ *   f16 d[16]                    the 16 rows' scales
+ *   Q8_0: u8 q[8][16][4]         q[k][i][m] = element 4k + m of row i, + 128
+ *   Q4_0: u8 q[4][16][4]         q[k][i][m] = byte 4k + m of row i's qs: low
+ *                                nibble element 4k + m, high 16 + 4k + m (+ 8)
+ * So one 64-byte run holds four consecutive elements of each of the 16 rows,
+ * as unsigned bytes (Q4_0 after one mask or shift): a dot-product
+ * instruction meets it with the four activations broadcast and sums 16
+ * rows at once, one row per 32-bit lane. */
+/* Repacks rows [16g, 16g + 16) of a matrix of n-element rows of type t
+ * (Q4_0 or Q8_0), row_bytes apart, into one x16 group at dst. */
+void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst);
+
 struct ifl_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
     ifl_gemm_fn gemm[IFL_TYPE_COUNT];       /* by weight type; NULL if unsupported */
+    /* gemm over x16 weights (nc a multiple of 16, w at a group's start, ws
+     * the unpacked row bytes); equal to gemm on the rows before repacking,
+     * bit for bit in ref. x16_pays[t]: this table's x16 kernel beats its
+     * plain one, so a loader should repack type t. */
+    ifl_gemm_fn gemm_x16[IFL_TYPE_COUNT];
+    int x16_pays[IFL_TYPE_COUNT];
     ifl_quant_fn quant[IFL_TYPE_COUNT];     /* every act type, and every weight type (for tools) */
     ifl_dequant_fn dequant[IFL_TYPE_COUNT]; /* every weight type and act type */
 

@@ -575,6 +575,76 @@ REF_GEMM(gemm_q4_k, dot_q4_k, struct ifl_block_q4_k, struct ifl_block_q8_k)
 REF_GEMM(gemm_q5_k, dot_q5_k, struct ifl_block_q5_k, struct ifl_block_q8_k)
 REF_GEMM(gemm_q6_k, dot_q6_k, struct ifl_block_q6_k, struct ifl_block_q8_k)
 
+/* ---- x16 groups (kernels.h) ------------------------------------------ */
+
+#define X16 16
+
+void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst)
+{
+    const int q4 = t == IFL_TYPE_Q4_0;
+    const size_t bs = q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0);
+    const int nq = q4 ? IFL_QK / 2 : IFL_QK; /* quant bytes per block */
+    uint8_t *o = dst;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        for (int i = 0; i < X16; i++) {
+            const uint8_t *blk = (const uint8_t *)rows + (size_t)i * row_bytes + (size_t)b * bs;
+            memcpy(o + 2 * i, blk, 2);
+            for (int k = 0; k < nq / 4; k++)
+                for (int m = 0; m < 4; m++) {
+                    uint8_t v = blk[2 + 4 * k + m];
+                    o[2 * X16 + (size_t)k * 4 * X16 + 4 * i + m] = q4 ? v : (uint8_t)(v ^ 0x80);
+                }
+        }
+        o += X16 * bs;
+    }
+}
+
+/* Element j of row i of x16 block group g, as the signed quant. */
+static int x16_q(int q4, const uint8_t *g, int i, int j)
+{
+    if (!q4)
+        return (int)g[2 * X16 + (j / 4) * 4 * X16 + 4 * i + j % 4] - 128;
+    int jj = j % 16;
+    uint8_t v = g[2 * X16 + (jj / 4) * 4 * X16 + 4 * i + jj % 4];
+    return (j < 16 ? v & 15 : v >> 4) - 8;
+}
+
+/* The same sums in the same order as dot_q8_0 / dot_q4_0. */
+static void gemm_x16(int q4, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                     size_t ws, float *y, size_t ldy)
+{
+    const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+            const struct ifl_block_q8_0 *xb = (const struct ifl_block_q8_0 *)((const char *)x + (size_t)r * xs);
+            const uint8_t *grp = (const uint8_t *)w + (size_t)(c / X16) * X16 * ws;
+            int i = c % X16;
+            float s = 0.0f;
+            for (int64_t b = 0; b < n / IFL_QK; b++) {
+                const uint8_t *g = grp + (size_t)b * gbs;
+                int32_t isum = 0;
+                for (int j = 0; j < IFL_QK; j++)
+                    isum += x16_q(q4, g, i, j) * xb[b].qs[j];
+                uint16_t d;
+                memcpy(&d, g + 2 * i, 2);
+                s += ifl_f16_to_f32(d) * ifl_f16_to_f32(xb[b].d) * (float)isum;
+            }
+            y[(size_t)r * ldy + c] = s;
+        }
+}
+
+static void gemm_q8_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                          size_t ws, float *y, size_t ldy)
+{
+    gemm_x16(0, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                          size_t ws, float *y, size_t ldy)
+{
+    gemm_x16(1, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
 /* ---- attention helpers over an F16 cache ---------------------------- */
 
 static float dot_f16(int64_t n, const uint16_t *k, const float *q) { return dot_f16w(n, k, q); }
@@ -647,6 +717,8 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
+    k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
+    k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
 
     k->quant[IFL_TYPE_F32] = quant_f32;
     k->quant[IFL_TYPE_F16] = quant_f16;

@@ -32,6 +32,10 @@
 /* Activation rows per tile; weight rows per tile is 4, or 8 for a lone row. */
 #define MR 4
 #define MCMAX 8
+/* x16 tiles prefetch the block group this many groups ahead */
+#ifndef X16_PF
+#define X16_PF 2
+#endif
 /* Weight rows are taken in column blocks of about this many bytes, which
  * stay in L2 while every row tile passes over them. */
 #define COL_BLOCK_BYTES (384 * 1024)
@@ -403,8 +407,138 @@ DEFINE_GEMM(z_gemm_q4_k, tile_q4_k)
 DEFINE_GEMM(z_gemm_q5_k, tile_q5_k)
 DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
 
+/* ---- x16 groups of Q8_0 / Q4_0 weights (kernels.h) ------------------ */
+
+/* gemm_q8_0_x16 / gemm_q4_0_x16 of ref.c. A 64-byte run of a block group
+ * holds four elements of each of 16 weight rows, unsigned (w + 128, or
+ * the nibble, w + 8); vpdpbusd meets it with the four matching activations
+ * broadcast, so lane i sums row i, and eight runs make a block's exact
+ * integer dot for 16 rows at once. The offset comes back exactly as the
+ * start value -off * (sum of the activation block). Per block, lane i:
+ * acc += (float)isum * (d_i * d_x), blocks in order as in ref; an output
+ * is lane i of its row's accumulator, with no horizontal sum. */
+
+#define X16 16
+#define XMR 8    /* activation rows per tile */
+#define SEG 128  /* blocks per segment: the activation sums kept on the stack */
+
+AI uint32_t ld_u32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The sum of a Q8_0 activation block's 32 quants (qs at p). */
+AI int32_t q8_qsum(const char *p)
+{
+    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8(-128));
+    __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128), 8 at a time */
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(t) - 32 * 128;
+}
+
+/* Blocks [0, nbs) of one group for R activation rows; the accumulators
+ * start from y unless this is the first segment, and end in y. */
+AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int32_t (*xsum)[SEG],
+                 const char *g, float *y, size_t ldy, int first)
+{
+    const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const int off = q4 ? 8 : 128;
+    __m512 acc[XMR];
+    UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
+    for (int64_t b = 0; b < nbs; b++, g += gbs) {
+        for (size_t l = 0; l < gbs; l += 64)
+            _mm_prefetch(g + X16_PF * gbs + l, _MM_HINT_T0);
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512i wq[8];
+        if (q4) {
+            UNROLL for (int k = 0; k < 4; k++)
+            {
+                __m512i z = _mm512_loadu_si512((const void *)(g + 2 * X16 + 64 * k));
+                wq[k] = _mm512_and_si512(z, m4);
+                wq[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            }
+        } else {
+            UNROLL for (int k = 0; k < 8; k++) wq[k] = _mm512_loadu_si512((const void *)(g + 2 * X16 + 64 * k));
+        }
+        UNROLL FOR_R
+        {
+            const char *xb = x + (size_t)r * xs + (size_t)b * XBS;
+            __m512i is = _mm512_set1_epi32(-off * xsum[r][b]);
+            /* run k holds elements 4k .. 4k + 3 (Q4_0: k < 4 low nibbles,
+             * k >= 4 the high ones, elements 16 + 4(k - 4) ..) */
+            UNROLL for (int k = 0; k < 8; k++) is =
+                _mm512_dpbusd_epi32(is, wq[k], _mm512_set1_epi32((int)ld_u32(xb + 2 + 4 * k)));
+            __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(_cvtsh_ss(ld_u16(xb))));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[r]);
+        }
+    }
+    UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
+}
+
+#define X16_CASE(R)                                                                                \
+    case R:                                                                                        \
+        x16_tile(q4, R, nbs, xp, xs, (const int32_t(*)[SEG])xsum, wp, yp, ldy, s0 == 0);           \
+        break;
+
+/* Groups in column blocks sized for L2; inside, row tiles of XMR; inside,
+ * segments of SEG blocks, whose activation sums are taken once for all
+ * the block's groups. Segments split every output the same way, whatever
+ * nr and nc are. */
+AI void x16_gemm(int q4, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                 size_t ws, float *y, size_t ldy)
+{
+    const int64_t nb = n / IFL_QK, ng = nc / X16;
+    const size_t gb = X16 * ws; /* bytes of a group */
+    const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
+    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    int32_t xsum[XMR][SEG];
+    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
+        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
+        for (int r0 = 0; r0 < nr; r0 += XMR) {
+            int R = nr - r0 < XMR ? nr - r0 : XMR;
+            for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
+                int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
+                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
+                for (int r = 0; r < R; r++)
+                    for (int64_t b = 0; b < nbs; b++)
+                        xsum[r][b] = q8_qsum(xp + (size_t)r * xs + (size_t)b * XBS + 2);
+                for (int64_t gi = g0; gi < g1; gi++) {
+                    const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
+                    float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
+                    switch (R) {
+                        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)
+                        X16_CASE(5) X16_CASE(6) X16_CASE(7) X16_CASE(8)
+                    default:
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void z_gemm_q8_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16_gemm(0, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void z_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
+    k->gemm_x16[IFL_TYPE_Q8_0] = z_gemm_q8_0_x16;
+    k->gemm_x16[IFL_TYPE_Q4_0] = z_gemm_q4_0_x16;
+    k->x16_pays[IFL_TYPE_Q8_0] = 1;
+    k->x16_pays[IFL_TYPE_Q4_0] = 1;
     k->gemm[IFL_TYPE_F32] = z_gemm_f32;
     k->gemm[IFL_TYPE_F16] = z_gemm_f16;
     k->gemm[IFL_TYPE_BF16] = z_gemm_bf16;

@@ -390,7 +390,8 @@ static void mm_chunks(struct job *j, int g, const struct mm_task *t, int nt, con
             k -= nch[i++];
         const struct ifl_mat *w = t[i].w;
         int64_t c0 = k * cw[i], c1 = c0 + cw[i] < w->n_out ? c0 + cw[i] : w->n_out;
-        f->kn->gemm[w->type](w->n_in, nr, (int)(c1 - c0), xa, xs,
+        ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
+        gemm(w->n_in, nr, (int)(c1 - c0), xa, xs,
                              (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes,
                              t[i].y + c0, t[i].ldy);
     }

@@ -759,6 +759,16 @@ int ifl_gguf_open(struct ifl_gguf **out, const char *path, char *err)
     return 0;
 }
 
+void ifl_gguf_release(const struct ifl_gguf *g, const void *p, size_t len)
+{
+    if (!g->map || !len)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + len) / page * page;
+    if (a < b)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 void ifl_gguf_free(struct ifl_gguf *g)
 {
     if (!g)

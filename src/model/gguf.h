@@ -79,6 +79,10 @@ uint32_t ifl_gguf_version(const struct ifl_gguf *g);
 uint64_t ifl_gguf_alignment(const struct ifl_gguf *g);
 size_t ifl_gguf_file_size(const struct ifl_gguf *g);
 const char *ifl_gguf_path(const struct ifl_gguf *g); /* "" for memory buffers */
+/* Says the bytes [p, p + len) of a file's mapping will not be read again
+ * soon: their pages leave resident memory (a later read brings them back
+ * from the file). Nothing happens for memory buffers. */
+void ifl_gguf_release(const struct ifl_gguf *g, const void *p, size_t len);
 /* File offset of the tensor data section (tensor offsets are relative to it). */
 size_t ifl_gguf_data_offset(const struct ifl_gguf *g);
 

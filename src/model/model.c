@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels/kernels.h"
 
@@ -331,6 +332,68 @@ static int load_tensors(struct loader *L)
     return 0;
 }
 
+/* ---- repacking for the kernels ---- */
+
+static int wants_x16(const struct ifl_kernels *kn, const struct ifl_mat *w)
+{
+    return w->data && kn->x16_pays[w->type] && kn->gemm_x16[w->type] && w->n_out % 16 == 0;
+}
+
+/* Repacks the matrices the kernel table computes faster as x16 groups
+ * (kernels.h) into one anonymous map, asking for huge pages, and lets the
+ * file's pages of each go from resident memory once it is copied: the
+ * model stays about its file's size in memory. The token embeddings are
+ * read by rows and stay as they are (so does a tied output). IFL_REPACK=0
+ * in the environment turns this off, to measure what it brings. A failed
+ * map leaves the rows as they were. */
+static void repack_x16(struct ifl_model *m)
+{
+    const char *env = getenv("IFL_REPACK");
+    if (env && !strcmp(env, "0"))
+        return;
+    const struct ifl_kernels *kn = ifl_kernels_best();
+    int per_layer = 7, n = m->hp.n_layer * per_layer + 1;
+    struct ifl_mat **mats = malloc(sizeof(*mats) * (size_t)n);
+    if (!mats)
+        return;
+    int k = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct ifl_layer_weights *w = &m->layers[il];
+        struct ifl_mat *lm[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (int i = 0; i < per_layer; i++)
+            if (wants_x16(kn, lm[i]))
+                mats[k++] = lm[i];
+    }
+    if (!m->tied_output && wants_x16(kn, &m->output))
+        mats[k++] = &m->output;
+    size_t total = 0;
+    for (int i = 0; i < k; i++)
+        total += ((size_t)mats[i]->n_out * mats[i]->row_bytes + 63) / 64 * 64;
+    void *arena = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                        : MAP_FAILED;
+    if (arena == MAP_FAILED) {
+        free(mats);
+        return;
+    }
+    madvise(arena, total, MADV_HUGEPAGE); /* fewer TLB misses on the weight stream; advisory */
+    char *p = arena;
+    for (int i = 0; i < k; i++) {
+        struct ifl_mat *w = mats[i];
+        size_t bytes = (size_t)w->n_out * w->row_bytes, group = 16 * w->row_bytes;
+        for (int64_t g = 0; g < w->n_out / 16; g++)
+            ifl_repack_x16(w->type, w->n_in, (const char *)w->data + (size_t)g * group,
+                           w->row_bytes, p + (size_t)g * group);
+        ifl_gguf_release(m->gguf, w->data, bytes);
+        w->data = p;
+        w->x16 = 1;
+        p += (bytes + 63) / 64 * 64;
+    }
+    mprotect(arena, total, PROT_READ);
+    m->x16 = arena;
+    m->x16_bytes = total;
+    free(mats);
+}
+
 int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err)
 {
     *out = NULL;
@@ -348,6 +411,7 @@ int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err)
         ifl_model_free(m);
         return rc;
     }
+    repack_x16(m);
     *out = m;
     return 0;
 }
@@ -370,6 +434,8 @@ void ifl_model_free(struct ifl_model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    if (m->x16)
+        munmap(m->x16, m->x16_bytes);
     ifl_gguf_free(m->gguf);
     free(m);
 }

@@ -44,6 +44,7 @@ struct ifl_mat {
     int64_t n_in;
     int64_t n_out;
     size_t row_bytes;
+    int x16;         /* data holds groups of 16 rows repacked (kernels.h), not rows */
 };
 
 struct ifl_layer_weights {
@@ -69,6 +70,8 @@ struct ifl_model {
     int tied_output;
     const float *rope_freqs;         /* [n_rot / 2] divisors of each pair's frequency, or NULL */
     struct ifl_layer_weights *layers; /* [n_layer] */
+    void *x16;                       /* the matrices repacked at load (anonymous map) */
+    size_t x16_bytes;
     void **owned;                    /* small tensors converted to F32 at load */
     int n_owned;
     uint64_t weight_bytes;           /* bytes of all tensors */
