@@ -440,6 +440,14 @@ static int plain_uniform(const struct ifl_guide *g, const struct ifl_guide_level
     return any;
 }
 
+/* Whether two levels hold the same stacks: a step that leads back to the
+ * same level loops, so it takes any number of the same characters. */
+static int same_level(const struct ifl_guide_level *a, const struct ifl_guide_level *b)
+{
+    return a->len == b->len && a->n_stacks == b->n_stacks &&
+           !memcmp(a->buf, b->buf, a->len * sizeof *a->buf);
+}
+
 /* How many plain characters in a row l may take, capped at the longest
  * plain token (so plain tokens up to that many characters are allowed and
  * longer ones are not); -1 when the fast path does not apply (a pending
@@ -464,9 +472,7 @@ static int64_t plain_run(struct ifl_guide_masker *m, const struct ifl_guide_leve
             return rc == IFL_ENOMEM ? IFL_ENOMEM : -1;
         if (rc == 0)
             return k;
-        /* a state that loops on plain characters takes any number of them */
-        if (nx.len == cur.len && nx.n_stacks == cur.n_stacks &&
-            !memcmp(nx.buf, cur.buf, nx.len * sizeof *nx.buf))
+        if (same_level(&nx, &cur)) /* loops on plain characters */
             return vi->max_plain;
         cur = nx;
         b ^= 1;
@@ -586,8 +592,7 @@ static int64_t class_run(struct ifl_guide_masker *m, const struct ifl_guide_leve
             return rc == IFL_ENOMEM ? IFL_ENOMEM : -1;
         if (rc == 0)
             return k;
-        if (nx.len == cur.len && nx.n_stacks == cur.n_stacks &&
-            !memcmp(nx.buf, cur.buf, nx.len * sizeof *nx.buf))
+        if (same_level(&nx, &cur))
             return ci->max_len;
         cur = nx;
         b ^= 1;
