@@ -26,16 +26,32 @@
 
 AI __mmask16 lanes(int d, int j) { return d - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - j)) - 1); }
 
-/* Q heads by T positions; T * Q independent chains keep both FMA ports busy. */
-AI void qk_tile(int Q, int T, int d, const float *q, const uint16_t *k, size_t ks, float scale,
-                float *s, size_t lds)
+/* Sixteen values of a Q8_0 run from element e (e % 16 == 0), dequantised
+ * as dequant_q8_0 does: d * q. */
+AI __m512 ld_q8x16(const char *row, int e)
+{
+    const char *blk = row + (size_t)(e / 32) * 34;
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+    __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + (e % 32)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
+/* Q heads by T positions; T * Q independent chains keep both FMA ports busy.
+ * kind 0: k is an F16 cache, ks elements apart; kind 1: Q8_0 rows, ks bytes
+ * apart (d % 32 == 0, so whole vectors). */
+AI void qk_tile(int kind, int Q, int T, int d, const float *q, const void *k, size_t ks,
+                float scale, float *s, size_t lds)
 {
     __m512 acc[4][4];
     UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
     for (int j = 0; j < d; j += 16) {
         __mmask16 m = lanes(d, j);
         __m512 kv[4];
-        UNROLL for (int t = 0; t < T; t++) kv[t] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k + (size_t)t * ks + j));
+        UNROLL for (int t = 0; t < T; t++) kv[t] =
+            kind ? ld_q8x16((const char *)k + (size_t)t * ks, j)
+                 : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)k + (size_t)t * ks + j));
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)i * d + j);
@@ -46,36 +62,50 @@ AI void qk_tile(int Q, int T, int d, const float *q, const uint16_t *k, size_t k
         scale * hsum512(acc[i][t]);
 }
 
-AI void qk_heads(int Q, int d, const float *q, const uint16_t *k, size_t ks, int nt, float scale,
-                 float *s, size_t lds)
+/* Row t of the cache, by kind. */
+AI const void *kv_row(int kind, const void *k, size_t ks, int t)
+{
+    return kind ? (const void *)((const char *)k + (size_t)t * ks)
+                : (const void *)((const uint16_t *)k + (size_t)t * ks);
+}
+
+AI void qk_heads(int kind, int Q, int d, const float *q, const void *k, size_t ks, int nt,
+                 float scale, float *s, size_t lds)
 {
     const int T = Q <= 2 ? 4 : 2;
     int t = 0;
     for (; t + T <= nt; t += T)
-        qk_tile(Q, T, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
+        qk_tile(kind, Q, T, d, q, kv_row(kind, k, ks, t), ks, scale, s + t, lds);
     for (; t < nt; t++)
-        qk_tile(Q, 1, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
+        qk_tile(kind, Q, 1, d, q, kv_row(kind, k, ks, t), ks, scale, s + t, lds);
+}
+
+/* Every query head: tiles of four, then one of the rest. */
+AI void qk_all(int kind, int d, int nq, const float *q, const void *k, size_t ks, int nt,
+               float scale, float *s, size_t lds)
+{
+    int i = 0;
+    for (; i + 4 <= nq; i += 4)
+        qk_heads(kind, 4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+    switch (nq - i) {
+    case 3:
+        qk_heads(kind, 3, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+        break;
+    case 2:
+        qk_heads(kind, 2, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+        break;
+    case 1:
+        qk_heads(kind, 1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+        break;
+    default:
+        break;
+    }
 }
 
 static void z_attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
                           float scale, float *s, size_t lds)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4)
-        qk_heads(4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-    switch (nq - i) {
-    case 3:
-        qk_heads(3, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    case 2:
-        qk_heads(2, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    case 1:
-        qk_heads(1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    default:
-        break;
-    }
+    qk_all(0, d, nq, q, k, ks, nt, scale, s, lds);
 }
 
 /* Q heads by up to 64 output values (J vectors) held in registers across
@@ -141,55 +171,10 @@ static void z_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint1
 
 /* ---- Q8_0 cache ------------------------------------------------------ */
 
-/* Sixteen values of a Q8_0 run from element e (e % 16 == 0), dequantised
- * as dequant_q8_0 does: d * q. */
-AI __m512 ld_q8x16(const char *row, int e)
-{
-    const char *blk = row + (size_t)(e / 32) * 34;
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
-    __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + (e % 32)));
-    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-}
-
-AI void qk8_tile(int Q, int T, int d, const float *q, const char *k, size_t ks, float scale,
-                 float *s, size_t lds)
-{
-    __m512 acc[4][4];
-    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
-    for (int j = 0; j < d; j += 16) {
-        __m512 kv[4];
-        UNROLL for (int t = 0; t < T; t++) kv[t] = ld_q8x16(k + (size_t)t * ks, j);
-        UNROLL for (int i = 0; i < Q; i++)
-        {
-            __m512 qv = _mm512_loadu_ps(q + (size_t)i * d + j);
-            UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_fmadd_ps(kv[t], qv, acc[i][t]);
-        }
-    }
-    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) s[(size_t)i * lds + t] =
-        scale * hsum512(acc[i][t]);
-}
-
-AI void qk8_heads(int Q, int d, const float *q, const char *k, size_t ks, int nt, float scale,
-                  float *s, size_t lds)
-{
-    const int T = Q <= 2 ? 4 : 2;
-    int t = 0;
-    for (; t + T <= nt; t += T)
-        qk8_tile(Q, T, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
-    for (; t < nt; t++)
-        qk8_tile(Q, 1, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
-}
-
 static void z_attn_qk_q8_0(int d, int nq, const float *q, const void *k, size_t ks, int nt,
                            float scale, float *s, size_t lds)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4)
-        qk8_heads(4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-    for (; i < nq; i++)
-        qk8_heads(1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
+    qk_all(1, d, nq, q, k, ks, nt, scale, s, lds);
 }
 
 /* Q heads by J vectors of 16 values (d % 32 == 0, so whole vectors). */
