@@ -704,26 +704,28 @@ static void test_each_table(void)
     }
 }
 
-/* ---- x16 groups: Q8_0 / Q4_0 weights repacked 16 rows at a time ------ */
+/* ---- x16 groups: weights repacked 16 rows at a time ----------------- */
 
 /* The reference x16 gemm equals the plain reference gemm bit for bit; each
  * table's x16 gemm is within tolerance of it and batch invariant (a row
- * alone, a group alone and every row tiling give the same bits). n up to
- * 300 blocks crosses the 512-bit kernel's 128-block segments. */
+ * alone, a group alone and every row tiling give the same bits). For
+ * Q8_0 / Q4_0, n up to 300 blocks crosses the 512-bit kernel's 128-block
+ * segments; K-quant rows run from one super-block to ffn_down's 22. */
 static void test_x16(void)
 {
-    static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0};
-    static const int64_t ns[] = {32, 96, 2048, 32 * 300};
+    static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
+                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K};
+    static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632};
     static const int nrs[] = {1, 3, 8, 9, 17};
     struct ifl_rng r;
     ifl_rng_seed(&r, 4242);
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 5; ti++)
         for (int ni = 0; ni < 4; ni++)
             for (int ri = 0; ri < 5; ri++) {
                 enum ifl_type t = types[ti];
                 int nr = nrs[ri], nc = ri % 2 ? 48 : 16;
                 struct problem p;
-                problem_init(&p, &r, t, ns[ni], nr, nc, ri % 2);
+                problem_init(&p, &r, t, ifl_type_info(t)->blck == 32 ? ns[ni] : ks[ni], nr, nc, ri % 2);
                 size_t rs = ifl_type_row_size(t, p.n);
                 char *pk = xmalloc(rs * (size_t)nc);
                 for (int g = 0; g < nc / 16; g++)

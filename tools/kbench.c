@@ -1,7 +1,8 @@
 /*
  * kbench: single-thread GFLOP/s of gemm per weight type and kernel table,
  * for decode-like (nr = 1, 16) and prefill-like (nr = 128) shapes at
- * n = nc = 2048 by default. Prints figures; checks nothing (the tests do).
+ * n = nc = 2048 by default, and the x16 kernels (kernels.h) on the same
+ * rows repacked. Prints figures; checks nothing (the tests do).
  *
  *   build/tools/kbench [n] [nc] [table...]
  */
@@ -43,7 +44,7 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < n * maxr; i++)
         xf[i] = ifl_rng_normal(&rng);
     printf("n=%lld nc=%d, GFLOP/s (2*n*nr*nc per call), single thread\n", (long long)n, nc);
-    printf("%-7s %-6s %9s %9s %9s\n", "table", "type", "nr=1", "nr=16", "nr=128");
+    printf("%-7s %-10s %9s %9s %9s\n", "table", "type", "nr=1", "nr=16", "nr=128");
     for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
         enum ifl_type t = types[ti], act = ifl_type_info(t)->act;
         size_t ws = ifl_type_row_size(t, n), xs = ifl_type_row_size(act, n);
@@ -55,27 +56,39 @@ int main(int argc, char **argv)
                 tmp[i] = ifl_rng_normal(&rng) * 0.1f;
             ref->quant[t](tmp, w + (size_t)c * ws, n);
         }
+        char *wx = malloc(ws * (size_t)nc);
+        if (!wx)
+            return 1;
+        for (int g = 0; ref->gemm_x16[t] && g < nc / 16; g++)
+            ifl_repack_x16(t, n, w + (size_t)g * 16 * ws, ws, wx + (size_t)g * 16 * ws);
         for (int r = 0; r < maxr; r++)
             ref->quant[act](xf + r * n, x + (size_t)r * xs, n);
         for (int k = 0; k < ntab; k++) {
             const struct ifl_kernels *kt = ifl_kernels_by_name(names[k]);
             if (!kt)
                 continue;
-            printf("%-7s %-6s", kt->name, ifl_type_info(t)->name);
-            for (int ri = 0; ri < 3; ri++) {
-                int nr = nrs[ri];
-                double flop = 2.0 * (double)n * nr * nc, t0 = now(), el;
-                int reps = 0;
-                do {
-                    kt->gemm[t](n, nr, nc, x, xs, w, ws, y, (size_t)nc);
-                    reps++;
-                    el = now() - t0;
-                } while (el < 0.3 && !(strcmp(kt->name, "scalar") == 0 && reps >= 1));
-                printf(" %9.1f", flop * reps / el * 1e-9);
+            for (int x16 = 0; x16 < 2; x16++) {
+                ifl_gemm_fn gemm = x16 ? kt->gemm_x16[t] : kt->gemm[t];
+                if (!gemm || (x16 && (nc % 16 || kt == ref || gemm == ref->gemm_x16[t])))
+                    continue;
+                const char *wk = x16 ? wx : w;
+                printf("%-7s %-6s%s", kt->name, ifl_type_info(t)->name, x16 ? " x16" : "    ");
+                for (int ri = 0; ri < 3; ri++) {
+                    int nr = nrs[ri];
+                    double flop = 2.0 * (double)n * nr * nc, t0 = now(), el;
+                    int reps = 0;
+                    do {
+                        gemm(n, nr, nc, x, xs, wk, ws, y, (size_t)nc);
+                        reps++;
+                        el = now() - t0;
+                    } while (el < 0.3 && !(kt == ref && reps >= 1));
+                    printf(" %9.1f", flop * reps / el * 1e-9);
+                }
+                printf("\n");
+                fflush(stdout);
             }
-            printf("\n");
-            fflush(stdout);
         }
+        free(wx);
         free(w);
         free(x);
     }

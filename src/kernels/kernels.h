@@ -35,22 +35,28 @@ typedef void (*ifl_quant_fn)(const float *x, void *y, int64_t n);
 /* Converts n elements of type t to floats. */
 typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
 
-/* Weights repacked in groups of 16 rows (the "x16" layout), Q4_0 and Q8_0.
+/* Weights repacked in groups of 16 rows (the "x16" layout), for the
+ * block types Q8_0, Q4_0, Q4_K, Q5_K and Q6_K.
  *
  * A group of 16 rows of n elements takes the bytes of those 16 rows, so a
  * repacked matrix keeps its size and group g starts at byte 16 * g * row
- * bytes. A group is n / 32 block groups in order; block group b holds block
- * b of rows 0..15:
- *   f16 d[16]                    the 16 rows' scales
- *   Q8_0: u8 q[8][16][4]         q[k][i][m] = element 4k + m of row i, + 128
- *   Q4_0: u8 q[4][16][4]         q[k][i][m] = byte 4k + m of row i's qs: low
- *                                nibble element 4k + m, high 16 + 4k + m (+ 8)
- * So one 64-byte run holds four consecutive elements of each of the 16 rows,
- * as unsigned bytes (Q4_0 after one mask or shift): a dot-product
- * instruction meets it with the four activations broadcast and sums 16
- * rows at once, one row per 32-bit lane. */
+ * bytes. A group is its block groups in order; block group b holds block
+ * b of rows 0..15, field by field, in this order:
+ *   Q8_0  d, qs (+ 128: each byte's sign bit flipped)
+ *   Q4_0  d, qs
+ *   Q4_K  d, dmin, scales, qs
+ *   Q5_K  d, dmin, scales, qh, qs
+ *   Q6_K  d, scales, ql, qh
+ * A 2-byte field (d, dmin) is stored as its 16 values, row i at 2i. A
+ * field of 4k bytes is stored as k runs of 64 bytes: run t holds bytes
+ * 4t .. 4t + 3 of the field of row i at 4i. So one 64-byte run of quants
+ * holds four consecutive bytes of each of the 16 rows: a dot-product
+ * instruction meets it (after a mask or shift for packed bits) with the
+ * four matching activations broadcast, and sums 16 rows at once, one row
+ * per 32-bit lane. Packed scales stay packed; a run of them gives each
+ * lane its own row's bytes. */
 /* Repacks rows [16g, 16g + 16) of a matrix of n-element rows of type t
- * (Q4_0 or Q8_0), row_bytes apart, into one x16 group at dst. */
+ * (one of the above), row_bytes apart, into one x16 group at dst. */
 void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst);
 
 struct ifl_kernels {

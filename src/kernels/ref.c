@@ -431,28 +431,61 @@ static float dot_bf16w(int64_t n, const uint16_t *w, const float *x)
     return s;
 }
 
-static float dot_q8_0(int64_t n, const struct ifl_block_q8_0 *w, const struct ifl_block_q8_0 *x)
+/* A weight row of a quantised type: plain (blocks bs bytes apart from p)
+ * or row i of an x16 matrix (p at its group, whose block groups are 16 bs
+ * apart). wblock gives block b as the plain struct, unpacked into tmp for
+ * x16, so the same dot products serve both and x16 equals plain bit for bit. */
+struct wrow {
+    const uint8_t *p;
+    enum ifl_type t;
+    size_t bs;
+    int x16_row; /* -1: plain */
+};
+
+union wblk {
+    struct ifl_block_q8_0 q8_0;
+    struct ifl_block_q4_0 q4_0;
+    struct ifl_block_q4_k q4_k;
+    struct ifl_block_q5_k q5_k;
+    struct ifl_block_q6_k q6_k;
+};
+
+static void x16_unpack(enum ifl_type t, const uint8_t *grp, int i, void *blk);
+
+static const void *wblock(const struct wrow *w, int64_t b, union wblk *tmp)
+{
+    if (w->x16_row < 0)
+        return w->p + (size_t)b * w->bs;
+    x16_unpack(w->t, w->p + (size_t)b * 16 * w->bs, w->x16_row, tmp);
+    return tmp;
+}
+
+static float dot_q8_0(int64_t n, const struct wrow *w, const struct ifl_block_q8_0 *x)
 {
     float s = 0.0f;
+    union wblk tmp;
     for (int64_t b = 0; b < n / IFL_QK; b++) {
+        const struct ifl_block_q8_0 *wb = wblock(w, b, &tmp);
         int32_t isum = 0;
         for (int j = 0; j < IFL_QK; j++)
-            isum += w[b].qs[j] * x[b].qs[j];
-        s += ifl_f16_to_f32(w[b].d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+            isum += wb->qs[j] * x[b].qs[j];
+        s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
     }
     return s;
 }
 
-static float dot_q4_0(int64_t n, const struct ifl_block_q4_0 *w, const struct ifl_block_q8_0 *x)
+static float dot_q4_0(int64_t n, const struct wrow *w, const struct ifl_block_q8_0 *x)
 {
     float s = 0.0f;
+    union wblk tmp;
     for (int64_t b = 0; b < n / IFL_QK; b++) {
+        const struct ifl_block_q4_0 *wb = wblock(w, b, &tmp);
         int32_t isum = 0;
         for (int j = 0; j < IFL_QK / 2; j++) {
-            isum += ((w[b].qs[j] & 15) - 8) * x[b].qs[j];
-            isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
+            isum += ((wb->qs[j] & 15) - 8) * x[b].qs[j];
+            isum += ((wb->qs[j] >> 4) - 8) * x[b].qs[j + 16];
         }
-        s += ifl_f16_to_f32(w[b].d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+        s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
     }
     return s;
 }
@@ -472,16 +505,18 @@ static int32_t k4_min_sum(const uint8_t *scales, const int16_t *bsums)
 
 /* Q4_K: per super-block, isum = sum_j sc[j] * dot(q_j, x_j) and the mins
  * term; s_d and s_m are summed apart and subtracted at the end. */
-static float dot_q4_k(int64_t n, const struct ifl_block_q4_k *w, const struct ifl_block_q8_k *x)
+static float dot_q4_k(int64_t n, const struct wrow *w, const struct ifl_block_q8_k *x)
 {
     float sd = 0.0f, sm = 0.0f;
+    union wblk tmp;
     for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        const struct ifl_block_q4_k *wb = wblock(w, b, &tmp);
         int32_t isum = 0;
         for (int k = 0; k < 4; k++) {
             uint8_t sc0, m0, sc1, m1;
-            ifl_k4_scale_min(w[b].scales, 2 * k, &sc0, &m0);
-            ifl_k4_scale_min(w[b].scales, 2 * k + 1, &sc1, &m1);
-            const uint8_t *q = w[b].qs + 32 * k;
+            ifl_k4_scale_min(wb->scales, 2 * k, &sc0, &m0);
+            ifl_k4_scale_min(wb->scales, 2 * k + 1, &sc1, &m1);
+            const uint8_t *q = wb->qs + 32 * k;
             const int8_t *a = x[b].qs + 64 * k;
             int32_t s0 = 0, s1 = 0;
             for (int l = 0; l < 32; l++) {
@@ -490,24 +525,26 @@ static float dot_q4_k(int64_t n, const struct ifl_block_q4_k *w, const struct if
             }
             isum += sc0 * s0 + sc1 * s1;
         }
-        int32_t msum = k4_min_sum(w[b].scales, x[b].bsums);
-        sd += x[b].d * ifl_f16_to_f32(w[b].d) * (float)isum;
-        sm += x[b].d * ifl_f16_to_f32(w[b].dmin) * (float)msum;
+        int32_t msum = k4_min_sum(wb->scales, x[b].bsums);
+        sd += x[b].d * ifl_f16_to_f32(wb->d) * (float)isum;
+        sm += x[b].d * ifl_f16_to_f32(wb->dmin) * (float)msum;
     }
     return sd - sm;
 }
 
-static float dot_q5_k(int64_t n, const struct ifl_block_q5_k *w, const struct ifl_block_q8_k *x)
+static float dot_q5_k(int64_t n, const struct wrow *w, const struct ifl_block_q8_k *x)
 {
     float sd = 0.0f, sm = 0.0f;
+    union wblk tmp;
     for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        const struct ifl_block_q5_k *wb = wblock(w, b, &tmp);
         int32_t isum = 0;
-        const uint8_t *qh = w[b].qh;
+        const uint8_t *qh = wb->qh;
         for (int k = 0; k < 4; k++) {
             uint8_t sc0, m0, sc1, m1;
-            ifl_k4_scale_min(w[b].scales, 2 * k, &sc0, &m0);
-            ifl_k4_scale_min(w[b].scales, 2 * k + 1, &sc1, &m1);
-            const uint8_t *q = w[b].qs + 32 * k;
+            ifl_k4_scale_min(wb->scales, 2 * k, &sc0, &m0);
+            ifl_k4_scale_min(wb->scales, 2 * k + 1, &sc1, &m1);
+            const uint8_t *q = wb->qs + 32 * k;
             const int8_t *a = x[b].qs + 64 * k;
             int32_t s0 = 0, s1 = 0;
             for (int l = 0; l < 32; l++) {
@@ -516,22 +553,24 @@ static float dot_q5_k(int64_t n, const struct ifl_block_q5_k *w, const struct if
             }
             isum += sc0 * s0 + sc1 * s1;
         }
-        int32_t msum = k4_min_sum(w[b].scales, x[b].bsums);
-        sd += x[b].d * ifl_f16_to_f32(w[b].d) * (float)isum;
-        sm += x[b].d * ifl_f16_to_f32(w[b].dmin) * (float)msum;
+        int32_t msum = k4_min_sum(wb->scales, x[b].bsums);
+        sd += x[b].d * ifl_f16_to_f32(wb->d) * (float)isum;
+        sm += x[b].d * ifl_f16_to_f32(wb->dmin) * (float)msum;
     }
     return sd - sm;
 }
 
 /* Q6_K: q - 32 is split as sum sc*q*x - 32 * sum sc*bsum, both exact. */
-static float dot_q6_k(int64_t n, const struct ifl_block_q6_k *w, const struct ifl_block_q8_k *x)
+static float dot_q6_k(int64_t n, const struct wrow *w, const struct ifl_block_q8_k *x)
 {
     float sd = 0.0f, sm = 0.0f;
+    union wblk tmp;
     for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        const struct ifl_block_q6_k *wb = wblock(w, b, &tmp);
         int32_t isum = 0, osum = 0;
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
-            const int8_t *sc = w[b].scales + 8 * h;
+            const uint8_t *ql = wb->ql + 64 * h, *qh = wb->qh + 32 * h;
+            const int8_t *sc = wb->scales + 8 * h;
             const int8_t *a = x[b].qs + 128 * h;
             for (int g = 0; g < 2; g++) { /* the two sub-blocks of 16 in each 32 */
                 int32_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
@@ -545,8 +584,8 @@ static float dot_q6_k(int64_t n, const struct ifl_block_q6_k *w, const struct if
             }
         }
         for (int j = 0; j < 16; j++)
-            osum += w[b].scales[j] * x[b].bsums[j];
-        float d = x[b].d * ifl_f16_to_f32(w[b].d);
+            osum += wb->scales[j] * x[b].bsums[j];
+        float d = x[b].d * ifl_f16_to_f32(wb->d);
         sd += d * (float)isum;
         sm += d * (float)(32 * osum);
     }
@@ -569,81 +608,113 @@ static float dot_q6_k(int64_t n, const struct ifl_block_q6_k *w, const struct if
 REF_GEMM(gemm_f32, dot_f32, float, float)
 REF_GEMM(gemm_f16, dot_f16w, uint16_t, float)
 REF_GEMM(gemm_bf16, dot_bf16w, uint16_t, float)
-REF_GEMM(gemm_q8_0, dot_q8_0, struct ifl_block_q8_0, struct ifl_block_q8_0)
-REF_GEMM(gemm_q4_0, dot_q4_0, struct ifl_block_q4_0, struct ifl_block_q8_0)
-REF_GEMM(gemm_q4_k, dot_q4_k, struct ifl_block_q4_k, struct ifl_block_q8_k)
-REF_GEMM(gemm_q5_k, dot_q5_k, struct ifl_block_q5_k, struct ifl_block_q8_k)
-REF_GEMM(gemm_q6_k, dot_q6_k, struct ifl_block_q6_k, struct ifl_block_q8_k)
+
+/* Quantised weights, plain (x16 == 0) or as x16 groups (then nc is a
+ * multiple of 16 and ws the unpacked row bytes). */
+#define REF_QGEMM(name, name_x16, t, dot, xtype)                                                   \
+    static void name##_any(int x16, int64_t n, int nr, int nc, const void *x, size_t xs,           \
+                           const void *w, size_t ws, float *y, size_t ldy)                        \
+    {                                                                                              \
+        const size_t bs = ifl_type_info(t)->size;                                                  \
+        for (int r = 0; r < nr; r++)                                                               \
+            for (int c = 0; c < nc; c++) {                                                         \
+                struct wrow wr = {(const uint8_t *)w + (size_t)c * ws, t, bs, -1};                 \
+                if (x16) {                                                                         \
+                    wr.p = (const uint8_t *)w + (size_t)(c / 16) * 16 * ws;                        \
+                    wr.x16_row = c % 16;                                                           \
+                }                                                                                  \
+                y[(size_t)r * ldy + c] =                                                           \
+                    dot(n, &wr, (const xtype *)((const char *)x + (size_t)r * xs));                \
+            }                                                                                      \
+    }                                                                                              \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
+                     size_t ws, float *y, size_t ldy)                                             \
+    {                                                                                              \
+        name##_any(0, n, nr, nc, x, xs, w, ws, y, ldy);                                            \
+    }                                                                                              \
+    static void name_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,      \
+                         size_t ws, float *y, size_t ldy)                                         \
+    {                                                                                              \
+        name##_any(1, n, nr, nc, x, xs, w, ws, y, ldy);                                            \
+    }
+
+REF_QGEMM(gemm_q8_0, gemm_q8_0_x16, IFL_TYPE_Q8_0, dot_q8_0, struct ifl_block_q8_0)
+REF_QGEMM(gemm_q4_0, gemm_q4_0_x16, IFL_TYPE_Q4_0, dot_q4_0, struct ifl_block_q8_0)
+REF_QGEMM(gemm_q4_k, gemm_q4_k_x16, IFL_TYPE_Q4_K, dot_q4_k, struct ifl_block_q8_k)
+REF_QGEMM(gemm_q5_k, gemm_q5_k_x16, IFL_TYPE_Q5_K, dot_q5_k, struct ifl_block_q8_k)
+REF_QGEMM(gemm_q6_k, gemm_q6_k_x16, IFL_TYPE_Q6_K, dot_q6_k, struct ifl_block_q8_k)
 
 /* ---- x16 groups (kernels.h) ------------------------------------------ */
 
 #define X16 16
 
-void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst)
+/* The fields of a block in the order a block group stores them: each is
+ * 2 bytes (stored as 16 values) or a multiple of 4 (stored as runs of 64
+ * bytes, four bytes of each row). Q8_0's quants get + 128 (xor 0x80). */
+struct x16_field {
+    uint8_t off, size;
+};
+
+static int x16_fields(enum ifl_type t, const struct x16_field **f)
 {
-    const int q4 = t == IFL_TYPE_Q4_0;
-    const size_t bs = q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0);
-    const int nq = q4 ? IFL_QK / 2 : IFL_QK; /* quant bytes per block */
-    uint8_t *o = dst;
-    for (int64_t b = 0; b < n / IFL_QK; b++) {
-        for (int i = 0; i < X16; i++) {
-            const uint8_t *blk = (const uint8_t *)rows + (size_t)i * row_bytes + (size_t)b * bs;
-            memcpy(o + 2 * i, blk, 2);
-            for (int k = 0; k < nq / 4; k++) { /* four bytes at a time; Q8_0 gets + 128 */
-                uint32_t v;
-                memcpy(&v, blk + 2 + 4 * k, 4);
-                v ^= q4 ? 0u : 0x80808080u;
-                memcpy(o + 2 * X16 + (size_t)k * 4 * X16 + 4 * i, &v, 4);
-            }
-        }
-        o += X16 * bs;
+    static const struct x16_field q8_0[] = {{0, 2}, {2, 32}}, q4_0[] = {{0, 2}, {2, 16}},
+                                  q4_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}},
+                                  q5_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}},
+                                  q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}};
+    switch (t) {
+    case IFL_TYPE_Q8_0: *f = q8_0; return 2;
+    case IFL_TYPE_Q4_0: *f = q4_0; return 2;
+    case IFL_TYPE_Q4_K: *f = q4_k; return 4;
+    case IFL_TYPE_Q5_K: *f = q5_k; return 5;
+    case IFL_TYPE_Q6_K: *f = q6_k; return 4;
+    default: *f = NULL; return 0;
     }
 }
 
-/* Element j of row i of x16 block group g, as the signed quant. */
-static int x16_q(int q4, const uint8_t *g, int i, int j)
+/* Copies block field bytes to or from their place in a block group:
+ * to_group 1 packs row i's block blk into grp, 0 unpacks it. */
+static void x16_move(enum ifl_type t, uint8_t *grp, int i, uint8_t *blk, int to_group)
 {
-    if (!q4)
-        return (int)g[2 * X16 + (j / 4) * 4 * X16 + 4 * i + j % 4] - 128;
-    int jj = j % 16;
-    uint8_t v = g[2 * X16 + (jj / 4) * 4 * X16 + 4 * i + jj % 4];
-    return (j < 16 ? v & 15 : v >> 4) - 8;
-}
-
-/* The same sums in the same order as dot_q8_0 / dot_q4_0. */
-static void gemm_x16(int q4, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                     size_t ws, float *y, size_t ldy)
-{
-    const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) {
-            const struct ifl_block_q8_0 *xb = (const struct ifl_block_q8_0 *)((const char *)x + (size_t)r * xs);
-            const uint8_t *grp = (const uint8_t *)w + (size_t)(c / X16) * X16 * ws;
-            int i = c % X16;
-            float s = 0.0f;
-            for (int64_t b = 0; b < n / IFL_QK; b++) {
-                const uint8_t *g = grp + (size_t)b * gbs;
-                int32_t isum = 0;
-                for (int j = 0; j < IFL_QK; j++)
-                    isum += x16_q(q4, g, i, j) * xb[b].qs[j];
-                uint16_t d;
-                memcpy(&d, g + 2 * i, 2);
-                s += ifl_f16_to_f32(d) * ifl_f16_to_f32(xb[b].d) * (float)isum;
+    const struct x16_field *f;
+    int nf = x16_fields(t, &f);
+    uint8_t *o = grp;
+    for (int k = 0; k < nf; k++) {
+        uint8_t *b = blk + f[k].off;
+        const uint32_t flip = t == IFL_TYPE_Q8_0 && k == 1 ? 0x80808080u : 0;
+        if (f[k].size == 2) {
+            if (to_group)
+                memcpy(o + 2 * i, b, 2);
+            else
+                memcpy(b, o + 2 * i, 2);
+        } else {
+            for (int r = 0; r < f[k].size / 4; r++) {
+                uint32_t v;
+                memcpy(&v, to_group ? b + 4 * r : o + 64 * r + 4 * i, 4);
+                v ^= flip;
+                memcpy(to_group ? o + 64 * r + 4 * i : b + 4 * r, &v, 4);
             }
-            y[(size_t)r * ldy + c] = s;
         }
+        o += (size_t)X16 * f[k].size;
+    }
 }
 
-static void gemm_q8_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                          size_t ws, float *y, size_t ldy)
+static void x16_unpack(enum ifl_type t, const uint8_t *grp, int i, void *blk)
 {
-    gemm_x16(0, n, nr, nc, x, xs, w, ws, y, ldy);
+    x16_move(t, (uint8_t *)grp, i, blk, 0); /* reads grp only */
 }
 
-static void gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                          size_t ws, float *y, size_t ldy)
+void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst)
 {
-    gemm_x16(1, n, nr, nc, x, xs, w, ws, y, ldy);
+    const struct ifl_type_info *ti = ifl_type_info(t);
+    uint8_t *o = dst;
+    for (int64_t b = 0; b < n / ti->blck; b++) {
+        for (int i = 0; i < X16; i++) {
+            union wblk blk;
+            memcpy(&blk, (const uint8_t *)rows + (size_t)i * row_bytes + (size_t)b * ti->size, ti->size);
+            x16_move(t, o, i, (uint8_t *)&blk, 1);
+        }
+        o += X16 * ti->size;
+    }
 }
 
 /* ---- attention helpers over an F16 cache ---------------------------- */
@@ -720,6 +791,9 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
     k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
+    k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;
+    k->gemm_x16[IFL_TYPE_Q5_K] = gemm_q5_k_x16;
+    k->gemm_x16[IFL_TYPE_Q6_K] = gemm_q6_k_x16;
 
     k->quant[IFL_TYPE_F32] = quant_f32;
     k->quant[IFL_TYPE_F16] = quant_f16;

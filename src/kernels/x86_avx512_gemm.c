@@ -534,12 +534,225 @@ static void z_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs,
     x16_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
+/* ---- x16 groups of Q4_K / Q6_K weights (kernels.h) ------------------ */
+
+/* gemm_q4_k_x16 / gemm_q6_k_x16 of ref.c. As for Q4_0, a 64-byte run
+ * holds four elements of each of 16 rows as unsigned bytes, and vpdpbusd
+ * with four broadcast activations sums them per row, one lane each. Per
+ * sub-block (32 elements for Q4_K, 16 for Q6_K) the exact integer dot is
+ * multiplied by that row's scale (vpmulld) and added to the super-block's
+ * isum, as in ref. The scales stay packed in the group: a run of them
+ * gives each lane its row's bytes, unpacked (Q4_K's 6-bit rules, four at a
+ * time) and picked per sub-block with vpshufb. Offsets come back exactly
+ * from the activation block's sums of 16, by vpdpwssd of word pairs:
+ * Q4_K's mins times the sums of its sub-blocks, Q6_K's 32 * sum sc * bsum.
+ * Per super-block, lane i: acc += isum * (d_i d_x) - msum * (dmin_i d_x),
+ * in float, super-blocks in order. */
+
+#define K4GB (X16 * sizeof(struct ifl_block_q4_k)) /* 2304 bytes per super-block group */
+#define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
+
+/* vpshufb indexes: in each dword lane, byte j of that lane zero-extended
+ * (pick_byte), or as both words of the lane (pick_words), or bytes j and
+ * j + 1 each in the high byte of a word (pick_hi_pair: a signed word pair
+ * after an arithmetic shift by 8), or byte j in the top byte (pick_top). */
+AI __m512i lane_idx(uint32_t pattern)
+{
+    return _mm512_broadcast_i32x4(_mm_setr_epi32((int)pattern, (int)(pattern + 0x04040404u),
+                                                 (int)(pattern + 0x08080808u), (int)(pattern + 0x0c0c0c0cu)));
+}
+/* the 0x80 bytes stay >= 0x80 after the additions: they zero their byte */
+AI __m512i pick_byte(int j) { return lane_idx(0x80808000u | (uint32_t)j); }
+AI __m512i pick_words(int j) { return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j); }
+AI __m512i pick_hi_pair(int j) { return lane_idx((uint32_t)(j + 1) << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u); }
+AI __m512i pick_top(int j) { return lane_idx((uint32_t)j << 24 | 0x808080u); }
+
+AI float ld_f32(const char *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+AI void x16k4_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y, size_t ldy)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), k1 = _mm512_set1_epi8(63), k2 = _mm512_set1_epi8(15),
+                  k3 = _mm512_set1_epi8(3);
+    __m512 acc[XMR];
+    UNROLL FOR_R acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, g += K4GB) {
+        for (size_t l = 0; l < K4GB; l += 64)
+            _mm_prefetch(g + K4GB + l, _MM_HINT_T0);
+        const char *xb[XMR];
+        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
+        /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
+        __m512i u0 = _mm512_loadu_si512((const void *)(g + 64)), u1 = _mm512_loadu_si512((const void *)(g + 128)),
+                u2 = _mm512_loadu_si512((const void *)(g + 192));
+        __m512i sc[2], mn[2]; /* sc[0] = sc 0..3 of each row, sc[1] = sc 4..7; mn likewise */
+        sc[0] = _mm512_and_si512(u0, k1);
+        mn[0] = _mm512_and_si512(u1, k1);
+        sc[1] = _mm512_or_si512(_mm512_and_si512(u2, k2),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
+        mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
+        /* msum: m[j] * (bsums[2j] + bsums[2j + 1]) */
+        __m512i is[XMR];
+        UNROLL FOR_R is[r] = _mm512_setzero_si512();
+        UNROLL for (int j = 0; j < 8; j++)
+        {
+            __m512i mw = _mm512_shuffle_epi8(mn[j >> 2], pick_words(j & 3));
+            UNROLL FOR_R is[r] = _mm512_dpwssd_epi32(is[r], mw, _mm512_set1_epi32((int)ld_u32(xb[r] + Q8K_BSUMS + 4 * j)));
+        }
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
+        UNROLL FOR_R acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(is[r]),
+                                               _mm512_mul_ps(dmin, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+        /* isum: chunk k's eight runs hold sub-block 2k in their low
+         * nibbles and 2k + 1 in their high ones */
+        UNROLL FOR_R is[r] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+        {
+            const int k = j >> 1, h = j & 1;
+            __m512i s = _mm512_shuffle_epi8(sc[j >> 2], pick_byte(j & 3));
+            __m512i wq[8];
+            UNROLL for (int q = 0; q < 8; q++)
+            {
+                __m512i z = _mm512_loadu_si512((const void *)(g + 256 + 64 * (8 * k + q)));
+                wq[q] = _mm512_and_si512(h ? _mm512_srli_epi16(z, 4) : z, m4);
+            }
+            UNROLL FOR_R
+            {
+                const char *xq = xb[r] + Q8K_QS + 32 * j;
+                __m512i t = _mm512_setzero_si512();
+                UNROLL for (int q = 0; q < 8; q++) t =
+                    _mm512_dpbusd_epi32(t, wq[q], _mm512_set1_epi32((int)ld_u32(xq + 4 * q)));
+                is[r] = _mm512_add_epi32(is[r], _mm512_mullo_epi32(t, s));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        UNROLL FOR_R acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r]),
+                                              _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+    }
+    UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
+}
+
+/* Q6_K group: d (32 bytes), scales (4 runs), ql (32 runs), qh (16 runs).
+ * Element run v (elements 4v .. 4v + 3) with v = 32h + 8p + m, m < 8, is
+ * nibble p >> 1 of ql run 16h + 8 (p & 1) + m with bits 2p, 2p + 1 of qh
+ * run 8h + m on top; sub-block j is runs 4j .. 4j + 3. */
+AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y, size_t ldy)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[XMR];
+    UNROLL FOR_R acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, g += K6GB) {
+        for (size_t l = 0; l < K6GB; l += 64)
+            _mm_prefetch(g + K6GB + l, _MM_HINT_T0);
+        const char *xb[XMR];
+        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
+        const char *ql = g + 32 + 256, *qh = ql + 2048;
+        /* os: sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
+        __m512i os[XMR], is[XMR];
+        UNROLL FOR_R os[r] = _mm512_setzero_si512();
+        UNROLL for (int u = 0; u < 8; u++)
+        {
+            __m512i sv = _mm512_loadu_si512((const void *)(g + 32 + 64 * (u >> 1)));
+            __m512i sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sv, pick_hi_pair(2 * (u & 1))), 8);
+            UNROLL FOR_R os[r] = _mm512_dpwssd_epi32(os[r], sw, _mm512_set1_epi32((int)ld_u32(xb[r] + Q8K_BSUMS + 4 * u)));
+        }
+        UNROLL FOR_R is[r] = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), os[r]), 5);
+        _Pragma("GCC unroll 8") for (int hp = 0; hp < 8; hp++)
+        {
+            const int h = hp >> 2, p = hp & 3;
+            __m512i wq[8];
+            UNROLL for (int m = 0; m < 8; m++)
+            {
+                __m512i l = _mm512_loadu_si512((const void *)(ql + 64 * (16 * h + 8 * (p & 1) + m)));
+                __m512i t = _mm512_loadu_si512((const void *)(qh + 64 * (8 * h + m)));
+                l = _mm512_and_si512(p >> 1 ? _mm512_srli_epi16(l, 4) : l, m4);
+                t = p == 0 ? _mm512_slli_epi16(t, 4)
+                    : p == 1 ? _mm512_slli_epi16(t, 2)
+                    : p == 2 ? t
+                             : _mm512_srli_epi16(t, 2);
+                wq[m] = _mm512_ternarylogic_epi32(l, t, m30, 0xf8); /* l | (t & 0x30) */
+            }
+            UNROLL for (int sb = 0; sb < 2; sb++)
+            {
+                const int j = 8 * h + 2 * p + sb;
+                __m512i sv = _mm512_loadu_si512((const void *)(g + 32 + 64 * (j >> 2)));
+                __m512i s = _mm512_srai_epi32(_mm512_shuffle_epi8(sv, pick_top(j & 3)), 24);
+                UNROLL FOR_R
+                {
+                    const char *xq = xb[r] + Q8K_QS + 16 * j;
+                    __m512i t = _mm512_setzero_si512();
+                    UNROLL for (int q = 0; q < 4; q++) t =
+                        _mm512_dpbusd_epi32(t, wq[4 * sb + q], _mm512_set1_epi32((int)ld_u32(xq + 4 * q)));
+                    is[r] = _mm512_add_epi32(is[r], _mm512_mullo_epi32(t, s));
+                }
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        UNROLL FOR_R acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r]),
+                                              _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+    }
+    UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
+}
+
+#define X16K_CASE(R)                                                                               \
+    case R:                                                                                        \
+        if (k6)                                                                                    \
+            x16k6_tile(R, nsb, xp, xs, wp, yp, ldy);                                               \
+        else                                                                                       \
+            x16k4_tile(R, nsb, xp, xs, wp, yp, ldy);                                               \
+        break;
+
+/* Groups in column blocks sized for L2; inside, row tiles of XMR. */
+AI void x16k_gemm(int k6, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                  size_t ws, float *y, size_t ldy)
+{
+    const int64_t nsb = n / IFL_QK_K, ng = nc / X16;
+    const size_t gb = X16 * ws;
+    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
+        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
+        for (int r0 = 0; r0 < nr; r0 += XMR) {
+            int R = nr - r0 < XMR ? nr - r0 : XMR;
+            const char *xp = (const char *)x + (size_t)r0 * xs;
+            for (int64_t gi = g0; gi < g1; gi++) {
+                const char *wp = (const char *)w + (size_t)gi * gb;
+                float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
+                switch (R) {
+                    X16K_CASE(1) X16K_CASE(2) X16K_CASE(3) X16K_CASE(4)
+                    X16K_CASE(5) X16K_CASE(6) X16K_CASE(7) X16K_CASE(8)
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
+static void z_gemm_q4_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16k_gemm(0, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void z_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16k_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
     k->gemm_x16[IFL_TYPE_Q8_0] = z_gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = z_gemm_q4_0_x16;
     k->x16_pays[IFL_TYPE_Q8_0] = 1;
     k->x16_pays[IFL_TYPE_Q4_0] = 1;
+    k->gemm_x16[IFL_TYPE_Q4_K] = z_gemm_q4_k_x16;
+    k->gemm_x16[IFL_TYPE_Q6_K] = z_gemm_q6_k_x16;
+    k->x16_pays[IFL_TYPE_Q4_K] = 1;
+    k->x16_pays[IFL_TYPE_Q6_K] = 1;
     k->gemm[IFL_TYPE_F32] = z_gemm_f32;
     k->gemm[IFL_TYPE_F16] = z_gemm_f16;
     k->gemm[IFL_TYPE_BF16] = z_gemm_bf16;
