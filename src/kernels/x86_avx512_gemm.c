@@ -534,9 +534,9 @@ static void z_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs,
     x16_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
-/* ---- x16 groups of Q4_K / Q6_K weights (kernels.h) ------------------ */
+/* ---- x16 groups of K-quant weights (kernels.h) ---------------------- */
 
-/* gemm_q4_k_x16 / gemm_q6_k_x16 of ref.c. As for Q4_0, a 64-byte run
+/* gemm_q4_k_x16 / gemm_q5_k_x16 / gemm_q6_k_x16 of ref.c. As for Q4_0, a 64-byte run
  * holds four elements of each of 16 rows as unsigned bytes, and vpdpbusd
  * with four broadcast activations sums them per row, one lane each. Per
  * sub-block (32 elements for Q4_K, 16 for Q6_K) the exact integer dot is
@@ -550,7 +550,12 @@ static void z_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs,
  * in float, super-blocks in order. */
 
 #define K4GB (X16 * sizeof(struct ifl_block_q4_k)) /* 2304 bytes per super-block group */
+#define K5GB (X16 * sizeof(struct ifl_block_q5_k)) /* 2816 */
 #define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
+/* K-quant x16 tiles prefetch this many super-block groups ahead */
+#ifndef K_PF
+#define K_PF 2
+#endif
 
 /* vpshufb indexes: in each dword lane, byte j of that lane zero-extended
  * (pick_byte), or as both words of the lane (pick_words), or bytes j and
@@ -574,15 +579,20 @@ AI float ld_f32(const char *p)
     return v;
 }
 
-AI void x16k4_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y, size_t ldy)
+/* Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs (32 runs);
+ * Q5_K has qh (8 runs) before qs: run q holds the fifth bits of elements
+ * 4q .. 4q + 3 of every sub-block, bit j for sub-block j. */
+AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
+                   size_t ldy)
 {
+    const size_t gbs = q5 ? K5GB : K4GB, qs_off = q5 ? 256 + 512 : 256;
     const __m512i m4 = _mm512_set1_epi8(15), k1 = _mm512_set1_epi8(63), k2 = _mm512_set1_epi8(15),
                   k3 = _mm512_set1_epi8(3);
     __m512 acc[XMR];
     UNROLL FOR_R acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++, g += K4GB) {
-        for (size_t l = 0; l < K4GB; l += 64)
-            _mm_prefetch(g + K4GB + l, _MM_HINT_T0);
+    for (int64_t b = 0; b < nsb; b++, g += gbs) {
+        for (size_t l = 0; l < gbs; l += 64)
+            _mm_prefetch(g + K_PF * gbs + l, _MM_HINT_T0);
         const char *xb[XMR];
         UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
         /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
@@ -616,8 +626,13 @@ AI void x16k4_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
             __m512i wq[8];
             UNROLL for (int q = 0; q < 8; q++)
             {
-                __m512i z = _mm512_loadu_si512((const void *)(g + 256 + 64 * (8 * k + q)));
+                __m512i z = _mm512_loadu_si512((const void *)(g + qs_off + 64 * (8 * k + q)));
                 wq[q] = _mm512_and_si512(h ? _mm512_srli_epi16(z, 4) : z, m4);
+                if (q5) { /* bit j of the qh run to bit 4 */
+                    __m512i t = _mm512_loadu_si512((const void *)(g + 256 + 64 * q));
+                    t = j < 4 ? _mm512_slli_epi16(t, 4 - j) : j > 4 ? _mm512_srli_epi16(t, j - 4) : t;
+                    wq[q] = _mm512_ternarylogic_epi32(wq[q], t, _mm512_set1_epi8(16), 0xf8);
+                }
             }
             UNROLL FOR_R
             {
@@ -646,7 +661,7 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     UNROLL FOR_R acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++, g += K6GB) {
         for (size_t l = 0; l < K6GB; l += 64)
-            _mm_prefetch(g + K6GB + l, _MM_HINT_T0);
+            _mm_prefetch(g + K_PF * K6GB + l, _MM_HINT_T0);
         const char *xb[XMR];
         UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
         const char *ql = g + 32 + 256, *qh = ql + 2048;
@@ -699,14 +714,14 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
 
 #define X16K_CASE(R)                                                                               \
     case R:                                                                                        \
-        if (k6)                                                                                    \
+        if (kind == 6)                                                                             \
             x16k6_tile(R, nsb, xp, xs, wp, yp, ldy);                                               \
         else                                                                                       \
-            x16k4_tile(R, nsb, xp, xs, wp, yp, ldy);                                               \
+            x16k4_tile(kind == 5, R, nsb, xp, xs, wp, yp, ldy);                                    \
         break;
 
 /* Groups in column blocks sized for L2; inside, row tiles of XMR. */
-AI void x16k_gemm(int k6, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+AI void x16k_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                   size_t ws, float *y, size_t ldy)
 {
     const int64_t nsb = n / IFL_QK_K, ng = nc / X16;
@@ -734,13 +749,19 @@ AI void x16k_gemm(int k6, int64_t n, int nr, int nc, const void *x, size_t xs, c
 static void z_gemm_q4_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                             size_t ws, float *y, size_t ldy)
 {
-    x16k_gemm(0, n, nr, nc, x, xs, w, ws, y, ldy);
+    x16k_gemm(4, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void z_gemm_q5_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16k_gemm(5, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
 static void z_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                             size_t ws, float *y, size_t ldy)
 {
-    x16k_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
+    x16k_gemm(6, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
@@ -751,7 +772,9 @@ void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
     k->x16_pays[IFL_TYPE_Q4_0] = 1;
     k->gemm_x16[IFL_TYPE_Q4_K] = z_gemm_q4_k_x16;
     k->gemm_x16[IFL_TYPE_Q6_K] = z_gemm_q6_k_x16;
+    k->gemm_x16[IFL_TYPE_Q5_K] = z_gemm_q5_k_x16;
     k->x16_pays[IFL_TYPE_Q4_K] = 1;
+    k->x16_pays[IFL_TYPE_Q5_K] = 1;
     k->x16_pays[IFL_TYPE_Q6_K] = 1;
     k->gemm[IFL_TYPE_F32] = z_gemm_f32;
     k->gemm[IFL_TYPE_F16] = z_gemm_f16;
