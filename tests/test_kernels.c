@@ -663,6 +663,34 @@ static void check_table_f16(const struct ifl_kernels *k)
         check_attn(k, 1, d, &r);
 }
 
+/* swiglu against ref: ordinary gates, both tails of the sigmoid (where
+ * e^-g overflows or vanishes), zero, and a length with a scalar tail. */
+static void check_table_swiglu(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    enum { N = 203 };
+    float g[N], u[N], a[N], b[N];
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 99);
+    for (int i = 0; i < N; i++) {
+        g[i] = 6.0f * ifl_rng_normal(&r);
+        u[i] = ifl_rng_normal(&r);
+    }
+    g[0] = 0.0f;
+    g[1] = -200.0f;
+    g[2] = 200.0f;
+    g[3] = -88.5f;
+    g[4] = 87.5f;
+    g[5] = -1e-30f;
+    memcpy(a, g, sizeof(g));
+    memcpy(b, g, sizeof(g));
+    k->swiglu(N, a, u);
+    ref->swiglu(N, b, u);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(fabs((double)a[i] - b[i]) <= 1e-6 * fabs((double)b[i]) + 1e-30,
+                  "%s swiglu g=%.9g u=%.9g: %.9g vs ref %.9g", k->name, g[i], u[i], a[i], b[i]);
+}
+
 static void test_tables(void)
 {
     CHECK(ifl_kernels_ref() != NULL);
@@ -700,6 +728,7 @@ static void test_each_table(void)
         check_table_gemm(k);
         check_table_invariance(k);
         check_table_f16(k);
+        check_table_swiglu(k);
         fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
     }
 }

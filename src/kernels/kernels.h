@@ -71,6 +71,11 @@ struct ifl_kernels {
     ifl_quant_fn quant[IFL_TYPE_COUNT];     /* every act type, and every weight type (for tools) */
     ifl_dequant_fn dequant[IFL_TYPE_COUNT]; /* every weight type and act type */
 
+    /* The SwiGLU gate: g[i] = g[i] / (1 + e^-g[i]) * u[i]. SIMD tables use
+     * their own e^x (relative error ~2e-7, so within a few ulp of ref's
+     * expf); each element's result depends only on n and its own i. */
+    void (*swiglu)(int64_t n, float *g, const float *u);
+
     /* Attention over an F16 KV cache. */
     float (*dot_f16)(int64_t n, const uint16_t *k, const float *q); /* sum k[i] * q[i] */
     void (*axpy_f16)(int64_t n, float a, const uint16_t *v, float *y); /* y += a * v */

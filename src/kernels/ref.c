@@ -777,6 +777,12 @@ static void attn_pv_q8_0(int d, int nq, const float *p, size_t ldp, const void *
 
 static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y) { quant_f16(x, y, n); }
 
+static void swiglu(int64_t n, float *g, const float *u)
+{
+    for (int64_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
 {
     memset(k, 0, sizeof(*k));
@@ -822,4 +828,5 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->attn_qk_q8_0 = attn_qk_q8_0;
     k->attn_pv_q8_0 = attn_pv_q8_0;
     k->cvt_f32_f16 = cvt_f32_f16;
+    k->swiglu = swiglu;
 }

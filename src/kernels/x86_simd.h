@@ -16,6 +16,7 @@
  * (tile edges included). Tiles only share loads of blocks.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -842,6 +843,43 @@ static void x86_cvt_f32_f16(int64_t n, const float *x, uint16_t *y)
         y[i] = ifl_f32_to_f16(x[i]);
 }
 
+/* e^x: x = k ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial
+ * to r^6 (truncation below 1.3e-7 relative), times 2^k built in the
+ * exponent bits. x is first clamped to [-87, 88], so 2^k stays a normal
+ * float: e^x of a larger x comes out near 1.7e38 instead of inf, and of a
+ * smaller one near 1.6e-38 instead of 0 (no difference after 1 + e^x). */
+AI __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x); /* ln2 in two parts */
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* swiglu of ref.c, eight at a time; a tail of n % 8 uses expf. */
+static void x86_swiglu(int64_t n, float *g, const float *u)
+{
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 /* Entries common to both x86 tables. */
 static void x86_fill(struct ifl_kernels *k)
 {
@@ -863,4 +901,5 @@ static void x86_fill(struct ifl_kernels *k)
     k->attn_qk_q8_0 = x86_attn_qk_q8_0;
     k->attn_pv_q8_0 = x86_attn_pv_q8_0;
     k->cvt_f32_f16 = x86_cvt_f32_f16;
+    k->swiglu = x86_swiglu;
 }

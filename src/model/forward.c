@@ -716,12 +716,8 @@ static void step(void *arg, int ith, int nth)
                                       {&w->w_up, f->up, (size_t)n_ff}};
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, gu, 2);
         ifl_pool_barrier(f->pool);
-        for (long r = lo; r < hi; r++) {
-            float *g = f->gate + r * n_ff;
-            const float *u = f->up + r * n_ff;
-            for (int i = 0; i < n_ff; i++)
-                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        }
+        for (long r = lo; r < hi; r++)
+            f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
         quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
         ifl_pool_barrier(f->pool);
         mm(j, ith, nth, &memo, &grp, &w->w_down, f->gate, nr, f->tmp);
