@@ -480,60 +480,6 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
 
-#define X16_CASE(R)                                                                                \
-    case R:                                                                                        \
-        x16_tile(q4, R, nbs, xp, xs, (const int32_t(*)[SEG])xsum, wp, yp, ldy, s0 == 0);           \
-        break;
-
-/* Groups in column blocks sized for L2; inside, row tiles of XMR; inside,
- * segments of SEG blocks, whose activation sums are taken once for all
- * the block's groups. Segments split every output the same way, whatever
- * nr and nc are. */
-AI void x16_gemm(int q4, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                 size_t ws, float *y, size_t ldy)
-{
-    const int64_t nb = n / IFL_QK, ng = nc / X16;
-    const size_t gb = X16 * ws; /* bytes of a group */
-    const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
-    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
-    int32_t xsum[XMR][SEG];
-    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
-        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
-        for (int r0 = 0; r0 < nr; r0 += XMR) {
-            int R = nr - r0 < XMR ? nr - r0 : XMR;
-            for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
-                int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
-                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
-                for (int r = 0; r < R; r++)
-                    for (int64_t b = 0; b < nbs; b++)
-                        xsum[r][b] = q8_qsum(xp + (size_t)r * xs + (size_t)b * XBS + 2);
-                for (int64_t gi = g0; gi < g1; gi++) {
-                    const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
-                    float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
-                    switch (R) {
-                        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)
-                        X16_CASE(5) X16_CASE(6) X16_CASE(7) X16_CASE(8)
-                    default:
-                        break;
-                    }
-                }
-            }
-        }
-    }
-}
-
-static void z_gemm_q8_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16_gemm(0, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void z_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
 /* ---- x16 groups of K-quant weights (kernels.h) ---------------------- */
 
 /* gemm_q4_k_x16 / gemm_q5_k_x16 / gemm_q6_k_x16 of ref.c. As for Q4_0, a 64-byte run
@@ -712,57 +658,70 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
 
-#define X16K_CASE(R)                                                                               \
+/* ---- the x16 driver -------------------------------------------------- */
+
+/* kind: 0 Q8_0, 1 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K */
+#define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
-            x16k6_tile(R, nsb, xp, xs, wp, yp, ldy);                                               \
+            x16k6_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
+        else if (kind >= 4)                                                                        \
+            x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy);                                    \
         else                                                                                       \
-            x16k4_tile(kind == 5, R, nsb, xp, xs, wp, yp, ldy);                                    \
+            x16_tile(kind, R, nbs, xp, xs, (const int32_t(*)[SEG])xsum, wp, yp, ldy, s0 == 0);     \
         break;
 
-/* Groups in column blocks sized for L2; inside, row tiles of XMR. */
-AI void x16k_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                  size_t ws, float *y, size_t ldy)
+/* Groups in column blocks sized for L2; inside, row tiles of XMR; inside,
+ * for Q8_0 / Q4_0, segments of SEG blocks, whose activation sums are taken
+ * once for all the block's groups (K-quant tiles need no sums and take a
+ * whole row at once). Segments split every output the same way, whatever
+ * nr and nc are. */
+AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                 size_t ws, float *y, size_t ldy)
 {
-    const int64_t nsb = n / IFL_QK_K, ng = nc / X16;
-    const size_t gb = X16 * ws;
+    const int kq = kind >= 4;
+    const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
+    const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
+    const size_t gb = X16 * ws;  /* bytes of a group */
+    const size_t gbs = gb / (size_t)nb; /* bytes of a block group */
     const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    int32_t xsum[XMR][SEG];
     for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
         int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
         for (int r0 = 0; r0 < nr; r0 += XMR) {
             int R = nr - r0 < XMR ? nr - r0 : XMR;
-            const char *xp = (const char *)x + (size_t)r0 * xs;
-            for (int64_t gi = g0; gi < g1; gi++) {
-                const char *wp = (const char *)w + (size_t)gi * gb;
-                float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
-                switch (R) {
-                    X16K_CASE(1) X16K_CASE(2) X16K_CASE(3) X16K_CASE(4)
-                    X16K_CASE(5) X16K_CASE(6) X16K_CASE(7) X16K_CASE(8)
-                default:
-                    break;
+            for (int64_t s0 = 0; s0 < nb; s0 += seg) {
+                int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
+                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
+                for (int r = 0; r < R && !kq; r++)
+                    for (int64_t b = 0; b < nbs; b++)
+                        xsum[r][b] = q8_qsum(xp + (size_t)r * xs + (size_t)b * XBS + 2);
+                for (int64_t gi = g0; gi < g1; gi++) {
+                    const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
+                    float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
+                    switch (R) {
+                        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)
+                        X16_CASE(5) X16_CASE(6) X16_CASE(7) X16_CASE(8)
+                    default:
+                        break;
+                    }
                 }
             }
         }
     }
 }
 
-static void z_gemm_q4_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16k_gemm(4, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void z_gemm_q5_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16k_gemm(5, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void z_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16k_gemm(6, n, nr, nc, x, xs, w, ws, y, ldy);
-}
+#define X16_GEMM(name, kind)                                                                       \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
+                     size_t ws, float *y, size_t ldy)                                             \
+    {                                                                                              \
+        x16_gemm(kind, n, nr, nc, x, xs, w, ws, y, ldy);                                           \
+    }
+X16_GEMM(z_gemm_q8_0_x16, 0)
+X16_GEMM(z_gemm_q4_0_x16, 1)
+X16_GEMM(z_gemm_q4_k_x16, 4)
+X16_GEMM(z_gemm_q5_k_x16, 5)
+X16_GEMM(z_gemm_q6_k_x16, 6)
 
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
