@@ -671,28 +671,34 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
     }
 }
 
-/* Copies block field bytes to or from their place in a block group:
- * to_group 1 packs row i's block blk into grp, 0 unpacks it. */
-static void x16_move(enum ifl_type t, uint8_t *grp, int i, uint8_t *blk, int to_group)
+/* Copies the fields of rows [i0, i1) of one block group to or from their
+ * blocks: row i's block at blk + (i - i0) * stride. to_group 1 packs the
+ * blocks into grp, 0 unpacks grp into them. */
+static void x16_move(enum ifl_type t, uint8_t *grp, uint8_t *blk, size_t stride, int i0, int i1,
+                     int to_group)
 {
     const struct x16_field *f;
     int nf = x16_fields(t, &f);
     uint8_t *o = grp;
     for (int k = 0; k < nf; k++) {
-        uint8_t *b = blk + f[k].off;
         const uint32_t flip = t == IFL_TYPE_Q8_0 && k == 1 ? 0x80808080u : 0;
+        uint8_t *b0 = blk + f[k].off;
         if (f[k].size == 2) {
-            if (to_group)
-                memcpy(o + 2 * i, b, 2);
-            else
-                memcpy(b, o + 2 * i, 2);
-        } else {
-            for (int r = 0; r < f[k].size / 4; r++) {
-                uint32_t v;
-                memcpy(&v, to_group ? b + 4 * r : o + 64 * r + 4 * i, 4);
-                v ^= flip;
-                memcpy(to_group ? o + 64 * r + 4 * i : b + 4 * r, &v, 4);
+            for (int i = i0; i < i1; i++) {
+                uint8_t *b = b0 + (size_t)(i - i0) * stride, *g = o + 2 * i;
+                uint16_t v;
+                memcpy(&v, to_group ? b : g, 2);
+                memcpy(to_group ? g : b, &v, 2);
             }
+        } else {
+            for (int r = 0; r < f[k].size / 4; r++)
+                for (int i = i0; i < i1; i++) {
+                    uint8_t *b = b0 + (size_t)(i - i0) * stride + 4 * r, *g = o + 64 * r + 4 * i;
+                    uint32_t v;
+                    memcpy(&v, to_group ? b : g, 4);
+                    v ^= flip;
+                    memcpy(to_group ? g : b, &v, 4);
+                }
         }
         o += (size_t)X16 * f[k].size;
     }
@@ -700,7 +706,7 @@ static void x16_move(enum ifl_type t, uint8_t *grp, int i, uint8_t *blk, int to_
 
 static void x16_unpack(enum ifl_type t, const uint8_t *grp, int i, void *blk)
 {
-    x16_move(t, (uint8_t *)grp, i, blk, 0); /* reads grp only */
+    x16_move(t, (uint8_t *)grp, blk, 0, i, i + 1, 0); /* reads grp only */
 }
 
 void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst)
@@ -708,11 +714,8 @@ void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_byt
     const struct ifl_type_info *ti = ifl_type_info(t);
     uint8_t *o = dst;
     for (int64_t b = 0; b < n / ti->blck; b++) {
-        for (int i = 0; i < X16; i++) {
-            union wblk blk;
-            memcpy(&blk, (const uint8_t *)rows + (size_t)i * row_bytes + (size_t)b * ti->size, ti->size);
-            x16_move(t, o, i, (uint8_t *)&blk, 1);
-        }
+        /* reads rows only */
+        x16_move(t, o, (uint8_t *)rows + (size_t)b * ti->size, row_bytes, 0, X16, 1);
         o += X16 * ti->size;
     }
 }
