@@ -45,6 +45,11 @@ grep -q '^| model | size | params | threads | test | t/s |$' "$tmp/pt.md" &&
     grep -Eq '^\| stories260K.gguf .* \| tg8 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/pt.md" &&
     ! grep -q concurrency "$tmp/pt.md" && ok "pp/tg: llama-bench's table, no batched test" ||
     { bad "pp/tg: llama-bench's table, no batched test"; cat "$tmp/pt.md"; }
+# the smallest tests: a 1-token prompt, one generated token (a context of two)
+"$BIN" bench -m "$M" --pp 1 --tg 1 -r 1 -t 1 >"$tmp/one.md" 2>&1 &&
+    grep -Eq '^\| stories260K.gguf .* \| pp1 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/one.md" &&
+    grep -Eq '^\| stories260K.gguf .* \| tg1 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/one.md" &&
+    ok "pp1 / tg1 run" || { bad "pp1 / tg1 run"; cat "$tmp/one.md"; }
 # --batched (or -c) adds the batched test to pp/tg in the same run
 "$BIN" bench -m "$M" --tg 8 --batched -c 2 -p 16 -n 8 -r 1 -t 1 --json >"$tmp/both.json" 2>&1
 grep -q '"test":"tg8"' "$tmp/both.json" && grep -q '"test":"batched","n_threads":1,"concurrency":2' "$tmp/both.json" &&

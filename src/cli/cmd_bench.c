@@ -190,7 +190,9 @@ static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_p
         free(ns);
         return ifl_err(err, IFL_ENOMEM, "out of memory");
     }
-    int rc = run_one(ex, n_prompt, is_pp ? 1 : 2, g, mi, &secs, err);
+    /* the untimed run: tg's generates two tokens (one decode step), or one
+     * for tg 1, whose context holds only two positions */
+    int rc = run_one(ex, n_prompt, is_pp || n < 2 ? 1 : 2, g, mi, &secs, err);
     for (int r = 0; r < o->reps && !rc; r++) {
         rc = run_one(ex, n_prompt, n_gen, g, mi, &secs, err);
         ts[r] = n / secs;
