@@ -20,6 +20,7 @@
 
 #include "kernels/impl.h"
 #include "kernels/x86_avx512.h"
+#include "kernels/x86_heads.h"
 
 #define UNROLL _Pragma("GCC unroll 8")
 
@@ -80,26 +81,13 @@ AI void qk_heads(int kind, int Q, int d, const float *q, const void *k, size_t k
         qk_tile(kind, Q, 1, d, q, kv_row(kind, k, ks, t), ks, scale, s + t, lds);
 }
 
-/* Every query head: tiles of four, then one of the rest. */
+/* Every query head, in tiles (x86_heads.h). */
 AI void qk_all(int kind, int d, int nq, const float *q, const void *k, size_t ks, int nt,
                float scale, float *s, size_t lds)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4)
-        qk_heads(kind, 4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-    switch (nq - i) {
-    case 3:
-        qk_heads(kind, 3, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    case 2:
-        qk_heads(kind, 2, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    case 1:
-        qk_heads(kind, 1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    default:
-        break;
-    }
+#define QK(Q, i) qk_heads(kind, Q, d, q + (size_t)(i) * d, k, ks, nt, scale, s + (size_t)(i) * lds, lds)
+    FOR_HEAD_TILES(nq, QK);
+#undef QK
 }
 
 static void z_attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
@@ -151,22 +139,9 @@ AI void pv_heads(int Q, int d, const float *p, size_t ldp, const uint16_t *v, si
 static void z_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
                           int nt, float *o)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4)
-        pv_heads(4, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-    switch (nq - i) {
-    case 3:
-        pv_heads(3, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-        break;
-    case 2:
-        pv_heads(2, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-        break;
-    case 1:
-        pv_heads(1, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-        break;
-    default:
-        break;
-    }
+#define PV(Q, i) pv_heads(Q, d, p + (size_t)(i) * ldp, ldp, v, vs, nt, o + (size_t)(i) * d)
+    FOR_HEAD_TILES(nq, PV);
+#undef PV
 }
 
 /* ---- Q8_0 cache ------------------------------------------------------ */

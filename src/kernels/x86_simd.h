@@ -23,6 +23,7 @@
 #include "core/fp16.h"
 #include "kernels/blocks.h"
 #include "kernels/impl.h"
+#include "kernels/x86_heads.h"
 #include "kernels/x86_prefetch.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -699,26 +700,13 @@ AI void qk_heads(int kind, int Q, int d, const float *q, const char *k, size_t k
         qk_tile(kind, Q, 1, d, q, k + (size_t)t * ks, ks, scale, s + t, lds);
 }
 
-/* Heads in fours, then the remaining one to three together. */
+/* Every query head, in tiles (x86_heads.h). */
 AI void qk_group(int kind, int d, int nq, const float *q, const char *k, size_t ks, int nt,
                  float scale, float *s, size_t lds)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4)
-        qk_heads(kind, 4, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-    switch (nq - i) {
-    case 3:
-        qk_heads(kind, 3, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    case 2:
-        qk_heads(kind, 2, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    case 1:
-        qk_heads(kind, 1, d, q + (size_t)i * d, k, ks, nt, scale, s + (size_t)i * lds, lds);
-        break;
-    default:
-        break;
-    }
+#define QK(Q, i) qk_heads(kind, Q, d, q + (size_t)(i) * d, k, ks, nt, scale, s + (size_t)(i) * lds, lds)
+    FOR_HEAD_TILES(nq, QK);
+#undef QK
 }
 
 static void x86_attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
@@ -799,25 +787,13 @@ AI void pv_heads(int kind, int Q, int d, const float *p, size_t ldp, const char 
         pv_tile(0, Q, 1, 1, d, j0, p, ldp, v, vs, nt, o);
 }
 
+/* Every query head, in tiles (x86_heads.h). */
 AI void pv_group(int kind, int d, int nq, const float *p, size_t ldp, const char *v, size_t vs,
                  int nt, float *o)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4)
-        pv_heads(kind, 4, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-    switch (nq - i) {
-    case 3:
-        pv_heads(kind, 3, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-        break;
-    case 2:
-        pv_heads(kind, 2, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-        break;
-    case 1:
-        pv_heads(kind, 1, d, p + (size_t)i * ldp, ldp, v, vs, nt, o + (size_t)i * d);
-        break;
-    default:
-        break;
-    }
+#define PV(Q, i) pv_heads(kind, Q, d, p + (size_t)(i) * ldp, ldp, v, vs, nt, o + (size_t)(i) * d)
+    FOR_HEAD_TILES(nq, PV);
+#undef PV
 }
 
 static void x86_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
