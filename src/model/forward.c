@@ -6,9 +6,9 @@
  * meet at barriers between them; inside a phase each thread takes a fixed
  * slice (rows for element-wise work, (row, head) pairs for attention), or,
  * for matmuls, chunks of output columns from a shared counter until none is
- * left, so that both cores finish together. Every output element is computed by one thread with
- * a fixed reduction order, so results do not depend on the thread count or
- * on the batch's other rows.
+ * left, so that both cores finish together. Every output element is
+ * computed by one thread with a fixed reduction order, so results do not
+ * depend on the thread count or on the batch's other rows.
  *
  * Per layer:  xn = rmsnorm(x) * attn_norm
  *             q, k, v = xn Wq (+bq), xn Wk (+bk), xn Wv (+bv)
@@ -391,9 +391,8 @@ static void mm_chunks(struct job *j, int g, const struct mm_task *t, int nt, con
         const struct ifl_mat *w = t[i].w;
         int64_t c0 = k * cw[i], c1 = c0 + cw[i] < w->n_out ? c0 + cw[i] : w->n_out;
         ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
-        gemm(w->n_in, nr, (int)(c1 - c0), xa, xs,
-                             (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes,
-                             t[i].y + c0, t[i].ldy);
+        gemm(w->n_in, nr, (int)(c1 - c0), xa, xs, (const char *)w->data + (size_t)c0 * w->row_bytes,
+             w->row_bytes, t[i].y + c0, t[i].ldy);
     }
 }
 
