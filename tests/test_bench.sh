@@ -117,7 +117,7 @@ awk -F' *\\| *' '/^\| stories260K \|/ {
 # odd rounds start with inflight, even rounds with llama.cpp
 ls "$tmp/cmplog"/*.cmd | sed -n '1p;7p' | tr '\n' ' ' | grep -q '/001-ifl-pp16-[^ ]* [^ ]*/007-llama-pp16-' &&
     ok "compare: rounds alternate the first engine" || bad "compare: rounds alternate the first engine"
-"$C" --llama "$fake" --dry-run -B 1,16 "$M" >"$tmp/dry" 2>&1
+"$C" --llama "$fake" --inflight "$BIN" --dry-run -B 1,16 "$M" >"$tmp/dry" 2>&1
 [ $? -eq 0 ] && [ "$(grep -c 'llama-batched-bench .* -npl 16 ' "$tmp/dry")" -eq 2 ] &&
     [ "$(grep -c 'inflight bench .* --pp 128 ' "$tmp/dry")" -eq 2 ] && ok "compare: --dry-run lists the commands" ||
     { bad "compare: --dry-run lists the commands"; cat "$tmp/dry"; }
