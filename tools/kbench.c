@@ -75,14 +75,21 @@ int main(int argc, char **argv)
                 printf("%-7s %-6s%s", kt->name, ifl_type_info(t)->name, x16 ? " x16" : "    ");
                 for (int ri = 0; ri < 3; ri++) {
                     int nr = nrs[ri];
-                    double flop = 2.0 * (double)n * nr * nc, t0 = now(), el;
-                    int reps = 0;
-                    do {
-                        gemm(n, nr, nc, x, xs, wk, ws, y, (size_t)nc);
-                        reps++;
-                        el = now() - t0;
-                    } while (el < 0.3 && !(kt == ref && reps >= 1));
-                    printf(" %9.1f", flop * reps / el * 1e-9);
+                    /* the best of five short trials: this VM's neighbours
+                     * take 10-30 % at random moments */
+                    double flop = 2.0 * (double)n * nr * nc, best = 0;
+                    for (int trial = 0; trial < (kt == ref ? 1 : 5); trial++) {
+                        double t0 = now(), el;
+                        int reps = 0;
+                        do {
+                            gemm(n, nr, nc, x, xs, wk, ws, y, (size_t)nc);
+                            reps++;
+                            el = now() - t0;
+                        } while (el < 0.06 && kt != ref);
+                        if (flop * reps / el > best)
+                            best = flop * reps / el;
+                    }
+                    printf(" %9.1f", best * 1e-9);
                 }
                 printf("\n");
                 fflush(stdout);
