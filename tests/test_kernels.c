@@ -743,18 +743,22 @@ static void test_each_table(void)
 static void test_x16(void)
 {
     static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K};
-    static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632};
+                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_F16};
+    /* n by block size: 32, 256, and 1 (F16: any n) */
+    static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
+                         fs[] = {5, 37, 768, 5632};
     static const int nrs[] = {1, 3, 8, 9, 17};
     struct ifl_rng r;
     ifl_rng_seed(&r, 4242);
-    for (int ti = 0; ti < 5; ti++)
+    for (int ti = 0; ti < 6; ti++)
         for (int ni = 0; ni < 4; ni++)
             for (int ri = 0; ri < 5; ri++) {
                 enum ifl_type t = types[ti];
                 int nr = nrs[ri], nc = ri % 2 ? 48 : 16;
                 struct problem p;
-                problem_init(&p, &r, t, ifl_type_info(t)->blck == 32 ? ns[ni] : ks[ni], nr, nc, ri % 2);
+                int blck = ifl_type_info(t)->blck;
+                problem_init(&p, &r, t, blck == 32 ? ns[ni] : blck == 1 ? fs[ni] : ks[ni], nr, nc,
+                             ri % 2);
                 size_t rs = ifl_type_row_size(t, p.n);
                 char *pk = xmalloc(rs * (size_t)nc);
                 for (int g = 0; g < nc / 16; g++)

@@ -415,12 +415,18 @@ static float dot_f32(int64_t n, const float *w, const float *x)
     return s;
 }
 
-static float dot_f16w(int64_t n, const uint16_t *w, const float *x)
+/* F16 weights step elements apart: 1 in a plain row, 16 in an x16 group */
+static float dot_f16w_step(int64_t n, const uint16_t *w, size_t step, const float *x)
 {
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++)
-        s += ifl_f16_to_f32(w[i]) * x[i];
+        s += ifl_f16_to_f32(w[(size_t)i * step]) * x[i];
     return s;
+}
+
+static float dot_f16w(int64_t n, const uint16_t *w, const float *x)
+{
+    return dot_f16w_step(n, w, 1, x);
 }
 
 static float dot_bf16w(int64_t n, const uint16_t *w, const float *x)
@@ -609,6 +615,18 @@ REF_GEMM(gemm_f32, dot_f32, float, float)
 REF_GEMM(gemm_f16, dot_f16w, uint16_t, float)
 REF_GEMM(gemm_bf16, dot_bf16w, uint16_t, float)
 
+/* F16 as x16 groups: row c is every 16th value from its group's start + c % 16 */
+static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                         size_t ws, float *y, size_t ldy)
+{
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+            const uint16_t *g = (const uint16_t *)((const char *)w + (size_t)(c / 16) * 16 * ws);
+            y[(size_t)r * ldy + c] = dot_f16w_step(n, g + c % 16, 16,
+                                                   (const float *)((const char *)x + (size_t)r * xs));
+        }
+}
+
 /* Quantised weights, plain (x16 == 0) or as x16 groups (then nc is a
  * multiple of 16 and ws the unpacked row bytes). */
 #define REF_QGEMM(name, name_x16, t, dot, xtype)                                                   \
@@ -660,8 +678,10 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
     static const struct x16_field q8_0[] = {{0, 2}, {2, 32}}, q4_0[] = {{0, 2}, {2, 16}},
                                   q4_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}},
                                   q5_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}},
-                                  q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}};
+                                  q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}},
+                                  f16[] = {{0, 2}};
     switch (t) {
+    case IFL_TYPE_F16: *f = f16; return 1;
     case IFL_TYPE_Q8_0: *f = q8_0; return 2;
     case IFL_TYPE_Q4_0: *f = q4_0; return 2;
     case IFL_TYPE_Q4_K: *f = q4_k; return 4;
@@ -713,6 +733,18 @@ void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_byt
 {
     const struct ifl_type_info *ti = ifl_type_info(t);
     uint8_t *o = dst;
+    if (t == IFL_TYPE_F16) { /* the same moves as below, 64 elements of a row at a time */
+        uint16_t *g = dst;
+        for (int64_t k0 = 0; k0 < n; k0 += 64) {
+            int64_t k1 = n - k0 < 64 ? n : k0 + 64;
+            for (int i = 0; i < X16; i++) {
+                const uint16_t *row = (const uint16_t *)((const uint8_t *)rows + (size_t)i * row_bytes);
+                for (int64_t k = k0; k < k1; k++)
+                    g[(size_t)k * X16 + i] = row[k];
+            }
+        }
+        return;
+    }
     for (int64_t b = 0; b < n / ti->blck; b++) {
         /* reads rows only */
         x16_move(t, o, (uint8_t *)rows + (size_t)b * ti->size, row_bytes, 0, X16, 1);
@@ -798,6 +830,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
+    k->gemm_x16[IFL_TYPE_F16] = gemm_f16_x16;
     k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;

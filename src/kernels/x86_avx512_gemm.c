@@ -667,6 +667,85 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
 
+/* ---- x16 groups of F16 weights (kernels.h) --------------------------- */
+
+/* gemm_f16_x16 of ref.c. Element k of a group is 32 bytes, one vcvtph2ps
+ * away from 16 floats, one row per lane; an FMA with activation k
+ * broadcast adds it to 16 outputs of an activation row. Each output is one
+ * running sum over k in order, as in ref, but fused (within tolerance of
+ * ref, and the same in every tile). A tile takes R activation rows against
+ * C groups: R * C independent chains, and each converted weight serves R
+ * rows (the plain 16-lane tile converts every weight for four rows and
+ * reloads 64 bytes of activations for four products). */
+#ifndef XF_R
+#define XF_R 8
+#endif
+#ifndef XF_PF
+#define XF_PF 1024 /* bytes ahead in each group's stream */
+#endif
+
+AI void x16f_tile(int R, int C, int64_t n, const char *x, size_t xs, const char *g, size_t gb,
+                  float *y, size_t ldy)
+{
+    __m512 acc[XF_R][8];
+    UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        const char *gk = g + 32 * (size_t)k;
+        if (!(k & 1))
+            UNROLL FOR_C _mm_prefetch(gk + (size_t)c * gb + XF_PF, _MM_HINT_T0);
+        __m512 w[8];
+        UNROLL FOR_C w[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gk + (size_t)c * gb)));
+        UNROLL FOR_R
+        {
+            __m512 xv = _mm512_set1_ps(((const float *)(x + (size_t)r * xs))[k]);
+            UNROLL FOR_C acc[r][c] = _mm512_fmadd_ps(w[c], xv, acc[r][c]);
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C _mm512_storeu_ps(y + (size_t)r * ldy + 16 * c, acc[r][c]);
+}
+
+/* groups per tile: eight chains at least, at most 24 accumulators */
+#define XF_C(R) ((R) >= 4 ? 3 : (R) >= 2 ? 4 : 8)
+#define XF_CASE(R, C)                                                                              \
+    case (R)*16 + (C):                                                                             \
+        x16f_tile(R, C, n, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy);              \
+        break;
+
+/* Column blocks sized for L2; inside, row tiles of XF_R; inside, tiles of
+ * XF_C groups. */
+static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                           size_t ws, float *y, size_t ldy)
+{
+    const size_t gb = X16 * ws;
+    const int64_t ng = nc / X16;
+    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
+        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
+        for (int r0 = 0; r0 < nr; r0 += XF_R) {
+            int R = nr - r0 < XF_R ? nr - r0 : XF_R;
+            const char *xp = (const char *)x + (size_t)r0 * xs;
+            for (int64_t gi = g0, C; gi < g1; gi += C) {
+                /* XF_C(R) groups, but two and two rather than a lone one last */
+                int64_t left = g1 - gi;
+                C = left <= XF_C(R) ? left : left == XF_C(R) + 1 ? left / 2 : XF_C(R);
+                float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
+                switch (R * 16 + (int)C) {
+                    XF_CASE(1, 1) XF_CASE(1, 2) XF_CASE(1, 3) XF_CASE(1, 4)
+                    XF_CASE(1, 5) XF_CASE(1, 6) XF_CASE(1, 7) XF_CASE(1, 8)
+                    XF_CASE(2, 1) XF_CASE(2, 2) XF_CASE(2, 3) XF_CASE(2, 4)
+                    XF_CASE(3, 1) XF_CASE(3, 2) XF_CASE(3, 3) XF_CASE(3, 4)
+                    XF_CASE(4, 1) XF_CASE(4, 2) XF_CASE(4, 3) XF_CASE(5, 1)
+                    XF_CASE(5, 2) XF_CASE(5, 3) XF_CASE(6, 1) XF_CASE(6, 2)
+                    XF_CASE(6, 3) XF_CASE(7, 1) XF_CASE(7, 2) XF_CASE(7, 3)
+                    XF_CASE(8, 1) XF_CASE(8, 2) XF_CASE(8, 3)
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /* ---- the x16 driver -------------------------------------------------- */
 
 /* kind: 0 Q8_0, 1 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K */
@@ -740,6 +819,8 @@ X16_GEMM(z_gemm_q6_k_x16, 6)
 
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
+    k->gemm_x16[IFL_TYPE_F16] = z_gemm_f16_x16;
+    k->x16_pays[IFL_TYPE_F16] = 1;
     k->gemm_x16[IFL_TYPE_Q8_0] = z_gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = z_gemm_q4_0_x16;
     k->x16_pays[IFL_TYPE_Q8_0] = 1;
