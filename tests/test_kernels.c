@@ -691,6 +691,32 @@ static void check_table_swiglu(const struct ifl_kernels *k)
                   "%s swiglu g=%.9g u=%.9g: %.9g vs ref %.9g", k->name, g[i], u[i], a[i], b[i]);
 }
 
+/* softmax_exp against ref: scores from 0 down to far below the max
+ * (where e^x vanishes), lengths with and without a scalar tail. */
+static void check_table_softmax(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    enum { N = 203 };
+    float a[N], b[N];
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 98);
+    for (int n = 1; n <= N; n += 101) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            a[i] = 4.0f * ifl_rng_normal(&r);
+            mx = a[i] > mx ? a[i] : mx;
+        }
+        a[0] = mx - 120.0f;
+        memcpy(b, a, sizeof(float) * (size_t)n);
+        double sa = k->softmax_exp(n, a, mx), sb = ref->softmax_exp(n, b, mx);
+        CHECK_MSG(fabs(sa - sb) <= 1e-6 * sb, "%s softmax_exp n=%d: sum %.12g vs ref %.12g",
+                  k->name, n, sa, sb);
+        for (int i = 0; i < n; i++)
+            CHECK_MSG(fabs((double)a[i] - b[i]) <= 1e-6 * b[i] + 1e-30,
+                      "%s softmax_exp n=%d i=%d: %.9g vs ref %.9g", k->name, n, i, a[i], b[i]);
+    }
+}
+
 static void test_tables(void)
 {
     CHECK(ifl_kernels_ref() != NULL);
@@ -729,6 +755,7 @@ static void test_each_table(void)
         check_table_invariance(k);
         check_table_f16(k);
         check_table_swiglu(k);
+        check_table_softmax(k);
         fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
     }
 }

@@ -77,6 +77,10 @@ struct ifl_kernels {
      * their own e^x (relative error ~2e-7, so within a few ulp of ref's
      * expf); each element's result depends only on n and its own i. */
     void (*swiglu)(int64_t n, float *g, const float *u);
+    /* Softmax numerators: s[i] = e^(s[i] - mx) for s[i] <= mx, and their
+     * sum, added in double. The same e^x as swiglu; the sum's order is the
+     * table's own, fixed for each n. */
+    double (*softmax_exp)(int64_t n, float *s, float mx);
 
     /* Attention over an F16 KV cache. */
     float (*dot_f16)(int64_t n, const uint16_t *k, const float *q); /* sum k[i] * q[i] */

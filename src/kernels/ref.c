@@ -818,6 +818,16 @@ static void swiglu(int64_t n, float *g, const float *u)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static double softmax_exp(int64_t n, float *s, float mx)
+{
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s[i] = expf(s[i] - mx);
+        sum += s[i];
+    }
+    return sum;
+}
+
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
 {
     memset(k, 0, sizeof(*k));
@@ -865,4 +875,5 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->attn_pv_q8_0 = attn_pv_q8_0;
     k->cvt_f32_f16 = cvt_f32_f16;
     k->swiglu = swiglu;
+    k->softmax_exp = softmax_exp;
 }

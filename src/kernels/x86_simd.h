@@ -856,6 +856,29 @@ static void x86_swiglu(int64_t n, float *g, const float *u)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* softmax_exp of ref.c, eight at a time, summed in four double lanes
+ * (two per half) and then those in order; a tail of n % 8 uses expf. */
+static double x86_softmax_exp(int64_t n, float *s, float mx)
+{
+    int64_t i = 0;
+    const __m256 m = _mm256_set1_ps(mx);
+    __m256d acc = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
+        _mm256_storeu_ps(s + i, e);
+        acc = _mm256_add_pd(acc, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
+                                               _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+    }
+    double lane[4], sum;
+    _mm256_storeu_pd(lane, acc);
+    sum = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - mx);
+        sum += s[i];
+    }
+    return sum;
+}
+
 /* Entries common to both x86 tables. */
 static void x86_fill(struct ifl_kernels *k)
 {
@@ -878,4 +901,5 @@ static void x86_fill(struct ifl_kernels *k)
     k->attn_pv_q8_0 = x86_attn_pv_q8_0;
     k->cvt_f32_f16 = x86_cvt_f32_f16;
     k->swiglu = x86_swiglu;
+    k->softmax_exp = x86_softmax_exp;
 }

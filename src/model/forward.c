@@ -527,12 +527,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                 for (int32_t t = 0; t < n_pos; t++)
                     if (s[t] > mx)
                         mx = s[t];
-                double acc = 0;
-                for (int32_t t = 0; t < n_pos; t++) {
-                    s[t] = expf(s[t] - mx);
-                    acc += s[t];
-                }
-                sum[g] = acc;
+                sum[g] = f->kn->softmax_exp(n_pos, s, mx);
             }
             memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
@@ -607,11 +602,7 @@ static void attention(struct job *j, int ith, int nth, int il, struct act_memo *
             if (s > mx)
                 mx = s;
         }
-        double sum = 0;
-        for (int32_t t = 0; t < n_pos; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
+        double sum = f->kn->softmax_exp(n_pos, sc, mx);
         float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
         memset(o, 0, sizeof(float) * (size_t)hdv);
         for (int32_t t = 0; t < n_pos; t++) {
