@@ -761,9 +761,9 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
         break;
 
 /* Groups in column blocks sized for L2; inside, row tiles of XMR; inside,
- * for Q8_0 / Q4_0, segments of SEG blocks, whose activation sums are taken
- * once for all the block's groups (K-quant tiles need no sums and take a
- * whole row at once). Segments split every output the same way, whatever
+ * for Q8_0 / Q4_0, segments of SEG blocks, whose activation offset terms
+ * and scales are taken once for all the block's groups (K-quant tiles read
+ * theirs from Q8_K blocks and take a whole row at once). Segments split every output the same way, whatever
  * nr and nc are. */
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
@@ -771,7 +771,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     const int kq = kind >= 4;
     const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
     const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
-    const size_t gb = X16 * ws;  /* bytes of a group */
+    const size_t gb = X16 * ws;         /* bytes of a group */
     const size_t gbs = gb / (size_t)nb; /* bytes of a block group */
     const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
     int32_t xoff[XMR][SEG]; /* -off * (sum of the block's quants) */
@@ -784,8 +784,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
                 int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
                 const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
                 for (int r = 0; r < R && !kq; r++)
-                    for (int64_t b = 0; b < nbs; b++)
-                    {
+                    for (int64_t b = 0; b < nbs; b++) {
                         const char *xb = xp + (size_t)r * xs + (size_t)b * XBS;
                         xoff[r][b] = -(kind == 1 ? 8 : 128) * q8_qsum(xb + 2);
                         xd[r][b] = _cvtsh_ss(ld_u16(xb));
