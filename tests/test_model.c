@@ -140,7 +140,9 @@ static int runner_open(struct runner *r, const char *path, enum ifl_type kv_type
     }
     if (ifl_kv_store_create(&r->kv, &r->m->hp, kv_type, MAX_SEQ * BLOCKS_PER_SEQ, BS, err))
         return -1;
-    struct ifl_fwd_config fc = {.max_rows = max_rows, .max_ctx = BS * BLOCKS_PER_SEQ, .n_threads = nth};
+    /* the other layout also takes one KV head per attention pass */
+    struct ifl_fwd_config fc = {.max_rows = max_rows, .max_ctx = BS * BLOCKS_PER_SEQ, .n_threads = nth,
+                                .attn_score_floats = reverse_blocks ? 1 : 0};
     if (ifl_fwd_create(&r->f, r->m, r->kv, &fc, err)) {
         fprintf(stderr, "  fwd: %s\n", err);
         return -1;

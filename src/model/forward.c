@@ -58,7 +58,9 @@ struct ifl_fwd {
     float *up;          /* [R][n_ff] */
     float *tmp;         /* [R][n_embd] */
     float *rope_cs;     /* [R][n_rot/2][2] cos, sin */
-    float *scores;      /* [n_threads][group][max_ctx], group = n_head / n_head_kv */
+    float *scores;      /* [n_threads][score_heads][max_ctx] */
+    int score_heads;    /* query heads one attention_blocks pass holds scores for */
+    long score_floats;  /* and the scores it keeps, when more than one KV head fits */
     float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
     size_t kvtmp_len;
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
@@ -81,6 +83,12 @@ struct act_memo {
     enum ifl_type type;
     int32_t nr;
 };
+
+/* attention_blocks: query heads per pass at most, and by default the
+ * scores one pass keeps (256 KiB, within L2) when the context allows more
+ * than one KV head */
+#define ATT_QHEADS 64
+#define ATT_SCORE_FLOATS 65536L
 
 static void *alloc_floats(size_t n)
 {
@@ -215,6 +223,7 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->kn = ifl_kernels_best();
     f->max_rows = cfg->max_rows;
     f->max_ctx = cfg->max_ctx;
+    f->score_floats = cfg->attn_score_floats > 0 ? cfg->attn_score_floats : ATT_SCORE_FLOATS;
     int rc = ifl_pool_create(&f->pool, cfg->n_threads);
     if (rc) {
         free(f);
@@ -242,7 +251,12 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->up = alloc_floats(R * (size_t)hp->n_ff);
     f->tmp = alloc_floats(R * (size_t)hp->n_embd);
     f->rope_cs = alloc_floats(R * (size_t)(half > 0 ? half : 1) * 2);
-    f->scores = alloc_floats((size_t)nth * (size_t)(hp->n_head / hp->n_head_kv) * (size_t)cfg->max_ctx);
+    /* attention_blocks takes up to ATT_QHEADS query heads (whole KV groups) per pass */
+    {
+        int group = hp->n_head / hp->n_head_kv;
+        f->score_heads = hp->n_head < ATT_QHEADS ? hp->n_head : group > ATT_QHEADS ? group : ATT_QHEADS / group * group;
+    }
+    f->scores = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)cfg->max_ctx);
     /* a head spans at most its width plus one partial block on each side */
     f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
     f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
@@ -482,11 +496,15 @@ static int attn_mine(const struct ifl_batch *b, long r, long *cum, long total, i
 }
 
 /* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
- * (read in place, no dequantised copy): one item is (row, KV head) with all the
- * query heads of its group, one kernel call per KV block for the scores
- * and one for the weighted values. The softmax between them is the same
- * arithmetic as attention()'s. Each finished row is converted for wo
- * (see quant_rows). */
+ * (read in place, no dequantised copy): one item is a row with all its
+ * heads, one kernel call per KV block and KV head for the scores and one
+ * for the weighted values. The KV heads are taken a few at a time (as many
+ * as keep their scores within f->score_floats, at most ATT_QHEADS query
+ * heads): each block is walked once for all of them, reading its cached
+ * rows in order, rather than once per head at a stride of a whole row.
+ * The softmax between them is the same arithmetic as attention()'s, and a
+ * head's results do not depend on which heads share its pass. Each
+ * finished row is converted for wo (see quant_rows). */
 static void attention_blocks(struct job *j, int ith, int nth, int il, struct act_memo *memo,
                           const struct ifl_mat *wo)
 {
@@ -499,7 +517,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
     const int q8 = kv->type == IFL_TYPE_Q8_0; /* else F16 */
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t lds = (size_t)f->max_ctx;
-    float *sc = f->scores + (size_t)ith * (size_t)group * lds;
+    float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
     long total = 0, cum = 0;
     for (long r = 0; r < b->n_rows; r++)
         total += b->pos[r] + 1 + 16;
@@ -508,39 +526,51 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
             continue;
         const int32_t *table = b->block_tables[b->seq[r]];
         const int32_t n_pos = b->pos[r] + 1;
-        for (int hk = 0; hk < hp->n_head_kv; hk++) {
-            const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)hk * group * hd;
+        long fit = f->score_floats / ((long)group * n_pos);
+        int nh = fit < 1 ? 1 : fit * group > f->score_heads ? f->score_heads / group : (int)fit;
+        for (int h0 = 0; h0 < hp->n_head_kv; h0 += nh) {
+            const int h1 = hp->n_head_kv - h0 < nh ? hp->n_head_kv : h0 + nh;
+            const float *q = f->q + (size_t)r * hp->n_head * hd;
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
                 int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
                 const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
-                if (q8)
-                    f->kn->attn_qk_q8_0(hd, group, q, kp + (size_t)hk * hd / 32 * 34, kv->k_row,
-                                        nt, scale, sc + t0, lds);
-                else
-                    f->kn->attn_qk_f16(hd, group, q, (const uint16_t *)kp + (size_t)hk * hd,
-                                       kv->k_row / 2, nt, scale, sc + t0, lds);
+                for (int hk = h0; hk < h1; hk++) {
+                    const float *qh = q + (size_t)hk * group * hd;
+                    float *sh = sc + (size_t)(hk - h0) * group * lds + t0;
+                    if (q8)
+                        f->kn->attn_qk_q8_0(hd, group, qh, kp + (size_t)hk * hd / 32 * 34,
+                                            kv->k_row, nt, scale, sh, lds);
+                    else
+                        f->kn->attn_qk_f16(hd, group, qh, (const uint16_t *)kp + (size_t)hk * hd,
+                                           kv->k_row / 2, nt, scale, sh, lds);
+                }
             }
-            float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)hk * group * hdv;
-            double sum[64];
-            for (int g = 0; g < group; g++) {
+            const int nq = (h1 - h0) * group;
+            float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h0 * group * hdv;
+            double sum[ATT_QHEADS];
+            for (int g = 0; g < nq; g++) {
                 float *s = sc + (size_t)g * lds, mx = -INFINITY;
                 for (int32_t t = 0; t < n_pos; t++)
                     if (s[t] > mx)
                         mx = s[t];
                 sum[g] = f->kn->softmax_exp(n_pos, s, mx);
             }
-            memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
+            memset(o, 0, sizeof(float) * (size_t)nq * (size_t)hdv);
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
                 int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
                 const char *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
-                if (q8)
-                    f->kn->attn_pv_q8_0(hdv, group, sc + t0, lds, vp + (size_t)hk * hdv / 32 * 34,
-                                        kv->v_row, nt, o);
-                else
-                    f->kn->attn_pv_f16(hdv, group, sc + t0, lds,
-                                       (const uint16_t *)vp + (size_t)hk * hdv, kv->v_row / 2, nt, o);
+                for (int hk = h0; hk < h1; hk++) {
+                    const float *sh = sc + (size_t)(hk - h0) * group * lds + t0;
+                    float *oh = o + (size_t)(hk - h0) * group * hdv;
+                    if (q8)
+                        f->kn->attn_pv_q8_0(hdv, group, sh, lds, vp + (size_t)hk * hdv / 32 * 34,
+                                            kv->v_row, nt, oh);
+                    else
+                        f->kn->attn_pv_f16(hdv, group, sh, lds, (const uint16_t *)vp + (size_t)hk * hdv,
+                                           kv->v_row / 2, nt, oh);
+                }
             }
-            for (int g = 0; g < group; g++) {
+            for (int g = 0; g < nq; g++) {
                 float inv = (float)(1.0 / sum[g]);
                 for (int i = 0; i < hdv; i++)
                     o[(size_t)g * hdv + i] *= inv;
