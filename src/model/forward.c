@@ -58,7 +58,9 @@ struct ifl_fwd {
     float *up;          /* [R][n_ff] */
     float *tmp;         /* [R][n_embd] */
     float *rope_cs;     /* [R][n_rot/2][2] cos, sin */
-    float *scores;      /* [n_threads][score_heads][max_ctx] */
+    float *scores;      /* [n_threads][score_heads][score_ld] */
+    size_t score_ld;    /* max_ctx rounded up to a cache line, plus one: rows of
+                           neighbouring heads do not share L1 sets */
     int score_heads;    /* query heads one attention_blocks pass holds scores for */
     long score_floats;  /* and the scores it keeps, when more than one KV head fits */
     float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
@@ -256,7 +258,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
         int group = hp->n_head / hp->n_head_kv;
         f->score_heads = hp->n_head < ATT_QHEADS ? hp->n_head : group > ATT_QHEADS ? group : ATT_QHEADS / group * group;
     }
-    f->scores = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)cfg->max_ctx);
+    f->score_ld = ((size_t)cfg->max_ctx + 15) / 16 * 16 + 16;
+    f->scores = alloc_floats((size_t)nth * (size_t)f->score_heads * f->score_ld);
     /* a head spans at most its width plus one partial block on each side */
     f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
     f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
@@ -516,7 +519,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
     const int group = hp->n_head / hp->n_head_kv;
     const int q8 = kv->type == IFL_TYPE_Q8_0; /* else F16 */
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t lds = (size_t)f->max_ctx;
+    const size_t lds = f->score_ld;
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
     long total = 0, cum = 0;
     for (long r = 0; r < b->n_rows; r++)
@@ -602,7 +605,7 @@ static void attention(struct job *j, int ith, int nth, int il, struct act_memo *
     int hd = hp->head_dim, hdv = hp->head_dim_v;
     int group = hp->n_head / hp->n_head_kv;
     float scale = 1.0f / sqrtf((float)hd);
-    float *sc = f->scores + (size_t)ith * (size_t)f->max_ctx;
+    float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * f->score_ld;
     float *tmp = f->kvtmp + (size_t)ith * (size_t)f->kvtmp_len;
     long lo, hi;
     ifl_pool_split((long)b->n_rows * hp->n_head, ith, nth, &lo, &hi);
