@@ -86,9 +86,9 @@ struct act_memo {
     int32_t nr;
 };
 
-/* attention_blocks: query heads per pass at most, and by default the
- * scores one pass keeps (256 KiB, within L2) when the context allows more
- * than one KV head */
+/* attention_blocks: query heads per pass at most (a wider KV group goes
+ * through attention()), and by default the scores one pass keeps (256 KiB,
+ * within L2) when the context allows more than one KV head */
 #define ATT_QHEADS 64
 #define ATT_SCORE_FLOATS 65536L
 
@@ -253,11 +253,10 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->up = alloc_floats(R * (size_t)hp->n_ff);
     f->tmp = alloc_floats(R * (size_t)hp->n_embd);
     f->rope_cs = alloc_floats(R * (size_t)(half > 0 ? half : 1) * 2);
-    /* attention_blocks takes up to ATT_QHEADS query heads (whole KV groups) per pass */
-    {
-        int group = hp->n_head / hp->n_head_kv;
-        f->score_heads = hp->n_head < ATT_QHEADS ? hp->n_head : group > ATT_QHEADS ? group : ATT_QHEADS / group * group;
-    }
+    /* attention_blocks holds whole KV groups, at most ATT_QHEADS query heads
+     * (a group wider than that goes through attention(), one row a thread) */
+    const int group = hp->n_head / hp->n_head_kv;
+    f->score_heads = group > ATT_QHEADS ? 1 : hp->n_head <= ATT_QHEADS ? hp->n_head : ATT_QHEADS / group * group;
     f->score_ld = ((size_t)cfg->max_ctx + 15) / 16 * 16 + 16;
     f->scores = alloc_floats((size_t)nth * (size_t)f->score_heads * f->score_ld);
     /* a head spans at most its width plus one partial block on each side */
@@ -529,11 +528,11 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
             continue;
         const int32_t *table = b->block_tables[b->seq[r]];
         const int32_t n_pos = b->pos[r] + 1;
+        const float *q = f->q + (size_t)r * hp->n_head * hd;
         long fit = f->score_floats / ((long)group * n_pos);
         int nh = fit < 1 ? 1 : fit * group > f->score_heads ? f->score_heads / group : (int)fit;
         for (int h0 = 0; h0 < hp->n_head_kv; h0 += nh) {
             const int h1 = hp->n_head_kv - h0 < nh ? hp->n_head_kv : h0 + nh;
-            const float *q = f->q + (size_t)r * hp->n_head * hd;
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
                 int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
                 const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
@@ -591,7 +590,7 @@ static void attention(struct job *j, int ith, int nth, int il, struct act_memo *
     enum ifl_type kt = j->f->kv->type;
     int blocked = kt == IFL_TYPE_F16 ||
                   (kt == IFL_TYPE_Q8_0 && mh->head_dim % 32 == 0 && mh->head_dim_v % 32 == 0);
-    if (blocked && mh->n_head / mh->n_head_kv <= 64) {
+    if (blocked && mh->n_head / mh->n_head_kv <= ATT_QHEADS) {
         attention_blocks(j, ith, nth, il, memo, wo);
         /* every thread notes it, rows or none, so all agree on what act holds */
         quant_rows(j, memo, wo, j->f->att, j->b->n_rows, 0, 0);
