@@ -438,6 +438,22 @@ AI uint32_t ld_u32(const char *p)
     return v;
 }
 
+/* acc + the dot of w with the 4 bytes at p in every lane (vpdpbusd /
+ * vpdpwssd with an m32bcst operand). GCC does not fold a broadcast into
+ * these, and the separate vpbroadcastd makes the fully unrolled tiles too
+ * long for the decoded-uop cache: with the folded form the K-quant tiles
+ * at 16 rows run 11-35 % faster (bit-identical). */
+AI __m512i dpbusd_bc(__m512i acc, __m512i w, const char *p)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const struct { char b[4]; } *)p));
+    return acc;
+}
+AI __m512i dpwssd_bc(__m512i acc, __m512i w, const char *p)
+{
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const struct { char b[4]; } *)p));
+    return acc;
+}
+
 /* The sum of a Q8_0 activation block's 32 quants (qs at p). */
 AI int32_t q8_qsum(const char *p)
 {
@@ -481,7 +497,7 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
             UNROLL FOR_R
             {
                 const char *xq = x + (size_t)r * xs + (size_t)b * XBS + 2 + 4 * k;
-                is[r] = _mm512_dpbusd_epi32(is[r], wq[k], _mm512_set1_epi32((int)ld_u32(xq)));
+                is[r] = dpbusd_bc(is[r], wq[k], xq);
             }
         }
         UNROLL FOR_R
@@ -570,7 +586,7 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
         UNROLL for (int j = 0; j < 8; j++)
         {
             __m512i mw = _mm512_shuffle_epi8(mn[j >> 2], pick_words(j & 3));
-            UNROLL FOR_R is[r] = _mm512_dpwssd_epi32(is[r], mw, _mm512_set1_epi32((int)ld_u32(xb[r] + Q8K_BSUMS + 4 * j)));
+            UNROLL FOR_R is[r] = dpwssd_bc(is[r], mw, xb[r] + Q8K_BSUMS + 4 * j);
         }
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
         UNROLL FOR_R acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(is[r]),
@@ -594,8 +610,7 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
                                 : u;
                     wq = _mm512_ternarylogic_epi32(wq, u, _mm512_set1_epi8(16), 0xf8);
                 }
-                UNROLL FOR_R t[r] = _mm512_dpbusd_epi32(
-                    t[r], wq, _mm512_set1_epi32((int)ld_u32(xb[r] + Q8K_QS + 32 * j + 4 * q)));
+                UNROLL FOR_R t[r] = dpbusd_bc(t[r], wq, xb[r] + Q8K_QS + 32 * j + 4 * q);
             }
             __m512i s = _mm512_shuffle_epi8(sc[j >> 2], pick_byte(j & 3));
             UNROLL FOR_R is[r] = _mm512_add_epi32(is[r], _mm512_mullo_epi32(t[r], s));
@@ -629,7 +644,7 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
         {
             __m512i sv = _mm512_loadu_si512((const void *)(g + 32 + 64 * (u >> 1)));
             __m512i sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sv, pick_hi_pair(2 * (u & 1))), 8);
-            UNROLL FOR_R os[r] = _mm512_dpwssd_epi32(os[r], sw, _mm512_set1_epi32((int)ld_u32(xb[r] + Q8K_BSUMS + 4 * u)));
+            UNROLL FOR_R os[r] = dpwssd_bc(os[r], sw, xb[r] + Q8K_BSUMS + 4 * u);
         }
         UNROLL FOR_R is[r] = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), os[r]), 5);
         _Pragma("GCC unroll 8") for (int hp = 0; hp < 8; hp++)
@@ -652,8 +667,7 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
                         : p == 2 ? u
                                  : _mm512_srli_epi16(u, 2);
                     __m512i wq = _mm512_ternarylogic_epi32(l, u, m30, 0xf8); /* l | (u & 0x30) */
-                    UNROLL FOR_R t[r] = _mm512_dpbusd_epi32(
-                        t[r], wq, _mm512_set1_epi32((int)ld_u32(xb[r] + Q8K_QS + 16 * j + 4 * q)));
+                    UNROLL FOR_R t[r] = dpbusd_bc(t[r], wq, xb[r] + Q8K_QS + 16 * j + 4 * q);
                 }
                 __m512i sv = _mm512_loadu_si512((const void *)(g + 32 + 64 * (j >> 2)));
                 __m512i s = _mm512_srai_epi32(_mm512_shuffle_epi8(sv, pick_top(j & 3)), 24);
