@@ -516,14 +516,15 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
  * with four broadcast activations sums them per row, one lane each. Per
  * sub-block (32 elements for Q4_K, 16 for Q6_K) the exact integer dot is
  * converted to float and multiplied by that row's scale in an FMA onto the
- * super-block's sum (two micro-ops where vpmulld and vpaddd took three:
- * +9 % Q4_K, +23 % Q6_K at 16 rows). Each product is exact; the sum is
- * too while it stays below 2^24, as Q4_K / Q5_K sums do in practice. Q6_K
- * takes its quants unsigned (the -32 comes back with the offset), so its
- * partial sums come near 2^24 and an output can differ from ref's exact
- * isum by a rounding (about 1e-7 relative). The scales stay packed in the group: a run of them
- * gives each lane its row's bytes, unpacked (Q4_K's 6-bit rules, four at a
- * time) and picked per sub-block with vpshufb. Offsets come back exactly
+ * super-block's sum, isum (two micro-ops where vpmulld and vpaddd took
+ * three: +9 % Q4_K, +23 % Q6_K at 16 rows). Each product is exact; the sum
+ * is too while it stays below 2^24, as Q4_K / Q5_K sums do in practice.
+ * Q6_K takes its quants unsigned (the -32 comes back with the offset), so
+ * its partial sums come near 2^24 and an output can differ from ref's
+ * exact isum by a rounding (about 1e-7 relative). The scales stay packed
+ * in the group: a run of them gives each lane its row's bytes, unpacked
+ * (Q4_K's 6-bit rules, four at a time) and picked per sub-block with
+ * vpshufb. Offsets come back exactly
  * from the activation block's sums of 16, by vpdpwssd of word pairs:
  * Q4_K's mins times the sums of its sub-blocks, Q6_K's 32 * sum sc * bsum.
  * Per super-block, lane i: acc += isum * (d_i d_x) - msum * (dmin_i d_x),
@@ -645,7 +646,7 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
         UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
         const char *ql = g + 32 + 256, *qh = ql + 2048;
         /* os: sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
-        __m512i os[XMR], is[XMR];
+        __m512i os[XMR];
         UNROLL FOR_R os[r] = _mm512_setzero_si512();
         UNROLL for (int u = 0; u < 8; u++)
         {
@@ -653,9 +654,8 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
             __m512i sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sv, pick_hi_pair(2 * (u & 1))), 8);
             UNROLL FOR_R os[r] = dpwssd_bc(os[r], sw, xb[r] + Q8K_BSUMS + 4 * u);
         }
-        UNROLL FOR_R is[r] = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), os[r]), 5);
-        __m512 fs[XMR]; /* from -32 * os, plus sc[j] * t[j] in float */
-        UNROLL FOR_R fs[r] = _mm512_cvtepi32_ps(is[r]);
+        __m512 fs[XMR]; /* -32 * os, then plus sc[j] * t[j] in float */
+        UNROLL FOR_R fs[r] = _mm512_cvtepi32_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), os[r]), 5));
         _Pragma("GCC unroll 8") for (int hp = 0; hp < 8; hp++)
         {
             const int h = hp >> 2, p = hp & 3;
