@@ -70,6 +70,9 @@ struct ifl_kernels {
      * plain one, so a loader should repack type t. */
     ifl_gemm_fn gemm_x16[IFL_TYPE_COUNT];
     int x16_pays[IFL_TYPE_COUNT];
+    /* x16_cols[t]: gemm_x16 runs fastest on calls whose nc is a multiple of
+     * this (its widest tile); 0 means 16 */
+    int x16_cols[IFL_TYPE_COUNT];
     ifl_quant_fn quant[IFL_TYPE_COUNT];     /* every act type, and every weight type (for tools) */
     ifl_dequant_fn dequant[IFL_TYPE_COUNT]; /* every weight type and act type */
 

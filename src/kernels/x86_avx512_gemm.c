@@ -844,6 +844,7 @@ void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
     k->gemm_x16[IFL_TYPE_F16] = z_gemm_f16_x16;
     k->x16_pays[IFL_TYPE_F16] = 1;
+    k->x16_cols[IFL_TYPE_F16] = X16 * XF_C(XF_R);
     k->gemm_x16[IFL_TYPE_Q8_0] = z_gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = z_gemm_q4_0_x16;
     k->x16_pays[IFL_TYPE_Q8_0] = 1;
