@@ -104,16 +104,23 @@ rc=$?
 [ $rc -eq 0 ] && ok "compare: runs with a stand-in llama.cpp" || { bad "compare: runs with a stand-in llama.cpp (exit $rc)"; cat "$tmp/cmp.err"; }
 grep -Eq '^CPU idle before each run: median [0-9]+ %, lowest [0-9]+ %' "$tmp/cmp.md" && ok "compare: reports how idle the machine was" ||
     { bad "compare: reports how idle the machine was"; cat "$tmp/cmp.md"; }
-grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | tg limit tok/s |' "$tmp/cmp.md" &&
+grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | tg limit tok/s | tg / limit read around it |' "$tmp/cmp.md" &&
     ok "compare: table header" || { bad "compare: table header"; cat "$tmp/cmp.md"; }
 # each row: inflight figure positive, llama.cpp's the stand-in's, ratio their quotient
 awk -F' *\\| *' '/^\| stories260K \|/ {
     rows++; want = ($3 ~ /^pp|^tg/) ? 100 : ($3 ~ /decode/) ? 25 : 50
     if (!($4 > 0) || $5 != sprintf("%.1f", want) || ($6 - $4 / want) ^ 2 > 0.01 ^ 2 * 4 + 0.0001) { print "bad row: " $0; bad = 1 }
     if ($3 ~ /^tg/ && !($7 > 0)) { print "no tg limit: " $0; bad = 1 }
+    if ($3 ~ /^tg/ && !($8 > 0)) { print "no tg over the limit read around it: " $0; bad = 1 }
+    if ($3 !~ /^tg/ && $8 != "-") { print "a limit on a row that is not tg: " $0; bad = 1 }
 } END { if (rows != 4) { print rows " rows"; bad = 1 } exit bad }' "$tmp/cmp.md" &&
     ok "compare: rows pp, tg, B=2 decode and prompt with ratios" || { bad "compare: rows"; cat "$tmp/cmp.md"; }
 [ "$(ls "$tmp/cmplog"/*.cmd | wc -l)" -eq 12 ] && ok "compare: 2 rounds x 3 tests x 2 engines" || bad "compare: 2 rounds x 3 tests x 2 engines"
+# bandwidth: once a round, and before and after each of the two inflight tg runs
+[ "$(grep -c '^round [12]: [0-9.]* GB/s' "$tmp/cmplog/bandwidth.log")" -eq 2 ] &&
+    [ "$(grep -Ec '^(before|after) [0-9]+-ifl-tg8-stories260K: [0-9.]+ GB/s' "$tmp/cmplog/bandwidth.log")" -eq 4 ] &&
+    ok "compare: bandwidth read each round and around each inflight tg run" ||
+    { bad "compare: bandwidth read each round and around each inflight tg run"; cat "$tmp/cmplog/bandwidth.log"; }
 # odd rounds start with inflight, even rounds with llama.cpp
 ls "$tmp/cmplog"/*.cmd | sed -n '1p;7p' | tr '\n' ' ' | grep -q '/001-ifl-pp16-[^ ]* [^ ]*/007-llama-pp16-' &&
     ok "compare: rounds alternate the first engine" || bad "compare: rounds alternate the first engine"

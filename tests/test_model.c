@@ -315,7 +315,8 @@ static void test_ref_models(void)
 
 /* Logits of three sequences computed alone (whole prompt, then decode steps)
  * must equal, bit for bit, the same sequences computed together with the
- * prompts chunked and interleaved with the others' decode rows. */
+ * prompts chunked and interleaved with the others' decode rows; and a lone
+ * decode row on two threads, the same row on one. */
 static void check_invariance(const char *model, enum ifl_type kv_type)
 {
     static const int32_t prompts[3][20] = {
@@ -395,6 +396,13 @@ static void check_invariance(const char *model, enum ifl_type kv_type)
             row++;
         }
     }
+    /* one row on two threads: each row's columns are shared out between
+     * them (forward.c's share_of), which must change nothing either */
+    int32_t t1 = gen[1][0], p1 = plen[1] + 4, s1 = 1;
+    runner_step(&a, 1, &t1, &p1, &s1, alone);
+    runner_step(&b, 1, &t1, &p1, &s1, tmp);
+    CHECK_MSG(!memcmp(tmp, alone, sizeof(float) * nv),
+              "%s: a lone decode row on two threads differs from one thread", model);
     free(alone);
     free(tmp);
     runner_close(&a);
