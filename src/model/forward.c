@@ -365,19 +365,56 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
 
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
-    double ss = 0;
-    for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++)
+    /* four running sums, so the adds overlap (the compiler pairs them) */
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)x[i] * x[i];
+        s1 += (double)x[i + 1] * x[i + 1];
+        s2 += (double)x[i + 2] * x[i + 2];
+        s3 += (double)x[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(((s0 + s1) + (s2 + s3)) / n + eps));
+    /* eight at a time through a local, so the compiler may use vectors
+     * even when out is x (the per-head q / k norms) */
+    for (i = 0; i + 8 <= n; i += 8) {
+        float t[8];
+        for (int k = 0; k < 8; k++)
+            t[k] = x[i + k] * scale * w[i + k];
+        memcpy(out + i, t, sizeof t);
+    }
+    for (; i < n; i++)
         out[i] = x[i] * scale * w[i];
 }
 
 /* x += t over n values: the residual stream takes a sub-layer's output. */
 static void add_residual(float *x, const float *t, int n)
 {
-    for (int i = 0; i < n; i++)
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float v[8];
+        for (int k = 0; k < 8; k++)
+            v[k] = x[i + k] + t[i + k];
+        memcpy(x + i, v, sizeof v);
+    }
+    for (; i < n; i++)
         x[i] += t[i];
+}
+
+/* The largest of s[0 .. n), n >= 1. */
+static float row_max(const float *s, int n)
+{
+    float m[4] = {s[0], s[0], s[0], s[0]};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            m[k] = s[i + k] > m[k] ? s[i + k] : m[k];
+    for (; i < n; i++)
+        m[0] = s[i] > m[0] ? s[i] : m[0];
+    float a = m[0] > m[1] ? m[0] : m[1], b = m[2] > m[3] ? m[2] : m[3];
+    return a > b ? a : b;
 }
 
 static void rope(float *v, const float *cs, int n_rot, int head_dim, int n_heads, int neox)
@@ -385,7 +422,41 @@ static void rope(float *v, const float *cs, int n_rot, int head_dim, int n_heads
     int half = n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float *hv = v + (size_t)h * head_dim;
-        for (int i = 0; i < half; i++) {
+        int i = 0;
+        /* four pairs at a time through locals, so the compiler may use
+         * vectors; the arithmetic per value is the loop's below */
+        for (; i + 4 <= half; i += 4) {
+            float a[4], b[4], c[4], sn[4], x[4], y[4], t[8];
+            if (neox) {
+                memcpy(a, hv + i, sizeof a);
+                memcpy(b, hv + i + half, sizeof b);
+            } else {
+                memcpy(t, hv + 2 * i, sizeof t);
+                for (int k = 0; k < 4; k++) {
+                    a[k] = t[2 * k];
+                    b[k] = t[2 * k + 1];
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                c[k] = cs[2 * (i + k)];
+                sn[k] = cs[2 * (i + k) + 1];
+            }
+            for (int k = 0; k < 4; k++) {
+                x[k] = a[k] * c[k] - b[k] * sn[k];
+                y[k] = a[k] * sn[k] + b[k] * c[k];
+            }
+            if (neox) {
+                memcpy(hv + i, x, sizeof x);
+                memcpy(hv + i + half, y, sizeof y);
+            } else {
+                for (int k = 0; k < 4; k++) {
+                    t[2 * k] = x[k];
+                    t[2 * k + 1] = y[k];
+                }
+                memcpy(hv + 2 * i, t, sizeof t);
+            }
+        }
+        for (; i < half; i++) {
             float c = cs[2 * i], s = cs[2 * i + 1];
             int i0 = neox ? i : 2 * i;
             int i1 = neox ? i + half : 2 * i + 1;
@@ -628,11 +699,8 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
             float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h0 * group * hdv;
             double sum[ATT_QHEADS];
             for (int g = 0; g < nq; g++) {
-                float *s = sc + (size_t)g * lds, mx = -INFINITY;
-                for (int32_t t = 0; t < n_pos; t++)
-                    if (s[t] > mx)
-                        mx = s[t];
-                sum[g] = f->kn->softmax_exp(n_pos, s, mx);
+                float *s = sc + (size_t)g * lds;
+                sum[g] = f->kn->softmax_exp(n_pos, s, row_max(s, n_pos));
             }
             memset(o, 0, sizeof(float) * (size_t)nq * (size_t)hdv);
             for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
