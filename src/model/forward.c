@@ -72,6 +72,9 @@ struct ifl_fwd {
                            neighbouring heads do not share L1 sets */
     int score_heads;    /* query heads one attention_blocks pass holds scores for */
     long score_floats;  /* and the scores it keeps, when more than one KV head fits */
+    int run_rows;       /* rows of one sequence that share an attention_blocks pass */
+    float *att_q;       /* [n_threads][score_heads][head_dim] such a pass's queries */
+    float *att_o;       /* [n_threads][score_heads][head_dim_v] and its outputs */
     float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
     size_t kvtmp_len;
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
@@ -101,6 +104,10 @@ struct act_memo {
  * through attention()), and by default the scores one pass keeps (256 KiB,
  * within L2) when the context allows more than one KV head */
 #define ATT_QHEADS 64
+/* query vectors one attention kernel tile takes (x86_heads.h): a pass over
+ * a sequence's consecutive rows (a prompt) takes that many, rows times the
+ * KV group, so each cached key and value is converted once for all of them */
+#define ATT_TILE_QUERIES 4
 #define ATT_SCORE_FLOATS 65536L
 
 static void *alloc_floats(size_t n)
@@ -202,6 +209,8 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->tmp);
     free(f->rope_cs);
     free(f->scores);
+    free(f->att_q);
+    free(f->att_o);
     free(f->kvtmp);
     free(f->out_rows);
     free(f->mm_next);
@@ -323,6 +332,11 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->score_heads = group > ATT_QHEADS ? 1 : hp->n_head <= ATT_QHEADS ? hp->n_head : ATT_QHEADS / group * group;
     f->score_ld = ((size_t)cfg->max_ctx + 15) / 16 * 16 + 16;
     f->scores = alloc_floats((size_t)nth * (size_t)f->score_heads * f->score_ld);
+    f->run_rows = (ATT_TILE_QUERIES < f->score_heads ? ATT_TILE_QUERIES : f->score_heads) / group;
+    if (f->run_rows < 1)
+        f->run_rows = 1;
+    f->att_q = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)hp->head_dim);
+    f->att_o = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)hp->head_dim_v);
     /* a head spans at most its width plus one partial block on each side */
     f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
     f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
@@ -332,7 +346,7 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->n_mm_groups = 7 * hp->n_layer + 1;
     f->mm_next = aligned_alloc(64, sizeof(struct mm_counter) * (size_t)f->n_mm_groups);
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
-        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->kvtmp ||
+        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o || !f->kvtmp ||
         !f->out_rows || !f->mm_next) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
@@ -634,29 +648,50 @@ static void store_kv(struct job *j, int ith, int nth, int il)
     }
 }
 
-/* Whether thread ith of nth takes the attention of row r: rows are dealt
- * out by their cost (positions attended, plus a fixed part), so a prefill
- * chunk's long late rows do not all land on the last thread. */
-static int attn_mine(const struct ifl_batch *b, long r, long *cum, long total, int ith, int nth)
+/* Whether thread ith of nth takes the attention of rows [r, r + n): runs
+ * are dealt out by their cost (positions attended, plus a fixed part per
+ * row), so a prefill chunk's long late rows do not all land on the last
+ * thread. */
+static int attn_mine(const struct ifl_batch *b, long r, long n, long *cum, long total, int ith,
+                     int nth)
 {
-    long cost = b->pos[r] + 1 + 16;
+    long cost = 0;
+    for (long i = r; i < r + n; i++)
+        cost += b->pos[i] + 1 + 16;
     long mid = *cum + cost / 2;
     *cum += cost;
     return (int)(mid * nth / total) == ith;
 }
 
+/* Rows from r that one attention_blocks pass takes: up to f->run_rows of
+ * one sequence at consecutive positions (a prompt's rows), else one. */
+static long attn_run(const struct ifl_fwd *f, const struct ifl_batch *b, long r)
+{
+    long e = r + 1;
+    while (e < b->n_rows && e - r < f->run_rows && b->seq[e] == b->seq[r] &&
+           b->pos[e] == b->pos[e - 1] + 1)
+        e++;
+    return e - r;
+}
+
 /* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
- * (read in place, no dequantised copy): one item is a row with all its
- * heads, one kernel call per KV block and KV head for the scores and one
- * for the weighted values. The KV heads are taken a few at a time (as many
- * as keep their scores within f->score_floats, at most ATT_QHEADS query
- * heads): each block is walked once for all of them, reading its cached
- * rows in order, rather than once per head at a stride of a whole row.
- * The softmax between them is the same arithmetic as attention()'s, and a
- * head's results do not depend on which heads share its pass. Each
- * finished row is converted for wo (see quant_rows). */
+ * (read in place, no dequantised copy). One item is a run of a sequence's
+ * consecutive rows (attn_run; one row when decoding) with all their heads:
+ * one kernel call per KV block and KV head for the scores of every query
+ * of the run on that head, and one for the weighted values. A run's
+ * queries of a KV head are gathered into one tile (att_q, att_o), so each
+ * cached row is converted once for all of them; the keys past a row's own
+ * position that its run reads are scored but not used, and the values are
+ * summed over the positions the rows share, then each row's own rest. The
+ * KV heads are taken a few at a time (as many as keep their scores within
+ * f->score_floats, at most score_heads queries): each block is walked once
+ * for all of them, reading its cached rows in order. Per query the
+ * arithmetic is the kernels' (which do not depend on how many queries or
+ * positions share a call, attn_pv adds position by position in order)
+ * and attention()'s softmax, so a row's attention does not depend on its
+ * run or its batch. Each finished run is converted for wo (quant_rows). */
 static void attention_blocks(struct job *j, int ith, int nth, int il, struct act_memo *memo,
-                          const struct ifl_mat *wo)
+                             const struct ifl_mat *wo)
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
@@ -667,64 +702,102 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
     const int q8 = kv->type == IFL_TYPE_Q8_0; /* else F16 */
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t lds = f->score_ld;
+    const size_t q_row = (size_t)hp->n_head * hd, o_row = (size_t)hp->n_head * hdv;
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
+    float *qbuf = f->att_q + (size_t)ith * (size_t)f->score_heads * hd;
+    float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
     long total = 0, cum = 0;
     for (long r = 0; r < b->n_rows; r++)
         total += b->pos[r] + 1 + 16;
-    for (long r = 0; r < b->n_rows; r++) {
-        if (!attn_mine(b, r, &cum, total, ith, nth))
+    for (long r = 0, nr; r < b->n_rows; r += nr) {
+        nr = attn_run(f, b, r);
+        if (!attn_mine(b, r, nr, &cum, total, ith, nth))
             continue;
         const int32_t *table = b->block_tables[b->seq[r]];
-        const int32_t n_pos = b->pos[r] + 1;
-        const float *q = f->q + (size_t)r * hp->n_head * hd;
-        long fit = f->score_floats / ((long)group * n_pos);
-        int nh = fit < 1 ? 1 : fit * group > f->score_heads ? f->score_heads / group : (int)fit;
+        /* the run's rows read positions [0, pos + 1): the first the fewest */
+        const int32_t n_min = b->pos[r] + 1, n_max = b->pos[r + nr - 1] + 1;
+        const int per_kv = (int)nr * group; /* queries per KV head */
+        long fit = f->score_floats / ((long)per_kv * n_max);
+        int nh = fit < 1 ? 1 : fit * per_kv > f->score_heads ? f->score_heads / per_kv : (int)fit;
         for (int h0 = 0; h0 < hp->n_head_kv; h0 += nh) {
             const int h1 = hp->n_head_kv - h0 < nh ? hp->n_head_kv : h0 + nh;
-            for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
-                int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
+            /* queries of KV head hk: q_at(hk) + i * hd, i < per_kv (row-major
+             * over the run's rows, then the group); outputs alike at o_at */
+#define Q_AT(hk) (nr == 1 ? f->q + (size_t)r * q_row + (size_t)(hk) * group * hd \
+                          : qbuf + (size_t)((hk) - h0) * per_kv * hd)
+#define O_AT(hk) (nr == 1 ? f->att + (size_t)r * o_row + (size_t)(hk) * group * hdv \
+                          : obuf + (size_t)((hk) - h0) * per_kv * hdv)
+            if (nr > 1)
+                for (int hk = h0; hk < h1; hk++)
+                    for (long i = 0; i < nr; i++)
+                        memcpy(qbuf + ((size_t)(hk - h0) * per_kv + (size_t)i * group) * hd,
+                               f->q + (size_t)(r + i) * q_row + (size_t)hk * group * hd,
+                               sizeof(float) * (size_t)group * (size_t)hd);
+            for (int32_t t0 = 0; t0 < n_max; t0 += bs) {
+                int nt = n_max - t0 < bs ? n_max - t0 : bs;
                 const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
                 for (int hk = h0; hk < h1; hk++) {
-                    const float *qh = q + (size_t)hk * group * hd;
-                    float *sh = sc + (size_t)(hk - h0) * group * lds + t0;
+                    float *sh = sc + (size_t)(hk - h0) * per_kv * lds + t0;
                     if (q8)
-                        f->kn->attn_qk_q8_0(hd, group, qh, kp + (size_t)hk * hd / 32 * 34,
+                        f->kn->attn_qk_q8_0(hd, per_kv, Q_AT(hk), kp + (size_t)hk * hd / 32 * 34,
                                             kv->k_row, nt, scale, sh, lds);
                     else
-                        f->kn->attn_qk_f16(hd, group, qh, (const uint16_t *)kp + (size_t)hk * hd,
+                        f->kn->attn_qk_f16(hd, per_kv, Q_AT(hk), (const uint16_t *)kp + (size_t)hk * hd,
                                            kv->k_row / 2, nt, scale, sh, lds);
                 }
             }
-            const int nq = (h1 - h0) * group;
-            float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h0 * group * hdv;
+            const int nq = (h1 - h0) * per_kv;
             double sum[ATT_QHEADS];
             for (int g = 0; g < nq; g++) {
                 float *s = sc + (size_t)g * lds;
+                int32_t n_pos = b->pos[r + g % per_kv / group] + 1;
                 sum[g] = f->kn->softmax_exp(n_pos, s, row_max(s, n_pos));
             }
-            memset(o, 0, sizeof(float) * (size_t)nq * (size_t)hdv);
-            for (int32_t t0 = 0; t0 < n_pos; t0 += bs) {
-                int nt = n_pos - t0 < bs ? n_pos - t0 : bs;
+            for (int hk = h0; hk < h1; hk++)
+                memset(O_AT(hk), 0, sizeof(float) * (size_t)per_kv * (size_t)hdv);
+            for (int32_t t0 = 0; t0 < n_max; t0 += bs) {
+                /* nc positions of the block every row reads, then each row's own */
+                int nc = n_min - t0 <= 0 ? 0 : n_min - t0 < bs ? n_min - t0 : bs;
                 const char *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
                 for (int hk = h0; hk < h1; hk++) {
-                    const float *sh = sc + (size_t)(hk - h0) * group * lds + t0;
-                    float *oh = o + (size_t)(hk - h0) * group * hdv;
-                    if (q8)
-                        f->kn->attn_pv_q8_0(hdv, group, sh, lds, vp + (size_t)hk * hdv / 32 * 34,
-                                            kv->v_row, nt, oh);
-                    else
-                        f->kn->attn_pv_f16(hdv, group, sh, lds, (const uint16_t *)vp + (size_t)hk * hdv,
-                                           kv->v_row / 2, nt, oh);
+                    for (long i = -1; i < nr; i++) {
+                        int q0 = i < 0 ? 0 : (int)i * group, nqv = i < 0 ? per_kv : group;
+                        int32_t n_pos = b->pos[r + (i < 0 ? 0 : i)] + 1;
+                        int u0 = i < 0 ? 0 : nc;
+                        int u1 = i < 0 ? nc : n_pos - t0 < bs ? n_pos - t0 : bs;
+                        if (u1 <= u0)
+                            continue;
+                        const float *sh = sc + ((size_t)(hk - h0) * per_kv + q0) * lds + t0 + u0;
+                        float *oh = O_AT(hk) + (size_t)q0 * hdv;
+                        if (q8)
+                            f->kn->attn_pv_q8_0(hdv, nqv, sh, lds,
+                                                vp + (size_t)u0 * kv->v_row + (size_t)hk * hdv / 32 * 34,
+                                                kv->v_row, u1 - u0, oh);
+                        else
+                            f->kn->attn_pv_f16(hdv, nqv, sh, lds,
+                                               (const uint16_t *)vp + (size_t)u0 * (kv->v_row / 2) +
+                                                   (size_t)hk * hdv,
+                                               kv->v_row / 2, u1 - u0, oh);
+                    }
                 }
             }
-            for (int g = 0; g < nq; g++) {
-                float inv = (float)(1.0 / sum[g]);
-                for (int i = 0; i < hdv; i++)
-                    o[(size_t)g * hdv + i] *= inv;
+            for (int hk = h0; hk < h1; hk++) {
+                float *o = O_AT(hk);
+                for (int g = 0; g < per_kv; g++) {
+                    float inv = (float)(1.0 / sum[(hk - h0) * per_kv + g]);
+                    for (int i = 0; i < hdv; i++)
+                        o[(size_t)g * hdv + i] *= inv;
+                }
+                if (nr > 1)
+                    for (long i = 0; i < nr; i++)
+                        memcpy(f->att + (size_t)(r + i) * o_row + (size_t)hk * group * hdv,
+                               o + (size_t)i * group * hdv, sizeof(float) * (size_t)group * (size_t)hdv);
             }
+#undef Q_AT
+#undef O_AT
         }
-        /* the row is whole: convert it for Wo now, not after a barrier */
-        quant_rows(j, memo, wo, f->att, b->n_rows, r, r + 1);
+        /* the rows are whole: convert them for Wo now, not after a barrier */
+        quant_rows(j, memo, wo, f->att, b->n_rows, r, r + nr);
     }
 }
 
