@@ -39,9 +39,11 @@ AI __m512 ld_q8x16(const char *row, int e)
     return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
 }
 
-/* Q heads by T positions; T * Q independent chains keep both FMA ports busy.
- * kind 0: k is an F16 cache, ks elements apart; kind 1: Q8_0 rows, ks bytes
- * apart (d % 32 == 0, so whole vectors). */
+/* Q heads by T positions (T = 4, or 1 for the last few); T * Q independent
+ * chains keep both FMA ports busy, and four positions' sums are folded
+ * together (hsum512x4, the same order as hsum512). kind 0: k is an F16
+ * cache, ks elements apart; kind 1: Q8_0 rows, ks bytes apart (d % 32 ==
+ * 0, so whole vectors). */
 AI void qk_tile(int kind, int Q, int T, int d, const float *q, const void *k, size_t ks,
                 float scale, float *s, size_t lds)
 {
@@ -59,8 +61,14 @@ AI void qk_tile(int kind, int Q, int T, int d, const float *q, const void *k, si
             UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_fmadd_ps(kv[t], qv, acc[i][t]);
         }
     }
-    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) s[(size_t)i * lds + t] =
-        scale * hsum512(acc[i][t]);
+    if (T == 4) {
+        UNROLL for (int i = 0; i < Q; i++) _mm_storeu_ps(
+            s + (size_t)i * lds,
+            _mm_mul_ps(_mm_set1_ps(scale), hsum512x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3])));
+    } else {
+        UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) s[(size_t)i * lds + t] =
+            scale * hsum512(acc[i][t]);
+    }
 }
 
 /* Row t of the cache, by kind. */
@@ -73,10 +81,9 @@ AI const void *kv_row(int kind, const void *k, size_t ks, int t)
 AI void qk_heads(int kind, int Q, int d, const float *q, const void *k, size_t ks, int nt,
                  float scale, float *s, size_t lds)
 {
-    const int T = Q <= 2 ? 4 : 2;
     int t = 0;
-    for (; t + T <= nt; t += T)
-        qk_tile(kind, Q, T, d, q, kv_row(kind, k, ks, t), ks, scale, s + t, lds);
+    for (; t + 4 <= nt; t += 4)
+        qk_tile(kind, Q, 4, d, q, kv_row(kind, k, ks, t), ks, scale, s + t, lds);
     for (; t < nt; t++)
         qk_tile(kind, Q, 1, d, q, kv_row(kind, k, ks, t), ks, scale, s + t, lds);
 }
