@@ -346,8 +346,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->n_mm_groups = 7 * hp->n_layer + 1;
     f->mm_next = aligned_alloc(64, sizeof(struct mm_counter) * (size_t)f->n_mm_groups);
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
-        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o || !f->kvtmp ||
-        !f->out_rows || !f->mm_next) {
+        !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
+        !f->kvtmp || !f->out_rows || !f->mm_next) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
@@ -721,12 +721,14 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
         int nh = fit < 1 ? 1 : fit * per_kv > f->score_heads ? f->score_heads / per_kv : (int)fit;
         for (int h0 = 0; h0 < hp->n_head_kv; h0 += nh) {
             const int h1 = hp->n_head_kv - h0 < nh ? hp->n_head_kv : h0 + nh;
-            /* queries of KV head hk: q_at(hk) + i * hd, i < per_kv (row-major
-             * over the run's rows, then the group); outputs alike at o_at */
-#define Q_AT(hk) (nr == 1 ? f->q + (size_t)r * q_row + (size_t)(hk) * group * hd \
-                          : qbuf + (size_t)((hk) - h0) * per_kv * hd)
-#define O_AT(hk) (nr == 1 ? f->att + (size_t)r * o_row + (size_t)(hk) * group * hdv \
-                          : obuf + (size_t)((hk) - h0) * per_kv * hdv)
+            /* the queries of KV head hk are Q_AT(hk) + i * hd, i < per_kv (by
+             * the run's rows, then the group), its outputs O_AT(hk) + i * hdv:
+             * a lone row's own, else gathered into qbuf and obuf */
+            const float *qbase =
+                nr == 1 ? f->q + (size_t)r * q_row + (size_t)h0 * group * hd : qbuf;
+            float *obase = nr == 1 ? f->att + (size_t)r * o_row + (size_t)h0 * group * hdv : obuf;
+#define Q_AT(hk) (qbase + (size_t)((hk) - h0) * per_kv * hd)
+#define O_AT(hk) (obase + (size_t)((hk) - h0) * per_kv * hdv)
             if (nr > 1)
                 for (int hk = h0; hk < h1; hk++)
                     for (long i = 0; i < nr; i++)
@@ -742,8 +744,9 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                         f->kn->attn_qk_q8_0(hd, per_kv, Q_AT(hk), kp + (size_t)hk * hd / 32 * 34,
                                             kv->k_row, nt, scale, sh, lds);
                     else
-                        f->kn->attn_qk_f16(hd, per_kv, Q_AT(hk), (const uint16_t *)kp + (size_t)hk * hd,
-                                           kv->k_row / 2, nt, scale, sh, lds);
+                        f->kn->attn_qk_f16(hd, per_kv, Q_AT(hk),
+                                           (const uint16_t *)kp + (size_t)hk * hd, kv->k_row / 2,
+                                           nt, scale, sh, lds);
                 }
             }
             const int nq = (h1 - h0) * per_kv;
@@ -771,7 +774,8 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                         float *oh = O_AT(hk) + (size_t)q0 * hdv;
                         if (q8)
                             f->kn->attn_pv_q8_0(hdv, nqv, sh, lds,
-                                                vp + (size_t)u0 * kv->v_row + (size_t)hk * hdv / 32 * 34,
+                                                vp + (size_t)u0 * kv->v_row +
+                                                    (size_t)hk * hdv / 32 * 34,
                                                 kv->v_row, u1 - u0, oh);
                         else
                             f->kn->attn_pv_f16(hdv, nqv, sh, lds,
@@ -791,7 +795,8 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                 if (nr > 1)
                     for (long i = 0; i < nr; i++)
                         memcpy(f->att + (size_t)(r + i) * o_row + (size_t)hk * group * hdv,
-                               o + (size_t)i * group * hdv, sizeof(float) * (size_t)group * (size_t)hdv);
+                               o + (size_t)i * group * hdv,
+                               sizeof(float) * (size_t)group * (size_t)hdv);
             }
 #undef Q_AT
 #undef O_AT
