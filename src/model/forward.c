@@ -674,6 +674,18 @@ static long attn_run(const struct ifl_fwd *f, const struct ifl_batch *b, long r)
     return e - r;
 }
 
+/* Asks for bytes [lo, hi) of n cached rows `row` bytes apart: the next KV
+ * block's heads, while the current one is worked on. A block's rows are
+ * its heads side by side, so a head's positions are a row apart and the
+ * blocks of a sequence lie anywhere in the store: the hardware prefetchers
+ * find neither stream. */
+static void kv_prefetch(const char *p, size_t row, int n, size_t lo, size_t hi)
+{
+    for (int i = 0; i < n; i++)
+        for (size_t off = lo & ~(size_t)63; off < hi; off += 64)
+            __builtin_prefetch(p + (size_t)i * row + off);
+}
+
 /* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
  * (read in place, no dequantised copy). One item is a run of a sequence's
  * consecutive rows (attn_run; one row when decoding) with all their heads:
@@ -735,9 +747,22 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                         memcpy(qbuf + ((size_t)(hk - h0) * per_kv + (size_t)i * group) * hd,
                                f->q + (size_t)(r + i) * q_row + (size_t)hk * group * hd,
                                sizeof(float) * (size_t)group * (size_t)hd);
+            /* bytes of heads h0 .. h1 - 1 in a K and a V row */
+            const size_t klo = q8 ? (size_t)h0 * hd / 32 * 34 : (size_t)h0 * hd * 2;
+            const size_t khi = q8 ? (size_t)h1 * hd / 32 * 34 : (size_t)h1 * hd * 2;
+            const size_t vlo = q8 ? (size_t)h0 * hdv / 32 * 34 : (size_t)h0 * hdv * 2;
+            const size_t vhi = q8 ? (size_t)h1 * hdv / 32 * 34 : (size_t)h1 * hdv * 2;
+            kv_prefetch(kv_at(kv, kv->k, il, table[0], 0, kv->k_row), kv->k_row,
+                        n_max < bs ? n_max : bs, klo, khi);
             for (int32_t t0 = 0; t0 < n_max; t0 += bs) {
                 int nt = n_max - t0 < bs ? n_max - t0 : bs;
                 const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
+                if (t0 + bs < n_max)
+                    kv_prefetch(kv_at(kv, kv->k, il, table[t0 / bs + 1], 0, kv->k_row), kv->k_row,
+                                n_max - t0 - bs < bs ? n_max - t0 - bs : bs, klo, khi);
+                else
+                    kv_prefetch(kv_at(kv, kv->v, il, table[0], 0, kv->v_row), kv->v_row,
+                                n_max < bs ? n_max : bs, vlo, vhi);
                 for (int hk = h0; hk < h1; hk++) {
                     float *sh = sc + (size_t)(hk - h0) * per_kv * lds + t0;
                     if (q8)
@@ -762,6 +787,9 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                 /* nc positions of the block every row reads, then each row's own */
                 int nc = n_min - t0 <= 0 ? 0 : n_min - t0 < bs ? n_min - t0 : bs;
                 const char *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
+                if (t0 + bs < n_max)
+                    kv_prefetch(kv_at(kv, kv->v, il, table[t0 / bs + 1], 0, kv->v_row), kv->v_row,
+                                n_max - t0 - bs < bs ? n_max - t0 - bs : bs, vlo, vhi);
                 for (int hk = h0; hk < h1; hk++) {
                     for (long i = -1; i < nr; i++) {
                         int q0 = i < 0 ? 0 : (int)i * group, nqv = i < 0 ? per_kv : group;
