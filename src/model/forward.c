@@ -678,12 +678,13 @@ static long attn_run(const struct ifl_fwd *f, const struct ifl_batch *b, long r)
 }
 
 /* Asks for bytes [lo, hi) of n cached rows `row` bytes apart: one head of
- * the next KV block, right after the same head of the current one is
- * done. A block's rows are its heads side by side, so a head's positions
- * are a row apart and the blocks of a sequence lie anywhere in the store:
- * the hardware prefetchers find neither stream. Asking head by head keeps
- * the requests spread over the work (a whole block asked for at once was
- * a third slower on a 16-sequence decode: the requests queue). */
+ * the next KV block, just before the same head of the current block is
+ * worked on. A block's rows are its heads side by side, so a head's
+ * positions are a row apart and the blocks of a sequence lie anywhere in
+ * the store: the hardware prefetchers find neither stream. Asking head by
+ * head keeps the requests spread over the work (the whole block asked for
+ * at once made a 16-sequence small-110m decode 20-27 % slower: the
+ * requests queue). */
 static void kv_prefetch(const char *p, size_t row, int n, size_t lo, size_t hi)
 {
     for (int i = 0; i < n; i++)
@@ -752,11 +753,10 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                         memcpy(qbuf + ((size_t)(hk - h0) * per_kv + (size_t)i * group) * hd,
                                f->q + (size_t)(r + i) * q_row + (size_t)hk * group * hd,
                                sizeof(float) * (size_t)group * (size_t)hd);
-            /* where head h starts in a K and a V row */
-#define K_OFS(h) (q8 ? (size_t)(h) * hd / 32 * 34 : (size_t)(h) * hd * 2)
-#define V_OFS(h) (q8 ? (size_t)(h) * hdv / 32 * 34 : (size_t)(h) * hdv * 2)
+            /* the byte where head h starts in a cached row of d values a head */
+#define HEAD_OFS(h, d) (q8 ? (size_t)(h) * (d) / 32 * 34 : (size_t)(h) * (d) * 2)
             kv_prefetch(kv_at(kv, kv->k, il, table[0], 0, kv->k_row), kv->k_row,
-                        n_max < bs ? n_max : bs, K_OFS(h0), K_OFS(h1));
+                        n_max < bs ? n_max : bs, HEAD_OFS(h0, hd), HEAD_OFS(h1, hd));
             for (int32_t t0 = 0; t0 < n_max; t0 += bs) {
                 int nt = n_max - t0 < bs ? n_max - t0 : bs;
                 const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
@@ -767,17 +767,17 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                 const size_t nrow = last ? kv->v_row : kv->k_row;
                 const int nn = last ? (n_max < bs ? n_max : bs)
                                     : n_max - t0 - bs < bs ? n_max - t0 - bs : bs;
+                const int nd = last ? hdv : hd;
                 for (int hk = h0; hk < h1; hk++) {
-                    kv_prefetch(np, nrow, nn, last ? V_OFS(hk) : K_OFS(hk),
-                                last ? V_OFS(hk + 1) : K_OFS(hk + 1));
+                    kv_prefetch(np, nrow, nn, HEAD_OFS(hk, nd), HEAD_OFS(hk + 1, nd));
                     float *sh = sc + (size_t)(hk - h0) * per_kv * lds + t0;
+                    const char *kh = kp + HEAD_OFS(hk, hd);
                     if (q8)
-                        f->kn->attn_qk_q8_0(hd, per_kv, Q_AT(hk), kp + (size_t)hk * hd / 32 * 34,
-                                            kv->k_row, nt, scale, sh, lds);
+                        f->kn->attn_qk_q8_0(hd, per_kv, Q_AT(hk), kh, kv->k_row, nt, scale, sh,
+                                            lds);
                     else
-                        f->kn->attn_qk_f16(hd, per_kv, Q_AT(hk),
-                                           (const uint16_t *)kp + (size_t)hk * hd, kv->k_row / 2,
-                                           nt, scale, sh, lds);
+                        f->kn->attn_qk_f16(hd, per_kv, Q_AT(hk), (const uint16_t *)kh,
+                                           kv->k_row / 2, nt, scale, sh, lds);
                 }
             }
             const int nq = (h1 - h0) * per_kv;
@@ -798,7 +798,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                 const int vnn = n_max - t0 - bs < bs ? n_max - t0 - bs : bs;
                 for (int hk = h0; hk < h1; hk++) {
                     if (vn)
-                        kv_prefetch(vn, kv->v_row, vnn, V_OFS(hk), V_OFS(hk + 1));
+                        kv_prefetch(vn, kv->v_row, vnn, HEAD_OFS(hk, hdv), HEAD_OFS(hk + 1, hdv));
                     for (long i = -1; i < nr; i++) {
                         int q0 = i < 0 ? 0 : (int)i * group, nqv = i < 0 ? per_kv : group;
                         int32_t n_pos = b->pos[r + (i < 0 ? 0 : i)] + 1;
@@ -808,15 +808,11 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                             continue;
                         const float *sh = sc + ((size_t)(hk - h0) * per_kv + q0) * lds + t0 + u0;
                         float *oh = O_AT(hk) + (size_t)q0 * hdv;
+                        const char *vh = vp + (size_t)u0 * kv->v_row + HEAD_OFS(hk, hdv);
                         if (q8)
-                            f->kn->attn_pv_q8_0(hdv, nqv, sh, lds,
-                                                vp + (size_t)u0 * kv->v_row +
-                                                    (size_t)hk * hdv / 32 * 34,
-                                                kv->v_row, u1 - u0, oh);
+                            f->kn->attn_pv_q8_0(hdv, nqv, sh, lds, vh, kv->v_row, u1 - u0, oh);
                         else
-                            f->kn->attn_pv_f16(hdv, nqv, sh, lds,
-                                               (const uint16_t *)vp + (size_t)u0 * (kv->v_row / 2) +
-                                                   (size_t)hk * hdv,
+                            f->kn->attn_pv_f16(hdv, nqv, sh, lds, (const uint16_t *)vh,
                                                kv->v_row / 2, u1 - u0, oh);
                     }
                 }
@@ -836,8 +832,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
             }
 #undef Q_AT
 #undef O_AT
-#undef K_OFS
-#undef V_OFS
+#undef HEAD_OFS
         }
         /* the rows are whole: convert them for Wo now, not after a barrier */
         quant_rows(j, memo, wo, f->att, b->n_rows, r, r + nr);
