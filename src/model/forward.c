@@ -5,8 +5,9 @@
  * One call runs one pool job. All threads walk the same list of phases and
  * meet at barriers between them; inside a phase each thread takes a fixed
  * slice (rows for element-wise work, (row, head) pairs for attention), or,
- * for matmuls, chunks of output columns from a shared counter until none is
- * left, so that both cores finish together. Every output element is
+ * for matmuls, its own contiguous share of the output columns, and then
+ * chunks from the back of the others' (mm_chunks), so that both cores
+ * finish together. Every output element is
  * computed by one thread with a fixed reduction order, so results do not
  * depend on the thread count or on the batch's other rows.
  *
@@ -30,18 +31,11 @@
 #include "core/fp16.h"
 #include "kernels/kernels.h"
 
-/* How a matmul's output columns are cut into chunks: start[k] .. start[k + 1]
- * is chunk k, start[n] = n_out (see chunk_end). */
-struct chunk_plan {
-    int64_t n_out;
-    int step; /* every chunk but the last is a multiple of it */
-    int n;
-    int64_t *start; /* [n + 1] */
-};
-
-/* One matmul group's chunk counter, alone on its cache line. */
-struct mm_counter {
-    _Alignas(64) atomic_int next;
+/* What one thread's share of a matmul group has given out (see mm_chunks):
+ * units taken from its front (low 32 bits) and from its back (high 32),
+ * alone on its cache line. Zero before the step. */
+struct mm_region {
+    _Alignas(64) _Atomic uint64_t taken;
 };
 
 struct ifl_fwd {
@@ -78,10 +72,8 @@ struct ifl_fwd {
     float *kvtmp;       /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
     size_t kvtmp_len;
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
-    struct mm_counter *mm_next; /* [n_mm_groups] the next chunk of each matmul group */
+    struct mm_region *mm_reg; /* [n_mm_groups][n_threads] each thread's share of a group */
     int n_mm_groups;
-    struct chunk_plan *plans; /* one per (output width, step) the model's matmuls have */
-    int n_plans;
 };
 
 /* What one step's threads share. */
@@ -213,10 +205,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->att_o);
     free(f->kvtmp);
     free(f->out_rows);
-    free(f->mm_next);
-    for (int i = 0; i < f->n_plans; i++)
-        free(f->plans[i].start);
-    free(f->plans);
+    free(f->mm_reg);
     free(f);
 }
 
@@ -228,57 +217,11 @@ static int32_t max3(int32_t a, int32_t b, int32_t c)
     return m > c ? m : c;
 }
 
-/* The end of the chunk that starts at column c when n_out columns are cut
- * for nth threads, largest first: each chunk is 1/nth of the columns left,
- * rounded up to a multiple of step, and at least one step. The first
- * chunks are long, so a thread starts few streams; the last are one step,
- * so the threads finish within a short chunk of each other. Equal chunks
- * of 1/(8 nth) made a tinyllama decode wait at each barrier for half of
- * one (3-60 us); 1/(2 nth) of the columns left was 1-3 % faster than that
- * on an Intel Xeon, and 1/nth is faster again on a Zen 5 (tinyllama
- * decode, builds alternating: Q4_0 +3-9 %, Q8_0 +1-6 %, Q4_K_M +0-9 %;
- * 1/(4 nth) lost 1-9 %; prompts and 16-sequence decodes level): each new
- * chunk is a new stream for the prefetchers to find. Every chunk comes
- * from the group's counter, so a thread that starts late (a busy
- * neighbour on its core) holds none back. One thread takes the whole
- * matrix at once. */
-static int64_t chunk_end(int64_t n_out, int64_t c, int step, int nth)
-{
-    if (nth == 1)
-        return n_out;
-    int64_t w = (n_out - c + nth - 1) / nth;
-    w = w < step ? step : (w + step - 1) / step * step;
-    return c + w < n_out ? c + w : n_out;
-}
-
 /* The chunk step of matrix w: a multiple of 16 (an x16 group) that keeps
  * its kernel's widest tile whole. */
 static int mat_step(const struct ifl_fwd *f, const struct ifl_mat *w)
 {
     return w->x16 && f->kn->x16_cols[w->type] > 16 ? f->kn->x16_cols[w->type] : 16;
-}
-
-/* Adds w's plan unless one of its width and step is there. */
-static int plan_add(struct ifl_fwd *f, const struct ifl_mat *w)
-{
-    int step = mat_step(f, w), nth = ifl_pool_size(f->pool);
-    for (int i = 0; i < f->n_plans; i++)
-        if (f->plans[i].n_out == w->n_out && f->plans[i].step == step)
-            return 0;
-    struct chunk_plan *p = &f->plans[f->n_plans];
-    p->n_out = w->n_out;
-    p->step = step;
-    p->n = 0;
-    for (int64_t c = 0; c < w->n_out; c = chunk_end(w->n_out, c, step, nth))
-        p->n++;
-    p->start = malloc(sizeof(int64_t) * (size_t)(p->n + 1));
-    if (!p->start)
-        return IFL_ENOMEM;
-    f->n_plans++;
-    p->start[0] = 0;
-    for (int k = 0; k < p->n; k++)
-        p->start[k + 1] = chunk_end(w->n_out, p->start[k], step, nth);
-    return 0;
 }
 
 int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_kv_store *kv,
@@ -347,26 +290,12 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     /* per layer at most 3 (q, k, v) + 1 (o) + 2 (gate, up) + 1 (down), when
      * no two share an input format; then the output */
     f->n_mm_groups = 7 * hp->n_layer + 1;
-    f->mm_next = aligned_alloc(64, sizeof(struct mm_counter) * (size_t)f->n_mm_groups);
+    f->mm_reg = aligned_alloc(64, sizeof(struct mm_region) * (size_t)f->n_mm_groups * (size_t)nth);
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
-        !f->kvtmp || !f->out_rows || !f->mm_next) {
+        !f->kvtmp || !f->out_rows || !f->mm_reg) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
-    }
-    /* at most one plan per matrix (n_mm_groups counts them), a handful in all */
-    f->plans = calloc((size_t)f->n_mm_groups, sizeof(struct chunk_plan));
-    rc = f->plans ? plan_add(f, &m->output) : IFL_ENOMEM;
-    for (int il = 0; il < hp->n_layer && !rc; il++) {
-        const struct ifl_layer_weights *w = &m->layers[il];
-        const struct ifl_mat *all[7] = {&w->wq, &w->wk, &w->wv, &w->wo,
-                                        &w->w_gate, &w->w_up, &w->w_down};
-        for (int i = 0; i < 7 && !rc; i++)
-            rc = plan_add(f, all[i]);
-    }
-    if (rc) {
-        ifl_fwd_free(f);
-        return ifl_err(err, IFL_ENOMEM, "forward: out of memory");
     }
     for (int i = 0; i < half; i++) {
         double fr = pow((double)hp->rope_base, -2.0 * i / hp->n_rot) * hp->rope_pos_scale;
@@ -533,22 +462,70 @@ struct mm_task {
     size_t ldy;
 };
 
-/* w's plan: ifl_fwd_create made one for every matrix the step multiplies */
-static const struct chunk_plan *plan_for(const struct ifl_fwd *f, const struct ifl_mat *w)
+/* Units of a group's output columns: task i's columns in steps of
+ * mat_step, its last unit maybe short, the tasks' units one after another. */
+struct mm_units {
+    int nt;
+    int64_t end[4]; /* task i's units end at end[i] (from the group's first) */
+    int step[4];
+};
+
+/* Thread t's share of the n units: [*lo, *hi). */
+static void unit_share(int64_t n, int t, int nth, int64_t *lo, int64_t *hi)
 {
-    int step = mat_step(f, w), i = 0;
-    while (f->plans[i].n_out != w->n_out || f->plans[i].step != step)
-        i++;
-    return &f->plans[i];
+    *lo = n * t / nth;
+    *hi = n * (t + 1) / nth;
 }
 
-/* Runs the tasks (matmuls over the same converted input) as one pool of
- * column chunks that the threads take in turn from the group's counter
- * until none is left. Which thread computes an output changes nothing
- * about how it is computed, so results stay the same. No barrier at the
- * end. */
-static void mm_chunks(struct job *j, int g, const struct mm_task *t, int nt, const float *x,
-                      int32_t nr)
+/* Takes up to k units from the front of share r (thief 0) or its back
+ * (thief 1), within one task; returns how many, 0 when none are left. */
+static int64_t take_units(const struct mm_units *u, struct mm_region *r, int64_t lo, int64_t hi,
+                          int thief, int64_t k, int64_t *u0)
+{
+    uint64_t old = atomic_load_explicit(&r->taken, memory_order_relaxed);
+    for (;;) {
+        int64_t a = (int64_t)(old & 0xffffffffu), b = (int64_t)(old >> 32);
+        int64_t left = hi - lo - a - b;
+        if (left <= 0)
+            return 0;
+        int64_t n = k < left ? k : left, s = thief ? hi - b - n : lo + a;
+        int i = 0;
+        while (u->end[i] <= (thief ? hi - b - 1 : s))
+            i++;
+        int64_t t0 = i ? u->end[i - 1] : 0;
+        if (thief && s < t0)
+            s = t0, n = hi - b - t0; /* not into the task before */
+        if (!thief && s + n > u->end[i])
+            n = u->end[i] - s;       /* not into the task after */
+        uint64_t nw = thief ? old + ((uint64_t)n << 32) : old + (uint64_t)n;
+        if (atomic_compare_exchange_weak_explicit(&r->taken, &old, nw, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *u0 = s;
+            return n;
+        }
+    }
+}
+
+/* Runs the tasks (matmuls over the same converted input) over the threads.
+ * Their output columns, in units of a step, are cut into one contiguous
+ * share a thread; a thread walks its share from the front in chunks of
+ * half of what is left of it (so each call reads on where the last one
+ * stopped: the prefetchers keep one stream), and when its share is done,
+ * takes chunks from the back of the others' shares, so the threads finish
+ * within a short chunk of each other however late one started or slow it
+ * ran. Against one counter handing out chunks of the columns left over
+ * nth, largest first (the thread that took the first held half of the
+ * matrix, and a tinyllama decode's threads waited up to 37 us for each
+ * other at a matmul's end), builds alternating on the Zen 5: tinyllama
+ * decode Q4_0 +4 %, Q4_K_M +1.6 %, Q8_0 +3 % (its runs swung 26-51
+ * tok/s with the VM's bandwidth); prompts and 16-sequence
+ * decodes level. Chunks of a quarter of the share left lost 8 % on a
+ * small-110m Q4_0 prompt (16-row calls of one or two units read their
+ * activations again for little work). Which thread computes an output
+ * changes nothing about how it is computed, so results stay the same. No
+ * barrier at the end. */
+static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_task *t, int nt,
+                      const float *x, int32_t nr)
 {
     struct ifl_fwd *f = j->f;
     enum ifl_type at = ifl_type_info(t[0].w->type)->act;
@@ -558,22 +535,36 @@ static void mm_chunks(struct job *j, int g, const struct mm_task *t, int nt, con
         xa = f->act;
         xs = f->act_row_bytes;
     }
-    const struct chunk_plan *p[4];
-    int64_t total = 0;
+    struct mm_units u = {.nt = nt};
     for (int i = 0; i < nt; i++) {
-        p[i] = plan_for(f, t[i].w);
-        total += p[i]->n;
+        u.step[i] = mat_step(f, t[i].w);
+        u.end[i] = (i ? u.end[i - 1] : 0) + (t[i].w->n_out + u.step[i] - 1) / u.step[i];
     }
-    atomic_int *next = &f->mm_next[g].next;
-    for (int64_t k; (k = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) < total;) {
-        int i = 0;
-        while (k >= p[i]->n)
-            k -= p[i++]->n;
-        const struct ifl_mat *w = t[i].w;
-        int64_t c0 = p[i]->start[k], c1 = p[i]->start[k + 1];
-        ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
-        gemm(w->n_in, nr, (int)(c1 - c0), xa, xs, (const char *)w->data + (size_t)c0 * w->row_bytes,
-             w->row_bytes, t[i].y + c0, t[i].ldy);
+    const int64_t n = u.end[nt - 1];
+    for (int v = 0; v < nth; v++) {
+        const int victim = (ith + v) % nth, thief = v > 0;
+        struct mm_region *r = &f->mm_reg[(size_t)g * (size_t)nth + (size_t)victim];
+        int64_t lo, hi, u0, k;
+        unit_share(n, victim, nth, &lo, &hi);
+        for (;;) {
+            uint64_t tk = atomic_load_explicit(&r->taken, memory_order_relaxed);
+            int64_t left = hi - lo - (int64_t)(tk & 0xffffffffu) - (int64_t)(tk >> 32);
+            int64_t want = left / (thief ? 2 * nth : 2);
+            if ((k = take_units(&u, r, lo, hi, thief, want < 1 ? 1 : want, &u0)) == 0)
+                break;
+            int i = 0;
+            while (u.end[i] <= u0)
+                i++;
+            const struct ifl_mat *w = t[i].w;
+            int64_t first = i ? u.end[i - 1] : 0;
+            int64_t c0 = (u0 - first) * u.step[i], c1 = (u0 + k - first) * u.step[i];
+            if (c1 > w->n_out)
+                c1 = w->n_out;
+            ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
+            gemm(w->n_in, nr, (int)(c1 - c0), xa, xs,
+                 (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, t[i].y + c0,
+                 t[i].ldy);
+        }
     }
 }
 
@@ -593,7 +584,7 @@ static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int
         if (i > 0)
             ifl_pool_barrier(j->f->pool);
         mm_prepare(j, ith, nth, memo, t[i].w, x, nr);
-        mm_chunks(j, (*grp)++, t + i, k - i, x, nr);
+        mm_chunks(j, (*grp)++, ith, nth, t + i, k - i, x, nr);
         i = k;
     }
 }
@@ -1062,8 +1053,9 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     for (int32_t r = 0; r < b->n_rows; r++)
         if (b->logits && b->logits[r])
             f->out_rows[j.n_out++] = r;
-    for (int g = 0; g < f->n_mm_groups; g++) /* published by the job's start */
-        atomic_store_explicit(&f->mm_next[g].next, 0, memory_order_relaxed);
+    /* published by the job's start */
+    for (int g = 0; g < f->n_mm_groups * ifl_pool_size(f->pool); g++)
+        atomic_store_explicit(&f->mm_reg[g].taken, 0, memory_order_relaxed);
     ifl_pool_run(f->pool, step, &j);
     return 0;
 }
