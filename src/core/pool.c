@@ -164,6 +164,11 @@ void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg)
 
 void ifl_pool_barrier(struct ifl_pool *pool)
 {
+    ifl_pool_barrier_fetch(pool, NULL, 0);
+}
+
+void ifl_pool_barrier_fetch(struct ifl_pool *pool, const void *p, size_t n)
+{
     if (pool->nth == 1)
         return;
     unsigned sense = atomic_load_explicit(&pool->bar_sense, memory_order_acquire);
@@ -173,10 +178,17 @@ void ifl_pool_barrier(struct ifl_pool *pool)
         return;
     }
     int spins = 0;
+    size_t off = 0;
     while (atomic_load_explicit(&pool->bar_sense, memory_order_acquire) == sense) {
-        if (++spins < SPIN_WAIT)
+        if (off < n) {
+            /* eight lines between looks at the sense: a look is a cache
+             * miss once the last thread has flipped it */
+            for (int i = 0; i < 8 && off < n; i++, off += 64)
+                __builtin_prefetch((const char *)p + off, 0, 2);
+        } else if (++spins < SPIN_WAIT) {
             cpu_relax();
-        else
+        } else {
             sched_yield();
+        }
     }
 }

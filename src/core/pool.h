@@ -13,6 +13,8 @@
 #ifndef IFL_CORE_POOL_H
 #define IFL_CORE_POOL_H
 
+#include <stddef.h>
+
 struct ifl_pool;
 
 typedef void (*ifl_pool_fn)(void *arg, int ith, int nth);
@@ -24,6 +26,11 @@ int ifl_pool_size(const struct ifl_pool *pool);
 void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg);
 /* Every thread of the running job must call it the same number of times. */
 void ifl_pool_barrier(struct ifl_pool *pool);
+/* The same barrier (the calls of both kinds count alike); while a thread
+ * waits at it, it asks for the cache lines of [p, p + n) in order, into L2,
+ * as many as it has time for: a thread that arrives early fetches the start
+ * of what it reads next while the memory bus would idle. */
+void ifl_pool_barrier_fetch(struct ifl_pool *pool, const void *p, size_t n);
 
 /* Rows [*lo, *hi) of n for thread ith of nth, in contiguous even shares. */
 static inline void ifl_pool_split(long n, int ith, int nth, long *lo, long *hi)

@@ -470,6 +470,16 @@ struct mm_units {
     int step[4];
 };
 
+static void mm_units_of(const struct ifl_fwd *f, const struct mm_task *t, int nt,
+                        struct mm_units *u)
+{
+    u->nt = nt;
+    for (int i = 0; i < nt; i++) {
+        u->step[i] = mat_step(f, t[i].w);
+        u->end[i] = (i ? u->end[i - 1] : 0) + (t[i].w->n_out + u->step[i] - 1) / u->step[i];
+    }
+}
+
 /* Thread t's share of the n units: [*lo, *hi). */
 static void unit_share(int64_t n, int t, int nth, int64_t *lo, int64_t *hi)
 {
@@ -535,11 +545,8 @@ static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_ta
         xa = f->act;
         xs = f->act_row_bytes;
     }
-    struct mm_units u = {.nt = nt};
-    for (int i = 0; i < nt; i++) {
-        u.step[i] = mat_step(f, t[i].w);
-        u.end[i] = (i ? u.end[i - 1] : 0) + (t[i].w->n_out + u.step[i] - 1) / u.step[i];
-    }
+    struct mm_units u;
+    mm_units_of(f, t, nt, &u);
     const int64_t n = u.end[nt - 1];
     for (int v = 0; v < nth; v++) {
         const int victim = (ith + v) % nth, thief = v > 0;
@@ -568,6 +575,34 @@ static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_ta
     }
 }
 
+/* Weight bytes a thread asks for at most while it waits before a matmul
+ * group: well within L2, about what one core streams in 10 us. */
+#define FETCH_BYTES (256 * 1024)
+
+/* The barrier before matmul group t (nt tasks): while this thread waits
+ * there (for the threads still normalising or converting the input, or
+ * doing a single row's attention), it asks for the start of its share of
+ * the weights, which it reads first (mm_chunks). */
+static void mm_barrier(struct job *j, int ith, int nth, const struct mm_task *t, int nt)
+{
+    struct ifl_fwd *f = j->f;
+    struct mm_units u;
+    mm_units_of(f, t, nt, &u);
+    int64_t lo, hi;
+    unit_share(u.end[nt - 1], ith, nth, &lo, &hi);
+    int i = 0;
+    while (i < nt - 1 && u.end[i] <= lo)
+        i++;
+    const struct ifl_mat *w = t[i].w;
+    int64_t first = i ? u.end[i - 1] : 0, e = hi < u.end[i] ? hi : u.end[i];
+    int64_t c0 = (lo - first) * u.step[i], c1 = (e - first) * u.step[i];
+    if (c1 > w->n_out)
+        c1 = w->n_out;
+    size_t bytes = c1 > c0 ? (size_t)(c1 - c0) * w->row_bytes : 0;
+    ifl_pool_barrier_fetch(f->pool, (const char *)w->data + (size_t)c0 * w->row_bytes,
+                           bytes < FETCH_BYTES ? bytes : FETCH_BYTES);
+}
+
 /* y_i = x W_i^T for up to four matmuls on the same input x: converts x
  * once per input format and shares the columns of all of them out between
  * the threads. Tasks whose weights want another input format wait at a
@@ -587,13 +622,6 @@ static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int
         mm_chunks(j, (*grp)++, ith, nth, t + i, k - i, x, nr);
         i = k;
     }
-}
-
-static void mm(struct job *j, int ith, int nth, struct act_memo *memo, int *grp,
-               const struct ifl_mat *w, const float *x, int32_t nr, float *y)
-{
-    struct mm_task t = {w, y, (size_t)w->n_out};
-    mm_group(j, ith, nth, memo, grp, x, nr, &t, 1);
 }
 
 /* ---- attention ---- */
@@ -940,10 +968,10 @@ static void step(void *arg, int ith, int nth)
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
         memo.src = NULL;
         quant_rows(j, &memo, &w->wq, f->xn, nr, lo, hi);
-        ifl_pool_barrier(f->pool);
         const struct mm_task qkv[3] = {{&w->wq, f->q, (size_t)q_dim},
                                        {&w->wk, f->k, (size_t)k_dim},
                                        {&w->wv, f->v, (size_t)v_dim}};
+        mm_barrier(j, ith, nth, qkv, 3);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, qkv, 3);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++) {
@@ -971,8 +999,9 @@ static void step(void *arg, int ith, int nth)
         store_kv(j, ith, nth, il);
         ifl_pool_barrier(f->pool);
         attention(j, ith, nth, il, &memo, &w->wo);
-        ifl_pool_barrier(f->pool);
-        mm(j, ith, nth, &memo, &grp, &w->wo, f->att, nr, f->tmp);
+        const struct mm_task o = {&w->wo, f->tmp, (size_t)n_embd};
+        mm_barrier(j, ith, nth, &o, 1);
+        mm_group(j, ith, nth, &memo, &grp, f->att, nr, &o, 1);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++) {
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
@@ -980,16 +1009,17 @@ static void step(void *arg, int ith, int nth)
         }
         memo.src = NULL; /* xn now holds the ffn input */
         quant_rows(j, &memo, &w->w_gate, f->xn, nr, lo, hi);
-        ifl_pool_barrier(f->pool);
         const struct mm_task gu[2] = {{&w->w_gate, f->gate, (size_t)n_ff},
                                       {&w->w_up, f->up, (size_t)n_ff}};
+        mm_barrier(j, ith, nth, gu, 2);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, gu, 2);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++)
             f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
         quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
-        ifl_pool_barrier(f->pool);
-        mm(j, ith, nth, &memo, &grp, &w->w_down, f->gate, nr, f->tmp);
+        const struct mm_task d = {&w->w_down, f->tmp, (size_t)n_embd};
+        mm_barrier(j, ith, nth, &d, 1);
+        mm_group(j, ith, nth, &memo, &grp, f->gate, nr, &d, 1);
         ifl_pool_barrier(f->pool);
         for (long r = lo; r < hi; r++)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
@@ -1008,8 +1038,9 @@ static void step(void *arg, int ith, int nth)
     }
     memo.src = NULL;
     quant_rows(j, &memo, &m->output, f->xn, j->n_out, olo, ohi);
-    ifl_pool_barrier(f->pool);
-    mm(j, ith, nth, &memo, &grp, &m->output, f->xn, j->n_out, j->logits);
+    const struct mm_task out = {&m->output, j->logits, (size_t)m->output.n_out};
+    mm_barrier(j, ith, nth, &out, 1);
+    mm_group(j, ith, nth, &memo, &grp, f->xn, j->n_out, &out, 1);
 }
 
 static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char *err)
