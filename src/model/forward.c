@@ -643,31 +643,63 @@ static const float *q8_head(const struct ifl_fwd *f, const void *row, int off, i
     return tmp + (off - b0 * 32);
 }
 
-static void store_kv(struct job *j, int ith, int nth, int il)
+/* Stores KV heads [h0, h1) of rows [r0, r1) at their positions. */
+static void store_kv(struct job *j, int il, long r0, long r1, int h0, int h1)
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
     struct ifl_kv_store *kv = f->kv;
-    long lo, hi;
-    ifl_pool_split(b->n_rows, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++) {
+    const struct ifl_hparams *hp = &f->m->hp;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v;
+    const int nk = (h1 - h0) * hd, nv = (h1 - h0) * hdv;
+    for (long r = r0; r < r1; r++) {
         int32_t p = b->pos[r];
         int32_t blk = b->block_tables[b->seq[r]][p / kv->block_size];
         int32_t slot = p % kv->block_size;
-        void *kd = (void *)kv_at(kv, kv->k, il, blk, slot, kv->k_row);
-        void *vd = (void *)kv_at(kv, kv->v, il, blk, slot, kv->v_row);
-        const float *ks = f->k + r * kv->k_dim, *vs = f->v + r * kv->v_dim;
+        char *kd = (char *)kv_at(kv, kv->k, il, blk, slot, kv->k_row);
+        char *vd = (char *)kv_at(kv, kv->v, il, blk, slot, kv->v_row);
+        const float *ks = f->k + r * kv->k_dim + h0 * hd, *vs = f->v + r * kv->v_dim + h0 * hdv;
         if (kv->type == IFL_TYPE_F16) {
-            f->kn->cvt_f32_f16(kv->k_dim, ks, kd);
-            f->kn->cvt_f32_f16(kv->v_dim, vs, vd);
+            f->kn->cvt_f32_f16(nk, ks, (uint16_t *)(void *)(kd + (size_t)h0 * hd * 2));
+            f->kn->cvt_f32_f16(nv, vs, (uint16_t *)(void *)(vd + (size_t)h0 * hdv * 2));
         } else if (kv->type == IFL_TYPE_Q8_0) {
-            f->kn->quant[IFL_TYPE_Q8_0](ks, kd, kv->k_dim);
-            f->kn->quant[IFL_TYPE_Q8_0](vs, vd, kv->v_dim);
+            /* whole rows, or heads of whole blocks (head_dim % 32 == 0) */
+            f->kn->quant[IFL_TYPE_Q8_0](ks, kd + (size_t)h0 * hd / 32 * 34, nk);
+            f->kn->quant[IFL_TYPE_Q8_0](vs, vd + (size_t)h0 * hdv / 32 * 34, nv);
         } else {
-            memcpy(kd, ks, sizeof(float) * (size_t)kv->k_dim);
-            memcpy(vd, vs, sizeof(float) * (size_t)kv->v_dim);
+            memcpy(kd + (size_t)h0 * hd * 4, ks, sizeof(float) * (size_t)nk);
+            memcpy(vd + (size_t)h0 * hdv * 4, vs, sizeof(float) * (size_t)nv);
         }
     }
+}
+
+/* Row r's q, k and v of KV heads [h0, h1) (with their query heads) made
+ * ready for attention: biases, the per-head norms, rotary positions. */
+static void qkv_ready(struct job *j, const struct ifl_layer_weights *w, long r, int h0, int h1)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_hparams *hp = &f->m->hp;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+    const int q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd, v_dim = hp->n_head_kv * hdv;
+    const int qa = h0 * group * hd, qb = h1 * group * hd;
+    float *q = f->q + r * q_dim, *k = f->k + r * k_dim, *v = f->v + r * v_dim;
+    if (w->bq) {
+        for (int i = qa; i < qb; i++)
+            q[i] += w->bq[i];
+        for (int i = h0 * hd; i < h1 * hd; i++)
+            k[i] += w->bk[i];
+        for (int i = h0 * hdv; i < h1 * hdv; i++)
+            v[i] += w->bv[i];
+    }
+    if (w->q_norm) {
+        for (int h = h0 * group; h < h1 * group; h++)
+            rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
+        for (int h = h0; h < h1; h++)
+            rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
+    }
+    const float *cs = f->rope_cs + r * (hp->n_rot / 2) * 2;
+    rope(q + qa, cs, hp->n_rot, hd, (h1 - h0) * group, hp->rope_neox);
+    rope(k + h0 * hd, cs, hp->n_rot, hd, h1 - h0, hp->rope_neox);
 }
 
 /* Whether thread ith of nth takes the attention of rows [r, r + n): runs
@@ -711,6 +743,32 @@ static void kv_prefetch(const char *p, size_t row, int n, size_t lo, size_t hi)
             __builtin_prefetch(p + (size_t)i * row + off);
 }
 
+/* After a split attention (attention_blocks): converts this thread's KV
+ * heads' part of every row of att for wo, when every thread's part is
+ * whole blocks of wo's input format; else clears memo, so mm_prepare
+ * converts the rows after a barrier. Every thread decides alike. */
+static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_mat *wo, int ith,
+                        int nth)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_hparams *hp = &f->m->hp;
+    const struct ifl_type_info *ti = ifl_type_info(ifl_type_info(wo->type)->act);
+    const int per_head = hp->n_head / hp->n_head_kv * hp->head_dim_v; /* att values a KV head */
+    for (int t = 1; t < nth; t++)
+        if ((long)hp->n_head_kv * t / nth * per_head % ti->blck) {
+            memo->src = NULL;
+            return;
+        }
+    const int e0 = hp->n_head_kv * ith / nth * per_head, e1 = hp->n_head_kv * (ith + 1) / nth * per_head;
+    const int32_t nr = j->b->n_rows;
+    if (ifl_type_info(wo->type)->act != IFL_TYPE_F32 && e1 > e0)
+        for (long r = 0; r < nr; r++)
+            f->kn->quant[ifl_type_info(wo->type)->act](
+                f->att + r * wo->n_in + e0,
+                (char *)f->act + r * f->act_row_bytes + (size_t)(e0 / ti->blck) * ti->size, e1 - e0);
+    quant_rows(j, memo, wo, f->att, nr, 0, 0); /* notes that act holds them */
+}
+
 /* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
  * (read in place, no dequantised copy). One item is a run of a sequence's
  * consecutive rows (attn_run; one row when decoding) with all their heads:
@@ -726,9 +784,13 @@ static void kv_prefetch(const char *p, size_t row, int n, size_t lo, size_t hi)
  * arithmetic is the kernels' (which do not depend on how many queries or
  * positions share a call, attn_pv adds position by position in order)
  * and attention()'s softmax, so a row's attention does not depend on its
- * run or its batch. Each finished run is converted for wo (quant_rows). */
+ * run or its batch. Each finished run is converted for wo (quant_rows).
+ * With split, this thread takes KV heads [kh0, kh1) of every run (the batch
+ * has fewer rows than there are threads) and converts those heads' part
+ * of the rows for wo when the parts are whole blocks of its input format
+ * (else it leaves memo cleared: mm_prepare converts them). */
 static void attention_blocks(struct job *j, int ith, int nth, int il, struct act_memo *memo,
-                             const struct ifl_mat *wo)
+                             const struct ifl_mat *wo, int split, int kh0, int kh1)
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
@@ -748,7 +810,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
         total += b->pos[r] + 1 + 16;
     for (long r = 0, nr; r < b->n_rows; r += nr) {
         nr = attn_run(f, b, r);
-        if (!attn_mine(b, r, nr, &cum, total, ith, nth))
+        if (split ? kh0 == kh1 : !attn_mine(b, r, nr, &cum, total, ith, nth))
             continue;
         const int32_t *table = b->block_tables[b->seq[r]];
         /* the run's rows read positions [0, pos + 1): the first the fewest */
@@ -756,8 +818,8 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
         const int per_kv = (int)nr * group; /* queries per KV head */
         long fit = f->score_floats / ((long)per_kv * n_max);
         int nh = fit < 1 ? 1 : fit * per_kv > f->score_heads ? f->score_heads / per_kv : (int)fit;
-        for (int h0 = 0; h0 < hp->n_head_kv; h0 += nh) {
-            const int h1 = hp->n_head_kv - h0 < nh ? hp->n_head_kv : h0 + nh;
+        for (int h0 = kh0; h0 < kh1; h0 += nh) {
+            const int h1 = kh1 - h0 < nh ? kh1 : h0 + nh;
             /* the queries of KV head hk are Q_AT(hk) + i * hd, i < per_kv (by
              * the run's rows, then the group), its outputs O_AT(hk) + i * hdv:
              * a lone row's own, else gathered into qbuf and obuf */
@@ -853,20 +915,30 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
 #undef O_AT
 #undef HEAD_OFS
         }
-        /* the rows are whole: convert them for Wo now, not after a barrier */
-        quant_rows(j, memo, wo, f->att, b->n_rows, r, r + nr);
+        /* the rows (or this thread's part) are done: convert them for Wo
+         * now, not after a barrier */
+        if (!split)
+            quant_rows(j, memo, wo, f->att, b->n_rows, r, r + nr);
     }
+    if (split)
+        quant_heads(j, memo, wo, ith, nth);
+}
+
+/* Whether attention_blocks reads this cache for this model. */
+static int attn_blocked(const struct ifl_fwd *f)
+{
+    const struct ifl_hparams *mh = &f->m->hp;
+    enum ifl_type kt = f->kv->type;
+    int blocked = kt == IFL_TYPE_F16 ||
+                  (kt == IFL_TYPE_Q8_0 && mh->head_dim % 32 == 0 && mh->head_dim_v % 32 == 0);
+    return blocked && mh->n_head / mh->n_head_kv <= ATT_QHEADS;
 }
 
 static void attention(struct job *j, int ith, int nth, int il, struct act_memo *memo,
                       const struct ifl_mat *wo)
 {
-    const struct ifl_hparams *mh = &j->f->m->hp;
-    enum ifl_type kt = j->f->kv->type;
-    int blocked = kt == IFL_TYPE_F16 ||
-                  (kt == IFL_TYPE_Q8_0 && mh->head_dim % 32 == 0 && mh->head_dim_v % 32 == 0);
-    if (blocked && mh->n_head / mh->n_head_kv <= ATT_QHEADS) {
-        attention_blocks(j, ith, nth, il, memo, wo);
+    if (attn_blocked(j->f)) {
+        attention_blocks(j, ith, nth, il, memo, wo, 0, 0, j->f->m->hp.n_head_kv);
         /* every thread notes it, rows or none, so all agree on what act holds */
         quant_rows(j, memo, wo, j->f->att, j->b->n_rows, 0, 0);
         return;
@@ -945,6 +1017,9 @@ static void step(void *arg, int ith, int nth)
     const int v_dim = hp->n_head_kv * hp->head_dim_v;
     struct act_memo memo = {0};
     int grp = 0; /* matmul groups this thread has been through */
+    /* fewer rows than threads: the threads share each row's attention out
+     * by KV heads, where otherwise one would take it alone */
+    const int heads_split = nr < nth && attn_blocked(f);
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
 
@@ -974,31 +1049,21 @@ static void step(void *arg, int ith, int nth)
         mm_barrier(j, ith, nth, qkv, 3);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, qkv, 3);
         ifl_pool_barrier(f->pool);
-        for (long r = lo; r < hi; r++) {
-            float *q = f->q + r * q_dim, *k = f->k + r * k_dim, *v = f->v + r * v_dim;
-            if (w->bq) {
-                for (int i = 0; i < q_dim; i++)
-                    q[i] += w->bq[i];
-                for (int i = 0; i < k_dim; i++)
-                    k[i] += w->bk[i];
-                for (int i = 0; i < v_dim; i++)
-                    v[i] += w->bv[i];
-            }
-            if (w->q_norm) {
-                for (int h = 0; h < hp->n_head; h++)
-                    rmsnorm(q + h * hp->head_dim, q + h * hp->head_dim, w->q_norm, hp->head_dim,
-                            hp->rms_eps);
-                for (int h = 0; h < hp->n_head_kv; h++)
-                    rmsnorm(k + h * hp->head_dim, k + h * hp->head_dim, w->k_norm, hp->head_dim,
-                            hp->rms_eps);
-            }
-            const float *cs = f->rope_cs + r * half * 2;
-            rope(q, cs, hp->n_rot, hp->head_dim, hp->n_head, hp->rope_neox);
-            rope(k, cs, hp->n_rot, hp->head_dim, hp->n_head_kv, hp->rope_neox);
+        if (heads_split) {
+            /* this thread's KV heads of every row, from q, k and v to att:
+             * it reads only the heads it stored, so no barrier between */
+            int h0 = hp->n_head_kv * ith / nth, h1 = hp->n_head_kv * (ith + 1) / nth;
+            for (long r = 0; r < nr; r++)
+                qkv_ready(j, w, r, h0, h1);
+            store_kv(j, il, 0, nr, h0, h1);
+            attention_blocks(j, ith, nth, il, &memo, &w->wo, 1, h0, h1);
+        } else {
+            for (long r = lo; r < hi; r++)
+                qkv_ready(j, w, r, 0, hp->n_head_kv);
+            store_kv(j, il, lo, hi, 0, hp->n_head_kv);
+            ifl_pool_barrier(f->pool);
+            attention(j, ith, nth, il, &memo, &w->wo);
         }
-        store_kv(j, ith, nth, il);
-        ifl_pool_barrier(f->pool);
-        attention(j, ith, nth, il, &memo, &w->wo);
         const struct mm_task o = {&w->wo, f->tmp, (size_t)n_embd};
         mm_barrier(j, ith, nth, &o, 1);
         mm_group(j, ith, nth, &memo, &grp, f->att, nr, &o, 1);
