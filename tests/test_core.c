@@ -111,6 +111,55 @@ static void test_pool(void)
     CHECK_EQ(ifl_pool_create(&p, -1), IFL_EINVAL);
 }
 
+/* Barriers that fetch memory while they wait count like plain ones: the
+ * threads mix the two kinds, one thread late each phase so the others
+ * wait (and fetch), and every phase must see all of the previous one. */
+struct fetch_job {
+    struct ifl_pool *pool;
+    const char *buf;
+    size_t len;
+    atomic_int count[8];
+    int ok[64];
+};
+
+static void fetch_fn(void *arg, int ith, int nth)
+{
+    struct fetch_job *j = arg;
+    j->ok[ith] = 1;
+    for (int ph = 0; ph < 8; ph++) {
+        if (ith == ph % nth) /* the late one */
+            for (volatile int k = 0; k < 20000; k++)
+                ;
+        atomic_fetch_add(&j->count[ph], 1);
+        if ((ith + ph) % 2)
+            ifl_pool_barrier_fetch(j->pool, j->buf + (size_t)ph * 4096, j->len - (size_t)ph * 4096);
+        else
+            ifl_pool_barrier(j->pool);
+        if (atomic_load(&j->count[ph]) != nth)
+            j->ok[ith] = 0;
+    }
+    ifl_pool_barrier_fetch(j->pool, NULL, 0);
+}
+
+static void test_pool_fetch(void)
+{
+    size_t len = 1 << 20;
+    char *buf = calloc(len, 1);
+    CHECK(buf != NULL);
+    for (int nth = 1; nth <= 4; nth++) {
+        struct ifl_pool *pool;
+        CHECK_EQ(ifl_pool_create(&pool, nth), 0);
+        for (int rep = 0; rep < 50; rep++) {
+            struct fetch_job j = {.pool = pool, .buf = buf, .len = len};
+            ifl_pool_run(pool, fetch_fn, &j);
+            for (int i = 0; i < nth; i++)
+                CHECK(j.ok[i]);
+        }
+        ifl_pool_free(pool);
+    }
+    free(buf);
+}
+
 int main(void)
 {
     T_RUN(test_strerror);
@@ -118,5 +167,6 @@ int main(void)
     T_RUN(test_bf16);
     T_RUN(test_rng);
     T_RUN(test_pool);
+    T_RUN(test_pool_fetch);
     return t_done();
 }
