@@ -917,6 +917,7 @@ static void test_beam_invariance(void)
         r.priority = 0.2f;
         r.output.return_perf_metrics = 1;
         ifl_id id;
+        int expect_preempt = 1;
         if (round == 0) {
             ref = run_one(ex, &r);
             ifl_executor_destroy(ex, 0);
@@ -953,6 +954,16 @@ static void test_beam_invariance(void)
                 nanosleep(&ts, NULL);
             }
             CHECK_EQ(ifl_enqueue_many(ex, others, 16, oid, err), 0);
+            /* the engine takes the others in at its next step, so the beam
+             * is preempted some ten steps later, unless this thread lost
+             * the CPU between its polls and the beam was nearly done (a
+             * once-seen flake of CI: "preemptions 0") */
+            struct ifl_request_stats rs = {0};
+            if (ifl_get_request_stats(ex, id, &rs) != 0 || rs.n_generated > 30) {
+                expect_preempt = 0; /* done (no stats) or nearly */
+                fprintf(stderr, "  (the beam was at %d of 60 tokens or done when the others "
+                                "came: its preemption is not checked)\n", rs.n_generated);
+            }
         } else {
             CHECK_EQ(ifl_enqueue_many(ex, others, 8, oid, err), 0);
             CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
@@ -964,7 +975,7 @@ static void test_beam_invariance(void)
             for (int32_t i = 0; i < got->n_results; i++)
                 CHECK(!memcmp(got->results[i].generation_logits, ref->results[i].generation_logits,
                               sizeof(float) * 512 * (size_t)got->results[i].n_tokens));
-        if (round == 2 && got)
+        if (round == 2 && got && expect_preempt)
             CHECK_MSG(got->perf.preemptions >= 1, "preemptions %d", got->perf.preemptions);
         ifl_response_free(got);
         for (int k = 0; k < 16; k++)
