@@ -506,7 +506,7 @@ static int64_t take_units(const struct mm_units *u, struct mm_region *r, int64_t
         if (thief && s < t0)
             s = t0, n = hi - b - t0; /* not into the task before */
         if (!thief && s + n > u->end[i])
-            n = u->end[i] - s;       /* not into the task after */
+            n = u->end[i] - s; /* not into the task after */
         uint64_t nw = thief ? old + ((uint64_t)n << 32) : old + (uint64_t)n;
         if (atomic_compare_exchange_weak_explicit(&r->taken, &old, nw, memory_order_relaxed,
                                                   memory_order_relaxed)) {
@@ -528,12 +528,12 @@ static int64_t take_units(const struct mm_units *u, struct mm_region *r, int64_t
  * matrix, and a tinyllama decode's threads waited up to 37 us for each
  * other at a matmul's end), builds alternating on the Zen 5: tinyllama
  * decode Q4_0 +4 %, Q4_K_M +1.6 %, Q8_0 +3 % (its runs swung 26-51
- * tok/s with the VM's bandwidth); prompts and 16-sequence
- * decodes level. Chunks of a quarter of the share left lost 8 % on a
- * small-110m Q4_0 prompt (16-row calls of one or two units read their
- * activations again for little work). Which thread computes an output
- * changes nothing about how it is computed, so results stay the same. No
- * barrier at the end. */
+ * tok/s with the VM's bandwidth); prompts and 16-sequence decodes level.
+ * Chunks of a quarter of the share left lost 8 % on a small-110m Q4_0
+ * prompt (16-row calls of one or two units read their activations again
+ * for little work); at one or two rows, chunks of at most 4, 8 or 16
+ * units were level. Which thread computes an output changes nothing about
+ * how it is computed, so results stay the same. No barrier at the end. */
 static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_task *t, int nt,
                       const float *x, int32_t nr)
 {
@@ -756,20 +756,23 @@ static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_m
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_hparams *hp = &f->m->hp;
-    const struct ifl_type_info *ti = ifl_type_info(ifl_type_info(wo->type)->act);
+    const enum ifl_type at = ifl_type_info(wo->type)->act;
+    const struct ifl_type_info *ti = ifl_type_info(at);
     const int per_head = hp->n_head / hp->n_head_kv * hp->head_dim_v; /* att values a KV head */
     for (int t = 1; t < nth; t++)
         if ((long)hp->n_head_kv * t / nth * per_head % ti->blck) {
             memo->src = NULL;
             return;
         }
-    const int e0 = hp->n_head_kv * ith / nth * per_head, e1 = hp->n_head_kv * (ith + 1) / nth * per_head;
+    const int e0 = hp->n_head_kv * ith / nth * per_head;
+    const int e1 = hp->n_head_kv * (ith + 1) / nth * per_head;
     const int32_t nr = j->b->n_rows;
-    if (ifl_type_info(wo->type)->act != IFL_TYPE_F32 && e1 > e0)
+    if (at != IFL_TYPE_F32 && e1 > e0)
         for (long r = 0; r < nr; r++)
-            f->kn->quant[ifl_type_info(wo->type)->act](
-                f->att + r * wo->n_in + e0,
-                (char *)f->act + r * f->act_row_bytes + (size_t)(e0 / ti->blck) * ti->size, e1 - e0);
+            f->kn->quant[at](f->att + r * wo->n_in + e0,
+                             (char *)f->act + r * f->act_row_bytes +
+                                 (size_t)(e0 / ti->blck) * ti->size,
+                             e1 - e0);
     quant_rows(j, memo, wo, f->att, nr, 0, 0); /* notes that act holds them */
 }
 
