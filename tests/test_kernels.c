@@ -765,7 +765,7 @@ static void test_each_table(void)
 /* The reference x16 gemm equals the plain reference gemm bit for bit; each
  * table's x16 gemm is within tolerance of it and batch invariant (a row
  * alone, a group alone and every row tiling give the same bits). For
- * Q8_0 / Q4_0, n up to 300 blocks crosses the 512-bit kernel's 128-block
+ * Q8_0 / Q4_0, n up to 300 blocks crosses the 512-bit kernel's 256-block
  * segments; K-quant rows run from one super-block to ffn_down's 22. */
 static void test_x16(void)
 {

@@ -438,7 +438,15 @@ DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
 
 #define X16 16
 #define XMR 8    /* activation rows per tile */
-#define SEG 128  /* blocks per segment: the activation sums kept on the stack */
+/* Blocks per segment: the activation sums kept on the stack (16 KiB).
+ * A column block is walked segment by segment, so a group's weights are
+ * one stream only when its row fits in a segment: 256 blocks take
+ * tinyllama's 5632-wide down rows whole (128 took them in two passes,
+ * the prefetchers finding a new stream at each group's second half).
+ * Alternating builds, one-row Q4_0 5632 x 16384 from memory (kbench):
+ * pair ratios 0.90-1.74, median 1.08; tinyllama Q4_0 decode level to
+ * +5 % (medians of 8 pairs, twice); prompts level. */
+#define SEG 256
 
 AI uint32_t ld_u32(const char *p)
 {
