@@ -465,7 +465,6 @@ struct mm_task {
 /* Units of a group's output columns: task i's columns in steps of
  * mat_step, its last unit maybe short, the tasks' units one after another. */
 struct mm_units {
-    int nt;
     int64_t end[4]; /* task i's units end at end[i] (from the group's first) */
     int step[4];
 };
@@ -473,11 +472,30 @@ struct mm_units {
 static void mm_units_of(const struct ifl_fwd *f, const struct mm_task *t, int nt,
                         struct mm_units *u)
 {
-    u->nt = nt;
     for (int i = 0; i < nt; i++) {
         u->step[i] = mat_step(f, t[i].w);
         u->end[i] = (i ? u->end[i - 1] : 0) + (t[i].w->n_out + u->step[i] - 1) / u->step[i];
     }
+}
+
+/* The task that unit x (below the group's last end) belongs to. */
+static int unit_task(const struct mm_units *u, int64_t x)
+{
+    int i = 0;
+    while (u->end[i] <= x)
+        i++;
+    return i;
+}
+
+/* Columns [*c0, *c1) of w that units [x0, x1) of its task i cover. */
+static void unit_cols(const struct mm_units *u, int i, const struct ifl_mat *w, int64_t x0,
+                      int64_t x1, int64_t *c0, int64_t *c1)
+{
+    int64_t first = i ? u->end[i - 1] : 0;
+    *c0 = (x0 - first) * u->step[i];
+    *c1 = (x1 - first) * u->step[i];
+    if (*c1 > w->n_out)
+        *c1 = w->n_out;
 }
 
 /* Thread t's share of the n units: [*lo, *hi). */
@@ -487,10 +505,11 @@ static void unit_share(int64_t n, int t, int nth, int64_t *lo, int64_t *hi)
     *hi = n * (t + 1) / nth;
 }
 
-/* Takes up to k units from the front of share r (thief 0) or its back
- * (thief 1), within one task; returns how many, 0 when none are left. */
+/* Takes 1/div of the units left (at least one) from the front of share
+ * [lo, hi) (thief 0) or its back (thief 1), within one task; returns how
+ * many, 0 when none are left. */
 static int64_t take_units(const struct mm_units *u, struct mm_region *r, int64_t lo, int64_t hi,
-                          int thief, int64_t k, int64_t *u0)
+                          int thief, int div, int64_t *u0)
 {
     uint64_t old = atomic_load_explicit(&r->taken, memory_order_relaxed);
     for (;;) {
@@ -498,10 +517,8 @@ static int64_t take_units(const struct mm_units *u, struct mm_region *r, int64_t
         int64_t left = hi - lo - a - b;
         if (left <= 0)
             return 0;
-        int64_t n = k < left ? k : left, s = thief ? hi - b - n : lo + a;
-        int i = 0;
-        while (u->end[i] <= (thief ? hi - b - 1 : s))
-            i++;
+        int64_t n = left / div < 1 ? 1 : left / div, s = thief ? hi - b - n : lo + a;
+        int i = unit_task(u, thief ? hi - b - 1 : s);
         int64_t t0 = i ? u->end[i - 1] : 0;
         if (thief && s < t0)
             s = t0, n = hi - b - t0; /* not into the task before */
@@ -551,22 +568,12 @@ static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_ta
     for (int v = 0; v < nth; v++) {
         const int victim = (ith + v) % nth, thief = v > 0;
         struct mm_region *r = &f->mm_reg[(size_t)g * (size_t)nth + (size_t)victim];
-        int64_t lo, hi, u0, k;
+        int64_t lo, hi, u0, k, c0, c1;
         unit_share(n, victim, nth, &lo, &hi);
-        for (;;) {
-            uint64_t tk = atomic_load_explicit(&r->taken, memory_order_relaxed);
-            int64_t left = hi - lo - (int64_t)(tk & 0xffffffffu) - (int64_t)(tk >> 32);
-            int64_t want = left / (thief ? 2 * nth : 2);
-            if ((k = take_units(&u, r, lo, hi, thief, want < 1 ? 1 : want, &u0)) == 0)
-                break;
-            int i = 0;
-            while (u.end[i] <= u0)
-                i++;
+        while ((k = take_units(&u, r, lo, hi, thief, thief ? 2 * nth : 2, &u0)) > 0) {
+            const int i = unit_task(&u, u0);
             const struct ifl_mat *w = t[i].w;
-            int64_t first = i ? u.end[i - 1] : 0;
-            int64_t c0 = (u0 - first) * u.step[i], c1 = (u0 + k - first) * u.step[i];
-            if (c1 > w->n_out)
-                c1 = w->n_out;
+            unit_cols(&u, i, w, u0, u0 + k, &c0, &c1);
             ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
             gemm(w->n_in, nr, (int)(c1 - c0), xa, xs,
                  (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, t[i].y + c0,
@@ -592,16 +599,15 @@ static void mm_barrier(struct job *j, int ith, int nth, const struct mm_task *t,
     struct ifl_fwd *f = j->f;
     struct mm_units u;
     mm_units_of(f, t, nt, &u);
-    int64_t lo, hi;
+    int64_t lo, hi, c0, c1;
     unit_share(u.end[nt - 1], ith, nth, &lo, &hi);
-    int i = 0;
-    while (i < nt - 1 && u.end[i] <= lo)
-        i++;
+    if (lo == hi) {
+        ifl_pool_barrier(f->pool);
+        return;
+    }
+    const int i = unit_task(&u, lo);
     const struct ifl_mat *w = t[i].w;
-    int64_t first = i ? u.end[i - 1] : 0, e = hi < u.end[i] ? hi : u.end[i];
-    int64_t c0 = (lo - first) * u.step[i], c1 = (e - first) * u.step[i];
-    if (c1 > w->n_out)
-        c1 = w->n_out;
+    unit_cols(&u, i, w, lo, hi < u.end[i] ? hi : u.end[i], &c0, &c1);
     size_t bytes = c1 > c0 ? (size_t)(c1 - c0) * w->row_bytes : 0;
     ifl_pool_barrier_fetch(f->pool, (const char *)w->data + (size_t)c0 * w->row_bytes,
                            bytes < FETCH_BYTES ? bytes : FETCH_BYTES);
