@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "core/rng.h"
@@ -56,9 +57,12 @@ int main(int argc, char **argv)
                 tmp[i] = ifl_rng_normal(&rng) * 0.1f;
             ref->quant[t](tmp, w + (size_t)c * ws, n);
         }
-        char *wx = malloc(ws * (size_t)nc);
-        if (!wx)
+        /* the repacked copy on huge pages, as the model loader puts it */
+        size_t wxn = ws * (size_t)nc;
+        char *wx = mmap(NULL, wxn, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (wx == MAP_FAILED)
             return 1;
+        madvise(wx, wxn, MADV_HUGEPAGE);
         for (int g = 0; ref->gemm_x16[t] && g < nc / 16; g++)
             ifl_repack_x16(t, n, w + (size_t)g * 16 * ws, ws, wx + (size_t)g * 16 * ws);
         for (int r = 0; r < maxr; r++)
@@ -95,7 +99,7 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
         }
-        free(wx);
+        munmap(wx, wxn);
         free(w);
         free(x);
     }

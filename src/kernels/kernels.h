@@ -56,7 +56,10 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
  * instruction meets it (after a mask or shift for packed bits) with the
  * four matching activations broadcast, and sums 16 rows at once, one row
  * per 32-bit lane. Packed scales stay packed; a run of them gives each
- * lane its own row's bytes. */
+ * lane its own row's bytes. One exception: Q6_K's ql and qh runs are
+ * interleaved, so that a kernel reading one row meets them in address
+ * order: per half of the block, for m = 0..7, ql run 16h + m, ql run
+ * 16h + 8 + m, qh run 8h + m (x16_run_off in ref.c). */
 /* Repacks rows [16g, 16g + 16) of a matrix of n-element rows of type t
  * (one of the above), row_bytes apart, into one x16 group at dst. */
 void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst);
