@@ -13,7 +13,15 @@ echo "$out"
 echo "$out" | grep -q '^\[0\] Once upon a time, there was a little girl named Lily' &&
     ok "batch: greedy text of prompt 0" || bad "batch: greedy text of prompt 0"
 
-out=$("$BUILD/examples/stream_cancel" "$M" "Once upon a time" 10 2>&1)
+# The cancel is asynchronous: stories260K makes its 100 tokens in about
+# 20 ms, so a client thread that loses its time slice after token 10 can
+# see the request finish first. That is a correct outcome, so up to five
+# tries; a cancel that never takes effect still fails every one.
+for try in 1 2 3 4 5; do
+    out=$("$BUILD/examples/stream_cancel" "$M" "Once upon a time" 10 2>&1)
+    echo "$out" | grep -q 'finish reason: cancelled' && break
+    echo "(try $try: the request finished before the cancel)"
+done
 echo "$out"
 echo "$out" | grep -q 'finish reason: cancelled' && ok "stream_cancel: cancelled" || bad "stream_cancel: cancelled"
 n=$(echo "$out" | sed -n 's/.*\[\([0-9]*\) tokens.*/\1/p')
