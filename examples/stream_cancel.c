@@ -1,12 +1,14 @@
 /*
  * Example: a streamed request cancelled halfway.
  *
- *   build/examples/stream_cancel MODEL.gguf "prompt" [CANCEL_AFTER_TOKENS]
+ *   build/examples/stream_cancel MODEL.gguf "prompt" [CANCEL_AFTER_TOKENS [MAX_TOKENS]]
  *
  * Text is printed as each response arrives. After CANCEL_AFTER_TOKENS
- * tokens (default 20) the client cancels; the engine ends the request at
- * its next step and sends a final response whose finish reason is
- * "cancelled". Uses only the public header.
+ * tokens (default 20) of at most MAX_TOKENS (default 100) the client
+ * cancels; the engine ends the request at its next step and sends a final
+ * response whose finish reason is "cancelled". The engine does not wait
+ * for the client, so on a small model the request may well be finished by
+ * then (finish reason "length"). Uses only the public header.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +31,11 @@ static const char *reason_name(int32_t r)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MODEL.gguf PROMPT [CANCEL_AFTER_TOKENS]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf PROMPT [CANCEL_AFTER_TOKENS [MAX_TOKENS]]\n", argv[0]);
         return 2;
     }
     int cancel_after = argc > 3 ? atoi(argv[3]) : 20;
+    int max_tokens = argc > 4 ? atoi(argv[4]) : 100;
     char err[512] = "";
     ifl_executor *ex;
     if (ifl_executor_create(&ex, argv[1], NULL, err)) {
@@ -46,7 +49,7 @@ int main(int argc, char **argv)
     ifl_request_init(&req);
     req.input_ids = prompt;
     req.n_input = (int32_t)n;
-    req.max_tokens = 100;
+    req.max_tokens = max_tokens;
     req.streaming = 1;
     req.sampling.temperature = 0;
     req.sampling.ignore_eos = 1;
