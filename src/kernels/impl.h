@@ -16,4 +16,12 @@ void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k);
 /* F16 attention kernels (x86_avx512_attn.c), likewise. */
 void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k);
 
+/* Where a Q6_K x16 block group (kernels.h) keeps ql run 16h + 8hi + m and
+ * qh run 8h + m (h: the block's half, m < 8): after d (32 bytes) and the
+ * scales (4 runs of 64), each half's triples (ql m, ql 8 + m, qh m) in
+ * turn, so one row's kernel reads the group in address order. The
+ * repacker (ref.c) and the AVX-512 tiles both place runs by these. */
+#define IFL_X16_Q6K_QL(h, hi, m) (32 + 4 * 64 + 64 * (24 * (h) + 3 * (m) + (hi)))
+#define IFL_X16_Q6K_QH(h, m) (32 + 4 * 64 + 64 * (24 * (h) + 3 * (m) + 2))
+
 #endif

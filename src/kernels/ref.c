@@ -693,19 +693,18 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
 
 /* Where run r of field k starts in a block group, off being where the
  * field's runs would start laid end to end. Q6_K interleaves its ql and qh
- * runs: each half of a block (128 elements) is 8 triples (ql run m, ql run
- * 8 + m, qh run m of that half), which together hold 16 elements of each
- * of four sub-blocks. A kernel that takes the triples in turn reads the
- * group in address order, a stream the hardware prefetcher follows; with
- * ql and qh 2 KiB apart it did not (a one-row Q6_K matmul from memory ran
- * at a third of Q4_K's bandwidth on the Zen 4). */
+ * runs (IFL_X16_Q6K_QL / _QH in impl.h): each half of a block is 8 triples
+ * (ql run m, ql run 8 + m, qh run m of that half), which together hold 16
+ * elements of each of four sub-blocks. A kernel that takes the triples in
+ * turn reads the group in address order, a stream the hardware prefetcher
+ * follows; with ql and qh 2 KiB apart it did not (a one-row Q6_K matmul
+ * from memory ran at a third of Q4_K's bandwidth on the Zen 4). */
 static size_t x16_run_off(enum ifl_type t, int k, int r, size_t off)
 {
-    if (t == IFL_TYPE_Q6_K && k >= 2) {
-        const size_t ql0 = 2 * X16 + 4 * 64; /* after d and the scales */
-        const int h = k == 2 ? r / 16 : r / 8, part = k == 2 ? r % 16 / 8 : 2;
-        return ql0 + 64 * (size_t)(24 * h + 3 * (r % 8) + part);
-    }
+    if (t == IFL_TYPE_Q6_K && k == 2)
+        return IFL_X16_Q6K_QL(r / 16, r % 16 / 8, r % 8);
+    if (t == IFL_TYPE_Q6_K && k == 3)
+        return IFL_X16_Q6K_QH(r / 8, r % 8);
     return off + 64 * (size_t)r;
 }
 

@@ -665,12 +665,6 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
 
-/* Where ql run 16h + 8hi + m and qh run 8h + m start in a Q6_K group:
- * after d and the scales, the two halves' triples (ql m, ql 8 + m, qh m)
- * in turn (x16_run_off in ref.c). */
-#define K6_QL(h, hi, m) (2 * X16 + 4 * 64 + 64 * (24 * (h) + 3 * (m) + (hi)))
-#define K6_QH(h, m) (2 * X16 + 4 * 64 + 64 * (24 * (h) + 3 * (m) + 2))
-
 /* x16k6_isum for one or two rows, where the weights come from memory: each
  * of a half-group's 24 runs is read once, in address order, a ql run
  * giving two sub-blocks (its low and high nibbles) and a qh run four. The
@@ -688,9 +682,9 @@ AI void x16k6_isum_few(int R, const char *g, const char *const *xb, __m512 *fs)
         UNROLL for (int m = 0; m < 8; m++)
         {
             const int sb = m >> 2, q = m & 3;
-            __m512i l0 = _mm512_loadu_si512((const void *)(g + K6_QL(h, 0, m)));
-            __m512i l1 = _mm512_loadu_si512((const void *)(g + K6_QL(h, 1, m)));
-            __m512i u = _mm512_loadu_si512((const void *)(g + K6_QH(h, m)));
+            __m512i l0 = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QL(h, 0, m)));
+            __m512i l1 = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QL(h, 1, m)));
+            __m512i u = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QH(h, m)));
             /* element run 32h + 8p + m: l | (u & 0x30), as in x16k6_isum */
             __m512i lo[4] = {_mm512_and_si512(l0, m4), _mm512_and_si512(l1, m4),
                              _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
@@ -733,8 +727,8 @@ AI void x16k6_isum(int R, const char *g, const char *const *xb, __m512 *fs)
             UNROLL for (int q = 0; q < 4; q++)
             {
                 const int m = 4 * sb + q;
-                __m512i l = _mm512_loadu_si512((const void *)(g + K6_QL(h, p & 1, m)));
-                __m512i u = _mm512_loadu_si512((const void *)(g + K6_QH(h, m)));
+                __m512i l = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QL(h, p & 1, m)));
+                __m512i u = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QH(h, m)));
                 l = _mm512_and_si512(p >> 1 ? _mm512_srli_epi16(l, 4) : l, m4);
                 u = p == 0 ? _mm512_slli_epi16(u, 4)
                     : p == 1 ? _mm512_slli_epi16(u, 2)
@@ -751,10 +745,11 @@ AI void x16k6_isum(int R, const char *g, const char *const *xb, __m512 *fs)
     }
 }
 
-/* Q6_K group: d (32 bytes), scales (4 runs), ql (32 runs), qh (16 runs).
- * Element run v (elements 4v .. 4v + 3) with v = 32h + 8p + m, m < 8, is
- * nibble p >> 1 of ql run 16h + 8 (p & 1) + m with bits 2p, 2p + 1 of qh
- * run 8h + m on top; sub-block j is runs 4j .. 4j + 3. */
+/* Q6_K group: d (32 bytes), scales (4 runs), then ql (32 runs) and qh (16
+ * runs) interleaved (IFL_X16_Q6K_QL / _QH in impl.h). Element run v
+ * (elements 4v .. 4v + 3) with v = 32h + 8p + m, m < 8, is nibble p >> 1
+ * of ql run 16h + 8 (p & 1) + m with bits 2p, 2p + 1 of qh run 8h + m on
+ * top; sub-block j is runs 4j .. 4j + 3. */
 AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y, size_t ldy)
 {
     __m512 acc[XMR];
