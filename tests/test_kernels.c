@@ -717,6 +717,94 @@ static void check_table_softmax(const struct ifl_kernels *k)
     }
 }
 
+/* The sampler's row passes: every table equals ref bit for bit (sums,
+ * outputs and counts), on rows of logits with -inf and NaN among them,
+ * lengths around the blocks of 16 and the SIMD strides, temperatures 1
+ * and not, with and without min_e, with and without the outputs. */
+static void check_table_rows(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    static const int lens[] = {1, 7, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 127, 128,
+                               129, 255, 256, 257, 1000, 32000};
+    enum { NMAX = 32000 };
+    float *x = xmalloc(sizeof(float) * NMAX);
+    float *e[2], *v[2];
+    for (int j = 0; j < 2; j++) {
+        e[j] = xmalloc(sizeof(float) * NMAX);
+        v[j] = xmalloc(sizeof(float) * NMAX);
+    }
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 1234);
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        const int n = lens[li];
+        for (int i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)(ifl_rng_next(&r) >> 40) % 64;
+            x[i] = u == 0 ? -INFINITY : u == 1 ? NAN : 6.0f * ifl_rng_normal(&r);
+        }
+        float m = ref->max_f32(n, x);
+        CHECK_MSG(k->max_f32(n, x) == m || (isinf(m) && k->max_f32(n, x) == m),
+                  "%s max_f32 n=%d: %g vs ref %g", k->name, n, (double)k->max_f32(n, x), (double)m);
+        if (!(m > -INFINITY))
+            continue;
+        /* the boundary of the cutoff at temperature 1, and a tie for the best */
+        x[(n - 1) / 2] = m - 20.0f;
+        x[n - 1] = m;
+        CHECK_EQ(k->find_f32(n, x, m), ref->find_f32(n, x, m));
+        CHECK_EQ(k->find_f32(n, x, m + 1.0f), n);
+        CHECK_EQ(ref->find_f32(n, x, m + 1.0f), n);
+        static const float temps[] = {1.0f, 0.7f, 1.3f};
+        for (int ti = 0; ti < 3; ti++)
+            for (int mi = 0; mi < 2; mi++)
+                for (int outs = 0; outs < 2; outs++) {
+                    double sum[2], sev[2] = {0, 0};
+                    int32_t cnt[2] = {-1, -1};
+                    for (int j = 0; j < 2; j++) {
+                        struct ifl_exp_pass a = {.m = m, .t = temps[ti], .cutoff = 20.0f,
+                                                 .min_e = mi ? 0.01f : 0.0f};
+                        if (outs) {
+                            a.e = e[j];
+                            a.v = v[j];
+                            a.sum_ev = &sev[j];
+                            a.count = &cnt[j];
+                        }
+                        sum[j] = (j ? ref : k)->exp_pass(n, x, &a);
+                    }
+                    CHECK_MSG(memcmp(&sum[0], &sum[1], sizeof(double)) == 0 &&
+                                  memcmp(&sev[0], &sev[1], sizeof(double)) == 0,
+                              "%s exp_pass n=%d t=%g min_e %d: sums %.17g %.17g vs ref %.17g %.17g",
+                              k->name, n, (double)temps[ti], mi, sum[0], sev[0], sum[1], sev[1]);
+                    if (outs) {
+                        CHECK_EQ(cnt[0], cnt[1]);
+                        CHECK_MSG(memcmp(e[0], e[1], sizeof(float) * (size_t)n) == 0 &&
+                                      memcmp(v[0], v[1], sizeof(float) * (size_t)n) == 0,
+                                  "%s exp_pass n=%d t=%g min_e %d: e or v differ from ref",
+                                  k->name, n, (double)temps[ti], mi);
+                    }
+                }
+    }
+    for (int j = 0; j < 2; j++) {
+        free(e[j]);
+        free(v[j]);
+    }
+    free(x);
+}
+
+/* ifl_kernels_exp is within its stated 1e-7 of e^x over [-87, 0], and
+ * clamps below. */
+static void test_exp(void)
+{
+    double worst = 0;
+    for (int i = 0; i <= 870000; i++) {
+        float x = -(float)i * 1e-4f;
+        double want = exp((double)x), got = ifl_kernels_exp(x);
+        double rel = fabs(got - want) / want;
+        worst = rel > worst ? rel : worst;
+    }
+    CHECK_MSG(worst < 1e-7, "ifl_kernels_exp: relative error %.3g", worst);
+    CHECK(ifl_kernels_exp(-200.0f) == ifl_kernels_exp(-87.0f));
+    CHECK(ifl_kernels_exp(0.0f) == 1.0f);
+}
+
 static void test_tables(void)
 {
     CHECK(ifl_kernels_ref() != NULL);
@@ -756,6 +844,7 @@ static void test_each_table(void)
         check_table_f16(k);
         check_table_swiglu(k);
         check_table_softmax(k);
+        check_table_rows(k);
         fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
     }
 }
@@ -960,6 +1049,7 @@ static void test_real_files(void)
 int main(void)
 {
     T_RUN(test_tables);
+    T_RUN(test_exp);
     T_RUN(test_known_q4_0_q8_0);
     T_RUN(test_known_q4_k_q5_k);
     T_RUN(test_known_q6_k_q8_k);

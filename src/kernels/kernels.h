@@ -64,6 +64,25 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
  * (one of the above), row_bytes apart, into one x16 group at dst. */
 void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_bytes, void *dst);
 
+/* The arguments of exp_pass, over x[0..n) whose values are NaN, -inf or at
+ * most m (the sampler's m is the row's largest). For each i, v = x[i] - m,
+ * divided by t unless t is 1; i is a candidate when v >= -cutoff (so never
+ * for NaN or -inf) and e = ifl_kernels_exp(v) >= min_e. A non-candidate
+ * has e = 0, and v = 0 when it failed the cutoff (v stays when it failed
+ * min_e). Writes e[i] and v[i] when those are not NULL; returns the sum of
+ * e, and the sum of e * v and the number of candidates through sum_ev and
+ * count when those are not NULL. Sums go in blocks of 16 from i = 0:
+ * within a block four float lanes j = 0..3 add up elements 4k + j in order
+ * of k from 0.0f, then (lane 0 + lane 1) + (lane 2 + lane 3) is added in
+ * double; past the last whole block each element is added in double on
+ * its own. */
+struct ifl_exp_pass {
+    float m, t, cutoff, min_e;
+    float *e, *v;
+    double *sum_ev;
+    int32_t *count;
+};
+
 struct ifl_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
     ifl_gemm_fn gemm[IFL_TYPE_COUNT];       /* by weight type; NULL if unsupported */
@@ -111,7 +130,25 @@ struct ifl_kernels {
                          float scale, float *s, size_t lds);
     void (*attn_pv_q8_0)(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
                          int nt, float *o);
+
+    /* The sampler's passes over a row of logits (runtime/sampler.c), which
+     * run once per generated token over the whole vocabulary. Every table
+     * gives exactly ref's results, bits of the sums included, so what a
+     * request samples does not depend on the CPU.
+     * max_f32: the largest of x[0..n), NaN skipped; -inf when there is none.
+     * find_f32: the first i with x[i] == v, or n.
+     * exp_pass: see struct ifl_exp_pass. */
+    float (*max_f32)(int64_t n, const float *x);
+    int64_t (*find_f32)(int64_t n, const float *x, float v);
+    double (*exp_pass)(int64_t n, const float *x, const struct ifl_exp_pass *a);
 };
+
+/* e^x for x in [-87, 0] (smaller x gives e^-87), relative error under
+ * 1e-7: 2^n * e^r with n = round(x / ln 2) and e^r by a degree-7
+ * polynomial (Cephes' expf coefficients), each operation rounded on its
+ * own (no fused multiply-add). The SIMD exp_pass lanes do the very same
+ * operations. */
+float ifl_kernels_exp(float x);
 
 const struct ifl_kernels *ifl_kernels_ref(void);
 const struct ifl_kernels *ifl_kernels_best(void);

@@ -846,6 +846,97 @@ static double softmax_exp(int64_t n, float *s, float mx)
     return sum;
 }
 
+/* ---- the sampler's row passes ---- */
+
+float ifl_kernels_exp(float x)
+{
+    if (x < -87.0f)
+        x = -87.0f;
+    float n = (x * IFL_EXP_LOG2E + IFL_EXP_ROUND) - IFL_EXP_ROUND;
+    float r = x - n * IFL_EXP_LN2_HI - n * IFL_EXP_LN2_LO;
+    float p = r * IFL_EXP_P0 + IFL_EXP_P1;
+    p = p * r + IFL_EXP_P2;
+    p = p * r + IFL_EXP_P3;
+    p = p * r + IFL_EXP_P4;
+    p = p * r + IFL_EXP_P5;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) * (1 << 23);
+    float s;
+    memcpy(&s, &bits, sizeof(s));
+    return p * s;
+}
+
+static float max_f32(int64_t n, const float *x)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > m)
+            m = x[i];
+    return m;
+}
+
+static int64_t find_f32(int64_t n, const float *x, float v)
+{
+    int64_t i = 0;
+    while (i < n && x[i] != v)
+        i++;
+    return i;
+}
+
+/* One element of exp_pass: its e (0 unless a candidate) and v (0 then too). */
+static float exp_one(const struct ifl_exp_pass *a, float x, float *v)
+{
+    float vv = a->t != 1.0f ? (x - a->m) / a->t : x - a->m;
+    float e = 0;
+    if (vv >= -a->cutoff) {
+        e = ifl_kernels_exp(vv);
+        if (!(e >= a->min_e))
+            e = 0;
+    } else {
+        vv = 0;
+    }
+    *v = vv;
+    return e;
+}
+
+static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
+{
+    double sum = 0, sev = 0;
+    int32_t cnt = 0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float s[4] = {0, 0, 0, 0}, sv[4] = {0, 0, 0, 0};
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 4; j++) {
+                float v, e = exp_one(a, x[i + 4 * k + j], &v);
+                if (a->e)
+                    a->e[i + 4 * k + j] = e;
+                if (a->v)
+                    a->v[i + 4 * k + j] = v;
+                s[j] += e;
+                sv[j] += e * v;
+                cnt += e > 0;
+            }
+        sum += (double)((s[0] + s[1]) + (s[2] + s[3]));
+        sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
+    }
+    for (; i < n; i++) {
+        float v, e = exp_one(a, x[i], &v);
+        if (a->e)
+            a->e[i] = e;
+        if (a->v)
+            a->v[i] = v;
+        sum += e;
+        sev += (double)(e * v);
+        cnt += e > 0;
+    }
+    if (a->sum_ev)
+        *a->sum_ev = sev;
+    if (a->count)
+        *a->count = cnt;
+    return sum;
+}
+
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
 {
     memset(k, 0, sizeof(*k));
@@ -894,4 +985,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->cvt_f32_f16 = cvt_f32_f16;
     k->swiglu = swiglu;
     k->softmax_exp = softmax_exp;
+    k->max_f32 = max_f32;
+    k->find_f32 = find_f32;
+    k->exp_pass = exp_pass;
 }

@@ -14,4 +14,5 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k)
     x86_fill(k);
     ifl_kernels_fill_avx512_gemm(k);
     ifl_kernels_fill_avx512_attn(k);
+    ifl_kernels_fill_avx512_rows(k);
 }

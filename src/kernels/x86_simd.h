@@ -879,6 +879,169 @@ static double x86_softmax_exp(int64_t n, float *s, float mx)
     return sum;
 }
 
+/* ---- the sampler's row passes (ref.c: max_f32, find_f32, exp_pass) ---- */
+
+/* max_f32 of ref.c. vmaxps keeps its second operand when the first is
+ * NaN, so NaN is skipped as in ref; the maximum does not depend on the
+ * order (a +0 / -0 tie aside, which compares equal). */
+static float x86_max_f32(int64_t n, const float *x)
+{
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    m0 = _mm256_max_ps(m1, m0);
+    __m128 h = _mm_max_ps(_mm256_extractf128_ps(m0, 1), _mm256_castps256_ps128(m0));
+    h = _mm_max_ps(_mm_movehl_ps(h, h), h);
+    h = _mm_max_ss(_mm_movehdup_ps(h), h);
+    float m = _mm_cvtss_f32(h);
+    for (; i < n; i++)
+        if (x[i] > m)
+            m = x[i];
+    return m;
+}
+
+/* find_f32 of ref.c, 16 at a time. */
+static int64_t x86_find_f32(int64_t n, const float *x, float v)
+{
+    const __m256 vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        int lo = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ));
+        int hi = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), vv, _CMP_EQ_OQ));
+        if (lo | hi)
+            return i + __builtin_ctz((unsigned)(lo | hi << 8));
+    }
+    while (i < n && x[i] != v)
+        i++;
+    return i;
+}
+
+/* ifl_kernels_exp in eight lanes: the same operations in the same order,
+ * each rounded on its own. */
+AI __m256 sexp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f), magic = _mm256_set1_ps(IFL_EXP_ROUND);
+    x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(IFL_EXP_LOG2E)), magic),
+                             magic);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(IFL_EXP_LN2_HI))),
+                             _mm256_mul_ps(n, _mm256_set1_ps(IFL_EXP_LN2_LO)));
+    __m256 p = _mm256_add_ps(_mm256_mul_ps(r, _mm256_set1_ps(IFL_EXP_P0)), _mm256_set1_ps(IFL_EXP_P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P5));
+    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
+    __m256i s = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(s));
+}
+
+/* A block of 16 as exp_pass of ref.c adds it: lanes j = 0..3 summed over
+ * the four quarters in order from 0.0f, then (0 + 1) + (2 + 3). */
+AI float block16_sum(__m256 a, __m256 b)
+{
+    __m128 s = _mm_add_ps(_mm_setzero_ps(), _mm256_castps256_ps128(a));
+    s = _mm_add_ps(s, _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm256_castps256_ps128(b));
+    s = _mm_add_ps(s, _mm256_extractf128_ps(b, 1));
+    s = _mm_add_ps(s, _mm_movehdup_ps(s)); /* lane 0: s0 + s1, lane 2: s2 + s3 */
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehl_ps(s, s)));
+}
+
+/* One vector of exp_pass: e (0 for non-candidates) and v of x[0..8). */
+AI __m256 exp_pass8(const float *x, const struct ifl_exp_pass *a, int divide, __m256 *v,
+                    int want_count, int32_t *cnt)
+{
+    __m256 vv = _mm256_sub_ps(_mm256_loadu_ps(x), _mm256_set1_ps(a->m));
+    if (divide)
+        vv = _mm256_div_ps(vv, _mm256_set1_ps(a->t));
+    __m256 ok = _mm256_cmp_ps(vv, _mm256_set1_ps(-a->cutoff), _CMP_GE_OQ);
+    vv = _mm256_and_ps(vv, ok);
+    __m256 ee = sexp8(vv);
+    ok = _mm256_and_ps(ok, _mm256_cmp_ps(ee, _mm256_set1_ps(a->min_e), _CMP_GE_OQ));
+    if (want_count)
+        *cnt += __builtin_popcount((unsigned)_mm256_movemask_ps(ok));
+    *v = vv;
+    return _mm256_and_ps(ee, ok);
+}
+
+/* NV / 2 blocks of 16 at x + i (NV = 2 or 4), as exp_pass of ref.c does
+ * them; adds their sums into *sum and *sev in order. */
+AI void exp_blocks(int NV, int64_t i, const float *x, const struct ifl_exp_pass *a, int divide,
+                   int want_e, int want_v, int want_sev, int want_count, double *sum, double *sev,
+                   int32_t *cnt)
+{
+    __m256 e[4], v[4];
+    _Pragma("GCC unroll 4") for (int h = 0; h < NV; h++)
+    {
+        e[h] = exp_pass8(x + i + 8 * h, a, divide, &v[h], want_count, cnt);
+        if (want_e)
+            _mm256_storeu_ps(a->e + i + 8 * h, e[h]);
+        if (want_v)
+            _mm256_storeu_ps(a->v + i + 8 * h, v[h]);
+    }
+    _Pragma("GCC unroll 2") for (int h = 0; h < NV; h += 2)
+    {
+        *sum += (double)block16_sum(e[h], e[h + 1]);
+        if (want_sev)
+            *sev += (double)block16_sum(_mm256_mul_ps(e[h], v[h]), _mm256_mul_ps(e[h + 1], v[h + 1]));
+    }
+}
+
+/* exp_pass of ref.c, bit for bit: two blocks of 16 at a time (four
+ * independent exponentials in flight: one block's two left the cores
+ * waiting on each one's long chain of dependent operations; four blocks
+ * were no faster), each block
+ * summed as ref sums it, then the tail element by element as in ref.
+ * Inlined into one copy per combination of outputs, so that the sum alone
+ * (the log-sum-exp of a log-prob) does none of the stores and products. */
+AI double exp_pass_body(int64_t n, const float *x, const struct ifl_exp_pass *a, int want_e,
+                        int want_v, int want_sev, int want_count)
+{
+    const int divide = a->t != 1.0f;
+    double sum = 0, sev = 0;
+    int32_t cnt = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        exp_blocks(4, i, x, a, divide, want_e, want_v, want_sev, want_count, &sum, &sev, &cnt);
+    if (i + 16 <= n) {
+        exp_blocks(2, i, x, a, divide, want_e, want_v, want_sev, want_count, &sum, &sev, &cnt);
+        i += 16;
+    }
+    for (; i < n; i++) {
+        float vv = divide ? (x[i] - a->m) / a->t : x[i] - a->m, ee = 0;
+        if (vv >= -a->cutoff) {
+            ee = ifl_kernels_exp(vv);
+            if (!(ee >= a->min_e))
+                ee = 0;
+        } else {
+            vv = 0;
+        }
+        if (want_e)
+            a->e[i] = ee;
+        if (want_v)
+            a->v[i] = vv;
+        sum += ee;
+        sev += (double)(ee * vv);
+        cnt += ee > 0;
+    }
+    if (want_sev)
+        *a->sum_ev = sev;
+    if (want_count)
+        *a->count = cnt;
+    return sum;
+}
+
+static double x86_exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
+{
+    if (!a->e && !a->v && !a->sum_ev && !a->count)
+        return exp_pass_body(n, x, a, 0, 0, 0, 0);
+    return exp_pass_body(n, x, a, a->e != NULL, a->v != NULL, a->sum_ev != NULL, a->count != NULL);
+}
+
 /* Entries common to both x86 tables. */
 static void x86_fill(struct ifl_kernels *k)
 {
@@ -902,4 +1065,7 @@ static void x86_fill(struct ifl_kernels *k)
     k->cvt_f32_f16 = x86_cvt_f32_f16;
     k->swiglu = x86_swiglu;
     k->softmax_exp = x86_softmax_exp;
+    k->max_f32 = x86_max_f32;
+    k->find_f32 = x86_find_f32;
+    k->exp_pass = x86_exp_pass;
 }

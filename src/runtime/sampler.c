@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "kernels/kernels.h"
 
 #define CUTOFF 64.0f   /* scaled nats below the best token that stay candidates */
 #define SMALL_SORT 256 /* sets this small are simply sorted */
@@ -334,146 +335,40 @@ void ifl_sampler_process(const struct ifl_sampling_config *c, struct ifl_sampler
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 
-#define LOG2E 1.44269504088896341f
-#define ROUND_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
-#define LN2_HI 0.693359375f     /* ln 2 split so that n * LN2_HI is exact */
-#define LN2_LO (-2.12194440e-4f)
-
-/* exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, exp(r) by a
- * degree-7 polynomial (Cephes' expf coefficients). The vector version
- * below performs the very same operations lane by lane. */
-float ifl_sampler_exp(float x)
-{
-    if (x < -87.0f)
-        x = -87.0f;
-    float n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
-    float r = x - n * LN2_HI - n * LN2_LO;
-    float p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } s;
-    s.i = ((int32_t)n + 127) << 23;
-    return p * s.f;
-}
+/* exp(x) for the sampler's weights: the kernels' (kernels.h), which every
+ * kernel table's exp_pass computes lane by lane. */
+float ifl_sampler_exp(float x) { return ifl_kernels_exp(x); }
 
 static inline v4f splat(float x)
 {
     return (v4f){x, x, x, x};
 }
 
-static inline v4f select4(v4i mask, v4f a, v4f b)
+/* The passes over the whole vocabulary run in the best kernel table: each
+ * table's results equal the scalar reference's bit for bit (kernels.h),
+ * so what is sampled does not depend on the CPU. */
+static const struct ifl_kernels *kern(void)
 {
-    return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
-}
-
-static inline v4f vexp(v4f x)
-{
-    x = select4(x < splat(-87.0f), splat(-87.0f), x);
-    v4f n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
-    v4f r = x - n * LN2_HI - n * LN2_LO;
-    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    v4i s = (__builtin_convertvector(n, v4i) + 127) << 23;
-    return p * (v4f)s;
+    return ifl_kernels_best();
 }
 
 /* The largest logit, NaN ignored; -inf if there is none. */
 static float max_logit(const float *l, int32_t n)
 {
-    v4f m0 = splat(-INFINITY), m1 = m0;
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v4f a, b;
-        memcpy(&a, l + i, sizeof(a));
-        memcpy(&b, l + i + 4, sizeof(b));
-        m0 = select4(a > m0, a, m0);
-        m1 = select4(b > m1, b, m1);
-    }
-    m0 = select4(m1 > m0, m1, m0);
-    float m = -INFINITY;
-    for (int j = 0; j < 4; j++)
-        if (m0[j] > m)
-            m = m0[j];
-    for (; i < n; i++)
-        if (l[i] > m)
-            m = l[i];
-    return m;
+    return kern()->max_f32(n, l);
 }
 
-/* The exponential pass over a whole row. For each token v = (l - m) / t;
- * it is a candidate when v >= -CUTOFF (so never for -inf or NaN) and
+/* The exponential pass over a whole row (kernels.h: struct ifl_exp_pass):
+ * for each token v = (l - m) / t; a candidate when v >= -CUTOFF and
  * e = exp(v) >= min_e. Writes e (0 for non-candidates) and v when the
  * arrays are given; returns the sum of e, and the sum of e * v and the
- * number of candidates through the optional pointers. Always inlined, so
- * that each caller's constant arguments strip the work it does not need. */
-static inline __attribute__((always_inline)) double
-exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e, float *v,
-         double *sum_ev, int32_t *count)
+ * number of candidates through the optional pointers. */
+static double exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e,
+                       float *v, double *sum_ev, int32_t *count)
 {
-    const v4f mm = splat(m), tt = splat(t), lo = splat(-CUTOFF), me = splat(min_e);
-    const int divide = t != 1.0f;
-    double sum = 0, sev = 0;
-    int32_t cnt = 0;
-    int32_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        v4f s = splat(0), sv = splat(0);
-        v4i c = {0, 0, 0, 0};
-        for (int j = 0; j < 16; j += 4) {
-            v4f x;
-            memcpy(&x, l + i + j, sizeof(x));
-            v4f vv = divide ? (x - mm) / tt : x - mm;
-            v4i ok = vv >= lo;
-            vv = (v4f)((v4i)vv & ok); /* 0 in other lanes: a safe exp argument */
-            v4f ee = vexp(vv);
-            ok &= ee >= me;
-            ee = (v4f)((v4i)ee & ok);
-            if (e)
-                memcpy(e + i + j, &ee, sizeof(ee));
-            if (v)
-                memcpy(v + i + j, &vv, sizeof(vv));
-            s += ee;
-            if (sum_ev)
-                sv += ee * vv;
-            if (count)
-                c -= ok;
-        }
-        sum += (double)((s[0] + s[1]) + (s[2] + s[3]));
-        sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
-        cnt += c[0] + c[1] + c[2] + c[3];
-    }
-    for (; i < n; i++) {
-        float vv = divide ? (l[i] - m) / t : l[i] - m;
-        float ee = 0;
-        if (vv >= -CUTOFF) {
-            ee = ifl_sampler_exp(vv);
-            if (!(ee >= min_e))
-                ee = 0;
-        } else {
-            vv = 0;
-        }
-        if (e)
-            e[i] = ee;
-        if (v)
-            v[i] = vv;
-        sum += ee;
-        sev += (double)(ee * vv);
-        cnt += ee > 0;
-    }
-    if (sum_ev)
-        *sum_ev = sev;
-    if (count)
-        *count = cnt;
-    return sum;
+    const struct ifl_exp_pass a = {.m = m, .t = t, .cutoff = CUTOFF, .min_e = min_e,
+                                   .e = e, .v = v, .sum_ev = sum_ev, .count = count};
+    return kern()->exp_pass(n, l, &a);
 }
 
 double ifl_sampler_logsumexp(const float *logits, int32_t n_vocab)
@@ -489,10 +384,7 @@ static int32_t argmax(const float *logits, int32_t n)
     float m = max_logit(logits, n);
     if (!(m > -INFINITY))
         return 0;
-    int32_t i = 0;
-    while (logits[i] != m)
-        i++;
-    return i;
+    return (int32_t)kern()->find_f32(n, logits, m);
 }
 
 /* Key ascending, then id ascending: a total order. */

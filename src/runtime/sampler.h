@@ -207,8 +207,8 @@ void ifl_sampler_accept(const struct ifl_sampling_config *c, struct ifl_sampler_
 double ifl_sampler_logsumexp(const float *logits, int32_t n_vocab);
 
 /* exp(x) for x in [-87, 0] (smaller x gives exp(-87)), relative error
- * under 1e-7; the sampler's weights are computed with it, identically in
- * its vector and scalar paths. */
+ * under 1e-7: ifl_kernels_exp. The sampler's weights are computed with it,
+ * identically in every kernel table's row pass and in its scalar paths. */
 float ifl_sampler_exp(float x);
 
 #endif
