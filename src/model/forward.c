@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
@@ -136,17 +137,38 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
     kv->v = calloc((size_t)hp->n_layer, sizeof(void *));
     if (!kv->k || !kv->v)
         goto oom;
-    size_t pos = (size_t)n_blocks * (size_t)block_size;
-    for (int il = 0; il < hp->n_layer; il++) {
-        size_t kb = ((pos * kv->k_row + 63) / 64) * 64;
-        size_t vb = ((pos * kv->v_row + 63) / 64) * 64;
-        kv->k[il] = aligned_alloc(64, kb);
-        kv->v[il] = aligned_alloc(64, vb);
-        if (!kv->k[il] || !kv->v[il])
-            goto oom;
-        memset(kv->k[il], 0, kb);
-        memset(kv->v[il], 0, vb);
+    /* One anonymous map on huge pages: a step reads and writes positions
+     * all over the store (every sequence's blocks, every layer), far more
+     * pages than the TLB holds, and in a VM each miss walks two page
+     * tables. In a 16-sequence small-110m F16 decode on the Zen 5, storing
+     * one row's keys and values of a layer (3 KiB) took 3500-12000 cycles
+     * with 4 KiB pages and 1100-1200 on huge pages, and attention 5-10 %
+     * fewer. Every page is touched here, so no fault lands in a step. */
+    const size_t huge = (size_t)2 << 20;
+    size_t pos = (size_t)n_blocks * (size_t)block_size, kb, vb, total;
+    if (__builtin_mul_overflow(pos, kv->k_row + kv->v_row, &total) ||
+        __builtin_mul_overflow(total + 128, (size_t)hp->n_layer, &total) || total > SIZE_MAX / 2)
+        goto oom;
+    /* each array padded by 65 lines, so that one's block b does not fall
+     * on the same cache sets as the other's (or the next layer's): on
+     * huge pages the sets follow the layout */
+    kb = ((pos * kv->k_row + 63) / 64) * 64 + 65 * 64;
+    vb = ((pos * kv->v_row + 63) / 64) * 64 + 65 * 64;
+    total = (size_t)hp->n_layer * (kb + vb);
+    kv->arena_bytes = total + huge; /* room to start on a huge-page boundary */
+    kv->arena = mmap(NULL, kv->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (kv->arena == MAP_FAILED) {
+        kv->arena = NULL;
+        goto oom;
     }
+    char *base = (char *)(((uintptr_t)kv->arena + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(base, total, MADV_HUGEPAGE); /* advisory: 4 KiB pages still work */
+    for (int il = 0; il < hp->n_layer; il++) {
+        kv->k[il] = base + (size_t)il * (kb + vb);
+        kv->v[il] = base + (size_t)il * (kb + vb) + kb;
+    }
+    memset(base, 0, total);
     *out = kv;
     return 0;
 oom:
@@ -159,12 +181,8 @@ void ifl_kv_store_free(struct ifl_kv_store *kv)
 {
     if (!kv)
         return;
-    for (int il = 0; il < kv->n_layer; il++) {
-        if (kv->k)
-            free(kv->k[il]);
-        if (kv->v)
-            free(kv->v[il]);
-    }
+    if (kv->arena)
+        munmap(kv->arena, kv->arena_bytes);
     free(kv->k);
     free(kv->v);
     free(kv);

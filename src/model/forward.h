@@ -43,6 +43,8 @@ struct ifl_kv_store {
     size_t v_row;         /* bytes of one position's values */
     void **k;             /* [n_layer] -> [n_blocks][block_size][k_dim] */
     void **v;             /* [n_layer] -> [n_blocks][block_size][v_dim] */
+    void *arena;          /* one anonymous map holding every k[il] and v[il] */
+    size_t arena_bytes;
 };
 
 int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
