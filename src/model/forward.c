@@ -4,10 +4,10 @@
  *
  * One call runs one pool job. All threads walk the same list of phases and
  * meet at barriers between them; inside a phase each thread takes a fixed
- * slice (rows for element-wise work, (row, head) pairs for attention), or,
- * for matmuls, its own contiguous share of the output columns, and then
- * chunks from the back of the others' (mm_chunks), so that both cores
- * finish together. Every output element is
+ * slice of rows for element-wise work, or its own contiguous share of the
+ * output columns of a matmul (of the rows' attention runs; of a lone row's
+ * KV heads), then chunks from the back of the others' shares (mm_chunks,
+ * take_run), so that both cores finish together. Every output element is
  * computed by one thread with a fixed reduction order, so results do not
  * depend on the thread count or on the batch's other rows.
  *
@@ -75,6 +75,11 @@ struct ifl_fwd {
     int32_t *out_rows;  /* [R] rows whose logits are wanted */
     struct mm_region *mm_reg; /* [n_mm_groups][n_threads] each thread's share of a group */
     int n_mm_groups;
+    int32_t *run_start; /* [R + 1] the step's attention runs (attn_run): run i is rows
+                           [run_start[i], run_start[i + 1]) */
+    int32_t n_runs;
+    int32_t *run_share; /* [n_threads + 1] thread t's share: runs [run_share[t], run_share[t + 1]) */
+    struct mm_region *att_claim; /* [n_layer][n_threads] runs taken from each share */
 };
 
 /* What one step's threads share. */
@@ -224,6 +229,9 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->kvtmp);
     free(f->out_rows);
     free(f->mm_reg);
+    free(f->run_start);
+    free(f->run_share);
+    free(f->att_claim);
     free(f);
 }
 
@@ -309,9 +317,13 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
      * no two share an input format; then the output */
     f->n_mm_groups = 7 * hp->n_layer + 1;
     f->mm_reg = aligned_alloc(64, sizeof(struct mm_region) * (size_t)f->n_mm_groups * (size_t)nth);
+    f->run_start = malloc((R + 1) * sizeof(int32_t));
+    f->run_share = malloc(((size_t)nth + 1) * sizeof(int32_t));
+    f->att_claim = aligned_alloc(64, sizeof(struct mm_region) * (size_t)hp->n_layer * (size_t)nth);
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
-        !f->kvtmp || !f->out_rows || !f->mm_reg) {
+        !f->kvtmp || !f->out_rows || !f->mm_reg || !f->run_start || !f->run_share ||
+        !f->att_claim) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
@@ -730,19 +742,29 @@ static void qkv_ready(struct job *j, const struct ifl_layer_weights *w, long r, 
     rope(k + h0 * hd, cs, hp->n_rot, hd, h1 - h0, hp->rope_neox);
 }
 
-/* Whether thread ith of nth takes the attention of rows [r, r + n): runs
- * are dealt out by their cost (positions attended, plus a fixed part per
- * row), so a prefill chunk's long late rows do not all land on the last
- * thread. */
-static int attn_mine(const struct ifl_batch *b, long r, long n, long *cum, long total, int ith,
-                     int nth)
+/* Takes one run of layer il's attention from thread t's share: its first
+ * untaken one (thief 0) or its last (thief 1); -1 when none is left. The
+ * shares are contiguous, so each thread reads the cache of its own
+ * sequences in order (a shared counter that dealt runs one by one from
+ * the end, alternating between the threads, made the attention of a
+ * 16-sequence F16 decode take some 15 % more time in all), and a thread
+ * that finishes early takes from the back of a slower one's share (dealt
+ * statically, one thread of that decode waited at the next barrier for 20
+ * % of its attention time). */
+static int32_t take_run(struct ifl_fwd *f, int il, int t, int thief)
 {
-    long cost = 0;
-    for (long i = r; i < r + n; i++)
-        cost += b->pos[i] + 1 + 16;
-    long mid = *cum + cost / 2;
-    *cum += cost;
-    return (int)(mid * nth / total) == ith;
+    struct mm_region *rg = &f->att_claim[(size_t)il * (size_t)ifl_pool_size(f->pool) + (size_t)t];
+    const int32_t lo = f->run_share[t], hi = f->run_share[t + 1];
+    uint64_t old = atomic_load_explicit(&rg->taken, memory_order_relaxed);
+    for (;;) {
+        int32_t a = (int32_t)(old & 0xffffffffu), b = (int32_t)(old >> 32);
+        if (hi - lo - a - b <= 0)
+            return -1;
+        uint64_t nw = thief ? old + ((uint64_t)1 << 32) : old + 1;
+        if (atomic_compare_exchange_weak_explicit(&rg->taken, &old, nw, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return thief ? hi - b - 1 : lo + a;
+    }
 }
 
 /* Rows from r that one attention_blocks pass takes: up to f->run_rows of
@@ -820,6 +842,7 @@ static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_m
  * positions share a call, attn_pv adds position by position in order)
  * and attention()'s softmax, so a row's attention does not depend on its
  * run or its batch. Each finished run is converted for wo (quant_rows).
+ * Runs are taken from each thread's share (take_run).
  * With split, this thread takes KV heads [kh0, kh1) of every run (the batch
  * has fewer rows than there are threads) and converts those heads' part
  * of the rows for wo when the parts are whole blocks of its input format
@@ -840,13 +863,19 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
     float *qbuf = f->att_q + (size_t)ith * (size_t)f->score_heads * hd;
     float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
-    long total = 0, cum = 0;
-    for (long r = 0; r < b->n_rows; r++)
-        total += b->pos[r] + 1 + 16;
-    for (long r = 0, nr; r < b->n_rows; r += nr) {
-        nr = attn_run(f, b, r);
-        if (split ? kh0 == kh1 : !attn_mine(b, r, nr, &cum, total, ith, nth))
-            continue;
+    for (int32_t k = 0, victim = 0;; k++) {
+        /* split: every run in turn; else the runs of this thread's share
+         * from its front, then those left of the others' from their backs */
+        int32_t run = k;
+        if (!split) {
+            while (victim < nth && (run = take_run(f, il, (ith + victim) % nth, victim > 0)) < 0)
+                victim++;
+            if (victim == nth)
+                break;
+        } else if (run >= f->n_runs || kh0 == kh1) {
+            break;
+        }
+        const long r = f->run_start[run], nr = f->run_start[run + 1] - r;
         const int32_t *table = b->block_tables[b->seq[r]];
         /* the run's rows read positions [0, pos + 1): the first the fewest */
         const int32_t n_min = b->pos[r] + 1, n_max = b->pos[r + nr - 1] + 1;
@@ -1184,9 +1213,35 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     for (int32_t r = 0; r < b->n_rows; r++)
         if (b->logits && b->logits[r])
             f->out_rows[j.n_out++] = r;
+    /* the attention runs, and each thread's share of them: contiguous,
+     * cut where the cost (positions attended, plus a fixed part per row)
+     * crosses a thread's fraction */
+    const int nth = ifl_pool_size(f->pool);
+    long total = 0, cum = 0;
+    for (int32_t r = 0; r < b->n_rows; r++)
+        total += b->pos[r] + 1 + 16;
+    f->n_runs = 0;
+    int t = 0;
+    f->run_share[0] = 0;
+    for (long r = 0, nr; r < b->n_rows; r += nr) {
+        nr = attn_run(f, b, r);
+        long cost = 0;
+        for (long i = r; i < r + nr; i++)
+            cost += b->pos[i] + 1 + 16;
+        /* this run goes to the thread whose fraction holds its middle */
+        while (t + 1 < nth && (cum + cost / 2) * nth / total > t)
+            f->run_share[++t] = f->n_runs;
+        cum += cost;
+        f->run_start[f->n_runs++] = (int32_t)r;
+    }
+    f->run_start[f->n_runs] = b->n_rows;
+    while (t < nth)
+        f->run_share[++t] = f->n_runs;
     /* published by the job's start */
-    for (int g = 0; g < f->n_mm_groups * ifl_pool_size(f->pool); g++)
+    for (int g = 0; g < f->n_mm_groups * nth; g++)
         atomic_store_explicit(&f->mm_reg[g].taken, 0, memory_order_relaxed);
+    for (int i = 0; i < f->m->hp.n_layer * nth; i++)
+        atomic_store_explicit(&f->att_claim[i].taken, 0, memory_order_relaxed);
     ifl_pool_run(f->pool, step, &j);
     return 0;
 }
