@@ -27,6 +27,17 @@
 
 AI __mmask16 lanes(int d, int j) { return d - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - j)) - 1); }
 
+/* Sixteen F16 values at p, as floats: lanes past m are 0. A whole vector
+ * is read with a plain load: a masked load that misses the cache stalled
+ * the attention's stream on the Zen 5 (not issued ahead, it seems), and
+ * the cache is read almost entirely in whole vectors. */
+AI __m512 ld_f16x16(__mmask16 m, const uint16_t *p)
+{
+    if (m == (__mmask16)0xffff)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
 /* Sixteen values of a Q8_0 run from element e (e % 16 == 0), dequantised
  * as dequant_q8_0 does: d * q. */
 AI __m512 ld_q8x16(const char *row, int e)
@@ -54,7 +65,7 @@ AI void qk_tile(int kind, int Q, int T, int d, const float *q, const void *k, si
         __m512 kv[4];
         UNROLL for (int t = 0; t < T; t++) kv[t] =
             kind ? ld_q8x16((const char *)k + (size_t)t * ks, j)
-                 : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)k + (size_t)t * ks + j));
+                 : ld_f16x16(m, (const uint16_t *)k + (size_t)t * ks + j);
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)i * d + j);
@@ -116,7 +127,7 @@ AI void pv_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const u
     for (int t = 0; t < nt; t++) {
         __m512 vv[4];
         UNROLL for (int jj = 0; jj < J; jj++) vv[jj] =
-            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[jj], v + (size_t)t * vs + j0 + 16 * jj));
+            ld_f16x16(m[jj], v + (size_t)t * vs + j0 + 16 * jj);
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
