@@ -237,6 +237,11 @@ void ifl_fwd_free(struct ifl_fwd *f)
 
 int ifl_fwd_n_threads(const struct ifl_fwd *f) { return ifl_pool_size(f->pool); }
 
+void ifl_fwd_parallel(struct ifl_fwd *f, void (*fn)(void *arg, int ith, int nth), void *arg)
+{
+    ifl_pool_run(f->pool, fn, arg);
+}
+
 static int32_t max3(int32_t a, int32_t b, int32_t c)
 {
     int32_t m = a > b ? a : b;

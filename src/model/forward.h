@@ -83,6 +83,11 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
                    const struct ifl_fwd_config *cfg, char *err);
 void ifl_fwd_free(struct ifl_fwd *f);
 int ifl_fwd_n_threads(const struct ifl_fwd *f);
+/* Runs fn(arg, ith, nth) on each of the forward's nth threads, the caller
+ * being ith 0, and returns when all have returned: other per-row work of
+ * a step (the executor's sampling) shares the threads the forward pass
+ * keeps. Not while ifl_forward runs. */
+void ifl_fwd_parallel(struct ifl_fwd *f, void (*fn)(void *arg, int ith, int nth), void *arg);
 
 /* Runs one step. logits receives, in row order, n_vocab floats for each row
  * with logits[r] set. Returns IFL_EINVAL (and a message) for an invalid
