@@ -32,11 +32,25 @@
 /* Activation rows per tile; weight rows per tile is 4, or 8 for a lone row. */
 #define MR 4
 #define MCMAX 8
-/* x16 tiles prefetch the block group this many groups ahead (tinyllama
- * decode, 2 threads: 8 ahead beat 1, 2 and 4 by 2-8 %) */
+/* x16 tiles prefetch the block group this many groups ahead: 8 in tiles
+ * of more than two rows, and in a tile of one or two (a decode row's
+ * stream, prefetched non-temporally, PF_HINT) 16 Q4_0 groups (288 bytes
+ * each) and 24 Q8_0 groups (544 bytes), 5-13 KiB ahead. On the Zen 4 a
+ * tinyllama decode ran 2-8 % faster 8 ahead than 1, 2 or 4. On the Zen 5
+ * (2026-11-25, alternating builds, medians of 12-16 pairs) Q4_0 16 ahead
+ * beat 8 by 4 % and was level with 24; Q8_0 24 beat 8 by 4 %, 16 by 3 %,
+ * and was level with 32; at 16 and 128 rows (small-110m 16-sequence
+ * decode and prompt) Q8_0 24 ahead lost 2-3 % to 8. */
 #ifndef X16_PF
 #define X16_PF 8
 #endif
+#ifndef X16_PF_Q4
+#define X16_PF_Q4 16
+#endif
+#ifndef X16_PF_Q8
+#define X16_PF_Q8 24
+#endif
+#define X16_PF_OF(q4, R) ((R) > 2 ? X16_PF : (q4) ? X16_PF_Q4 : X16_PF_Q8)
 /* The prefetch hint of a tile of R rows. A tile of one or two rows comes
  * first over its column block only when it is the whole call (a lone
  * decode row, or two): each weight line is then read once, so it is asked
@@ -492,7 +506,7 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
     UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
     for (int64_t b = 0; b < nbs; b++, g += gbs) {
         for (size_t l = 0; l < gbs; l += 64)
-            _mm_prefetch(g + X16_PF * gbs + l, PF_HINT(R));
+            _mm_prefetch(g + X16_PF_OF(q4, R) * gbs + l, PF_HINT(R));
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         __m512i wq[8];
         if (q4) {
@@ -561,15 +575,17 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define K4GB (X16 * sizeof(struct ifl_block_q4_k)) /* 2304 bytes per super-block group */
 #define K5GB (X16 * sizeof(struct ifl_block_q5_k)) /* 2816 */
 #define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
-/* K-quant x16 tiles prefetch this many super-block groups ahead: one at
- * one or two rows, two at more (tinyllama Q4_K_M, 2 threads, alternating
- * builds: a decode ran 4 % faster with one than two, and a 16-row decode
- * 8 % slower) */
+/* K-quant x16 tiles prefetch this many super-block groups ahead: two at
+ * more than two rows (tinyllama Q4_K_M, 2 threads, a 16-row decode ran
+ * 8 % slower with one), three at one or two (6.8 KiB of Q4_K, 10 of Q6_K):
+ * on the Zen 4 one had beaten two by 4 % in a decode, but on the Zen 5
+ * (2026-11-25, alternating builds, 12 pairs each) three beat one by 10 %
+ * (all 12 pairs above 1), two by 2 % and six by 3 %. */
 #ifndef K_PF
 #define K_PF 2
 #endif
 #ifndef K_PF_FEW
-#define K_PF_FEW 1
+#define K_PF_FEW 3
 #endif
 #define K_PF_R(R) ((R) <= 2 ? K_PF_FEW : K_PF)
 
