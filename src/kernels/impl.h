@@ -38,4 +38,47 @@ void ifl_kernels_fill_avx512_rows(struct ifl_kernels *k);
 #define IFL_EXP_P4 1.6666665459e-1f
 #define IFL_EXP_P5 5.0000001201e-1f
 
+/* One element of exp_pass (kernels.h): returns its e, 0 unless the element
+ * is a candidate, and stores its v in *v (0 then too). Ref takes every
+ * element through it, the vector tables their tails. */
+static inline float ifl_exp_one(const struct ifl_exp_pass *a, float x, float *v)
+{
+    float vv = a->t != 1.0f ? (x - a->m) / a->t : x - a->m;
+    float e = 0;
+    if (vv >= -a->cutoff) {
+        e = ifl_kernels_exp(vv);
+        if (!(e >= a->min_e))
+            e = 0;
+    } else {
+        vv = 0;
+    }
+    *v = vv;
+    return e;
+}
+
+/* The end of a vector table's exp_pass: elements [i, n) one at a time onto
+ * the sums so far, then the sums the caller asked for stored; returns the
+ * sum of e. */
+static inline double ifl_exp_finish(int64_t i, int64_t n, const float *x,
+                                    const struct ifl_exp_pass *a, int want_e, int want_v,
+                                    int want_sev, int want_count, double sum, double sev,
+                                    int32_t cnt)
+{
+    for (; i < n; i++) {
+        float vv, ee = ifl_exp_one(a, x[i], &vv);
+        if (want_e)
+            a->e[i] = ee;
+        if (want_v)
+            a->v[i] = vv;
+        sum += ee;
+        sev += (double)(ee * vv);
+        cnt += ee > 0;
+    }
+    if (want_sev)
+        *a->sum_ev = sev;
+    if (want_count)
+        *a->count = cnt;
+    return sum;
+}
+
 #endif

@@ -883,22 +883,6 @@ static int64_t find_f32(int64_t n, const float *x, float v)
     return i;
 }
 
-/* One element of exp_pass: its e (0 unless a candidate) and v (0 then too). */
-static float exp_one(const struct ifl_exp_pass *a, float x, float *v)
-{
-    float vv = a->t != 1.0f ? (x - a->m) / a->t : x - a->m;
-    float e = 0;
-    if (vv >= -a->cutoff) {
-        e = ifl_kernels_exp(vv);
-        if (!(e >= a->min_e))
-            e = 0;
-    } else {
-        vv = 0;
-    }
-    *v = vv;
-    return e;
-}
-
 static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
 {
     double sum = 0, sev = 0;
@@ -908,7 +892,7 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
         float s[4] = {0, 0, 0, 0}, sv[4] = {0, 0, 0, 0};
         for (int k = 0; k < 4; k++)
             for (int j = 0; j < 4; j++) {
-                float v, e = exp_one(a, x[i + 4 * k + j], &v);
+                float v, e = ifl_exp_one(a, x[i + 4 * k + j], &v);
                 if (a->e)
                     a->e[i + 4 * k + j] = e;
                 if (a->v)
@@ -921,7 +905,7 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
         sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
     }
     for (; i < n; i++) {
-        float v, e = exp_one(a, x[i], &v);
+        float v, e = ifl_exp_one(a, x[i], &v);
         if (a->e)
             a->e[i] = e;
         if (a->v)

@@ -1011,28 +1011,7 @@ AI double exp_pass_body(int64_t n, const float *x, const struct ifl_exp_pass *a,
         exp_blocks(2, i, x, a, divide, want_e, want_v, want_sev, want_count, &sum, &sev, &cnt);
         i += 16;
     }
-    for (; i < n; i++) {
-        float vv = divide ? (x[i] - a->m) / a->t : x[i] - a->m, ee = 0;
-        if (vv >= -a->cutoff) {
-            ee = ifl_kernels_exp(vv);
-            if (!(ee >= a->min_e))
-                ee = 0;
-        } else {
-            vv = 0;
-        }
-        if (want_e)
-            a->e[i] = ee;
-        if (want_v)
-            a->v[i] = vv;
-        sum += ee;
-        sev += (double)(ee * vv);
-        cnt += ee > 0;
-    }
-    if (want_sev)
-        *a->sum_ev = sev;
-    if (want_count)
-        *a->count = cnt;
-    return sum;
+    return ifl_exp_finish(i, n, x, a, want_e, want_v, want_sev, want_count, sum, sev, cnt);
 }
 
 static double x86_exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
