@@ -1202,15 +1202,21 @@ static void apply_token(struct ifl_executor *ex, struct eseq *s, int32_t tok, fl
         emit(ex, s, 0);
 }
 
+/* Whether s, the primary of a request of several samples, has just
+ * finished its prompt: its row is the one the other samples fork from. */
+static int forks_now(const struct eseq *s)
+{
+    return s->n_gen == 0 && s->index == 0 && s->q->n_seqs_total > 1 && s->n_tokens == s->n_prompt;
+}
+
 /* Whether logits row r is sampled the plain way, its choice depending on
  * nothing but its own sequence: not a beam, not guided (the grammar's
- * caches are shared), not the first token of several samples (fork). */
+ * caches are shared), not the row the other samples fork from. */
 static int plain_pick(const struct engine *e, int32_t r)
 {
     const struct eseq *s = &e->seqs[e->row_slot[r]];
     return (e->row_flag[r] & ROW_SAMPLE) && s->q && !s->finish && !s->q->beam && !s->q->xg &&
-           !(s->n_gen == 0 && s->index == 0 && s->q->n_seqs_total > 1 &&
-             s->n_tokens == s->n_prompt);
+           !forks_now(s);
 }
 
 /* A pool job (ifl_fwd_parallel): each thread processes and picks its
@@ -1659,7 +1665,7 @@ static void step(struct ifl_executor *ex)
             beam_take_row(ex, s, row);
             continue;
         }
-        if (s->n_gen == 0 && s->index == 0 && s->q->n_seqs_total > 1 && s->n_tokens == s->n_prompt)
+        if (forks_now(s))
             fork_samples(ex, s, row, e->scratch);
         if (s->q)
             sample_and_apply(ex, s, row);
