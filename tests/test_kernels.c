@@ -863,12 +863,15 @@ static void test_x16(void)
     /* n by block size: 32, 256, and 1 (F16: any n) */
     static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
                          fs[] = {5, 37, 768, 5632};
-    static const int nrs[] = {1, 3, 8, 9, 17};
+    /* one and two rows (split chains), row tiles ending on an odd row, one
+     * or two whole tiles (a decode's single pass over the groups), three */
+    static const int nrs[] = {1, 2, 3, 8, 9, 13, 16, 17};
+    const int n_nr = (int)(sizeof(nrs) / sizeof(nrs[0]));
     struct ifl_rng r;
     ifl_rng_seed(&r, 4242);
     for (int ti = 0; ti < 6; ti++)
         for (int ni = 0; ni < 4; ni++)
-            for (int ri = 0; ri < 5; ri++) {
+            for (int ri = 0; ri < n_nr; ri++) {
                 enum ifl_type t = types[ti];
                 int nr = nrs[ri], nc = ri % 2 ? 48 : 16;
                 struct problem p;
