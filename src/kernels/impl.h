@@ -56,7 +56,7 @@ static inline float ifl_exp_one(const struct ifl_exp_pass *a, float x, float *v)
     return e;
 }
 
-/* The end of a vector table's exp_pass: elements [i, n) one at a time onto
+/* The end of every table's exp_pass: elements [i, n) one at a time onto
  * the sums so far, then the sums the caller asked for stored; returns the
  * sum of e. */
 static inline double ifl_exp_finish(int64_t i, int64_t n, const float *x,

@@ -904,21 +904,8 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
         sum += (double)((s[0] + s[1]) + (s[2] + s[3]));
         sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
     }
-    for (; i < n; i++) {
-        float v, e = ifl_exp_one(a, x[i], &v);
-        if (a->e)
-            a->e[i] = e;
-        if (a->v)
-            a->v[i] = v;
-        sum += e;
-        sev += (double)(e * v);
-        cnt += e > 0;
-    }
-    if (a->sum_ev)
-        *a->sum_ev = sev;
-    if (a->count)
-        *a->count = cnt;
-    return sum;
+    return ifl_exp_finish(i, n, x, a, a->e != NULL, a->v != NULL, a->sum_ev != NULL,
+                          a->count != NULL, sum, sev, cnt);
 }
 
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
