@@ -33,11 +33,13 @@
 #define MR 4
 #define MCMAX 8
 /* x16 tiles prefetch the block group this many groups ahead: 16 in tiles
- * of more than two rows (8 until the shuffled activations below made the
- * tiles faster: with 16, tinyllama at 16 sequences ran Q4_0 +8 %, prompts
- * +7 %, over the build before both), and in a tile of one or two (a decode row's
- * stream, prefetched non-temporally, PF_HINT) 16 Q4_0 groups (288 bytes
- * each) and 24 Q8_0 groups (544 bytes), 5-13 KiB ahead. On the Zen 4 a
+ * of more than two rows (8 until the shuffled activations and the single
+ * pass of x16_gemm made the tiles faster; the three together ran tinyllama
+ * at 16 sequences Q4_0 +8 % and its prompts +7 %, and 16 beside them
+ * matched 8 within the noise in kbench from memory), and in a tile of one
+ * or two (a decode row's stream, prefetched non-temporally, PF_HINT) 16
+ * Q4_0 groups (288 bytes each) and 24 Q8_0 groups (544 bytes), 5-13 KiB
+ * ahead. On the Zen 4 a
  * tinyllama decode ran 2-8 % faster 8 ahead than 1, 2 or 4. On the Zen 5
  * (2026-11-25, alternating builds, medians of 12-16 pairs) Q4_0 16 ahead
  * beat 8 by 4 % and was level with 24; Q8_0 24 beat 8 by 4 %, 16 by 3 %,
@@ -930,7 +932,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
         else if (kind >= 4)                                                                        \
             x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy);                                    \
         else                                                                                       \
-            x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                            \
+            x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                     \
         break;
 #define X16_SWITCH                                                                                 \
     switch (R) {                                                                                   \
