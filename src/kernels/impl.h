@@ -11,6 +11,9 @@
 void ifl_kernels_fill_ref(struct ifl_kernels *k);
 void ifl_kernels_fill_avx2(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512(struct ifl_kernels *k);
+/* The 256-bit gemm kernels over x16 groups (x86_avx2_gemm.c), over a
+ * filled avx2 table. */
+void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k);
 /* The 512-bit gemm kernels (x86_avx512_gemm.c), over a filled avx512 table. */
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k);
 /* F16 attention kernels (x86_avx512_attn.c), likewise. */
