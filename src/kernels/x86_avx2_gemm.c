@@ -51,7 +51,10 @@
 #ifndef XR_Q8
 #define XR_Q8 3
 #endif
-#define XR_OF(q4) ((q4) ? XR_Q4 : XR_Q8)
+#ifndef XR_K
+#define XR_K 4
+#endif
+#define XR_OF(kind) ((kind) >= 4 ? XR_K : (kind) ? XR_Q4 : XR_Q8)
 /* Blocks per segment: the activation offsets and scales kept on the stack. */
 #define SEG 256
 /* Block groups prefetched ahead of the one a tile reads. */
@@ -170,14 +173,233 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
     }
 }
 
+/* ---- x16 groups of K-quant weights (kernels.h) ---------------------- */
+
+/* gemm_q4_k_x16 / gemm_q5_k_x16 / gemm_q6_k_x16 of ref.c. As for Q4_0, a
+ * run holds four elements of each of 16 rows as unsigned bytes and
+ * vpmaddubsw meets them with four broadcast activations. A sub-block's
+ * products are summed in 16 bits while they cannot overflow (Q4_K: all 32,
+ * at most 8 * 2 * 15 * 128 = 30720 a lane; Q5_K: 16 at a time; Q6_K: 8 at
+ * a time, 2 * 2 * 63 * 128 = 32256), then vpmaddwd against the row's scale
+ * (in both words of its lane) adds them, scaled, into the row's 32-bit
+ * isum: exact, as ref's. The mins (Q4_K, Q5_K) and Q6_K's -32 come back
+ * exactly from the activation block's sums of 16 by vpmaddwd of word
+ * pairs. Per super-block, lane i: acc += isum * (d_i d_x), then (Q4_K,
+ * Q5_K) acc -= msum * (dmin_i d_x); Q6_K folds -32 * osum into isum.
+ *
+ * A tile takes one half of the group (8 rows) at a time, so that a row
+ * keeps only isum and the current 16-bit sum in registers and four rows
+ * fit; the half loop stays rolled, so the activations are loaded again for
+ * the second half rather than kept (the compiler would keep them, on the
+ * stack). */
+
+#define X8KBS ((size_t)sizeof(struct ifl_block_q8_k))
+#define Q8K_D 0
+#define Q8K_QS 4
+#define Q8K_BSUMS (4 + IFL_QK_K)
+#define K4GB (X16 * sizeof(struct ifl_block_q4_k)) /* 2304 bytes per super-block group */
+#define K5GB (X16 * sizeof(struct ifl_block_q5_k)) /* 2816 */
+#define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
+/* super-block groups prefetched ahead */
+#define K_PF 2
+
+/* vpshufb indexes: in each dword lane, byte j of the lane zero-extended
+ * into both words (pick_words), bytes j and j + 1 zero-extended into the
+ * two words (pick_pair), or bytes j and k each in the high byte of a word
+ * (pick_hi: a signed word pair after an arithmetic shift by 8). A 0x80
+ * byte stays >= 0x80 after the additions and zeroes its byte. */
+AI __m256i lane_idx(uint32_t pattern)
+{
+    return _mm256_broadcastsi128_si256(_mm_setr_epi32((int)pattern, (int)(pattern + 0x04040404u),
+                                                      (int)(pattern + 0x08080808u),
+                                                      (int)(pattern + 0x0c0c0c0cu)));
+}
+AI __m256i pick_words(int j) { return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j); }
+AI __m256i pick_pair(int j) { return lane_idx(0x80008000u | (uint32_t)(j + 1) << 16 | (uint32_t)j); }
+AI __m256i pick_hi(int j, int k) { return lane_idx((uint32_t)k << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u); }
+
+AI float ld_f32(const char *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Adds lane i of isum * (d_i d_x) (and, with dm, subtracts msum * (dmin_i
+ * d_x)) onto row r's outputs of half h. */
+AI void k_store(float *yr, __m256i isum, __m256 d, float xd, int dm, __m256i msum, __m256 dmin)
+{
+    const __m256 xv = _mm256_set1_ps(xd);
+    __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, xv), _mm256_loadu_ps(yr));
+    if (dm)
+        a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, xv), a);
+    _mm256_storeu_ps(yr, a);
+}
+
+/* Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs (32 runs);
+ * Q5_K has qh (8 runs) before qs: run q holds the fifth bits of elements
+ * 4q .. 4q + 3 of every sub-block, bit j for sub-block j. */
+AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
+                   size_t ldy, int pf)
+{
+    const size_t gbs = q5 ? K5GB : K4GB, qs_off = q5 ? 256 + 512 : 256;
+    const __m256i m4 = _mm256_set1_epi8(15), k1 = _mm256_set1_epi8(63), k3 = _mm256_set1_epi8(3);
+    UNROLL FOR_R UNROLL for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(y + (size_t)r * ldy + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++, g += gbs) {
+        for (size_t l = 0; pf && l < gbs; l += 64)
+            _mm_prefetch(g + K_PF * gbs + l, _MM_HINT_T0);
+        const char *xb[XR];
+        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
+        /* bsums[2j] + bsums[2j + 1], the activation sum of sub-block j */
+        int16_t bsp[XR][8];
+        UNROLL FOR_R _mm_storeu_si128((__m128i *)bsp[r],
+                                      _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(xb[r] + Q8K_BSUMS)),
+                                                     _mm_loadu_si128((const __m128i *)(xb[r] + Q8K_BSUMS + 16))));
+        _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++)
+        {
+            const char *gh = g + 32 * h;
+            /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
+            __m256i u0 = _mm256_loadu_si256((const __m256i *)(gh + 64)),
+                    u1 = _mm256_loadu_si256((const __m256i *)(gh + 128)),
+                    u2 = _mm256_loadu_si256((const __m256i *)(gh + 192));
+            __m256i sc[2], mn[2]; /* sc[0] = sc 0..3 of each row, sc[1] = sc 4..7; mn likewise */
+            sc[0] = _mm256_and_si256(u0, k1);
+            mn[0] = _mm256_and_si256(u1, k1);
+            sc[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k3), 4));
+            mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k3), 4));
+            /* msum: m[j] * bsp[j], two sub-blocks a step */
+            __m256i ms[XR], is[XR];
+            UNROLL for (int p = 0; p < 4; p++)
+            {
+                __m256i mw = _mm256_shuffle_epi8(mn[p >> 1], pick_pair(2 * (p & 1)));
+                UNROLL FOR_R
+                {
+                    __m256i t = _mm256_madd_epi16(mw, bc4((const char *)bsp[r] + 4 * p));
+                    ms[r] = pin(p ? _mm256_add_epi32(ms[r], t) : t);
+                }
+            }
+            /* isum: chunk k's eight runs hold sub-block 2k in their low
+             * nibbles and 2k + 1 in their high ones */
+            UNROLL for (int j = 0; j < 8; j++)
+            {
+                const int k = j >> 1, hi = j & 1;
+                const __m256i sw = _mm256_shuffle_epi8(sc[j >> 2], pick_words(j & 3));
+                __m256i t[XR];
+                UNROLL for (int q = 0; q < 8; q++)
+                {
+                    __m256i z = _mm256_loadu_si256((const __m256i *)(gh + qs_off + 64 * (8 * k + q)));
+                    __m256i wq = _mm256_and_si256(hi ? _mm256_srli_epi16(z, 4) : z, m4);
+                    if (q5) { /* bit j of the qh run to bit 4 */
+                        __m256i u = _mm256_loadu_si256((const __m256i *)(gh + 256 + 64 * q));
+                        u = j < 4 ? _mm256_slli_epi16(u, 4 - j) : j > 4 ? _mm256_srli_epi16(u, j - 4) : u;
+                        wq = _mm256_or_si256(wq, _mm256_and_si256(u, _mm256_set1_epi8(16)));
+                    }
+                    UNROLL FOR_R
+                    {
+                        __m256i p = _mm256_maddubs_epi16(wq, bc4(xb[r] + Q8K_QS + 32 * j + 4 * q));
+                        t[r] = pin(q & (q5 ? 3 : 7) ? _mm256_add_epi16(t[r], p) : p);
+                    }
+                    if (q == 7 || (q5 && q == 3))
+                        UNROLL FOR_R
+                        {
+                            __m256i v = _mm256_madd_epi16(t[r], sw);
+                            is[r] = pin(j || (q5 && q == 7) ? _mm256_add_epi32(is[r], v) : v);
+                        }
+                }
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32 + 16 * h)));
+            UNROLL FOR_R k_store(y + (size_t)r * ldy + 8 * h, is[r], d, ld_f32(xb[r] + Q8K_D), 1, ms[r], dmin);
+        }
+    }
+}
+
+/* Q6_K group: d (32 bytes), scales (4 runs), then ql (32 runs) and qh (16
+ * runs) interleaved (IFL_X16_Q6K_QL / _QH in impl.h). Element run v
+ * (elements 4v .. 4v + 3) with v = 32h + 8p + m, m < 8, is nibble p >> 1
+ * of ql run 16h + 8 (p & 1) + m with bits 2p, 2p + 1 of qh run 8h + m on
+ * top; sub-block j is runs 4j .. 4j + 3. */
+AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
+                   size_t ldy, int pf)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    UNROLL FOR_R UNROLL for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(y + (size_t)r * ldy + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++, g += K6GB) {
+        for (size_t l = 0; pf && l < K6GB; l += 64)
+            _mm_prefetch(g + K_PF * K6GB + l, _MM_HINT_T0);
+        const char *xb[XR];
+        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
+        _Pragma("GCC unroll 1") for (int rh = 0; rh < 2; rh++)
+        {
+            const char *gh = g + 32 * rh;
+            /* -32 * sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
+            __m256i is[XR];
+            UNROLL for (int u = 0; u < 8; u++)
+            {
+                __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (u >> 1)));
+                const int j = 2 * (u & 1);
+                __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j, j + 1)), 8);
+                UNROLL FOR_R
+                {
+                    __m256i t = _mm256_madd_epi16(sw, bc4(xb[r] + Q8K_BSUMS + 4 * u));
+                    is[r] = pin(u ? _mm256_add_epi32(is[r], t) : t);
+                }
+            }
+            UNROLL FOR_R is[r] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), is[r]), 5);
+            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+            {
+                const int h = j >> 3, p = (j >> 1) & 3;
+                __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (j >> 2)));
+                const __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j & 3, j & 3)), 8);
+                __m256i t[XR];
+                UNROLL for (int q = 0; q < 4; q++)
+                {
+                    const int m = 4 * (j & 1) + q;
+                    __m256i l = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QL(h, p & 1, m)));
+                    __m256i u = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QH(h, m)));
+                    l = _mm256_and_si256(p >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
+                    u = p == 0 ? _mm256_slli_epi16(u, 4)
+                        : p == 1 ? _mm256_slli_epi16(u, 2)
+                        : p == 2 ? u
+                                 : _mm256_srli_epi16(u, 2);
+                    __m256i wq = _mm256_or_si256(l, _mm256_and_si256(u, m30));
+                    UNROLL FOR_R
+                    {
+                        __m256i pr = _mm256_maddubs_epi16(wq, bc4(xb[r] + Q8K_QS + 16 * j + 4 * q));
+                        t[r] = pin(q & 1 ? _mm256_add_epi16(t[r], pr) : pr);
+                    }
+                    if (q & 1)
+                        UNROLL FOR_R is[r] = pin(_mm256_add_epi32(is[r], _mm256_madd_epi16(t[r], sw)));
+                }
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * rh)));
+            UNROLL FOR_R k_store(y + (size_t)r * ldy + 8 * rh, is[r], d, ld_f32(xb[r] + Q8K_D), 0,
+                                 is[r], d);
+        }
+    }
+}
+
+/* ---- the x16 driver -------------------------------------------------- */
+
+/* kind: 0 Q8_0, 1 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (R <= XR_OF(kind))                                                                      \
-            x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                         \
+        if (R > XR_OF(kind))                                                                       \
+            break;                                                                                 \
+        if (kind == 6)                                                                             \
+            x16k6_tile(R, nbs, xp, xs, wp, yp, ldy, pf);                                           \
+        else if (kind >= 4)                                                                        \
+            x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy, pf);                                \
+        else                                                                                       \
+            x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                     \
         break;
 #define X16_SWITCH                                                                                 \
     switch (R) {                                                                                   \
-        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)                                           \
+        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)                                            \
     default:                                                                                       \
         break;                                                                                     \
     }
@@ -204,7 +426,9 @@ AI void x16_sums(int kind, int nr, int64_t s0, int64_t nbs, const char *x, size_
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
-    const int64_t nb = n / IFL_QK, ng = nc / X16;
+    const int kq = kind >= 4;
+    const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
+    const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
     const int xr = XR_OF(kind);
     const size_t gb = X16 * ws;         /* bytes of a group */
     const size_t gbs = gb / (size_t)nb; /* bytes of a block group */
@@ -212,13 +436,14 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     int32_t xoff[4 * XR][SEG];
     float xd[4 * XR][SEG];
     if (nr <= 4 * XR) {
-        for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
-            int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
-            x16_sums(kind, nr, s0, nbs, (const char *)x, xs, xoff, xd);
+        for (int64_t s0 = 0; s0 < nb; s0 += seg) {
+            int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
+            if (!kq)
+                x16_sums(kind, nr, s0, nbs, (const char *)x, xs, xoff, xd);
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int r0 = 0; r0 < nr; r0 += xr) {
                     const int R = nr - r0 < xr ? nr - r0 : xr, pf = r0 == 0;
-                    const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
+                    const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
                     const int32_t(*xo)[SEG] = xoff + r0;
@@ -232,10 +457,11 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
         int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
         for (int r0 = 0; r0 < nr; r0 += xr) {
             const int R = nr - r0 < xr ? nr - r0 : xr, pf = 1;
-            for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
-                int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
-                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
-                x16_sums(kind, R, 0, nbs, xp, xs, xoff, xd);
+            for (int64_t s0 = 0; s0 < nb; s0 += seg) {
+                int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
+                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
+                if (!kq)
+                    x16_sums(kind, R, 0, nbs, xp, xs, xoff, xd);
                 for (int64_t gi = g0; gi < g1; gi++) {
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
@@ -260,10 +486,34 @@ static void y_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs,
     x16_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
+static void y_gemm_q4_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16_gemm(4, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void y_gemm_q5_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16_gemm(5, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void y_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                            size_t ws, float *y, size_t ldy)
+{
+    x16_gemm(6, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k)
 {
     k->gemm_x16[IFL_TYPE_Q8_0] = y_gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = y_gemm_q4_0_x16;
     k->x16_pays[IFL_TYPE_Q8_0] = 1;
     k->x16_pays[IFL_TYPE_Q4_0] = 1;
+    k->gemm_x16[IFL_TYPE_Q4_K] = y_gemm_q4_k_x16;
+    k->gemm_x16[IFL_TYPE_Q5_K] = y_gemm_q5_k_x16;
+    k->gemm_x16[IFL_TYPE_Q6_K] = y_gemm_q6_k_x16;
+    k->x16_pays[IFL_TYPE_Q4_K] = 1;
+    k->x16_pays[IFL_TYPE_Q5_K] = 1;
+    k->x16_pays[IFL_TYPE_Q6_K] = 1;
 }
