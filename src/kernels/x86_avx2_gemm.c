@@ -383,6 +383,78 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     }
 }
 
+/* ---- x16 groups of F16 weights (kernels.h) --------------------------- */
+
+/* gemm_f16_x16 of ref.c. Element k of a group is 32 bytes, two vcvtph2ps
+ * away from 16 floats (rows 0..7 and 8..15); an FMA with activation k
+ * broadcast adds each half to 8 outputs of an activation row. Each output
+ * is one running sum over k in order, as in ref, but fused (within
+ * tolerance of ref, and the same in every tile). A tile takes R activation
+ * rows against C groups, 2 R C accumulators: a converted weight serves R
+ * rows, and a lone row still runs eight independent chains. */
+#define XF_R 6 /* rows per tile: the switch below has a case for each R up to it */
+#define XF_PF 512 /* bytes ahead in each group's stream */
+/* groups per tile: at most 12 accumulators, at least eight chains */
+#define XF_C(R) ((R) >= 3 ? 1 : (R) == 2 ? 2 : 4)
+
+AI void x16f_tile(int R, int C, int64_t n, const char *x, size_t xs, const char *g, size_t gb,
+                  float *y, size_t ldy)
+{
+    __m256 acc[XF_R][4][2];
+    UNROLL FOR_R UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++) acc[r][c][h] =
+        _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        const char *gk = g + 32 * (size_t)k;
+        if (!(k & 1))
+            UNROLL for (int c = 0; c < C; c++) _mm_prefetch(gk + (size_t)c * gb + XF_PF, _MM_HINT_T0);
+        __m256 w[4][2];
+        UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++) w[c][h] =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gk + (size_t)c * gb + 16 * h)));
+        UNROLL FOR_R
+        {
+            __m256 xv = _mm256_broadcast_ss((const float *)(x + (size_t)r * xs) + k);
+            UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++) acc[r][c][h] =
+                _mm256_fmadd_ps(w[c][h], xv, acc[r][c][h]);
+        }
+    }
+    UNROLL FOR_R UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(y + (size_t)r * ldy + 16 * c + 8 * h, acc[r][c][h]);
+}
+
+#define XF_CASE(R, C)                                                                              \
+    case (R)*16 + (C):                                                                             \
+        x16f_tile(R, C, n, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy);              \
+        break;
+
+/* Column blocks sized for L2; inside, row tiles of XF_R; inside, tiles of
+ * XF_C groups. */
+static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                           size_t ws, float *y, size_t ldy)
+{
+    const size_t gb = X16 * ws;
+    const int64_t ng = nc / X16;
+    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
+        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
+        for (int r0 = 0; r0 < nr; r0 += XF_R) {
+            int R = nr - r0 < XF_R ? nr - r0 : XF_R;
+            const char *xp = (const char *)x + (size_t)r0 * xs;
+            for (int64_t gi = g0, C; gi < g1; gi += C) {
+                int64_t left = g1 - gi;
+                C = left < XF_C(R) ? left : XF_C(R);
+                float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
+                switch (R * 16 + (int)C) {
+                    XF_CASE(1, 1) XF_CASE(1, 2) XF_CASE(1, 3) XF_CASE(1, 4)
+                    XF_CASE(2, 1) XF_CASE(2, 2) XF_CASE(3, 1) XF_CASE(4, 1)
+                    XF_CASE(5, 1) XF_CASE(6, 1)
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /* ---- the x16 driver -------------------------------------------------- */
 
 /* kind: 0 Q8_0, 1 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K */
@@ -506,6 +578,8 @@ static void y_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs,
 
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k)
 {
+    k->gemm_x16[IFL_TYPE_F16] = y_gemm_f16_x16;
+    k->x16_pays[IFL_TYPE_F16] = 1;
     k->gemm_x16[IFL_TYPE_Q8_0] = y_gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = y_gemm_q4_0_x16;
     k->x16_pays[IFL_TYPE_Q8_0] = 1;
