@@ -222,8 +222,46 @@ AI float ld_f32(const char *p)
     return v;
 }
 
+/* One Q8_K block of a tile's rows, made ready for the tiles: each run of
+ * four quants (elements 4e .. 4e + 3) in all eight lanes, so that
+ * vpmaddubsw reads it as its memory operand (a broadcast from memory takes
+ * a vector pipe, as much as the vpmaddubsw it feeds); the sums of
+ * sub-blocks of 32 (Q4_K, Q5_K: bsums[2j] + bsums[2j + 1]); the scale. A
+ * tile reads the 8 KiB of four rows from L1 for every group of a column
+ * block, so the broadcasts are paid once for all of them. */
+struct kx_rows {
+    __m256i qe[XR][IFL_QK_K / 4];
+    int16_t bsp[XR][8];
+    const char *xb[XR]; /* the block itself: bsums for Q6_K */
+    float xd[XR];
+};
+
+AI void kx_expand(int ex, int R, const char *x, size_t xs, int64_t b, struct kx_rows *e)
+{
+    UNROLL FOR_R
+    {
+        const char *xb = x + (size_t)r * xs + (size_t)b * X8KBS;
+        e->xb[r] = xb;
+        e->xd[r] = ld_f32(xb + Q8K_D);
+        _Pragma("GCC unroll 64") for (int k = 0; ex && k < IFL_QK_K / 4; k++)
+            _mm256_store_si256(&e->qe[r][k], bc4(xb + Q8K_QS + 4 * k));
+        _mm_storeu_si128((__m128i *)e->bsp[r],
+                         _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(xb + Q8K_BSUMS)),
+                                        _mm_loadu_si128((const __m128i *)(xb + Q8K_BSUMS + 16))));
+    }
+}
+
+/* vpmaddubsw of unsigned w against run k of row r: its expanded copy
+ * (the memory operand), or with ex == 0 a broadcast of the block's bytes. */
+AI __m256i run_dot(int ex, __m256i w, const struct kx_rows *e, int r, int k)
+{
+    if (ex)
+        return _mm256_maddubs_epi16(w, _mm256_load_si256(&e->qe[r][k]));
+    return _mm256_maddubs_epi16(w, bc4(e->xb[r] + Q8K_QS + 4 * k));
+}
+
 /* Adds lane i of isum * (d_i d_x) (and, with dm, subtracts msum * (dmin_i
- * d_x)) onto row r's outputs of half h. */
+ * d_x)) onto 8 outputs of a row at yr. */
 AI void k_store(float *yr, __m256i isum, __m256 d, float xd, int dm, __m256i msum, __m256 dmin)
 {
     const __m256 xv = _mm256_set1_ps(xd);
@@ -233,149 +271,214 @@ AI void k_store(float *yr, __m256i isum, __m256 d, float xd, int dm, __m256i msu
     _mm256_storeu_ps(yr, a);
 }
 
-/* Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs (32 runs);
- * Q5_K has qh (8 runs) before qs: run q holds the fifth bits of elements
- * 4q .. 4q + 3 of every sub-block, bit j for sub-block j. */
-AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
-                   size_t ldy, int pf)
+/* One super-block group g of Q4_K (Q5_K) weights against R expanded rows,
+ * added onto y. Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs
+ * (32 runs); Q5_K has qh (8 runs) before qs: run q holds the fifth bits of
+ * elements 4q .. 4q + 3 of every sub-block, bit j for sub-block j. */
+AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, float *y, size_t ldy)
 {
-    const size_t gbs = q5 ? K5GB : K4GB, qs_off = q5 ? 256 + 512 : 256;
+    const size_t qs_off = q5 ? 256 + 512 : 256;
     const __m256i m4 = _mm256_set1_epi8(15), k1 = _mm256_set1_epi8(63), k3 = _mm256_set1_epi8(3);
-    UNROLL FOR_R UNROLL for (int h = 0; h < 2; h++)
-        _mm256_storeu_ps(y + (size_t)r * ldy + 8 * h, _mm256_setzero_ps());
-    for (int64_t b = 0; b < nsb; b++, g += gbs) {
-        for (size_t l = 0; pf && l < gbs; l += 64)
-            _mm_prefetch(g + K_PF * gbs + l, _MM_HINT_T0);
-        const char *xb[XR];
-        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
-        /* bsums[2j] + bsums[2j + 1], the activation sum of sub-block j */
-        int16_t bsp[XR][8];
-        UNROLL FOR_R _mm_storeu_si128((__m128i *)bsp[r],
-                                      _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(xb[r] + Q8K_BSUMS)),
-                                                     _mm_loadu_si128((const __m128i *)(xb[r] + Q8K_BSUMS + 16))));
-        _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++)
+    {
+        __asm__("" : "+r"(h)); /* opaque: the halves stay one loop (see above) */
+        const char *gh = g + 32 * h;
+        /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
+        __m256i u0 = _mm256_loadu_si256((const __m256i *)(gh + 64)),
+                u1 = _mm256_loadu_si256((const __m256i *)(gh + 128)),
+                u2 = _mm256_loadu_si256((const __m256i *)(gh + 192));
+        __m256i sc[2], mn[2]; /* sc[0] = sc 0..3 of each row, sc[1] = sc 4..7; mn likewise */
+        sc[0] = _mm256_and_si256(u0, k1);
+        mn[0] = _mm256_and_si256(u1, k1);
+        sc[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k3), 4));
+        mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k3), 4));
+        /* msum: m[j] * bsp[j], two sub-blocks a step */
+        __m256i ms[XR], is[XR];
+        UNROLL for (int p = 0; p < 4; p++)
         {
-            const char *gh = g + 32 * h;
-            /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
-            __m256i u0 = _mm256_loadu_si256((const __m256i *)(gh + 64)),
-                    u1 = _mm256_loadu_si256((const __m256i *)(gh + 128)),
-                    u2 = _mm256_loadu_si256((const __m256i *)(gh + 192));
-            __m256i sc[2], mn[2]; /* sc[0] = sc 0..3 of each row, sc[1] = sc 4..7; mn likewise */
-            sc[0] = _mm256_and_si256(u0, k1);
-            mn[0] = _mm256_and_si256(u1, k1);
-            sc[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
-                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k3), 4));
-            mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k3), 4));
-            /* msum: m[j] * bsp[j], two sub-blocks a step */
-            __m256i ms[XR], is[XR];
-            UNROLL for (int p = 0; p < 4; p++)
+            __m256i mw = _mm256_shuffle_epi8(mn[p >> 1], pick_pair(2 * (p & 1)));
+            UNROLL FOR_R
             {
-                __m256i mw = _mm256_shuffle_epi8(mn[p >> 1], pick_pair(2 * (p & 1)));
+                __m256i t = _mm256_madd_epi16(mw, bc4((const char *)e->bsp[r] + 4 * p));
+                ms[r] = pin(p ? _mm256_add_epi32(ms[r], t) : t);
+            }
+        }
+        /* isum: chunk k's eight runs hold sub-block 2k in their low
+         * nibbles and 2k + 1 in their high ones */
+        UNROLL for (int j = 0; j < 8; j++)
+        {
+            const int k = j >> 1, hi = j & 1;
+            const __m256i sw = _mm256_shuffle_epi8(sc[j >> 2], pick_words(j & 3));
+            __m256i t[XR];
+            UNROLL for (int q = 0; q < 8; q++)
+            {
+                __m256i z = _mm256_loadu_si256((const __m256i *)(gh + qs_off + 64 * (8 * k + q)));
+                __m256i wq = _mm256_and_si256(hi ? _mm256_srli_epi16(z, 4) : z, m4);
+                if (q5) { /* bit j of the qh run to bit 4 */
+                    __m256i u = _mm256_loadu_si256((const __m256i *)(gh + 256 + 64 * q));
+                    u = j < 4 ? _mm256_slli_epi16(u, 4 - j) : j > 4 ? _mm256_srli_epi16(u, j - 4) : u;
+                    wq = _mm256_or_si256(wq, _mm256_and_si256(u, _mm256_set1_epi8(16)));
+                }
                 UNROLL FOR_R
                 {
-                    __m256i t = _mm256_madd_epi16(mw, bc4((const char *)bsp[r] + 4 * p));
-                    ms[r] = pin(p ? _mm256_add_epi32(ms[r], t) : t);
+                    __m256i p = run_dot(ex, wq, e, r, 8 * j + q);
+                    t[r] = pin(q & (q5 ? 3 : 7) ? _mm256_add_epi16(t[r], p) : p);
                 }
-            }
-            /* isum: chunk k's eight runs hold sub-block 2k in their low
-             * nibbles and 2k + 1 in their high ones */
-            UNROLL for (int j = 0; j < 8; j++)
-            {
-                const int k = j >> 1, hi = j & 1;
-                const __m256i sw = _mm256_shuffle_epi8(sc[j >> 2], pick_words(j & 3));
-                __m256i t[XR];
-                UNROLL for (int q = 0; q < 8; q++)
-                {
-                    __m256i z = _mm256_loadu_si256((const __m256i *)(gh + qs_off + 64 * (8 * k + q)));
-                    __m256i wq = _mm256_and_si256(hi ? _mm256_srli_epi16(z, 4) : z, m4);
-                    if (q5) { /* bit j of the qh run to bit 4 */
-                        __m256i u = _mm256_loadu_si256((const __m256i *)(gh + 256 + 64 * q));
-                        u = j < 4 ? _mm256_slli_epi16(u, 4 - j) : j > 4 ? _mm256_srli_epi16(u, j - 4) : u;
-                        wq = _mm256_or_si256(wq, _mm256_and_si256(u, _mm256_set1_epi8(16)));
-                    }
+                if (q == 7 || (q5 && q == 3))
                     UNROLL FOR_R
                     {
-                        __m256i p = _mm256_maddubs_epi16(wq, bc4(xb[r] + Q8K_QS + 32 * j + 4 * q));
-                        t[r] = pin(q & (q5 ? 3 : 7) ? _mm256_add_epi16(t[r], p) : p);
+                        __m256i v = _mm256_madd_epi16(t[r], sw);
+                        is[r] = pin(j || (q5 && q == 7) ? _mm256_add_epi32(is[r], v) : v);
                     }
-                    if (q == 7 || (q5 && q == 3))
-                        UNROLL FOR_R
-                        {
-                            __m256i v = _mm256_madd_epi16(t[r], sw);
-                            is[r] = pin(j || (q5 && q == 7) ? _mm256_add_epi32(is[r], v) : v);
-                        }
-                }
             }
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));
-            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32 + 16 * h)));
-            UNROLL FOR_R k_store(y + (size_t)r * ldy + 8 * h, is[r], d, ld_f32(xb[r] + Q8K_D), 1, ms[r], dmin);
         }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32 + 16 * h)));
+        UNROLL FOR_R k_store(y + (size_t)r * ldy + 8 * h, is[r], d, e->xd[r], 1, ms[r], dmin);
     }
 }
 
-/* Q6_K group: d (32 bytes), scales (4 runs), then ql (32 runs) and qh (16
- * runs) interleaved (IFL_X16_Q6K_QL / _QH in impl.h). Element run v
+/* One super-block group g of Q6_K weights against R expanded rows, added
+ * onto y. Q6_K group: d (32 bytes), scales (4 runs), then ql (32 runs) and
+ * qh (16 runs) interleaved (IFL_X16_Q6K_QL / _QH in impl.h). Element run v
  * (elements 4v .. 4v + 3) with v = 32h + 8p + m, m < 8, is nibble p >> 1
  * of ql run 16h + 8 (p & 1) + m with bits 2p, 2p + 1 of qh run 8h + m on
  * top; sub-block j is runs 4j .. 4j + 3. */
-AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
-                   size_t ldy, int pf)
+AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y, size_t ldy)
 {
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
-    UNROLL FOR_R UNROLL for (int h = 0; h < 2; h++)
-        _mm256_storeu_ps(y + (size_t)r * ldy + 8 * h, _mm256_setzero_ps());
-    for (int64_t b = 0; b < nsb; b++, g += K6GB) {
-        for (size_t l = 0; pf && l < K6GB; l += 64)
-            _mm_prefetch(g + K_PF * K6GB + l, _MM_HINT_T0);
-        const char *xb[XR];
-        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
-        _Pragma("GCC unroll 1") for (int rh = 0; rh < 2; rh++)
+    for (int rh = 0; rh < 2; rh++)
+    {
+        __asm__("" : "+r"(rh)); /* opaque: the halves stay one loop (see above) */
+        const char *gh = g + 32 * rh;
+        /* -32 * sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
+        __m256i is[XR];
+        UNROLL for (int u = 0; u < 8; u++)
         {
-            const char *gh = g + 32 * rh;
-            /* -32 * sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
-            __m256i is[XR];
-            UNROLL for (int u = 0; u < 8; u++)
+            __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (u >> 1)));
+            const int j = 2 * (u & 1);
+            __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j, j + 1)), 8);
+            UNROLL FOR_R
             {
-                __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (u >> 1)));
-                const int j = 2 * (u & 1);
-                __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j, j + 1)), 8);
+                __m256i t = _mm256_madd_epi16(sw, bc4(e->xb[r] + Q8K_BSUMS + 4 * u));
+                is[r] = pin(u ? _mm256_add_epi32(is[r], t) : t);
+            }
+        }
+        UNROLL FOR_R is[r] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), is[r]), 5);
+        _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+        {
+            const int h = j >> 3, p = (j >> 1) & 3;
+            __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (j >> 2)));
+            const __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j & 3, j & 3)), 8);
+            __m256i t[XR];
+            UNROLL for (int q = 0; q < 4; q++)
+            {
+                const int m = 4 * (j & 1) + q;
+                __m256i l = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QL(h, p & 1, m)));
+                __m256i u = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QH(h, m)));
+                l = _mm256_and_si256(p >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
+                u = p == 0 ? _mm256_slli_epi16(u, 4)
+                    : p == 1 ? _mm256_slli_epi16(u, 2)
+                    : p == 2 ? u
+                             : _mm256_srli_epi16(u, 2);
+                __m256i wq = _mm256_or_si256(l, _mm256_and_si256(u, m30));
                 UNROLL FOR_R
                 {
-                    __m256i t = _mm256_madd_epi16(sw, bc4(xb[r] + Q8K_BSUMS + 4 * u));
-                    is[r] = pin(u ? _mm256_add_epi32(is[r], t) : t);
+                    __m256i pr = run_dot(ex, wq, e, r, 4 * j + q);
+                    t[r] = pin(q & 1 ? _mm256_add_epi16(t[r], pr) : pr);
+                }
+                if (q & 1)
+                    UNROLL FOR_R is[r] = pin(_mm256_add_epi32(is[r], _mm256_madd_epi16(t[r], sw)));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * rh)));
+        UNROLL FOR_R k_store(y + (size_t)r * ldy + 8 * rh, is[r], d, e->xd[r], 0, is[r], d);
+    }
+}
+
+/* One super-block group for R rows, one function per kind and R: inlined
+ * into the gemm's loops, the tiles' registers were spilled all over. */
+#define KSB_FN1(name, call)                                                                        \
+    static __attribute__((noinline)) void name(const char *g, const struct kx_rows *e, float *y,  \
+                                               size_t ldy)                                        \
+    {                                                                                              \
+        call;                                                                                      \
+    }
+#define KSB_FN(R)                                                                                  \
+    KSB_FN1(k4_sb_##R, x16k4_sb(0, 1, R, g, e, y, ldy))                                            \
+    KSB_FN1(k5_sb_##R, x16k4_sb(1, 1, R, g, e, y, ldy))                                            \
+    KSB_FN1(k6_sb_##R, x16k6_sb(1, R, g, e, y, ldy))                                               \
+    KSB_FN1(k4_sbb_##R, x16k4_sb(0, 0, R, g, e, y, ldy))                                           \
+    KSB_FN1(k5_sbb_##R, x16k4_sb(1, 0, R, g, e, y, ldy))                                           \
+    KSB_FN1(k6_sbb_##R, x16k6_sb(0, R, g, e, y, ldy))
+KSB_FN(1)
+KSB_FN(2)
+KSB_FN(3)
+KSB_FN(4)
+
+typedef void (*k_sb_fn)(const char *g, const struct kx_rows *e, float *y, size_t ldy);
+
+/* kind 4 Q4_K, 5 Q5_K, 6 Q6_K; R rows (1 .. XR); expanded or broadcast */
+static k_sb_fn k_sb(int kind, int R, int ex)
+{
+    static const k_sb_fn fn[2][3][XR] = {{{k4_sbb_1, k4_sbb_2, k4_sbb_3, k4_sbb_4},
+                                          {k5_sbb_1, k5_sbb_2, k5_sbb_3, k5_sbb_4},
+                                          {k6_sbb_1, k6_sbb_2, k6_sbb_3, k6_sbb_4}},
+                                         {{k4_sb_1, k4_sb_2, k4_sb_3, k4_sb_4},
+                                          {k5_sb_1, k5_sb_2, k5_sb_3, k5_sb_4},
+                                          {k6_sb_1, k6_sb_2, k6_sb_3, k6_sb_4}}};
+    return fn[ex][kind - 4][R - 1];
+}
+
+/* The K-quant gemm. Groups in column blocks sized for L2; inside, row
+ * tiles of XR, whose activations are expanded a super-block at a time
+ * (kx_rows) for all the block's groups. A call of at most 4 XR rows (a
+ * decode) walks the groups once instead, group by group, each row tile
+ * expanding its rows' block for the group in turn (the later tiles read
+ * the group from cache). Every output sums its super-blocks in order
+ * either way. */
+AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                size_t ws, float *y, size_t ldy)
+{
+    const int64_t nb = n / IFL_QK_K, ng = nc / X16;
+    const size_t gb = X16 * ws, gbs = gb / (size_t)nb;
+    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    struct kx_rows e __attribute__((aligned(32)));
+    const char *xc = x;
+    if (nr <= 4 * XR) {
+        const int nt = (nr + XR - 1) / XR;
+        for (int64_t gi = 0; gi < ng; gi++) {
+            const char *g = (const char *)w + (size_t)gi * gb;
+            for (int r = 0; r < nr; r++)
+                memset(y + (size_t)r * ldy + (size_t)gi * X16, 0, X16 * sizeof(float));
+            for (int64_t b = 0; b < nb; b++, g += gbs) {
+                for (size_t l = 0; l < gbs; l += 64)
+                    _mm_prefetch(g + K_PF * gbs + l, _MM_HINT_T0);
+                for (int t = 0; t < nt; t++) {
+                    const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
+                    kx_expand(0, R, xc + (size_t)r0 * xs, xs, b, &e);
+                    k_sb(kind, R, 0)(g, &e, y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
                 }
             }
-            UNROLL FOR_R is[r] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), is[r]), 5);
-            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
-            {
-                const int h = j >> 3, p = (j >> 1) & 3;
-                __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (j >> 2)));
-                const __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j & 3, j & 3)), 8);
-                __m256i t[XR];
-                UNROLL for (int q = 0; q < 4; q++)
-                {
-                    const int m = 4 * (j & 1) + q;
-                    __m256i l = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QL(h, p & 1, m)));
-                    __m256i u = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QH(h, m)));
-                    l = _mm256_and_si256(p >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
-                    u = p == 0 ? _mm256_slli_epi16(u, 4)
-                        : p == 1 ? _mm256_slli_epi16(u, 2)
-                        : p == 2 ? u
-                                 : _mm256_srli_epi16(u, 2);
-                    __m256i wq = _mm256_or_si256(l, _mm256_and_si256(u, m30));
-                    UNROLL FOR_R
-                    {
-                        __m256i pr = _mm256_maddubs_epi16(wq, bc4(xb[r] + Q8K_QS + 16 * j + 4 * q));
-                        t[r] = pin(q & 1 ? _mm256_add_epi16(t[r], pr) : pr);
-                    }
-                    if (q & 1)
-                        UNROLL FOR_R is[r] = pin(_mm256_add_epi32(is[r], _mm256_madd_epi16(t[r], sw)));
-                }
+        }
+        return;
+    }
+    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
+        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
+        for (int r0 = 0; r0 < nr; r0 += XR) {
+            const int R = nr - r0 < XR ? nr - r0 : XR;
+            for (int r = 0; r < R; r++)
+                memset(y + (size_t)(r0 + r) * ldy + (size_t)g0 * X16, 0,
+                       (size_t)(g1 - g0) * X16 * sizeof(float));
+            const k_sb_fn sb = k_sb(kind, R, 1);
+            for (int64_t b = 0; b < nb; b++) {
+                kx_expand(1, R, xc + (size_t)r0 * xs, xs, b, &e);
+                for (int64_t gi = g0; gi < g1; gi++)
+                    sb((const char *)w + (size_t)gi * gb + (size_t)b * gbs, &e,
+                         y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
             }
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * rh)));
-            UNROLL FOR_R k_store(y + (size_t)r * ldy + 8 * rh, is[r], d, ld_f32(xb[r] + Q8K_D), 0,
-                                 is[r], d);
         }
     }
 }
@@ -459,12 +562,7 @@ static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
     case R:                                                                                        \
         if (R > XR)                                                                                \
             break;                                                                                 \
-        if (kind == 6)                                                                             \
-            x16k6_tile(R, nbs, xp, xs, wp, yp, ldy, pf);                                           \
-        else if (kind >= 4)                                                                        \
-            x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy, pf);                                \
-        else                                                                                       \
-            x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                     \
+        x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                         \
         break;
 #define X16_SWITCH                                                                                 \
     switch (R) {                                                                                   \
@@ -561,19 +659,19 @@ static void y_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs,
 static void y_gemm_q4_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                             size_t ws, float *y, size_t ldy)
 {
-    x16_gemm(4, n, nr, nc, x, xs, w, ws, y, ldy);
+    xk_gemm(4, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
 static void y_gemm_q5_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                             size_t ws, float *y, size_t ldy)
 {
-    x16_gemm(5, n, nr, nc, x, xs, w, ws, y, ldy);
+    xk_gemm(5, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
 static void y_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                             size_t ws, float *y, size_t ldy)
 {
-    x16_gemm(6, n, nr, nc, x, xs, w, ws, y, ldy);
+    xk_gemm(6, n, nr, nc, x, xs, w, ws, y, ldy);
 }
 
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k)
