@@ -497,13 +497,16 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
 /* groups per tile: at most 12 accumulators, at least eight chains */
 #define XF_C(R) ((R) >= 3 ? 1 : (R) == 2 ? 2 : 4)
 
-AI void x16f_tile(int R, int C, int64_t n, const char *x, size_t xs, const char *g, size_t gb,
-                  float *y, size_t ldy)
+/* Elements [k0, k1) of C groups for R rows; the sums start from y unless
+ * k0 is 0 (a float stored and loaded back is the same float, so an output
+ * taken in pieces gets the very same chain). */
+AI void x16f_tile(int R, int C, int64_t k0, int64_t n, const char *x, size_t xs, const char *g,
+                  size_t gb, float *y, size_t ldy)
 {
     __m256 acc[XF_R][4][2];
     UNROLL FOR_R UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++) acc[r][c][h] =
-        _mm256_setzero_ps();
-    for (int64_t k = 0; k < n; k++) {
+        k0 ? _mm256_loadu_ps(y + (size_t)r * ldy + 16 * c + 8 * h) : _mm256_setzero_ps();
+    for (int64_t k = k0; k < n; k++) {
         const char *gk = g + 32 * (size_t)k;
         if (!(k & 1))
             UNROLL for (int c = 0; c < C; c++) _mm_prefetch(gk + (size_t)c * gb + XF_PF, _MM_HINT_T0);
@@ -523,17 +526,46 @@ AI void x16f_tile(int R, int C, int64_t n, const char *x, size_t xs, const char 
 
 #define XF_CASE(R, C)                                                                              \
     case (R)*16 + (C):                                                                             \
-        x16f_tile(R, C, n, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy);              \
+        x16f_tile(R, C, k0, k1, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy);         \
         break;
 
+#define XF_SWITCH                                                                                  \
+    switch (R * 16 + (int)C) {                                                                     \
+        XF_CASE(1, 1) XF_CASE(1, 2) XF_CASE(1, 3) XF_CASE(1, 4) XF_CASE(2, 1) XF_CASE(2, 2)        \
+        XF_CASE(3, 1) XF_CASE(4, 1) XF_CASE(5, 1) XF_CASE(6, 1)                                    \
+    default:                                                                                       \
+        break;                                                                                     \
+    }
+/* Elements a tile of a single pass takes at a time: 8 KiB of a group. */
+#define XF_KC 256
+
 /* Column blocks sized for L2; inside, row tiles of XF_R; inside, tiles of
- * XF_C groups. */
+ * XF_C groups. A call of 7 to 3 XF_R rows (a decode of many sequences)
+ * walks the groups once instead, a group's elements XF_KC at a time, every
+ * row tile in turn: the first tile, reading the weights from memory, was
+ * bound by them while the others waited to read the block from L2. */
 static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                            size_t ws, float *y, size_t ldy)
 {
     const size_t gb = X16 * ws;
     const int64_t ng = nc / X16;
     const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
+    if (nr > XF_R && nr <= 3 * XF_R) {
+        const int nt = (nr + XF_R - 1) / XF_R;
+        for (int64_t gi = 0; gi < ng; gi++)
+            for (int64_t k0 = 0, k1; k0 < n; k0 = k1) {
+                k1 = n - k0 < XF_KC ? n : k0 + XF_KC;
+                for (int t = 0; t < nt; t++) {
+                    const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
+                    const int64_t C = 1;
+                    const char *xp = (const char *)x + (size_t)r0 * xs;
+                    float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
+                    XF_SWITCH
+                }
+            }
+        return;
+    }
+    const int64_t k0 = 0, k1 = n;
     for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
         int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
         for (int r0 = 0; r0 < nr; r0 += XF_R) {
@@ -543,13 +575,7 @@ static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
                 int64_t left = g1 - gi;
                 C = left < XF_C(R) ? left : XF_C(R);
                 float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
-                switch (R * 16 + (int)C) {
-                    XF_CASE(1, 1) XF_CASE(1, 2) XF_CASE(1, 3) XF_CASE(1, 4)
-                    XF_CASE(2, 1) XF_CASE(2, 2) XF_CASE(3, 1) XF_CASE(4, 1)
-                    XF_CASE(5, 1) XF_CASE(6, 1)
-                default:
-                    break;
-                }
+                XF_SWITCH
             }
         }
     }
