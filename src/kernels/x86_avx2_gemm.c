@@ -55,7 +55,9 @@
 /* Blocks per segment: the activation offsets and scales kept on the stack. */
 #define SEG 256
 /* Block groups prefetched ahead of the one a tile reads. */
+#ifndef X16_PF
 #define X16_PF 8
+#endif
 /* Weight bytes of a column block, which stays in L2 (512 KiB on the Zen 3)
  * while every row tile passes over it. */
 #define COL_BLOCK_BYTES (256 * 1024)
@@ -198,7 +200,12 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define K5GB (X16 * sizeof(struct ifl_block_q5_k)) /* 2816 */
 #define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
 /* super-block groups prefetched ahead */
+#ifndef KHINT
+#define KHINT _MM_HINT_T0
+#endif
+#ifndef K_PF
 #define K_PF 2
+#endif
 
 /* vpshufb indexes: in each dword lane, byte j of the lane zero-extended
  * into both words (pick_words), bytes j and j + 1 zero-extended into the
@@ -233,6 +240,7 @@ struct kx_rows {
     __m256i qe[XR][IFL_QK_K / 4];
     int16_t bsp[XR][8];
     const char *xb[XR]; /* the block itself: bsums for Q6_K */
+    const char *pf;     /* weights to prefetch while the tile runs, or NULL */
     float xd[XR];
 };
 
@@ -311,6 +319,9 @@ AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, 
         {
             const int k = j >> 1, hi = j & 1;
             const __m256i sw = _mm256_shuffle_epi8(sc[j >> 2], pick_words(j & 3));
+            if (e->pf && !h) /* 36 or 44 lines a group, spread over the tile */
+                for (int l = 0; l < 6; l++)
+                    _mm_prefetch(e->pf + 64 * (6 * j + l), KHINT);
             __m256i t[XR];
             UNROLL for (int q = 0; q < 8; q++)
             {
@@ -372,6 +383,9 @@ AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y
             const int h = j >> 3, p = (j >> 1) & 3;
             __m256i sv = _mm256_loadu_si256((const __m256i *)(gh + 32 + 64 * (j >> 2)));
             const __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j & 3, j & 3)), 8);
+            if (e->pf && !rh) /* 53 lines a group, spread over the tile */
+                for (int l = 0; l < 4; l++)
+                    _mm_prefetch(e->pf + 64 * (4 * j + l), KHINT);
             __m256i t[XR];
             UNROLL for (int q = 0; q < 4; q++)
             {
@@ -454,11 +468,10 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
             for (int r = 0; r < nr; r++)
                 memset(y + (size_t)r * ldy + (size_t)gi * X16, 0, X16 * sizeof(float));
             for (int64_t b = 0; b < nb; b++, g += gbs) {
-                for (size_t l = 0; l < gbs; l += 64)
-                    _mm_prefetch(g + K_PF * gbs + l, _MM_HINT_T0);
                 for (int t = 0; t < nt; t++) {
                     const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
                     kx_expand(0, R, xc + (size_t)r0 * xs, xs, b, &e);
+                    e.pf = t ? NULL : g + K_PF * gbs;
                     k_sb(kind, R, 0)(g, &e, y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
                 }
             }
@@ -475,6 +488,7 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
             const k_sb_fn sb = k_sb(kind, R, 1);
             for (int64_t b = 0; b < nb; b++) {
                 kx_expand(1, R, xc + (size_t)r0 * xs, xs, b, &e);
+                e.pf = NULL;
                 for (int64_t gi = g0; gi < g1; gi++)
                     sb((const char *)w + (size_t)gi * gb + (size_t)b * gbs, &e,
                          y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
