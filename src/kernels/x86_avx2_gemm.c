@@ -1,8 +1,22 @@
 /*
  * 256-bit gemm over x16 groups (kernels.h) for the AVX2 table: Q8_0 and
- * Q4_0 weights against Q8_0 activations. The AVX-512 table replaces these
- * with its own (x86_avx512_gemm.c); on an AVX2-only CPU they are what a
- * model's matrices run through once the loader has repacked them.
+ * Q4_0 weights against Q8_0 activations, Q4_K, Q5_K and Q6_K against Q8_K,
+ * F16 against F32. The AVX-512 table replaces all of them with its own
+ * (x86_avx512_gemm.c); on an AVX2-only CPU they are what a model's
+ * matrices run through once the loader has repacked them.
+ *
+ * Measured on the Zen 3 (AMD EPYC, family 25 model 1), one core, in
+ * cache (kbench 2048 2048, best of three runs), against the plain 256-bit
+ * kernels of x86_simd.h, GFLOP/s at 1 / 16 / 128 rows: Q4_0 27 / 48 / 49
+ * -> 115 / 180 / 178, Q8_0 41 / 57 / 57 -> 71 / 114 / 106, Q4_K 19 / 45 /
+ * 44 -> 96 / 159 / 172, Q5_K 17 / 41 / 42 -> 64 / 123 / 129, Q6_K 27 / 57
+ * / 58 -> 59 / 103 / 101, F16 36 / 41 / 40 -> 46 / 65 / 92 (this VM's
+ * neighbours move single runs by up to half).
+ * What bounds them: the four vector pipes. Two take vpmaddubsw and
+ * vpmaddwd; a broadcast from memory takes a pipe too (so the K-quant
+ * tiles of a column block read expanded activations instead); Q8_0 needs
+ * four operations a run and row (sign, vpmaddubsw, vpmaddwd, add) where
+ * Q4_0 needs two.
  *
  * A 64-byte run of a block group holds four elements of each of 16 weight
  * rows; its two 32-byte halves are rows 0..7 and 8..15, one row per 32-bit
@@ -42,22 +56,19 @@
 
 #define X16 16
 #define XBS ((size_t)sizeof(struct ifl_block_q8_0))
-/* Activation rows per tile: each keeps two float accumulators (rows 0..7
- * and 8..15 of the group) and one integer sum, and AVX2 has 16 registers. */
+/* Activation rows per tile at most: a row keeps two integer sums (rows
+ * 0..7 and 8..15 of the group) in registers, and AVX2 has 16. */
 #define XR 4
-/* Rows a tile takes at most, by weight type: Q4_0 and the K-quants 4, Q8_0
- * 3, or 4 when a call of at most 4 XR rows walks the groups once (one core
- * in cache, alternating builds, 5 rounds: 16 rows +5 %, 128 rows -5 %). */
+/* Rows a tile takes at most, by weight type: Q4_0 4, Q8_0 3, or 4 when a
+ * call of at most 4 XR rows walks the groups once (one core in cache,
+ * alternating builds, 5 rounds: 16 rows +5 %, 128 rows -5 %). */
 #define XR_Q4 4
 #define XR_Q8 3
-#define XR_K 4
-#define XR_OF(kind, once) ((kind) >= 4 ? XR_K : (kind) ? XR_Q4 : (once) ? XR : XR_Q8)
+#define XR_OF(kind, once) ((kind) ? XR_Q4 : (once) ? XR : XR_Q8)
 /* Blocks per segment: the activation offsets and scales kept on the stack. */
 #define SEG 256
 /* Block groups prefetched ahead of the one a tile reads. */
-#ifndef X16_PF
 #define X16_PF 8
-#endif
 /* Weight bytes of a column block, which stays in L2 (512 KiB on the Zen 3)
  * while every row tile passes over it. */
 #define COL_BLOCK_BYTES (256 * 1024)
@@ -200,12 +211,7 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define K5GB (X16 * sizeof(struct ifl_block_q5_k)) /* 2816 */
 #define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
 /* super-block groups prefetched ahead */
-#ifndef KHINT
-#define KHINT _MM_HINT_T0
-#endif
-#ifndef K_PF
 #define K_PF 2
-#endif
 
 /* vpshufb indexes: in each dword lane, byte j of the lane zero-extended
  * into both words (pick_words), bytes j and j + 1 zero-extended into the
@@ -321,7 +327,7 @@ AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, 
             const __m256i sw = _mm256_shuffle_epi8(sc[j >> 2], pick_words(j & 3));
             if (e->pf && !h) /* 36 or 44 lines a group, spread over the tile */
                 for (int l = 0; l < 6; l++)
-                    _mm_prefetch(e->pf + 64 * (6 * j + l), KHINT);
+                    _mm_prefetch(e->pf + 64 * (6 * j + l), _MM_HINT_T0);
             __m256i t[XR];
             UNROLL for (int q = 0; q < 8; q++)
             {
@@ -385,7 +391,7 @@ AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y
             const __m256i sw = _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j & 3, j & 3)), 8);
             if (e->pf && !rh) /* 53 lines a group, spread over the tile */
                 for (int l = 0; l < 4; l++)
-                    _mm_prefetch(e->pf + 64 * (4 * j + l), KHINT);
+                    _mm_prefetch(e->pf + 64 * (4 * j + l), _MM_HINT_T0);
             __m256i t[XR];
             UNROLL for (int q = 0; q < 4; q++)
             {
@@ -633,9 +639,7 @@ AI void x16_sums(int kind, int nr, int64_t s0, int64_t nbs, const char *x, size_
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
-    const int kq = kind >= 4;
-    const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
-    const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
+    const int64_t nb = n / IFL_QK, ng = nc / X16;
     const size_t gb = X16 * ws;         /* bytes of a group */
     const size_t gbs = gb / (size_t)nb; /* bytes of a block group */
     const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
@@ -645,14 +649,13 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
         /* as few tiles as the widest allows, their rows as even as can be
          * (16 rows of Q8_0 were tiles of 3, 3, 3, 3, 3 and a lone row) */
         const int xr = XR_OF(kind, 1), nt = (nr + xr - 1) / xr;
-        for (int64_t s0 = 0; s0 < nb; s0 += seg) {
-            int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
-            if (!kq)
-                x16_sums(kind, nr, s0, nbs, (const char *)x, xs, xoff, xd);
+        for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
+            int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
+            x16_sums(kind, nr, s0, nbs, (const char *)x, xs, xoff, xd);
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int t = 0; t < nt; t++) {
                     const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0, pf = t == 0;
-                    const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
+                    const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
                     const int32_t(*xo)[SEG] = xoff + r0;
@@ -667,11 +670,10 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
         int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
         for (int r0 = 0; r0 < nr; r0 += xr) {
             const int R = nr - r0 < xr ? nr - r0 : xr, pf = 1;
-            for (int64_t s0 = 0; s0 < nb; s0 += seg) {
-                int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
-                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
-                if (!kq)
-                    x16_sums(kind, R, 0, nbs, xp, xs, xoff, xd);
+            for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
+                int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
+                const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
+                x16_sums(kind, R, 0, nbs, xp, xs, xoff, xd);
                 for (int64_t gi = g0; gi < g1; gi++) {
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
