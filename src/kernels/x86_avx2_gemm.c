@@ -49,8 +49,8 @@
 
 #include "kernels/blocks.h"
 #include "kernels/impl.h"
+#include "kernels/x86_x16.h"
 
-#define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 #define FOR_R for (int r = 0; r < R; r++)
 
@@ -65,20 +65,12 @@
 #define XR_Q4 4
 #define XR_Q8 3
 #define XR_OF(kind, once) ((kind) ? XR_Q4 : (once) ? XR : XR_Q8)
-/* Blocks per segment: the activation offsets and scales kept on the stack. */
-#define SEG 256
+#define SEG X16_SEG
 /* Block groups prefetched ahead of the one a tile reads. */
 #define X16_PF 8
 /* Weight bytes of a column block, which stays in L2 (512 KiB on the Zen 3)
  * while every row tile passes over it. */
 #define COL_BLOCK_BYTES (256 * 1024)
-
-AI uint16_t ld_u16(const char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return h;
-}
 
 /* The four bytes at p in every 32-bit lane. */
 AI __m256i bc4(const char *p)
@@ -95,16 +87,6 @@ AI __m256i pin(__m256i v)
 {
     __asm__("" : "+x"(v));
     return v;
-}
-
-/* The sum of a Q8_0 activation block's 32 quants (qs at p). */
-AI int32_t q8_qsum(const char *p)
-{
-    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8(-128));
-    __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128), 8 at a time */
-    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
-    return _mm_cvtsi128_si32(t) - 32 * 128;
 }
 
 /* Blocks [0, nbs) of one group for R activation rows, added onto y
@@ -227,13 +209,6 @@ AI __m256i lane_idx(uint32_t pattern)
 AI __m256i pick_words(int j) { return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j); }
 AI __m256i pick_pair(int j) { return lane_idx(0x80008000u | (uint32_t)(j + 1) << 16 | (uint32_t)j); }
 AI __m256i pick_hi(int j, int k) { return lane_idx((uint32_t)k << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u); }
-
-AI float ld_f32(const char *p)
-{
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* One Q8_K block of a tile's rows, made ready for the tiles: each run of
  * four quants (elements 4e .. 4e + 3) in all eight lanes, so that
@@ -617,19 +592,6 @@ static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
         break;                                                                                     \
     }
 
-/* The activation offset terms and scales of blocks [s0, s0 + nbs) of rows
- * [0, nr) (kind 0 Q8_0, 1 Q4_0), for the x16 tiles. */
-AI void x16_sums(int kind, int nr, int64_t s0, int64_t nbs, const char *x, size_t xs,
-                 int32_t (*xoff)[SEG], float (*xd)[SEG])
-{
-    for (int r = 0; r < nr; r++)
-        for (int64_t b = 0; b < nbs; b++) {
-            const char *xb = x + (size_t)r * xs + (size_t)(s0 + b) * XBS;
-            xoff[r][b] = kind == 1 ? -8 * q8_qsum(xb + 2) : 0;
-            xd[r][b] = _cvtsh_ss(ld_u16(xb));
-        }
-}
-
 /* Groups in column blocks sized for L2; inside, row tiles of XR; inside,
  * segments of SEG blocks, whose activation offsets and scales are taken
  * once for all the block's groups. A call of at most 16 rows (a decode)
@@ -651,7 +613,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
         const int xr = XR_OF(kind, 1), nt = (nr + xr - 1) / xr;
         for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
             int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
-            x16_sums(kind, nr, s0, nbs, (const char *)x, xs, xoff, xd);
+            x16_sums(kind == 1 ? 8 : 0, nr, s0, nbs, (const char *)x, xs, xoff, xd);
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int t = 0; t < nt; t++) {
                     const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0, pf = t == 0;
@@ -673,7 +635,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
             for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
                 int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
                 const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
-                x16_sums(kind, R, 0, nbs, xp, xs, xoff, xd);
+                x16_sums(kind == 1 ? 8 : 0, R, 0, nbs, xp, xs, xoff, xd);
                 for (int64_t gi = g0; gi < g1; gi++) {
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
@@ -686,48 +648,21 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     }
 }
 
-static void y_gemm_q8_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16_gemm(0, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void y_gemm_q4_0_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    x16_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void y_gemm_q4_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    xk_gemm(4, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void y_gemm_q5_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    xk_gemm(5, n, nr, nc, x, xs, w, ws, y, ldy);
-}
-
-static void y_gemm_q6_k_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                            size_t ws, float *y, size_t ldy)
-{
-    xk_gemm(6, n, nr, nc, x, xs, w, ws, y, ldy);
-}
+#define X16_GEMM(name, drv, kind)                                                                  \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
+                     size_t ws, float *y, size_t ldy)                                             \
+    {                                                                                              \
+        drv(kind, n, nr, nc, x, xs, w, ws, y, ldy);                                                \
+    }
+X16_GEMM(y_gemm_q8_0_x16, x16_gemm, 0)
+X16_GEMM(y_gemm_q4_0_x16, x16_gemm, 1)
+X16_GEMM(y_gemm_q4_k_x16, xk_gemm, 4)
+X16_GEMM(y_gemm_q5_k_x16, xk_gemm, 5)
+X16_GEMM(y_gemm_q6_k_x16, xk_gemm, 6)
 
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k)
 {
-    k->gemm_x16[IFL_TYPE_F16] = y_gemm_f16_x16;
-    k->x16_pays[IFL_TYPE_F16] = 1;
-    k->gemm_x16[IFL_TYPE_Q8_0] = y_gemm_q8_0_x16;
-    k->gemm_x16[IFL_TYPE_Q4_0] = y_gemm_q4_0_x16;
-    k->x16_pays[IFL_TYPE_Q8_0] = 1;
-    k->x16_pays[IFL_TYPE_Q4_0] = 1;
-    k->gemm_x16[IFL_TYPE_Q4_K] = y_gemm_q4_k_x16;
-    k->gemm_x16[IFL_TYPE_Q5_K] = y_gemm_q5_k_x16;
-    k->gemm_x16[IFL_TYPE_Q6_K] = y_gemm_q6_k_x16;
-    k->x16_pays[IFL_TYPE_Q4_K] = 1;
-    k->x16_pays[IFL_TYPE_Q5_K] = 1;
-    k->x16_pays[IFL_TYPE_Q6_K] = 1;
+    static const ifl_gemm_fn fn[6] = {y_gemm_f16_x16,  y_gemm_q8_0_x16, y_gemm_q4_0_x16,
+                                      y_gemm_q4_k_x16, y_gemm_q5_k_x16, y_gemm_q6_k_x16};
+    x16_fill(k, fn);
 }

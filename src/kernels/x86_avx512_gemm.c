@@ -27,6 +27,7 @@
 #include "kernels/impl.h"
 #include "kernels/x86_avx512.h"
 #include "kernels/x86_prefetch.h"
+#include "kernels/x86_x16.h"
 
 
 /* Activation rows per tile; weight rows per tile is 4, or 8 for a lone row. */
@@ -71,13 +72,6 @@
 #define FOR_R for (int r = 0; r < R; r++)
 #define FOR_C for (int c = 0; c < C; c++)
 #define UNROLL _Pragma("GCC unroll 8")
-
-AI uint16_t ld_u16(const char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return h;
-}
 
 /* Lanes 0..7 = f16 a, lanes 8..15 = f16 b, as floats. */
 AI __m512 scale_pair(uint16_t a, uint16_t b)
@@ -466,22 +460,7 @@ DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
 
 #define X16 16
 #define XMR 8    /* activation rows per tile */
-/* Blocks per segment: the activation sums kept on the stack (16 KiB).
- * A column block is walked segment by segment, so a group's weights are
- * one stream only when its row fits in a segment: 256 blocks take
- * tinyllama's 5632-wide down rows whole (128 took them in two passes,
- * the prefetchers finding a new stream at each group's second half).
- * Alternating builds, one-row Q4_0 5632 x 16384 from memory (kbench):
- * pair ratios 0.90-1.74, median 1.08; tinyllama Q4_0 decode level to
- * +5 % (medians of 8 pairs, twice); prompts level. */
-#define SEG 256
-
-AI uint32_t ld_u32(const char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
+#define SEG X16_SEG /* blocks per segment (x86_x16.h) */
 
 /* acc + the dot of w with the 4 bytes at p in every lane (vpdpbusd /
  * vpdpwssd with an m32bcst operand). GCC does not fold a broadcast into
@@ -515,16 +494,6 @@ AI __m512i spread(__m512i a, int k)
     default:
         return _mm512_shuffle_epi32(a, 0xff);
     }
-}
-
-/* The sum of a Q8_0 activation block's 32 quants (qs at p). */
-AI int32_t q8_qsum(const char *p)
-{
-    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8(-128));
-    __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128), 8 at a time */
-    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
-    return _mm_cvtsi128_si32(t) - 32 * 128;
 }
 
 /* Blocks [0, nbs) of one group for R activation rows; the accumulators
@@ -649,13 +618,6 @@ AI __m512i pick_byte(int j) { return lane_idx(0x80808000u | (uint32_t)j); }
 AI __m512i pick_words(int j) { return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j); }
 AI __m512i pick_hi_pair(int j) { return lane_idx((uint32_t)(j + 1) << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u); }
 AI __m512i pick_top(int j) { return lane_idx((uint32_t)j << 24 | 0x808080u); }
-
-AI float ld_f32(const char *p)
-{
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs (32 runs);
  * Q5_K has qh (8 runs) before qs: run q holds the fifth bits of elements
@@ -942,19 +904,6 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
         break;                                                                                     \
     }
 
-/* The activation offset terms and scales of blocks [s0, s0 + nbs) of rows
- * [0, nr) (kind 0 Q8_0, 1 Q4_0), for the x16 tiles. */
-AI void x16_sums(int kind, int nr, int64_t s0, int64_t nbs, const char *x, size_t xs,
-                 int32_t (*xoff)[SEG], float (*xd)[SEG])
-{
-    for (int r = 0; r < nr; r++)
-        for (int64_t b = 0; b < nbs; b++) {
-            const char *xb = x + (size_t)r * xs + (size_t)(s0 + b) * XBS;
-            xoff[r][b] = -(kind == 1 ? 8 : 128) * q8_qsum(xb + 2);
-            xd[r][b] = _cvtsh_ss(ld_u16(xb));
-        }
-}
-
 /* Groups in column blocks sized for L2; inside, row tiles of XMR; inside,
  * for Q8_0 / Q4_0, segments of SEG blocks, whose activation offset terms
  * and scales are taken once for all the block's groups (K-quant tiles
@@ -980,7 +929,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     if (!kq && nr <= 2 * XMR) {
         for (int64_t s0 = 0; s0 < nb; s0 += seg) {
             int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
-            x16_sums(kind, nr, s0, nbs, (const char *)x, xs, xoff, xd);
+            x16_sums(kind == 1 ? 8 : 128, nr, s0, nbs, (const char *)x, xs, xoff, xd);
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int r0 = 0; r0 < nr; r0 += XMR) {
                     const int R = nr - r0 < XMR ? nr - r0 : XMR, pf = r0 == 0;
@@ -1002,7 +951,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
                 int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
                 const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
                 if (!kq)
-                    x16_sums(kind, R, 0, nbs, xp, xs, xoff, xd);
+                    x16_sums(kind == 1 ? 8 : 128, R, 0, nbs, xp, xs, xoff, xd);
                 for (int64_t gi = g0; gi < g1; gi++) {
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
@@ -1029,19 +978,10 @@ X16_GEMM(z_gemm_q6_k_x16, 6)
 
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k)
 {
-    k->gemm_x16[IFL_TYPE_F16] = z_gemm_f16_x16;
-    k->x16_pays[IFL_TYPE_F16] = 1;
+    static const ifl_gemm_fn fn[6] = {z_gemm_f16_x16,  z_gemm_q8_0_x16, z_gemm_q4_0_x16,
+                                      z_gemm_q4_k_x16, z_gemm_q5_k_x16, z_gemm_q6_k_x16};
+    x16_fill(k, fn);
     k->x16_cols[IFL_TYPE_F16] = X16 * XF_C(XF_R);
-    k->gemm_x16[IFL_TYPE_Q8_0] = z_gemm_q8_0_x16;
-    k->gemm_x16[IFL_TYPE_Q4_0] = z_gemm_q4_0_x16;
-    k->x16_pays[IFL_TYPE_Q8_0] = 1;
-    k->x16_pays[IFL_TYPE_Q4_0] = 1;
-    k->gemm_x16[IFL_TYPE_Q4_K] = z_gemm_q4_k_x16;
-    k->gemm_x16[IFL_TYPE_Q6_K] = z_gemm_q6_k_x16;
-    k->gemm_x16[IFL_TYPE_Q5_K] = z_gemm_q5_k_x16;
-    k->x16_pays[IFL_TYPE_Q4_K] = 1;
-    k->x16_pays[IFL_TYPE_Q5_K] = 1;
-    k->x16_pays[IFL_TYPE_Q6_K] = 1;
     k->gemm[IFL_TYPE_F32] = z_gemm_f32;
     k->gemm[IFL_TYPE_F16] = z_gemm_f16;
     k->gemm[IFL_TYPE_BF16] = z_gemm_bf16;
