@@ -442,6 +442,39 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
     const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
     struct kx_rows e __attribute__((aligned(32)));
     const char *xc = x;
+#ifndef KPAIRS
+#define KPAIRS 1
+#endif
+    if (KPAIRS && nr > XR && nr <= 4 * XR) {
+        /* Row tiles two at a time, their rows' activations expanded a
+         * super-block at a time (16 KiB) for every group in turn: the
+         * weights are read once for each pair, a group's super-blocks in
+         * turn with the whole share between them, the next group's
+         * prefetched during the first tile. */
+        struct kx_rows e2[2] __attribute__((aligned(32)));
+        const int nt = (nr + XR - 1) / XR;
+        for (int t0 = 0; t0 < nt; t0 += 2) {
+            const int t1 = t0 + 2 < nt ? t0 + 2 : nt, q0 = nr * t0 / nt, q1 = nr * t1 / nt;
+            for (int r = q0; r < q1; r++)
+                memset(y + (size_t)r * ldy, 0, (size_t)nc * sizeof(float));
+            for (int64_t b = 0; b < nb; b++) {
+                for (int t = t0; t < t1; t++) {
+                    const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
+                    kx_expand(1, R, xc + (size_t)r0 * xs, xs, b, &e2[t - t0]);
+                    e2[t - t0].pf = NULL;
+                }
+                for (int64_t gi = 0; gi < ng; gi++) {
+                    const char *g = (const char *)w + (size_t)gi * gb + (size_t)b * gbs;
+                    e2[0].pf = gi + 2 < ng ? g + 2 * gb : NULL;
+                    for (int t = t0; t < t1; t++) {
+                        const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
+                        k_sb(kind, R, 1)(g, &e2[t - t0], y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
+                    }
+                }
+            }
+        }
+        return;
+    }
     if (nr <= 4 * XR) {
         const int nt = (nr + XR - 1) / XR;
         for (int64_t gi = 0; gi < ng; gi++) {
