@@ -442,10 +442,7 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
     const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
     struct kx_rows e __attribute__((aligned(32)));
     const char *xc = x;
-#ifndef KPAIRS
-#define KPAIRS 1
-#endif
-    if (KPAIRS && nr > XR && nr <= 4 * XR) {
+    if (nr > XR && nr <= 4 * XR) {
         /* Row tiles two at a time, their rows' activations expanded a
          * super-block at a time (16 KiB) for every group in turn: the
          * weights are read once for each pair, a group's super-blocks in
