@@ -1290,6 +1290,51 @@ static void test_full_context_and_meta(void)
     ifl_executor_destroy(ex, 0);
 }
 
+/* A NULL executor (a failed create) or output pointer is an argument
+ * error for every entry point, never a crash. */
+static void test_null_executor(void)
+{
+    struct ifl_request r;
+    ifl_request_init(&r);
+    ifl_id id = 0;
+    struct ifl_response *out[2];
+    int32_t n_out = -1;
+    char err[512];
+    CHECK_EQ(ifl_enqueue(NULL, &r, &id, err), IFL_EINVAL);
+    CHECK_EQ(ifl_can_enqueue(NULL), 0);
+    CHECK_EQ(ifl_cancel(NULL, 1), IFL_EINVAL);
+    CHECK_EQ(ifl_await(NULL, NULL, 0, 0, out, 2, &n_out), IFL_EINVAL);
+    CHECK_EQ(n_out, 0);
+    CHECK_EQ(ifl_await(NULL, NULL, 0, 0, out, 2, NULL), IFL_EINVAL);
+    CHECK_EQ(ifl_num_responses_ready(NULL, 0), 0);
+    struct ifl_iteration_stats is;
+    struct ifl_request_stats rs;
+    struct ifl_model_info mi;
+    CHECK_EQ(ifl_get_iteration_stats(NULL, &is), IFL_EINVAL);
+    CHECK_EQ(ifl_get_request_stats(NULL, 1, &rs), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_model_info(NULL, &mi), IFL_EINVAL);
+    char buf[16];
+    int64_t len = -1, n = -1;
+    int32_t ids[4];
+    CHECK_EQ(ifl_executor_model_meta(NULL, "general.name", buf, sizeof buf, &len), IFL_EINVAL);
+    CHECK_EQ(len, 0);
+    CHECK_EQ(ifl_executor_tokenize(NULL, "a", 1, 0, 0, ids, 4, &n), IFL_EINVAL);
+    CHECK_EQ(n, 0);
+    len = -1;
+    CHECK_EQ(ifl_executor_detokenize(NULL, ids, 0, 0, buf, sizeof buf, &len), IFL_EINVAL);
+    CHECK_EQ(len, 0);
+    ifl_executor_destroy(NULL, 1);
+
+    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    CHECK_EQ(ifl_await(ex, NULL, 0, 0, NULL, 2, &n_out), IFL_EINVAL);
+    CHECK_EQ(ifl_get_iteration_stats(ex, NULL), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_model_info(ex, NULL), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_tokenize(ex, "a", 1, 0, 0, ids, 4, NULL), IFL_EINVAL);
+    ifl_executor_destroy(ex, 0);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
@@ -1312,5 +1357,6 @@ int main(void)
     T_RUN(test_hidden_states);
     T_RUN(test_destroy_wakes_waiters);
     T_RUN(test_stress);
+    T_RUN(test_null_executor);
     return t_done();
 }

@@ -406,6 +406,8 @@ int ifl_enqueue(ifl_executor *ex, const struct ifl_request *req, ifl_id *id, cha
 
 int ifl_can_enqueue(ifl_executor *ex)
 {
+    if (!ex)
+        return 0;
     pthread_mutex_lock(&ex->in_mu);
     int ok = ex->accepting &&
              (ex->cfg.max_queue_size <= 0 || ex->n_queued < ex->cfg.max_queue_size);
@@ -415,6 +417,8 @@ int ifl_can_enqueue(ifl_executor *ex)
 
 int ifl_cancel(ifl_executor *ex, ifl_id id)
 {
+    if (!ex)
+        return IFL_EINVAL;
     pthread_mutex_lock(&ex->out_mu);
     struct xlive *e = live_find(ex, id);
     int found = e && !e->final_sent && !e->cancel_requested;
@@ -514,8 +518,10 @@ static int any_pending(struct ifl_executor *ex, const ifl_id *ids, int32_t n_ids
 int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeout_ms,
               struct ifl_response **out, int32_t max, int32_t *n_out)
 {
+    if (!n_out)
+        return IFL_EINVAL;
     *n_out = 0;
-    if (max < 1 || n_ids < 0 || (n_ids && !ids))
+    if (!ex || !out || max < 1 || n_ids < 0 || (n_ids && !ids))
         return IFL_EINVAL;
     struct timespec deadline;
     if (timeout_ms > 0) {
@@ -588,6 +594,8 @@ int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeou
 
 int32_t ifl_num_responses_ready(ifl_executor *ex, ifl_id id)
 {
+    if (!ex)
+        return 0;
     pthread_mutex_lock(&ex->out_mu);
     int32_t n = 0;
     if (id == 0) {
@@ -622,6 +630,8 @@ void ifl_response_free(struct ifl_response *r)
 
 int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out)
 {
+    if (!ex || !out)
+        return IFL_EINVAL;
     pthread_mutex_lock(&ex->out_mu);
     *out = ex->last_stats;
     pthread_mutex_unlock(&ex->out_mu);
@@ -637,6 +647,8 @@ void ifl_exec_guide_stats(struct ifl_executor *ex, struct ifl_xguide_stats *out)
 
 int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out)
 {
+    if (!ex || !out)
+        return IFL_EINVAL;
     pthread_mutex_lock(&ex->out_mu);
     struct xlive *e = live_find(ex, id);
     if (e)
@@ -649,6 +661,8 @@ int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats 
 
 int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
 {
+    if (!ex || !out)
+        return IFL_EINVAL;
     memset(out, 0, sizeof(*out));
     const struct ifl_hparams *hp = &ex->model->hp;
     snprintf(out->architecture, sizeof out->architecture, "%s", hp->arch_name);
@@ -667,8 +681,10 @@ int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
 int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_t cap,
                             int64_t *len_out)
 {
+    if (!len_out)
+        return IFL_EINVAL;
     *len_out = 0;
-    if (!key || cap < 1 || !buf)
+    if (!ex || !key || cap < 1 || !buf)
         return IFL_EINVAL;
     const char *v;
     size_t len;
@@ -687,8 +703,10 @@ int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_
 int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32_t add_special,
                           int32_t parse_special, int32_t *ids, int64_t cap, int64_t *n_out)
 {
+    if (!n_out)
+        return IFL_EINVAL;
     *n_out = 0;
-    if (len < 0 || cap < 0 || (len && !text) || (cap && !ids))
+    if (!ex || len < 0 || cap < 0 || (len && !text) || (cap && !ids))
         return IFL_EINVAL;
     return ifl_tokenize(ex->vocab, text, (size_t)len, add_special, parse_special, ids, cap, n_out);
 }
@@ -696,8 +714,10 @@ int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32
 int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int32_t show_special,
                             char *buf, int64_t cap, int64_t *len_out)
 {
+    if (!len_out)
+        return IFL_EINVAL;
     *len_out = 0;
-    if (n < 0 || cap < 1 || !buf || (n && !ids))
+    if (!ex || n < 0 || cap < 1 || !buf || (n && !ids))
         return IFL_EINVAL;
     int64_t len = 0;
     for (int64_t i = 0; i < n; i++) {
