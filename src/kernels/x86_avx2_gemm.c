@@ -189,9 +189,6 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define Q8K_D 0
 #define Q8K_QS 4
 #define Q8K_BSUMS (4 + IFL_QK_K)
-#define K4GB (X16 * sizeof(struct ifl_block_q4_k)) /* 2304 bytes per super-block group */
-#define K5GB (X16 * sizeof(struct ifl_block_q5_k)) /* 2816 */
-#define K6GB (X16 * sizeof(struct ifl_block_q6_k)) /* 3360 */
 /* super-block groups prefetched ahead */
 #define K_PF 2
 
@@ -430,10 +427,10 @@ static k_sb_fn k_sb(int kind, int R, int ex)
 /* The K-quant gemm. Groups in column blocks sized for L2; inside, row
  * tiles of XR, whose activations are expanded a super-block at a time
  * (kx_rows) for all the block's groups. A call of at most 4 XR rows (a
- * decode) walks the groups once instead, group by group, each row tile
- * expanding its rows' block for the group in turn (the later tiles read
- * the group from cache). Every output sums its super-blocks in order
- * either way. */
+ * decode) walks the weights once instead: up to XR rows are one tile that
+ * takes the groups in turn with its activations broadcast; more are row
+ * tiles two at a time, expanded a super-block at a time for all the
+ * groups. Every output sums its super-blocks in order either way. */
 AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                 size_t ws, float *y, size_t ldy)
 {
@@ -472,19 +469,16 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
         }
         return;
     }
-    if (nr <= 4 * XR) {
-        const int nt = (nr + XR - 1) / XR;
+    if (nr <= XR) {
+        const k_sb_fn sb = k_sb(kind, nr, 0);
+        for (int r = 0; r < nr; r++)
+            memset(y + (size_t)r * ldy, 0, (size_t)nc * sizeof(float));
         for (int64_t gi = 0; gi < ng; gi++) {
             const char *g = (const char *)w + (size_t)gi * gb;
-            for (int r = 0; r < nr; r++)
-                memset(y + (size_t)r * ldy + (size_t)gi * X16, 0, X16 * sizeof(float));
             for (int64_t b = 0; b < nb; b++, g += gbs) {
-                for (int t = 0; t < nt; t++) {
-                    const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
-                    kx_expand(0, R, xc + (size_t)r0 * xs, xs, b, &e);
-                    e.pf = t ? NULL : g + K_PF * gbs;
-                    k_sb(kind, R, 0)(g, &e, y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
-                }
+                kx_expand(0, nr, xc, xs, b, &e);
+                e.pf = g + K_PF * gbs;
+                sb(g, &e, y + (size_t)gi * X16, ldy);
             }
         }
         return;
