@@ -17,9 +17,8 @@
 #include "core/err.h"
 #include "server/internal.h"
 
-int ifl_server_chat_init(struct ifl_server *s, char *err)
+int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
 {
-    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
     struct ifl_chat_template *t = NULL;
     char cerr[IFL_ERR_LEN] = "";
     s->chat_tmpl = NULL;

@@ -658,13 +658,13 @@ int ifl_server_load(struct ifl_server *s, char *err)
     if (s->info.eos_id >= 0)
         ifl_executor_detokenize(ex, &s->info.eos_id, 1, 1, s->eos_text, sizeof s->eos_text, &n);
     s->created = (int64_t)time(NULL);
-    atomic_store_explicit(&s->ex, ex, memory_order_release);
-    rc = ifl_server_chat_init(s, err);
+    rc = ifl_server_chat_init(s, ex, err);
     if (rc) {
-        atomic_store_explicit(&s->ex, NULL, memory_order_release);
         ifl_executor_destroy(ex, 1);
         return rc;
     }
+    /* last: a request that sees the executor sees all of the above */
+    atomic_store_explicit(&s->ex, ex, memory_order_release);
     return 0;
 }
 

@@ -270,7 +270,7 @@ int ifl_tgi_info(struct ifl_hconn *c);
 
 /* ---- chat templates (chat.c) ---- */
 
-int ifl_server_chat_init(struct ifl_server *s, char *err);
+int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err);
 void ifl_server_chat_free(struct ifl_server *s);
 /* Renders messages (validated: role, content) into a malloc'd prompt.
  * IFL_EINVAL with err naming the message field. */
