@@ -19,6 +19,12 @@ grep -q '"concurrency":3,"n_prompt":16,"n_gen":8' "$tmp/off.json" && ok "offline
 awk -F'"decode_tps":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 <= 0) bad = 1 } END { exit bad }' "$tmp/off.json" &&
     ok "offline: positive throughput" || bad "offline: positive throughput"
 "$BIN" bench -m "$M" -p 16 -n 8 -c 1 -r 1 -t 1 | grep -q '^| 1 |' && ok "offline: table" || bad "offline: table"
+# four prompts of 300 take two steps of 512 rows: the first request ends
+# (2 tokens) before the last has its first, so no step had all four
+# decoding; that is said, not measured as a rate
+"$BIN" bench -m "$M" -p 300 -n 2 -c 4 -r 1 -t 1 --json >"$tmp/nd.json" 2>"$tmp/nd.err"
+grep -q '"decode_tps":0.00,' "$tmp/nd.json" && grep -q 'never decoded together' "$tmp/nd.err" &&
+    ok "offline: no decode window, said so" || { bad "offline: no decode window, said so"; cat "$tmp/nd.json" "$tmp/nd.err"; }
 
 # llama-bench's tests: one JSON line per test with llama-bench's field names
 "$BIN" bench -m "$M" --pp 16,32 --tg 8 -r 2 -t 1 --json >"$tmp/pt.json" 2>"$tmp/pt.err"

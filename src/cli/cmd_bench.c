@@ -232,7 +232,11 @@ static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_p
 /* ---- batched: waves of C concurrent requests ---- */
 
 struct wave_result {
-    double t_prompt, t_decode, t_total;
+    double t_prompt, t_total;
+    /* the decode window (run_wave): token steps and their time, summed
+     * over the requests */
+    int64_t dec_steps;
+    double dec_time;
     double *ttft; /* [C] seconds */
     double *itl;  /* [C * (G-1)] seconds */
     int64_t n_itl;
@@ -244,10 +248,22 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
     struct ifl_request reqs[MAX_CONC];
     ifl_id ids[MAX_CONC];
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)conc * (size_t)n_prompt);
-    double last_tok[MAX_CONC], first[MAX_CONC];
+    double last_tok[MAX_CONC], first[MAX_CONC], final[MAX_CONC];
     int got_tokens[MAX_CONC], done = 0;
-    if (!prompts)
+    /* arrival time of every token. The decode rate is taken over the
+     * window in which all of them decode together, from the last first
+     * token to the first last one: before it, with the prompts taking
+     * several steps, the first requests decode beside the later ones'
+     * prefill; after it, fewer than conc are left. A request's tokens
+     * inside it are one a step, so their count less one over the time
+     * from the first to the last is its rate; tokens of a step at either
+     * edge may fall either side, which changes the span but not that. */
+    double *arrive = malloc(sizeof(double) * (size_t)conc * (size_t)n_gen);
+    if (!prompts || !arrive) {
+        free(prompts);
+        free(arrive);
         return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
     for (int c = 0; c < conc; c++) {
         int32_t *p = prompts + (size_t)c * n_prompt;
         for (int i = 0; i < n_prompt; i++)
@@ -263,6 +279,7 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
         reqs[c].sampling.ignore_eos = 1;
         got_tokens[c] = 0;
         first[c] = 0;
+        final[c] = 0;
     }
     double t0 = ifl_now_s();
     int rc = ifl_enqueue_many(ex, reqs, conc, ids, err);
@@ -292,21 +309,45 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
                     w->itl[w->n_itl++] = (now - last_tok[c]) / nt;
                 }
                 last_tok[c] = now;
+                if (got_tokens[c] < n_gen)
+                    arrive[(size_t)c * n_gen + got_tokens[c]] = now;
                 got_tokens[c]++;
             }
+            if (r[k]->is_final && c < conc)
+                final[c] = now;
             done += r[k]->is_final;
             ifl_response_free(r[k]);
         }
     }
     double t_end = ifl_now_s();
-    double t_first_all = 0;
+    double t_last_first = t0; /* when the last request had its first token */
     for (int c = 0; c < conc; c++)
-        if (first[c] - t0 > t_first_all)
-            t_first_all = first[c] - t0;
-    w->t_prompt = t_first_all;
+        if (first[c] > t_last_first)
+            t_last_first = first[c];
+    double t_first_final = t_end; /* when the first request had its last token */
+    for (int c = 0; c < conc; c++)
+        if (final[c] > 0 && final[c] < t_first_final)
+            t_first_final = final[c];
+    w->t_prompt = t_last_first - t0;
     w->t_total = t_end - t0;
-    w->t_decode = w->t_total - t_first_all;
+    w->dec_steps = 0;
+    w->dec_time = 0;
+    for (int c = 0; c < conc; c++) {
+        int lo = -1, hi = -1;
+        for (int t = 0; t < got_tokens[c] && t < n_gen; t++) {
+            double a = arrive[(size_t)c * n_gen + t];
+            if (a >= t_last_first && a <= t_first_final) {
+                lo = lo < 0 ? t : lo;
+                hi = t;
+            }
+        }
+        if (hi > lo) {
+            w->dec_steps += hi - lo;
+            w->dec_time += arrive[(size_t)c * n_gen + hi] - arrive[(size_t)c * n_gen + lo];
+        }
+    }
     free(prompts);
+    free(arrive);
     return rc;
 }
 
@@ -332,13 +373,14 @@ static int run_batched(ifl_executor *ex, const struct bench_opts *o,
     for (int ci = 0; ci < o->n_conc && !rc; ci++) {
         int c = o->conc[ci];
         double tp = 0, td = 0, tt = 0;
-        int64_t n_ttft = 0, n_itl = 0;
+        int64_t n_ttft = 0, n_itl = 0, n_dec = 0;
         for (int rep = 0; rep < reps && !rc; rep++) {
             w.ttft = ttft_all + n_ttft;
             w.itl = itl_all + n_itl;
             rc = run_wave(ex, c, (int)n_prompt, (int)n_gen, g, mi->n_vocab, mi->bos_id, &w, err);
             tp += w.t_prompt;
-            td += w.t_decode;
+            td += w.dec_time;
+            n_dec += w.dec_steps;
             tt += w.t_total;
             n_ttft += c;
             n_itl += w.n_itl;
@@ -346,7 +388,12 @@ static int run_batched(ifl_executor *ex, const struct bench_opts *o,
         if (rc)
             break;
         double s_pp = (double)c * n_prompt * reps / tp;
-        double s_tg = (double)c * (n_gen - 1) * reps / td;
+        double s_tg = td > 0 ? (double)c * (double)n_dec / td : 0;
+        if (n_dec == 0 && c > 1)
+            fprintf(stderr,
+                    "inflight bench: the %d requests never decoded together (the first finished "
+                    "before the last one's prompt was in): decode tok/s is 0; raise -n\n",
+                    c);
         double s_all = (double)c * n_gen * reps / tt;
         double t50 = cli_percentile(ttft_all, n_ttft, 0.5) * 1e3;
         double t99 = cli_percentile(ttft_all, n_ttft, 0.99) * 1e3;
