@@ -17,7 +17,8 @@
  *                   exactly G generated tokens, streamed. From the client's
  *                   timestamps:
  *     prompt tok/s  C*P / time until the last request of a wave had its first token
- *     decode tok/s  C*(G-1) / time from then until the wave finished: the
+ *     decode tok/s  C / the time of a step while all C decode together (from
+ *                   then until the first request's end; run_wave): the
  *                   aggregate decode rate of C sequences (llama-batched-bench's S_TG)
  *     total tok/s   C*G / wave time
  *     TTFT and ITL  time to first token and between tokens, p50 and p99
