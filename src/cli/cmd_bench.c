@@ -249,7 +249,7 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
     struct ifl_request reqs[MAX_CONC];
     ifl_id ids[MAX_CONC];
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)conc * (size_t)n_prompt);
-    double last_tok[MAX_CONC], first[MAX_CONC], final[MAX_CONC];
+    double last_tok[MAX_CONC], final[MAX_CONC];
     int got_tokens[MAX_CONC], done = 0;
     /* arrival time of every token. The decode rate is taken over the
      * window in which all of them decode together, from the last first
@@ -279,7 +279,6 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
         reqs[c].sampling.temperature = 0;
         reqs[c].sampling.ignore_eos = 1;
         got_tokens[c] = 0;
-        first[c] = 0;
         final[c] = 0;
     }
     double t0 = ifl_now_s();
@@ -304,7 +303,6 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
                              r[k]->error_msg ? r[k]->error_msg : "?");
             for (int t = 0; t < nt && c < conc; t++) {
                 if (got_tokens[c] == 0) {
-                    first[c] = now;
                     w->ttft[c] = now - t0;
                 } else {
                     w->itl[w->n_itl++] = (now - last_tok[c]) / nt;
@@ -323,8 +321,8 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
     double t_end = ifl_now_s();
     double t_last_first = t0; /* when the last request had its first token */
     for (int c = 0; c < conc; c++)
-        if (first[c] > t_last_first)
-            t_last_first = first[c];
+        if (got_tokens[c] && arrive[(size_t)c * n_gen] > t_last_first)
+            t_last_first = arrive[(size_t)c * n_gen];
     double t_first_final = t_end; /* when the first request had its last token */
     for (int c = 0; c < conc; c++)
         if (final[c] > 0 && final[c] < t_first_final)
