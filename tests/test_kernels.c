@@ -923,8 +923,9 @@ static void test_x16(void)
                 check_x16(&r, t, blck == 32 ? ns[ni] : blck == 1 ? fs[ni] : ks[ni], nr, nc, ri % 2);
             }
     /* K-quant decodes of 16 and 9 rows over 150 groups: more than one
-     * block of the 16-row path (PAIR_BYTES in x86_avx2_gemm.c: 24 to 71
-     * groups at these n), so both pairs of row tiles pass over several */
+     * block of the 16-row path (PAIR_BYTES in x86_avx2_gemm.c: 71, 58 and
+     * 48 groups of Q4_K, Q5_K, Q6_K), so both pairs of row tiles pass over
+     * three or four blocks */
     for (int ti = 2; ti < 5; ti++)
         for (int k = 0; k < 2; k++)
             check_x16(&r, types[ti], k ? 512 : 256, k ? 9 : 16, 16 * 150, k);

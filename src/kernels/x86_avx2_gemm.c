@@ -191,8 +191,9 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define Q8K_BSUMS (4 + IFL_QK_K)
 /* super-block groups prefetched ahead */
 #define K_PF 2
-/* Bytes of one super-block of each group in a block of groups that the
- * 16-row path passes over with both pairs of row tiles (xk_gemm). */
+/* The 16-row path (xk_gemm) takes the groups in blocks whose super-blocks
+ * b, PAIR_BYTES in all, stay in L2 from its first pair of row tiles to
+ * its second. */
 #define PAIR_BYTES (160 * 1024)
 
 /* vpshufb indexes: in each dword lane, byte j of the lane zero-extended
