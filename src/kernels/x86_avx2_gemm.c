@@ -261,6 +261,24 @@ AI void k_store(float *yr, __m256i isum, __m256 d, float xd, int dm, __m256i msu
     _mm256_storeu_ps(yr, a);
 }
 
+/* The 6-bit scales and mins of half h of a Q4_K / Q5_K group (gh = g + 32
+ * h), from its three scale runs (bytes 0..3, 4..7 and 8..11 of each row's
+ * twelve): sc[0] = those of sub-blocks 0..3 of each row, sc[1] = 4..7; mn
+ * likewise. */
+AI void k4_scales(const char *gh, __m256i sc[2], __m256i mn[2])
+{
+    const __m256i m4 = _mm256_set1_epi8(15), k1 = _mm256_set1_epi8(63), k3 = _mm256_set1_epi8(3);
+    __m256i u0 = _mm256_loadu_si256((const __m256i *)(gh + 64)),
+            u1 = _mm256_loadu_si256((const __m256i *)(gh + 128)),
+            u2 = _mm256_loadu_si256((const __m256i *)(gh + 192));
+    sc[0] = _mm256_and_si256(u0, k1);
+    mn[0] = _mm256_and_si256(u1, k1);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k3), 4));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k3), 4));
+}
+
 /* One super-block group g of Q4_K (Q5_K) weights against R expanded rows,
  * added onto y. Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs
  * (32 runs); Q5_K has qh (8 runs) before qs: run q holds the fifth bits of
@@ -268,22 +286,13 @@ AI void k_store(float *yr, __m256i isum, __m256 d, float xd, int dm, __m256i msu
 AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, float *y, size_t ldy)
 {
     const size_t qs_off = q5 ? 256 + 512 : 256;
-    const __m256i m4 = _mm256_set1_epi8(15), k1 = _mm256_set1_epi8(63), k3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(15);
     for (int h = 0; h < 2; h++)
     {
         __asm__("" : "+r"(h)); /* opaque: the halves stay one loop (see above) */
         const char *gh = g + 32 * h;
-        /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
-        __m256i u0 = _mm256_loadu_si256((const __m256i *)(gh + 64)),
-                u1 = _mm256_loadu_si256((const __m256i *)(gh + 128)),
-                u2 = _mm256_loadu_si256((const __m256i *)(gh + 192));
-        __m256i sc[2], mn[2]; /* sc[0] = sc 0..3 of each row, sc[1] = sc 4..7; mn likewise */
-        sc[0] = _mm256_and_si256(u0, k1);
-        mn[0] = _mm256_and_si256(u1, k1);
-        sc[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
-                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k3), 4));
-        mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k3), 4));
+        __m256i sc[2], mn[2];
+        k4_scales(gh, sc, mn);
         /* msum: m[j] * bsp[j], two sub-blocks a step */
         __m256i ms[XR], is[XR];
         UNROLL for (int p = 0; p < 4; p++)
@@ -421,22 +430,10 @@ AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y
 AI void x16k4_row(int q5, const char *g, const struct kx_rows *e, float *y)
 {
     const size_t qs_off = q5 ? 256 + 512 : 256;
-    const __m256i m4 = _mm256_set1_epi8(15), k1 = _mm256_set1_epi8(63), k3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(15);
     const char *xq = e->xb[0] + Q8K_QS;
     __m256i sc[2][2], mn[2][2], ms[2], is[2];
-    UNROLL for (int h = 0; h < 2; h++)
-    {
-        const char *gh = g + 32 * h;
-        __m256i u0 = _mm256_loadu_si256((const __m256i *)(gh + 64)),
-                u1 = _mm256_loadu_si256((const __m256i *)(gh + 128)),
-                u2 = _mm256_loadu_si256((const __m256i *)(gh + 192));
-        sc[h][0] = _mm256_and_si256(u0, k1);
-        mn[h][0] = _mm256_and_si256(u1, k1);
-        sc[h][1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
-                                   _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), k3), 4));
-        mn[h][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                   _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k3), 4));
-    }
+    UNROLL for (int h = 0; h < 2; h++) k4_scales(g + 32 * h, sc[h], mn[h]);
     UNROLL for (int p = 0; p < 4; p++)
     {
         const __m256i b = bc4((const char *)e->bsp[0] + 4 * p);
