@@ -421,8 +421,8 @@ AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y
  * group at once: each broadcast of four activations meets rows 0..7 and
  * 8..15 of its run, as in the Q4_0 tile. x16k4_sb and x16k6_sb take a half
  * at a time so that four rows fit in registers, which for a lone row (a
- * decode of one sequence, bound by memory but not by much) paid a
- * broadcast, a vector pipe, for every vpmaddubsw. Same sums, in the same
+ * decode of one sequence: bound by memory, its arithmetic not far behind)
+ * paid a broadcast, a vector pipe, for every vpmaddubsw. Same sums, in the same
  * order, as x16k4_sb / x16k6_sb with R = 1. One core, one row, alternating
  * builds: from memory (2048 x 32000) Q4_K +18 %, Q5_K +18 %, Q6_K +21 %;
  * in cache (2048 x 2048) Q4_K +18 %, Q5_K level, Q6_K -5 %; tg64 of
@@ -517,7 +517,8 @@ AI void x16k6_row(const char *g, const struct kx_rows *e, float *y)
             if (e->pf)
                 for (int l = 0; l < 4; l++)
                     _mm_prefetch(e->pf + 64 * (4 * j + l), _MM_HINT_T0);
-            /* opaque, as in x16k6_sb */
+            /* where element half eh's ql and qh runs start (both 24 runs
+             * on for eh = 1); opaque, as in x16k6_sb */
             const char *gj = g + IFL_X16_Q6K_QL(eh, 0, 0) - IFL_X16_Q6K_QL(0, 0, 0);
             __asm__("" : "+r"(gj));
             UNROLL for (int q = 0; q < 4; q++)
@@ -555,6 +556,7 @@ AI void x16k6_row(const char *g, const struct kx_rows *e, float *y)
     static __attribute__((noinline)) void name(const char *g, const struct kx_rows *e, float *y,  \
                                                size_t ldy)                                        \
     {                                                                                              \
+        (void)ldy; /* the one-row tiles write one row */                                          \
         call;                                                                                      \
     }
 #define KSB_FN(R)                                                                                  \
@@ -566,15 +568,16 @@ AI void x16k6_row(const char *g, const struct kx_rows *e, float *y)
     KSB_FN1(k6_sbb_##R, x16k6_sb(0, R, g, e, y, ldy))
 KSB_FN(1)
 KSB_FN(2)
-KSB_FN1(k4_row, ((void)ldy, x16k4_row(0, g, e, y)))
-KSB_FN1(k5_row, ((void)ldy, x16k4_row(1, g, e, y)))
-KSB_FN1(k6_row, ((void)ldy, x16k6_row(g, e, y)))
+KSB_FN1(k4_row, x16k4_row(0, g, e, y))
+KSB_FN1(k5_row, x16k4_row(1, g, e, y))
+KSB_FN1(k6_row, x16k6_row(g, e, y))
 KSB_FN(3)
 KSB_FN(4)
 
 typedef void (*k_sb_fn)(const char *g, const struct kx_rows *e, float *y, size_t ldy);
 
-/* kind 4 Q4_K, 5 Q5_K, 6 Q6_K; R rows (1 .. XR); expanded or broadcast */
+/* kind 4 Q4_K, 5 Q5_K, 6 Q6_K; R rows (1 .. XR); expanded or broadcast
+ * (one row broadcast: the one-row tiles) */
 static k_sb_fn k_sb(int kind, int R, int ex)
 {
     static const k_sb_fn row[3] = {k4_row, k5_row, k6_row};
