@@ -66,8 +66,11 @@
 #define XR_Q8 3
 #define XR_OF(kind, once) ((kind) ? XR_Q4 : (once) ? XR : XR_Q8)
 #define SEG X16_SEG
-/* Block groups prefetched ahead of the one a tile reads. */
+/* Block groups prefetched ahead of the one a tile reads... */
 #define X16_PF 8
+/* ...except by the tile of a call of one or two rows (a decode of one or
+ * two sequences), which waits on memory: bytes ahead. See x16_gemm. */
+#define X16_PF_ONE 1152
 /* Weight bytes of a column block, which stays in L2 (512 KiB on the Zen 3)
  * while every row tile passes over it. */
 #define COL_BLOCK_BYTES (256 * 1024)
@@ -95,9 +98,10 @@ AI __m256i pin(__m256i v)
  * both halves of its run, so a row keeps two integer sums in registers;
  * its float sums live in y, loaded and stored once a block (16 registers
  * hold no more: with them in registers too, the compiler spilled the
- * broadcasts, which cost more). */
+ * broadcasts, which cost more). pf: how far ahead (bytes) to prefetch the
+ * weights, or 0 not to. */
 AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int32_t (*xoff)[SEG],
-                 const float (*xd)[SEG], const char *g, float *y, size_t ldy, int first, int pf)
+                 const float (*xd)[SEG], const char *g, float *y, size_t ldy, int first, size_t pf)
 {
     const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
@@ -106,7 +110,7 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
             _mm256_storeu_ps(y + (size_t)r * ldy + 8 * h, _mm256_setzero_ps());
     for (int64_t b = 0; b < nbs; b++, g += gbs) {
         for (size_t l = 0; pf && l < gbs; l += 64)
-            _mm_prefetch(g + X16_PF * gbs + l, _MM_HINT_T0);
+            _mm_prefetch(g + pf + l, _MM_HINT_T0);
         const char *xq[XR];
         UNROLL FOR_R xq[r] = x + (size_t)r * xs + (size_t)b * XBS + 2;
         __m256i is[XR][2];
@@ -189,8 +193,15 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define Q8K_D 0
 #define Q8K_QS 4
 #define Q8K_BSUMS (4 + IFL_QK_K)
-/* super-block groups prefetched ahead */
+/* super-block groups prefetched ahead... */
 #define K_PF 2
+/* ...except in a call of one or two rows, which waits on memory: half a
+ * group ahead (Q4_K 1152 bytes, Q6_K 1664), as X16_PF_ONE. Two threads
+ * over a tinyllama decode's matrices, builds alternating: one row Q4_K +4
+ * to +7 %, Q5_K +2 %, Q6_K +2 % (896 or 1152 bytes ahead lost 4-11 %
+ * there), two rows Q4_K and Q6_K +6 %; tg64 tinyllama Q4_K_M +5 % and
+ * +13 % (order reversed). */
+#define K_PF_ONE(gbs) (((gbs) / 2) & ~(size_t)63)
 /* The 16-row path (xk_gemm) takes the groups in blocks whose super-blocks
  * b, PAIR_BYTES in all, stay in L2 from its first pair of row tiles to
  * its second. */
@@ -653,7 +664,7 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
             const char *g = (const char *)w + (size_t)gi * gb;
             for (int64_t b = 0; b < nb; b++, g += gbs) {
                 kx_expand(0, nr, xc, xs, b, &e);
-                e.pf = g + K_PF * gbs;
+                e.pf = g + (nr <= 2 ? K_PF_ONE(gbs) : K_PF * gbs);
                 sb(g, &e, y + (size_t)gi * X16, ldy);
             }
         }
@@ -810,7 +821,16 @@ static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
  * once for all the block's groups. A call of at most 16 rows (a decode)
  * walks the groups once instead: every row tile takes a group's segment
  * in turn, the later ones from cache and without prefetching. Every output
- * sums its blocks in the same order either way. */
+ * sums its blocks in the same order either way.
+ *
+ * A call of one or two rows waits on memory, and there 8 block groups
+ * ahead (2.3 KiB of Q4_0, 4.3 of Q8_0) was too far: on the Zen 3, two
+ * threads over a tinyllama decode's matrices (one row, each thread half of
+ * each matrix, builds alternating pass by pass) read 4-8 % more at 1152
+ * bytes, 896 as well, 1408-1664 less well, 576 or no prefetch worse than
+ * 8 groups; tg64 tinyllama, builds alternating, Q4_0 +9 % and +3 % (order
+ * reversed), Q8_0 +8 % and +11 %. At four rows it lost 3 %: with four
+ * rows' arithmetic a group takes longer, so the prefetch is earlier. */
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
@@ -829,7 +849,8 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
             x16_sums(kind == 1 ? 8 : 0, nr, s0, nbs, (const char *)x, xs, xoff, xd);
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int t = 0; t < nt; t++) {
-                    const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0, pf = t == 0;
+                    const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
+                    const size_t pf = t > 0 ? 0 : nr <= 2 ? X16_PF_ONE : X16_PF * gbs;
                     const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
@@ -844,7 +865,8 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
         int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
         for (int r0 = 0; r0 < nr; r0 += xr) {
-            const int R = nr - r0 < xr ? nr - r0 : xr, pf = 1;
+            const int R = nr - r0 < xr ? nr - r0 : xr;
+            const size_t pf = X16_PF * gbs;
             for (int64_t s0 = 0; s0 < nb; s0 += SEG) {
                 int64_t nbs = nb - s0 < SEG ? nb - s0 : SEG;
                 const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
