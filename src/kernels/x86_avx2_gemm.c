@@ -68,9 +68,10 @@
 #define SEG X16_SEG
 /* Block groups prefetched ahead of the one a tile reads... */
 #define X16_PF 8
-/* ...except by the tile of a call of one or two rows (a decode of one or
- * two sequences), which waits on memory: bytes ahead. See x16_gemm. */
-#define X16_PF_ONE 1152
+/* ...except by the tile of a call of at most NEAR_ROWS rows (a decode of
+ * one or two sequences), which waits on memory: bytes ahead. See x16_gemm. */
+#define NEAR_ROWS 2
+#define X16_PF_NEAR 1152
 /* Weight bytes of a column block, which stays in L2 (512 KiB on the Zen 3)
  * while every row tile passes over it. */
 #define COL_BLOCK_BYTES (256 * 1024)
@@ -195,13 +196,13 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 #define Q8K_BSUMS (4 + IFL_QK_K)
 /* super-block groups prefetched ahead... */
 #define K_PF 2
-/* ...except in a call of one or two rows, which waits on memory: half a
- * group ahead (Q4_K 1152 bytes, Q6_K 1664), as X16_PF_ONE. Two threads
- * over a tinyllama decode's matrices, builds alternating: one row Q4_K +4
- * to +7 %, Q5_K +2 %, Q6_K +2 % (896 or 1152 bytes ahead lost 4-11 %
- * there), two rows Q4_K and Q6_K +6 %; tg64 tinyllama Q4_K_M +5 % and
- * +13 % (order reversed). */
-#define K_PF_ONE(gbs) (((gbs) / 2) & ~(size_t)63)
+/* ...except in a call of at most NEAR_ROWS rows, which waits on memory:
+ * half a group ahead (Q4_K 1152 bytes, Q6_K 1664), as X16_PF_NEAR. Two
+ * threads over a tinyllama decode's matrices, builds alternating: one row
+ * Q4_K +4 to +7 %, Q5_K +2 %, Q6_K +2 % (for Q6_K, 896 or 1152 bytes
+ * ahead lost 4-11 %), two rows Q4_K and Q6_K +6 %; tg64 tinyllama Q4_K_M
+ * +5 % and +13 % (order reversed). */
+#define K_PF_NEAR(gbs) (((gbs) / 2) & ~(size_t)63)
 /* The 16-row path (xk_gemm) takes the groups in blocks whose super-blocks
  * b, PAIR_BYTES in all, stay in L2 from its first pair of row tiles to
  * its second. */
@@ -664,7 +665,7 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
             const char *g = (const char *)w + (size_t)gi * gb;
             for (int64_t b = 0; b < nb; b++, g += gbs) {
                 kx_expand(0, nr, xc, xs, b, &e);
-                e.pf = g + (nr <= 2 ? K_PF_ONE(gbs) : K_PF * gbs);
+                e.pf = g + (nr <= NEAR_ROWS ? K_PF_NEAR(gbs) : K_PF * gbs);
                 sb(g, &e, y + (size_t)gi * X16, ldy);
             }
         }
@@ -850,7 +851,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int t = 0; t < nt; t++) {
                     const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
-                    const size_t pf = t > 0 ? 0 : nr <= 2 ? X16_PF_ONE : X16_PF * gbs;
+                    const size_t pf = t > 0 ? 0 : nr <= NEAR_ROWS ? X16_PF_NEAR : X16_PF * gbs;
                     const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * XBS;
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
