@@ -888,7 +888,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
         /* A prompt's rows come in runs of the same sequence one after
          * another, each reading the prefix that the run before it has just
          * read. Such a run still asks for its keys ahead (without, its key
-         * scores ran slower), but not for its values (pf): those requests
+         * scores ran slower), but not for its values (ask_v): those requests
          * cost more instructions than they saved. On the Zen 3 under perf,
          * builds alternating, attention's samples over the matmuls' (the
          * same work in both builds): small-110m Q8_0 pp2048 0.65 -> 0.60
@@ -896,7 +896,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
          * 0.19. A sequence's first run (every run of a decode) asks for
          * both. Not asking for keys either was level: attention_blocks'
          * own time halved, the key scores took as much more. */
-        const int pf = run == 0 || b->seq[f->run_start[run - 1]] != b->seq[r];
+        const int ask_v = run == 0 || b->seq[f->run_start[run - 1]] != b->seq[r];
         long fit = f->score_floats / ((long)per_kv * n_max);
         int nh = fit < 1 ? 1 : fit * per_kv > f->score_heads ? f->score_heads / per_kv : (int)fit;
         for (int h0 = kh0; h0 < kh1; h0 += nh) {
@@ -931,7 +931,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                                     : n_max - t0 - bs < bs ? n_max - t0 - bs : bs;
                 const int nd = last ? hdv : hd;
                 for (int hk = h0; hk < h1; hk++) {
-                    if (pf || !last)
+                    if (ask_v || !last) /* at the last key block, np is V's first */
                         kv_prefetch(np, nrow, nn, HEAD_OFS(hk, nd), HEAD_OFS(hk + 1, nd));
                     float *sh = sc + (size_t)(hk - h0) * per_kv * lds + t0;
                     const char *kh = kp + HEAD_OFS(hk, hd);
@@ -960,7 +960,7 @@ static void attention_blocks(struct job *j, int ith, int nth, int il, struct act
                     t0 + bs < n_max ? kv_at(kv, kv->v, il, table[t0 / bs + 1], 0, kv->v_row) : NULL;
                 const int vnn = n_max - t0 - bs < bs ? n_max - t0 - bs : bs;
                 for (int hk = h0; hk < h1; hk++) {
-                    if (vn && pf)
+                    if (vn && ask_v)
                         kv_prefetch(vn, kv->v_row, vnn, HEAD_OFS(hk, hdv), HEAD_OFS(hk + 1, hdv));
                     for (long i = -1; i < nr; i++) {
                         int q0 = i < 0 ? 0 : (int)i * group, nqv = i < 0 ? per_kv : group;
