@@ -44,7 +44,7 @@ static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"
     "  evaluates the whole sequence and writes the logits of every position as\n"
     "  little-endian float32 rows [n_pos][n_vocab]\n"
-    "  -t, --threads N, -c, --ctx-size N, --kv-type f16|f32 as for run\n";
+    "  -t, --threads N, -c, --ctx-size N, --kv-type f16|f32|q8_0 as for run\n";
 
 /* Parses the options run and eval share; returns 0, or an exit status. */
 static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
