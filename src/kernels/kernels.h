@@ -109,7 +109,7 @@ struct ifl_kernels {
 
     /* Attention over an F16 KV cache. */
     float (*dot_f16)(int64_t n, const uint16_t *k, const float *q); /* sum k[i] * q[i] */
-    void (*axpy_f16)(int64_t n, float a, const uint16_t *v, float *y); /* y += a * v */
+    void (*axpy_f16)(int64_t n, float a, const uint16_t *v, float *y); /* y = fmaf(a, v, y) */
     void (*cvt_f32_f16)(int64_t n, const float *x, uint16_t *y); /* round to nearest even */
     /* The same, nt cached positions at a time (one KV block) for nq query
      * heads that share a KV head. Cached rows are ks (vs) elements apart;
@@ -125,7 +125,7 @@ struct ifl_kernels {
      * a multiple of 32, k and v point at the head's first block, and ks, vs
      * are row strides in bytes. Equal to dequantising each block (d * q)
      * and then: attn_qk a sequential float dot (reassociated in SIMD
-     * tables), attn_pv a multiply then an add per value (bit for bit). */
+     * tables), attn_pv one fused multiply-add per value (bit for bit). */
     void (*attn_qk_q8_0)(int d, int nq, const float *q, const void *k, size_t ks, int nt,
                          float scale, float *s, size_t lds);
     void (*attn_pv_q8_0)(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,

@@ -785,7 +785,7 @@ static void attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t
 static void axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
 {
     for (int64_t i = 0; i < n; i++)
-        y[i] += a * ifl_f16_to_f32(v[i]);
+        y[i] = fmaf(a, ifl_f16_to_f32(v[i]), y[i]);
 }
 
 static void attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
@@ -824,7 +824,7 @@ static void attn_pv_q8_0(int d, int nq, const float *p, size_t ldp, const void *
             const char *row = (const char *)v + (size_t)t * vs;
             float a = p[(size_t)i * ldp + t];
             for (int e = 0; e < d; e++)
-                o[(size_t)i * d + e] += a * q8_at(row, e);
+                o[(size_t)i * d + e] = fmaf(a, q8_at(row, e), o[(size_t)i * d + e]);
         }
 }
 

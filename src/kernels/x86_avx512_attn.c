@@ -8,7 +8,7 @@
  * score is one 16-lane FMA chain over the head (elements 16k .. 16k + 15
  * into lane order, a zero-padded tail last), folded by one fixed
  * horizontal sum, then scaled. attn_pv_f16 equals ref.c bit for bit: per
- * position in order, a multiply then an add on each output value.
+ * position in order, one fused multiply-add on each output value.
  * Neither depends on how many heads or positions share a call, so a row's
  * attention does not depend on the batch. The Q8_0 pair reads the cache in
  * place with the same structure, dequantising sixteen values at a time.
@@ -131,7 +131,7 @@ AI void pv_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const u
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
-            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_add_ps(acc[i][jj], _mm512_mul_ps(a, vv[jj]));
+            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_fmadd_ps(a, vv[jj], acc[i][jj]);
         }
     }
     UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++)
@@ -183,7 +183,7 @@ AI void pv8_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const 
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
-            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_add_ps(acc[i][jj], _mm512_mul_ps(a, vv[jj]));
+            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_fmadd_ps(a, vv[jj], acc[i][jj]);
         }
     }
     UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++)

@@ -573,17 +573,17 @@ static float x86_dot_f16(int64_t n, const uint16_t *k, const float *q)
     return hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
 }
 
-/* axpy_f16 of ref.c, bit for bit: a multiply then an add, no fusing. */
+/* axpy_f16 of ref.c, bit for bit: one fused multiply-add a value. */
 static void x86_axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
 {
     __m256 av = _mm256_set1_ps(a);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 p = _mm256_mul_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))));
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), p));
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, x, _mm256_loadu_ps(y + i)));
     }
     for (; i < n; i++)
-        y[i] += a * ifl_f16_to_f32(v[i]);
+        y[i] = fmaf(a, ifl_f16_to_f32(v[i]), y[i]);
 }
 
 /* ---- attention over a block of cached positions ------------------- */
@@ -597,12 +597,10 @@ static void x86_axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
  * Scores: each one is a single 8-lane FMA chain over the head, elements
  * 8k .. 8k + 7 into lane order and a zero-padded tail last, folded by
  * hsum_ps and then scaled; it equals ref within float reassociation.
- * Values: per position in ascending order, a multiply then a separate add
- * on each output value, which is ref's arithmetic bit for bit. They are
- * separate intrinsics, which gcc in ISO C mode (-ffp-contract=off) and
- * clang (contracting only within one expression) leave unfused; axpy_f16
- * above relies on the same. For Q8_0 the cached value is first
- * formed as d * q (exact: 11 by 8 significant bits), as q8_at does in ref.
+ * Values: per position in ascending order, one fused multiply-add on each
+ * output value (one rounding), which is ref's fmaf bit for bit. For Q8_0
+ * the cached value is first formed as d * q (exact: 11 by 8 significant
+ * bits), as q8_at does in ref.
  * In both directions the sequence of operations behind one output does
  * not depend on the tile it falls in, so nq and nt of a call never change
  * a result's bits. */
@@ -784,7 +782,7 @@ AI void pv_tile(int kind, int Q, int J, int part, int d, int j0, const float *p,
             __m256 vv = part && jj == J - 1 ? ld_f16_part((const uint16_t *)row + j0 + 8 * jj, m)
                                             : ld_kv8(kind, row, j0 + 8 * jj, dq[jj / 4]);
             UNROLL8 for (int i = 0; i < Q; i++) acc[i][jj] =
-                _mm256_add_ps(acc[i][jj], _mm256_mul_ps(a[i], vv));
+                _mm256_fmadd_ps(a[i], vv, acc[i][jj]);
         }
     }
     UNROLL8 for (int i = 0; i < Q; i++) UNROLL8 for (int jj = 0; jj < J; jj++)
