@@ -158,6 +158,9 @@ check "/generate truncate" 200 "$(req POST /generate -d '{"inputs":"Once upon a 
 check "/tokenize" 200 "$(req POST /tokenize -d '{"inputs":"Once upon a time"}')"
 has "/tokenize ids" '{"id":1,"text":"<s>"' "$(cat "$tmp/body")"
 has "/tokenize ids 2" '{"id":403,"text":" Once"' "$(cat "$tmp/body")"
+# offsets index the input, not the text with SentencePiece's leading space
+has "/tokenize offsets" '{"id":403,"text":" Once","start":0,"stop":4}' "$(cat "$tmp/body")"
+has "/tokenize offsets 2" '{"id":407,"text":" upon","start":4,"stop":9}' "$(cat "$tmp/body")"
 check "/detokenize" 200 "$(req POST /detokenize -d '{"tokens":[1,403,407,261,378]}')"
 check "/detokenize text" '{"text":" Once upon a time"}' "$(cat "$tmp/body")"
 check "/detokenize bad id 422" 422 "$(req POST /detokenize -d '{"tokens":[1,99999]}')"

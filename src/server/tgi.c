@@ -567,27 +567,46 @@ int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)
         ifl_gen_job_free(j);
         return ifl_http_reply_tgi_error(c, 500, "tokenizer", "tokenization failed");
     }
-    /* offsets are where each token's text falls in the concatenated pieces:
-     * exact for byte-level BPE, and for SentencePiece up to its leading space */
+    /* offsets are where each token's text falls in the concatenated plain
+     * texts, which equal the input (byte-level BPE) or, for SentencePiece,
+     * the input after the space it puts in front: then every offset moves
+     * back by one, so that they index the input itself */
+    const char *text = json_string_value(in);
+    int64_t len = (int64_t)json_string_length(in), n = j->n_prompt[0], total = 0;
+    int64_t *np = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    char *cat = malloc((size_t)len + 2);
+    if (!np || !cat) {
+        free(np);
+        free(cat);
+        ifl_gen_job_free(j);
+        return ifl_http_reply_tgi_error(c, 500, "tokenizer", "out of memory");
+    }
+    char plain[256], piece[256];
+    for (int64_t i = 0; i < n; i++) {
+        np[i] = 0;
+        ifl_executor_detokenize(ex, &j->prompts[0][i], 1, 0, plain, sizeof plain, &np[i]);
+        if (np[i] > (int64_t)sizeof plain)
+            np[i] = (int64_t)sizeof plain; /* one token's text never is; keep the copy in bounds */
+        if (total + np[i] <= len + 1)
+            memcpy(cat + total, plain, (size_t)np[i]);
+        total += np[i];
+    }
+    const int64_t lead = total == len + 1 && cat[0] == ' ' && memcmp(cat + 1, text, (size_t)len) == 0;
+    free(cat);
     json_t *arr = json_array();
-    int64_t off = 0, len = (int64_t)json_string_length(in);
-    char piece[256];
-    for (int32_t i = 0; i < j->n_prompt[0]; i++) {
+    for (int64_t i = 0, off = -lead; i < n; off += np[i], i++) {
         int32_t tok = j->prompts[0][i];
-        int64_t n_plain = 0;
-        char plain[256];
-        ifl_executor_detokenize(ex, &tok, 1, 0, plain, sizeof plain, &n_plain);
         size_t pl = ifl_gen_piece(s, tok, piece, sizeof piece);
-        int64_t start = off < len ? off : len;
-        int64_t stop = off + n_plain < len ? off + n_plain : len;
+        int64_t start = off < 0 ? 0 : off < len ? off : len;
+        int64_t stop = off + np[i] < 0 ? 0 : off + np[i] < len ? off + np[i] : len;
         json_t *o = json_object();
         json_object_set_new(o, "id", json_integer(tok));
         json_object_set_new(o, "text", ifl_json_text(piece, pl));
         json_object_set_new(o, "start", json_integer(start));
         json_object_set_new(o, "stop", json_integer(stop));
         json_array_append_new(arr, o);
-        off += n_plain;
     }
+    free(np);
     ifl_gen_job_free(j);
     return ifl_http_reply_json(c, 200, arr);
 }
