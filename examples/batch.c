@@ -36,8 +36,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         const char *p = argv[i + 2];
         int64_t len = (int64_t)strlen(p), count = 0;
-        prompts[i] = malloc(sizeof(int32_t) * (size_t)(len + 2));
-        ifl_executor_tokenize(ex, p, len, 1, 1, prompts[i], len + 2, &count);
+        /* a first call with no room gives the count */
+        ifl_executor_tokenize(ex, p, len, 1, 1, NULL, 0, &count);
+        prompts[i] = malloc(sizeof(int32_t) * (size_t)(count ? count : 1));
+        if (!prompts[i] || ifl_executor_tokenize(ex, p, len, 1, 1, prompts[i], count, &count)) {
+            fprintf(stderr, "cannot tokenize prompt %d\n", i);
+            status = 1;
+            goto done;
+        }
         ifl_request_init(&reqs[i]);
         reqs[i].input_ids = prompts[i];
         reqs[i].n_input = (int32_t)count;

@@ -43,8 +43,13 @@ int main(int argc, char **argv)
         return 2;
     }
     int64_t len = (int64_t)strlen(argv[2]), n = 0;
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)(len + 2));
-    ifl_executor_tokenize(ex, argv[2], len, 1, 1, prompt, len + 2, &n);
+    ifl_executor_tokenize(ex, argv[2], len, 1, 1, NULL, 0, &n); /* the count first */
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!prompt || ifl_executor_tokenize(ex, argv[2], len, 1, 1, prompt, n, &n)) {
+        fprintf(stderr, "cannot tokenize the prompt\n");
+        ifl_executor_destroy(ex, 0);
+        return 2;
+    }
     struct ifl_request req;
     ifl_request_init(&req);
     req.input_ids = prompt;

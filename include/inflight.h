@@ -210,7 +210,7 @@ struct ifl_output_config {
 struct ifl_request {
     const int32_t *input_ids;     /* prompt tokens; copied at enqueue */
     int32_t n_input;
-    int32_t max_tokens;           /* tokens to generate, at most */
+    int32_t max_tokens;           /* tokens to generate, at most; 0 is taken as 1 */
     int32_t streaming;            /* 1: a response per new token(s) */
     struct ifl_sampling_config sampling;
     struct ifl_output_config output;

@@ -63,6 +63,19 @@ check "run -n counts generated tokens" 17 "$n"
 check "tokenize" "403 407 261 378" "$(printf 'Once upon a time' | "$BIN" tokenize -m "$M")"
 check "tokenize --add-special" "1 403 407 261 378" "$(printf 'Once upon a time' | "$BIN" tokenize -m "$M" --add-special)"
 check "tokenize empty stdin" "" "$("$BIN" tokenize -m "$M" </dev/null)"
+# byte fallback can give more ids than the text has bytes: "\xc3 " is 2
+# bytes and 4 ids ("\xc3" alone, then the space's bytes)
+n=$(printf '\xc3 %.0s' $(seq 1 10) | "$BIN" tokenize -m "$M" | wc -w)
+check "tokenize: more ids than bytes" 41 "$n"
+"$BIN" run -m "$M" -p "$(printf '\xc3 %.0s' $(seq 1 10))" -n 2 --seed 1 >/dev/null 2>&1
+check "run: a prompt of more ids than bytes" 0 "$?"
+# output that cannot be written is a failure (exit 1), not a success
+if [ -w /dev/full ]; then
+    "$BIN" run -m "$M" -p "Once" -n 4 --seed 1 >/dev/full 2>"$tmp/err"
+    check "run > /dev/full exits 1" 1 "$?"
+    "$BIN" info -m "$M" >/dev/full 2>/dev/null
+    check "info > /dev/full exits 1" 1 "$?"
+fi
 
 "$BIN" info -m "$M" >"$tmp/info" 2>&1
 grep -q "architecture:  llama" "$tmp/info" && grep -q "n_layer:       5" "$tmp/info" &&

@@ -435,6 +435,13 @@ static void test_bad_requests(void)
     CHECK(ifl_executor_create(&x2, "/nonexistent.gguf", &c, e2) != 0);
     c.max_batch_size = 0;
     CHECK_EQ(ifl_executor_create(&x2, model_path, &c, e2), IFL_EINVAL);
+    ifl_executor_config_default(&c);
+    CHECK_EQ(ifl_executor_create(NULL, model_path, &c, e2), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_create(&x2, NULL, &c, e2), IFL_EINVAL);
+    /* a byte budget too small for one context is an error, not the default */
+    c.kv_cache_bytes = 1;
+    CHECK_EQ(ifl_executor_create(&x2, model_path, &c, e2), IFL_EINVAL);
+    CHECK(strstr(e2, "cannot hold one full context") != NULL);
 }
 
 /* 8 client threads enqueue, await and cancel requests of random shapes
@@ -649,6 +656,68 @@ static void test_sampling_controls(void)
     CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
     CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_END_ID);
     CHECK_EQ(n, 6);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* When bias bans every token there is nothing to pick: the request ends
+ * with no token, status IFL_EINVAL and a message saying why (greedy,
+ * sampled, two samples, beams), and the executor goes on serving. */
+static void test_nothing_to_pick(void)
+{
+    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    int32_t nv = 512, all[512];
+    float ban[512];
+    for (int32_t i = 0; i < nv; i++) {
+        all[i] = i;
+        ban[i] = -INFINITY;
+    }
+    for (int mode = 0; mode < 4; mode++) {
+        struct ifl_request r;
+        greedy_req(&r, ONCE, 5, 6);
+        r.logit_bias_ids = all;
+        r.logit_bias_values = ban;
+        r.n_logit_bias = nv;
+        if (mode >= 1)
+            r.sampling.temperature = 1;
+        if (mode == 2)
+            r.num_return_sequences = 2;
+        if (mode == 3)
+            r.sampling.beam_width = 2;
+        ifl_id id;
+        CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+        int final = 0, status = 0, tokens = 0;
+        while (!final) {
+            struct ifl_response *out[4];
+            int32_t got = 0;
+            if (ifl_await(ex, &id, 1, 20000, out, 4, &got)) {
+                CHECK_MSG(0, "mode %d: await failed", mode);
+                break;
+            }
+            for (int32_t i = 0; i < got; i++) {
+                for (int32_t k = 0; k < out[i]->n_results; k++)
+                    tokens += out[i]->results[k].n_tokens;
+                if (out[i]->is_final) {
+                    final = 1;
+                    status = out[i]->status;
+                    CHECK_MSG(out[i]->error_msg && strstr(out[i]->error_msg, "no token was left"),
+                              "mode %d: message '%s'", mode,
+                              out[i]->error_msg ? out[i]->error_msg : "(none)");
+                }
+                ifl_response_free(out[i]);
+            }
+        }
+        CHECK_MSG(status == IFL_EINVAL, "mode %d: status %d", mode, status);
+        CHECK_MSG(tokens == 0, "mode %d: %d tokens", mode, tokens);
+    }
+    struct ifl_request r;
+    ifl_id id;
+    int32_t out[16], n;
+    greedy_req(&r, ONCE, 5, 4);
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    CHECK(n == 4 && out[0] == GREEDY[0]);
     ifl_executor_destroy(ex, 0);
 }
 
@@ -1349,6 +1418,7 @@ int main(void)
     T_RUN(test_full_context_and_meta);
     T_RUN(test_stops);
     T_RUN(test_sampling_controls);
+    T_RUN(test_nothing_to_pick);
     T_RUN(test_logits_processors);
     T_RUN(test_beam_search);
     T_RUN(test_beam_invariance);

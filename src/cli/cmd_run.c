@@ -147,6 +147,11 @@ static int tokenize_prompt(struct cli_session *s, const char *text, int32_t **id
     if (!*ids)
         return IFL_ENOMEM;
     int rc = ifl_tokenize(s->vocab, text, len, 1, 1, *ids, cap, n);
+    if (rc == IFL_EFULL) { /* byte fallback can give more tokens than bytes */
+        int32_t *more = realloc(*ids, sizeof(int32_t) * (size_t)*n);
+        rc = more ? ifl_tokenize(s->vocab, text, len, 1, 1, more, *n, n) : IFL_ENOMEM;
+        *ids = more ? more : *ids;
+    }
     if (rc) {
         free(*ids);
         *ids = NULL;

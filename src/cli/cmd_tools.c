@@ -62,10 +62,17 @@ int cmd_tokenize(int argc, char **argv)
             break;
     }
     int64_t n = 0, room = (int64_t)len + 8;
-    if (text)
-        ids = malloc(sizeof(int32_t) * (size_t)room);
-    if (!text || !ids || ifl_tokenize(v, text, len, add_special, parse_special, ids, room, &n)) {
-        fprintf(stderr, "inflight tokenize: out of memory\n");
+    int rc = IFL_ENOMEM;
+    if (text && (ids = malloc(sizeof(int32_t) * (size_t)room)))
+        rc = ifl_tokenize(v, text, len, add_special, parse_special, ids, room, &n);
+    if (rc == IFL_EFULL) { /* byte fallback can give more tokens than bytes */
+        int32_t *more = realloc(ids, sizeof(int32_t) * (size_t)n);
+        rc = more ? ifl_tokenize(v, text, len, add_special, parse_special, more, n, &n) : IFL_ENOMEM;
+        ids = more ? more : ids;
+    }
+    if (rc) {
+        fprintf(stderr, "inflight tokenize: %s\n",
+                rc == IFL_ENOMEM ? "out of memory" : "the text could not be tokenized");
         status = 1;
     } else {
         for (int64_t i = 0; i < n; i++)

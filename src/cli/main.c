@@ -5,6 +5,7 @@
  *   tokenize  stdin -> token ids
  *   info      what a GGUF model holds
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@ static void usage(FILE *f)
                "usage: inflight COMMAND [options]\n\n"
                "commands:\n"
                "  run       -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-               "            [--seed S] [-t THREADS] [-c CTX] [--ids] [--ignore-eos] [--kv-type f16|f32]\n"
+               "            [--seed S] [-t THREADS] [-c CTX] [--ids] [--ignore-eos] [--kv-type T]\n"
                "  eval      -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [-t THREADS] [--kv-type T]\n"
                "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
                "  info      -m FILE\n"
@@ -29,7 +30,7 @@ static void usage(FILE *f)
             ifl_version());
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "inflight: a command is required (run, eval, tokenize, info; "
@@ -59,4 +60,15 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "inflight: unknown command '%s' ('inflight help' lists the commands)\n", cmd);
     return CLI_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+    /* output lost on the way (a full disk, a closed pipe) is a failure */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "inflight: writing to standard output failed: %s\n", strerror(errno));
+        return rc ? rc : 1;
+    }
+    return rc;
 }

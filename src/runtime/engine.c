@@ -177,9 +177,12 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     size_t per_pos = (size_t)hp->n_layer *
                      (ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim) +
                       ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim_v));
-    if (tokens == 0 && c->kv_cache_bytes > 0)
-        tokens = c->kv_cache_bytes / (int64_t)per_pos;
-    if (tokens == 0)
+    /* a byte budget is whole blocks within it (too small a budget is the
+     * error below, not the default size) */
+    const int by_bytes = tokens == 0 && c->kv_cache_bytes > 0;
+    if (by_bytes)
+        tokens = c->kv_cache_bytes / (int64_t)per_pos / bs * bs;
+    else if (tokens == 0)
         tokens = (int64_t)c->max_batch_size * ex->n_ctx;
     int64_t n_blocks = (tokens + bs - 1) / bs;
     ex->kv_cache_tokens = n_blocks * bs;
@@ -355,7 +358,12 @@ static struct ifl_response *new_response(struct ifl_executor *ex, const struct x
     r->n_embd = ex->model->hp.n_embd;
     if (q->status) {
         r->status = q->status;
-        r->error_msg = strdup("out of memory for the outputs this request asks for");
+        r->error_msg = strdup(q->status == IFL_EINVAL
+                                  ? "no token was left to pick: bad words, logit bias or "
+                                    "min_tokens banned them all, or the logits were NaN"
+                              : q->status == IFL_EFULL
+                                  ? "the guide's grammar went past its limits (nesting depth or live parses)"
+                                  : "out of memory for the outputs this request asks for");
     }
     if (q->r.output.return_perf_metrics)
         r->perf = q->perf;
@@ -1125,8 +1133,19 @@ static void process_row(struct ifl_executor *ex, struct eseq *s, float *row,
 static int32_t pick_row(struct eseq *s, const float *row, float *lp)
 {
     int32_t n_top = s->q->r.output.top_log_probs;
-    return ifl_sampler_pick(&s->scfg, &s->st, row, lp,
-                            n_top ? s->tops + (size_t)s->n_gen * IFL_MAX_TOP : NULL, n_top);
+    int32_t tok = ifl_sampler_pick(&s->scfg, &s->st, row, lp,
+                                   n_top ? s->tops + (size_t)s->n_gen * IFL_MAX_TOP : NULL, n_top);
+    /* the sampler falls back to token 0 when no logit is left above -inf
+     * (all banned by bias, bad words or min_tokens, or NaN): -1, not a
+     * banned token */
+    return row[tok] > -INFINITY ? tok : -1;
+}
+
+/* A sequence with nothing left to pick ends, its request failed. */
+static void end_unpickable(struct ifl_executor *ex, struct eseq *s)
+{
+    s->q->status = IFL_EINVAL;
+    finish_seq(ex, s, IFL_FINISH_CANCELLED);
 }
 
 static void apply_token(struct ifl_executor *ex, struct eseq *s, int32_t tok, float lp);
@@ -1144,7 +1163,11 @@ static void sample_and_apply(struct ifl_executor *ex, struct eseq *s, float *row
     }
     float lp = 0;
     int32_t tok = pick_row(s, row, &lp);
-    if (q->xg && !ifl_xguide_allowed(&e->ge, tok)) {
+    if (tok < 0 && !q->xg) {
+        end_unpickable(ex, s);
+        return;
+    }
+    if (q->xg && (tok < 0 || !ifl_xguide_allowed(&e->ge, tok))) {
         /* every token the grammar allows was banned (bad words, bias,
          * min_tokens on a complete grammar): end here rather than break it */
         if (!ifl_guide_is_accepting(&s->gst))
@@ -1326,6 +1349,8 @@ static void beam_advance(struct ifl_executor *ex, struct xreq *q)
     q->perf.last_token_us = now;
     q->stage = IFL_STAGE_GENERATION_IN_PROGRESS;
     if (done) {
+        if (b->n_fin == 0) /* no beam had a token left to take: all banned, or NaN */
+            q->status = IFL_EINVAL;
         finish_beams(ex, q, IFL_FINISH_LENGTH);
         return;
     }
@@ -1658,7 +1683,10 @@ static void step(struct ifl_executor *ex)
         gen_reqs += s->n_gen > 0;
         float *row = e->logits + (size_t)r * nv;
         if (picked) {
-            apply_token(ex, s, e->pick_tok[r], e->pick_lp[r]);
+            if (e->pick_tok[r] < 0)
+                end_unpickable(ex, s);
+            else
+                apply_token(ex, s, e->pick_tok[r], e->pick_lp[r]);
             continue;
         }
         if (s->q->beam) {

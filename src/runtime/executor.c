@@ -737,6 +737,8 @@ int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int
 int ifl_executor_create(ifl_executor **out, const char *model_path,
                         const struct ifl_executor_config *cfg_in, char *err)
 {
+    if (!out || !model_path)
+        return ifl_err(err, IFL_EINVAL, "%s is NULL", out ? "model_path" : "the output pointer");
     *out = NULL;
     struct ifl_executor_config cfg;
     if (cfg_in)
