@@ -356,14 +356,16 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
                      char *err);
 int ifl_can_enqueue(ifl_executor *ex);
 /* Cancels a request; it ends at the next step with a final response whose
- * finish reason is cancelled. IFL_ENOTFOUND if unknown or already final. */
+ * finish reason is cancelled. Cancelling again before that final response
+ * is 0; IFL_ENOTFOUND if unknown or already final. */
 int ifl_cancel(ifl_executor *ex, ifl_id id);
 
 /* Waits for responses to any of ids (n_ids 0: any request) for up to
  * timeout_ms (< 0: forever; 0: no wait). Moves up to max of them into out
  * (in arrival order) and sets *n_out. Returns 0 with *n_out >= 1,
- * IFL_ETIMEDOUT with *n_out = 0, or IFL_ESTATE when the executor is shut
- * down and nothing more can come for those ids. */
+ * IFL_ETIMEDOUT with *n_out = 0, or IFL_ESTATE at once when nothing more
+ * can come for those ids (unknown, their final responses taken, or the
+ * executor shut down). */
 int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeout_ms,
               struct ifl_response **out, int32_t max, int32_t *n_out);
 /* Responses ready for id (0: for all requests). */
@@ -390,7 +392,7 @@ int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out);
  * "general.name"), NUL-terminated in buf. IFL_ENOTFOUND when the key is
  * absent, IFL_EINVAL when its value is not a string, IFL_EFULL when buf (cap
  * bytes) is too small; *len_out is the value's length in every case where
- * the key is a string. Thread-safe. */
+ * the key is a string (cap 0, buf NULL: the length only). Thread-safe. */
 int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_t cap,
                             int64_t *len_out);
 
@@ -402,7 +404,8 @@ int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32
                           int32_t parse_special, int32_t *ids, int64_t cap, int64_t *n_out);
 /* The text of n tokens (control tokens left out unless show_special),
  * NUL-terminated in buf; *len_out is the full length, and IFL_EFULL means
- * buf (cap bytes) was too small. Thread-safe. */
+ * buf (cap bytes) was too small (cap 0, buf NULL: the length only).
+ * Thread-safe. */
 int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int32_t show_special,
                             char *buf, int64_t cap, int64_t *len_out);
 

@@ -365,6 +365,7 @@ static void test_cancel_and_timeout(void)
         n += resp->results[0].n_tokens;
         if (n >= 10 && n < 1000) {
             CHECK_EQ(ifl_cancel(ex, id), 0);
+            CHECK_EQ(ifl_cancel(ex, id), 0); /* again, while on its way: still 0 */
             n += 1000;
         }
         final = resp->is_final;
@@ -375,6 +376,13 @@ static void test_cancel_and_timeout(void)
     CHECK_EQ(fin, IFL_FINISH_CANCELLED);
     CHECK(n - 1000 < 400);
     CHECK_EQ(ifl_cancel(ex, id), IFL_ENOTFOUND);
+    /* awaiting an id that is final or unknown returns at once */
+    struct ifl_response *none[1];
+    int32_t n_none = -1;
+    const ifl_id unknown = id + 1000;
+    CHECK_EQ(ifl_await(ex, &id, 1, -1, none, 1, &n_none), IFL_ESTATE);
+    CHECK_EQ(ifl_await(ex, &unknown, 1, -1, none, 1, &n_none), IFL_ESTATE);
+    CHECK_EQ(n_none, 0);
     /* allotted time */
     greedy_req(&r, ONCE, 5, 400);
     r.allotted_time_ms = 1;
@@ -1356,6 +1364,16 @@ static void test_full_context_and_meta(void)
     CHECK_EQ(ifl_executor_model_meta(ex, "llama.block_count", buf, sizeof buf, &len), IFL_EINVAL);
     CHECK_EQ(ifl_executor_model_meta(ex, "general.architecture", buf, 3, &len), IFL_EFULL);
     CHECK_STR(buf, "ll");
+    /* cap 0 asks for the length alone */
+    len = -1;
+    CHECK_EQ(ifl_executor_model_meta(ex, "general.architecture", NULL, 0, &len), IFL_EFULL);
+    CHECK_EQ(len, 5);
+    const int32_t once[4] = {403, 407, 261, 378}; /* " Once upon a time" */
+    len = -1;
+    CHECK_EQ(ifl_executor_detokenize(ex, once, 4, 0, NULL, 0, &len), IFL_EFULL);
+    CHECK_EQ(len, 17);
+    CHECK_EQ(ifl_executor_detokenize(ex, once, 4, 0, buf, len + 1, &len), 0);
+    CHECK_STR(buf, " Once upon a time");
     ifl_executor_destroy(ex, 0);
 }
 

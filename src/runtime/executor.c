@@ -421,12 +421,14 @@ int ifl_cancel(ifl_executor *ex, ifl_id id)
         return IFL_EINVAL;
     pthread_mutex_lock(&ex->out_mu);
     struct xlive *e = live_find(ex, id);
-    int found = e && !e->final_sent && !e->cancel_requested;
+    int found = e && !e->final_sent, again = found && e->cancel_requested;
     if (found)
         e->cancel_requested = 1;
     pthread_mutex_unlock(&ex->out_mu);
     if (!found)
         return IFL_ENOTFOUND;
+    if (again) /* already on its way */
+        return 0;
     pthread_mutex_lock(&ex->in_mu);
     int rc = 0;
     if (ex->n_cancels == ex->cap_cancels) {
@@ -444,6 +446,12 @@ int ifl_cancel(ifl_executor *ex, ifl_id id)
         pthread_cond_signal(&ex->in_cv);
     }
     pthread_mutex_unlock(&ex->in_mu);
+    if (rc) { /* not queued: a later call may try again */
+        pthread_mutex_lock(&ex->out_mu);
+        if ((e = live_find(ex, id)))
+            e->cancel_requested = 0;
+        pthread_mutex_unlock(&ex->out_mu);
+    }
     return rc;
 }
 
@@ -684,7 +692,7 @@ int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_
     if (!len_out)
         return IFL_EINVAL;
     *len_out = 0;
-    if (!ex || !key || cap < 1 || !buf)
+    if (!ex || !key || cap < 0 || (cap && !buf))
         return IFL_EINVAL;
     const char *v;
     size_t len;
@@ -694,9 +702,11 @@ int ifl_executor_model_meta(ifl_executor *ex, const char *key, char *buf, int64_
     if (rc)
         return IFL_EINVAL;
     *len_out = (int64_t)len;
-    size_t n = (int64_t)len < cap ? len : (size_t)cap - 1;
-    memcpy(buf, v, n);
-    buf[n] = 0;
+    if (cap) { /* cap 0 asks for the length only */
+        size_t n = (int64_t)len < cap ? len : (size_t)cap - 1;
+        memcpy(buf, v, n);
+        buf[n] = 0;
+    }
     return (int64_t)len < cap ? 0 : IFL_EFULL;
 }
 
@@ -717,18 +727,19 @@ int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int
     if (!len_out)
         return IFL_EINVAL;
     *len_out = 0;
-    if (!ex || n < 0 || cap < 1 || !buf || (n && !ids))
+    if (!ex || n < 0 || cap < 0 || (cap && !buf) || (n && !ids))
         return IFL_EINVAL;
     int64_t len = 0;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= ex->n_vocab)
             return IFL_EINVAL;
         int64_t room = len < cap ? cap - len : 0;
-        len += (int64_t)ifl_vocab_piece(ex->vocab, ids[i], show_special, buf + (len < cap ? len : 0),
+        len += (int64_t)ifl_vocab_piece(ex->vocab, ids[i], show_special, room ? buf + len : NULL,
                                         (size_t)room);
     }
     *len_out = len;
-    buf[len < cap ? len : cap - 1] = 0;
+    if (cap) /* cap 0 asks for the length only */
+        buf[len < cap ? len : cap - 1] = 0;
     return len < cap ? 0 : IFL_EFULL;
 }
 
