@@ -251,5 +251,40 @@ check "SIGTERM with a stream in flight exits 0" 0 "$STOP_RC"
 check "the in-flight stream finished" "data: [DONE]" "$(grep -v '^$' "$tmp/drain" | tail -1)"
 has "the in-flight stream ran to its length" '"finish_reason":"length"' "$(cat "$tmp/drain")"
 
+# SIGTERM with --shutdown-timeout 0: what is running or queued is cancelled
+# and still answered (finish reason abort; the stream gets its last chunks),
+# and a new connection is refused at once rather than left waiting for the
+# drain. Four requests of 8 x 400 tokens go first (about 5 s of work on one
+# thread), so the two checked ones are still waiting or running at SIGTERM.
+start_server abort --quiet -m "$SHARED/models/ref/llama-f32.gguf" -t 1 --shutdown-timeout 0 || exit 1
+loaders=()
+for _ in 1 2 3 4; do
+    curl -s -m 60 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" \
+        -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"n":8}' &
+    loaders+=($!)
+done
+sleep 0.2
+curl -s -m 60 "http://127.0.0.1:$PORT/v1/completions" \
+    -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"n":4}' >"$tmp/abort_whole" &
+apid=$!
+curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" \
+    -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"stream":true,"n":4}' >"$tmp/abort_stream" &
+bpid=$!
+sleep 0.5
+kill -TERM "$SPID"
+sleep 0.2
+t0=$(date +%s%N)
+code=$(curl -s -m 20 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+t1=$(date +%s%N)
+check "a new connection during shutdown is not answered" 000 "$code"
+check "a new connection during shutdown fails at once" 1 "$([ $(((t1 - t0) / 1000000)) -lt 1000 ] && echo 1 || echo 0)"
+wait $apid $bpid "${loaders[@]}"
+stop_server
+check "SIGTERM, timeout 0: exit 0" 0 "$STOP_RC"
+has "the cancelled request is answered with abort" '"finish_reason":"abort"' "$(cat "$tmp/abort_whole")"
+check "every choice of it says abort" 4 "$(grep -o '"finish_reason":"abort"' "$tmp/abort_whole" | wc -l)"
+has "the cancelled stream says abort" '"finish_reason":"abort"' "$(cat "$tmp/abort_stream")"
+check "the cancelled stream ends with [DONE]" "data: [DONE]" "$(grep -v '^$' "$tmp/abort_stream" | tail -1)"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

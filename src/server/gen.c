@@ -685,23 +685,28 @@ int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c)
             return IFL_ECANCELLED;
         }
         if (atomic_load_explicit(&j->srv->aborting, memory_order_relaxed))
-            ifl_gen_cancel(j, 0);
+            ifl_gen_abort(j); /* the loop takes its cancelled finals */
     }
     return 0;
+}
+
+void ifl_gen_abort(struct ifl_gen_job *j)
+{
+    if (j->finished || !j->enqueued || j->cancelled)
+        return;
+    j->cancelled = 1;
+    for (int i = 0; i < j->n_prompts; i++)
+        if (!j->req_final[i])
+            ifl_cancel(j->ex, j->ids[i]);
 }
 
 void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected)
 {
     if (j->finished || !j->enqueued)
         return;
-    if (!j->cancelled) {
-        j->cancelled = 1;
-        if (disconnected)
-            ifl_server_metrics_disconnect(j->srv);
-        for (int i = 0; i < j->n_prompts; i++)
-            if (!j->req_final[i])
-                ifl_cancel(j->ex, j->ids[i]);
-    }
+    if (!j->cancelled && disconnected)
+        ifl_server_metrics_disconnect(j->srv);
+    ifl_gen_abort(j);
     /* the cancelled finals arrive at the next step; collect them so the
      * executor holds nothing for this job */
     int64_t t_end = ifl_now_us() + 5000000;

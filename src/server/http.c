@@ -226,7 +226,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (atomic_load_explicit(&c->srv->aborting, memory_order_relaxed))
-            ifl_gen_cancel(st->job, 0); /* its cancelled finals still close the stream */
+            ifl_gen_abort(st->job); /* its cancelled finals, polled below, end the stream */
         if (ifl_gen_poll(st->job, 20, st->on_resp, st->user)) {
             st->on_end(st);
             st->ended = 1;
@@ -668,20 +668,32 @@ int ifl_server_load(struct ifl_server *s, char *err)
     return 0;
 }
 
+/* How long cancelled requests get to send their replies at shutdown: a
+ * cancel takes effect at the engine's next step. */
+#define ABORT_REPLY_MS 5000
+
 void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
 {
     if (!s || !s->mhd)
         return;
     atomic_store_explicit(&s->draining, 1, memory_order_relaxed);
+    /* new connections are refused at once rather than left waiting in the
+     * backlog for the drain */
     MHD_socket lsock = MHD_quiesce_daemon(s->mhd);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
     int64_t t_end = ifl_now_us() + grace_ms * 1000;
     while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
         usleep(10000);
+    /* what is left is cancelled; its handlers see that within a poll and
+     * answer with finish reason abort (streams with their last chunks),
+     * so give them a bounded while before the sockets go */
     atomic_store_explicit(&s->aborting, 1, memory_order_relaxed);
+    t_end = ifl_now_us() + ABORT_REPLY_MS * 1000;
+    while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
+        usleep(10000);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
-    if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
     ifl_executor *ex = atomic_exchange_explicit(&s->ex, NULL, memory_order_acq_rel);
     if (ex)
         ifl_executor_destroy(ex, 1);

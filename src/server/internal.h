@@ -236,6 +236,9 @@ int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c);
 /* Cancels what is still running and drains the executor's responses
  * (bounded wait). Counts a client disconnect when disconnected is 1. */
 void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected);
+/* Cancels what is still running (once) and returns: the caller's polling
+ * takes the cancelled finals, so a reply or stream can say abort. */
+void ifl_gen_abort(struct ifl_gen_job *j);
 int64_t ifl_gen_completion_tokens(const struct ifl_gen_job *j);
 /* The i-th returned choice (0 <= i < n_prompts * n_ret) as an index into
  * ch: prompt-major, best first within a prompt when best_of ranked them. */
