@@ -125,7 +125,8 @@ struct ifl_executor_config {
     int32_t n_ctx;              /* positions one sequence may reach; 0: the model's, <= 4096 */
     int64_t kv_cache_tokens;    /* KV pool size in positions; 0: from kv_cache_bytes */
     int64_t kv_cache_bytes;     /* used when kv_cache_tokens is 0; 0 as well: room for
-                                   max_batch_size full contexts */
+                                   max_batch_size full contexts, and a
+                                   copy-on-write block per sample after the first */
     int32_t kv_block_size;      /* positions per block (default 16) */
     int32_t kv_type;            /* enum ifl_kv_type (default F16) */
     int32_t sched_policy;       /* enum ifl_sched_policy */

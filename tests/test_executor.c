@@ -396,7 +396,8 @@ static void test_cancel_and_timeout(void)
 
 static void test_bad_requests(void)
 {
-    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 2);
+    /* a cache of exactly 4 contexts (the default has copy-on-write room) */
+    ifl_executor *ex = open_ex(4, 2048, IFL_SCHED_GUARANTEED_NO_EVICT, 2);
     struct ifl_request r;
     ifl_id id = 0;
     char err[512];

@@ -161,6 +161,10 @@ has "/tokenize ids 2" '{"id":403,"text":" Once"' "$(cat "$tmp/body")"
 # offsets index the input, not the text with SentencePiece's leading space
 has "/tokenize offsets" '{"id":403,"text":" Once","start":0,"stop":4}' "$(cat "$tmp/body")"
 has "/tokenize offsets 2" '{"id":407,"text":" upon","start":4,"stop":9}' "$(cat "$tmp/body")"
+# the default KV cache holds a request of --parallel (16) samples at full
+# context, copy-on-write blocks included
+check "n 16 at full context fits the default cache" 200 \
+    "$(req POST /v1/completions -d '{"prompt":"Once upon a time","n":16,"max_tokens":111}')"
 check "/detokenize" 200 "$(req POST /detokenize -d '{"tokens":[1,403,407,261,378]}')"
 check "/detokenize text" '{"text":" Once upon a time"}' "$(cat "$tmp/body")"
 check "/detokenize bad id 422" 422 "$(req POST /detokenize -d '{"tokens":[1,99999]}')"

@@ -182,8 +182,9 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     const int by_bytes = tokens == 0 && c->kv_cache_bytes > 0;
     if (by_bytes)
         tokens = c->kv_cache_bytes / (int64_t)per_pos / bs * bs;
-    else if (tokens == 0)
-        tokens = (int64_t)c->max_batch_size * ex->n_ctx;
+    else if (tokens == 0) /* and the copy-on-write blocks that a request of
+                             max_batch_size samples at full context reserves */
+        tokens = (int64_t)c->max_batch_size * ex->n_ctx + (int64_t)(c->max_batch_size - 1) * bs;
     int64_t n_blocks = (tokens + bs - 1) / bs;
     ex->kv_cache_tokens = n_blocks * bs;
     if (n_blocks < blocks_for_n(ex->n_ctx, bs))
