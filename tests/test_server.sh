@@ -255,6 +255,15 @@ check "SIGTERM with a stream in flight exits 0" 0 "$STOP_RC"
 check "the in-flight stream finished" "data: [DONE]" "$(grep -v '^$' "$tmp/drain" | tail -1)"
 has "the in-flight stream ran to its length" '"finish_reason":"length"' "$(cat "$tmp/drain")"
 
+# a model name with a quote and a backslash is escaped in /metrics' labels;
+# more prompts in one request than the queue ever takes is a 400, not a 429
+start_server label --quiet --served-model-name 'my"model\x' --max-queue 2 || exit 1
+check "/metrics with an odd model name" 200 "$(req GET /metrics)"
+has "/metrics escapes label values" 'inflight_requests_total{model_name="my\"model\\x"}' "$(cat "$tmp/body")"
+check "3 prompts, --max-queue 2: 400" 400 "$(req POST /v1/completions -d '{"prompt":["a","b","c"],"max_tokens":2}')"
+check "2 prompts, --max-queue 2: 200" 200 "$(req POST /v1/completions -d '{"prompt":["a","b"],"max_tokens":2}')"
+stop_server
+
 # SIGTERM with --shutdown-timeout 0: what is running or queued is cancelled
 # and still answered (finish reason abort; the stream gets its last chunks),
 # and a new connection is refused at once rather than left waiting for the

@@ -399,6 +399,12 @@ int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *p
 int ifl_gen_start(struct ifl_gen_job *j, char *err)
 {
     int n = j->n_prompts;
+    const int32_t max_queue = j->srv->cfg.exec.max_queue_size;
+    if (max_queue > 0 && n > max_queue) /* a full queue could never take it: not a 429 */
+        return ifl_err(err, IFL_EINVAL,
+                       "prompt: %d prompts in one request, but the queue takes at most %d "
+                       "(--max-queue)",
+                       n, max_queue);
     struct ifl_request *reqs = calloc((size_t)n, sizeof(*reqs));
     j->ids = calloc((size_t)n, sizeof(ifl_id));
     j->req_final = calloc((size_t)n, 1);

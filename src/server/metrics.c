@@ -8,6 +8,7 @@
  * renderer sums them into the `le` series.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/internal.h"
@@ -73,10 +74,31 @@ static void head(struct ifl_sbuf *b, const char *name, const char *type, const c
     ifl_sbuf_addf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* name as a Prometheus label value: backslash, quote and newline escaped
+ * (a malloc'd copy; NULL when out of memory) */
+static char *label_value(const char *name)
+{
+    size_t n = strlen(name), k = 0;
+    char *v = malloc(2 * n + 1);
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (name[i] == '\\' || name[i] == '"' || name[i] == '\n')
+            v[k++] = '\\';
+        v[k++] = name[i] == '\n' ? 'n' : name[i];
+    }
+    v[k] = 0;
+    return v;
+}
+
 void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
 {
     struct ifl_server_metrics *m = &s->m;
-    const char *model = s->model_name;
+    char *model = label_value(s->model_name);
+    if (!model) {
+        b->oom = 1;
+        return;
+    }
 
     static const char *const reasons[8] = {"none",      "stop",     "stop_string", "length",
                                            "timed_out", "cancelled", "unknown",     "error"};
@@ -167,4 +189,5 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
     head(b, "inflight_iterations_total", "counter", "Engine steps run.");
     ifl_sbuf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
                   (long long)st.iteration);
+    free(model);
 }
