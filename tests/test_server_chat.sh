@@ -77,6 +77,16 @@ M=$SHARED/models/stories260K.gguf
 if start_server "$M"; then
     want=$(printf '<|im_start|>user\nHello! What is the capital of France?<|im_end|>\n<|im_start|>assistant\n' | "$BIN" tokenize -m "$M" --add-special | wc -w)
     check "no template: ChatML" "$want" "$(prompt_tokens "$MSG")"
+    # ChatML's <|im_end|> takes one of the 64 stop strings: 63 are taken,
+    # 64 are a 400 naming stop
+    stops() { python3 -c "import json,sys; print(json.dumps({'messages': $MSG, 'max_tokens': 1, 'stop': ['s%d' % i for i in range(int(sys.argv[1]))]}))" "$1"; }
+    code=$(curl -s -o "$tmp/body" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/chat/completions" \
+        -H 'Content-Type: application/json' -d "$(stops 63)")
+    check "ChatML with 63 stop strings" 200 "$code"
+    code=$(curl -s -o "$tmp/body" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/chat/completions" \
+        -H 'Content-Type: application/json' -d "$(stops 64)")
+    check "ChatML with 64 stop strings: 400" 400 "$code"
+    grep -q '"param":"stop"' "$tmp/body" && ok "the 400 names stop" || { bad "the 400 names stop"; cat "$tmp/body"; }
     stop_server
 fi
 echo "$pass passed, $fail failed"

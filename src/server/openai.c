@@ -268,6 +268,10 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     }
     json_t *stop = json_object_get(b, "stop");
     if (json_is_string(stop)) {
+        if (json_string_length(stop) > 256) {
+            ifl_err(err, IFL_EINVAL, "stop: at most 256 bytes");
+            FAIL("stop");
+        }
         if (json_string_length(stop) && ifl_gen_add_stop(j, json_string_value(stop)))
             return 500;
     } else if (json_is_array(stop)) {
@@ -891,6 +895,10 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages",
                     rc == IFL_EINVAL ? "messages: too long" : "out of memory");
+    if (s->chat_default && j->n_stops >= 64) /* the executor takes 64 in all */
+        return fail(c, j, &q, 400, "stop",
+                    "stop: at most 63 strings with the built-in ChatML template, which adds "
+                    "<|im_end|>");
     if (s->chat_default && ifl_gen_add_stop(j, "<|im_end|>"))
         return fail(c, j, &q, 500, NULL, "out of memory");
     q.p.logprobs = q.want_lp;
