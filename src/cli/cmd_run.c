@@ -141,22 +141,7 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
 /* Tokenizes text with the model's special-token rules into a malloc'd array. */
 static int tokenize_prompt(struct cli_session *s, const char *text, int32_t **ids, int64_t *n)
 {
-    size_t len = strlen(text);
-    int64_t cap = (int64_t)len + 8;
-    *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!*ids)
-        return IFL_ENOMEM;
-    int rc = ifl_tokenize(s->vocab, text, len, 1, 1, *ids, cap, n);
-    if (rc == IFL_EFULL) { /* byte fallback can give more tokens than bytes */
-        int32_t *more = realloc(*ids, sizeof(int32_t) * (size_t)*n);
-        rc = more ? ifl_tokenize(s->vocab, text, len, 1, 1, more, *n, n) : IFL_ENOMEM;
-        *ids = more ? more : *ids;
-    }
-    if (rc) {
-        free(*ids);
-        *ids = NULL;
-    }
-    return rc;
+    return ifl_tokenize_alloc(s->vocab, text, strlen(text), 1, 1, ids, n);
 }
 
 int cmd_run(int argc, char **argv)

@@ -61,15 +61,9 @@ int cmd_tokenize(int argc, char **argv)
         if (k == 0)
             break;
     }
-    int64_t n = 0, room = (int64_t)len + 8;
-    int rc = IFL_ENOMEM;
-    if (text && (ids = malloc(sizeof(int32_t) * (size_t)room)))
-        rc = ifl_tokenize(v, text, len, add_special, parse_special, ids, room, &n);
-    if (rc == IFL_EFULL) { /* byte fallback can give more tokens than bytes */
-        int32_t *more = realloc(ids, sizeof(int32_t) * (size_t)n);
-        rc = more ? ifl_tokenize(v, text, len, add_special, parse_special, more, n, &n) : IFL_ENOMEM;
-        ids = more ? more : ids;
-    }
+    int64_t n = 0;
+    int rc = text ? ifl_tokenize_alloc(v, text, len, add_special, parse_special, &ids, &n)
+                  : IFL_ENOMEM;
     if (rc) {
         fprintf(stderr, "inflight tokenize: %s\n",
                 rc == IFL_ENOMEM ? "out of memory" : "the text could not be tokenized");

@@ -66,8 +66,10 @@ int main(int argc, char **argv)
 {
     int rc = dispatch(argc, argv);
     /* output lost on the way (a full disk, a closed pipe) is a failure */
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "inflight: writing to standard output failed: %s\n", strerror(errno));
+    int flushed = fflush(stdout) == 0;
+    if (!flushed || ferror(stdout)) {
+        fprintf(stderr, "inflight: writing to standard output failed%s%s\n",
+                flushed ? "" : ": ", flushed ? "" : strerror(errno));
         return rc ? rc : 1;
     }
     return rc;

@@ -179,8 +179,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
                       ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim_v));
     /* a byte budget is whole blocks within it (too small a budget is the
      * error below, not the default size) */
-    const int by_bytes = tokens == 0 && c->kv_cache_bytes > 0;
-    if (by_bytes)
+    if (tokens == 0 && c->kv_cache_bytes > 0)
         tokens = c->kv_cache_bytes / (int64_t)per_pos / bs * bs;
     else if (tokens == 0) /* and the copy-on-write blocks that a request of
                              max_batch_size samples at full context reserves */
@@ -363,7 +362,8 @@ static struct ifl_response *new_response(struct ifl_executor *ex, const struct x
                                   ? "no token was left to pick: bad words, logit bias or "
                                     "min_tokens banned them all, or the logits were NaN"
                               : q->status == IFL_EFULL
-                                  ? "the guide's grammar went past its limits (nesting depth or live parses)"
+                                  ? "the guide's grammar went past its limits (nesting "
+                                    "depth or live parses)"
                                   : "out of memory for the outputs this request asks for");
     }
     if (q->r.output.return_perf_metrics)

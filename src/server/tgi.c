@@ -591,7 +591,8 @@ int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)
             memcpy(cat + total, plain, (size_t)np[i]);
         total += np[i];
     }
-    const int64_t lead = total == len + 1 && cat[0] == ' ' && memcmp(cat + 1, text, (size_t)len) == 0;
+    const int64_t lead =
+        total == len + 1 && cat[0] == ' ' && memcmp(cat + 1, text, (size_t)len) == 0;
     free(cat);
     json_t *arr = json_array();
     for (int64_t i = 0, off = -lead; i < n; off += np[i], i++) {

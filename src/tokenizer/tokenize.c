@@ -124,3 +124,30 @@ done:
         *n_out = out.n;
     return rc;
 }
+
+int ifl_tokenize_alloc(const struct ifl_vocab *v, const char *text, size_t len, int add_special,
+                       int parse_special, int32_t **ids, int64_t *n_out)
+{
+    *ids = NULL;
+    *n_out = 0;
+    if (len > IFL_TOKENIZE_MAX_LEN)
+        return IFL_EINVAL;
+    int64_t cap = (int64_t)len + 8;
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!p)
+        return IFL_ENOMEM;
+    int rc = ifl_tokenize(v, text, len, add_special, parse_special, p, cap, n_out);
+    if (rc == IFL_EFULL) {
+        int32_t *q = realloc(p, sizeof(int32_t) * (size_t)*n_out);
+        rc = q ? ifl_tokenize(v, text, len, add_special, parse_special, q, *n_out, n_out)
+               : IFL_ENOMEM;
+        p = q ? q : p;
+    }
+    if (rc) {
+        free(p);
+        *n_out = 0;
+        return rc;
+    }
+    *ids = p;
+    return 0;
+}

@@ -58,6 +58,11 @@ int32_t ifl_vocab_find(const struct ifl_vocab *v, const char *text, size_t len);
 #define IFL_TOKENIZE_MAX_LEN ((size_t)1 << 29)
 int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int add_special,
                  int parse_special, int32_t *ids, int64_t cap, int64_t *n_out);
+/* ifl_tokenize into a malloc'd array of exactly the ids (*ids, *n_out), with
+ * room grown when byte fallback gives more ids than the text has bytes.
+ * On an error *ids is NULL. */
+int ifl_tokenize_alloc(const struct ifl_vocab *v, const char *text, size_t len, int add_special,
+                       int parse_special, int32_t **ids, int64_t *n_out);
 
 /* The bytes a token stands for when generated text is shown: SPM "▁" becomes
  * a space and <0xNN> one byte; byte-level BPE maps its code points back to
