@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,10 @@ static const char SERVE_HELP[] =
     "  --log-format text|json    access log on stderr (default text)\n"
     "  --max-body-bytes N        larger request bodies get 413 (default 4194304)\n"
     "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30)\n"
+    "  --request-timeout S       seconds a connection has to send a whole request, counted\n"
+    "                            from its opening or its last reply (default 10)\n"
+    "  --max-conns-per-ip N      open connections per client address (default 256)\n"
+    "  --http-threads N          threads serving HTTP connections (default 4)\n"
     "  --quiet                   no access log\n";
 
 /* Reads a whole small file into a NUL-terminated malloc'd string. */
@@ -72,6 +77,7 @@ int cmd_serve(int argc, char **argv)
     const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
     int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
+    int64_t request_timeout = 10, per_ip = 256, http_threads = 4;
     int kv_type = IFL_KV_F16, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -130,6 +136,12 @@ int cmd_serve(int argc, char **argv)
             NUM(max_body, 1024, (int64_t)1 << 30, "a byte count");
         else if (!strcmp(a, "--shutdown-timeout"))
             NUM(shutdown_s, 0, 3600, "seconds");
+        else if (!strcmp(a, "--request-timeout"))
+            NUM(request_timeout, 1, 3600, "seconds");
+        else if (!strcmp(a, "--max-conns-per-ip"))
+            NUM(per_ip, 1, 1 << 20, "a connection count");
+        else if (!strcmp(a, "--http-threads"))
+            NUM(http_threads, 1, 256, "a thread count");
         else
             return cli_usage_error("serve", "unknown option '%s' (see --help)", a);
 #undef NUM
@@ -199,6 +211,18 @@ int cmd_serve(int argc, char **argv)
     cfg.log_format = strcmp(log_format, "json") ? IFL_SERVER_LOG_TEXT : IFL_SERVER_LOG_JSON;
     cfg.max_body_bytes = max_body;
     cfg.quiet = quiet;
+    cfg.request_timeout_s = (int)request_timeout;
+    cfg.max_conns_per_ip = (int)per_ip;
+    cfg.http_threads = (int)http_threads;
+
+    /* idle and slow connections cost a descriptor each, not a thread: take
+     * every descriptor the hard limit allows (the server sizes its
+     * connection limit from it) */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     /* every thread started from here on inherits the blocked signals; the
      * main thread takes them with sigwait */

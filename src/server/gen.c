@@ -165,6 +165,22 @@ void ifl_gen_job_free(struct ifl_gen_job *j)
 {
     if (!j)
         return;
+    if (j->registered) {
+        /* nobody waits for what is still running */
+        for (int i = 0; i < j->n_prompts; i++)
+            if (!j->req_final[i])
+                ifl_cancel(j->ex, j->ids[i]);
+        if (ifl_pump_release(j))
+            return;      /* the pump frees it after the cancelled finals */
+    }
+    ifl_gen_job_destroy(j);
+}
+
+void ifl_gen_job_destroy(struct ifl_gen_job *j)
+{
+    for (int32_t i = 0; i < j->n_inbox; i++)
+        ifl_response_free(j->inbox[i]);
+    free(j->inbox);
     for (int i = 0; i < j->n_prompts; i++)
         free(j->prompts[i]);
     free(j->prompts);
@@ -420,14 +436,22 @@ int ifl_gen_start(struct ifl_gen_job *j, char *err)
         reqs[i].input_ids = j->prompts[i];
         reqs[i].n_input = j->n_prompt[i];
     }
+    /* room in the pump's map first, so that once enqueued, registering
+     * cannot fail */
+    if (ifl_pump_reserve(j->srv, n)) {
+        free(reqs);
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
     int rc = ifl_enqueue_many(j->ex, reqs, n, j->ids, err);
     free(reqs);
     if (rc) {
+        ifl_pump_unreserve(j->srv, n);
         if (rc == IFL_EFULL)
             atomic_fetch_add_explicit(&j->srv->m.rejected_full, 1, memory_order_relaxed);
         return rc;
     }
     j->enqueued = 1;
+    ifl_pump_register(j);
     atomic_fetch_add_explicit(&j->srv->m.requests, 1, memory_order_relaxed);
     ifl_server_metrics_tokens(j->srv, ifl_gen_prompt_tokens(j), 0);
     return 0;
@@ -594,7 +618,7 @@ int ifl_gen_choice_at(const struct ifl_gen_job *j, int i)
     return (i / j->n_ret) * j->n_per + i % j->n_ret;
 }
 
-int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, void *user)
+int ifl_gen_poll(struct ifl_gen_job *j, ifl_gen_resp_fn fn, void *user)
 {
     if (j->finished)
         return 1;
@@ -603,14 +627,32 @@ int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, 
         return 1;
     }
     struct ifl_response *rs[32];
-    int32_t got = 0;
-    int rc = ifl_await(j->ex, j->ids, j->n_prompts, timeout_ms, rs, 32, &got);
-    if (rc == IFL_ESTATE) {
+    for (;;) {
+        int ended = 0;
+        int32_t got = ifl_pump_take(j, rs, 32, &ended);
+        if (got > 0) {
+            if (ifl_gen_fold(j, rs, got, fn, user))
+                return 1;
+            continue;
+        }
+        if (!ended)
+            return 0;
+        /* the executor ended, or a response was lost: nothing more comes */
         j->finished = 1;
         if (!j->error_status) {
             j->error_status = IFL_ESTATE;
             snprintf(j->error_msg, sizeof j->error_msg, "the server is shutting down");
         }
+        return 1;
+    }
+}
+
+int ifl_gen_fold(struct ifl_gen_job *j, struct ifl_response **rs, int32_t got, ifl_gen_resp_fn fn,
+                 void *user)
+{
+    if (j->finished) { /* ended early (see ifl_gen_poll): late responses are dropped */
+        for (int32_t i = 0; i < got; i++)
+            ifl_response_free(rs[i]);
         return 1;
     }
     for (int32_t i = 0; i < got; i++) {
@@ -683,19 +725,6 @@ int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, 
     return 0;
 }
 
-int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c)
-{
-    while (!ifl_gen_poll(j, 100, NULL, NULL)) {
-        if (ifl_http_client_gone(c)) {
-            ifl_gen_cancel(j, 1);
-            return IFL_ECANCELLED;
-        }
-        if (atomic_load_explicit(&j->srv->aborting, memory_order_relaxed))
-            ifl_gen_abort(j); /* the loop takes its cancelled finals */
-    }
-    return 0;
-}
-
 void ifl_gen_abort(struct ifl_gen_job *j)
 {
     if (j->finished || !j->enqueued || j->cancelled)
@@ -713,11 +742,6 @@ void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected)
     if (!j->cancelled && disconnected)
         ifl_server_metrics_disconnect(j->srv);
     ifl_gen_abort(j);
-    /* the cancelled finals arrive at the next step; collect them so the
-     * executor holds nothing for this job */
-    int64_t t_end = ifl_now_us() + 5000000;
-    while (!ifl_gen_poll(j, 50, NULL, NULL) && ifl_now_us() < t_end)
-        ;
 }
 
 int64_t ifl_gen_completion_tokens(const struct ifl_gen_job *j)

@@ -1,16 +1,24 @@
 /*
- * HTTP transport over libmicrohttpd: one thread per connection, so a
- * handler may block while it awaits the executor, and a streamed reply's
- * content-reader callback may block for its next response.
+ * HTTP transport over libmicrohttpd: a fixed pool of threads, each with its
+ * own epoll set, serves every connection, so no callback may block. A
+ * generation suspends its connection after enqueueing; the pump (pump.c)
+ * resumes it when responses arrive. A whole reply is then built by the
+ * route's done callback; a streamed reply's content reader hands out what is
+ * rendered and suspends when nothing is.
  *
  * Order of checks for every request (before its body is read): route (404),
  * CORS preflight, method (405), API key (401; /health stays open), shutdown
  * (503), declared body size (413). Then the body is collected up to the limit
  * (413 past it), parsed with jansson (400 / 422), and handed to the route.
  *
- * A client that leaves is noticed by polling its socket for a hang-up
- * between short awaits (POLLRDHUP), and again in the request-completed
- * callback, which cancels whatever is still running.
+ * A client that leaves is noticed by libmicrohttpd while its connection is
+ * active, and by the pump (POLLRDHUP) while it is suspended; either way the
+ * request-completed callback cancels whatever is still running.
+ *
+ * Slow clients: every socket must deliver a whole request within
+ * --request-timeout of opening or of its previous reply ending (the pump
+ * shuts down the late ones; bytes trickling in do not extend it), and each
+ * client address may hold --max-conns-per-ip connections.
  */
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -20,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -185,20 +194,9 @@ int ifl_http_reply_tgi_error(struct ifl_hconn *c, int status, const char *type, 
     return ifl_http_reply_json(c, status, j);
 }
 
-int ifl_http_client_gone(struct ifl_hconn *c)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci)
-        return 0;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0)
-        return 0;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
 /* The content reader of a streamed reply: hand out what is rendered, else
- * await the next responses in short slices, watching the client. */
+ * fold what the pump queued, else suspend until it queues more (returning
+ * 0 without suspending would have libmicrohttpd call again at once). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -221,15 +219,25 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (st->out.oom)
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (ifl_http_client_gone(c)) {
+        if (atomic_load_explicit(&c->gone, memory_order_relaxed)) {
             ifl_gen_cancel(st->job, 1);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (atomic_load_explicit(&c->srv->aborting, memory_order_relaxed))
-            ifl_gen_abort(st->job); /* its cancelled finals, polled below, end the stream */
-        if (ifl_gen_poll(st->job, 20, st->on_resp, st->user)) {
+            ifl_gen_abort(st->job); /* its cancelled finals end the stream */
+        if (ifl_gen_poll(st->job, st->on_resp, st->user)) {
             st->on_end(st);
             st->ended = 1;
+            continue;
+        }
+        if (st->out.len)
+            continue;
+        int w = ifl_pump_suspend(c, st->job);
+        if (w > 0)
+            return 0;
+        if (w < 0) { /* shutdown ran out of time */
+            ifl_gen_cancel(st->job, 0);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
 }
@@ -249,6 +257,42 @@ int ifl_http_reply_stream(struct ifl_hconn *c, struct ifl_stream *st)
     c->status = 200;
     ifl_server_metrics_http(c->srv, 200);
     return rc;
+}
+
+int ifl_http_reply_when_done(struct ifl_hconn *c, struct ifl_gen_job *j, ifl_http_done_fn done,
+                             void *user, void (*free_user)(void *))
+{
+    c->job = j;
+    c->done = done;
+    c->done_user = user;
+    c->done_free = free_user;
+    return MHD_YES; /* on_request goes on with await_whole */
+}
+
+/* A whole reply's wait, on every call of the handler until the job ends. */
+static enum MHD_Result await_whole(struct ifl_hconn *c)
+{
+    struct ifl_gen_job *j = c->job;
+    for (;;) {
+        if (atomic_load_explicit(&c->gone, memory_order_relaxed)) {
+            ifl_gen_cancel(j, 1);
+            return MHD_NO; /* the client is gone: close without a reply */
+        }
+        if (atomic_load_explicit(&c->srv->aborting, memory_order_relaxed))
+            ifl_gen_abort(j); /* its cancelled finals end it */
+        if (ifl_gen_poll(j, NULL, NULL)) {
+            ifl_http_done_fn done = c->done;
+            c->done = NULL;
+            return (enum MHD_Result)done(c, j, c->done_user);
+        }
+        int w = ifl_pump_suspend(c, j);
+        if (w > 0)
+            return MHD_YES;
+        if (w < 0) { /* shutdown ran out of time */
+            ifl_gen_cancel(j, 0);
+            return MHD_NO;
+        }
+    }
 }
 
 void ifl_stream_free(struct ifl_stream *st)
@@ -419,6 +463,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->url = url;
         c->t0_us = ifl_now_us();
         c->content_length = -1;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c->fd = ci ? ci->connect_fd : -1;
+        ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        c->sock = ci ? ci->socket_context : NULL;
         *con_cls = c;
         atomic_fetch_add_explicit(&s->in_flight, 1, memory_order_acq_rel);
         c->counted = 1;
@@ -491,6 +540,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (c->done)
+        return await_whole(c); /* resumed */
     if (*upload_size) {
         if (!c->too_large && c->body.len + *upload_size > (size_t)s->cfg.max_body_bytes) {
             c->too_large = 1;
@@ -501,6 +552,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    ifl_pump_sock_deadline(c->sock, 0); /* the whole request is in */
     if (c->status)
         return MHD_YES; /* already answered (an error before the body) */
     if (c->too_large) {
@@ -511,7 +563,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (c->body.oom)
         return (enum MHD_Result)reply_error(c, rt, 500, NULL, "out of memory");
-    return (enum MHD_Result)dispatch(c, rt);
+    enum MHD_Result rc = (enum MHD_Result)dispatch(c, rt);
+    if (rc == MHD_YES && c->done)
+        return await_whole(c);
+    return rc;
 }
 
 static void log_request(struct ifl_server *s, struct ifl_hconn *c)
@@ -558,13 +613,47 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     } else {
         ifl_gen_job_free(c->job);
     }
+    if (c->done_free)
+        c->done_free(c->done_user);
+    /* a kept-alive connection has as long for its next request */
+    ifl_pump_sock_deadline(c->sock, ifl_now_us() + (int64_t)s->cfg.request_timeout_s * 1000000);
     ifl_sbuf_free(&c->body);
     if (c->counted)
         atomic_fetch_sub_explicit(&s->in_flight, 1, memory_order_acq_rel);
     free(c);
 }
 
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct ifl_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        ifl_pump_sock_open(s, conn, socket_context);
+    else
+        ifl_pump_sock_close(s, socket_context);
+}
+
 /* ---- life cycle ---- */
+
+/* How long a reply may wait on a client that takes none of it. */
+#define IDLE_TIMEOUT_S 60
+
+/* Connections in all: what the descriptor limit allows, less a reserve for
+ * the model file, logs and libmicrohttpd's own descriptors. */
+static unsigned conn_limit(const struct ifl_server_config *cfg)
+{
+    if (cfg->max_conns > 0)
+        return (unsigned)cfg->max_conns;
+    struct rlimit rl;
+    rlim_t n = 1024;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+        n = rl.rlim_cur;
+    else if (!getrlimit(RLIMIT_NOFILE, &rl))
+        n = 1 << 20;
+    if (n > (1 << 20))
+        n = 1 << 20;
+    return n > 128 ? (unsigned)(n - 64) : 64;
+}
 
 static char *dup_or_null(const char *s)
 {
@@ -580,6 +669,12 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
     s->cfg = *cfg;
     if (s->cfg.max_body_bytes <= 0)
         s->cfg.max_body_bytes = 4 << 20;
+    if (s->cfg.request_timeout_s <= 0)
+        s->cfg.request_timeout_s = 10;
+    if (s->cfg.max_conns_per_ip <= 0)
+        s->cfg.max_conns_per_ip = 256;
+    if (s->cfg.http_threads <= 0)
+        s->cfg.http_threads = 4;
     s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
     s->model_path = dup_or_null(cfg->model_path);
     s->api_key = dup_or_null(cfg->api_key);
@@ -618,15 +713,27 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
         ifl_server_free(s);
         return IFL_EINVAL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ifl_pump_start(s, err)) {
+        freeaddrinfo(ai);
+        ifl_server_free(s);
+        return IFL_EIO;
+    }
+    /* a pool of epoll threads; handlers suspend rather than block */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
-                              MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                              on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads,
+        /* idle time while libmicrohttpd itself waits on the socket (a reply
+         * the client does not take); the receive deadline is the pump's and
+         * suspended connections have none */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+        conn_limit(&s->cfg), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_conns_per_ip, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         ifl_err(err, IFL_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
@@ -685,15 +792,21 @@ void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
     int64_t t_end = ifl_now_us() + grace_ms * 1000;
     while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
         usleep(10000);
-    /* what is left is cancelled; its handlers see that within a poll and
-     * answer with finish reason abort (streams with their last chunks),
-     * so give them a bounded while before the sockets go */
+    /* what is left is cancelled: woken, each connection cancels its job and
+     * answers with finish reason abort (streams with their last chunks)
+     * once the cancelled finals come, so give them a bounded while before
+     * the sockets go */
     atomic_store_explicit(&s->aborting, 1, memory_order_relaxed);
+    ifl_pump_wake_all(s, 0);
     t_end = ifl_now_us() + ABORT_REPLY_MS * 1000;
     while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
         usleep(10000);
+    /* libmicrohttpd must not stop with a connection suspended: resume the
+     * rest for good (they close) */
+    ifl_pump_wake_all(s, 1);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    ifl_pump_stop(s); /* after the daemon (whose jobs it frees), before the executor */
     ifl_executor *ex = atomic_exchange_explicit(&s->ex, NULL, memory_order_acq_rel);
     if (ex)
         ifl_executor_destroy(ex, 1);
@@ -705,6 +818,7 @@ void ifl_server_free(struct ifl_server *s)
         return;
     if (s->mhd)
         ifl_server_shutdown(s, 0);
+    ifl_pump_stop(s);
     ifl_server_chat_free(s);
     free(s->host);
     free(s->model_path);

@@ -4,14 +4,18 @@
  *
  * Ownership: a struct ifl_hconn lives from the first callback of an HTTP
  * request to libmicrohttpd's "request completed" callback, which frees it
- * together with its job and stream. Only that connection's thread touches
- * it. The server struct is shared: its fields are immutable after load
- * except the atomics (each commented with its memory order).
+ * together with its stream, and its job unless requests of the job are still
+ * running (then the pump frees the job once their last responses came). Only
+ * the pool thread that serves the connection touches an hconn, except the
+ * fields marked "pump_mu". The server struct is shared: its fields are
+ * immutable after load except the atomics (each commented with its memory
+ * order) and what pump_mu or sock_mu guards.
  */
 #ifndef IFL_SERVER_INTERNAL_H
 #define IFL_SERVER_INTERNAL_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +70,16 @@ struct ifl_server_metrics {
 /* ---- the server ---- */
 
 struct ifl_chat_template;
+struct ifl_gen_job;
+struct ifl_hconn;
+struct ifl_sock;
+
+/* Request id -> job, open addressing (pump.c). */
+struct ifl_idmap {
+    ifl_id *keys; /* 0: empty */
+    struct ifl_gen_job **jobs;
+    size_t cap, n, reserved; /* reserved: ids promised to jobs about to enqueue */
+};
 
 struct ifl_server {
     struct ifl_server_config cfg;
@@ -85,12 +99,30 @@ struct ifl_server {
     atomic_ullong next_id;            /* response ids (relaxed) */
     uint64_t id_salt;
     struct ifl_server_metrics m;
+    /* the pump (pump.c): one thread that takes every response of the
+     * executor, hands it to its job and resumes the job's connection; it
+     * also closes connections past their receive deadline and notices
+     * clients that hang up while their connection is suspended */
+    pthread_t pump_thread;
+    int pump_started;
+    atomic_int pump_stop;             /* (release/acquire) */
+    pthread_mutex_t pump_mu;          /* guards the fields below */
+    struct ifl_idmap idmap;
+    struct ifl_response **orphans;    /* responses that came before their job registered */
+    int32_t n_orphans, cap_orphans;
+    struct ifl_hconn *susp_head;      /* suspended connections */
+    int stopping;                     /* shutdown: nothing suspends any more */
+    int exec_gone;                    /* the executor ended (ifl_await said IFL_ESTATE) */
+    pthread_mutex_t sock_mu;          /* guards the socket list */
+    struct ifl_sock *socks;           /* every open connection, for the receive deadline */
 };
 
 /* ---- one HTTP request ---- */
 
-struct ifl_gen_job;
 struct ifl_stream;
+
+/* A whole (not streamed) reply, built on a pool thread once the job ended. */
+typedef int (*ifl_http_done_fn)(struct ifl_hconn *c, struct ifl_gen_job *j, void *user);
 
 struct ifl_hconn {
     struct ifl_server *srv;
@@ -104,6 +136,14 @@ struct ifl_hconn {
     int64_t t0_us;
     struct ifl_gen_job *job;
     struct ifl_stream *stream;
+    ifl_http_done_fn done;  /* set: a whole reply waits for job */
+    void *done_user;
+    void (*done_free)(void *user);
+    struct ifl_sock *sock;  /* the connection's socket record (deadline) */
+    int fd;
+    atomic_int gone;        /* the pump saw the client hang up (relaxed) */
+    int suspended;          /* pump_mu: suspended, in srv->susp_head */
+    struct ifl_hconn *susp_prev, *susp_next; /* pump_mu */
 };
 
 /* Replies. Each returns an MHD result to hand back from the handler; body
@@ -117,8 +157,12 @@ int ifl_http_reply_oai_error(struct ifl_hconn *c, int status, const char *param,
 int ifl_http_reply_tgi_error(struct ifl_hconn *c, int status, const char *type, const char *msg);
 /* Starts a chunked text/event-stream reply fed by the stream's producer. */
 int ifl_http_reply_stream(struct ifl_hconn *c, struct ifl_stream *st);
-/* 1 when the client closed its connection. */
-int ifl_http_client_gone(struct ifl_hconn *c);
+/* Replies once job (started) has ended: the connection is suspended until
+ * then, and done (on a pool thread) queues the reply from the job's results
+ * and user. The connection owns job and user from here on (free_user frees
+ * user, also when the client leaves first; it may be NULL). */
+int ifl_http_reply_when_done(struct ifl_hconn *c, struct ifl_gen_job *j, ifl_http_done_fn done,
+                             void *user, void (*free_user)(void *));
 /* An id "PREFIX-<24 hex>" unique in this process. */
 void ifl_server_make_id(struct ifl_server *s, const char *prefix, char *out, size_t cap);
 
@@ -187,6 +231,14 @@ struct ifl_gen_job {
     int64_t t0_us, t_first_us, t_last_us;
     uint64_t seed;
     int seeded;                /* the client gave the seed */
+    /* the pump's side, under srv->pump_mu */
+    struct ifl_hconn *hc;      /* the connection to resume; NULL once released */
+    struct ifl_response **inbox; /* routed, not yet folded */
+    int32_t n_inbox, cap_inbox;
+    int n_routed_final;        /* final responses routed */
+    int registered;            /* its ids are in the pump's map */
+    int released;              /* its connection is done with it: the pump folds and frees */
+    int lost;                  /* a response could not be queued (out of memory) */
 };
 
 /* Sampling parameters shared by both protocols. */
@@ -223,18 +275,23 @@ char *ifl_json_schema_text(json_t *v, const char *param, char *err);
  * max_tokens default (p->max_tokens < 0) fills the context of the longest
  * prompt. Returns 0 or a 400-worthy IFL_EINVAL. */
 int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *param, char *err);
-/* Enqueues every prompt's request (all or nothing). IFL_EFULL: 429. */
+/* Enqueues every prompt's request (all or nothing) and registers them with
+ * the pump, which from then on queues their responses for the job.
+ * IFL_EFULL: 429. */
 int ifl_gen_start(struct ifl_gen_job *j, char *err);
-/* Waits up to timeout_ms for responses, folds them into the choices and
- * calls fn (may be NULL) for each, with the choice index. Returns 1 when
- * every request has ended, 0 otherwise. */
+/* Folds the responses the pump queued for the job into its choices, calling
+ * fn (may be NULL) for each with the choice index; never waits. Returns 1
+ * when every request has ended, 0 otherwise. */
 typedef void (*ifl_gen_resp_fn)(void *user, int choice, const struct ifl_response *r);
-int ifl_gen_poll(struct ifl_gen_job *j, int64_t timeout_ms, ifl_gen_resp_fn fn, void *user);
-/* Waits for the whole job, watching for a client that leaves (then it
- * cancels and returns IFL_ECANCELLED) or a shutdown that runs out of time. */
-int ifl_gen_run(struct ifl_gen_job *j, struct ifl_hconn *c);
-/* Cancels what is still running and drains the executor's responses
- * (bounded wait). Counts a client disconnect when disconnected is 1. */
+int ifl_gen_poll(struct ifl_gen_job *j, ifl_gen_resp_fn fn, void *user);
+/* Folds n responses (and frees them); the same return as ifl_gen_poll. */
+int ifl_gen_fold(struct ifl_gen_job *j, struct ifl_response **rs, int32_t n, ifl_gen_resp_fn fn,
+                 void *user);
+/* Frees a job for good (ifl_gen_job_free hands a running one to the pump). */
+void ifl_gen_job_destroy(struct ifl_gen_job *j);
+/* Cancels what is still running (its cancelled finals go to the pump when
+ * the job is freed first). Counts a client disconnect when disconnected is
+ * 1. */
 void ifl_gen_cancel(struct ifl_gen_job *j, int disconnected);
 /* Cancels what is still running (once) and returns: the caller's polling
  * takes the cancelled finals, so a reply or stream can say abort. */
@@ -260,6 +317,39 @@ struct ifl_stream {
     int ended;
 };
 void ifl_stream_free(struct ifl_stream *st);
+
+/* ---- the pump (pump.c) ---- */
+
+int ifl_pump_start(struct ifl_server *s, char *err);
+/* Joins the pump thread and frees the jobs it still held. Call after the
+ * HTTP daemon has stopped and before the executor is destroyed. */
+void ifl_pump_stop(struct ifl_server *s);
+/* Room for n more ids in the map, so that registering cannot fail. */
+int ifl_pump_reserve(struct ifl_server *s, int n);
+void ifl_pump_unreserve(struct ifl_server *s, int n);
+/* After the job's requests were enqueued (its n_prompts ids reserved). */
+void ifl_pump_register(struct ifl_gen_job *j);
+/* Moves up to max responses queued for j into out; *ended is set when the
+ * executor ended or a response was lost, so no more will come. */
+int32_t ifl_pump_take(struct ifl_gen_job *j, struct ifl_response **out, int32_t max, int *ended);
+/* The connection is done with j: 1 when the pump took it over (requests
+ * still running, their responses folded and the job freed as they come),
+ * 0 when the caller frees it. */
+int ifl_pump_release(struct ifl_gen_job *j);
+/* Suspends c (from its pool thread, inside a libmicrohttpd callback) until
+ * something arrives for j, the client hangs up, or shutdown moves on.
+ * 1: suspended (return, libmicrohttpd calls again on resume); 0: something
+ * is already there, look again; -1: the server is stopping, close. */
+int ifl_pump_suspend(struct ifl_hconn *c, struct ifl_gen_job *j);
+/* Resumes every suspended connection (shutdown's abort phase); with
+ * stopping, no connection suspends again. */
+void ifl_pump_wake_all(struct ifl_server *s, int stopping);
+/* Socket records (libmicrohttpd's connection notifications). */
+void ifl_pump_sock_open(struct ifl_server *s, struct MHD_Connection *conn, void **ctx);
+void ifl_pump_sock_close(struct ifl_server *s, void **ctx);
+/* The socket must deliver a whole request by now (µs on ifl_now_us' clock;
+ * 0: no deadline), else the pump closes it. */
+void ifl_pump_sock_deadline(struct ifl_sock *k, int64_t deadline_us);
 
 /* ---- routes ---- */
 

@@ -690,6 +690,20 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
 
 /* ---- the routes ---- */
 
+static int whole_done(struct ifl_hconn *c, struct ifl_gen_job *j, void *user)
+{
+    if (j->error_status)
+        return ifl_http_reply_oai_error(c, j->error_status == IFL_ESTATE ? 503 : 500, NULL,
+                                        j->error_msg);
+    return reply_whole(c, j, user);
+}
+
+static void whole_free(void *user)
+{
+    oai_req_free(user, 0);
+    free(user);
+}
+
 static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
 {
     char err[IFL_ERR_LEN] = "";
@@ -710,18 +724,16 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
     }
     if (q->stream)
         return reply_stream(c, j, q);
-    c->job = j; /* freed by the request-completed callback */
-    rc = ifl_gen_run(j, c);
-    int ret;
-    if (rc == IFL_ECANCELLED)
-        ret = 0; /* the client is gone: close without a reply */
-    else if (j->error_status)
-        ret = ifl_http_reply_oai_error(c, j->error_status == IFL_ESTATE ? 503 : 500, NULL,
-                                       j->error_msg);
-    else
-        ret = reply_whole(c, j, q);
-    oai_req_free(q, j->n_prompts);
-    return ret;
+    /* the reply is built when the job ends (whole_done); the connection
+     * frees the job and the request copy */
+    struct oai_req *qc = malloc(sizeof(*qc));
+    if (!qc) {
+        ifl_gen_job_free(j);
+        oai_req_free(q, 0);
+        return ifl_http_reply_oai_error(c, 500, NULL, "out of memory");
+    }
+    *qc = *q;
+    return ifl_http_reply_when_done(c, j, whole_done, qc, whole_free);
 }
 
 static int fail(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q, int status,

@@ -8,8 +8,10 @@
  *                       for up to grace_ms, cancels the rest, stops
  *   ifl_server_free     frees everything (NULL is fine)
  *
- * Threads: libmicrohttpd runs one thread per connection; a handler only
- * parses, enqueues, awaits and writes (docs/http.md lists the routes).
+ * Threads: libmicrohttpd's pool of http_threads threads (epoll) serves every
+ * connection; a handler parses and enqueues, then suspends its connection,
+ * and one pump thread hands the executor's responses to their connections
+ * and resumes them (docs/http.md lists the routes and the limits).
  */
 #ifndef IFL_SERVER_SERVER_H
 #define IFL_SERVER_SERVER_H
@@ -32,6 +34,12 @@ struct ifl_server_config {
     int log_format;                /* enum ifl_server_log_format */
     int64_t max_body_bytes;        /* request bodies above this get 413 (default 4 MiB) */
     int quiet;                     /* 1: no access log */
+    int request_timeout_s;         /* a connection delivers each request's headers and body
+                                      within this many seconds of opening or of its last reply
+                                      ending, else it is closed (default 10) */
+    int max_conns_per_ip;          /* open connections per client address (default 256) */
+    int max_conns;                 /* open connections in all (0: from RLIMIT_NOFILE) */
+    int http_threads;              /* libmicrohttpd's pool threads (default 4) */
 };
 
 struct ifl_server;
@@ -44,7 +52,7 @@ int ifl_server_port(const struct ifl_server *s);
 /* Loads the model (blocking). */
 int ifl_server_load(struct ifl_server *s, char *err);
 /* Stops accepting, waits up to grace_ms for requests in flight, cancels
- * what is left, stops every connection thread and the executor. */
+ * what is left, stops the HTTP threads, the pump and the executor. */
 void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms);
 void ifl_server_free(struct ifl_server *s);
 

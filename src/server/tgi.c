@@ -482,6 +482,26 @@ static void tgi_stream_free(void *user)
     free(ts);
 }
 
+static int whole_done(struct ifl_hconn *c, struct ifl_gen_job *j, void *user)
+{
+    struct tgi_req *t = user;
+    if (j->error_status)
+        return ifl_http_reply_tgi_error(c, j->error_status == IFL_ESTATE ? 503 : 500, "generation",
+                                        j->error_msg);
+    json_t *o = json_object();
+    json_object_set_new(o, "generated_text", generated_text(t, &j->ch[ifl_gen_choice_at(j, 0)]));
+    if (t->details)
+        json_object_set_new(o, "details", details_json(c->srv, j->ex, j, t, 1));
+    return ifl_http_reply_json(c, 200, o);
+}
+
+static void whole_free(void *user)
+{
+    struct tgi_req *t = user;
+    free(t->inputs);
+    free(t);
+}
+
 int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream)
 {
     struct ifl_server *s = c->srv;
@@ -526,24 +546,15 @@ int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream)
         sp->free_user = tgi_stream_free;
         return ifl_http_reply_stream(c, sp);
     }
-    c->job = j;
-    int rc = ifl_gen_run(j, c);
-    int ret;
-    if (rc == IFL_ECANCELLED) {
-        ret = 0;
-    } else if (j->error_status) {
-        ret = ifl_http_reply_tgi_error(c, j->error_status == IFL_ESTATE ? 503 : 500, "generation",
-                                       j->error_msg);
-    } else {
-        json_t *o = json_object();
-        json_object_set_new(o, "generated_text",
-                            generated_text(&t, &j->ch[ifl_gen_choice_at(j, 0)]));
-        if (t.details)
-            json_object_set_new(o, "details", details_json(s, ex, j, &t, 1));
-        ret = ifl_http_reply_json(c, 200, o);
+    /* the reply is built when the job ends (whole_done) */
+    struct tgi_req *tc = malloc(sizeof(*tc));
+    if (!tc) {
+        ifl_gen_job_free(j);
+        free(t.inputs);
+        return ifl_http_reply_tgi_error(c, 500, "generation", "out of memory");
     }
-    free(t.inputs);
-    return ret;
+    *tc = t;
+    return ifl_http_reply_when_done(c, j, whole_done, tc, whole_free);
 }
 
 int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Slow and greedy clients against `inflight serve` (tests/server/slow.test.mjs):
+# 300 connections from 10 loopback addresses trickling header bytes while
+# /health and short completions must still answer fast, every one of them
+# closed at its receive deadline; the per-address connection limit; a whole
+# completion whose client leaves is cancelled; SIGTERM with slow connections
+# open. Every server started here is stopped here.
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/inflight
+SHARED=${IFL_SHARED:-../shared}
+M=$SHARED/models/stories260K.gguf
+pass=0
+fail=0
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { # name, expected, actual
+    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi
+}
+
+if ! command -v node >/dev/null; then
+    echo "node is needed"; echo "0 passed, 1 failed"; exit 1
+fi
+
+start_server() { # NAME ARGS...: sets PORT and SPID once /health answers 200
+    local name=$1; shift
+    ( exec "$BIN" serve --host 127.0.0.1 --port 0 --quiet "$@" 2>"$tmp/$name.log" ) &
+    SPID=$!
+    pids+=("$SPID")
+    PORT=
+    for _ in $(seq 100); do
+        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && break
+        sleep 0.1
+    done
+    for _ in $(seq 100); do
+        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
+        sleep 0.1
+    done
+    echo "server $name did not start:"; cat "$tmp/$name.log"
+    return 1
+}
+stop_server() { # SIGTERM, bounded wait; exit status in STOP_RC, seconds in STOP_S
+    local t0=$SECONDS
+    kill -TERM "$SPID" 2>/dev/null
+    STOP_RC=timeout
+    for _ in $(seq 150); do
+        if ! kill -0 "$SPID" 2>/dev/null; then wait "$SPID"; STOP_RC=$?; break; fi
+        sleep 0.1
+    done
+    [ "$STOP_RC" = timeout ] && kill -KILL "$SPID" 2>/dev/null
+    STOP_S=$((SECONDS - t0))
+}
+run_node() { # name, env...
+    local name=$1; shift
+    env "$@" timeout 100 node tests/server/slow.test.mjs >"$tmp/node.log" 2>&1
+    local rc=$? line p f
+    cat "$tmp/node.log"
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
+    p=${line%% passed*}
+    f=${line#*, }; f=${f%% failed*}
+    [ -z "$line" ] && { p=0; f=1; }
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    pass=$((pass + p)); fail=$((fail + f))
+    echo "$name: $p passed, $f failed"
+}
+
+for args in "--request-timeout 0" "--max-conns-per-ip 0" "--http-threads 0" "--http-threads x"; do
+    # shellcheck disable=SC2086
+    "$BIN" serve -m "$M" $args >/dev/null 2>"$tmp/err" </dev/null
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then ok "serve $args: exit 2"; else bad "serve $args: exit $rc"; cat "$tmp/err"; fi
+done
+
+# 300 slow connections, 30 from each of 10 addresses (under the limit of 40)
+start_server slow -m "$M" --request-timeout 3 --max-conns-per-ip 40 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+run_node "slow clients" BASE_URL="http://127.0.0.1:$PORT" MODE=slow N=300 ADDRS=10 TIMEOUT_S=3 BOUND_MS=2000
+run_node "per-address limit" BASE_URL="http://127.0.0.1:$PORT" MODE=perip PER_IP=40
+# SIGTERM while slow connections are open: they do not hold the exit up
+node -e '
+const net = require("net");
+for (let i = 0; i < 100; i++) {
+  const s = net.connect({ host: "127.0.0.1", port: Number(process.argv[1]), localAddress: "127.0.0." + (50 + i % 5) });
+  s.on("connect", () => s.write("GET /health HTTP/1.1\r\n")); s.on("error", () => {});
+}
+setTimeout(() => process.exit(0), 5000);' "$PORT" &
+npid=$!
+sleep 1
+stop_server
+check "SIGTERM with 100 slow connections open: exit 0" 0 "$STOP_RC"
+check "... within 3 s" 1 "$([ "$STOP_S" -le 3 ] && echo 1 || echo 0)"
+wait $npid
+
+# a whole completion whose client leaves mid-run is cancelled (one thread on
+# the reference model keeps it busy for seconds)
+start_server leave -m "$SHARED/models/ref/llama-f32.gguf" -t 1 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+run_node "client leaves a whole completion" BASE_URL="http://127.0.0.1:$PORT" MODE=leave MODEL=llama-f32
+stop_server
+check "leave server stops cleanly" 0 "$STOP_RC"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
