@@ -635,7 +635,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 
 /* ---- life cycle ---- */
 
-/* How long a reply may wait on a client that takes none of it. */
+/* How long a reply may wait on a client that takes none of it (at least
+ * the request timeout, which this idle timeout must not cut short). */
 #define IDLE_TIMEOUT_S 60
 
 /* Connections in all: what the descriptor limit allows, less a reserve for
@@ -723,6 +724,8 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    unsigned idle_s = s->cfg.request_timeout_s > IDLE_TIMEOUT_S ? (unsigned)s->cfg.request_timeout_s
+                                                                 : IDLE_TIMEOUT_S;
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
@@ -730,10 +733,9 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
         /* idle time while libmicrohttpd itself waits on the socket (a reply
          * the client does not take); the receive deadline is the pump's and
          * suspended connections have none */
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-        conn_limit(&s->cfg), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_conns_per_ip, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_LIMIT, conn_limit(&s->cfg),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conns_per_ip,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         ifl_err(err, IFL_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",

@@ -41,7 +41,7 @@
 
 struct ifl_sock {
     int fd;
-    _Atomic int64_t deadline_us; /* 0: none (relaxed: the sweep reads it late at worst) */
+    _Atomic int64_t deadline_us;  /* 0: none (relaxed: the sweep reads it late at worst) */
     struct ifl_sock *prev, *next; /* sock_mu */
 };
 
@@ -382,7 +382,8 @@ static void sweep_deadlines(struct ifl_server *s, int64_t now)
 
 void ifl_pump_sock_open(struct ifl_server *s, struct MHD_Connection *conn, void **ctx)
 {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct ifl_sock *k = calloc(1, sizeof(*k));
     if (!k || !ci) {
         /* a connection without a deadline would be unpoliced: refuse it */
