@@ -23,7 +23,6 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -647,11 +646,9 @@ static unsigned conn_limit(const struct ifl_server_config *cfg)
         return (unsigned)cfg->max_conns;
     struct rlimit rl;
     rlim_t n = 1024;
-    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+    if (!getrlimit(RLIMIT_NOFILE, &rl))
         n = rl.rlim_cur;
-    else if (!getrlimit(RLIMIT_NOFILE, &rl))
-        n = 1 << 20;
-    if (n > (1 << 20))
+    if (n == RLIM_INFINITY || n > (1 << 20))
         n = 1 << 20;
     return n > 128 ? (unsigned)(n - 64) : 64;
 }
@@ -724,8 +721,9 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    unsigned idle_s = s->cfg.request_timeout_s > IDLE_TIMEOUT_S ? (unsigned)s->cfg.request_timeout_s
-                                                                 : IDLE_TIMEOUT_S;
+    unsigned idle_s = IDLE_TIMEOUT_S;
+    if (s->cfg.request_timeout_s > IDLE_TIMEOUT_S)
+        idle_s = (unsigned)s->cfg.request_timeout_s;
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
