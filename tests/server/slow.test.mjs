@@ -4,7 +4,8 @@
 // MODE=slow: N connections from ADDRS loopback addresses (127.0.0.2 and
 //   up) each trickle one header byte every 500 ms and never finish their
 //   request. While they are open, /health and a short completion (whole and
-//   streamed) from a new connection must answer within BOUND_MS; every slow
+//   streamed) from a new connection must answer within BOUND_MS (the
+//   completions GEN_BOUND_MS, as they wait for the engine too); every slow
 //   connection must be closed by the server once TIMEOUT_S (the server's
 //   --request-timeout) has passed since it opened, and none before.
 // MODE=perip: PER_IP idle connections from one address are accepted, one
@@ -22,6 +23,8 @@ const N = Number(process.env.N || 300);
 const ADDRS = Number(process.env.ADDRS || 10);
 const TIMEOUT_S = Number(process.env.TIMEOUT_S || 3);
 const BOUND_MS = Number(process.env.BOUND_MS || 2000);
+// a completion also waits for the engine, which a loaded machine slows
+const GEN_BOUND_MS = Number(process.env.GEN_BOUND_MS || BOUND_MS);
 const PER_IP = Number(process.env.PER_IP || 20);
 const count = { pass: 0, fail: 0 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -91,8 +94,8 @@ async function timedHealthAndCompletion(tag) {
   check(`${tag}: a short streamed completion ends with [DONE]`, stream.status === 200 && stream.body.trimEnd().endsWith('data: [DONE]'), stream.body.slice(-200));
   console.log(`# ${tag}: /health max ${hmax.toFixed(1)} ms (of 5), completion ${whole.ms.toFixed(1)} ms, streamed ${stream.ms.toFixed(1)} ms`);
   check(`${tag}: /health within ${BOUND_MS} ms`, hmax < BOUND_MS, hmax);
-  check(`${tag}: completion within ${BOUND_MS} ms`, whole.ms < BOUND_MS, whole.ms);
-  check(`${tag}: streamed completion within ${BOUND_MS} ms`, stream.ms < BOUND_MS, stream.ms);
+  check(`${tag}: completion within ${GEN_BOUND_MS} ms`, whole.ms < GEN_BOUND_MS, whole.ms);
+  check(`${tag}: streamed completion within ${GEN_BOUND_MS} ms`, stream.ms < GEN_BOUND_MS, stream.ms);
 }
 
 const mode = process.env.MODE || 'slow';
