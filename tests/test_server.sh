@@ -68,7 +68,8 @@ req() {
 # ---- argument validation: exit 2 with one message ----
 for args in "" "-m /nonexistent.gguf" "-m $M --port 70000" "-m $M --parallel 0" \
     "-m $M --log-format xml" "-m $M --api-key a --api-key-file /etc/hostname" \
-    "-m $M --api-key-file /nonexistent" "-m $M --bogus 1" "-m $M --chat-template /nonexistent"; do
+    "-m $M --api-key-file /nonexistent" "-m $M --bogus 1" "-m $M --chat-template /nonexistent" \
+    "-m $M --served-model-name a,,b" "-m $M --served-model-name ,a"; do
     # shellcheck disable=SC2086
     "$BIN" serve $args >/dev/null 2>"$tmp/err" </dev/null
     rc=$?
@@ -103,6 +104,17 @@ has "405 names the allowed method" "Allow: POST" "$(tr -d '\r' <"$tmp/hdr")"
 check "wrong method on /health 405" 405 "$(req POST /health -d '{}')"
 check "/v1/models 200" 200 "$(req GET /v1/models)"
 has "/v1/models lists the model" '"id":"stories260K"' "$(cat "$tmp/body")"
+# one model served: any name (or none) selects it, and the reply names it
+check "model gpt-3.5-turbo is served" 200 "$(req POST /v1/completions -d '{"model":"gpt-3.5-turbo","prompt":"Once upon a time","max_tokens":3,"temperature":0}')"
+has "the reply names the served model" '"model":"stories260K"' "$(cat "$tmp/body")"
+check "model given as a URL is served" 200 "$(req POST /v1/chat/completions -d "{\"model\":\"$B\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2}")"
+# TGI's parameters on the OpenAI routes: do_sample false is greedy
+check "do_sample false, max_new_tokens" 200 "$(req POST /v1/completions -d '{"prompt":"Once upon a time","max_new_tokens":12,"do_sample":false}')"
+has "do_sample false is greedy" '"text":", there was a little girl named Lily.' "$(cat "$tmp/body")"
+check "truncate on an OpenAI route 400" 400 "$(req POST /v1/completions -d '{"prompt":"x","truncate":2}')"
+has "truncate names it" '"param":"truncate"' "$(cat "$tmp/body")"
+check "TGI grammar object on an OpenAI route" 200 "$(req POST /v1/completions -d '{"prompt":"x","max_tokens":8,"grammar":{"type":"regex","value":"[0-9]{4}"}}')"
+has "TGI grammar object constrains the text" '"text":"' "$(grep -oE '"text":"[0-9]{4}"' "$tmp/body")"
 head -c 5000000 /dev/zero | tr '\0' 'a' >"$tmp/big"
 check "5 MB body 413" 413 "$(req POST /v1/completions --data-binary @"$tmp/big")"
 check "5 MB chunked body 413" 413 "$(req POST /v1/completions -H 'Transfer-Encoding: chunked' --data-binary @"$tmp/big")"
@@ -185,10 +197,15 @@ has "/metrics TYPE lines" "# TYPE inflight_time_to_first_token_seconds histogram
 has "/metrics +Inf bucket" 'le="+Inf"' "$m"
 has "/metrics finish reasons" 'finish_reason="length"' "$m"
 
-# the official client
-if [ ! -d tests/server/node_modules/openai ]; then
-    timeout 120 npm install --no-save --no-audit --no-fund --prefix tests/server openai@^4 >"$tmp/npm.log" 2>&1 ||
-        { echo "npm install failed:"; tail -5 "$tmp/npm.log"; }
+# the official client and Hugging Face's, at the versions tests/server/package.json
+# pins: installed once (from npm's cache when it has them), reinstalled when the
+# pins change; without network or cache the suite fails saying so
+npm_ok=1
+if ! node -e 'const p = require("./tests/server/package.json").dependencies;
+  for (const [n, v] of Object.entries(p))
+    if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
+    (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
+        { npm_ok=0; bad "npm install of tests/server/package.json failed (no network and nothing in npm's cache?)"; tail -5 "$tmp/npm.log"; }
 fi
 run_node() { # name, script, env...
     local name=$1 script=$2; shift 2
@@ -203,9 +220,11 @@ run_node() { # name, script, env...
     if [ "$f" -ne 0 ]; then grep -v '^ok' "$tmp/node.log" | head -40; fi
     echo "$name: $p passed, $f failed"
 }
-if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
+if command -v node >/dev/null && [ "$npm_ok" = 1 ]; then
     run_node "openai client" tests/server/openai.test.mjs BASE_URL="$B" MODEL=stories260K
     run_node "structured output" tests/server/guide.test.mjs BASE_URL="$B" MODEL=stories260K
+    greedy=$("$BIN" run -m "$M" -p "Once upon a time" -n 20 --temp 0 2>/dev/null)
+    run_node "Hugging Face's client" tests/server/hf.test.mjs BASE_URL="$B" MODEL=stories260K GREEDY="$greedy" GREEDY_N=20
 else
     bad "node and the openai package are needed (npm install failed?)"
 fi
@@ -262,6 +281,21 @@ check "/metrics with an odd model name" 200 "$(req GET /metrics)"
 has "/metrics escapes label values" 'inflight_requests_total{model_name="my\"model\\x"}' "$(cat "$tmp/body")"
 check "3 prompts, --max-queue 2: 400" 400 "$(req POST /v1/completions -d '{"prompt":["a","b","c"],"max_tokens":2}')"
 check "2 prompts, --max-queue 2: 200" 200 "$(req POST /v1/completions -d '{"prompt":["a","b"],"max_tokens":2}')"
+stop_server
+
+# aliases and --strict-model-name: the listed names are served (each echoed
+# back), any other is a 404 naming them
+start_server names --quiet --served-model-name tiny,gpt-x --served-model-name other --strict-model-name || exit 1
+check "/v1/models with aliases" 200 "$(req GET /v1/models)"
+check "/v1/models lists the served name and its aliases" "tiny gpt-x other" \
+    "$(grep -o '"id":"[^"]*"' "$tmp/body" | sed 's/"id":"//; s/"$//' | tr '\n' ' ' | sed 's/ $//')"
+check "an alias is served" 200 "$(req POST /v1/completions -d '{"model":"gpt-x","prompt":"Once","max_tokens":2}')"
+has "an alias is echoed" '"model":"gpt-x"' "$(cat "$tmp/body")"
+check "strict: another name 404" 404 "$(req POST /v1/completions -d '{"model":"gpt-3.5-turbo","prompt":"Once","max_tokens":2}')"
+has "strict: the 404 names the served model" "this server serves 'tiny', 'gpt-x', 'other'" "$(cat "$tmp/body")"
+has "strict: the 404 names the param" '"param":"model"' "$(cat "$tmp/body")"
+check "strict: no model is served" 200 "$(req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')"
+has "strict: no model shows the served name" '"model":"tiny"' "$(cat "$tmp/body")"
 stop_server
 
 # SIGTERM with --shutdown-timeout 0: what is running or queued is cancelled

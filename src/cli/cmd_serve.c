@@ -35,7 +35,10 @@ static const char SERVE_HELP[] =
     "  -c, --ctx-size N          positions per sequence (default: the model's, at most 4096)\n"
     "  --kv-type f16|f32|q8_0    KV cache precision (default f16)\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
-    "  --served-model-name NAME  the model's name in the API (default: the file's base name)\n"
+    "  --served-model-name NAME  the model's name in the API (default: the file's base name);\n"
+    "                            NAME,ALIAS,... or the flag repeated adds aliases\n"
+    "  --strict-model-name       a request naming another model gets 404 (default: any name\n"
+    "                            selects the served model)\n"
     "  --log-format text|json    access log on stderr (default text)\n"
     "  --max-body-bytes N        larger request bodies get 413 (default 4194304)\n"
     "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30)\n"
@@ -78,7 +81,10 @@ int cmd_serve(int argc, char **argv)
     int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
     int64_t request_timeout = 10, per_ip = 256, http_threads = 4;
-    int kv_type = IFL_KV_F16, quiet = 0;
+    int kv_type = IFL_KV_F16, quiet = 0, strict_name = 0;
+    /* --served-model-name may be repeated: the values are joined with commas */
+    char names[4096] = "";
+    size_t names_len = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -87,6 +93,10 @@ int cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--quiet")) {
             quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--strict-model-name")) {
+            strict_name = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -128,8 +138,19 @@ int cmd_serve(int argc, char **argv)
                 return cli_usage_error("serve", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
         } else if (!strcmp(a, "--chat-template"))
             tmpl_path = v;
-        else if (!strcmp(a, "--served-model-name"))
-            name = v;
+        else if (!strcmp(a, "--served-model-name")) {
+            size_t vl = strlen(v);
+            if (!vl || v[0] == ',' || v[vl - 1] == ',' || strstr(v, ",,"))
+                return cli_usage_error("serve", "--served-model-name: an empty name in '%s'", v);
+            if (names_len + vl + 2 > sizeof names)
+                return cli_usage_error("serve", "--served-model-name: the names add up to more "
+                                                "than %zu bytes", sizeof names - 2);
+            if (names_len)
+                names[names_len++] = ',';
+            memcpy(names + names_len, v, vl + 1);
+            names_len += vl;
+            name = names;
+        }
         else if (!strcmp(a, "--log-format"))
             log_format = v;
         else if (!strcmp(a, "--max-body-bytes"))
@@ -160,8 +181,6 @@ int cmd_serve(int argc, char **argv)
         return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
     if (api_key && !*api_key)
         return cli_usage_error("serve", "--api-key must not be empty");
-    if (name && !*name)
-        return cli_usage_error("serve", "--served-model-name must not be empty");
     if (cors && !*cors)
         return cli_usage_error("serve", "--cors-origin must not be empty");
     const char *why = NULL;
@@ -208,6 +227,7 @@ int cmd_serve(int argc, char **argv)
     cfg.cors_origin = cors;
     cfg.chat_template = tmpl;
     cfg.served_model_name = name;
+    cfg.strict_model_name = strict_name;
     cfg.log_format = strcmp(log_format, "json") ? IFL_SERVER_LOG_TEXT : IFL_SERVER_LOG_JSON;
     cfg.max_body_bytes = max_body;
     cfg.quiet = quiet;

@@ -330,6 +330,36 @@ char *ifl_json_schema_text(json_t *v, const char *param, char *err)
     return t;
 }
 
+int ifl_gen_set_tgi_grammar(struct ifl_gen_job *j, json_t *gr, char *err)
+{
+    /* {"type": "json", "value": schema} or {"type": "regex", "value": "..."}
+     * (and "json_schema" with value {"name", "schema"}) */
+    const char *gt = json_is_object(gr) ? json_string_value(json_object_get(gr, "type")) : NULL;
+    json_t *gv = json_is_object(gr) ? json_object_get(gr, "value") : NULL;
+    if (!gt || !gv)
+        return ifl_err(err, IFL_EINVAL,
+                       "`grammar` must be an object with `type` (json, regex) and `value`");
+    if (!strcmp(gt, "regex")) {
+        if (!json_is_string(gv))
+            return ifl_err(err, IFL_EINVAL,
+                           "`grammar.value` must be a regular expression (a string)");
+        return ifl_gen_set_guide(j, IFL_GUIDE_REGEX, json_string_value(gv),
+                                 json_string_length(gv), "grammar", err);
+    }
+    if (strcmp(gt, "json") && strcmp(gt, "json_schema"))
+        return ifl_err(err, IFL_EINVAL, "`grammar.type` must be json or regex; got '%.40s'", gt);
+    if (!strcmp(gt, "json_schema"))
+        gv = json_is_object(gv) ? json_object_get(gv, "schema") : NULL;
+    if (!gv)
+        return ifl_err(err, IFL_EINVAL, "`grammar.value.schema` is required");
+    char *sch = ifl_json_schema_text(gv, "grammar", err);
+    if (!sch)
+        return IFL_EINVAL;
+    int rc = ifl_gen_set_guide(j, IFL_GUIDE_JSON_SCHEMA, sch, strlen(sch), "grammar", err);
+    free(sch);
+    return rc;
+}
+
 int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *param, char *err)
 {
     struct ifl_server *s = j->srv;

@@ -688,6 +688,10 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
         if (dot && !strcmp(dot, ".gguf"))
             *dot = 0;
     }
+    if (s->model_name && ifl_oai_names_init(s, cfg->served_model_name != NULL)) {
+        ifl_server_free(s);
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
     s->cfg.host = s->host;
     s->cfg.model_path = s->model_path;
     s->cfg.api_key = s->api_key;
@@ -826,5 +830,6 @@ void ifl_server_free(struct ifl_server *s)
     free(s->cors_origin);
     free(s->chat_template);
     free(s->model_name);
+    ifl_oai_names_free(s);
     free(s);
 }

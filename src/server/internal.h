@@ -84,6 +84,8 @@ struct ifl_idmap {
 struct ifl_server {
     struct ifl_server_config cfg;
     char *host, *model_path, *api_key, *cors_origin, *chat_template, *model_name; /* owned copies */
+    char **names;                     /* [n_names]: model_name, then its aliases (owned) */
+    int n_names;
     struct MHD_Daemon *mhd;
     int port;
     int64_t created;                  /* unix time the model loaded */
@@ -271,6 +273,9 @@ int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t 
 /* The JSON text of a request field (a schema given as an object or as a
  * string holding one), malloc'd; NULL with err when it is neither. */
 char *ifl_json_schema_text(json_t *v, const char *param, char *err);
+/* TGI's `grammar` object ({"type": "json" | "json_schema" | "regex",
+ * "value"}) as the request's constraint; err names the problem. */
+int ifl_gen_set_tgi_grammar(struct ifl_gen_job *j, json_t *gr, char *err);
 /* Applies p to the request template; err gets "param: problem". The
  * max_tokens default (p->max_tokens < 0) fills the context of the longest
  * prompt. Returns 0 or a 400-worthy IFL_EINVAL. */
@@ -356,6 +361,11 @@ void ifl_pump_sock_deadline(struct ifl_sock *k, int64_t deadline_us);
 int ifl_oai_completions(struct ifl_hconn *c, json_t *body);
 int ifl_oai_chat(struct ifl_hconn *c, json_t *body);
 int ifl_oai_models(struct ifl_hconn *c);
+/* Splits s->model_name, when split is 1 a comma-separated list (from
+ * --served-model-name), into s->names and keeps the first as model_name.
+ * IFL_ENOMEM. ifl_oai_names_free frees s->names. */
+int ifl_oai_names_init(struct ifl_server *s, int split);
+void ifl_oai_names_free(struct ifl_server *s);
 int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream);
 int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *body);
 int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *body);

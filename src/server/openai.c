@@ -185,7 +185,9 @@ static json_t *lp_chat(struct ifl_server *s, const int32_t *toks, const float *l
 /* ---- parameters shared by both routes ---- */
 
 struct oai_req {
+    const char *model; /* the name responses show (one of srv->names, lives as long) */
     int chat, stream, include_usage, echo;
+    int full_text;     /* TGI's return_full_text (completions: echo unless echo is given) */
     int want_lp;  /* log-probs asked */
     int top;      /* alternatives per token */
     struct ifl_gen_params p;
@@ -201,6 +203,67 @@ static void oai_req_free(struct oai_req *q, int n_prompts)
             free(q->echo_text[i]);
     free(q->echo_text);
     free(q->echo_len);
+}
+
+/* TGI's parameters as Hugging Face's client forwards them to these routes
+ * (its textGeneration sends `parameters` flattened, max_new_tokens renamed
+ * max_tokens). Each is honoured or refused, never silently dropped when it
+ * would change the output: do_sample false is greedy when no temperature is
+ * given (TGI's default is greedy); max_new_tokens stands for max_tokens when
+ * neither OpenAI name is given; return_full_text is completions' echo;
+ * grammar may be TGI's {"type", "value"} object; truncate, watermark and
+ * adapter_id are refused; details, decoder_input_details and top_n_tokens
+ * shape TGI's reply only and are ignored here (logprobs and top_logprobs are
+ * the OpenAI way). 0, or fills param/err and returns an HTTP status. */
+static int parse_tgi_fields(json_t *b, struct oai_req *q, struct ifl_gen_job *j, char *param,
+                            char *err)
+{
+    struct ifl_gen_params *p = &q->p;
+    int bo = 1;
+    int64_t v;
+#define FAIL(name)                                                                                 \
+    do {                                                                                           \
+        snprintf(param, 64, "%s", name);                                                           \
+        return 400;                                                                                \
+    } while (0)
+    if (ifl_json_get_bool(b, "do_sample", &bo, err) < 0)
+        FAIL("do_sample");
+    json_t *temp = json_object_get(b, "temperature");
+    if (!bo && (!temp || json_is_null(temp)))
+        p->temperature = 0;
+    int r = ifl_json_get_int(b, "max_new_tokens", 0, 1 << 24, &v, err);
+    if (r < 0)
+        FAIL("max_new_tokens");
+    if (r && p->max_tokens < 0)
+        p->max_tokens = v;
+    bo = 0;
+    if (ifl_json_get_bool(b, "return_full_text", &bo, err) < 0)
+        FAIL("return_full_text");
+    if (bo && q->chat) {
+        ifl_err(err, IFL_EINVAL, "return_full_text: not on chat completions");
+        FAIL("return_full_text");
+    }
+    q->full_text = bo;
+    bo = 0;
+    if (ifl_json_get_bool(b, "watermark", &bo, err) < 0 || bo) {
+        ifl_err(err, IFL_EUNSUPPORTED, "watermark: not supported by this server");
+        FAIL("watermark");
+    }
+    json_t *x = json_object_get(b, "truncate");
+    if (x && !json_is_null(x)) {
+        ifl_err(err, IFL_EUNSUPPORTED, "truncate: only on the TGI routes (/generate)");
+        FAIL("truncate");
+    }
+    x = json_object_get(b, "adapter_id");
+    if (x && !json_is_null(x)) {
+        ifl_err(err, IFL_EUNSUPPORTED, "adapter_id: not supported by this server");
+        FAIL("adapter_id");
+    }
+    json_t *gr = json_object_get(b, "grammar");
+    if (json_is_object(gr) && ifl_gen_set_tgi_grammar(j, gr, err))
+        FAIL("grammar");
+    return 0;
+#undef FAIL
 }
 
 /* 0, or fills param/err and returns an HTTP status */
@@ -220,10 +283,28 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     } while (0)
     if (ifl_json_get_str(b, "model", &model, err) < 0)
         FAIL("model");
-    if (model && strcmp(model, s->model_name)) {
+    /* One model is served: any name selects it (as TGI and llama-server do,
+     * so clients configured with a placeholder such as "gpt-3.5-turbo", or
+     * Hugging Face's client sending its endpoint URL, work), unless
+     * --strict-model-name asks for vLLM's 404. A name the server answers to
+     * is echoed back; any other shows the served name, which is what
+     * answered. LoRA adapters will be looked up here first. */
+    q->model = s->model_name;
+    int named = 0;
+    for (int i = 0; model && i < s->n_names; i++)
+        if (!strcmp(model, s->names[i])) {
+            q->model = s->names[i];
+            named = 1;
+        }
+    if (model && !named && s->cfg.strict_model_name) {
         snprintf(param, 64, "model");
-        ifl_err(err, IFL_ENOTFOUND, "the model '%.100s' does not exist (this server serves '%s')",
-                model, s->model_name);
+        char list[512] = "";
+        size_t at = 0;
+        for (int i = 0; i < s->n_names && at < sizeof list; i++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s'%s'", i ? ", " : "",
+                                   s->names[i]);
+        ifl_err(err, IFL_ENOTFOUND, "the model '%.100s' does not exist (this server serves %s)",
+                model, list);
         return 404;
     }
     int r1 = ifl_json_get_int(b, "max_tokens", 0, 1 << 24, &v, err);
@@ -375,7 +456,9 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     }
     /* llama.cpp server's fields: a GBNF grammar, or a schema */
     const char *gbnf = NULL;
-    if (ifl_json_get_str(b, "grammar", &gbnf, err) < 0)
+    /* (TGI's object form is taken by parse_tgi_fields) */
+    if (!json_is_object(json_object_get(b, "grammar")) &&
+        ifl_json_get_str(b, "grammar", &gbnf, err) < 0)
         FAIL("grammar");
     if (gbnf && *gbnf &&
         ifl_gen_set_guide(j, IFL_GUIDE_EBNF, gbnf, strlen(gbnf), "grammar", err))
@@ -390,6 +473,9 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
         if (rc)
             FAIL("json_schema");
     }
+    int st = parse_tgi_fields(b, q, j, param, err);
+    if (st)
+        return st;
     static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
                                               "audio", "modalities", "prediction", "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
@@ -437,13 +523,14 @@ static json_t *usage_json(const struct ifl_gen_job *j)
                      (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
 }
 
-static json_t *envelope(struct ifl_server *s, const char *id, const char *object, int64_t created)
+static json_t *envelope(const struct oai_req *q, const char *id, const char *object,
+                        int64_t created)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "object", json_string(object));
     json_object_set_new(o, "created", json_integer(created));
-    json_object_set_new(o, "model", json_string(s->model_name));
+    json_object_set_new(o, "model", json_string(q->model));
     json_object_set_new(o, "system_fingerprint", json_string("fp_inflight"));
     return o;
 }
@@ -458,7 +545,7 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
     struct ifl_server *s = c->srv;
     char id[64];
     ifl_server_make_id(s, q->chat ? "chatcmpl" : "cmpl", id, sizeof id);
-    json_t *o = envelope(s, id, q->chat ? "chat.completion" : "text_completion", (int64_t)time(NULL));
+    json_t *o = envelope(q, id, q->chat ? "chat.completion" : "text_completion", (int64_t)time(NULL));
     json_t *choices = json_array();
     for (int i = 0; i < j->n_prompts * j->n_ret; i++) {
         int ci = ifl_gen_choice_at(j, i);
@@ -532,7 +619,7 @@ static void sse(struct ifl_sbuf *out, json_t *o)
 
 static json_t *chunk(struct oai_stream *os, json_t *choice)
 {
-    json_t *o = envelope(os->srv, os->id, os->q.chat ? "chat.completion.chunk" : "text_completion",
+    json_t *o = envelope(&os->q, os->id, os->q.chat ? "chat.completion.chunk" : "text_completion",
                          os->created);
     json_t *arr = json_array();
     if (choice)
@@ -762,6 +849,7 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
     if (st)
         return fail(c, j, &q, st, param, err);
     int bo = 0;
+    bo = q.full_text; /* TGI's return_full_text, unless echo is given */
     if (ifl_json_get_bool(b, "echo", &bo, err) < 0)
         return fail(c, j, &q, 400, "echo", err);
     q.echo = bo;
@@ -921,12 +1009,48 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     return finish(c, j, &q);
 }
 
+/* One entry per name the server answers to: the served name, then its
+ * aliases, each with root (the model it serves) and parent (null for the
+ * base model; a LoRA adapter, once supported, is listed after them with
+ * parent = the served name). */
 int ifl_oai_models(struct ifl_hconn *c)
 {
     struct ifl_server *s = c->srv;
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_name, "object", "model",
-                          "created", (json_int_t)s->created, "owned_by", "inflight",
-                          "max_model_len", s->info.n_ctx);
-    json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+    json_t *data = json_array();
+    for (int i = 0; i < s->n_names; i++)
+        json_array_append_new(
+            data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:n,s:i}", "id", s->names[i], "object", "model",
+                            "created", (json_int_t)s->created, "owned_by", "inflight", "root",
+                            s->model_name, "parent", "max_model_len", s->info.n_ctx));
+    json_t *o = json_pack("{s:s,s:o}", "object", "list", "data", data);
     return ifl_http_reply_json(c, 200, o);
+}
+
+int ifl_oai_names_init(struct ifl_server *s, int split)
+{
+    int n = 1;
+    for (const char *p = s->model_name; split && *p; p++)
+        n += *p == ',';
+    s->names = calloc((size_t)n, sizeof(char *));
+    if (!s->names)
+        return IFL_ENOMEM;
+    const char *p = s->model_name;
+    for (int i = 0; i < n; i++) {
+        size_t len = split ? strcspn(p, ",") : strlen(p);
+        if (!(s->names[i] = strndup(p, len)))
+            return IFL_ENOMEM; /* names freed by ifl_oai_names_free */
+        s->n_names = i + 1;
+        p += len + (p[len] == ',');
+    }
+    s->model_name[strlen(s->names[0])] = 0; /* the first name is the served name */
+    return 0;
+}
+
+void ifl_oai_names_free(struct ifl_server *s)
+{
+    for (int i = 0; s->names && i < s->n_names; i++)
+        free(s->names[i]);
+    free(s->names);
+    s->names = NULL;
+    s->n_names = 0;
 }

@@ -30,7 +30,11 @@ struct ifl_server_config {
     const char *api_key;           /* NULL: no authentication */
     const char *cors_origin;       /* NULL: no CORS headers */
     const char *chat_template;     /* template text (not a path); NULL: the model's or ChatML */
-    const char *served_model_name; /* NULL: the model file's base name */
+    const char *served_model_name; /* NULL: the model file's base name; else a comma-separated
+                                      list: the first is the name responses and /metrics use,
+                                      the others are aliases clients may send as `model` */
+    int strict_model_name;         /* 1: a `model` naming none of them is a 404 (vLLM's way);
+                                      0: any `model` value selects the one served model */
     int log_format;                /* enum ifl_server_log_format */
     int64_t max_body_bytes;        /* request bodies above this get 413 (default 4 MiB) */
     int quiet;                     /* 1: no access log */

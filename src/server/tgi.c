@@ -210,34 +210,9 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     bo = 0;
     if (ifl_json_get_bool(p, "watermark", &bo, e2) < 0 || bo)
         BAD("`watermark` is not supported");
-    /* grammar: {"type": "json", "value": schema} or {"type": "regex",
-     * "value": "..."} (and "json_schema" with value {"name", "schema"}) */
     json_t *gr = json_object_get(p, "grammar");
-    if (gr && !json_is_null(gr)) {
-        const char *gt = json_is_object(gr) ? json_string_value(json_object_get(gr, "type")) : NULL;
-        json_t *gv = json_is_object(gr) ? json_object_get(gr, "value") : NULL;
-        if (!gt || !gv)
-            BAD("`grammar` must be an object with `type` (json, regex) and `value`");
-        if (!strcmp(gt, "regex")) {
-            if (!json_is_string(gv))
-                BAD("`grammar.value` must be a regular expression (a string)");
-            if (ifl_gen_set_guide(j, IFL_GUIDE_REGEX, json_string_value(gv), json_string_length(gv),
-                                  "grammar", e2))
-                BAD("%s", e2);
-        } else if (!strcmp(gt, "json") || !strcmp(gt, "json_schema")) {
-            if (!strcmp(gt, "json_schema"))
-                gv = json_is_object(gv) ? json_object_get(gv, "schema") : NULL;
-            char *sch = gv ? ifl_json_schema_text(gv, "grammar", e2) : NULL;
-            if (!sch)
-                BAD("%s", gv ? e2 : "`grammar.value.schema` is required");
-            int grc = ifl_gen_set_guide(j, IFL_GUIDE_JSON_SCHEMA, sch, strlen(sch), "grammar", e2);
-            free(sch);
-            if (grc)
-                BAD("%s", e2);
-        } else {
-            BAD("`grammar.type` must be json or regex; got '%.40s'", gt);
-        }
-    }
+    if (gr && !json_is_null(gr) && ifl_gen_set_tgi_grammar(j, gr, e2))
+        BAD("%s", e2);
     json_t *ad = json_object_get(p, "adapter_id");
     if (ad && !json_is_null(ad))
         BAD("`adapter_id` is not supported");

@@ -157,7 +157,14 @@ await test('sampling extensions', async () => {
 });
 
 await expectError('temperature out of range: 400 naming it', () => client.completions.create({ model: MODEL, prompt: 'x', temperature: 7 }), 400, 'temperature');
-await expectError('unknown model: 404', () => client.completions.create({ model: 'gpt-nope', prompt: 'x' }), 404, 'model');
+await test('any model name selects the served model', async () => {
+  // placeholders clients are configured with; the reply names what answered
+  const r = await client.completions.create({ model: 'gpt-3.5-turbo', prompt: 'Once upon a time', max_tokens: 12, temperature: 0 });
+  check('gpt-3.5-turbo is served', r.choices[0].text.startsWith(', there was a little girl named Lily.'), r.choices[0].text);
+  check('the reply names the served model', r.model === MODEL, r.model);
+  const c = await client.chat.completions.create({ model: 'tgi', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 });
+  check('chat with model tgi is served', c.model === MODEL && c.choices.length === 1, c.model);
+});
 await expectError('prompt + max_tokens over the context: 400', () => client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 1000 }), 400, 'max_tokens');
 await expectError('unknown response_format type: 400', () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], response_format: { type: 'yaml' } }), 400, 'response_format');
 await expectError('bad role: 400', () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages');
