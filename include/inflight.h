@@ -384,6 +384,11 @@ struct ifl_model_info {
     int32_t bos_id;               /* -1 when the vocabulary has none */
     int32_t eos_id;
     int32_t add_bos;              /* the model's metadata asks for BOS before a prompt */
+    int32_t max_token_bytes;      /* no token of ifl_executor_tokenize stands for more input
+                                     bytes than this, so a text of len bytes has at least
+                                     ceil(len / max_token_bytes) tokens: a prompt can be
+                                     found too long before it is tokenized; 0 when the
+                                     vocabulary can drop bytes (no bound holds) */
     int64_t kv_cache_tokens;      /* positions the KV pool holds */
 };
 

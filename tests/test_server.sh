@@ -71,7 +71,7 @@ for args in "" "-m /nonexistent.gguf" "-m $M --port 70000" "-m $M --parallel 0" 
     "-m $M --api-key-file /nonexistent" "-m $M --bogus 1" "-m $M --chat-template /nonexistent" \
     "-m $M --served-model-name a,,b" "-m $M --served-model-name ,a"; do
     # shellcheck disable=SC2086
-    "$BIN" serve $args >/dev/null 2>"$tmp/err" </dev/null
+    timeout 20 "$BIN" serve $args >/dev/null 2>"$tmp/err" </dev/null
     rc=$?
     if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then ok "serve $args: exit 2"; else bad "serve $args: exit $rc"; cat "$tmp/err"; fi
 done
@@ -281,6 +281,47 @@ check "/metrics with an odd model name" 200 "$(req GET /metrics)"
 has "/metrics escapes label values" 'inflight_requests_total{model_name="my\"model\\x"}' "$(cat "$tmp/body")"
 check "3 prompts, --max-queue 2: 400" 400 "$(req POST /v1/completions -d '{"prompt":["a","b","c"],"max_tokens":2}')"
 check "2 prompts, --max-queue 2: 200" 200 "$(req POST /v1/completions -d '{"prompt":["a","b"],"max_tokens":2}')"
+stop_server
+
+# prompts near and far beyond the context (128 tokens): one at the limit is
+# served, one token over is refused; a 3 MB or 30 MB prompt is refused from
+# the vocabulary's bound (no token covers more than a few bytes) before it is
+# parsed or tokenized, at once rather than after seconds of tokenizing
+start_server big --quiet --max-body-bytes 48000000 || exit 1
+words() { local s="a"; for ((i = 1; i < $1; i++)); do s="$s a"; done; printf '%s' "$s"; } # N tokens
+check "completions: prompt at the limit (127 + 1) served" 200 "$(req POST /v1/completions -d "{\"prompt\":\"$(words 126)\",\"max_tokens\":1}")"
+has "completions: 127 prompt tokens" '"prompt_tokens":127' "$(cat "$tmp/body")"
+check "completions: one token over (128) 400" 400 "$(req POST /v1/completions -d "{\"prompt\":\"$(words 127)\",\"max_tokens\":1}")"
+has "completions: the 400 gives the exact count" 'but the prompt has 128 tokens' "$(cat "$tmp/body")"
+check "/generate: input at the limit served" 200 "$(req POST /generate -d "{\"inputs\":\"$(words 126)\",\"parameters\":{\"max_new_tokens\":1,\"details\":true}}")"
+check "/generate: one token over 422" 422 "$(req POST /generate -d "{\"inputs\":\"$(words 127)\",\"parameters\":{\"max_new_tokens\":1}}")"
+has "/generate: the 422 gives the exact count" 'Given: 128' "$(cat "$tmp/body")"
+chat_tokens() { # content words -> prompt_tokens of the rendered chat
+    req POST /v1/chat/completions -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$(words "$1")\"}],\"max_tokens\":1}" >/dev/null
+    grep -o '"prompt_tokens":[0-9]*' "$tmp/body" | grep -o '[0-9]*$'
+}
+c1=$(chat_tokens 1)
+fit=$((127 - c1 + 1)) # words for a 127-token rendered prompt
+check "chat: prompt at the limit served" 127 "$(chat_tokens $fit)"
+check "chat: one token over 400" 400 "$(req POST /v1/chat/completions -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$(words $((fit + 1)))\"}],\"max_tokens\":1}")"
+has "chat: the 400 gives the exact count" 'but the prompt has 128 tokens' "$(cat "$tmp/body")"
+for mb in 3 30; do
+    { printf '{"prompt":"'; yes 'Once upon a time' | tr '\n' ' ' | head -c $((mb * 1000000)); printf '","max_tokens":1}'; } >"$tmp/p$mb"
+    { printf '{"inputs":"'; yes 'Once upon a time' | tr '\n' ' ' | head -c $((mb * 1000000)); printf '","parameters":{"max_new_tokens":1}}'; } >"$tmp/t$mb"
+    for route in /v1/completions /generate; do
+        f=$tmp/p$mb want=400
+        [ $route = /generate ] && f=$tmp/t$mb want=422
+        out=$(curl -s -m 60 -o "$tmp/body" -H 'Expect:' -w '%{http_code} %{time_total}' --data-binary @"$f" "http://127.0.0.1:$PORT$route")
+        ms=$(awk -v t="${out#* }" 'BEGIN { printf "%d", t * 1000 }')
+        echo "     $mb MB prompt on $route: ${out% *} in $ms ms"
+        check "$mb MB prompt on $route: $want" "$want" "${out% *}"
+        has "$mb MB prompt on $route: refused from the bound" 'at least' "$(cat "$tmp/body")"
+        # generous for a loaded CI machine (a few ms to 60 ms when quiet):
+        # parsing and tokenizing a 3 MB prompt took over 2 s, 30 MB over 20 s
+        lim=$((mb > 3 ? 5000 : 1500))
+        check "$mb MB prompt on $route: answered in under $lim ms" 1 "$([ "$ms" -lt $lim ] && echo 1 || echo 0)"
+    done
+done
 stop_server
 
 # aliases and --strict-model-name: the listed names are served (each echoed

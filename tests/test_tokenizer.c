@@ -1304,6 +1304,83 @@ static void test_bad_metadata(void)
     rmdir(tmpdir);
 }
 
+/* ifl_vocab_max_cover is a true bound: no text gives fewer than
+ * ceil(len / cover) ids. Tried on each token's stored text and shown piece
+ * (repeated, so merges across copies are tried too), with and without
+ * special-token parsing, and on random bytes; a text the bound calls too
+ * long for a context is then too long for it. */
+static void test_max_cover(void)
+{
+    struct ifl_rng rng;
+    ifl_rng_seed(&rng, 99);
+    for (int w = 0; w < V_COUNT; w++) {
+        const struct ifl_vocab *v = vocabs[w];
+        if (!v)
+            continue;
+        size_t cover = ifl_vocab_max_cover(v);
+        CHECK_MSG(cover > 0, "vocab %d has no bound", w);
+        if (!cover)
+            continue;
+        int32_t nt = ifl_vocab_n_tokens(v), step = nt / 3000 + 1, worst = 0, longest = 0;
+        size_t most = 0;
+        for (int32_t id = 0; id < nt; id++) {
+            size_t n;
+            ifl_vocab_text(v, id, &n);
+            if (n > most) {
+                most = n;
+                longest = id;
+            }
+        }
+        char text[3 * 512 + 16];
+        for (int32_t id = 0; id <= nt; id = id < nt && id + step > nt ? nt : id + step) {
+            int32_t tok = id < nt ? id : longest; /* every step-th token, then the longest */
+            for (int shown = 0; shown < 2; shown++) {
+                size_t n, len = 0;
+                const char *t = ifl_vocab_text(v, tok, &n);
+                char piece[600];
+                if (shown) {
+                    n = ifl_vocab_piece(v, tok, 1, piece, sizeof piece);
+                    t = piece;
+                }
+                if (n == 0 || n > 512)
+                    continue;
+                for (int k = 0; k < 3; k++, len += n)
+                    memcpy(text + len, t, n);
+                for (int parse = 0; parse < 2; parse++) {
+                    int64_t got = 0;
+                    int32_t *ids = tokenize(v, text, len, 0, parse, &got);
+                    CHECK(ids != NULL);
+                    free(ids);
+                    if ((size_t)got * cover < len && ++worst < 4)
+                        T_FAIL_("%s: token %d x3 (%zu bytes) gives %lld ids, cover %zu",
+                                vocab_files[w], tok, len, (long long)got, cover);
+                }
+            }
+        }
+        for (int iter = 0; iter < 200; iter++) {
+            size_t len = (uint32_t)(ifl_rng_next(&rng) >> 32) % 1500;
+            for (size_t i = 0; i < len; i++) {
+                uint32_t r = (uint32_t)(ifl_rng_next(&rng) >> 32);
+                text[i] = iter % 2 ? (char)r : (char)("  \n\t\xe2\x96\x81" "abc<s>|im_end"[r % 20]);
+            }
+            int64_t got = 0;
+            int32_t *ids = tokenize(v, text, len, 0, iter % 3 == 0, &got);
+            CHECK(ids != NULL);
+            free(ids);
+            CHECK_MSG((size_t)got * cover >= len, "%s: random text of %zu bytes gives %lld ids",
+                      vocab_files[w], len, (long long)got);
+        }
+        CHECK_EQ(worst, 0);
+    }
+    /* the values: the longest stored text (SPM), the most code points (BPE) */
+    if (vocabs[V_SPM])
+        CHECK_EQ(ifl_vocab_max_cover(vocabs[V_SPM]), (size_t)48); /* 16 x "\xe2\x96\x81" */
+    if (vocabs[V_LLAMA3])
+        CHECK_EQ(ifl_vocab_max_cover(vocabs[V_LLAMA3]), (size_t)128); /* 128 x "\xc4\xa0" */
+    if (vocabs[V_STORIES])
+        CHECK_EQ(ifl_vocab_max_cover(vocabs[V_STORIES]), (size_t)9);
+}
+
 int main(void)
 {
     for (int w = 0; w < V_COUNT; w++)
@@ -1323,6 +1400,7 @@ int main(void)
     T_RUN(test_invalid_utf8_bpe);
     T_RUN(test_threads);
     T_RUN(test_long_input);
+    T_RUN(test_max_cover);
     T_RUN(test_bad_metadata);
     for (int w = 0; w < V_COUNT; w++)
         ifl_vocab_free(vocabs[w]);

@@ -682,6 +682,8 @@ int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
     out->bos_id = ifl_vocab_bos(ex->vocab);
     out->eos_id = ifl_vocab_eos(ex->vocab);
     out->add_bos = ifl_vocab_add_bos(ex->vocab);
+    size_t cover = ifl_vocab_max_cover(ex->vocab);
+    out->max_token_bytes = cover > INT32_MAX ? 0 : (int32_t)cover;
     out->kv_cache_tokens = ex->kv_cache_tokens;
     return 0;
 }

@@ -234,6 +234,25 @@ int ifl_gen_add_prompt(struct ifl_gen_job *j, const int32_t *ids, int32_t n)
     return 0;
 }
 
+int ifl_gen_text_too_long(const struct ifl_server *s, size_t n, int tgi, char *err)
+{
+    int64_t per = s->info.max_token_bytes, n_ctx = s->info.n_ctx;
+    int64_t at_least = per > 0 ? ((int64_t)n + per - 1) / per : 0;
+    if (per <= 0 || at_least < n_ctx)
+        return 0; /* it may fit: only tokenizing tells */
+    if (tgi)
+        ifl_err(err, IFL_EINVAL,
+                "`inputs` must have less than %lld tokens. Given: at least %lld (%zu bytes, and "
+                "no token stands for more than %lld)",
+                (long long)n_ctx, (long long)at_least, n, (long long)per);
+    else
+        ifl_err(err, IFL_EINVAL,
+                "this model's maximum context length is %lld tokens, but the prompt has at least "
+                "%lld tokens (%zu bytes, and no token stands for more than %lld); shorten it",
+                (long long)n_ctx, (long long)at_least, n, (long long)per);
+    return 1;
+}
+
 int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, int add_special)
 {
     int64_t cap = (int64_t)n + 8, got = 0;

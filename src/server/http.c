@@ -407,7 +407,12 @@ static int dispatch(struct ifl_hconn *c, const struct route *rt)
         return ifl_oai_models(c);
     if (!strcmp(rt->path, "/info"))
         return ifl_tgi_info(c);
-    /* POST routes: a JSON object body */
+    /* POST routes: a JSON object body; a prompt far beyond the context is
+     * refused before it is parsed (prescan.c) */
+    char pparam[64] = "", pmsg[IFL_ERR_LEN] = "";
+    int pst = ifl_prescan_prompt(s, rt->path, c->body.p, c->body.len, pparam, pmsg);
+    if (pst)
+        return reply_error(c, rt, pst, pparam, pmsg);
     json_error_t je;
     json_t *body = json_loadb(c->body.p ? c->body.p : "", c->body.len, 0, &je);
     if (!body) {
@@ -545,6 +550,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!c->too_large && c->body.len + *upload_size > (size_t)s->cfg.max_body_bytes) {
             c->too_large = 1;
             ifl_sbuf_free(&c->body);
+        }
+        if (!c->too_large && !c->body.p && c->content_length > 0) {
+            /* the declared size (within the limit) at once: growing a 30 MB
+             * body by doubling takes longer than everything else it needs */
+            c->body.p = malloc((size_t)c->content_length + 1);
+            c->body.cap = c->body.p ? (size_t)c->content_length + 1 : 0;
         }
         if (!c->too_large)
             ifl_sbuf_add(&c->body, upload_data, *upload_size);

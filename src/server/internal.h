@@ -261,6 +261,19 @@ struct ifl_gen_job *ifl_gen_job_new(struct ifl_server *s, ifl_executor *ex);
 void ifl_gen_job_free(struct ifl_gen_job *j);
 /* Adds a prompt (tokens copied). */
 int ifl_gen_add_prompt(struct ifl_gen_job *j, const int32_t *ids, int32_t n);
+/* 1 when a prompt text of n bytes certainly has the context's length or
+ * more in tokens (the fewest it can give, from the vocabulary's bound
+ * ifl_model_info.max_token_bytes, reaches n_ctx): err (IFL_ERR_LEN) then
+ * says so in the OpenAI or, with tgi, TGI's words. 0 when it may fit. Such
+ * a prompt is refused without tokenizing it: a 3 MB prompt takes seconds. */
+int ifl_gen_text_too_long(const struct ifl_server *s, size_t n, int tgi, char *err);
+/* The same for a raw JSON body, before it is parsed (prescan.c): on the
+ * prompt routes (path), when a prompt in body (a string, or a list of
+ * token ids) certainly reaches the context, returns the HTTP status to
+ * answer with (400; TGI 422) and fills param and msg (IFL_ERR_LEN);
+ * otherwise 0. Parsing a 30 MB body takes half a second, which is why. */
+int ifl_prescan_prompt(const struct ifl_server *s, const char *path, const char *body, size_t n,
+                       char *param, char *msg);
 /* Tokenizes text (BOS as the model says; special-token text parsed). */
 int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, int add_special);
 int ifl_gen_add_stop(struct ifl_gen_job *j, const char *s);

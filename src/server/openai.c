@@ -906,6 +906,8 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
         json_t *e = list[i];
         int rc;
         if (json_is_string(e)) {
+            if (ifl_gen_text_too_long(s, json_string_length(e), 0, err))
+                return fail(c, j, &q, 400, "prompt", err);
             rc = ifl_gen_add_prompt_text(j, json_string_value(e), json_string_length(e), 1);
             q.echo_text[i] = strndup(json_string_value(e), json_string_length(e));
             q.echo_len[i] = json_string_length(e);
@@ -988,6 +990,10 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     int rc = ifl_server_chat_render(s, msgs, &prompt, &plen, err);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
+    if (ifl_gen_text_too_long(s, plen, 0, err)) {
+        free(prompt);
+        return fail(c, j, &q, 400, "messages", err);
+    }
     size_t bl = strlen(s->bos_text);
     int add_special = !(bl && plen >= bl && !memcmp(prompt, s->bos_text, bl));
     rc = ifl_gen_add_prompt_text(j, prompt, plen, add_special);

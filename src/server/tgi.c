@@ -220,6 +220,9 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     if ((r = ifl_json_get_int(p, "truncate", 1, 1 << 24, &truncate, e2)) < 0)
         BAD("`truncate` must be a strictly positive integer");
 
+    /* with truncate the input may be any length: its last tokens are kept */
+    if (!truncate && ifl_gen_text_too_long(s, json_string_length(in), 1, e2))
+        BAD("%s", e2);
     t->inputs = strndup(json_string_value(in), json_string_length(in));
     t->n_inputs = json_string_length(in);
     if (!t->inputs || ifl_gen_add_prompt_text(j, t->inputs, t->n_inputs, 1))

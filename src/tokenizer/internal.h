@@ -54,6 +54,7 @@ struct ifl_vocab {
     char *piece_blob;
     uint32_t *piece_off; /* (n_tokens + 1) */
     size_t max_piece;
+    size_t max_cover; /* ifl_vocab_max_cover: input bytes one id covers at most (0: no bound) */
 
     /* Open-addressing table text -> id; slots hold an id or -1. */
     int32_t *tok_slots; /* (tok_mask + 1) */

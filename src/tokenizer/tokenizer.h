@@ -75,6 +75,13 @@ size_t ifl_vocab_piece(const struct ifl_vocab *v, int32_t id, int show_special, 
 /* The longest piece any token gives, in bytes (with show_special). */
 size_t ifl_vocab_max_piece(const struct ifl_vocab *v);
 
+/* The most input bytes that one id of ifl_tokenize can stand for (the
+ * longest stored token text bounds it), so that a text of len bytes gives at
+ * least ceil(len / max_cover) ids, BOS and EOS aside: a prompt can be found
+ * too long for a context before it is tokenized. 0 when no such bound holds
+ * (a vocabulary with a byte it has no token for drops that byte). */
+size_t ifl_vocab_max_cover(const struct ifl_vocab *v);
+
 /* Streaming detokenizer: feeds tokens one by one and emits only whole UTF-8
  * characters, holding back an incomplete tail (at most 3 bytes) until the
  * next token completes it. Each maximal ill-formed UTF-8 subpart (a byte

@@ -371,6 +371,47 @@ static int build_specials(struct ifl_vocab *v, char *err)
     return 0;
 }
 
+/* The most input bytes one id of ifl_tokenize can stand for, or 0 when the
+ * vocabulary may drop input bytes. Every id comes from matching a token's
+ * stored text against the text (special tokens against the input itself;
+ * SPM pieces against the input with each space grown to the 3-byte "▁";
+ * byte-level BPE pieces against the input with each byte written as a 1-
+ * or 2-byte code point; BPE input's invalid bytes grow to U+FFFD first),
+ * so no id covers more input bytes than its stored text has (byte-level
+ * BPE: than it has code points); or from a fallback that covers one byte.
+ * Input is lost only where a byte has no token at all (SPM: no <0xNN>, no
+ * one-byte token, no unknown token; BPE: no token for the byte's code
+ * point), and then no bound holds. */
+static size_t max_cover(const struct ifl_vocab *v)
+{
+    for (int b = 0; b < 256; b++) {
+        if (v->kind == IFL_VOCAB_SPM) {
+            char c = (char)b;
+            if (v->byte_tok[b] < 0 && ifl_vocab_find(v, &c, 1) < 0 && v->unk < 0)
+                return 0;
+        } else if (v->byte_sym[b] < 0 && b != 0xC0 && b != 0xC1 && b < 0xF5) {
+            return 0; /* (those bytes never occur in the sanitized UTF-8 BPE sees) */
+        }
+    }
+    size_t most = 0;
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        size_t n = v->text_off[i + 1] - v->text_off[i] - 1;
+        int t = v->type[i];
+        if (v->kind == IFL_VOCAB_BPE && t != IFL_TOK_CONTROL && t != IFL_TOK_USER_DEFINED &&
+            t != IFL_TOK_UNKNOWN) {
+            /* byte-level text: one code point per input byte (special tokens
+             * are matched against the input as they are stored) */
+            const unsigned char *p = (const unsigned char *)v->text_blob + v->text_off[i];
+            size_t cps = 0;
+            for (size_t k = 0; k < n; k++)
+                cps += (p[k] & 0xC0) != 0x80;
+            n = cps;
+        }
+        most = n > most ? n : most;
+    }
+    return most ? most : 1;
+}
+
 static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
 {
     const char *key = "tokenizer.ggml.model";
@@ -443,6 +484,7 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
 
     if ((rc = build_pieces(v, err)) < 0 || (rc = build_specials(v, err)) < 0)
         return rc;
+    v->max_cover = max_cover(v);
     return 0;
 }
 
@@ -524,3 +566,4 @@ size_t ifl_vocab_piece(const struct ifl_vocab *v, int32_t id, int show_special, 
 }
 
 size_t ifl_vocab_max_piece(const struct ifl_vocab *v) { return v->max_piece; }
+size_t ifl_vocab_max_cover(const struct ifl_vocab *v) { return v->max_cover; }
