@@ -358,6 +358,12 @@ apid=$!
 curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" \
     -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"stream":true,"n":4}' >"$tmp/abort_stream" &
 bpid=$!
+curl -sN -m 60 "http://127.0.0.1:$PORT/generate_stream" \
+    -d '{"inputs":"Once","parameters":{"max_new_tokens":400,"details":true}}' >"$tmp/abort_tgi_stream" &
+tpid=$!
+curl -s -m 60 -o "$tmp/abort_tgi" -w '%{http_code}' "http://127.0.0.1:$PORT/generate" \
+    -d '{"inputs":"Once","parameters":{"max_new_tokens":400}}' >"$tmp/abort_tgi_code" &
+gpid=$!
 sleep 0.5
 kill -TERM "$SPID"
 sleep 0.2
@@ -366,13 +372,23 @@ code=$(curl -s -m 20 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/heal
 t1=$(date +%s%N)
 check "a new connection during shutdown is not answered" 000 "$code"
 check "a new connection during shutdown fails at once" 1 "$([ $(((t1 - t0) / 1000000)) -lt 1000 ] && echo 1 || echo 0)"
-wait $apid $bpid "${loaders[@]}"
+wait $apid $bpid $tpid $gpid "${loaders[@]}"
 stop_server
 check "SIGTERM, timeout 0: exit 0" 0 "$STOP_RC"
 has "the cancelled request is answered with abort" '"finish_reason":"abort"' "$(cat "$tmp/abort_whole")"
 check "every choice of it says abort" 4 "$(grep -o '"finish_reason":"abort"' "$tmp/abort_whole" | wc -l)"
 has "the cancelled stream says abort" '"finish_reason":"abort"' "$(cat "$tmp/abort_stream")"
 check "the cancelled stream ends with [DONE]" "data: [DONE]" "$(grep -v '^$' "$tmp/abort_stream" | tail -1)"
+# TGI: no finish reason says abort, so the cancelled stream ends with TGI's
+# incomplete_generation error after the tokens it made, no token made up,
+# and the count it gives is the token events sent
+last=$(grep '^data:' "$tmp/abort_tgi_stream" | tail -1)
+has "the cancelled TGI stream ends with incomplete_generation" '"error_type":"incomplete_generation"' "$last"
+n_ev=$(grep -c '^data:{"index"' "$tmp/abort_tgi_stream")
+has "its count is the token events sent" "after $n_ev generated tokens" "$last"
+check "no TGI event claims a finish" 0 "$(grep -c '"details":{' "$tmp/abort_tgi_stream")"
+check "the cancelled /generate: 503" 503 "$(cat "$tmp/abort_tgi_code")"
+has "the cancelled /generate: incomplete_generation" '"error_type":"incomplete_generation"' "$(cat "$tmp/abort_tgi")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

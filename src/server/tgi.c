@@ -380,6 +380,10 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
         return;
     const struct ifl_sequence_result *res = &r->results[0];
     int final = r->is_final;
+    /* cancelled at shutdown: TGI has no finish reason for that, so the
+     * tokens made go out as they are and tgi_on_end closes the stream with
+     * TGI's incomplete_generation error, not with a made-up last token */
+    int aborted = final && res->finish_reason == IFL_FINISH_CANCELLED;
     /* when the tokens' pieces spell the response's text exactly, each token
      * gets its own piece; otherwise (held-back or cut text) the last gets all */
     size_t *cut = calloc((size_t)res->n_tokens + 1, sizeof(size_t));
@@ -412,7 +416,7 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
                                 ? top_json(ts->srv, ts->ex, &res->top_log_probs[(size_t)i * res->n_top],
                                            res->n_top)
                                 : json_null());
-        if (final && last && !r->status) {
+        if (final && last && !r->status && !aborted) {
             json_object_set_new(ev, "generated_text", generated_text(&ts->t, &j->ch[0]));
             json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, &ts->t, 0));
         } else {
@@ -422,7 +426,7 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
         sse(&ts->st->out, ev);
     }
     free(cut);
-    if (final && res->n_tokens == 0 && !r->status) {
+    if (final && res->n_tokens == 0 && !r->status && !aborted) {
         /* the end came with no new token (end token or stop string): close
          * with an empty-text event that carries the totals */
         json_t *ev = json_object();
@@ -440,6 +444,26 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
     }
 }
 
+/* The reply to a request cancelled at shutdown: TGI's error for a
+ * generation that stopped before it finished, with how far it got. */
+static json_t *incomplete_json(const struct ifl_gen_job *j)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "Incomplete generation: the server is shutting down and cancelled the request "
+             "after %d generated tokens",
+             j->ch ? j->ch[ifl_gen_choice_at(j, 0)].n_tokens : 0);
+    return json_pack("{s:s,s:s}", "error", msg, "error_type", "incomplete_generation");
+}
+
+static int was_aborted(const struct ifl_gen_job *j)
+{
+    for (int q = 0; j->ch && q < j->n_prompts * j->n_per; q++)
+        if (j->ch[q].finish == IFL_FINISH_CANCELLED)
+            return 1;
+    return 0;
+}
+
 static void tgi_on_end(struct ifl_stream *st)
 {
     struct ifl_gen_job *j = st->job;
@@ -448,6 +472,8 @@ static void tgi_on_end(struct ifl_stream *st)
         json_object_set_new(e, "error", ifl_json_text(j->error_msg, strlen(j->error_msg)));
         json_object_set_new(e, "error_type", json_string("generation"));
         sse(&st->out, e);
+    } else if (!j->error_status && was_aborted(j)) {
+        sse(&st->out, incomplete_json(j));
     }
 }
 
@@ -466,6 +492,8 @@ static int whole_done(struct ifl_hconn *c, struct ifl_gen_job *j, void *user)
     if (j->error_status)
         return ifl_http_reply_tgi_error(c, j->error_status == IFL_ESTATE ? 503 : 500, "generation",
                                         j->error_msg);
+    if (was_aborted(j))
+        return ifl_http_reply_json(c, 503, incomplete_json(j));
     json_t *o = json_object();
     json_object_set_new(o, "generated_text", generated_text(t, &j->ch[ifl_gen_choice_at(j, 0)]));
     if (t->details)
