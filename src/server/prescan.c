@@ -281,9 +281,11 @@ int ifl_prescan_prompt(const struct ifl_server *s, const char *path, const char 
         tgi = 1;
     else
         return 0;
+    if (!body)
+        return 0;
     struct scan sc = {body, body + n};
     ws(&sc);
-    if (!body || sc.p >= sc.end || *sc.p != '{')
+    if (sc.p >= sc.end || *sc.p != '{')
         return 0;
     sc.p++;
     const char *prompt = NULL, *key;
