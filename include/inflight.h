@@ -358,14 +358,15 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
 int ifl_can_enqueue(ifl_executor *ex);
 /* Cancels a request; it ends at the next step with a final response whose
  * finish reason is cancelled. Cancelling again before that final response
- * is 0; IFL_ENOTFOUND if unknown or already final. */
+ * is 0; IFL_ENOTFOUND if unknown or already final (so for id 0, which is
+ * never a request). */
 int ifl_cancel(ifl_executor *ex, ifl_id id);
 
 /* Waits for responses to any of ids (n_ids 0: any request) for up to
  * timeout_ms (< 0: forever; 0: no wait). Moves up to max of them into out
  * (in arrival order) and sets *n_out. Returns 0 with *n_out >= 1,
  * IFL_ETIMEDOUT with *n_out = 0, or IFL_ESTATE at once when nothing more
- * can come for those ids (unknown, their final responses taken, or the
+ * can come for those ids (unknown or 0, their final responses taken, or the
  * executor shut down). */
 int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeout_ms,
               struct ifl_response **out, int32_t max, int32_t *n_out);
@@ -416,7 +417,8 @@ int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int
                             char *buf, int64_t cap, int64_t *len_out);
 
 int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
-/* IFL_ENOTFOUND once a request's final response was awaited. */
+/* IFL_ENOTFOUND once a request's final response was awaited, and for ids
+ * never issued (0 among them). */
 int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out);
 
 #ifdef __cplusplus

@@ -1380,6 +1380,70 @@ static void test_full_context_and_meta(void)
 
 /* A NULL executor (a failed create) or output pointer is an argument
  * error for every entry point, never a crash. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Id 0 is "none": no call that takes a request id may treat it as one, with
+ * a request live (the table then has empty slots, whose marker is 0) or
+ * after it ended. */
+static void check_id_zero(ifl_executor *ex)
+{
+    const ifl_id zero = 0;
+    struct ifl_request_stats rs;
+    struct ifl_response *none[1];
+    int32_t n_none = -1;
+    CHECK_EQ(ifl_cancel(ex, 0), IFL_ENOTFOUND);
+    CHECK_EQ(ifl_get_request_stats(ex, 0, &rs), IFL_ENOTFOUND);
+    /* 10 s and forever both end at once: nothing can come for id 0 (the
+     * wait without end is tried only once the bounded one passed, so a
+     * regression fails here instead of hanging) */
+    double t0 = now_s();
+    int rc = ifl_await(ex, &zero, 1, 10000, none, 1, &n_none);
+    CHECK_EQ(rc, IFL_ESTATE);
+    CHECK_EQ(n_none, 0);
+    CHECK(now_s() - t0 < 5.0);
+    if (rc == IFL_ESTATE)
+        CHECK_EQ(ifl_await(ex, &zero, 1, -1, none, 1, &n_none), IFL_ESTATE);
+}
+
+static void test_id_zero(void)
+{
+    ifl_executor *ex = open_ex(2, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    check_id_zero(ex); /* before any request: the table is not yet allocated */
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, 300);
+    r.streaming = 1;
+    ifl_id id;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
+    check_id_zero(ex);
+    /* 0 beside a live id waits for that id only, and does not cancel it */
+    const ifl_id both[2] = {0, id};
+    struct ifl_response *resp[4];
+    int32_t got = 0;
+    CHECK_EQ(ifl_await(ex, both, 2, 20000, resp, 4, &got), 0);
+    CHECK(got >= 1);
+    int32_t first = 0, final = 0;
+    for (int32_t i = 0; i < got; i++) {
+        CHECK(resp[i]->request_id == id);
+        if (resp[i]->n_results == 1)
+            first += resp[i]->results[0].n_tokens;
+        final |= resp[i]->is_final;
+        ifl_response_free(resp[i]);
+    }
+    int32_t out[512], n = 0;
+    if (!final)
+        CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_LENGTH);
+    CHECK_EQ(first + n, 300);
+    check_id_zero(ex); /* every request final: the table is empty but allocated */
+    ifl_executor_destroy(ex, 0);
+}
+
 static void test_null_executor(void)
 {
     struct ifl_request r;
@@ -1433,6 +1497,7 @@ int main(void)
     T_RUN(test_prefix_caching);
     T_RUN(test_preemption_is_invisible);
     T_RUN(test_cancel_and_timeout);
+    T_RUN(test_id_zero);
     T_RUN(test_bad_requests);
     T_RUN(test_full_context_and_meta);
     T_RUN(test_stops);

@@ -45,9 +45,11 @@ void ifl_request_init(struct ifl_request *r)
 
 /* ---- live-request table (out_mu held) ---- */
 
+/* id 0 is the empty-slot marker, never a request: without the check it
+ * would match the first empty slot on its probe chain. */
 static struct xlive *live_find(struct ifl_executor *ex, ifl_id id)
 {
-    if (!ex->live_cap)
+    if (!ex->live_cap || id == 0)
         return NULL;
     for (int32_t i = (int32_t)(id % (uint64_t)ex->live_cap), n = 0; n < ex->live_cap;
          n++, i = (i + 1) % ex->live_cap) {
