@@ -118,7 +118,7 @@ struct ifl_logits_processor {
 };
 
 struct ifl_executor_config {
-    int32_t n_threads;          /* forward-pass threads; 0: one per core */
+    int32_t n_threads;          /* forward-pass threads; 0: the CPUs this process may use */
     int32_t max_batch_size;     /* sequences per step (default 16) */
     int32_t max_num_tokens;     /* rows per step: decode rows + prefill chunk (default 512) */
     int32_t max_queue_size;     /* waiting requests before enqueue fails; 0: unlimited */

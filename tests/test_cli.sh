@@ -109,5 +109,22 @@ head -c 100000 "$M" >"$tmp/trunc.gguf"
 check_usage "truncated model" "$BIN" run -m "$tmp/trunc.gguf" -p hi
 check_usage "vocab-only file as a model" "$BIN" run -m "$SHARED/models/vocab/ggml-vocab-gpt-2.gguf" -p hi
 
+# the default thread count is the CPUs this process may use: one under
+# taskset -c 0, whatever the machine has (taskset is util-linux, in Debian's
+# base system; the test says so when it is missing rather than passing)
+if command -v taskset >/dev/null; then
+    got=$(taskset -c 0 "$BIN" version | sed -n 's/^cpus: \([0-9]*\) usable.*/\1/p')
+    check "version under taskset -c 0 counts 1 usable CPU" "1" "$got"
+    taskset -c 0 "$BIN" run -m "$M" -p "Once upon a time" -n 4 --temp 0 --ids >/dev/null 2>"$tmp/err"
+    grep -q ", 1 threads," "$tmp/err" && ok "run under taskset -c 0 uses 1 thread" ||
+        { bad "run under taskset -c 0 uses 1 thread"; cat "$tmp/err"; }
+    if [ "$(nproc --all)" -ge 2 ]; then
+        got=$(taskset -c 0,1 "$BIN" version | sed -n 's/.*online, \([0-9]*\) in the affinity mask.*/\1/p')
+        check "version under taskset -c 0,1 counts 2 CPUs in the mask" "2" "$got"
+    fi
+else
+    bad "taskset is missing (util-linux)"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

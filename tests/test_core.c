@@ -1,10 +1,15 @@
-/* Core utilities: status names, F16/BF16 conversions, RNG, thread pool. */
+/* Core utilities: status names, F16/BF16 conversions, RNG, thread pool,
+ * the CPU count (affinity mask, cgroup v1 and v2 quotas on made-up trees). */
+#include <sched.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/err.h"
 #include "core/fp16.h"
 #include "core/pool.h"
 #include "core/rng.h"
+#include "core/syscpu.h"
 #include "t.h"
 
 static void test_strerror(void)
@@ -160,6 +165,163 @@ static void test_pool_fetch(void)
     free(buf);
 }
 
+
+static void test_syscpu_parse(void)
+{
+    double c = -1;
+    CHECK_EQ(ifl_syscpu_parse_cpu_max("max 100000\n", &c), 0);
+    CHECK_NEAR(c, 0, 0);
+    CHECK_EQ(ifl_syscpu_parse_cpu_max("150000 100000\n", &c), 0);
+    CHECK_NEAR(c, 1.5, 1e-12);
+    CHECK_EQ(ifl_syscpu_parse_cpu_max("50000 100000", &c), 0);
+    CHECK_NEAR(c, 0.5, 1e-12);
+    CHECK_EQ(ifl_syscpu_parse_cpu_max("400000 50000\n", &c), 0);
+    CHECK_NEAR(c, 8, 1e-12);
+    static const char *const bad[] = {"",          "max",           "150000",
+                                      "150000 ",   "-5 100000",     "150000 0",
+                                      "0 100000",  "1e5 100000",    "150000 100000 7",
+                                      "max max",   " 150000 100000", "150000  100000",
+                                      "abc 100000", "99999999999999999999 100000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = -1;
+        CHECK_MSG(ifl_syscpu_parse_cpu_max(bad[i], &c) == IFL_EFORMAT, "accepted '%s'", bad[i]);
+        CHECK_NEAR(c, 0, 0);
+    }
+    CHECK_EQ(ifl_syscpu_parse_cfs("-1\n", "100000\n", &c), 0);
+    CHECK_NEAR(c, 0, 0);
+    CHECK_EQ(ifl_syscpu_parse_cfs("250000\n", "100000\n", &c), 0);
+    CHECK_NEAR(c, 2.5, 1e-12);
+    CHECK_EQ(ifl_syscpu_parse_cfs("x", "100000", &c), IFL_EFORMAT);
+    CHECK_EQ(ifl_syscpu_parse_cfs("50000", "0", &c), IFL_EFORMAT);
+    CHECK_EQ(ifl_syscpu_parse_cfs("-1x", "100000", &c), IFL_EFORMAT);
+    CHECK_EQ(ifl_syscpu_parse_cfs("-2", "100000", &c), IFL_EFORMAT);
+    CHECK_EQ(ifl_syscpu_parse_cfs("50000", "", &c), IFL_EFORMAT);
+}
+
+/* Writes text to root/rel, making the directories on the way. */
+static void put(const char *root, const char *rel, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(path, 0700);
+            *p = '/';
+        }
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void rm_tree(const char *root)
+{
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK_EQ(system(cmd), 0);
+}
+
+/* A made-up /proc and /sys under a temporary root. */
+static double quota_of(const char *cgroup, const char *mountinfo, const char *const *files)
+{
+    char root[] = "/tmp/ifl-syscpu-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    if (cgroup)
+        put(root, "proc/self/cgroup", cgroup);
+    if (mountinfo)
+        put(root, "proc/self/mountinfo", mountinfo);
+    for (int i = 0; files && files[i]; i += 2)
+        put(root, files[i], files[i + 1]);
+    struct ifl_syscpu c;
+    ifl_syscpu_read(root, &c);
+    rm_tree(root);
+    return c.quota;
+}
+
+static void test_syscpu_trees(void)
+{
+    const char *v2 = "30 20 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n";
+    /* the smallest quota from the process's cgroup up to the root */
+    const char *nested[] = {"sys/fs/cgroup/a/cpu.max", "120000 100000\n",
+                            "sys/fs/cgroup/a/b/cpu.max", "300000 100000\n",
+                            "sys/fs/cgroup/a/b/c/cpu.max", "max 100000\n", NULL};
+    CHECK_NEAR(quota_of("0::/a/b/c\n", v2, nested), 1.2, 1e-9);
+    /* a container with a cgroup namespace: its own cgroup is "/" */
+    const char *ns[] = {"sys/fs/cgroup/cpu.max", "200000 100000\n", NULL};
+    CHECK_NEAR(quota_of("0::/\n", v2, ns), 2.0, 1e-9);
+    /* without one: the mount shows the container's cgroup as its root */
+    const char *v2sub = "30 20 0:26 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    const char *sub[] = {"sys/fs/cgroup/cpu.max", "250000 100000\n", "sys/fs/cgroup/ctr/cpu.max",
+                         "50000 100000\n", NULL};
+    CHECK_NEAR(quota_of("0::/kubepods/pod1/ctr\n", v2sub, sub), 0.5, 1e-9);
+    /* a cgroup outside the mount's root is read at the mount point */
+    CHECK_NEAR(quota_of("0::/elsewhere\n", v2sub, sub), 2.5, 1e-9);
+    /* v1: the cpu controller's line and mount (comma-joined names, an
+     * escaped space in the mount point) */
+    const char *v1 = "25 20 0:21 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+                     "26 20 0:22 / /sys/fs/cgroup/cpu\\040acct rw - cgroup cgroup rw,cpuacct,cpu\n";
+    const char *v1f[] = {"sys/fs/cgroup/cpu acct/grp/cpu.cfs_quota_us", "350000\n",
+                         "sys/fs/cgroup/cpu acct/grp/cpu.cfs_period_us", "100000\n",
+                         "sys/fs/cgroup/cpu acct/cpu.cfs_quota_us", "-1\n",
+                         "sys/fs/cgroup/cpu acct/cpu.cfs_period_us", "100000\n", NULL};
+    CHECK_NEAR(quota_of("5:memory:/grp\n4:cpuacct,cpu:/grp\n", v1, v1f), 3.5, 1e-9);
+    /* "cpuacct" or "cpuset" alone is not "cpu" */
+    CHECK_NEAR(quota_of("4:cpuacct,cpuset:/grp\n", v1, v1f), 0, 0);
+    /* both hierarchies: the smaller */
+    char both_mi[512];
+    snprintf(both_mi, sizeof both_mi, "%s%s", v1, v2);
+    const char *both[] = {"sys/fs/cgroup/cpu acct/grp/cpu.cfs_quota_us", "350000\n",
+                          "sys/fs/cgroup/cpu acct/grp/cpu.cfs_period_us", "100000\n",
+                          "sys/fs/cgroup/x/cpu.max", "150000 100000\n", NULL};
+    CHECK_NEAR(quota_of("0::/x\n4:cpu:/grp\n", both_mi, both), 1.5, 1e-9);
+    /* missing or bad files are no limit, never an error */
+    CHECK_NEAR(quota_of(NULL, NULL, NULL), 0, 0);
+    CHECK_NEAR(quota_of("0::/a\n", NULL, NULL), 0, 0);
+    CHECK_NEAR(quota_of("0::/a\n", v2, NULL), 0, 0);
+    const char *junk[] = {"sys/fs/cgroup/a/cpu.max", "lots\n", NULL};
+    CHECK_NEAR(quota_of("0::/a\n", v2, junk), 0, 0);
+    CHECK_NEAR(quota_of("garbage without colons\n", "short line\n", junk), 0, 0);
+}
+
+/* The real machine: at least one CPU, no more than are online or allowed,
+ * and a quota, when there is one, rounds up. */
+static void test_syscpu_here(void)
+{
+    struct ifl_syscpu c;
+    ifl_syscpu_read(NULL, &c);
+    CHECK(c.n_online >= 1);
+    CHECK(c.n_usable >= 1 && c.n_usable <= c.n_online);
+    cpu_set_t set;
+    CHECK_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    CHECK_EQ(c.n_affinity, CPU_COUNT(&set));
+    CHECK(c.n_usable <= c.n_affinity);
+    if (c.quota > 0)
+        CHECK(c.n_usable >= c.quota - 1e-9 || c.n_usable == c.n_affinity);
+    CHECK_EQ(ifl_syscpu_count(1), 1);
+    CHECK_EQ(ifl_syscpu_count(512), c.n_usable);
+    /* a pool of 0 threads takes that count */
+    struct ifl_pool *pool;
+    CHECK_EQ(ifl_pool_create(&pool, 0), 0);
+    CHECK_EQ(ifl_pool_size(pool), c.n_usable);
+    ifl_pool_free(pool);
+    /* one CPU in the mask: one thread */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &set)) {
+            CPU_SET(i, &one);
+            break;
+        }
+    CHECK_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    ifl_syscpu_read(NULL, &c);
+    CHECK_EQ(c.n_affinity, 1);
+    CHECK_EQ(c.n_usable, 1);
+    CHECK_EQ(sched_setaffinity(0, sizeof set, &set), 0);
+}
+
 int main(void)
 {
     T_RUN(test_strerror);
@@ -168,5 +330,8 @@ int main(void)
     T_RUN(test_rng);
     T_RUN(test_pool);
     T_RUN(test_pool_fetch);
+    T_RUN(test_syscpu_parse);
+    T_RUN(test_syscpu_trees);
+    T_RUN(test_syscpu_here);
     return t_done();
 }

@@ -50,7 +50,7 @@ struct cli_session {
 struct cli_session_opts {
     const char *model_path;
     int32_t n_ctx;       /* 0: the model's training context, at most 4096 */
-    int n_threads;       /* 0: one per core */
+    int n_threads;       /* 0: the CPUs this process may use (ifl_syscpu_count) */
     enum ifl_type kv_type;
     int32_t max_rows;    /* prefill chunk */
 };

@@ -43,6 +43,7 @@
 
 #include "cli/cli.h"
 #include "core/rng.h"
+#include "core/syscpu.h"
 #include "core/timeutil.h"
 #include "inflight.h"
 #include "model/gguf.h"
@@ -518,7 +519,7 @@ static const char BENCH_HELP[] =
     "  -n, --n-gen N           generated tokens per sequence (default 64)\n"
     "common:\n"
     "  -r, --repetitions N     timed runs of each test, waves of each level (default 3)\n"
-    "  -t, --threads N         threads (default: one per core)\n"
+    "  -t, --threads N         threads (default: the CPUs this process may use)\n"
     "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
     "  --json                  one JSON object per test instead of tables\n"
     "  --bandwidth             measure memory read bandwidth (no model)\n"
@@ -623,10 +624,8 @@ int cmd_bench(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     int threads = (int)o.threads;
-    if (threads == 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = nc < 1 ? 1 : nc > 256 ? 256 : (int)nc;
-    }
+    if (threads == 0)
+        threads = ifl_syscpu_count(256); /* what the executor's pool picks for 0 */
     char err[512] = "";
     if (o.bandwidth) {
         if (run_bandwidth(&o, threads, err)) {

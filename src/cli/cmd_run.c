@@ -34,7 +34,7 @@ static const char RUN_HELP[] =
     "  --top-p P            nucleus sampling mass; 1 is off (default 0.95)\n"
     "  --min-p P            drop tokens below P x the top probability (default 0.05)\n"
     "  --seed S             random seed (default: from the clock)\n"
-    "  -t, --threads N      threads (default: one per core)\n"
+    "  -t, --threads N      threads (default: the CPUs this process may use)\n"
     "  -c, --ctx-size N     context positions (default: the model's, at most 4096)\n"
     "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
     "  --ids                print generated token ids instead of text\n"

@@ -31,7 +31,7 @@ static const char SERVE_HELP[] =
     "  --api-key KEY             require 'Authorization: Bearer KEY' (not on /health)\n"
     "  --api-key-file F          the same, the key read from the first line of F\n"
     "  --cors-origin O           send Access-Control-Allow-Origin: O and answer preflights\n"
-    "  -t, --threads N           forward-pass threads (default: one per core)\n"
+    "  -t, --threads N           forward-pass threads (default: the CPUs this process may use)\n"
     "  -c, --ctx-size N          positions per sequence (default: the model's, at most 4096)\n"
     "  --kv-type f16|f32|q8_0    KV cache precision (default f16)\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"

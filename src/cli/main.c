@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/syscpu.h"
 #include "inflight.h"
 
 static void usage(FILE *f)
@@ -52,6 +53,15 @@ static int dispatch(int argc, char **argv)
         return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("inflight %s\n", ifl_version());
+        /* the default thread count, and what it was taken from */
+        struct ifl_syscpu c;
+        ifl_syscpu_read(NULL, &c);
+        printf("cpus: %d usable (%d online, %d in the affinity mask, ", c.n_usable, c.n_online,
+               c.n_affinity);
+        if (c.quota > 0)
+            printf("cgroup quota %.2f)\n", c.quota);
+        else
+            printf("no cgroup quota)\n");
         return 0;
     }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/err.h"
+#include "core/syscpu.h"
 
 /* A pause takes some 10-150 cycles depending on the core: these budgets are
  * tens of microseconds, long enough to bridge the gaps inside and between
@@ -88,10 +89,8 @@ int ifl_pool_create(struct ifl_pool **out, int n_threads)
     *out = NULL;
     if (n_threads < 0)
         return IFL_EINVAL;
-    if (n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads == 0)
+        n_threads = ifl_syscpu_count(512);
     if (n_threads > 512)
         return IFL_EINVAL;
     struct ifl_pool *pool = calloc(1, sizeof(*pool));

@@ -19,7 +19,8 @@ struct ifl_pool;
 
 typedef void (*ifl_pool_fn)(void *arg, int ith, int nth);
 
-/* n_threads >= 1 counts the caller; 0 means one per online core. */
+/* n_threads >= 1 counts the caller; 0 means one per CPU this process may
+ * use (ifl_syscpu_count: affinity mask and cgroup quota). */
 int ifl_pool_create(struct ifl_pool **out, int n_threads);
 void ifl_pool_free(struct ifl_pool *pool);
 int ifl_pool_size(const struct ifl_pool *pool);

@@ -72,7 +72,7 @@ struct ifl_batch {
 struct ifl_fwd_config {
     int32_t max_rows;     /* most rows one step may carry */
     int32_t max_ctx;      /* most positions one sequence may reach */
-    int n_threads;        /* 0: one per core */
+    int n_threads;        /* 0: the CPUs this process may use (ifl_syscpu_count) */
     int32_t attn_score_floats; /* attention scores one pass over the KV cache keeps
                                   (0: 65536, 256 KiB); results do not depend on it */
 };
