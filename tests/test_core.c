@@ -1,8 +1,10 @@
-/* Core utilities: status names, F16/BF16 conversions, RNG, thread pool,
- * the CPU count (affinity mask, cgroup v1 and v2 quotas on made-up trees). */
+/* Core utilities: status names, F16/BF16 conversions, RNG, thread pool
+ * (spinning, blocking, and switching between them when oversubscribed), the
+ * CPU count (affinity mask, cgroup v1 and v2 quotas on made-up trees). */
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/err.h"
@@ -163,6 +165,184 @@ static void test_pool_fetch(void)
         ifl_pool_free(pool);
     }
     free(buf);
+}
+
+
+/* A job of real work and barriers whose result does not depend on how the
+ * threads waited: every phase sums its rows into a per-thread slot, and the
+ * next phase reads all slots of the previous one. */
+struct work_job {
+    struct ifl_pool *pool;
+    long slot[8][64];
+    long total;
+    int late_us; /* thread 0 arrives this late at each barrier */
+};
+
+static void work_fn(void *arg, int ith, int nth)
+{
+    struct work_job *j = arg;
+    long prev = 0;
+    for (int ph = 0; ph < 8; ph++) {
+        long lo, hi, s = prev % 7;
+        ifl_pool_split(20000, ith, nth, &lo, &hi);
+        for (long i = lo; i < hi; i++)
+            s += (i * (ph + 1)) % 13;
+        j->slot[ph][ith] = s;
+        if (ith == 0 && j->late_us)
+            usleep((useconds_t)j->late_us);
+        ifl_pool_barrier(j->pool);
+        prev = 0;
+        for (int t = 0; t < nth; t++)
+            prev += j->slot[ph][t];
+    }
+    if (ith == 0)
+        j->total = prev;
+}
+
+/* work_fn's result computed by one thread */
+static long work_expected(int nth)
+{
+    long prev = 0;
+    for (int ph = 0; ph < 8; ph++) {
+        long sum = 0;
+        for (int t = 0; t < nth; t++) {
+            long lo, hi, s = prev % 7;
+            ifl_pool_split(20000, t, nth, &lo, &hi);
+            for (long i = lo; i < hi; i++)
+                s += (i * (ph + 1)) % 13;
+            sum += s;
+        }
+        prev = sum;
+    }
+    return prev;
+}
+
+static struct ifl_pool *pool_with_wait(int nth, const char *mode)
+{
+    struct ifl_pool *pool = NULL;
+    if (mode)
+        setenv("IFL_POOL_WAIT", mode, 1);
+    CHECK_EQ(ifl_pool_create(&pool, nth), 0);
+    unsetenv("IFL_POOL_WAIT");
+    return pool;
+}
+
+/* Forced blocking waits (a short spin, then a futex) give the same results
+ * as spinning, and do sleep when a thread is late. */
+static void test_pool_blocking(void)
+{
+    for (int nth = 2; nth <= 4; nth++) {
+        struct ifl_pool *spin = pool_with_wait(nth, "spin"), *block = pool_with_wait(nth, "block");
+        if (!spin || !block)
+            return;
+        struct ifl_pool_stats st;
+        ifl_pool_stats(block, &st);
+        CHECK_EQ(st.blocking, 1);
+        ifl_pool_stats(spin, &st);
+        CHECK_EQ(st.blocking, 0);
+        for (int rep = 0; rep < 40; rep++) {
+            struct work_job a = {.pool = spin}, b = {.pool = block, .late_us = rep % 4 ? 0 : 300};
+            ifl_pool_run(spin, work_fn, &a);
+            ifl_pool_run(block, work_fn, &b);
+            CHECK_EQ(a.total, work_expected(nth));
+            CHECK_EQ(b.total, a.total);
+        }
+        ifl_pool_stats(block, &st);
+        CHECK(st.sleeps > 0); /* 300 us late is far past the 30 us spin */
+        CHECK_EQ(st.blocking, 1);
+        CHECK_EQ(st.to_spinning, 0); /* a fixed mode stays */
+        ifl_pool_free(spin);
+        ifl_pool_free(block);
+    }
+}
+
+static int have_schedstat(void)
+{
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Each thread of the pool sets its own affinity (threads created before a
+ * change keep theirs, so the pool's threads must do it themselves). */
+static void pin_fn(void *arg, int ith, int nth)
+{
+    (void)ith, (void)nth;
+    sched_setaffinity(0, sizeof(cpu_set_t), (cpu_set_t *)arg);
+}
+
+static void nap_fn(void *arg, int ith, int nth)
+{
+    (void)arg, (void)ith, (void)nth;
+    usleep(80000);
+}
+
+/* Four threads pinned to one CPU wait for it most of the time: the adaptive
+ * pool must notice (each is runnable but not running about three quarters
+ * of the time) and block, with the results of the spinning path. Then,
+ * unpinned and mostly asleep (so little waiting for a CPU even on a busy
+ * machine), it must go back to spinning. */
+static void test_pool_oversubscribed(void)
+{
+    if (!have_schedstat()) {
+        fprintf(stderr, "  (no /proc/thread-self/schedstat: the pool cannot adapt here)\n");
+        return;
+    }
+    cpu_set_t old, one;
+    CHECK_EQ(sched_getaffinity(0, sizeof old, &old), 0);
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE - 1 && !CPU_ISSET(cpu, &old))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    struct ifl_pool *pool = pool_with_wait(4, NULL);
+    if (!pool)
+        return;
+    struct ifl_pool_stats st;
+    ifl_pool_stats(pool, &st);
+    CHECK_EQ(st.blocking, 0); /* an adaptive pool starts spinning */
+    ifl_pool_run(pool, pin_fn, &one);
+    const long want = work_expected(4);
+    double t0 = mono_s();
+    int reps = 0;
+    /* the spinning path of four threads on one CPU makes slow progress:
+     * bounded by time rather than by count */
+    while (mono_s() - t0 < 5.0 && !st.blocking) {
+        struct work_job j = {.pool = pool};
+        ifl_pool_run(pool, work_fn, &j);
+        CHECK_EQ(j.total, want);
+        ifl_pool_stats(pool, &st);
+        reps++;
+    }
+    CHECK_MSG(st.blocking && st.to_blocking >= 1, "not blocking after %d jobs in %.2f s", reps,
+              mono_s() - t0);
+    for (int rep = 0; rep < 50; rep++) {
+        struct work_job j = {.pool = pool};
+        ifl_pool_run(pool, work_fn, &j);
+        CHECK_EQ(j.total, want);
+    }
+    ifl_pool_run(pool, pin_fn, &old);
+    t0 = mono_s();
+    reps = 0;
+    while (mono_s() - t0 < 8.0 && st.blocking) {
+        ifl_pool_run(pool, nap_fn, NULL);
+        ifl_pool_stats(pool, &st);
+        reps++;
+    }
+    CHECK_MSG(!st.blocking && st.to_spinning >= 1, "still blocking after %d naps in %.2f s", reps,
+              mono_s() - t0);
+    struct work_job j = {.pool = pool};
+    ifl_pool_run(pool, work_fn, &j);
+    CHECK_EQ(j.total, want);
+    ifl_pool_free(pool);
 }
 
 
@@ -330,6 +510,8 @@ int main(void)
     T_RUN(test_rng);
     T_RUN(test_pool);
     T_RUN(test_pool_fetch);
+    T_RUN(test_pool_blocking);
+    T_RUN(test_pool_oversubscribed);
     T_RUN(test_syscpu_parse);
     T_RUN(test_syscpu_trees);
     T_RUN(test_syscpu_here);

@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,70 @@ static void test_batch_invariance(void)
             CHECK(!memcmp(lp, alone_lp, sizeof(float) * (size_t)n));
         }
         ifl_executor_destroy(ex, 0);
+    }
+}
+
+/* The forward pass's threads may wait by spinning, by blocking (a futex),
+ * or switch between the two when the cores are oversubscribed: none of it
+ * may change a token or a log-prob. 16 sampled requests are run with the
+ * pool fixed to spinning (IFL_POOL_WAIT=spin), fixed to blocking, and
+ * adaptive with 4 threads pinned to one CPU (which makes it block). */
+static void test_pool_wait_modes(void)
+{
+    enum { NREQ = 16, MAXT = 40 };
+    static int32_t toks[3][NREQ][MAXT];
+    static float lps[3][NREQ][MAXT];
+    int32_t ns[3][NREQ];
+    cpu_set_t old, one;
+    CHECK_EQ(sched_getaffinity(0, sizeof old, &old), 0);
+    CPU_ZERO(&one);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &old)) {
+            CPU_SET(i, &one);
+            break;
+        }
+    for (int round = 0; round < 3; round++) {
+        struct ifl_executor_config c;
+        ifl_executor_config_default(&c);
+        c.n_threads = round == 2 ? 4 : 2;
+        c.kv_type = IFL_KV_F32;
+        if (round < 2)
+            setenv("IFL_POOL_WAIT", round ? "block" : "spin", 1);
+        else /* the engine and the pool's threads inherit the mask */
+            CHECK_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+        ifl_executor *ex = NULL;
+        char err[512] = "";
+        int rc = ifl_executor_create(&ex, model_path, &c, err);
+        unsetenv("IFL_POOL_WAIT");
+        CHECK_EQ(sched_setaffinity(0, sizeof old, &old), 0);
+        CHECK_MSG(rc == 0, "create: %s", err);
+        if (rc)
+            return;
+        int32_t prompts[NREQ][40];
+        struct ifl_request reqs[NREQ];
+        ifl_id ids[NREQ];
+        struct ifl_rng g;
+        ifl_rng_seed(&g, 9);
+        for (int k = 0; k < NREQ; k++) {
+            int len = 3 + (int)(ifl_rng_next(&g) % 30);
+            for (int i = 0; i < len; i++)
+                prompts[k][i] = i == 0 ? 1 : 3 + (int)(ifl_rng_next(&g) % 500);
+            greedy_req(&reqs[k], prompts[k], len, MAXT - 8 + k % 8);
+            reqs[k].sampling.temperature = 0.8f;
+            reqs[k].sampling.seed = 300 + k;
+            reqs[k].output.return_log_probs = 1;
+        }
+        CHECK_EQ(ifl_enqueue_many(ex, reqs, NREQ, ids, err), 0);
+        for (int k = 0; k < NREQ; k++)
+            collect(ex, ids[k], 0, toks[round][k], &ns[round][k], lps[round][k], NULL, 0);
+        ifl_executor_destroy(ex, 0);
+        for (int k = 0; round && k < NREQ; k++) {
+            CHECK_EQ(ns[round][k], ns[0][k]);
+            CHECK_MSG(!memcmp(toks[round][k], toks[0][k], sizeof(int32_t) * (size_t)ns[0][k]),
+                      "round %d request %d: other tokens", round, k);
+            CHECK_MSG(!memcmp(lps[round][k], lps[0][k], sizeof(float) * (size_t)ns[0][k]),
+                      "round %d request %d: other log-probs", round, k);
+        }
     }
 }
 
@@ -1494,6 +1559,7 @@ int main(void)
     T_RUN(test_streaming_equals_whole);
     T_RUN(test_return_sequences);
     T_RUN(test_batch_invariance);
+    T_RUN(test_pool_wait_modes);
     T_RUN(test_prefix_caching);
     T_RUN(test_preemption_is_invisible);
     T_RUN(test_cancel_and_timeout);

@@ -6,6 +6,9 @@
  * returns when all have returned. Inside fn, threads may meet at
  * ifl_pool_barrier(). Waiting threads spin briefly, then sleep, so a pool
  * between steps costs no CPU and a step costs a few microseconds to start.
+ * When waits show that a thread was descheduled (cores shared with other
+ * processes, or more threads than cores), the waits block sooner, until they
+ * are short again (pool.c says how; IFL_POOL_WAIT=spin|block fixes the mode).
  *
  * Thread safety: one caller at a time (the engine thread). The pool itself is
  * shared by its workers through atomics whose orders are noted in pool.c.
@@ -25,6 +28,15 @@ int ifl_pool_create(struct ifl_pool **out, int n_threads);
 void ifl_pool_free(struct ifl_pool *pool);
 int ifl_pool_size(const struct ifl_pool *pool);
 void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg);
+/* How the pool has waited so far: for tests and diagnostics; the figures
+ * are read without a lock, each exact but not all of one instant. */
+struct ifl_pool_stats {
+    long long sleeps;      /* waits that ended asleep on a futex */
+    long long to_blocking; /* switches to blocking mode */
+    long long to_spinning; /* switches back */
+    int blocking;          /* in blocking mode now */
+};
+void ifl_pool_stats(struct ifl_pool *pool, struct ifl_pool_stats *out);
 /* Every thread of the running job must call it the same number of times. */
 void ifl_pool_barrier(struct ifl_pool *pool);
 /* The same barrier (the calls of both kinds count alike); while a thread
