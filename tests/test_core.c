@@ -167,7 +167,6 @@ static void test_pool_fetch(void)
     free(buf);
 }
 
-
 /* A job of real work and barriers whose result does not depend on how the
  * threads waited: every phase sums its rows into a per-thread slot, and the
  * next phase reads all slots of the previous one. */
@@ -345,7 +344,6 @@ static void test_pool_oversubscribed(void)
     ifl_pool_free(pool);
 }
 
-
 static void test_syscpu_parse(void)
 {
     double c = -1;
@@ -357,11 +355,10 @@ static void test_syscpu_parse(void)
     CHECK_NEAR(c, 0.5, 1e-12);
     CHECK_EQ(ifl_syscpu_parse_cpu_max("400000 50000\n", &c), 0);
     CHECK_NEAR(c, 8, 1e-12);
-    static const char *const bad[] = {"",          "max",           "150000",
-                                      "150000 ",   "-5 100000",     "150000 0",
-                                      "0 100000",  "1e5 100000",    "150000 100000 7",
-                                      "max max",   " 150000 100000", "150000  100000",
-                                      "abc 100000", "99999999999999999999 100000"};
+    static const char *const bad[] = {
+        "", "max", "150000", "150000 ", "-5 100000", "150000 0", "0 100000", "1e5 100000",
+        "150000 100000 7", "max max", " 150000 100000", "150000  100000", "abc 100000",
+        "99999999999999999999 100000"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         c = -1;
         CHECK_MSG(ifl_syscpu_parse_cpu_max(bad[i], &c) == IFL_EFORMAT, "accepted '%s'", bad[i]);

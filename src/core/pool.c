@@ -176,9 +176,9 @@ static void report(struct ifl_pool *pool, struct probe *p, int64_t now)
         return;
     int share = probe_share(p, now);
     int cur = atomic_load_explicit(&pool->win_permille, memory_order_relaxed);
-    while (share > cur && !atomic_compare_exchange_weak_explicit(
-                              &pool->win_permille, &cur, share, memory_order_relaxed,
-                              memory_order_relaxed)) {
+    while (share > cur &&
+           !atomic_compare_exchange_weak_explicit(&pool->win_permille, &cur, share,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
     }
 }
 
@@ -212,8 +212,8 @@ static void sleep_on(struct ifl_pool *pool, atomic_uint *word, unsigned old, ato
 }
 
 /* Spins until *word != old, for up to budget_ns, then sleeps. */
-static void wait_word(struct ifl_pool *pool, atomic_uint *word, unsigned old,
-                      atomic_int *sleepers, int64_t budget_ns)
+static void wait_word(struct ifl_pool *pool, atomic_uint *word, unsigned old, atomic_int *sleepers,
+                      int64_t budget_ns)
 {
     int64_t t0 = 0;
     for (int spins = 1; atomic_load_explicit(word, memory_order_acquire) == old; spins++) {
@@ -267,8 +267,8 @@ int ifl_pool_create(struct ifl_pool **out, int n_threads)
     memset(pool, 0, sizeof(*pool));
     pool->nth = n_threads;
     const char *env = getenv("IFL_POOL_WAIT");
-    pool->mode = !env ? MODE_ADAPT
-                 : !strcmp(env, "spin") ? MODE_SPIN
+    pool->mode = !env                    ? MODE_ADAPT
+                 : !strcmp(env, "spin")  ? MODE_SPIN
                  : !strcmp(env, "block") ? MODE_BLOCK
                                          : MODE_ADAPT;
     atomic_store_explicit(&pool->blocking, pool->mode == MODE_BLOCK, memory_order_relaxed);
@@ -306,7 +306,10 @@ void ifl_pool_free(struct ifl_pool *pool)
     free(pool);
 }
 
-int ifl_pool_size(const struct ifl_pool *pool) { return pool->nth; }
+int ifl_pool_size(const struct ifl_pool *pool)
+{
+    return pool->nth;
+}
 
 void ifl_pool_stats(struct ifl_pool *pool, struct ifl_pool_stats *out)
 {
