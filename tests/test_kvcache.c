@@ -33,6 +33,26 @@ static void fake_copy(void *user, int32_t dst, int32_t src, int32_t n_pos)
     f->last_n = n_pos;
 }
 
+/* Giving memory back: the blocks must hold nothing anyone reads (free, not
+ * cached); their contents turn to the never-written value, so a sequence
+ * or a cached prefix that still needed them fails verify(). */
+static struct ifl_kvc *release_pool; /* the pool whose blocks fake_release sees */
+static int n_release_calls;
+
+static void fake_release(void *user, int32_t first, int32_t n)
+{
+    struct fake *f = user;
+    CHECK(n > 0);
+    for (int32_t b = first; b < first + n; b++) {
+        if (release_pool)
+            CHECK_MSG(release_pool->ref[b] == 0 && !release_pool->registered[b],
+                      "block %d given back with ref %d", b, release_pool->ref[b]);
+        for (int32_t i = 0; i < f->bs; i++)
+            f->kv[(size_t)b * f->bs + i] = -12345;
+    }
+    n_release_calls++;
+}
+
 /* A test sequence: the manager's view plus the tokens it should hold. */
 struct tseq {
     struct ifl_kvc_seq s;
@@ -155,11 +175,23 @@ static void check_pool(const struct ifl_kvc *c, struct tseq *ts, int n_ts)
     }
     CHECK_EQ(used, c->n_used);
     CHECK_EQ(c->n_free + c->n_cached + c->n_used, n);
-    for (int32_t i = 0; i < c->n_free; i++) {
-        int32_t b = c->free_stack[i];
+    int32_t nf = 0, ntf = 0, nt = 0;
+    for (int32_t b = 0; b < n; b++) {
+        nt += block_touched(c, b);
+        if (!block_free(c, b))
+            continue;
         CHECK(c->ref[b] == 0 && !c->registered[b] && !seen[b]);
+        CHECK((b >> 6) >= c->free_hint);
         seen[b] = 1;
+        nf++;
+        ntf += block_touched(c, b);
     }
+    CHECK_EQ(nf, c->n_free);
+    CHECK_EQ(ntf, c->n_touched_free);
+    CHECK_EQ(nt, c->n_touched);
+    for (int32_t b = 0; b < n; b++) /* a block that holds data was touched */
+        if (!block_free(c, b))
+            CHECK(block_touched(c, b));
     int32_t k = 0, prev = KVC_NONE;
     for (int32_t b = c->lru_head; b != KVC_NONE && k <= n; b = c->lru_next[b], k++) {
         CHECK(c->ref[b] == 0 && c->registered[b] && !seen[b]);
@@ -195,7 +227,7 @@ static void stats_sum_ok(const struct ifl_kvc *c)
 
 static struct ifl_kvc *make_pool(struct fake *f, int32_t n_blocks, int32_t bs, int caching)
 {
-    struct ifl_kvc_config cfg = {n_blocks, bs, caching, fake_copy, f};
+    struct ifl_kvc_config cfg = {n_blocks, bs, caching, fake_copy, f, fake_release, f};
     struct ifl_kvc *c = NULL;
     memset(f, 0, sizeof(*f));
     f->bs = bs;
@@ -203,6 +235,7 @@ static struct ifl_kvc *make_pool(struct fake *f, int32_t n_blocks, int32_t bs, i
     for (size_t i = 0; i < (size_t)n_blocks * (size_t)bs; i++)
         f->kv[i] = -12345; /* never a written value in practice */
     CHECK_EQ(ifl_kvc_create(&c, &cfg), 0);
+    release_pool = c;
     return c;
 }
 
@@ -232,7 +265,7 @@ static void test_create_args(void)
 {
     struct fake f = {0};
     struct ifl_kvc *c = (struct ifl_kvc *)1;
-    struct ifl_kvc_config bad = {0, 16, 1, fake_copy, &f};
+    struct ifl_kvc_config bad = {0, 16, 1, fake_copy, &f, NULL, NULL};
     CHECK_EQ(ifl_kvc_create(&c, &bad), IFL_EINVAL);
     CHECK(c == NULL);
     bad.n_blocks = 4;
@@ -948,6 +981,12 @@ static void stress(uint64_t seed, int32_t n_blocks, int32_t bs, int caching, int
             fake_write(c, &f, t, m);
             ifl_kvc_commit(c, &t->s, t->tok, m);
             n_ok++;
+        } else if (op < 53) { /* time passes; blocks free long enough go back */
+            ifl_kvc_set_clock(c, step);
+            int64_t idle = rnd(&r, 40);
+            int64_t next = ifl_kvc_next_release(c, idle);
+            int32_t given = ifl_kvc_release_idle(c, idle);
+            CHECK_EQ(given > 0, next <= step);
         } else if (op < 65) {
             ifl_kvc_truncate(c, &t->s, (int32_t)rnd(&r, (uint32_t)t->s.n_pos + 1));
         } else if (op < 72) {
@@ -981,12 +1020,79 @@ static void stress(uint64_t seed, int32_t n_blocks, int32_t bs, int caching, int
     CHECK_EQ(st.n_free + st.n_cached, n_blocks);
     if (caching)
         CHECK(st.reused > 0 && st.evicted > 0);
+    CHECK(st.released > 0); /* blocks were given back along the way */
     if (getenv("KVC_VERBOSE"))
         fprintf(stderr,
                 "  seed %llu: %d ok, %d full, reused %lld missed %lld evicted %lld copies %d\n",
                 (unsigned long long)seed, n_ok, n_full, (long long)st.reused, (long long)st.missed,
                 (long long)st.evicted, f.n_copies);
     check_pool(c, TS, N_SEQ);
+    free_pool(c, &f);
+}
+
+/* Free blocks are handed out lowest id first, whatever order they were
+ * freed in, and blocks that stay free are given back in whole runs once
+ * they have been free for the time asked, never cached ones. */
+static void test_low_first_and_release(void)
+{
+    struct fake f;
+    struct ifl_kvc *c = make_pool(&f, 100, 4, 1);
+    clear_ts();
+    int32_t tok[64];
+    iota(tok, 64, 7);
+    for (int i = 0; i < 4; i++) { /* 0-1, 2-3, 4-5, 6-7; 6 positions each */
+        CHECK_EQ(ifl_kvc_seq_init(&TS[i].s, 16), 0);
+        TS[i].live = 1;
+        CHECK_EQ(extend(c, &f, &TS[i], tok + 10 * i, 6), 0);
+        CHECK_EQ(TS[i].s.blocks[0], 2 * i);
+        CHECK_EQ(TS[i].s.blocks[1], 2 * i + 1);
+    }
+    struct ifl_kvc_stats st;
+    ifl_kvc_get_stats(c, &st);
+    CHECK_EQ(st.n_touched, 8);
+    CHECK_EQ(st.peak_used, 8);
+    ifl_kvc_set_clock(c, 1000);
+    stop(c, &TS[0]); /* block 0 is full: cached; 1 free */
+    ifl_kvc_set_clock(c, 2000);
+    stop(c, &TS[2]); /* 4 cached, 5 free */
+    /* a new sequence gets 1 and 5 (lowest free first; a stack gave 5, 1) */
+    CHECK_EQ(ifl_kvc_seq_init(&TS[0].s, 16), 0);
+    TS[0].live = 1;
+    CHECK_EQ(extend(c, &f, &TS[0], tok + 40, 7), 0);
+    CHECK_EQ(TS[0].s.blocks[0], 1);
+    CHECK_EQ(TS[0].s.blocks[1], 5);
+    CHECK_EQ(ifl_kvc_next_release(c, 10), INT64_MAX); /* nothing touched is free */
+    ifl_kvc_set_clock(c, 3000);
+    stop(c, &TS[3]); /* 6 cached, 7 free at 3000 */
+    stop(c, &TS[0]); /* 1 cached, 5 free at 3000 */
+    ifl_kvc_get_stats(c, &st);
+    CHECK_EQ(st.n_cached, 4);
+    CHECK_EQ(st.n_touched, 8);
+    CHECK_EQ(ifl_kvc_next_release(c, 500), 3500);
+    n_release_calls = 0;
+    ifl_kvc_set_clock(c, 3499);
+    CHECK_EQ(ifl_kvc_release_idle(c, 500), 0);
+    CHECK_EQ(n_release_calls, 0);
+    ifl_kvc_set_clock(c, 3500);
+    /* runs: [5, 6) and [7, 100) (8..99 never touched ride along) */
+    CHECK_EQ(ifl_kvc_release_idle(c, 500), 2);
+    CHECK_EQ(n_release_calls, 2);
+    ifl_kvc_get_stats(c, &st);
+    CHECK_EQ(st.n_touched, 6); /* 2, 3 used; 0, 1, 4, 6 cached */
+    CHECK_EQ(st.released, 2);
+    CHECK_EQ(ifl_kvc_next_release(c, 500), INT64_MAX);
+    CHECK_EQ(ifl_kvc_release_idle(c, 0), 0); /* nothing left to give */
+    CHECK(verify(c, &f, &TS[1]));
+    check_pool(c, TS, 4);
+    /* the cached prefixes survived: a request for TS[0]'s first prompt
+     * shares block 0 */
+    CHECK_EQ(start(c, &f, &TS[0], 16, tok, 6), 4);
+    CHECK_EQ(TS[0].s.blocks[0], 0);
+    CHECK(verify(c, &f, &TS[0]));
+    for (int i = 0; i < 4; i++)
+        if (TS[i].live)
+            stop(c, &TS[i]);
+    check_pool(c, TS, 4);
     free_pool(c, &f);
 }
 
@@ -1017,6 +1123,7 @@ int main(void)
     T_RUN(test_truncate);
     T_RUN(test_disabled);
     T_RUN(test_collisions);
+    T_RUN(test_low_first_and_release);
     T_RUN(test_stress);
     return t_done();
 }

@@ -3,7 +3,7 @@
  * write and automatic prefix caching over a fixed pool of n_blocks.
  *
  * Every block is in exactly one of three states, and the counters follow:
- *   free    ref == 0, not registered, on the free stack        (n_free)
+ *   free    ref == 0, not registered, its bit set in free_bits  (n_free)
  *   cached  ref == 0, registered, on the LRU list              (n_cached)
  *   used    ref >= 1, registered or not, on neither            (n_used)
  * so n_free + n_cached + n_used == n_blocks at every return.
@@ -32,6 +32,14 @@
  * allocates (a sequence's block array). Eviction takes the least recently
  * released cached block; release pushes a sequence's blocks last-to-first so
  * that the tails of a chain are evicted before its head.
+ *
+ * Memory: the store's pages cost memory only once written, so allocation
+ * hands out the lowest-numbered free block (a bitmap searched from the
+ * lowest word that may hold one): the blocks in use stay packed at the
+ * front, and the rest, never touched, costs nothing. A block taken is
+ * "touched" until given back: ifl_kvc_release_idle finds runs of free
+ * blocks that have stayed free long enough and hands them to the release
+ * callback (cached blocks hold prefixes and are never given back).
  */
 #include "runtime/kvcache.h"
 
@@ -60,8 +68,19 @@ struct ifl_kvc {
     uint32_t *canon_gen;
     int32_t *toks; /* [n_blocks][block_size] tokens of a registered block */
 
-    int32_t *free_stack; /* [n_blocks] free block ids, top at n_free - 1 */
+    uint64_t *free_bits; /* [n_words] bit b: block b is free */
+    uint64_t *touched;   /* [n_words] bit b: taken since creation or its last release */
+    int64_t *freed_at;   /* [n_blocks] clock when a free block became free */
+    int32_t n_words;
+    int32_t free_hint;   /* no word below this one has a free bit */
     int32_t n_free;
+    int32_t n_touched_free; /* free blocks with their touched bit set */
+    int32_t n_touched;
+    int32_t peak_used;
+    int64_t now;            /* the caller's clock (ifl_kvc_set_clock) */
+    int64_t released;       /* blocks given back since creation */
+    ifl_kvc_release_fn release;
+    void *release_user;
 
     int32_t *lru_prev; /* [n_blocks] cached list links, KVC_NONE at the ends */
     int32_t *lru_next;
@@ -225,7 +244,18 @@ static int32_t kvc_take(struct ifl_kvc *c)
 {
     int32_t b;
     if (c->n_free > 0) {
-        b = c->free_stack[--c->n_free];
+        int32_t w = c->free_hint;
+        while (!c->free_bits[w])
+            w++;
+        c->free_hint = w;
+        b = w * 64 + __builtin_ctzll(c->free_bits[w]);
+        c->free_bits[w] &= c->free_bits[w] - 1;
+        c->n_free--;
+        if (c->touched[w] >> (b & 63) & 1)
+            c->n_touched_free--;
+        else
+            c->n_touched++;
+        c->touched[w] |= 1ull << (b & 63);
     } else {
         b = c->lru_head;
         IFL_ASSERT(b != KVC_NONE);
@@ -235,7 +265,8 @@ static int32_t kvc_take(struct ifl_kvc *c)
     }
     IFL_ASSERT(c->ref[b] == 0);
     c->ref[b] = 1;
-    c->n_used++;
+    if (++c->n_used > c->peak_used)
+        c->peak_used = c->n_used;
     return b;
 }
 
@@ -243,7 +274,8 @@ static void kvc_ref(struct ifl_kvc *c, int32_t b)
 {
     if (c->ref[b]++ == 0) {
         lru_unlink(c, b); /* only cached blocks are shared with ref 0 */
-        c->n_used++;
+        if (++c->n_used > c->peak_used)
+            c->peak_used = c->n_used;
     }
 }
 
@@ -253,10 +285,16 @@ static void kvc_unref(struct ifl_kvc *c, int32_t b)
     if (--c->ref[b] > 0)
         return;
     c->n_used--;
-    if (c->registered[b])
+    if (c->registered[b]) {
         lru_push_recent(c, b);
-    else
-        c->free_stack[c->n_free++] = b;
+    } else {
+        c->free_bits[b >> 6] |= 1ull << (b & 63);
+        if ((b >> 6) < c->free_hint)
+            c->free_hint = b >> 6;
+        c->n_free++;
+        c->n_touched_free++; /* a block in use is always touched */
+        c->freed_at[b] = c->now;
+    }
 }
 
 /* ---- pool ---------------------------------------------------------------- */
@@ -280,6 +318,9 @@ int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg)
     c->caching = cfg->enable_prefix_caching != 0;
     c->copy = cfg->copy;
     c->copy_user = cfg->copy_user;
+    c->release = cfg->release;
+    c->release_user = cfg->release_user;
+    c->n_words = (int32_t)((n + 63) / 64);
     c->ref = calloc(n, sizeof(*c->ref));
     c->registered = calloc(n, sizeof(*c->registered));
     c->key = calloc(n, sizeof(*c->key));
@@ -290,19 +331,21 @@ int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg)
     c->canon = calloc(n, sizeof(*c->canon));
     c->canon_gen = calloc(n, sizeof(*c->canon_gen));
     c->toks = calloc(n * (size_t)cfg->block_size, sizeof(*c->toks));
-    c->free_stack = malloc(n * sizeof(*c->free_stack));
+    c->free_bits = calloc((size_t)c->n_words, sizeof(*c->free_bits));
+    c->touched = calloc((size_t)c->n_words, sizeof(*c->touched));
+    c->freed_at = malloc(n * sizeof(*c->freed_at));
     c->lru_prev = malloc(n * sizeof(*c->lru_prev));
     c->lru_next = malloc(n * sizeof(*c->lru_next));
     c->table = malloc((size_t)cap * sizeof(*c->table));
     if (!c->ref || !c->registered || !c->key || !c->parent || !c->pid || !c->pgen || !c->gen ||
-        !c->canon || !c->canon_gen || !c->toks || !c->free_stack || !c->lru_prev || !c->lru_next ||
+        !c->canon || !c->canon_gen || !c->toks || !c->free_bits || !c->touched || !c->freed_at || !c->lru_prev || !c->lru_next ||
         !c->table) {
         ifl_kvc_free(c);
         return IFL_ENOMEM;
     }
-    /* Block 0 on top of the stack, so ids come out in increasing order. */
     for (int32_t i = 0; i < c->n_blocks; i++) {
-        c->free_stack[i] = c->n_blocks - 1 - i;
+        c->free_bits[i >> 6] |= 1ull << (i & 63);
+        c->freed_at[i] = INT64_MIN; /* never used: free since forever */
         c->lru_prev[i] = c->lru_next[i] = KVC_NONE;
     }
     c->n_free = c->n_blocks;
@@ -328,7 +371,9 @@ void ifl_kvc_free(struct ifl_kvc *c)
     free(c->canon);
     free(c->canon_gen);
     free(c->toks);
-    free(c->free_stack);
+    free(c->free_bits);
+    free(c->touched);
+    free(c->freed_at);
     free(c->lru_prev);
     free(c->lru_next);
     free(c->table);
@@ -354,6 +399,65 @@ void ifl_kvc_get_stats(const struct ifl_kvc *c, struct ifl_kvc_stats *out)
     out->reused = c->reused;
     out->missed = c->missed;
     out->evicted = c->evicted;
+    out->n_touched = c->n_touched;
+    out->peak_used = c->peak_used;
+    out->released = c->released;
+}
+
+void ifl_kvc_set_clock(struct ifl_kvc *c, int64_t now)
+{
+    c->now = now;
+}
+
+static int block_free(const struct ifl_kvc *c, int32_t b)
+{
+    return (int)(c->free_bits[b >> 6] >> (b & 63) & 1);
+}
+
+static int block_touched(const struct ifl_kvc *c, int32_t b)
+{
+    return (int)(c->touched[b >> 6] >> (b & 63) & 1);
+}
+
+int32_t ifl_kvc_release_idle(struct ifl_kvc *c, int64_t min_idle)
+{
+    if (!c->release || c->n_touched_free == 0)
+        return 0;
+    int32_t given = 0;
+    /* maximal runs of blocks free for at least min_idle; untouched ones
+     * join a run (giving them back costs nothing and makes runs longer, so
+     * more whole pages fall inside) but a run of only those is skipped */
+    int64_t before = c->now - min_idle; /* freed at or before this: long enough */
+    for (int32_t b = 0; b < c->n_blocks && c->n_touched_free > 0;) {
+        if (!block_free(c, b) || c->freed_at[b] > before) {
+            b++;
+            continue;
+        }
+        int32_t first = b, n_touched = 0;
+        while (b < c->n_blocks && block_free(c, b) && c->freed_at[b] <= before)
+            n_touched += block_touched(c, b++);
+        if (!n_touched)
+            continue;
+        c->release(c->release_user, first, b - first);
+        for (int32_t i = first; i < b; i++)
+            c->touched[i >> 6] &= ~(1ull << (i & 63));
+        c->n_touched_free -= n_touched;
+        c->n_touched -= n_touched;
+        given += n_touched;
+    }
+    c->released += given;
+    return given;
+}
+
+int64_t ifl_kvc_next_release(const struct ifl_kvc *c, int64_t min_idle)
+{
+    if (!c->release || c->n_touched_free == 0)
+        return INT64_MAX;
+    int64_t first = INT64_MAX;
+    for (int32_t b = 0; b < c->n_blocks; b++)
+        if (block_free(c, b) && block_touched(c, b) && c->freed_at[b] < first)
+            first = c->freed_at[b];
+    return first == INT64_MAX ? first : first + min_idle;
 }
 
 /* ---- sequences ----------------------------------------------------------- */

@@ -19,6 +19,9 @@
  * reserve() gives it a private copy (the copy callback copies the positions
  * already written).
  *
+ * Allocation takes the lowest-numbered free block, so used memory stays
+ * compact; blocks free for a while are given back (ifl_kvc_release_idle).
+ *
  * Single-owner: the engine thread. Nothing here allocates after create,
  * except ifl_kvc_seq_init (a sequence's block array, sized once to the
  * sequence's max_blocks; it never grows).
@@ -29,6 +32,8 @@
 #include <stdint.h>
 
 typedef void (*ifl_kvc_copy_fn)(void *user, int32_t dst_block, int32_t src_block, int32_t n_pos);
+/* Gives the memory of blocks [first, first + n) back (they hold nothing). */
+typedef void (*ifl_kvc_release_fn)(void *user, int32_t first, int32_t n);
 
 struct ifl_kvc_config {
     int32_t n_blocks;
@@ -36,6 +41,8 @@ struct ifl_kvc_config {
     int enable_prefix_caching;
     ifl_kvc_copy_fn copy; /* required */
     void *copy_user;
+    ifl_kvc_release_fn release; /* optional: NULL never gives memory back */
+    void *release_user;
 };
 
 struct ifl_kvc;
@@ -67,11 +74,29 @@ struct ifl_kvc_stats {
     int64_t reused;   /* blocks found by prefix matching, since creation */
     int64_t missed;   /* full prompt blocks looked up and not found */
     int64_t evicted;
+    int32_t n_touched; /* blocks taken since creation or their last release
+                          (their memory is resident, or may be) */
+    int32_t peak_used; /* most blocks used at once since creation */
+    int64_t released;  /* touched blocks given back since creation */
 };
 
 int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg);
 void ifl_kvc_free(struct ifl_kvc *c);
 int32_t ifl_kvc_block_size(const struct ifl_kvc *c);
+
+/* The time the pool sees, in any unit the caller keeps (the engine: us):
+ * a block that becomes free is stamped with it. */
+void ifl_kvc_set_clock(struct ifl_kvc *c, int64_t now);
+/* Gives back, through the release callback, every maximal run of free
+ * blocks that have all been free for at least min_idle (by the clock) and
+ * of which some were touched; they count as untouched afterwards. Cached
+ * blocks are never given back. O(n_blocks) and a system call per run in
+ * the store: call it when idle, not from a step. Returns the touched
+ * blocks given back. */
+int32_t ifl_kvc_release_idle(struct ifl_kvc *c, int64_t min_idle);
+/* The clock time at which ifl_kvc_release_idle(c, min_idle) would first
+ * find something to give back; INT64_MAX when nothing is waiting. */
+int64_t ifl_kvc_next_release(const struct ifl_kvc *c, int64_t min_idle);
 
 /* Blocks a sequence could get right now: free plus evictable. */
 int32_t ifl_kvc_available(const struct ifl_kvc *c);
