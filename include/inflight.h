@@ -75,6 +75,16 @@ enum ifl_sched_policy {
  * scale); it needs key and value widths that are multiples of 32. */
 enum ifl_kv_type { IFL_KV_F16 = 0, IFL_KV_F32 = 1, IFL_KV_Q8_0 = 2 };
 
+/* What decided the KV pool's size (struct ifl_iteration_stats kv_pool_bound). */
+enum ifl_kv_bound {
+    IFL_KV_BOUND_TOKENS = 1,        /* kv_cache_tokens */
+    IFL_KV_BOUND_BYTES = 2,         /* kv_cache_bytes */
+    IFL_KV_BOUND_CONTEXTS = 3,      /* the default, max_batch_size full contexts: it fit */
+    IFL_KV_BOUND_LIMIT = 4,         /* the default, cut to kv_cache_memory_limit */
+    IFL_KV_BOUND_MEM_AVAILABLE = 5, /* the default, cut to a share of MemAvailable */
+    IFL_KV_BOUND_CGROUP = 6,        /* the default, cut to a share of the cgroup's room */
+};
+
 enum ifl_finish_reason {
     IFL_FINISH_NOT_FINISHED = 0,
     IFL_FINISH_END_ID = 1,     /* the end token (or another end-of-generation token) */
@@ -124,9 +134,11 @@ struct ifl_executor_config {
     int32_t max_queue_size;     /* waiting requests before enqueue fails; 0: unlimited */
     int32_t n_ctx;              /* positions one sequence may reach; 0: the model's, <= 4096 */
     int64_t kv_cache_tokens;    /* KV pool size in positions; 0: from kv_cache_bytes */
-    int64_t kv_cache_bytes;     /* used when kv_cache_tokens is 0; 0 as well: room for
-                                   max_batch_size full contexts, and a
-                                   copy-on-write block per sample after the first */
+    int64_t kv_cache_bytes;     /* used when kv_cache_tokens is 0; 0 as well: the default,
+                                   room for max_batch_size full contexts, and a
+                                   copy-on-write block per sample after the first, cut to
+                                   the memory bound below when it does not fit (never
+                                   below one context) */
     int32_t kv_block_size;      /* positions per block (default 16) */
     int32_t kv_type;            /* enum ifl_kv_type (default F16) */
     int32_t sched_policy;       /* enum ifl_sched_policy */
@@ -135,6 +147,20 @@ struct ifl_executor_config {
     int32_t n_logits_processors;
     ifl_batched_logits_fn batched_logits_processor; /* requests name it "batched" */
     void *batched_logits_user;
+    /* The default pool's memory bound: kv_cache_memory_limit bytes when
+     * > 0, else kv_cache_memory_share (0 < share <= 1; 0: 0.4) of the
+     * memory this process may still take: MemAvailable, or the room its
+     * memory cgroup (v2 memory.max, v1 memory.limit_in_bytes) leaves if
+     * that is less. The pool is address space, resident only as blocks are
+     * written, so the bound matters once it fills. */
+    double kv_cache_memory_share;
+    int64_t kv_cache_memory_limit;
+    /* KV blocks that have stayed free this long give their memory back
+     * (madvise; cached prefixes are kept), when the engine is idle or, if
+     * at least a quarter of the pool (64 MiB at least) is free and
+     * resident, between steps at most once a second. 0: 5000 (default);
+     * -1: never. */
+    int32_t kv_release_ms;
 };
 
 /* Beam search (beam_width 2..16, at most max_batch_size): each step keeps
@@ -325,6 +351,20 @@ struct ifl_iteration_stats {
     int64_t kv_blocks_reused;     /* since creation */
     int64_t kv_blocks_missed;
     double kv_cache_hit_rate;     /* reused / (reused + missed) */
+    /* KV memory, from creation on. reserved: the pool's address space;
+     * resident: what of it is in memory now (measured at the call);
+     * used: the blocks sequences hold, at their full size. */
+    int64_t kv_bytes_reserved;
+    int64_t kv_bytes_resident;
+    int64_t kv_bytes_used;
+    int32_t kv_block_bytes;       /* one block, every layer's keys and values */
+    int32_t kv_blocks_peak;       /* most blocks used at once, since creation */
+    int32_t kv_blocks_cached;     /* unused but kept for prefix reuse (in kv_blocks_free) */
+    int32_t kv_pool_bound;        /* enum ifl_kv_bound: what sized the pool */
+    int64_t kv_bytes_bound;       /* the memory bound the default pool was held to
+                                     (0 with kv_cache_tokens or kv_cache_bytes) */
+    int64_t kv_blocks_released;   /* blocks whose memory was given back, since creation */
+    int64_t process_rss_bytes;    /* the process's resident set, measured at the call */
 };
 
 struct ifl_request_stats {
@@ -416,7 +456,20 @@ int ifl_executor_tokenize(ifl_executor *ex, const char *text, int64_t len, int32
 int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int32_t show_special,
                             char *buf, int64_t cap, int64_t *len_out);
 
+/* The engine's figures as of its last step (or creation: the KV pool's
+ * size and use are there from the start); kv_bytes_resident and
+ * process_rss_bytes are measured during the call (about a millisecond for
+ * a pool of gigabytes). Thread-safe. */
 int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
+/* Waits until the executor is idle: every request enqueued so far has had
+ * its final response queued (none active, queued or paused) and the engine
+ * has published its stats since, so ifl_get_iteration_stats shows the
+ * blocks they held as released. timeout_ms < 0 waits without limit, 0
+ * only checks. Returns 0 when idle, IFL_ETIMEDOUT, IFL_ESTATE if the
+ * executor is being destroyed with requests unfinished, IFL_EINVAL for a
+ * NULL executor. Responses still waiting to be awaited do not count.
+ * Thread-safe. */
+int ifl_executor_wait_idle(ifl_executor *ex, int64_t timeout_ms);
 /* IFL_ENOTFOUND once a request's final response was awaited, and for ids
  * never issued (0 among them). */
 int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out);

@@ -622,6 +622,60 @@ static void test_stress(void)
     ifl_executor_destroy(ex, 0);
 }
 
+/* The KV pool's size is in the stats from creation on (it was all zeros
+ * until a step had run), and wait_idle returns once every request is done
+ * and the stats show their blocks released. */
+static void test_baseline_and_wait_idle(void)
+{
+    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    if (!ex)
+        return;
+    struct ifl_iteration_stats s;
+    CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
+    /* 4 contexts of 512 and 3 copy-on-write blocks, 16 positions a block */
+    CHECK_EQ(s.kv_blocks_max, 4 * 32 + 3);
+    CHECK_EQ(s.kv_blocks_free, s.kv_blocks_max);
+    CHECK_EQ(s.kv_blocks_used, 0);
+    CHECK_EQ(s.kv_pool_bound, IFL_KV_BOUND_CONTEXTS);
+    CHECK(s.kv_block_bytes > 0);
+    CHECK(s.kv_bytes_reserved >= (int64_t)s.kv_blocks_max * s.kv_block_bytes);
+    CHECK(s.kv_bytes_resident >= 0 && s.kv_bytes_resident <= s.kv_bytes_reserved);
+    CHECK(s.process_rss_bytes > 0);
+    CHECK_EQ(ifl_executor_wait_idle(ex, 0), 0);
+    CHECK_EQ(ifl_executor_wait_idle(ex, -1), 0);
+    CHECK_EQ(ifl_executor_wait_idle(NULL, 0), IFL_EINVAL);
+
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, 300);
+    struct ifl_request rs[6] = {r, r, r, r, r, r};
+    ifl_id ids[6];
+    CHECK_EQ(ifl_enqueue_many(ex, rs, 6, ids, NULL), 0);
+    /* six requests of 300 tokens on 4 slots are not done at once */
+    CHECK_EQ(ifl_executor_wait_idle(ex, 0), IFL_ETIMEDOUT);
+    CHECK_EQ(ifl_executor_wait_idle(ex, 1), IFL_ETIMEDOUT);
+    CHECK_EQ(ifl_executor_wait_idle(ex, 60000), 0);
+    CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
+    CHECK_EQ(s.active_requests, 0);
+    CHECK_EQ(s.queued_requests, 0);
+    CHECK_EQ(s.paused_requests, 0);
+    CHECK_EQ(s.completed_requests, 6);
+    CHECK_EQ(s.kv_blocks_used, 0);
+    CHECK_EQ(s.kv_bytes_used, 0);
+    CHECK(s.kv_blocks_peak >= 4 * 19); /* 4 at a time, 305 positions each */
+    CHECK(s.kv_blocks_peak <= s.kv_blocks_max);
+    /* the responses are still there to await */
+    for (int i = 0; i < 6; i++) {
+        int32_t out[400], n;
+        CHECK_EQ(collect(ex, ids[i], 0, out, &n, NULL, NULL, 0), IFL_FINISH_LENGTH);
+        CHECK_EQ(n, 300);
+    }
+    /* a cancelled request counts as done too */
+    CHECK_EQ(ifl_enqueue(ex, &r, &ids[0], NULL), 0);
+    CHECK_EQ(ifl_cancel(ex, ids[0]), 0);
+    CHECK_EQ(ifl_executor_wait_idle(ex, 60000), 0);
+    ifl_executor_destroy(ex, 0);
+}
+
 static void test_destroy_wakes_waiters(void)
 {
     ifl_executor *ex = open_ex(2, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
@@ -1576,6 +1630,7 @@ int main(void)
     T_RUN(test_generation_and_context_logits);
     T_RUN(test_hidden_states);
     T_RUN(test_destroy_wakes_waiters);
+    T_RUN(test_baseline_and_wait_idle);
     T_RUN(test_stress);
     T_RUN(test_null_executor);
     return t_done();

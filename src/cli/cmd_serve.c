@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/sysmem.h"
 #include "inflight.h"
 #include "server/server.h"
 
@@ -26,7 +27,13 @@ static const char SERVE_HELP[] =
     "  --port N                  port (default 8080; 0: any free port, printed at start)\n"
     "  --parallel N              sequences batched per step (max_batch_size, default 16)\n"
     "  --max-num-tokens N        rows per step: decode rows + prefill chunk (default 512)\n"
-    "  --kv-cache-tokens N       KV cache size in positions (default: --parallel full contexts)\n"
+    "  --kv-cache-tokens N       KV cache size in positions (default: --parallel full\n"
+    "                            contexts, cut to --kv-cache-memory if they do not fit)\n"
+    "  --kv-cache-memory M       the default KV cache's bound: a share of the memory the\n"
+    "                            process may use (MemAvailable, cgroup limit), e.g. 40%\n"
+    "                            (the default), or a size, e.g. 2G\n"
+    "  --kv-release-ms N         KV blocks free this long give their memory back\n"
+    "                            (default 5000; 0: as soon as idle; -1: never)\n"
     "  --max-queue N             waiting requests before 429 (default 256; 0: unlimited)\n"
     "  --api-key KEY             require 'Authorization: Bearer KEY' (not on /health)\n"
     "  --api-key-file F          the same, the key read from the first line of F\n"
@@ -47,6 +54,43 @@ static const char SERVE_HELP[] =
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
     "  --http-threads N          threads serving HTTP connections (default 4)\n"
     "  --quiet                   no access log\n";
+
+/* Says how big the KV pool is and what decided it. */
+static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share)
+{
+    struct ifl_iteration_stats st;
+    if (ifl_server_iteration_stats(srv, &st))
+        return;
+    const double gib = 1024.0 * 1024 * 1024;
+    char why[160];
+    switch (st.kv_pool_bound) {
+    case IFL_KV_BOUND_TOKENS:
+        snprintf(why, sizeof(why), "--kv-cache-tokens");
+        break;
+    case IFL_KV_BOUND_CONTEXTS:
+        snprintf(why, sizeof(why), "--parallel %d full contexts (the bound, %.2f GiB, holds them)",
+                 parallel, (double)st.kv_bytes_bound / gib);
+        break;
+    case IFL_KV_BOUND_LIMIT:
+        snprintf(why, sizeof(why), "cut to --kv-cache-memory %.2f GiB",
+                 (double)st.kv_bytes_bound / gib);
+        break;
+    case IFL_KV_BOUND_MEM_AVAILABLE:
+    case IFL_KV_BOUND_CGROUP:
+        snprintf(why, sizeof(why), "cut to %g%% of %s: %.2f GiB", share * 100,
+                 st.kv_pool_bound == IFL_KV_BOUND_CGROUP ? "the memory cgroup's room"
+                                                         : "MemAvailable",
+                 (double)st.kv_bytes_bound / gib);
+        break;
+    default:
+        snprintf(why, sizeof(why), "its configuration");
+        break;
+    }
+    fprintf(stderr,
+            "inflight serve: KV cache %d blocks, %.2f GiB reserved (memory taken as blocks are "
+            "used): %s\n",
+            st.kv_blocks_max, (double)st.kv_bytes_reserved / gib, why);
+}
 
 /* Reads a whole small file into a NUL-terminated malloc'd string. */
 static char *read_file(const char *path, size_t max, const char **why)
@@ -85,6 +129,8 @@ int cmd_serve(int argc, char **argv)
     /* --served-model-name may be repeated: the values are joined with commas */
     char names[4096] = "";
     size_t names_len = 0;
+    int64_t kv_mem_bytes = 0, kv_release_ms = 5000;
+    double kv_mem_share = 0.4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -121,6 +167,13 @@ int cmd_serve(int argc, char **argv)
             NUM(max_num_tokens, 1, 65536, "a token count");
         else if (!strcmp(a, "--kv-cache-tokens"))
             NUM(kv_tokens, 1, (int64_t)1 << 32, "a position count");
+        else if (!strcmp(a, "--kv-cache-memory")) {
+            if (ifl_sysmem_parse_amount(v, &kv_mem_bytes, &kv_mem_share))
+                return cli_usage_error("serve",
+                                       "--kv-cache-memory wants a share like 40%% or a size "
+                                       "like 2G, not '%s'", v);
+        } else if (!strcmp(a, "--kv-release-ms"))
+            NUM(kv_release_ms, -1, 86400000, "milliseconds");
         else if (!strcmp(a, "--max-queue"))
             NUM(max_queue, 0, 1 << 20, "a request count");
         else if (!strcmp(a, "--api-key"))
@@ -222,6 +275,9 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.max_queue_size = (int32_t)max_queue;
     cfg.exec.n_ctx = (int32_t)ctx;
     cfg.exec.kv_cache_tokens = kv_tokens;
+    cfg.exec.kv_cache_memory_limit = kv_mem_bytes;
+    cfg.exec.kv_cache_memory_share = kv_mem_share;
+    cfg.exec.kv_release_ms = kv_release_ms ? (int32_t)kv_release_ms : 1; /* 0: once idle */
     cfg.exec.kv_type = kv_type;
     cfg.api_key = api_key;
     cfg.cors_origin = cors;
@@ -270,6 +326,7 @@ int cmd_serve(int argc, char **argv)
         ifl_server_free(srv);
         return CLI_EXIT_USAGE;
     }
+    log_kv_pool(srv, (int32_t)parallel, kv_mem_share);
     fprintf(stderr, "inflight serve: ready on http://%s:%d\n", host, ifl_server_port(srv));
     int sig = 0;
     sigwait(&set, &sig);

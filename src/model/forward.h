@@ -31,7 +31,8 @@
 
 /* K/V storage: per layer, n_blocks blocks of block_size positions of
  * n_head_kv * head_dim values, each position's row in `type` (Q8_0 rows are
- * blocks of 32 values: the widths must be multiples of 32). */
+ * blocks of 32 values: the widths must be multiples of 32). The memory is
+ * reserved, not touched: it becomes resident as blocks are written. */
 struct ifl_kv_store {
     enum ifl_type type;   /* IFL_TYPE_F16 (default), IFL_TYPE_F32 or IFL_TYPE_Q8_0 */
     int32_t n_layer;
@@ -45,6 +46,10 @@ struct ifl_kv_store {
     void **v;             /* [n_layer] -> [n_blocks][block_size][v_dim] */
     void *arena;          /* one anonymous map holding every k[il] and v[il] */
     size_t arena_bytes;
+    char *base;           /* the arrays' part of it, base[0 .. bytes) */
+    size_t bytes;
+    size_t grain;         /* memory comes and goes in pages of this size: 4 KiB, or
+                             2 MiB where the arrays are on huge pages */
 };
 
 int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
@@ -52,6 +57,17 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
 void ifl_kv_store_free(struct ifl_kv_store *kv);
 /* Copies positions [0, n) of one block into another (copy-on-write forks). */
 void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, int32_t n);
+/* Gives the memory of blocks [first, first + n) back to the system
+ * (madvise MADV_DONTNEED on the whole pages, of the store's grain, that lie
+ * inside them in each layer's keys and values); they then read as zeros
+ * until written. Only for blocks no sequence holds and no cached prefix
+ * needs. Returns the bytes given back (as asked: pages never touched
+ * count too). A system call per array: not for the hot path. */
+size_t ifl_kv_store_release(struct ifl_kv_store *kv, int32_t first, int32_t n);
+/* Bytes of the store in memory now (mincore over its map), -1 if unknown.
+ * Reads only what creation fixed, so any thread may call it while the
+ * engine runs. About a millisecond for a few GiB. */
+int64_t ifl_kv_store_resident(const struct ifl_kv_store *kv);
 
 struct ifl_batch {
     int32_t n_rows;

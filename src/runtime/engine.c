@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/sysmem.h"
 #include "core/timeutil.h"
 #include "runtime/beam.h"
 #include "runtime/exec.h"
@@ -106,6 +107,8 @@ struct ebeam {
 #define ROW_CTX 2    /* a prompt position of a request asking for context logits */
 
 static void req_free_outputs(struct xreq *q);
+static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ctx_reqs,
+                          int32_t ctx_rows, int32_t gen_reqs, int32_t gen_rows);
 
 #define IFL_MAX_TOP 20
 
@@ -144,6 +147,12 @@ struct engine {
     int32_t n_eog;
     int64_t iteration;
     int64_t completed;
+    /* KV memory: how the pool was sized, and when blocks give memory back */
+    int32_t kv_bound;           /* enum ifl_kv_bound */
+    int64_t kv_bound_bytes;
+    int64_t kv_block_bytes;
+    int64_t release_us;         /* free this long before given back; < 0 never */
+    int64_t busy_release_at;    /* the next time a step may be followed by a release */
     struct ifl_kvc_stats kst;
     struct ifl_xguide_engine ge; /* guided decoding: vocabulary index, masker */
 };
@@ -154,6 +163,51 @@ static void kv_copy(void *user, int32_t dst, int32_t src, int32_t n)
 }
 
 static int32_t blocks_for_n(int64_t n_pos, int32_t bs) { return (int32_t)((n_pos + bs - 1) / bs); }
+
+static void kv_release(void *user, int32_t first, int32_t n)
+{
+    ifl_kv_store_release(user, first, n);
+}
+
+/* The default pool's size in positions: max_batch_size full contexts (and
+ * their copy-on-write blocks) if that fits the memory bound, else as many
+ * whole blocks as do, one context at least. Sets e->kv_bound and
+ * e->kv_bound_bytes. */
+static int64_t default_pool_tokens(struct ifl_executor *ex, struct engine *e, size_t per_pos,
+                                   int32_t bs)
+{
+    const struct ifl_executor_config *c = &ex->cfg;
+    int64_t full = (int64_t)c->max_batch_size * ex->n_ctx + (int64_t)(c->max_batch_size - 1) * bs;
+    int64_t bound;
+    if (c->kv_cache_memory_limit > 0) {
+        bound = c->kv_cache_memory_limit;
+        e->kv_bound = IFL_KV_BOUND_LIMIT;
+    } else {
+        struct ifl_sysmem m;
+        ifl_sysmem_read(NULL, &m);
+        double share = c->kv_cache_memory_share > 0 ? c->kv_cache_memory_share : 0.4;
+        int64_t room = m.mem_available;
+        e->kv_bound = IFL_KV_BOUND_MEM_AVAILABLE;
+        if (m.cg_limit >= 0 && (room < 0 || m.cg_limit - m.cg_usage < room)) {
+            room = m.cg_limit > m.cg_usage ? m.cg_limit - m.cg_usage : 0;
+            e->kv_bound = IFL_KV_BOUND_CGROUP;
+        }
+        if (room < 0) { /* nothing known: the full pool, as before */
+            e->kv_bound = IFL_KV_BOUND_CONTEXTS;
+            return full;
+        }
+        bound = (int64_t)((double)room * share);
+    }
+    e->kv_bound_bytes = bound;
+    if ((double)full * (double)per_pos <= (double)bound) {
+        e->kv_bound = IFL_KV_BOUND_CONTEXTS;
+        return full;
+    }
+    int64_t tokens = bound / (int64_t)per_pos / bs * bs;
+    int64_t one = (int64_t)blocks_for_n(ex->n_ctx, bs) * bs;
+    return tokens > one ? tokens : one;
+}
+
 
 static int32_t blocks_for(const struct engine *e, int64_t n_pos)
 {
@@ -179,11 +233,16 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
                       ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim_v));
     /* a byte budget is whole blocks within it (too small a budget is the
      * error below, not the default size) */
-    if (tokens == 0 && c->kv_cache_bytes > 0)
+    e->kv_bound = IFL_KV_BOUND_TOKENS;
+    if (tokens == 0 && c->kv_cache_bytes > 0) {
         tokens = c->kv_cache_bytes / (int64_t)per_pos / bs * bs;
-    else if (tokens == 0) /* and the copy-on-write blocks that a request of
-                             max_batch_size samples at full context reserves */
-        tokens = (int64_t)c->max_batch_size * ex->n_ctx + (int64_t)(c->max_batch_size - 1) * bs;
+        e->kv_bound = IFL_KV_BOUND_BYTES;
+    } else if (tokens == 0) { /* and the copy-on-write blocks that a request of
+                                 max_batch_size samples at full context reserves */
+        tokens = default_pool_tokens(ex, e, per_pos, bs);
+    }
+    e->kv_block_bytes = (int64_t)per_pos * bs;
+    e->release_us = c->kv_release_ms < 0 ? -1 : (c->kv_release_ms ? c->kv_release_ms : 5000) * (int64_t)1000;
     int64_t n_blocks = (tokens + bs - 1) / bs;
     ex->kv_cache_tokens = n_blocks * bs;
     if (n_blocks < blocks_for_n(ex->n_ctx, bs))
@@ -201,7 +260,9 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
                                 .block_size = bs,
                                 .enable_prefix_caching = c->enable_prefix_caching,
                                 .copy = kv_copy,
-                                .copy_user = e->store};
+                                .copy_user = e->store,
+                                .release = kv_release,
+                                .release_user = e->store};
     if (ifl_kvc_create(&e->kvc, &kc))
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory for the KV block manager");
     e->max_rows = c->max_num_tokens;
@@ -259,6 +320,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
                            e->n_slots);
         e->tables[i] = s->kv.blocks;
     }
+    publish_stats(ex, 0, 0, 0, 0, 0); /* the pool's size and use from creation on */
     return 0;
 }
 
@@ -1551,9 +1613,20 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.kv_blocks_reused = k.reused;
     st.kv_blocks_missed = k.missed;
     st.kv_cache_hit_rate = k.reused + k.missed ? (double)k.reused / (double)(k.reused + k.missed) : 0;
+    st.kv_bytes_reserved = (int64_t)e->store->bytes;
+    st.kv_bytes_used = (int64_t)k.n_used * e->kv_block_bytes;
+    st.kv_block_bytes = (int32_t)e->kv_block_bytes;
+    st.kv_blocks_peak = k.peak_used;
+    st.kv_blocks_cached = k.n_cached;
+    st.kv_pool_bound = e->kv_bound;
+    st.kv_bytes_bound = e->kv_bound_bytes;
+    st.kv_blocks_released = k.released;
     pthread_mutex_lock(&ex->out_mu);
     ex->last_stats = st;
     ex->guide_stats = e->ge.stats;
+    ex->stats_seq++;
+    if (ex->n_idle_waiters && ex->n_unfinished == 0)
+        pthread_cond_broadcast(&ex->idle_cv);
     pthread_mutex_unlock(&ex->out_mu);
     /* per-request stats */
     for (int32_t i = 0; i < e->n_slots; i++) {
@@ -1708,6 +1781,45 @@ static void step(struct ifl_executor *ex)
     publish_stats(ex, (ifl_now_s() - t0) * 1e3, ctx_reqs, ctx_rows, gen_reqs, gen_rows);
 }
 
+int64_t ifl_engine_kv_resident(struct ifl_executor *ex)
+{
+    return ex->eng && ex->eng->store ? ifl_kv_store_resident(ex->eng->store) : -1;
+}
+
+/* Gives back the memory of blocks that have been free for release_us (the
+ * engine is idle: nothing waits on it) and publishes the figures if any
+ * went. Returns the clock time when more will be due, INT64_MAX if none. */
+static int64_t release_idle_blocks(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    if (e->release_us < 0)
+        return INT64_MAX;
+    ifl_kvc_set_clock(e->kvc, ifl_now_us());
+    if (ifl_kvc_release_idle(e->kvc, e->release_us) > 0)
+        publish_stats(ex, 0, 0, 0, 0, 0);
+    return ifl_kvc_next_release(e->kvc, e->release_us);
+}
+
+/* Between steps under load the engine is never idle, so blocks freed
+ * after a burst would stay resident: at most once a second, and only when
+ * at least a quarter of the pool (and 64 MiB) is free but resident, the
+ * idle release runs here too (a scan of the block states and a system
+ * call per free run and array: well under a step). */
+static void busy_release(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    int64_t now = ifl_now_us();
+    if (e->release_us < 0 || now < e->busy_release_at)
+        return;
+    e->busy_release_at = now + 1000000;
+    struct ifl_kvc_stats k;
+    ifl_kvc_get_stats(e->kvc, &k);
+    int64_t touched_free = (int64_t)(k.n_touched - k.n_used - k.n_cached);
+    if (touched_free * 4 < k.n_blocks || touched_free * e->kv_block_bytes < ((int64_t)64 << 20))
+        return;
+    ifl_kvc_release_idle(e->kvc, e->release_us); /* the step's stats follow */
+}
+
 void *ifl_engine_main(void *arg)
 {
     struct ifl_executor *ex = arg;
@@ -1715,8 +1827,25 @@ void *ifl_engine_main(void *arg)
     ifl_id cancels[256];
     for (;;) {
         pthread_mutex_lock(&ex->in_mu);
-        while (!ex->in_head && !ex->n_cancels && !ex->stop && !e->waiting && !e->n_active_req)
-            pthread_cond_wait(&ex->in_cv, &ex->in_mu);
+        while (!ex->in_head && !ex->n_cancels && !ex->stop && !e->waiting && !e->n_active_req) {
+            /* idle: blocks free long enough give their memory back; wake
+             * up when the next ones will have been */
+            pthread_mutex_unlock(&ex->in_mu);
+            int64_t wake = release_idle_blocks(ex);
+            pthread_mutex_lock(&ex->in_mu);
+            if (ex->in_head || ex->n_cancels || ex->stop)
+                break;
+            if (wake == INT64_MAX) {
+                pthread_cond_wait(&ex->in_cv, &ex->in_mu);
+            } else {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                int64_t ns = (int64_t)ts.tv_nsec + (wake - ifl_now_us()) * 1000 + 1000000;
+                ts.tv_sec += (time_t)(ns / 1000000000);
+                ts.tv_nsec = (long)(ns % 1000000000);
+                pthread_cond_timedwait(&ex->in_cv, &ex->in_mu, &ts);
+            }
+        }
         struct xreq *in = ex->in_head;
         ex->in_head = ex->in_tail = NULL;
         int32_t nc = ex->n_cancels < 256 ? ex->n_cancels : 256;
@@ -1743,8 +1872,11 @@ void *ifl_engine_main(void *arg)
         }
         if (stop && !e->waiting && !e->n_active_req)
             break;
-        expire(ex, ifl_now_us());
+        int64_t now = ifl_now_us();
+        ifl_kvc_set_clock(e->kvc, now);
+        expire(ex, now);
         step(ex);
+        busy_release(ex);
     }
     return NULL;
 }

@@ -124,6 +124,14 @@ struct ifl_executor {
     int32_t n_callers;           /* threads inside await */
     struct xwaiter *waiters;
     struct ifl_iteration_stats last_stats;
+    /* ifl_executor_wait_idle: requests enqueued whose final response is not
+     * yet queued; stats_seq counts publications of last_stats, idle_seq is
+     * its value when n_unfinished last fell to 0 (idle once stats_seq has
+     * passed it); idle_cv wakes the n_idle_waiters (all under out_mu) */
+    int64_t n_unfinished;
+    uint64_t stats_seq, idle_seq;
+    pthread_cond_t idle_cv;
+    int32_t n_idle_waiters;
 
     struct engine *eng;          /* engine-owned */
     struct ifl_xguide_cache guides; /* compiled guides by text (own lock) */
@@ -161,6 +169,9 @@ static inline void *ifl_exec_dup(const void *p, size_t n)
 int ifl_engine_create(struct ifl_executor *ex, char *err);
 void ifl_engine_free(struct ifl_executor *ex);
 void *ifl_engine_main(void *arg);
+/* Bytes of the KV store in memory now; any thread (it reads only what
+ * creation fixed). */
+int64_t ifl_engine_kv_resident(struct ifl_executor *ex);
 
 /* executor.c, called by the engine */
 void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r);

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/err.h"
+#include "core/sysmem.h"
 #include "core/timeutil.h"
 #include "runtime/exec.h"
 #include "runtime/sampler.h"
@@ -29,6 +30,8 @@ void ifl_executor_config_default(struct ifl_executor_config *c)
     c->kv_type = IFL_KV_F16;
     c->sched_policy = IFL_SCHED_GUARANTEED_NO_EVICT;
     c->enable_prefix_caching = 1;
+    c->kv_cache_memory_share = 0.4;
+    c->kv_release_ms = 5000;
 }
 
 void ifl_request_init(struct ifl_request *r)
@@ -375,6 +378,8 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
                 for (int32_t m = 0; m < k - 1; m++)
                     live_remove(ex, live_find(ex, qs[m]->id));
                 ifl_err(err, rc, "enqueue: out of memory");
+            } else {
+                ex->n_unfinished += n;
             }
             pthread_mutex_unlock(&ex->out_mu);
         }
@@ -474,6 +479,11 @@ void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r)
 {
     struct xresp *n = malloc(sizeof(*n));
     pthread_mutex_lock(&ex->out_mu);
+    if (r->is_final) {
+        struct xlive *e = live_find(ex, r->request_id);
+        if (e && !e->final_sent && --ex->n_unfinished == 0)
+            ex->idle_seq = ex->stats_seq; /* idle once the engine publishes again */
+    }
     if (!n) {
         /* out of memory: the response is lost, but a final one must not be:
          * keep the request's stats truthful and wake everyone */
@@ -645,7 +655,48 @@ int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out)
     pthread_mutex_lock(&ex->out_mu);
     *out = ex->last_stats;
     pthread_mutex_unlock(&ex->out_mu);
+    /* measured now, outside the lock: the store's map is fixed at creation */
+    out->kv_bytes_resident = ifl_engine_kv_resident(ex);
+    out->process_rss_bytes = ifl_sysmem_rss();
     return 0;
+}
+
+int ifl_executor_wait_idle(ifl_executor *ex, int64_t timeout_ms)
+{
+    if (!ex)
+        return IFL_EINVAL;
+    struct timespec deadline;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+    }
+    int rc = 0;
+    pthread_mutex_lock(&ex->out_mu);
+    ex->n_callers++;
+    ex->n_idle_waiters++;
+    while (!(ex->n_unfinished == 0 && ex->stats_seq > ex->idle_seq)) {
+        if (ex->engine_done) {
+            rc = IFL_ESTATE;
+            break;
+        }
+        if (timeout_ms == 0 ||
+            (timeout_ms > 0 && pthread_cond_timedwait(&ex->idle_cv, &ex->out_mu, &deadline))) {
+            rc = IFL_ETIMEDOUT;
+            break;
+        }
+        if (timeout_ms < 0)
+            pthread_cond_wait(&ex->idle_cv, &ex->out_mu);
+    }
+    ex->n_idle_waiters--;
+    if (--ex->n_callers == 0 && ex->engine_done)
+        pthread_cond_signal(&ex->out_cv);
+    pthread_mutex_unlock(&ex->out_mu);
+    return rc;
 }
 
 void ifl_exec_guide_stats(struct ifl_executor *ex, struct ifl_xguide_stats *out)
@@ -768,6 +819,14 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         cfg.kv_cache_tokens < 0 || cfg.kv_cache_bytes < 0)
         return ifl_err(err, IFL_EINVAL,
                        "config: max_queue_size, n_threads, n_ctx and KV sizes must be >= 0");
+    if (!(cfg.kv_cache_memory_share >= 0 && cfg.kv_cache_memory_share <= 1) ||
+        cfg.kv_cache_memory_limit < 0)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: kv_cache_memory_share %g (0..1) and kv_cache_memory_limit %lld "
+                       "(>= 0)", cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
+    if (cfg.kv_release_ms < -1)
+        return ifl_err(err, IFL_EINVAL, "config: kv_release_ms %d (-1 never, 0 default, or ms)",
+                       cfg.kv_release_ms);
     if (cfg.kv_block_size < 1 || cfg.kv_block_size > 256)
         return ifl_err(err, IFL_EINVAL, "config: kv_block_size %d (1..256)", cfg.kv_block_size);
     if (cfg.kv_type != IFL_KV_F16 && cfg.kv_type != IFL_KV_F32 && cfg.kv_type != IFL_KV_Q8_0)
@@ -787,6 +846,7 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
     pthread_cond_init(&ex->in_cv, NULL);
     pthread_mutex_init(&ex->out_mu, NULL);
     pthread_cond_init(&ex->out_cv, NULL);
+    pthread_cond_init(&ex->idle_cv, NULL);
     ifl_xguide_cache_init(&ex->guides);
     int rc = 0;
     if (cfg.n_logits_processors) {
@@ -850,6 +910,7 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     ex->engine_done = 1;
     for (struct xwaiter *w = ex->waiters; w; w = w->next)
         pthread_cond_signal(&w->cv);
+    pthread_cond_broadcast(&ex->idle_cv);
     while (ex->n_callers > 0)
         pthread_cond_wait(&ex->out_cv, &ex->out_mu);
     pthread_mutex_unlock(&ex->out_mu);
@@ -875,5 +936,6 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     pthread_cond_destroy(&ex->in_cv);
     pthread_mutex_destroy(&ex->out_mu);
     pthread_cond_destroy(&ex->out_cv);
+    pthread_cond_destroy(&ex->idle_cv);
     free(ex);
 }

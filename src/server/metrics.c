@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sysmem.h"
 #include "server/internal.h"
 
 static const double BUCKETS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
@@ -178,6 +179,30 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
                   st.kv_blocks_free);
     ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"max\"} %d\n", model,
                   st.kv_blocks_max);
+    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", model,
+                  st.kv_blocks_cached);
+    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"peak_used\"} %d\n",
+                  model, st.kv_blocks_peak);
+    head(b, "inflight_kv_cache_bytes", "gauge",
+         "KV cache memory: the pool's address space (reserved), what of it is in memory "
+         "(resident), what the blocks in use hold (used, peak_used), the bound that sized it.");
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"reserved\"} %lld\n",
+                  model, (long long)st.kv_bytes_reserved);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"resident\"} %lld\n",
+                  model, (long long)st.kv_bytes_resident);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"used\"} %lld\n", model,
+                  (long long)st.kv_bytes_used);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"peak_used\"} %lld\n",
+                  model, (long long)st.kv_blocks_peak * st.kv_block_bytes);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"bound\"} %lld\n", model,
+                  (long long)st.kv_bytes_bound);
+    head(b, "inflight_kv_cache_released_blocks_total", "counter",
+         "KV blocks whose memory was given back after staying free.");
+    ifl_sbuf_addf(b, "inflight_kv_cache_released_blocks_total{model_name=\"%s\"} %lld\n", model,
+                  (long long)st.kv_blocks_released);
+    head(b, "inflight_process_resident_memory_bytes", "gauge", "The server's resident set.");
+    ifl_sbuf_addf(b, "inflight_process_resident_memory_bytes %lld\n",
+                  (long long)(ex ? st.process_rss_bytes : ifl_sysmem_rss()));
     head(b, "inflight_prefix_cache_hits_total", "counter",
          "Prompt KV blocks found in the prefix cache.");
     ifl_sbuf_addf(b, "inflight_prefix_cache_hits_total{model_name=\"%s\"} %lld\n", model,
@@ -190,4 +215,10 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
     ifl_sbuf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
                   (long long)st.iteration);
     free(model);
+}
+
+int ifl_server_iteration_stats(struct ifl_server *s, struct ifl_iteration_stats *out)
+{
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    return ex ? ifl_get_iteration_stats(ex, out) : IFL_ESTATE;
 }

@@ -59,5 +59,8 @@ int ifl_server_load(struct ifl_server *s, char *err);
  * what is left, stops the HTTP threads, the pump and the executor. */
 void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms);
 void ifl_server_free(struct ifl_server *s);
+/* The executor's stats (ifl_get_iteration_stats); IFL_ESTATE before the
+ * model is loaded. */
+int ifl_server_iteration_stats(struct ifl_server *s, struct ifl_iteration_stats *out);
 
 #endif
