@@ -156,9 +156,12 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
      * tables. In a 16-sequence small-110m F16 decode on the Zen 5, storing
      * one row's keys and values of a layer (3 KiB) took 3500-12000 cycles
      * with 4 KiB pages and 1100-1200 on huge pages, and attention 5-10 %
-     * fewer. Memory then grows and is given back 2 MiB of each layer's
-     * keys or values at a time, so only arrays of at least
-     * KV_HUGE_MIN_ARRAY take them (the step is then at most 1/16 of one). */
+     * fewer. Memory then grows 2 MiB of each layer's keys or values at a
+     * time, so only arrays of at least KV_HUGE_MIN_ARRAY take them (a step
+     * of at most 1/16 of one). It is given back in 4 KiB pages all the
+     * same: a huge page partly free is split rather than kept whole, else
+     * one cached prefix block amid free ones would pin 2 MiB of every
+     * array (48 MiB for small-110m). */
     const size_t huge = (size_t)2 << 20;
     size_t pos = (size_t)n_blocks * (size_t)block_size, kb, vb, total;
     if (__builtin_mul_overflow(pos, kv->k_row + kv->v_row, &total) ||
@@ -179,9 +182,9 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
     }
     char *base = (char *)(((uintptr_t)kv->arena + huge - 1) & ~(uintptr_t)(huge - 1));
     long page = sysconf(_SC_PAGESIZE);
-    kv->grain = page > 0 ? (size_t)page : 4096;
-    if ((kb < vb ? kb : vb) >= KV_HUGE_MIN_ARRAY && madvise(base, total, MADV_HUGEPAGE) == 0)
-        kv->grain = huge; /* advisory: where the kernel gives none, 4 KiB pages still work */
+    kv->page = page > 0 ? (size_t)page : 4096;
+    /* advisory: where the kernel gives none, 4 KiB pages still work */
+    kv->huge = (kb < vb ? kb : vb) >= KV_HUGE_MIN_ARRAY && madvise(base, total, MADV_HUGEPAGE) == 0;
     kv->base = base;
     kv->bytes = total;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -220,12 +223,12 @@ void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, 
     }
 }
 
-/* Gives back the pages of [lo, hi) of one array, rounded inwards to the
- * store's grain so that no page a neighbouring block uses is dropped. */
+/* Gives back the pages of [lo, hi) of one array, rounded inwards so that
+ * no page a neighbouring block uses is dropped. */
 static size_t release_range(const struct ifl_kv_store *kv, char *lo, char *hi)
 {
-    uintptr_t a = ((uintptr_t)lo + kv->grain - 1) & ~(uintptr_t)(kv->grain - 1);
-    uintptr_t b = (uintptr_t)hi & ~(uintptr_t)(kv->grain - 1);
+    uintptr_t a = ((uintptr_t)lo + kv->page - 1) & ~(uintptr_t)(kv->page - 1);
+    uintptr_t b = (uintptr_t)hi & ~(uintptr_t)(kv->page - 1);
     if (b <= a)
         return 0;
     return madvise((void *)a, b - a, MADV_DONTNEED) == 0 ? b - a : 0;

@@ -48,8 +48,8 @@ struct ifl_kv_store {
     size_t arena_bytes;
     char *base;           /* the arrays' part of it, base[0 .. bytes) */
     size_t bytes;
-    size_t grain;         /* memory comes and goes in pages of this size: 4 KiB, or
-                             2 MiB where the arrays are on huge pages */
+    size_t page;          /* the system's page: memory is given back in these */
+    int huge;             /* the arrays asked for transparent huge pages */
 };
 
 int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
@@ -58,9 +58,9 @@ void ifl_kv_store_free(struct ifl_kv_store *kv);
 /* Copies positions [0, n) of one block into another (copy-on-write forks). */
 void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, int32_t n);
 /* Gives the memory of blocks [first, first + n) back to the system
- * (madvise MADV_DONTNEED on the whole pages, of the store's grain, that lie
- * inside them in each layer's keys and values); they then read as zeros
- * until written. Only for blocks no sequence holds and no cached prefix
+ * (madvise MADV_DONTNEED on the whole pages that lie inside them in each
+ * layer's keys and values; a huge page only partly inside is split); they
+ * then read as zeros until written. Only for blocks no sequence holds and no cached prefix
  * needs. Returns the bytes given back (as asked: pages never touched
  * count too). A system call per array: not for the hot path. */
 size_t ifl_kv_store_release(struct ifl_kv_store *kv, int32_t first, int32_t n);
