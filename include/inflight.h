@@ -157,7 +157,7 @@ struct ifl_executor_config {
     int64_t kv_cache_memory_limit;
     /* KV blocks that have stayed free this long give their memory back
      * (madvise; cached prefixes are kept), when the engine is idle or, if
-     * at least a quarter of the pool (64 MiB at least) is free and
+     * at least a quarter of the pool (8 MiB at least) is free and
      * resident, between steps at most once a second. 0: 5000 (default);
      * -1: never. */
     int32_t kv_release_ms;

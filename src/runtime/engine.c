@@ -1802,7 +1802,7 @@ static int64_t release_idle_blocks(struct ifl_executor *ex)
 
 /* Between steps under load the engine is never idle, so blocks freed
  * after a burst would stay resident: at most once a second, and only when
- * at least a quarter of the pool (and 64 MiB) is free but resident, the
+ * at least a quarter of the pool (and 8 MiB) is free but resident, the
  * idle release runs here too (a scan of the block states and a system
  * call per free run and array: well under a step). */
 static void busy_release(struct ifl_executor *ex)
@@ -1815,7 +1815,7 @@ static void busy_release(struct ifl_executor *ex)
     struct ifl_kvc_stats k;
     ifl_kvc_get_stats(e->kvc, &k);
     int64_t touched_free = (int64_t)(k.n_touched - k.n_used - k.n_cached);
-    if (touched_free * 4 < k.n_blocks || touched_free * e->kv_block_bytes < ((int64_t)64 << 20))
+    if (touched_free * 4 < k.n_blocks || touched_free * e->kv_block_bytes < ((int64_t)8 << 20))
         return;
     ifl_kvc_release_idle(e->kvc, e->release_us); /* the step's stats follow */
 }
