@@ -49,7 +49,7 @@ static ifl_executor *open_big(int caching, int32_t release_ms)
     ifl_executor_config_default(&c);
     c.max_batch_size = 256;
     c.n_ctx = 512;
-    c.n_threads = 2;
+    c.n_threads = 1; /* no spinning barrier on a loaded machine */
     c.kv_type = IFL_KV_F16;
     c.enable_prefix_caching = caching;
     c.kv_release_ms = release_ms;
@@ -104,7 +104,7 @@ static void run_load(ifl_executor *ex, int n, int32_t max_tokens, int32_t *out)
 
 static void test_rss_follows_use(void)
 {
-    enum { N = 64, TOK = 240 };
+    enum { N = 32, TOK = 240 };
     ifl_executor *ex = open_big(0, 300);
     if (!ex)
         return;
@@ -123,10 +123,11 @@ static void test_rss_follows_use(void)
     run_load(ex, N, TOK, first);
     CHECK_EQ(ifl_executor_wait_idle(ex, 120000), 0);
     CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
-    /* 64 sequences of 246 positions: 16 blocks each, all at once */
-    CHECK_EQ(s.kv_blocks_peak, N * 16);
+    /* 32 sequences of 245 written positions: 16 blocks each, nearly all
+     * at once (the first admitted may finish a step before the last) */
+    CHECK(s.kv_blocks_peak > N * 15 && s.kv_blocks_peak <= N * 16);
     CHECK_EQ(s.kv_blocks_used, 0);
-    int64_t peak = (int64_t)s.kv_blocks_peak * s.kv_block_bytes; /* 16 MiB */
+    int64_t peak = (int64_t)s.kv_blocks_peak * s.kv_block_bytes; /* 8 MiB */
     int64_t hwm = status_kb("VmHWM");
     /* the memory was really used, and not much more than that */
     CHECK_MSG(hwm - rss0 > peak * 8 / 10 && hwm - rss0 < peak * 3 / 2 + ((int64_t)16 << 20),
@@ -197,9 +198,9 @@ static void test_release_while_busy(void)
     struct ifl_logits_processor slow = {"slow", slow_rows, NULL};
     struct ifl_executor_config c;
     ifl_executor_config_default(&c);
-    c.max_batch_size = 64;
+    c.max_batch_size = 40;
     c.n_ctx = 512;
-    c.n_threads = 2;
+    c.n_threads = 1; /* no spinning barrier on a loaded machine */
     c.kv_type = IFL_KV_F16;
     c.enable_prefix_caching = 0;
     c.kv_release_ms = 100;
@@ -221,12 +222,12 @@ static void test_release_while_busy(void)
     r.logits_post_processor = "slow";
     ifl_id long_id;
     CHECK_EQ(ifl_enqueue(ex, &r, &long_id, NULL), 0);
-    /* the burst: 48 sequences of 246 positions, 768 of 2111 blocks (12 MiB) */
-    static int32_t out[48 * 240];
-    run_load(ex, 48, 240, out);
+    /* the burst: 36 sequences of 246 positions, 576 of 1319 blocks (9 MiB) */
+    static int32_t out[36 * 240];
+    run_load(ex, 36, 240, out);
     struct ifl_iteration_stats s;
     CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
-    CHECK(s.kv_blocks_peak >= 48 * 16);
+    CHECK(s.kv_blocks_peak >= 36 * 16);
     int64_t peak = (int64_t)s.kv_blocks_peak * s.kv_block_bytes;
     int gone = 0;
     for (int i = 0; i < 300 && !gone; i++) {
@@ -234,7 +235,7 @@ static void test_release_while_busy(void)
         if (s.active_requests != 1)
             break; /* the long one ended first: the machine was too slow to tell */
         /* (the count is published with the step after the release) */
-        gone = s.kv_bytes_resident < peak / 4 && s.kv_blocks_released >= 48 * 15;
+        gone = s.kv_bytes_resident < peak / 4 && s.kv_blocks_released >= 36 * 15;
         if (!gone)
             sleep_ms(10);
     }
