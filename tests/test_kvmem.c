@@ -182,8 +182,8 @@ static void test_cached_blocks_stay(void)
 
 /* A processor that makes each step of its request take 5 ms longer, so
  * that one long request keeps the engine busy for seconds. */
-static void slow_rows(void *user, ifl_id id, float *logits, int32_t n_vocab,
-                      const int32_t *tokens, int32_t n_tokens, uint64_t client_id)
+static void slow_rows(void *user, ifl_id id, float *logits, int32_t n_vocab, const int32_t *tokens,
+                      int32_t n_tokens, uint64_t client_id)
 {
     (void)user, (void)id, (void)logits, (void)n_vocab, (void)tokens, (void)n_tokens;
     (void)client_id;

@@ -208,7 +208,6 @@ static int64_t default_pool_tokens(struct ifl_executor *ex, struct engine *e, si
     return tokens > one ? tokens : one;
 }
 
-
 static int32_t blocks_for(const struct engine *e, int64_t n_pos)
 {
     int32_t bs = ifl_kvc_block_size(e->kvc);
@@ -242,7 +241,8 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
         tokens = default_pool_tokens(ex, e, per_pos, bs);
     }
     e->kv_block_bytes = (int64_t)per_pos * bs;
-    e->release_us = c->kv_release_ms < 0 ? -1 : (c->kv_release_ms ? c->kv_release_ms : 5000) * (int64_t)1000;
+    e->release_us =
+        c->kv_release_ms < 0 ? -1 : (c->kv_release_ms ? c->kv_release_ms : 5000) * (int64_t)1000;
     int64_t n_blocks = (tokens + bs - 1) / bs;
     ex->kv_cache_tokens = n_blocks * bs;
     if (n_blocks < blocks_for_n(ex->n_ctx, bs))
@@ -1840,7 +1840,8 @@ void *ifl_engine_main(void *arg)
             } else {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
-                int64_t ns = (int64_t)ts.tv_nsec + (wake - ifl_now_us()) * 1000 + 1000000;
+                int64_t ahead = wake - ifl_now_us();
+                int64_t ns = (int64_t)ts.tv_nsec + (ahead > 0 ? ahead : 0) * 1000 + 1000000;
                 ts.tv_sec += (time_t)(ns / 1000000000);
                 ts.tv_nsec = (long)(ns % 1000000000);
                 pthread_cond_timedwait(&ex->in_cv, &ex->in_mu, &ts);
