@@ -466,8 +466,8 @@ int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
  * has published its stats since, so ifl_get_iteration_stats shows the
  * blocks they held as released. timeout_ms < 0 waits without limit, 0
  * only checks. Returns 0 when idle, IFL_ETIMEDOUT, IFL_ESTATE if the
- * executor is being destroyed with requests unfinished, IFL_EINVAL for a
- * NULL executor. Responses still waiting to be awaited do not count.
+ * executor is destroyed before it was (a caller waiting then is woken),
+ * IFL_EINVAL for a NULL executor. Responses still waiting to be awaited do not count.
  * Thread-safe. */
 int ifl_executor_wait_idle(ifl_executor *ex, int64_t timeout_ms);
 /* IFL_ENOTFOUND once a request's final response was awaited, and for ids
