@@ -116,7 +116,8 @@ static void test_rss_follows_use(void)
     CHECK_EQ(s.kv_block_bytes, 16 * 1024);
     CHECK_MSG(s.kv_bytes_resident < (int64_t)1 << 20, "idle pool resident: %lld bytes",
               (long long)s.kv_bytes_resident);
-    CHECK_MSG(rss0 < s.kv_bytes_reserved / 2, "idle RSS %lld with %lld reserved", (long long)rss0,
+    /* (the whole process, sanitizers' shadow included, under the pool alone) */
+    CHECK_MSG(rss0 < s.kv_bytes_reserved, "idle RSS %lld with %lld reserved", (long long)rss0,
               (long long)s.kv_bytes_reserved);
 
     static int32_t first[N * TOK], again[N * TOK];
@@ -232,7 +233,7 @@ static void test_release_while_busy(void)
     int gone = 0;
     for (int i = 0; i < 300 && !gone; i++) {
         CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
-        if (s.active_requests != 1)
+        if (s.active_requests == 0)
             break; /* the long one ended first: the machine was too slow to tell */
         /* (the count is published with the step after the release) */
         gone = s.kv_bytes_resident < peak / 4 && s.kv_blocks_released >= 36 * 15;
