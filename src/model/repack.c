@@ -142,6 +142,12 @@ static void run_chunk(struct job *J, int64_t ci)
         if (J->release)
             ifl_gguf_release(J->m->gguf, src, bytes);
     }
+#ifdef MADV_POPULATE_READ
+    else { /* map the chunk's pages in one call rather than a fault per 16 of them */
+        uintptr_t page = 4096, a = (uintptr_t)dst / page * page;
+        madvise((void *)a, (uintptr_t)dst + bytes - a, MADV_POPULATE_READ);
+    }
+#endif
     J->chunk_sum[ci] = checksum(dst, bytes);
     atomic_fetch_add_explicit(&J->done, (int_fast64_t)bytes, memory_order_relaxed);
 }
@@ -363,7 +369,7 @@ static int try_cache(struct job *J, const char *path, const struct cache_id *id,
     void *map = MAP_FAILED;
     char why[200] = "";
     if (fstat(fd, &st) == 0 && st.st_size >= 4096)
-        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     else
         snprintf(why, sizeof why, "it is %lld bytes, too small for a header",
                  (long long)st.st_size);
@@ -374,6 +380,9 @@ static int try_cache(struct job *J, const char *path, const struct cache_id *id,
         snprintf(notice, cap, "repack cache '%s' is unusable: %s; rebuilding it", path, why);
         return -1;
     }
+    /* after a cold boot the file comes from disk: ask for all of it now,
+     * in the background, while the threads check it piece by piece */
+    madvise(map, (size_t)st.st_size, MADV_WILLNEED);
     size_t hb = header_bytes(J->n_mats);
     const char *kind;
     if (check_header(map, (size_t)st.st_size, id, J, data_bytes, why, sizeof why, &kind)) {
