@@ -127,6 +127,26 @@ struct ifl_logits_processor {
     void *user;
 };
 
+/* Loading progress, as ifl_executor_create reports it to
+ * ifl_executor_config.load_progress. done and total count the bytes of the
+ * model's weight tensors: tensors used as they lie in the file count as
+ * done at once; the ones repacked for the kernels (or checked in a repack
+ * cache) count as each ~1 MiB piece of them is finished. done only grows
+ * within one stage; a last call has done == total and stage "ready" (the
+ * engine then still allocates its KV cache, which takes no notable time
+ * unless the cache is very large). */
+struct ifl_load_progress {
+    int64_t done;
+    int64_t total;
+    const char *stage;  /* "repacking", "repacking into the cache", "checking the repack cache",
+                           "ready"; valid during the call only */
+    const char *notice; /* NULL, or a sentence to show the user once, e.g. that a stale or
+                           corrupt repack cache is rebuilt; valid during the call only */
+};
+/* Called on the thread that runs ifl_executor_create, at most about 50
+ * times a second; must not call into the executor being created. */
+typedef void (*ifl_load_progress_fn)(void *user, const struct ifl_load_progress *p);
+
 struct ifl_executor_config {
     int32_t n_threads;          /* forward-pass threads; 0: the CPUs this process may use */
     int32_t max_batch_size;     /* sequences per step (default 16) */
@@ -161,6 +181,19 @@ struct ifl_executor_config {
      * resident, between steps at most once a second. 0: 5000 (default);
      * -1: never. */
     int32_t kv_release_ms;
+    ifl_load_progress_fn load_progress; /* NULL: none */
+    void *load_progress_user;
+    /* NULL: weights are repacked for the kernels in memory at each start.
+     * A directory: the repacked weights go to a file there, named after the
+     * model file and the kernel table, which later starts map instead of
+     * repacking (a warm start then costs about what mapping the model
+     * does). The file holds the model's identity (size, modification
+     * time, inode) and a checksum of each matrix, all checked at each
+     * start: a stale or corrupt file is rebuilt, with a notice through
+     * load_progress. If the file cannot be written (no space, no access)
+     * the weights are repacked in memory, with a notice. Read during
+     * ifl_executor_create only. */
+    const char *repack_cache_dir;
 };
 
 /* Beam search (beam_width 2..16, at most max_batch_size): each step keeps

@@ -47,8 +47,29 @@ struct cli_session {
     uint8_t *want;
 };
 
+/* Loading progress on stderr (an ifl_load_progress_fn; user is this).
+ * On a terminal, one line redrawn in place (MiB done of total, percent,
+ * rate, stage) once loading has taken show_after_s seconds, finished with
+ * a newline when ready. Elsewhere (a log file, a pipe) only one closing
+ * line, and only when loading took show_after_s or more. Notices (a repack
+ * cache rebuilt, ...) always get a line of their own. */
+struct cli_progress {
+    const char *cmd;     /* "serve", "run" */
+    double show_after_s; /* 0: from the start */
+    int tty;             /* set by cli_progress_init */
+    int64_t t0_us, t_last_us;
+    int64_t first_done;  /* done at the first call: what needed no work */
+    int drawn;           /* a tty line is on screen, not yet ended */
+};
+/* 0 when path is a directory this process can write into, else an exit
+ * status after printing why ("inflight CMD: --repack-cache ...") */
+int cli_check_cache_dir(const char *cmd, const char *path);
+void cli_progress_init(struct cli_progress *p, const char *cmd, double show_after_s);
+void cli_progress_fn(void *user, const struct ifl_load_progress *lp);
+
 struct cli_session_opts {
     const char *model_path;
+    const char *repack_cache_dir; /* NULL: repack in memory */
     int32_t n_ctx;       /* 0: the model's training context, at most 4096 */
     int n_threads;       /* 0: the CPUs this process may use (ifl_syscpu_count) */
     enum ifl_type kv_type;

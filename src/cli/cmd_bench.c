@@ -58,6 +58,7 @@ struct bench_opts {
     int pp[MAX_TESTS], n_pp;
     int tg[MAX_TESTS], n_tg;
     int batched, bandwidth, json, kv_type;
+    const char *repack_cache; /* NULL: repack in memory */
 };
 
 /* What llama-bench prints about a model, from the GGUF's tensor table. */
@@ -521,6 +522,7 @@ static const char BENCH_HELP[] =
     "  -r, --repetitions N     timed runs of each test, waves of each level (default 3)\n"
     "  -t, --threads N         threads (default: the CPUs this process may use)\n"
     "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
+    "  --repack-cache DIR      map the repacked weights from a cache file there (as serve)\n"
     "  --json                  one JSON object per test instead of tables\n"
     "  --bandwidth             measure memory read bandwidth (no model)\n"
     "  --bw-mib N              its buffer in MiB (default 512)\n";
@@ -590,6 +592,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         } else if (!strcmp(a, "--bw-mib")) {
             if (cli_parse_i64(v, 1, 1 << 16, &o->bw_mib))
                 return cli_usage_error("bench", "--bw-mib wants 1..65536 MiB, not '%s'", v);
+        } else if (!strcmp(a, "--repack-cache")) {
+            int rc = cli_check_cache_dir("bench", v);
+            if (rc)
+                return rc;
+            o->repack_cache = v;
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->kv_type = cli_parse_kv_type(v)) < 0)
                 return cli_usage_error("bench", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
@@ -666,6 +673,11 @@ int cmd_bench(int argc, char **argv)
     cfg.kv_cache_tokens = kv_tokens;
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
+    cfg.repack_cache_dir = o.repack_cache;
+    struct cli_progress progress;
+    cli_progress_init(&progress, "bench", 1.0);
+    cfg.load_progress = cli_progress_fn;
+    cfg.load_progress_user = &progress;
     ifl_executor *ex;
     if (ifl_executor_create(&ex, o.model, &cfg, err)) {
         fprintf(stderr, "inflight bench: %s\n", err);

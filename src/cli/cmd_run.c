@@ -37,6 +37,8 @@ static const char RUN_HELP[] =
     "  -t, --threads N      threads (default: the CPUs this process may use)\n"
     "  -c, --ctx-size N     context positions (default: the model's, at most 4096)\n"
     "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
+    "  --repack-cache DIR   keep the weights repacked for this CPU's kernels in a file in\n"
+    "                       DIR, which later starts map instead of repacking\n"
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n";
 
@@ -44,7 +46,8 @@ static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"
     "  evaluates the whole sequence and writes the logits of every position as\n"
     "  little-endian float32 rows [n_pos][n_vocab]\n"
-    "  -t, --threads N, -c, --ctx-size N, --kv-type f16|f32|q8_0 as for run\n";
+    "  -t, --threads N, -c, --ctx-size N, --kv-type f16|f32|q8_0, --repack-cache DIR\n"
+    "  as for run\n";
 
 /* Parses the options run and eval share; returns 0, or an exit status. */
 static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
@@ -85,6 +88,11 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             o->ids_text = v;
         } else if (!is_run && !strcmp(a, "--logits")) {
             o->logits_path = v;
+        } else if (!strcmp(a, "--repack-cache")) {
+            int rc = cli_check_cache_dir(cmd, v);
+            if (rc)
+                return rc;
+            o->so.repack_cache_dir = v;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (cli_parse_i64(v, 1, 256, &iv))
                 return cli_usage_error(cmd, "-t wants a thread count from 1 to 256, not '%s'", v);

@@ -41,6 +41,8 @@ static const char SERVE_HELP[] =
     "  -t, --threads N           forward-pass threads (default: the CPUs this process may use)\n"
     "  -c, --ctx-size N          positions per sequence (default: the model's, at most 4096)\n"
     "  --kv-type f16|f32|q8_0    KV cache precision (default f16)\n"
+    "  --repack-cache DIR        keep the weights repacked for this CPU's kernels in a file\n"
+    "                            in DIR, which later starts map instead of repacking\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
     "  --served-model-name NAME  the model's name in the API (default: the file's base name);\n"
     "                            NAME,ALIAS,... or the flag repeated adds aliases\n"
@@ -122,6 +124,8 @@ int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
     const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
+    const char *repack_cache = NULL;
+    int rc0;
     int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
     int64_t request_timeout = 10, per_ip = 256, http_threads = 4;
@@ -189,7 +193,9 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--kv-type")) {
             if ((kv_type = cli_parse_kv_type(v)) < 0)
                 return cli_usage_error("serve", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
-        } else if (!strcmp(a, "--chat-template"))
+        } else if (!strcmp(a, "--repack-cache"))
+            repack_cache = v;
+        else if (!strcmp(a, "--chat-template"))
             tmpl_path = v;
         else if (!strcmp(a, "--served-model-name")) {
             size_t vl = strlen(v);
@@ -234,6 +240,8 @@ int cmd_serve(int argc, char **argv)
         return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
     if (api_key && !*api_key)
         return cli_usage_error("serve", "--api-key must not be empty");
+    if (repack_cache && (rc0 = cli_check_cache_dir("serve", repack_cache)))
+        return rc0;
     if (cors && !*cors)
         return cli_usage_error("serve", "--cors-origin must not be empty");
     const char *why = NULL;
@@ -279,6 +287,11 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.kv_cache_memory_share = kv_mem_share;
     cfg.exec.kv_release_ms = kv_release_ms ? (int32_t)kv_release_ms : 1; /* 0: once idle */
     cfg.exec.kv_type = kv_type;
+    cfg.exec.repack_cache_dir = repack_cache;
+    struct cli_progress progress;
+    cli_progress_init(&progress, "serve", 0);
+    cfg.exec.load_progress = cli_progress_fn;
+    cfg.exec.load_progress_user = &progress;
     cfg.api_key = api_key;
     cfg.cors_origin = cors;
     cfg.chat_template = tmpl;

@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/timeutil.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -129,11 +132,73 @@ enum ifl_type cli_kv_store_type(int kv_type)
     return kv_type == IFL_KV_F32 ? IFL_TYPE_F32 : kv_type == IFL_KV_Q8_0 ? IFL_TYPE_Q8_0 : IFL_TYPE_F16;
 }
 
+int cli_check_cache_dir(const char *cmd, const char *path)
+{
+    struct stat st;
+    if (!*path)
+        return cli_usage_error(cmd, "--repack-cache wants a directory, not ''");
+    if (stat(path, &st) != 0)
+        return cli_usage_error(cmd, "--repack-cache '%s': %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "--repack-cache '%s' is not a directory", path);
+    if (access(path, W_OK | X_OK) != 0)
+        return cli_usage_error(cmd, "--repack-cache '%s' is not writable: %s", path,
+                               strerror(errno));
+    return 0;
+}
+
+void cli_progress_init(struct cli_progress *p, const char *cmd, double show_after_s)
+{
+    memset(p, 0, sizeof(*p));
+    p->cmd = cmd;
+    p->show_after_s = show_after_s;
+    p->tty = isatty(STDERR_FILENO);
+    p->t0_us = ifl_now_us();
+    p->first_done = -1;
+}
+
+void cli_progress_fn(void *user, const struct ifl_load_progress *lp)
+{
+    struct cli_progress *p = user;
+    int64_t now = ifl_now_us();
+    double el = (double)(now - p->t0_us) / 1e6, mib = 1024.0 * 1024.0;
+    if (p->first_done < 0)
+        p->first_done = lp->done;
+    if (lp->notice) {
+        fprintf(stderr, "%sinflight %s: %s\n", p->drawn ? "\n" : "", p->cmd, lp->notice);
+        p->drawn = 0;
+    }
+    int ready = lp->done >= lp->total && lp->stage && !strcmp(lp->stage, "ready");
+    if (el < p->show_after_s && !p->drawn)
+        return;
+    double rate = el > 0 ? (double)(lp->done - p->first_done) / mib / el : 0;
+    double pct = lp->total > 0 ? 100.0 * (double)lp->done / (double)lp->total : 100.0;
+    if (ready) {
+        fprintf(stderr, "%sinflight %s: loaded %.0f MiB of weights in %.2f s (%.0f MiB/s)\n",
+                p->drawn ? "\r\033[K" : "", p->cmd, (double)lp->total / mib, el, rate);
+        p->drawn = 0;
+        return;
+    }
+    if (!p->tty || now - p->t_last_us < 100000)
+        return;
+    p->t_last_us = now;
+    fprintf(stderr, "\r\033[Kinflight %s: loading %.0f / %.0f MiB (%.0f %%), %.0f MiB/s, %s",
+            p->cmd, (double)lp->done / mib, (double)lp->total / mib, pct, rate,
+            lp->stage ? lp->stage : "");
+    p->drawn = 1;
+}
+
 int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, const char *cmd)
 {
     memset(s, 0, sizeof(*s));
     char err[IFL_ERR_LEN] = "";
-    int rc = ifl_model_load(&s->model, o->model_path, err);
+    struct cli_progress pr;
+    cli_progress_init(&pr, cmd, 1.0);
+    struct ifl_model_load_opts lo = {.n_threads = o->n_threads,
+                                     .repack_cache_dir = o->repack_cache_dir,
+                                     .progress = cli_progress_fn,
+                                     .progress_user = &pr};
+    int rc = ifl_model_load_with(&s->model, o->model_path, &lo, err);
     if (rc) {
         fprintf(stderr, "inflight %s: %s\n", cmd, err);
         return CLI_EXIT_USAGE;

@@ -791,6 +791,7 @@ uint64_t ifl_gguf_alignment(const struct ifl_gguf *g) { return g->alignment; }
 size_t ifl_gguf_file_size(const struct ifl_gguf *g) { return g->size; }
 const char *ifl_gguf_path(const struct ifl_gguf *g) { return g->path ? g->path : ""; }
 size_t ifl_gguf_data_offset(const struct ifl_gguf *g) { return g->data_off; }
+const void *ifl_gguf_base(const struct ifl_gguf *g) { return g->base; }
 
 /* ---- metadata ---- */
 

@@ -85,6 +85,9 @@ const char *ifl_gguf_path(const struct ifl_gguf *g); /* "" for memory buffers */
 void ifl_gguf_release(const struct ifl_gguf *g, const void *p, size_t len);
 /* File offset of the tensor data section (tensor offsets are relative to it). */
 size_t ifl_gguf_data_offset(const struct ifl_gguf *g);
+/* The first byte of the file (or buffer): tensor data pointers minus this
+ * are file offsets. */
+const void *ifl_gguf_base(const struct ifl_gguf *g);
 
 /* Metadata, by index or key. */
 int64_t ifl_gguf_n_kv(const struct ifl_gguf *g);

@@ -332,69 +332,8 @@ static int load_tensors(struct loader *L)
     return 0;
 }
 
-/* ---- repacking for the kernels ---- */
-
-static int wants_x16(const struct ifl_kernels *kn, const struct ifl_mat *w)
-{
-    return w->data && kn->x16_pays[w->type] && kn->gemm_x16[w->type] && w->n_out % 16 == 0;
-}
-
-/* Repacks the matrices the kernel table computes faster as x16 groups
- * (kernels.h) into one anonymous map, asking for huge pages, and lets the
- * file's pages of each go from resident memory once it is copied: the
- * model stays about its file's size in memory. The token embeddings are
- * read by rows and stay as they are (so does a tied output). IFL_REPACK=0
- * in the environment turns this off, to measure what it brings. A failed
- * map leaves the rows as they were. */
-static void repack_x16(struct ifl_model *m)
-{
-    const char *env = getenv("IFL_REPACK");
-    if (env && !strcmp(env, "0"))
-        return;
-    const struct ifl_kernels *kn = ifl_kernels_best();
-    int per_layer = 7, n = m->hp.n_layer * per_layer + 1;
-    struct ifl_mat **mats = malloc(sizeof(*mats) * (size_t)n);
-    if (!mats)
-        return;
-    int k = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        struct ifl_layer_weights *w = &m->layers[il];
-        struct ifl_mat *lm[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        for (int i = 0; i < per_layer; i++)
-            if (wants_x16(kn, lm[i]))
-                mats[k++] = lm[i];
-    }
-    if (!m->tied_output && wants_x16(kn, &m->output))
-        mats[k++] = &m->output;
-    size_t total = 0;
-    for (int i = 0; i < k; i++)
-        total += ((size_t)mats[i]->n_out * mats[i]->row_bytes + 63) / 64 * 64;
-    void *arena = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                        : MAP_FAILED;
-    if (arena == MAP_FAILED) {
-        free(mats);
-        return;
-    }
-    madvise(arena, total, MADV_HUGEPAGE); /* fewer TLB misses on the weight stream; advisory */
-    char *p = arena;
-    for (int i = 0; i < k; i++) {
-        struct ifl_mat *w = mats[i];
-        size_t bytes = (size_t)w->n_out * w->row_bytes, group = 16 * w->row_bytes;
-        for (int64_t g = 0; g < w->n_out / 16; g++)
-            ifl_repack_x16(w->type, w->n_in, (const char *)w->data + (size_t)g * group,
-                           w->row_bytes, p + (size_t)g * group);
-        ifl_gguf_release(m->gguf, w->data, bytes);
-        w->data = p;
-        w->x16 = 1;
-        p += (bytes + 63) / 64 * 64;
-    }
-    mprotect(arena, total, PROT_READ);
-    m->x16 = arena;
-    m->x16_bytes = total;
-    free(mats);
-}
-
-int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err)
+int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
+                             const struct ifl_model_load_opts *o, char *err)
 {
     *out = NULL;
     struct ifl_model *m = calloc(1, sizeof(*m));
@@ -411,19 +350,33 @@ int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err)
         ifl_model_free(m);
         return rc;
     }
-    repack_x16(m);
+    if ((rc = ifl_model_repack(m, o, err))) {
+        ifl_model_free(m);
+        return rc;
+    }
     *out = m;
     return 0;
 }
 
-int ifl_model_load(struct ifl_model **out, const char *path, char *err)
+int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err)
+{
+    return ifl_model_from_gguf_with(out, g, NULL, err);
+}
+
+int ifl_model_load_with(struct ifl_model **out, const char *path,
+                        const struct ifl_model_load_opts *o, char *err)
 {
     *out = NULL;
     struct ifl_gguf *g;
     int rc = ifl_gguf_open(&g, path, err);
     if (rc)
         return rc;
-    return ifl_model_from_gguf(out, g, err);
+    return ifl_model_from_gguf_with(out, g, o, err);
+}
+
+int ifl_model_load(struct ifl_model **out, const char *path, char *err)
+{
+    return ifl_model_load_with(out, path, NULL, err);
 }
 
 void ifl_model_free(struct ifl_model *m)

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "inflight.h"
 #include "kernels/types.h"
 #include "model/gguf.h"
 
@@ -70,18 +71,37 @@ struct ifl_model {
     int tied_output;
     const float *rope_freqs;         /* [n_rot / 2] divisors of each pair's frequency, or NULL */
     struct ifl_layer_weights *layers; /* [n_layer] */
-    void *x16;                       /* the matrices repacked at load (anonymous map) */
+    void *x16;                       /* the matrices repacked at load (anonymous map or cache file) */
     size_t x16_bytes;
     void **owned;                    /* small tensors converted to F32 at load */
     int n_owned;
     uint64_t weight_bytes;           /* bytes of all tensors */
 };
 
+/* How a model loads. All fields may be 0/NULL. */
+struct ifl_model_load_opts {
+    int n_threads;                /* repacking threads; 0: one per core */
+    const char *repack_cache_dir; /* keep repacked matrices in a file there (repack.c) */
+    ifl_load_progress_fn progress; /* called on the loading thread (inflight.h) */
+    void *progress_user;
+};
+
 /* Opens and validates a GGUF model. Errors name the key or tensor. */
 int ifl_model_load(struct ifl_model **out, const char *path, char *err);
+int ifl_model_load_with(struct ifl_model **out, const char *path,
+                        const struct ifl_model_load_opts *o, char *err);
 /* The same from an already opened GGUF, whose ownership moves to the model
  * (also on failure, where it is freed). */
 int ifl_model_from_gguf(struct ifl_model **out, struct ifl_gguf *g, char *err);
+int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
+                             const struct ifl_model_load_opts *o, char *err);
+/* Repacks the matrices the best kernel table computes faster as x16
+ * groups (repack.c), through a repack cache when o names a directory;
+ * called by the loaders above. IFL_REPACK=0 in the environment turns it
+ * off, to measure what it brings. Failing to map memory or the cache is
+ * not an error (the rows stay as they are, or the repack stays in memory,
+ * with a notice); only IFL_ENOMEM for the bookkeeping is. */
+int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, char *err);
 void ifl_model_free(struct ifl_model *m);
 
 const char *ifl_arch_name(enum ifl_arch a);

@@ -865,8 +865,13 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         }
         ex->cfg.logits_processors = ex->procs;
     }
-    if (!rc)
-        rc = ifl_model_load(&ex->model, model_path, err);
+    if (!rc) {
+        struct ifl_model_load_opts lo = {.n_threads = cfg.n_threads,
+                                         .repack_cache_dir = cfg.repack_cache_dir,
+                                         .progress = cfg.load_progress,
+                                         .progress_user = cfg.load_progress_user};
+        rc = ifl_model_load_with(&ex->model, model_path, &lo, err);
+    }
     if (!rc)
         rc = ifl_vocab_load(&ex->vocab, ex->model->gguf, err);
     if (!rc) {

@@ -375,8 +375,17 @@ static int key_ok(const struct ifl_server *s, struct MHD_Connection *conn)
 static int handle_health(struct ifl_hconn *c)
 {
     int ready = atomic_load_explicit(&c->srv->ex, memory_order_acquire) != NULL;
-    if (!ready)
-        return ifl_http_reply(c, 503, "application/json", "{\"status\":\"loading\"}", 20);
+    if (!ready) {
+        /* the share of weight bytes loaded; 0.99 at most until the
+         * executor is ready, so 1.0 never comes with a 503 */
+        int64_t done = atomic_load_explicit(&c->srv->load_done, memory_order_relaxed);
+        int64_t total = atomic_load_explicit(&c->srv->load_total, memory_order_relaxed);
+        double f = total > 0 ? (double)done / (double)total : 0.0;
+        char body[64];
+        int n = snprintf(body, sizeof body, "{\"status\":\"loading\",\"progress\":%.2f}",
+                         f < 0 ? 0.0 : f > 0.99 ? 0.99 : f);
+        return ifl_http_reply(c, 503, "application/json", body, (size_t)n);
+    }
     return ifl_http_reply(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
 }
 
@@ -767,10 +776,24 @@ int ifl_server_port(const struct ifl_server *s)
     return s->port;
 }
 
+/* Keeps the loading progress for /health, and passes it on to the
+ * caller's callback, if any. */
+static void load_progress(void *user, const struct ifl_load_progress *p)
+{
+    struct ifl_server *s = user;
+    atomic_store_explicit(&s->load_total, p->total, memory_order_relaxed);
+    atomic_store_explicit(&s->load_done, p->done, memory_order_relaxed);
+    if (s->cfg.exec.load_progress)
+        s->cfg.exec.load_progress(s->cfg.exec.load_progress_user, p);
+}
+
 int ifl_server_load(struct ifl_server *s, char *err)
 {
     ifl_executor *ex = NULL;
-    int rc = ifl_executor_create(&ex, s->model_path, &s->cfg.exec, err);
+    struct ifl_executor_config ec = s->cfg.exec;
+    ec.load_progress = load_progress;
+    ec.load_progress_user = s;
+    int rc = ifl_executor_create(&ex, s->model_path, &ec, err);
     if (rc)
         return rc;
     ifl_executor_model_info(ex, &s->info);

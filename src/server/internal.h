@@ -92,6 +92,9 @@ struct ifl_server {
     /* set once by ifl_server_load (release), read by handlers (acquire) */
     _Atomic(ifl_executor *) ex;
     struct ifl_model_info info;       /* valid once ex is set */
+    /* loading progress for /health: bytes of weights done and in all, set
+     * by the loading thread; relaxed, each a figure on its own */
+    _Atomic int64_t load_done, load_total;
     char bos_text[64], eos_text[64];  /* the model's BOS/EOS token text, for templates */
     struct ifl_chat_template *chat_tmpl; /* compiled chat template (chat.c) */
     int chat_default;                 /* chat_tmpl is the built-in ChatML */

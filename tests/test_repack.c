@@ -1,0 +1,331 @@
+/*
+ * Repacking at load (src/model/repack.c): the repacked matrices are the
+ * same bytes whichever path made them (one thread or two, fresh, written
+ * to a repack cache, mapped from it), a corrupt, truncated, stale or
+ * foreign cache file is rebuilt with a notice saying why, an unwritable
+ * cache directory falls back to memory with a notice, and the progress
+ * callback counts up to the weights' bytes and ends with "ready".
+ *
+ * Models come from $BUILD/tools/mkmodel (through system()) in a mkdtemp
+ * directory removed at the end: llama Q8_0 and Q4_K_M with FFN matrices
+ * of several 1 MiB chunks, so chunking and folding are exercised.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "t.h"
+
+static char g_dir[256], g_cache[300], g_mk[512], g_vocab[512];
+
+/* What the progress callback saw. */
+struct seen {
+    int calls, ready_calls, backwards;
+    int64_t last_done, total;
+    char stage[64];
+    char notice[1024];
+    int n_notices;
+};
+
+static void on_progress(void *user, const struct ifl_load_progress *p)
+{
+    struct seen *s = user;
+    if (s->calls && p->done < s->last_done && s->stage[0] && p->stage &&
+        !strcmp(s->stage, p->stage))
+        s->backwards++;
+    s->calls++;
+    s->last_done = p->done;
+    s->total = p->total;
+    snprintf(s->stage, sizeof s->stage, "%s", p->stage ? p->stage : "");
+    if (p->stage && !strcmp(p->stage, "ready"))
+        s->ready_calls++;
+    if (p->notice) {
+        snprintf(s->notice, sizeof s->notice, "%s", p->notice);
+        s->n_notices++;
+    }
+}
+
+static struct ifl_model *load(const char *path, const char *cache, int nth, struct seen *s)
+{
+    memset(s, 0, sizeof(*s));
+    struct ifl_model_load_opts o = {.n_threads = nth,
+                                    .repack_cache_dir = cache,
+                                    .progress = on_progress,
+                                    .progress_user = s};
+    struct ifl_model *m = NULL;
+    char err[IFL_ERR_LEN] = "";
+    int rc = ifl_model_load_with(&m, path, &o, err);
+    CHECK_MSG(rc == 0, "load %s: %s", path, err);
+    if (m) {
+        CHECK_EQ(s->ready_calls, 1);
+        CHECK_EQ(s->backwards, 0);
+        CHECK(!strcmp(s->stage, "ready"));
+        CHECK_EQ(s->last_done, (int64_t)m->weight_bytes);
+        CHECK_EQ(s->total, (int64_t)m->weight_bytes);
+    }
+    return m;
+}
+
+static int n_mats(struct ifl_model *m, struct ifl_mat **out)
+{
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct ifl_layer_weights *w = &m->layers[il];
+        struct ifl_mat *lm[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (int i = 0; i < 7; i++)
+            out[n++] = lm[i];
+    }
+    out[n++] = &m->output;
+    out[n++] = &m->tok_embd;
+    return n;
+}
+
+/* Every matrix: the same layout flag and the same bytes. Returns how many
+ * are repacked. */
+static int same_weights(struct ifl_model *a, struct ifl_model *b, const char *what)
+{
+    struct ifl_mat *ma[64], *mb[64];
+    int n = n_mats(a, ma), x16 = 0;
+    CHECK_EQ(n, n_mats(b, mb));
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(ma[i]->x16 == mb[i]->x16, "%s: matrix %d: x16 %d vs %d", what, i, ma[i]->x16,
+                  mb[i]->x16);
+        size_t bytes = (size_t)ma[i]->n_out * ma[i]->row_bytes;
+        CHECK_MSG(memcmp(ma[i]->data, mb[i]->data, bytes) == 0, "%s: matrix %d differs", what, i);
+        x16 += ma[i]->x16;
+    }
+    return x16;
+}
+
+static char *cache_file(void)
+{
+    static char path[600];
+    path[0] = 0;
+    DIR *d = opendir(g_cache);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strstr(e->d_name, ".x16")) {
+            snprintf(path, sizeof path, "%s/%s", g_cache, e->d_name);
+            n++;
+        }
+    if (d)
+        closedir(d);
+    CHECK_MSG(n == 1, "%d cache files in %s", n, g_cache);
+    return path;
+}
+
+static void patch(const char *path, long off, const char *bytes, size_t n)
+{
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, bytes, n, off) == (ssize_t)n);
+    close(fd);
+}
+
+static int has(const char *hay, const char *needle)
+{
+    int ok = strstr(hay, needle) != NULL;
+    if (!ok)
+        fprintf(stderr, "  '%s' not in '%s'\n", needle, hay);
+    return ok;
+}
+
+/* The same logits from both models (one forward of 4 tokens). */
+static void same_logits(struct ifl_model *a, struct ifl_model *b)
+{
+    struct ifl_model *ms[2] = {a, b};
+    float *lg[2] = {0};
+    int32_t nv = a->hp.n_vocab;
+    for (int k = 0; k < 2; k++) {
+        struct ifl_kv_store *kv = NULL;
+        struct ifl_fwd *f = NULL;
+        char err[IFL_ERR_LEN] = "";
+        CHECK(ifl_kv_store_create(&kv, &ms[k]->hp, IFL_TYPE_F16, 1, 16, err) == 0);
+        struct ifl_fwd_config fc = {.max_rows = 8, .max_ctx = 16, .n_threads = 2};
+        CHECK(ifl_fwd_create(&f, ms[k], kv, &fc, err) == 0);
+        int32_t tok[4] = {1, 7, 42, 300}, pos[4] = {0, 1, 2, 3}, seq[4] = {0}, table[1] = {0},
+                nb = 1;
+        uint8_t want[4] = {0, 0, 0, 1};
+        const int32_t *tables[1] = {table};
+        struct ifl_batch bt = {.n_rows = 4, .tokens = tok, .pos = pos, .seq = seq,
+                               .logits = want, .n_seqs = 1, .block_tables = tables,
+                               .n_blocks = &nb};
+        lg[k] = calloc((size_t)nv, sizeof(float));
+        CHECK(ifl_forward(f, &bt, lg[k], err) == 0);
+        ifl_fwd_free(f);
+        ifl_kv_store_free(kv);
+    }
+    int ndiff = 0;
+    for (int32_t i = 0; i < nv; i++)
+        if (memcmp(&lg[0][i], &lg[1][i], sizeof(float)) && ndiff++ < 3)
+            fprintf(stderr, "  logit %d: %.9g vs %.9g\n", i, lg[0][i], lg[1][i]);
+    CHECK_EQ(ndiff, 0);
+    free(lg[0]);
+    free(lg[1]);
+
+}
+
+static void check_model(const char *type)
+{
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/llama-%s.gguf", g_dir, type);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -o '%s' --vocab '%s' --arch llama --type %s --n-embd 512 --n-layer 2 "
+             "--n-head 8 --n-head-kv 4 --n-ff 4096 --seed 5 >/dev/null 2>&1",
+             g_mk, path, g_vocab, type);
+    int sys = system(cmd);
+    CHECK_MSG(sys == 0, "mkmodel failed (%d): %s", sys, cmd);
+    if (sys)
+        return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
+    CHECK(system(cmd) == 0);
+    CHECK(mkdir(g_cache, 0755) == 0);
+
+    struct seen s;
+    struct ifl_model *fresh1 = load(path, NULL, 1, &s), *fresh2 = load(path, NULL, 2, &s);
+    CHECK_EQ(s.n_notices, 0);
+    if (!fresh1 || !fresh2)
+        return;
+    int x16 = same_weights(fresh1, fresh2, "1 vs 2 threads");
+    int avx512 = !strcmp(ifl_kernels_best()->name, "avx512");
+    if (avx512)
+        CHECK_MSG(x16 >= 10, "%s: only %d matrices repacked", type, x16);
+    else
+        fprintf(stderr, "  note: kernels %s repack %d matrices of %s\n", ifl_kernels_best()->name,
+                x16, type);
+
+    /* built, then mapped: no notice either time */
+    struct ifl_model *built = load(path, g_cache, 2, &s);
+    CHECK_EQ(s.n_notices, 0);
+    struct ifl_model *mapped = load(path, g_cache, 2, &s);
+    CHECK_EQ(s.n_notices, 0);
+    if (!built || !mapped)
+        return;
+    same_weights(fresh1, built, "fresh vs cache built");
+    same_weights(fresh1, mapped, "fresh vs cache mapped");
+    same_logits(fresh1, mapped);
+    if (!x16) {
+        ifl_model_free(built);
+        ifl_model_free(mapped);
+        ifl_model_free(fresh1);
+        ifl_model_free(fresh2);
+        return;
+    }
+    /* the mapped model reads the cache file, not memory of its own */
+    const char *cf = cache_file();
+    struct stat st;
+    CHECK(stat(cf, &st) == 0);
+    CHECK_EQ((size_t)st.st_size, mapped->x16_bytes);
+
+    /* one byte of the data flipped: corrupt, rebuilt, equal, then clean */
+    long off = (long)st.st_size - 1000;
+    char b;
+    int fd = open(cf, O_RDONLY);
+    CHECK(pread(fd, &b, 1, off) == 1);
+    close(fd);
+    b ^= 0x10;
+    patch(cf, off, &b, 1);
+    struct ifl_model *m = load(path, g_cache, 2, &s);
+    CHECK(has(s.notice, "is corrupt: matrix"));
+    CHECK(has(s.notice, "fails its checksum; rebuilding it"));
+    if (m)
+        same_weights(fresh1, m, "rebuilt after a flipped byte");
+    ifl_model_free(m);
+    m = load(path, g_cache, 1, &s);
+    CHECK_EQ(s.n_notices, 0);
+    ifl_model_free(m);
+
+    /* a damaged header */
+    patch(cf, 0, "NOTACACHE", 8);
+    m = load(path, g_cache, 2, &s);
+    CHECK(has(s.notice, "not an inflight repack cache"));
+    if (m)
+        same_weights(fresh1, m, "rebuilt after a bad magic");
+    ifl_model_free(m);
+    patch(cf, 200, "\xff\xff", 2); /* within the matrix table: header checksum */
+    m = load(path, g_cache, 2, &s);
+    CHECK(has(s.notice, "header fails its checksum"));
+    ifl_model_free(m);
+
+    /* truncated */
+    CHECK(truncate(cf, st.st_size - 4096) == 0);
+    m = load(path, g_cache, 2, &s);
+    CHECK(has(s.notice, "truncated"));
+    if (m)
+        same_weights(fresh1, m, "rebuilt after truncation");
+    ifl_model_free(m);
+
+    /* the model file changed (its modification time): stale */
+    struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0}, {.tv_sec = 1000000000}};
+    CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+    m = load(path, g_cache, 2, &s);
+    CHECK(has(s.notice, "is stale: it was made"));
+    CHECK(has(s.notice, "another version of the model file"));
+    if (m)
+        same_weights(fresh1, m, "rebuilt when stale");
+    ifl_model_free(m);
+    m = load(path, g_cache, 2, &s);
+    CHECK_EQ(s.n_notices, 0);
+    ifl_model_free(m);
+
+    /* a directory that cannot hold the cache: in memory, with a notice */
+    char nodir[400];
+    snprintf(nodir, sizeof nodir, "%s/no/such/dir", g_dir);
+    m = load(path, nodir, 2, &s);
+    CHECK(has(s.notice, "cannot create"));
+    CHECK(has(s.notice, "repacking in memory only"));
+    if (m)
+        same_weights(fresh1, m, "in memory after a failed create");
+    ifl_model_free(m);
+
+    ifl_model_free(built);
+    ifl_model_free(mapped);
+    ifl_model_free(fresh1);
+    ifl_model_free(fresh2);
+}
+
+static void test_q8_0(void) { check_model("q8_0"); }
+static void test_q4_k_m(void) { check_model("q4_k_m"); }
+
+/* IFL_REPACK=0: nothing repacked, one "ready" call with everything done. */
+static void test_repack_off(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/llama-q8_0.gguf", g_dir);
+    setenv("IFL_REPACK", "0", 1);
+    struct seen s;
+    struct ifl_model *m = load(path, g_cache, 2, &s);
+    unsetenv("IFL_REPACK");
+    CHECK_EQ(s.calls, 1);
+    CHECK(m && !m->x16);
+    ifl_model_free(m);
+}
+
+int main(void)
+{
+    const char *build = getenv("BUILD");
+    snprintf(g_mk, sizeof g_mk, "%s/tools/mkmodel", build && *build ? build : "build");
+    snprintf(g_vocab, sizeof g_vocab, "%s/models/stories260K.gguf", t_shared());
+    snprintf(g_dir, sizeof g_dir, "/tmp/ifl_repack_XXXXXX");
+    if (access(g_mk, X_OK) != 0 || !mkdtemp(g_dir)) {
+        fprintf(stderr, "cannot run %s or make a temporary directory\n", g_mk);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    snprintf(g_cache, sizeof g_cache, "%s/cache", g_dir);
+    T_RUN(test_q8_0);
+    T_RUN(test_q4_k_m);
+    T_RUN(test_repack_off);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return t_done();
+}
