@@ -3,7 +3,8 @@
 # HTTP conformance (HEAD, WWW-Authenticate, the key before routing, control
 # characters in paths, the /tokenize answer bounded, health probes and
 # libmicrohttpd's messages at debug), Retry-After on 429 and 503, one
-# server per port unless --reuse-port, and restarts on the same port.
+# server per port unless --reuse-port, restarts on the same port, and a
+# second SIGTERM / SIGINT that cuts the drain short.
 # Every wait is bounded; every server started here is stopped here.
 set -u
 BUILD=${BUILD:-build}
@@ -232,6 +233,66 @@ check "--reuse-port: two listeners" 2 "$(ss -Htln "sport = :$P1" | wc -l)"
 stop_server
 SPID=$R1
 stop_server
+
+# ---- a second signal during the drain ----
+# long work on one thread: eight loaders of 8 x 400 tokens in one batch of
+# 64 (every step has 64 rows or more, so no reply can end in the few
+# seconds the test takes, whatever order the requests come in), three
+# checked replies (an OpenAI stream, a TGI stream, a whole OpenAI reply), and
+# a keep-alive client whose second request meets the shutdown: 503 with
+# Retry-After
+start_server drain -m "$SLOW" -t 1 --parallel 64 --quiet --shutdown-timeout 60 || exit 1
+B="http://127.0.0.1:$PORT"
+loaders=()
+for _ in 1 2 3 4 5 6 7 8; do
+    curl -s -m 120 -o /dev/null "$B/v1/completions" -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"n":8}' &
+    loaders+=($!)
+done
+curl -sN -m 120 "$B/v1/completions" -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"stream":true,"n":2}' >"$tmp/oai_stream" &
+c1=$!
+curl -sN -m 120 "$B/generate_stream" -d '{"inputs":"Once","parameters":{"max_new_tokens":400}}' >"$tmp/tgi_stream" &
+c2=$!
+curl -s -m 120 "$B/v1/completions" -d '{"prompt":"Once","max_tokens":400,"ignore_eos":true,"n":2}' >"$tmp/whole" &
+c3=$!
+# a keep-alive connection, idle at SIGTERM after one answer
+exec 4<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' >&4
+IFS= read -r -t 10 ka1 <&4
+while IFS= read -r -t 10 line <&4 && [ "$line" != $'\r' ]; do :; done
+read -r -N 15 -t 10 _ <&4
+for _ in $(seq 100); do # all eleven in flight (and this /metrics request)
+    n=$(curl -s -m 5 "$B/metrics" | grep '^inflight_http_requests_in_flight' | grep -o '[0-9]*$')
+    [ "${n:-0}" -ge 12 ] && break
+    sleep 0.05
+done
+sleep 0.3
+kill -TERM "$SPID"
+sleep 0.5
+check "keep-alive: the first answer" "HTTP/1.1 200 OK" "${ka1%$'\r'}"
+printf 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n' >&4
+ka2=
+while IFS= read -r -t 10 line <&4 && [ "$line" != $'\r' ]; do ka2+="${line%$'\r'}"$'\n'; done
+exec 4<&-
+check "keep-alive: a request during the drain, on the open connection: 503" \
+    "HTTP/1.1 503 Service Unavailable" "$(echo "$ka2" | head -1)"
+ra=$(echo "$ka2" | grep -i '^Retry-After:' | cut -d' ' -f2)
+check "503 Retry-After" 1 "$([[ "$ra" =~ ^[0-9]+$ ]] && [ "$ra" -ge 1 ] && echo 1 || echo 0)"
+check "still draining (the loaders run)" 1 "$(kill -0 "$SPID" 2>/dev/null && echo 1 || echo 0)"
+t0=$(ms)
+kill -INT "$SPID"
+wait_exit "$SPID" 100
+t1=$(ms)
+echo "     (exited $((t1 - t0)) ms after the second signal)"
+check "second signal: exits within 3 s" 1 "$([ $((t1 - t0)) -lt 3000 ] && echo 1 || echo 0)"
+check "second signal: exit status 1" 1 "$STOP_RC"
+has "second signal logged" "second SIGINT: cancelling requests in flight" "$(cat "$tmp/drain.log")"
+wait $c1 $c2 $c3 "${loaders[@]}"
+check "OpenAI stream: an abort chunk per choice" 2 "$(grep -c '"finish_reason":"abort"' "$tmp/oai_stream")"
+check "OpenAI stream: ends with [DONE]" "data: [DONE]" "$(grep -v '^$' "$tmp/oai_stream" | tail -1)"
+# TGI has no abort finish reason: its stream ends with the
+# incomplete_generation error event
+has "TGI stream: its final event" '"error_type":"incomplete_generation"' "$(grep '^data:' "$tmp/tgi_stream" | tail -1)"
+check "whole reply: every choice abort" 2 "$(grep -o '"finish_reason":"abort"' "$tmp/whole" | wc -l)"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -6,14 +6,19 @@
  * line and exits 2. Then the listener starts (/health answers 503), the
  * model loads (/health: 200), and the main thread waits for SIGINT or
  * SIGTERM: stop accepting, let requests in flight finish within
- * --shutdown-timeout, cancel the rest, exit 0.
+ * --shutdown-timeout, cancel the rest, exit 0. The drain runs on its own
+ * thread while the main thread keeps taking signals: a second SIGINT or
+ * SIGTERM cancels what is left at once (each still gets its abort ending)
+ * and the exit status is 1.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 #include "core/sysmem.h"
@@ -49,7 +54,8 @@ static const char SERVE_HELP[] =
     "  --log-format text|json    access log on stderr (default text)\n"
     "  --log-level info|debug    debug adds health probes and libmicrohttpd's messages\n"
     "  --max-body-bytes N        larger request bodies get 413 (default 4194304)\n"
-    "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30)\n"
+    "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30;\n"
+    "                            a second SIGTERM or SIGINT cancels them at once)\n"
     "  --request-timeout S       seconds a connection has to send a whole request, counted\n"
     "                            from its opening or its last reply (default 10)\n"
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
@@ -118,6 +124,23 @@ static char *read_file(const char *path, size_t max, const char **why)
     }
     buf[n] = 0;
     return buf;
+}
+
+/* The drain at shutdown, on its own thread so the main one can take a
+ * second signal. */
+struct drain {
+    struct ifl_server *srv;
+    int64_t grace_ms;
+    pthread_t thread;
+    atomic_int done; /* release by the drain, acquire by main */
+};
+
+static void *drain_main(void *arg)
+{
+    struct drain *d = arg;
+    ifl_server_shutdown(d->srv, d->grace_ms);
+    atomic_store_explicit(&d->done, 1, memory_order_release);
+    return NULL;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -347,8 +370,26 @@ int cmd_serve(int argc, char **argv)
     sigwait(&set, &sig);
     fprintf(stderr, "inflight serve: %s: finishing requests in flight (up to %llds)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)shutdown_s);
-    ifl_server_shutdown(srv, shutdown_s * 1000);
+    struct drain d = {.srv = srv, .grace_ms = shutdown_s * 1000};
+    int forced = 0;
+    if (pthread_create(&d.thread, NULL, drain_main, &d)) {
+        ifl_server_shutdown(srv, d.grace_ms); /* no second signal then: plain drain */
+    } else {
+        /* the drain's thread ends within the grace plus the abort replies;
+         * meanwhile a second signal cuts the grace short */
+        const struct timespec tick = {0, 50 * 1000 * 1000};
+        while (!atomic_load_explicit(&d.done, memory_order_acquire)) {
+            sig = sigtimedwait(&set, NULL, &tick);
+            if (sig > 0 && !forced) {
+                forced = 1;
+                fprintf(stderr, "inflight serve: second %s: cancelling requests in flight\n",
+                        sig == SIGINT ? "SIGINT" : "SIGTERM");
+                ifl_server_abort(srv);
+            }
+        }
+        pthread_join(d.thread, NULL);
+    }
     ifl_server_free(srv);
-    fprintf(stderr, "inflight serve: stopped\n");
-    return 0;
+    fprintf(stderr, "inflight serve: stopped%s\n", forced ? " (requests cut short)" : "");
+    return forced ? 1 : 0;
 }

@@ -928,7 +928,8 @@ void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
     int64_t t_end = ifl_now_us() + grace_ms * 1000;
-    while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
+    while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end &&
+           !atomic_load_explicit(&s->forced, memory_order_relaxed))
         usleep(10000);
     /* what is left is cancelled: woken, each connection cancels its job and
      * answers with finish reason abort (streams with their last chunks)
@@ -948,6 +949,12 @@ void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
     ifl_executor *ex = atomic_exchange_explicit(&s->ex, NULL, memory_order_acq_rel);
     if (ex)
         ifl_executor_destroy(ex, 1);
+}
+
+void ifl_server_abort(struct ifl_server *s)
+{
+    if (s)
+        atomic_store_explicit(&s->forced, 1, memory_order_relaxed);
 }
 
 void ifl_server_free(struct ifl_server *s)

@@ -111,6 +111,7 @@ struct ifl_server {
     int chat_default;                 /* chat_tmpl is the built-in ChatML */
     atomic_int draining;              /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;              /* grace ran out: cancel what is running (relaxed) */
+    atomic_int forced;                /* ifl_server_abort: skip the rest of the grace (relaxed) */
     atomic_int in_flight;             /* HTTP requests being handled (acq_rel) */
     atomic_ullong next_id;            /* response ids (relaxed) */
     uint64_t id_salt;

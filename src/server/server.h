@@ -65,6 +65,10 @@ int ifl_server_load(struct ifl_server *s, char *err);
 /* Stops accepting, waits up to grace_ms for requests in flight, cancels
  * what is left, stops the HTTP threads, the pump and the executor. */
 void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms);
+/* Cuts a running ifl_server_shutdown's grace short: what is left is
+ * cancelled now and answered with its abort ending. Safe from any thread,
+ * before or during the shutdown. */
+void ifl_server_abort(struct ifl_server *s);
 void ifl_server_free(struct ifl_server *s);
 /* The executor's stats (ifl_get_iteration_stats); IFL_ESTATE before the
  * model is loaded. */
