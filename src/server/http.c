@@ -871,7 +871,8 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_LIMIT, conn_limit(&s->cfg),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conns_per_ip, MHD_OPTION_END);
     if (!s->mhd) {
-        close(lfd);
+        /* lfd is not closed here: libmicrohttpd may have closed it already,
+         * and a second close could hit a descriptor reused meanwhile */
         ifl_err(err, IFL_EIO, "cannot serve on %s:%d (libmicrohttpd did not start)", s->host,
                 cfg->port);
         ifl_server_free(s);
