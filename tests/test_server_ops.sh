@@ -120,6 +120,16 @@ check "no key, CORS preflight on any path 204" 204 "$(req OPTIONS /v2/secret -H 
 check "key, unknown path 404" 404 "$(req GET /v2/secret "${K[@]}")"
 check "key, wrong method 405" 405 "$(req DELETE /v1/models "${K[@]}")"
 
+# half_request: a request line cut short, then a close, which libmicrohttpd
+# reports ("closed by remote side with incomplete request"); the pause lets
+# it read the half before the close comes
+half_request() {
+    exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+    printf 'GET /v1/mod' >&3
+    sleep 0.5
+    exec 3<&-
+}
+
 A='\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n\r\n'
 check "GET /v1/models (raw) 200" "HTTP/1.1 200 OK" "$(raw "GET /v1/models HTTP/1.1$A")"
 check "GET /v1/mo%64els (escaped letter) 200" "HTTP/1.1 200 OK" "$(raw "GET /v1/mo%64els HTTP/1.1$A")"
@@ -149,7 +159,7 @@ console.log(a.length > 5000 && a.every((t) => typeof t.id === "number" && typeof
 
 # logging: health probes are debug (start_server polled /health, and so did
 # the tests above); libmicrohttpd's messages too, never plain text
-exec 3<>"/dev/tcp/127.0.0.1/$PORT"; printf 'GET /v1/mod' >&3; exec 3<&-
+half_request
 sleep 0.3
 stop_server
 check "auth server stops with 0" 0 "$STOP_RC"
@@ -160,8 +170,11 @@ check "every log line is JSON or the CLI's own" "" "$(grep -v '^{' "$tmp/auth.lo
 
 start_server debug --log-level debug --log-format json || exit 1
 check "debug server /health" 200 "$(req GET /health)"
-exec 3<>"/dev/tcp/127.0.0.1/$PORT"; printf 'GET /v1/mod' >&3; exec 3<&-
-sleep 0.3
+half_request
+for _ in $(seq 50); do # until libmicrohttpd has noticed the half request
+    grep -q libmicrohttpd "$tmp/debug.log" && break
+    sleep 0.1
+done
 stop_server
 has "debug level: /health lines at debug" '"level":"debug","method":"GET","path":"/health","status":200' "$(cat "$tmp/debug.log")"
 has "debug level: libmicrohttpd's message as JSON at debug" '"level":"debug","msg":"libmicrohttpd: ' "$(cat "$tmp/debug.log")"
@@ -170,27 +183,46 @@ check "debug level: every line JSON or the CLI's own" "" "$(grep -v '^{' "$tmp/d
 check "--log-level loud: exit 2" "2 1" "$? $(wc -l <"$tmp/err")"
 
 # ---- Retry-After ----
-# one sequence at a time and a queue of 12: a request of 500 tokens takes
-# a few tenths of a second on the slow reference model, so 12 waiting are
+# one sequence at a time and a queue of 24: a request of 500 tokens takes
+# a few tenths of a second on the slow reference model, so 24 waiting are
 # seconds of work, which the 429 says
-start_server queue -m "$SLOW" -t 1 --parallel 1 --max-queue 12 --quiet || exit 1
+start_server queue -m "$SLOW" -t 1 --parallel 1 --max-queue 24 --quiet || exit 1
 LONG='{"prompt":"Once","max_tokens":500,"ignore_eos":true}'
 check "a first request (the service time)" 200 "$(req POST /v1/completions -d "$LONG")"
-loaders=()
-for _ in $(seq 13); do
-    curl -s -m 120 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" -d "$LONG" &
-    loaders+=($!)
-done
-for _ in $(seq 100); do # until the queue is full (a request sent before would wait its turn)
-    curl -s -m 5 "http://127.0.0.1:$PORT/metrics" | grep -q '^inflight_num_requests_waiting{.*} 12$' && break
-    sleep 0.05
-done
-check "full queue 429" 429 "$(req POST /v1/completions -d "$LONG")"
+# fill_queue: 25 long requests, one running and 24 waiting (a request sent
+# before the queue is full would wait its turn); each probe gets a fresh
+# fill, since the queue shrinks as soon as the running request ends
+fill_queue() {
+    loaders=()
+    for _ in $(seq 25); do
+        curl -s -m 120 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" -d "$LONG" >/dev/null &
+        loaders+=($!)
+    done
+    for _ in $(seq 100); do
+        curl -s -m 5 "http://127.0.0.1:$PORT/metrics" | grep -q '^inflight_num_requests_waiting{.*} 24$' && break
+        sleep 0.05
+    done
+}
+# probe PATH BODY: the status of a request sent into a full queue; should
+# the running request end between the check and the probe (the queue then
+# has room), the probe waits its turn and the queue is filled again
+probe() { # sets PROBE (not in a subshell: the loaders are waited for here)
+    for _ in 1 2 3; do
+        fill_queue
+        PROBE=$(req POST "$1" -d "$2")
+        [ "$PROBE" = 429 ] && break
+        wait "${loaders[@]}"
+    done
+}
+probe /v1/completions "$LONG"
+check "full queue 429" 429 "$PROBE"
 ra=$(hdr Retry-After)
 echo "     (Retry-After: $ra)"
-check "429 Retry-After: whole seconds, 2 to 600 (12 requests of a few tenths)" 1 \
+check "429 Retry-After: whole seconds, 2 to 600 (24 requests of a few tenths)" 1 \
     "$([[ "$ra" =~ ^[0-9]+$ ]] && [ "$ra" -ge 2 ] && [ "$ra" -le 600 ] && echo 1 || echo 0)"
-check "TGI overloaded 429" 429 "$(req POST /generate -d '{"inputs":"Once","parameters":{"max_new_tokens":5}}')"
+wait "${loaders[@]}"
+probe /generate '{"inputs":"Once","parameters":{"max_new_tokens":5}}'
+check "TGI overloaded 429" 429 "$PROBE"
 has "TGI 429 is overloaded" '"error_type":"overloaded"' "$(cat "$tmp/body")"
 ra=$(hdr Retry-After)
 check "TGI 429 Retry-After" 1 "$([[ "$ra" =~ ^[0-9]+$ ]] && [ "$ra" -ge 1 ] && echo 1 || echo 0)"
