@@ -6,14 +6,19 @@
  * line and exits 2. Then the listener starts (/health answers 503), the
  * model loads (/health: 200), and the main thread waits for SIGINT or
  * SIGTERM: stop accepting, let requests in flight finish within
- * --shutdown-timeout, cancel the rest, exit 0.
+ * --shutdown-timeout, cancel the rest, exit 0. The drain runs on its own
+ * thread while the main thread keeps taking signals: a second SIGINT or
+ * SIGTERM cancels what is left at once (each still gets its abort ending)
+ * and the exit status is 1.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 #include "core/sysmem.h"
@@ -49,12 +54,15 @@ static const char SERVE_HELP[] =
     "  --strict-model-name       a request naming another model gets 404 (default: any name\n"
     "                            selects the served model)\n"
     "  --log-format text|json    access log on stderr (default text)\n"
+    "  --log-level info|debug    debug adds health probes and libmicrohttpd's messages\n"
     "  --max-body-bytes N        larger request bodies get 413 (default 4194304)\n"
-    "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30)\n"
+    "  --shutdown-timeout S      on SIGTERM, seconds to let requests finish (default 30;\n"
+    "                            a second SIGTERM or SIGINT cancels them at once)\n"
     "  --request-timeout S       seconds a connection has to send a whole request, counted\n"
     "                            from its opening or its last reply (default 10)\n"
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
     "  --http-threads N          threads serving HTTP connections (default 4)\n"
+    "  --reuse-port              share the port with other servers (SO_REUSEPORT, replicas)\n"
     "  --quiet                   no access log\n";
 
 /* Says how big the KV pool is and what decided it. */
@@ -120,6 +128,23 @@ static char *read_file(const char *path, size_t max, const char **why)
     return buf;
 }
 
+/* The drain at shutdown, on its own thread so the main one can take a
+ * second signal. */
+struct drain {
+    struct ifl_server *srv;
+    int64_t grace_ms;
+    pthread_t thread;
+    atomic_int done; /* release by the drain, acquire by main */
+};
+
+static void *drain_main(void *arg)
+{
+    struct drain *d = arg;
+    ifl_server_shutdown(d->srv, d->grace_ms);
+    atomic_store_explicit(&d->done, 1, memory_order_release);
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
@@ -129,7 +154,8 @@ int cmd_serve(int argc, char **argv)
     int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
     int64_t request_timeout = 10, per_ip = 256, http_threads = 4;
-    int kv_type = IFL_KV_F16, quiet = 0, strict_name = 0;
+    const char *log_level = "info";
+    int kv_type = IFL_KV_F16, quiet = 0, strict_name = 0, reuse_port = 0;
     /* --served-model-name may be repeated: the values are joined with commas */
     char names[4096] = "";
     size_t names_len = 0;
@@ -147,6 +173,10 @@ int cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--strict-model-name")) {
             strict_name = 1;
+            continue;
+        }
+        if (!strcmp(a, "--reuse-port")) {
+            reuse_port = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -212,6 +242,8 @@ int cmd_serve(int argc, char **argv)
         }
         else if (!strcmp(a, "--log-format"))
             log_format = v;
+        else if (!strcmp(a, "--log-level"))
+            log_level = v;
         else if (!strcmp(a, "--max-body-bytes"))
             NUM(max_body, 1024, (int64_t)1 << 30, "a byte count");
         else if (!strcmp(a, "--shutdown-timeout"))
@@ -236,6 +268,8 @@ int cmd_serve(int argc, char **argv)
         return cli_usage_error("serve", "--host must not be empty");
     if (strcmp(log_format, "text") && strcmp(log_format, "json"))
         return cli_usage_error("serve", "--log-format wants text or json, not '%s'", log_format);
+    if (strcmp(log_level, "info") && strcmp(log_level, "debug"))
+        return cli_usage_error("serve", "--log-level wants info or debug, not '%s'", log_level);
     if (api_key && api_key_file)
         return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
     if (api_key && !*api_key)
@@ -303,6 +337,8 @@ int cmd_serve(int argc, char **argv)
     cfg.request_timeout_s = (int)request_timeout;
     cfg.max_conns_per_ip = (int)per_ip;
     cfg.http_threads = (int)http_threads;
+    cfg.log_level = strcmp(log_level, "debug") ? IFL_SERVER_LOG_INFO : IFL_SERVER_LOG_DEBUG;
+    cfg.reuse_port = reuse_port;
 
     /* idle and slow connections cost a descriptor each, not a thread: take
      * every descriptor the hard limit allows (the server sizes its
@@ -328,8 +364,10 @@ int cmd_serve(int argc, char **argv)
     free(key_buf);
     free(tmpl);
     if (rc) {
+        /* a host that does not resolve, an address in use or not of this
+         * machine: the operator's to fix, like a bad argument */
         fprintf(stderr, "inflight serve: %s\n", err);
-        return rc == IFL_EINVAL ? CLI_EXIT_USAGE : 1;
+        return rc == IFL_EINVAL || rc == IFL_EIO ? CLI_EXIT_USAGE : 1;
     }
     fprintf(stderr, "inflight serve: listening on http://%s:%d (loading %s)\n", host,
             ifl_server_port(srv), model);
@@ -345,8 +383,26 @@ int cmd_serve(int argc, char **argv)
     sigwait(&set, &sig);
     fprintf(stderr, "inflight serve: %s: finishing requests in flight (up to %llds)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)shutdown_s);
-    ifl_server_shutdown(srv, shutdown_s * 1000);
+    struct drain d = {.srv = srv, .grace_ms = shutdown_s * 1000};
+    int forced = 0;
+    if (pthread_create(&d.thread, NULL, drain_main, &d)) {
+        ifl_server_shutdown(srv, d.grace_ms); /* no second signal then: plain drain */
+    } else {
+        /* the drain's thread ends within the grace plus the abort replies;
+         * meanwhile a second signal cuts the grace short */
+        const struct timespec tick = {0, 50 * 1000 * 1000};
+        while (!atomic_load_explicit(&d.done, memory_order_acquire)) {
+            sig = sigtimedwait(&set, NULL, &tick);
+            if (sig > 0 && !forced) {
+                forced = 1;
+                fprintf(stderr, "inflight serve: second %s: cancelling requests in flight\n",
+                        sig == SIGINT ? "SIGINT" : "SIGTERM");
+                ifl_server_abort(srv);
+            }
+        }
+        pthread_join(d.thread, NULL);
+    }
     ifl_server_free(srv);
-    fprintf(stderr, "inflight serve: stopped\n");
-    return 0;
+    fprintf(stderr, "inflight serve: stopped%s\n", forced ? " (requests cut short)" : "");
+    return forced ? 1 : 0;
 }

@@ -6,10 +6,12 @@
  * route's done callback; a streamed reply's content reader hands out what is
  * rendered and suspends when nothing is.
  *
- * Order of checks for every request (before its body is read): route (404),
- * CORS preflight, method (405), API key (401; /health stays open), shutdown
- * (503), declared body size (413). Then the body is collected up to the limit
- * (413 past it), parsed with jansson (400 / 422), and handed to the route.
+ * Order of checks for every request (before its body is read): control
+ * characters in the path (400), CORS preflight (any path), API key (401;
+ * /health stays open), route (404), method (405; HEAD is GET without the
+ * body), shutdown (503), declared body size (413). Then the body is collected
+ * up to the limit (413 past it), parsed with jansson (400 / 422), and handed
+ * to the route. 401 carries WWW-Authenticate, 429 and 503 Retry-After.
  *
  * A client that leaves is noticed by libmicrohttpd while its connection is
  * active, and by the pump (POLLRDHUP) while it is suspended; either way the
@@ -21,6 +23,8 @@
  * client address may hold --max-conns-per-ip connections.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -118,6 +122,19 @@ static void add_common_headers(struct ifl_hconn *c, struct MHD_Response *r, cons
     }
 }
 
+/* The headers a status asks for: a challenge with every 401 (RFC 9110
+ * 11.6.1), and with 429 and 503 when to come back, in seconds. */
+static void add_status_headers(struct ifl_hconn *c, struct MHD_Response *r, int status)
+{
+    if (status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 429 || status == 503) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", ifl_server_retry_after(c->srv));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+}
+
 int ifl_http_reply(struct ifl_hconn *c, int status, const char *type, const char *body, size_t n)
 {
     struct MHD_Response *r =
@@ -125,6 +142,7 @@ int ifl_http_reply(struct ifl_hconn *c, int status, const char *type, const char
     if (!r)
         return MHD_NO;
     add_common_headers(c, r, type);
+    add_status_headers(c, r, status);
     enum MHD_Result rc = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     c->status = status;
@@ -357,6 +375,61 @@ static int reply_error(struct ifl_hconn *c, const struct route *rt, int status, 
     return ifl_http_reply_oai_error(c, status, param, msg);
 }
 
+/* Paths never hold control characters. libmicrohttpd hands the handler a
+ * NUL-terminated path after %-decoding, so "/v1/models%00" would read as
+ * "/v1/models": unescape_path decodes, and a path that decodes to a control
+ * byte becomes a lone DEL, which bad_path (like any raw control byte)
+ * refuses with 400. */
+static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *str)
+{
+    (void)cls;
+    (void)conn;
+    size_t n = MHD_http_unescape(str);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)str[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            str[0] = 0x7f; /* n >= 1: the string had room for two bytes */
+            str[1] = 0;
+            return 1;
+        }
+    }
+    return n;
+}
+
+/* A raw NUL in the request line ends the path libmicrohttpd hands on, so
+ * "GET /v1/models<NUL>x HTTP/1.1" would read as /v1/models. on_uri, called
+ * with the raw request target before anything is decoded, notes where it
+ * starts and how long it reads as a string; the HTTP version follows the
+ * target's end in the same buffer (libmicrohttpd parses the request line in
+ * place), so a target shorter as a string than that span held a NUL. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    struct ifl_hconn *c = calloc(1, sizeof(*c));
+    if (c) {
+        c->raw_uri = uri;
+        c->raw_uri_len = strlen(uri);
+    }
+    return c;
+}
+
+static int raw_nul(const struct ifl_hconn *c, const char *version)
+{
+    /* pointers compared only, never read; no version (HTTP/0.9): no span */
+    if (!c->raw_uri || !version || !*version || version <= c->raw_uri)
+        return 0;
+    return (size_t)(version - c->raw_uri) - 1 > c->raw_uri_len;
+}
+
+static int bad_path(const char *url)
+{
+    for (const unsigned char *p = (const unsigned char *)url; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return 1;
+    return 0;
+}
+
 static int key_ok(const struct ifl_server *s, struct MHD_Connection *conn)
 {
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
@@ -462,12 +535,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls)
 {
-    (void)version;
     struct ifl_server *s = cls;
     struct ifl_hconn *c = *con_cls;
     const struct route *rt = find_route(url);
-    if (!c) {
-        c = calloc(1, sizeof(*c));
+    if (!c || !c->srv) { /* the first call (c may come from on_uri) */
+        if (!c)
+            c = calloc(1, sizeof(*c));
         if (!c)
             return MHD_NO;
         c->srv = s;
@@ -484,15 +557,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = c;
         atomic_fetch_add_explicit(&s->in_flight, 1, memory_order_acq_rel);
         c->counted = 1;
-        if (!rt)
-            return (enum MHD_Result)ifl_http_reply_oai_error(c, 404, NULL,
-                                                            "no such route (docs/http.md lists them)");
+        if (bad_path(url) || raw_nul(c, version))
+            return (enum MHD_Result)ifl_http_reply_oai_error(
+                c, 400, NULL, "the path holds a control character (raw or %-escaped)");
+        /* a browser's preflight never carries the key: answered for any
+         * path, so that it tells nothing about which routes exist */
         if (!strcmp(method, "OPTIONS") && s->cors_origin) {
-            struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+            struct MHD_Response *r =
+                MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
             if (!r)
                 return MHD_NO;
             add_common_headers(c, r, NULL);
-            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
             MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                     "Authorization, Content-Type");
             MHD_add_response_header(r, "Access-Control-Max-Age", "600");
@@ -501,13 +577,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             c->status = 204;
             return rc;
         }
-        if (strcmp(method, rt->method)) {
+        /* the key before the route: without it every path answers the same
+         * 401, so routes cannot be listed (/health stays open for probes) */
+        if (s->api_key && !(rt && !strcmp(rt->path, "/health")) && !key_ok(s, conn))
+            return (enum MHD_Result)ifl_http_reply_oai_error(
+                c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+        if (!rt)
+            return (enum MHD_Result)ifl_http_reply_oai_error(
+                c, 404, NULL, "no such route (docs/http.md lists them)");
+        /* HEAD is GET without the body (libmicrohttpd leaves it out) */
+        const int is_get = !strcmp(rt->method, "GET");
+        if (strcmp(method, rt->method) && !(is_get && !strcmp(method, "HEAD"))) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s is not allowed on %s (use %s)", method, rt->path,
-                     rt->method);
+                     is_get ? "GET or HEAD" : rt->method);
             struct MHD_Response *r = NULL;
             json_t *j = json_object(), *e = json_object();
-            json_object_set_new(e, "message", json_string(msg));
+            json_object_set_new(e, "message", ifl_json_text(msg, strlen(msg)));
             json_object_set_new(e, "type", json_string("invalid_request_error"));
             json_object_set_new(e, "param", json_null());
             json_object_set_new(e, "code", json_string("method_not_allowed"));
@@ -521,19 +607,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return MHD_NO;
             }
             add_common_headers(c, r, "application/json");
-            MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, rt->method);
+            MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, is_get ? "GET, HEAD" : rt->method);
             enum MHD_Result rc = MHD_queue_response(conn, 405, r);
             MHD_destroy_response(r);
             c->status = 405;
             ifl_server_metrics_http(s, 405);
             return rc;
-        }
-        if (s->api_key && strcmp(rt->path, "/health") && !key_ok(s, conn)) {
-            if (rt->kind == R_TGI)
-                return (enum MHD_Result)ifl_http_reply_tgi_error(
-                    c, 401, "authentication", "a valid API key is required (Authorization: Bearer KEY)");
-            return (enum MHD_Result)ifl_http_reply_oai_error(
-                c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
         }
         if (atomic_load_explicit(&s->draining, memory_order_relaxed))
             return (enum MHD_Result)reply_error(c, rt, 503, NULL, "the server is shutting down");
@@ -588,31 +667,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return rc;
 }
 
-static void log_request(struct ifl_server *s, struct ifl_hconn *c)
-{
-    if (s->cfg.quiet)
-        return;
-    double ms = (double)(ifl_now_us() - c->t0_us) / 1000.0;
-    char ts[32];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    if (s->cfg.log_format == IFL_SERVER_LOG_JSON) {
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:f}", "time", ts, "level", "info", "method",
-                              c->method ? c->method : "", "path", c->url ? c->url : "", "status",
-                              c->status, "ms", ms);
-        char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        if (t)
-            fprintf(stderr, "%s\n", t);
-        free(t);
-        json_decref(j);
-    } else {
-        fprintf(stderr, "%s INFO %s %s %d %.1fms\n", ts, c->method ? c->method : "",
-                c->url ? c->url : "", c->status, ms);
-    }
-}
-
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -622,10 +676,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!c)
         return;
     *con_cls = NULL;
+    if (!c->srv) { /* from on_uri; the request never reached the handler */
+        free(c);
+        return;
+    }
     struct ifl_gen_job *job = c->stream ? c->stream->job : c->job;
     if (job && !job->finished)
         ifl_gen_cancel(job, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    log_request(s, c);
+    ifl_server_log_access(s, c);
     if (c->stream) {
         ifl_gen_job_free(c->stream->job);
         ifl_stream_free(c->stream);
@@ -673,6 +731,52 @@ static unsigned conn_limit(const struct ifl_server_config *cfg)
     return n > 128 ? (unsigned)(n - 64) : 64;
 }
 
+/* libmicrohttpd's own messages: at debug, since nearly all are clients
+ * that left ("Closing connection (application error generating
+ * response)"), in the server's log format. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    ifl_server_log(cls, IFL_SERVER_LOG_DEBUG, "libmicrohttpd: %s", msg);
+}
+
+/* The listening socket, made here so that a failure names the address and
+ * the reason. SO_REUSEADDR lets a restart bind while the last run's
+ * connections sit in TIME_WAIT; SO_REUSEPORT, which lets a second server
+ * take a share of the port's connections without a word, only when asked. */
+static int open_listener(struct ifl_server *s, const struct addrinfo *ai, int *out, char *err)
+{
+    char addr[300];
+    snprintf(addr, sizeof addr, strchr(s->host, ':') ? "[%s]:%d" : "%s:%d", s->host,
+             s->cfg.port);
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    ai->ai_protocol);
+    const char *step = "socket";
+    int one = 1;
+    if (fd < 0)
+        goto fail;
+    step = "SO_REUSEADDR";
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one))
+        goto fail;
+    step = "SO_REUSEPORT";
+    if (s->cfg.reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one))
+        goto fail;
+    step = NULL;
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, SOMAXCONN))
+        goto fail;
+    *out = fd;
+    return 0;
+fail:;
+    char why[128];
+    snprintf(why, sizeof why, "%s", strerror(errno));
+    why[0] = (char)tolower((unsigned char)why[0]); /* "Address already in use" mid-sentence */
+    if (fd >= 0)
+        close(fd);
+    return ifl_err(err, IFL_EIO, "cannot listen on %s: %s%s%s", addr, step ? step : "",
+                   step ? ": " : "", why);
+}
+
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -684,6 +788,7 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
     struct ifl_server *s = calloc(1, sizeof(*s));
     if (!s)
         return ifl_err(err, IFL_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->rate.mu, NULL);
     s->cfg = *cfg;
     if (s->cfg.max_body_bytes <= 0)
         s->cfg.max_body_bytes = 4 << 20;
@@ -735,38 +840,57 @@ int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *c
         ifl_server_free(s);
         return IFL_EINVAL;
     }
+    int lfd = -1;
+    int rc = open_listener(s, ai, &lfd, err);
+    freeaddrinfo(ai);
+    if (rc) {
+        ifl_server_free(s);
+        return rc;
+    }
     if (ifl_pump_start(s, err)) {
-        freeaddrinfo(ai);
+        close(lfd);
         ifl_server_free(s);
         return IFL_EIO;
     }
     /* a pool of epoll threads; handlers suspend rather than block */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    if (getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0 && sa.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     unsigned idle_s = IDLE_TIMEOUT_S;
     if (s->cfg.request_timeout_s > IDLE_TIMEOUT_S)
         idle_s = (unsigned)s->cfg.request_timeout_s;
+    /* first: the logger takes libmicrohttpd's messages from the start */
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, s},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_path, NULL},
+        {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, NULL},
+        {MHD_OPTION_LISTEN_SOCKET, lfd, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads,
         /* idle time while libmicrohttpd itself waits on the socket (a reply
          * the client does not take); the receive deadline is the pump's and
          * suspended connections have none */
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_LIMIT, conn_limit(&s->cfg),
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conns_per_ip,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
-    freeaddrinfo(ai);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conns_per_ip, MHD_OPTION_END);
     if (!s->mhd) {
-        ifl_err(err, IFL_EIO, "cannot listen on %s:%d (in use, or not an address of this machine)",
-                s->host, cfg->port);
+        /* lfd is not closed here: libmicrohttpd may have closed it already,
+         * and a second close could hit a descriptor reused meanwhile */
+        ifl_err(err, IFL_EIO, "cannot serve on %s:%d (libmicrohttpd did not start)", s->host,
+                cfg->port);
         ifl_server_free(s);
         return IFL_EIO;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
+    s->port = cfg->port;
+    if (getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0)
+        s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                 : ((struct sockaddr_in *)&sa)->sin_port);
     *out = s;
     return 0;
 }
@@ -828,7 +952,8 @@ void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
     int64_t t_end = ifl_now_us() + grace_ms * 1000;
-    while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end)
+    while (atomic_load_explicit(&s->in_flight, memory_order_acquire) > 0 && ifl_now_us() < t_end &&
+           !atomic_load_explicit(&s->forced, memory_order_relaxed))
         usleep(10000);
     /* what is left is cancelled: woken, each connection cancels its job and
      * answers with finish reason abort (streams with their last chunks)
@@ -850,6 +975,12 @@ void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms)
         ifl_executor_destroy(ex, 1);
 }
 
+void ifl_server_abort(struct ifl_server *s)
+{
+    if (s)
+        atomic_store_explicit(&s->forced, 1, memory_order_relaxed);
+}
+
 void ifl_server_free(struct ifl_server *s)
 {
     if (!s)
@@ -865,5 +996,6 @@ void ifl_server_free(struct ifl_server *s)
     free(s->chat_template);
     free(s->model_name);
     ifl_oai_names_free(s);
+    pthread_mutex_destroy(&s->rate.mu);
     free(s);
 }

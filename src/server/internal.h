@@ -53,6 +53,20 @@ void ifl_server_metrics_http(struct ifl_server *s, int status);
 void ifl_server_metrics_disconnect(struct ifl_server *s);
 /* The Prometheus text exposition; the caller frees the buffer. */
 void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *out);
+/* Seconds a client turned away (429, 503) should wait before it retries:
+ * the time the engine needs to work off what is queued at its recent rate
+ * of completed requests (at least 1, at most 600). */
+int ifl_server_retry_after(struct ifl_server *s);
+
+/* Samples of the executor's completed-request count, taken as requests
+ * finish, from which the recent completion rate is read (mu guards all). */
+#define IFL_RATE_SAMPLES 64
+struct ifl_server_rate {
+    pthread_mutex_t mu;
+    int64_t t_us[IFL_RATE_SAMPLES];
+    int64_t done[IFL_RATE_SAMPLES];
+    int n, head; /* head: the next slot written */
+};
 
 struct ifl_server_metrics {
     /* relaxed order everywhere: counters are read only for exposition */
@@ -100,6 +114,7 @@ struct ifl_server {
     int chat_default;                 /* chat_tmpl is the built-in ChatML */
     atomic_int draining;              /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;              /* grace ran out: cancel what is running (relaxed) */
+    atomic_int forced;                /* ifl_server_abort: skip the rest of the grace (relaxed) */
     atomic_int in_flight;             /* HTTP requests being handled (acq_rel) */
     atomic_ullong next_id;            /* response ids (relaxed) */
     uint64_t id_salt;
@@ -120,6 +135,7 @@ struct ifl_server {
     int exec_gone;                    /* the executor ended (ifl_await said IFL_ESTATE) */
     pthread_mutex_t sock_mu;          /* guards the socket list */
     struct ifl_sock *socks;           /* every open connection, for the receive deadline */
+    struct ifl_server_rate rate;
 };
 
 /* ---- one HTTP request ---- */
@@ -133,6 +149,8 @@ struct ifl_hconn {
     struct ifl_server *srv;
     struct MHD_Connection *conn;
     const char *method, *url; /* owned by libmicrohttpd for the request's life */
+    const char *raw_uri;      /* where the raw request target began (compared, never read) */
+    size_t raw_uri_len;       /* its length as a string (short of the span: a raw NUL) */
     struct ifl_sbuf body;
     int64_t content_length; /* -1: unknown */
     int too_large;
@@ -170,6 +188,15 @@ int ifl_http_reply_when_done(struct ifl_hconn *c, struct ifl_gen_job *j, ifl_htt
                              void *user, void (*free_user)(void *));
 /* An id "PREFIX-<24 hex>" unique in this process. */
 void ifl_server_make_id(struct ifl_server *s, const char *prefix, char *out, size_t cap);
+
+/* ---- logging (log.c) ---- */
+
+/* One line on stderr in the --log-format, at level (enum
+ * ifl_server_log_level; below the configured level: nothing). */
+void ifl_server_log(struct ifl_server *s, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The access-log line of a finished request (health probes at debug). */
+void ifl_server_log_access(struct ifl_server *s, const struct ifl_hconn *c);
 
 /* ---- JSON helpers (gen.c) ---- */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/sysmem.h"
+#include "core/timeutil.h"
 #include "server/internal.h"
 
 static const double BUCKETS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
@@ -40,10 +41,85 @@ void ifl_server_metrics_observe(struct ifl_server *s, int hist, double seconds)
                               memory_order_relaxed);
 }
 
+/* ---- Retry-After: the recent completion rate against the queue ---- */
+
+#define RATE_SPACING_US 250000  /* samples at least this far apart */
+#define RATE_WINDOW_US 60000000 /* the rate looks back this far */
+#define RETRY_MAX_S 600
+
+/* Adds (now, completed) to the ring unless the newest sample is recent.
+ * Called with s->rate.mu held. */
+static void rate_sample(struct ifl_server_rate *r, int64_t now, int64_t done)
+{
+    int newest = (r->head + IFL_RATE_SAMPLES - 1) % IFL_RATE_SAMPLES;
+    if (r->n && now - r->t_us[newest] < RATE_SPACING_US)
+        return;
+    r->t_us[r->head] = now;
+    r->done[r->head] = done;
+    r->head = (r->head + 1) % IFL_RATE_SAMPLES;
+    if (r->n < IFL_RATE_SAMPLES)
+        r->n++;
+}
+
+static void rate_note(struct ifl_server *s)
+{
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    struct ifl_iteration_stats st;
+    if (!ex || ifl_get_iteration_stats(ex, &st))
+        return;
+    /* a finishing handler never waits for another one's sample */
+    if (pthread_mutex_trylock(&s->rate.mu))
+        return;
+    rate_sample(&s->rate, ifl_now_us(), st.completed_requests);
+    pthread_mutex_unlock(&s->rate.mu);
+}
+
+int ifl_server_retry_after(struct ifl_server *s)
+{
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    struct ifl_iteration_stats st;
+    if (!ex || ifl_get_iteration_stats(ex, &st))
+        return 1; /* loading (or stopped): nothing to go by */
+    /* the work ahead of a retry: what waits, and what was preempted */
+    const double queued = (double)st.queued_requests + st.paused_requests;
+    const int64_t now = ifl_now_us();
+    double rate = 0; /* requests completed per second, recently */
+    pthread_mutex_lock(&s->rate.mu);
+    rate_sample(&s->rate, now, st.completed_requests);
+    for (int k = s->rate.n; k > 0; k--) { /* the oldest sample inside the window */
+        int i = (s->rate.head + IFL_RATE_SAMPLES - k) % IFL_RATE_SAMPLES;
+        if (now - s->rate.t_us[i] > RATE_WINDOW_US)
+            continue;
+        int64_t dt = now - s->rate.t_us[i], dn = st.completed_requests - s->rate.done[i];
+        if (dt >= 1000000 && dn > 0)
+            rate = (double)dn * 1e6 / (double)dt;
+        break;
+    }
+    pthread_mutex_unlock(&s->rate.mu);
+    double est;
+    if (rate > 0) {
+        est = queued / rate;
+    } else {
+        /* no completions lately: the mean time a request spends being
+         * generated, times the batches the queue makes */
+        const struct ifl_server_metrics *m = &s->m;
+        long long n = atomic_load_explicit(&m->hist_count[IFL_HIST_E2E], memory_order_relaxed);
+        long long e2e = atomic_load_explicit(&m->hist_sum_us[IFL_HIST_E2E], memory_order_relaxed);
+        long long q = atomic_load_explicit(&m->hist_sum_us[IFL_HIST_QUEUE], memory_order_relaxed);
+        double service_s = n > 0 && e2e > q ? (double)(e2e - q) * 1e-6 / (double)n : 0;
+        int batch = s->cfg.exec.max_batch_size > 0 ? s->cfg.exec.max_batch_size : 1;
+        est = service_s * (double)(int64_t)((queued + batch - 1) / batch);
+    }
+    if (!(est >= 1))
+        return 1;
+    return est >= RETRY_MAX_S ? RETRY_MAX_S : (int)(est + 0.999);
+}
+
 void ifl_server_metrics_finish(struct ifl_server *s, int reason)
 {
     int i = reason < 0 || reason > 6 ? 7 : reason;
     atomic_fetch_add_explicit(&s->m.finish[i], 1, memory_order_relaxed);
+    rate_note(s);
 }
 
 void ifl_server_metrics_tokens(struct ifl_server *s, int64_t prompt, int64_t generated)

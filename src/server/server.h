@@ -21,6 +21,8 @@
 #include "inflight.h"
 
 enum ifl_server_log_format { IFL_SERVER_LOG_TEXT = 0, IFL_SERVER_LOG_JSON = 1 };
+/* Messages below the configured level are not written. */
+enum ifl_server_log_level { IFL_SERVER_LOG_INFO = 0, IFL_SERVER_LOG_DEBUG = -1 };
 
 struct ifl_server_config {
     const char *host;              /* address to bind (default "127.0.0.1") */
@@ -44,12 +46,17 @@ struct ifl_server_config {
     int max_conns_per_ip;          /* open connections per client address (default 256) */
     int max_conns;                 /* open connections in all (0: from RLIMIT_NOFILE) */
     int http_threads;              /* libmicrohttpd's pool threads (default 4) */
+    int log_level;                 /* enum ifl_server_log_level (default info) */
+    int reuse_port;                /* 1: SO_REUSEPORT, so replicas may share the port */
 };
 
 struct ifl_server;
 
 /* Binds host:port and starts serving; every route but /health answers 503
- * until ifl_server_load succeeds. err (IFL_ERR_LEN bytes) gets a sentence. */
+ * until ifl_server_load succeeds. err (IFL_ERR_LEN bytes) gets a sentence.
+ * IFL_EINVAL: the host does not resolve; IFL_EIO: the address cannot be
+ * listened on (err names it and says why, e.g. "address already in use":
+ * without reuse_port a port already served is never shared). */
 int ifl_server_create(struct ifl_server **out, const struct ifl_server_config *cfg, char *err);
 /* The port actually bound. */
 int ifl_server_port(const struct ifl_server *s);
@@ -58,6 +65,10 @@ int ifl_server_load(struct ifl_server *s, char *err);
 /* Stops accepting, waits up to grace_ms for requests in flight, cancels
  * what is left, stops the HTTP threads, the pump and the executor. */
 void ifl_server_shutdown(struct ifl_server *s, int64_t grace_ms);
+/* Cuts a running ifl_server_shutdown's grace short: what is left is
+ * cancelled now and answered with its abort ending. Safe from any thread,
+ * before or during the shutdown. */
+void ifl_server_abort(struct ifl_server *s);
 void ifl_server_free(struct ifl_server *s);
 /* The executor's stats (ifl_get_iteration_stats); IFL_ESTATE before the
  * model is loaded. */

@@ -611,10 +611,27 @@ int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)
     const int64_t lead =
         total == len + 1 && cat[0] == ' ' && memcmp(cat + 1, text, (size_t)len) == 0;
     free(cat);
+    /* the answer is bounded like a request body (--max-body-bytes): each
+     * entry costs at least its piece and 36 bytes of JSON, so a text that
+     * would answer with more is refused before the reply is built */
+    const int64_t limit = s->cfg.max_body_bytes;
+    int64_t size = 2;
     json_t *arr = json_array();
     for (int64_t i = 0, off = -lead; i < n; off += np[i], i++) {
         int32_t tok = j->prompts[0][i];
         size_t pl = ifl_gen_piece(s, tok, piece, sizeof piece);
+        size += 36 + (int64_t)pl;
+        if (size > limit) {
+            json_decref(arr);
+            free(np);
+            ifl_gen_job_free(j);
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "the answer for %lld tokens would exceed %lld bytes (--max-body-bytes); "
+                     "tokenize less text at a time",
+                     (long long)n, (long long)limit);
+            return ifl_http_reply_tgi_error(c, 413, "validation", msg);
+        }
         int64_t start = off < 0 ? 0 : off < len ? off : len;
         int64_t stop = off + np[i] < 0 ? 0 : off + np[i] < len ? off + np[i] : len;
         json_t *o = json_object();
@@ -626,7 +643,24 @@ int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)
     }
     free(np);
     ifl_gen_job_free(j);
-    return ifl_http_reply_json(c, 200, arr);
+    char *txt = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    if (!txt)
+        return ifl_http_reply_tgi_error(c, 500, "tokenizer", "out of memory");
+    size_t tl = strlen(txt);
+    int rc;
+    if ((int64_t)tl > limit) { /* escapes and long ids: past the estimate */
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "the answer for %lld tokens would be %zu bytes, over %lld (--max-body-bytes); "
+                 "tokenize less text at a time",
+                 (long long)n, tl, (long long)limit);
+        rc = ifl_http_reply_tgi_error(c, 413, "validation", msg);
+    } else {
+        rc = ifl_http_reply(c, 200, "application/json", txt, tl);
+    }
+    free(txt);
+    return rc;
 }
 
 int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *b)
