@@ -143,7 +143,7 @@ if (mode === 'slow') {
 } else if (mode === 'leave') {
   const before = await metric('inflight_client_disconnects_total');
   const cancelledBefore = await metric('inflight_request_success_total{model_name="' + process.env.MODEL + '",finish_reason="cancelled"}');
-  const body = JSON.stringify({ prompt: 'Once', max_tokens: 400, ignore_eos: true, n: 4 });
+  const body = JSON.stringify({ prompt: 'Once', max_tokens: Number(process.env.MAXTOK || 400), ignore_eos: true, n: 4 });
   const s = net.connect({ host: '127.0.0.1', port: PORT });
   let got = 0;
   s.on('data', (d) => { got += d.length; });
