@@ -286,6 +286,95 @@ static void test_regex(void)
     }
 }
 
+/* Repeat counts, escapes and braces: a count that does not compile is an
+ * error naming it, never literal text (issue 35: a{100000} was lexed as
+ * "a" then the text "{100000}", so the guide "matched" a{1000...). */
+static void test_regex_counts(void)
+{
+    struct {
+        const char *re, *want;
+        int rc;
+    } errs[] = {
+        {"a{100000}", "regex: 2: repeat count in '{100000}' is too large (max 10000)", IFL_EFORMAT},
+        {"[a-z]{1,100000}", "regex: 6: repeat count in '{1,100000}' is too large", IFL_EFORMAT},
+        {"a{99999}", "regex: 2: repeat count in '{99999}' is too large", IFL_EFORMAT},
+        {"a{1234567890123456789012}", "is too large (max 10000)", IFL_EFORMAT},
+        {"a{4294967297}", "is too large", IFL_EFORMAT}, /* 2^32 + 1: no wrap to 1 */
+        {"(ab){2,4294967296}", "is too large", IFL_EFORMAT},
+        {"a{10001,}", "is too large", IFL_EFORMAT},
+        {"a{1a}", "malformed repeat '{1a}'", IFL_EFORMAT},
+        {"a{1,2", "malformed repeat '{1,2'", IFL_EFORMAT},
+        {"a{ 3}", "malformed repeat", IFL_EFORMAT},
+        {"a{,5}", "malformed repeat '{,5}'", IFL_EFORMAT},
+        {"a{3,2}", "maximum below its minimum", IFL_EFORMAT},
+        {"{3}", "regex: 1: '{3}' has nothing to repeat", IFL_EFORMAT},
+        {"x|{2,}", "'{2,}' has nothing to repeat", IFL_EFORMAT},
+        {"a*+a", "possessive quantifier '*+' is not supported", IFL_EUNSUPPORTED},
+        {"a{2}+", "possessive quantifier '{2}+'", IFL_EUNSUPPORTED},
+        {"a{2}{3}", "stacked quantifiers", IFL_EUNSUPPORTED},
+        {"\\012", "octal escapes", IFL_EUNSUPPORTED},
+        {"[\\01]", "octal escapes", IFL_EUNSUPPORTED},
+        {"\\uD800", "surrogate", IFL_EFORMAT},
+    };
+    for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
+        struct ifl_guide *g = NULL;
+        char err[IFL_ERR_LEN] = "";
+        int rc = ifl_guide_compile_regex(&g, errs[i].re, strlen(errs[i].re), err);
+        CHECK_MSG(rc == errs[i].rc, "/%s/: rc %d (%s)", errs[i].re, rc, err);
+        CHECK_MSG(strstr(err, errs[i].want) != NULL, "/%s/: '%s'", errs[i].re, err);
+        CHECK(g == NULL);
+        ifl_guide_free(g);
+    }
+    /* what does compile means what PCRE means by it */
+    struct {
+        const char *re, *yes[3], *no[3];
+    } cases[] = {
+        {"a{10000}", {NULL}, {"a", "aaaaaaaaaaaaaaaaaaaa", "a{10000}"}},
+        {"a{2,}b", {"aab", "aaaaab", NULL}, {"ab", "a{2,}b", NULL}},
+        {"a{0}b", {"b", NULL, NULL}, {"ab", "a{0}b", NULL}},
+        {"a{1,3}?", {"a", "aaa", NULL}, {"aaaa", "", NULL}},
+        {"a{x}", {"a{x}", NULL, NULL}, {"a", "ax", NULL}},   /* not a count: text */
+        {"a*{b", {"aaa{b", "{b", NULL}, {"aaab", NULL, NULL}},
+        {"{\"k\": \\d}", {"{\"k\": 7}", NULL, NULL}, {"{\"k\": }", NULL, NULL}},
+        {"caf\\\xC3\xA9", {"caf\xC3\xA9", NULL, NULL}, {"cafe", NULL, NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct ifl_guide *g = compile_re(cases[i].re);
+        if (!g)
+            continue;
+        for (int k = 0; k < 3; k++) {
+            if (cases[i].yes[k])
+                CHECK_MSG(matches_all_ways(g, cases[i].yes[k]), "/%s/ rejects '%s'", cases[i].re,
+                          cases[i].yes[k]);
+            if (cases[i].no[k])
+                CHECK_MSG(!matches_all_ways(g, cases[i].no[k]), "/%s/ accepts '%s'", cases[i].re,
+                          cases[i].no[k]);
+        }
+        ifl_guide_free(g);
+    }
+    /* \0 is NUL when no octal digit follows */
+    struct ifl_guide *g = compile_re("\\0x");
+    if (g) {
+        CHECK(matches(g, "\0x", 2));
+        CHECK(!matches(g, "x", 1));
+        ifl_guide_free(g);
+    }
+    /* exactly 10000 (the limit) still compiles and counts */
+    g = compile_re("a{10000}");
+    if (g) {
+        char *s = malloc(10001);
+        memset(s, 'a', 10000);
+        s[10000] = 0;
+        CHECK(matches(g, s, 10000));
+        CHECK(!matches(g, s, 9999));
+        free(s);
+        ifl_guide_free(g);
+    }
+    /* GBNF's own counts name the limit too */
+    expect_error("root ::= \"a\"{100001}", "repetition count too large (max 10000)");
+    expect_error("root ::= \"a\"{0,99999999999999999999}", "repetition count too large (max 10000)");
+}
+
 static void test_partial_utf8(void)
 {
     struct ifl_guide *g = compile("root ::= \"\xC3\xA9\" [\xCE\xB1-\xCF\x89]+ \"\xF0\x9F\x98\x80\"?");
@@ -949,6 +1038,7 @@ int main(void)
     T_RUN(test_grammars);
     T_RUN(test_json_mode);
     T_RUN(test_regex);
+    T_RUN(test_regex_counts);
     T_RUN(test_partial_utf8);
     T_RUN(test_limits);
     T_RUN(test_vocab_small);

@@ -279,7 +279,7 @@ static int parse_count(struct parser *ps, uint32_t *v)
     while (peek(ps) >= '0' && peek(ps) <= '9') {
         x = x * 10 + (uint64_t)(ps->s[ps->p++] - '0');
         if (x > 100000)
-            return perr(ps, at, "repetition count too large");
+            return perr(ps, at, "repetition count too large (max 10000)");
     }
     *v = (uint32_t)x;
     return 0;
