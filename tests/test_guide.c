@@ -850,6 +850,8 @@ static const char *schemas[] = {
     "{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", \"format\": "
     "\"date-time\", \"nullable\": true}, \"n\": {\"type\": \"integer\", \"minimum\": 1}}, "
     "\"required\": [\"t\", \"n\"]}",
+    "{\"type\": [\"string\", \"null\"], \"enum\": [\"a\", 1, \"b\", null, 2.5]}",
+    "{\"type\": \"integer\", \"enum\": [\"1\", 2, true]}",
 };
 
 static struct ifl_guide *compile_schema(const char *s)
@@ -885,6 +887,10 @@ static void test_schema(void)
         {6, "2.5e3", "\"x\""},
         {7, "{\"t\": \"2024-01-02T03:04:05Z\", \"n\": 3}", "{\"t\": \"2024-01-02T03:04:05\", \"n\": 3}"},
         {7, "{\"t\": null, \"n\": 1}", "{\"t\": null, \"n\": 0}"},
+        /* enum values of another type than `type` are left out */
+        {8, "\"a\"", "1"},
+        {8, "null", "\"c\""},
+        {9, "2", "1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct ifl_guide *g = compile_schema(schemas[cases[i].schema]);
@@ -906,6 +912,20 @@ static void test_schema(void)
         {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "below minItems", IFL_EFORMAT},
         {"{\"enum\": []}", "'enum' must be a non-empty array", IFL_EFORMAT},
         {"{\"type\": \"string\", \"format\": \"ipv6\"}", "format 'ipv6' is not supported", IFL_EUNSUPPORTED},
+        /* never fail open (issue 35): a constraint the grammar would drop is an error */
+        {"{\"type\": \"string\", \"minLength\": 20000}", "minLength 20000 is above 10000", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"maxLength\": 100000}", "maxLength 100000 is above 10000", IFL_EUNSUPPORTED},
+        {"{\"type\": \"array\", \"minItems\": 100000}", "minItems/maxItems above 10000", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 5}", "'format' together with minLength/maxLength", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"minLength\": 5, \"enum\": [\"a\", \"bcdefg\"]}", "'enum' together with 'minLength'", IFL_EUNSUPPORTED},
+        {"{\"type\": \"integer\", \"const\": \"x\"}", "admits no value", IFL_EFORMAT},
+        {"{\"type\": \"string\", \"enum\": [1, 2]}", "admits no value", IFL_EFORMAT},
+        {"{\"const\": 1, \"enum\": [2]}", "admits no value", IFL_EFORMAT},
+        {"{\"type\": \"integer\", \"not\": {\"const\": 3}}", "keyword 'not' is not supported", IFL_EUNSUPPORTED},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"if\": {}}", "keyword 'if'", IFL_EUNSUPPORTED},
+        {"{\"type\": \"integer\", \"anyOf\": [{\"type\": \"string\"}]}", "'anyOf' together with 'type'", IFL_EUNSUPPORTED},
+        {"{\"anyOf\": [{\"type\": \"integer\"}], \"allOf\": [{\"type\": \"string\"}]}", "'anyOf' together with 'allOf'", IFL_EUNSUPPORTED},
+        {"{\"$ref\": \"#/$defs/a\", \"maxLength\": 2, \"$defs\": {\"a\": {\"type\": \"string\"}}}", "'$ref' together with 'maxLength'", IFL_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
         struct ifl_guide *g = NULL;
