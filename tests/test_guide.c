@@ -852,6 +852,9 @@ static const char *schemas[] = {
     "\"required\": [\"t\", \"n\"]}",
     "{\"type\": [\"string\", \"null\"], \"enum\": [\"a\", 1, \"b\", null, 2.5]}",
     "{\"type\": \"integer\", \"enum\": [\"1\", 2, true]}",
+    "{\"type\": \"integer\", \"minimum\": -3, \"maximum\": 0}",
+    "{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}",
+    "{\"type\": \"number\", \"minimum\": -1, \"maximum\": 0}",
 };
 
 static struct ifl_guide *compile_schema(const char *s)
@@ -891,6 +894,15 @@ static void test_schema(void)
         {8, "\"a\"", "1"},
         {8, "null", "\"c\""},
         {9, "2", "1"},
+        /* ranges whose integer part is 0 alone: the digits 0..0 were an
+         * empty alternative, so "" and ".5" passed (found by fuzz_guide_diff) */
+        {10, "0", ""},
+        {10, "-3", "-0"},
+        {11, "0.5", ".5"},
+        {11, "0", ""},
+        {11, "1", "1.5"},
+        {12, "-0.25", "-.25"},
+        {12, "-1", "-"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct ifl_guide *g = compile_schema(schemas[cases[i].schema]);

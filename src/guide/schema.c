@@ -315,7 +315,7 @@ static int digit_range(struct sc *c, long long a, long long b)
         return c->rc;
     long long p = 1; /* 10^(d-1) */
     int first = 1;
-    for (int d = 1; d <= 18 && p <= b; d++, p *= 10) {
+    for (int d = 1; d <= 18 && (p <= b || d == 1); d++, p *= 10) { /* d 1 holds 0 */
         long long x = a > (d == 1 ? 0 : p) ? a : (d == 1 ? 0 : p), y = b < p * 10 - 1 ? b : p * 10 - 1;
         if (x > y)
             continue;
