@@ -284,15 +284,6 @@ static void rx_number(struct rx *r, uint64_t *v)
     }
 }
 
-/* At a '{' (r->p): reads {m}, {m,} or {m,n} into *m and *n (UINT32_MAX: no
- * upper bound). Returns 1 for a count, 0 when the brace is a literal (what
- * follows it is neither a digit nor a comma and a digit), or the error.
- * A brace that starts like a count must be a whole, valid one: "{100000}"
- * or "{1a}" is an error naming it, never literal text (PCRE would take the
- * latter as text; write \{ for a literal brace before digits). */
-static int rx_count_starts(const struct rx *r, size_t at, size_t *q_out, int *comma);
-static int rx_count(struct rx *r, uint32_t *m, uint32_t *n);
-
 /* Whether the '{' at `at` starts like a count: a digit, or ',' and a digit,
  * after optional blanks. *q_out is where the blanks end. */
 static int rx_count_starts(const struct rx *r, size_t at, size_t *q_out, int *comma)
@@ -306,6 +297,12 @@ static int rx_count_starts(const struct rx *r, size_t at, size_t *q_out, int *co
     return digit || *comma;
 }
 
+/* At a '{' (r->p): reads {m}, {m,} or {m,n} into *m and *n (UINT32_MAX: no
+ * upper bound). Returns 1 for a count, 0 when the brace is a literal (what
+ * follows it is neither a digit nor a comma and a digit), or the error.
+ * A brace that starts like a count must be a whole, valid one: "{100000}"
+ * or "{1a}" is an error naming it, never literal text (PCRE would take the
+ * latter as text; write \{ for a literal brace before digits). */
 static int rx_count(struct rx *r, uint32_t *m, uint32_t *n)
 {
     size_t at = r->p, q;
