@@ -435,6 +435,27 @@ static void test_limits(void)
     CHECK_EQ(rc, IFL_EFULL);
     ifl_guide_state_deinit(&st);
     ifl_guide_free(g);
+    /* nested repeats of what can match nothing: exponentially many paths
+     * reach the same few stacks. Each step's work is bounded, so this is
+     * an error or IFL_EFULL in well under a second, not a hang (the old
+     * code took ~30 s for the first and ~4 s for the step of the second;
+     * found by fuzz_guide_diff) */
+    struct ifl_guide *h = NULL;
+    char err[IFL_ERR_LEN] = "";
+    double t0 = now_s();
+    rc = ifl_guide_compile_regex(&h, "(((|){3}){3}){3}", 16, err);
+    CHECK_EQ(rc, IFL_EFORMAT);
+    CHECK_MSG(strstr(err, "too ambiguous") != NULL, "err: %s", err);
+    ifl_guide_free(h);
+    h = compile_re("x((|){4}){6}y");
+    if (h) {
+        ifl_guide_state_init(&st, h);
+        CHECK_EQ(ifl_guide_accept_bytes(&st, "x", 1), IFL_EFULL);
+        ifl_guide_state_deinit(&st);
+        ifl_guide_free(h);
+    }
+    double dt = now_s() - t0;
+    CHECK_MSG(dt < 10.0, "ambiguous repeats took %.1f s", dt);
     /* a long repetition runs in constant stack depth */
     g = compile("root ::= [a-z]* \"!\"");
     ifl_guide_state_init(&st, g);

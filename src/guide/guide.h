@@ -20,7 +20,8 @@
  * more room than any before, and otherwise do not allocate.
  *
  * Limits: a state holds at most IFL_GUIDE_MAX_STACKS stacks of at most
- * IFL_GUIDE_MAX_DEPTH entries; a step that would exceed them fails with
+ * IFL_GUIDE_MAX_DEPTH entries, and a step follows at most
+ * IFL_GUIDE_MAX_EXPAND references; a step that would exceed them fails with
  * IFL_EFULL (an ambiguous grammar is an error, never a hang). Left
  * recursion (and a repeated item that can match nothing) is rejected when
  * the grammar compiles.
@@ -35,6 +36,9 @@
 
 #define IFL_GUIDE_MAX_STACKS 4096
 #define IFL_GUIDE_MAX_DEPTH 2048
+/* most expansion steps (a rule reference or alternative followed) in one
+ * step of the automaton: bounds the time a byte may take */
+#define IFL_GUIDE_MAX_EXPAND (1 << 20)
 /* longest grammar text accepted, and most elements after expansion */
 #define IFL_GUIDE_MAX_TEXT ((size_t)1 << 22)
 #define IFL_GUIDE_MAX_ELEMS ((size_t)1 << 22)
