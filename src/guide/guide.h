@@ -38,7 +38,7 @@
 #define IFL_GUIDE_MAX_DEPTH 2048
 /* most expansion steps (a rule reference or alternative followed) in one
  * step of the automaton: bounds the time a byte may take */
-#define IFL_GUIDE_MAX_EXPAND (1 << 20)
+#define IFL_GUIDE_MAX_EXPAND (1 << 16)
 /* longest grammar text accepted, and most elements after expansion */
 #define IFL_GUIDE_MAX_TEXT ((size_t)1 << 22)
 #define IFL_GUIDE_MAX_ELEMS ((size_t)1 << 22)
