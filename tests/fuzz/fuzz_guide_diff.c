@@ -40,7 +40,8 @@
  *   PCRE its match limit is not compared.
  * - Schemas: oneOf is compiled as anyOf (documented), so the generator
  *   does not use it; a schema the validator calls malformed or
- *   unsupported is skipped.
+ *   unsupported is skipped; a document with "\u0000" in an object key is
+ *   valid JSON that jansson (so the validator) cannot load: not compared.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -564,6 +565,9 @@ static void check_schema(const char *sc, size_t n, uint64_t seed)
             }
             int rc = ifl_guide_validate_json(sc, n, s, sn, err);
             stats.sc_docs++;
+            /* valid JSON jansson cannot load: "\u0000" in an object key */
+            if (rc == IFL_EINVAL && strstr(err, "NUL byte in object key"))
+                continue;
             if (rc == IFL_EINVAL)
                 report("schema: the guide accepts a document the validator rejects", sc, n, s, sn,
                        err);
