@@ -64,7 +64,7 @@ ifeq ($(V),)
 Q := @
 endif
 
-.PHONY: all test check-test run deps fuzz format format-check clean tests tools examples
+.PHONY: all test check-test run deps fuzz fuzz-deps format format-check clean tests tools examples
 all: $(BIN) $(LIB_A) $(LIB_SO) $(TOOLS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c
@@ -94,6 +94,13 @@ $(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIB_A)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJ) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(LIB_A) $(LDLIBS)
 
+# The differential guide fuzzer's checked-in corpus, replayed by the
+# ordinary compiler without libFuzzer: the target's entry point is linked
+# into test_fuzz_replay, which `make test` runs.
+$(BUILD)/tests/test_fuzz_replay: $(BUILD)/tests/test_fuzz_replay.o \
+  $(BUILD)/tests/fuzz/fuzz_guide_diff.o $(TEST_HELPER_OBJ) $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LDLIBS)
+
 tests: $(TESTS)
 tools: $(TOOLS)
 examples: $(EXAMPLES)
@@ -115,20 +122,56 @@ deps:
 # libFuzzer targets: the library is built by clang with the fuzzer's
 # instrumentation in build/fuzz/lib (per-ISA flags as usual), then linked
 # with each target. Run one: build/fuzz/fuzz_gguf CORPUS_DIR -max_total_time=60
-FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
-FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
-FUZZ_LIB := build/fuzz/lib/libinflight.a
-fuzz: $(FUZZERS)
-ifneq ($(BUILD),build/fuzz/lib)
-$(FUZZ_LIB): $(LIB_SRC)
-	$(MAKE) --no-print-directory CC=clang BUILD=build/fuzz/lib \
-	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
-	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build/fuzz/lib/libinflight.a
+# FUZZ_SANITIZE picks the sanitizers (default address,undefined); another
+# choice builds in build/fuzz-<name>, e.g. `make fuzz FUZZ_SANITIZE=undefined`
+# (several times the executions per second, without ASan's checks).
+# The differential guide target keeps a corpus in the tree (see
+# tests/fuzz/README.md): build/fuzz/fuzz_guide_diff tests/fuzz/corpus/fuzz_guide_diff
+FUZZ_SANITIZE ?= address,undefined
+ifeq ($(FUZZ_SANITIZE),address,undefined)
+FUZZ_OUT := build/fuzz
+else
+FUZZ_OUT := build/fuzz-$(subst $(comma),-,$(FUZZ_SANITIZE))
 endif
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
+FUZZ_SAN_FLAGS := $(if $(FUZZ_SANITIZE),$(comma)$(FUZZ_SANITIZE))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_OUT)/%)
+FUZZ_LIB := $(FUZZ_OUT)/lib/libinflight.a
+fuzz: fuzz-deps $(FUZZERS)
+# clang and libFuzzer (Debian: clang, libclang-rt-dev); only `make fuzz` needs them
+fuzz-deps:
+	$(Q)command -v clang >/dev/null && \
+	  test -f "$$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a)" || { \
+	  echo "make fuzz needs clang and libFuzzer; as root run:" >&2; \
+	  echo "  apt-get install -y clang libclang-rt-dev" >&2; exit 1; }
+ifneq ($(BUILD),$(FUZZ_OUT)/lib)
+$(FUZZ_LIB): $(LIB_SRC)
+	$(MAKE) --no-print-directory CC=clang BUILD=$(FUZZ_OUT)/lib \
+	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link$(FUZZ_SAN_FLAGS)" \
+	  EXTRA_LDFLAGS="$(if $(FUZZ_SANITIZE),-fsanitize=$(FUZZ_SANITIZE))" $(FUZZ_LIB)
+endif
+$(FUZZ_OUT)/%: tests/fuzz/%.c $(FUZZ_LIB)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< \
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  $(FUZZ_LIB) $(LDLIBS)
+# The guide targets link only what the guide needs (its vocabulary code
+# reads GGUF), so they build and run even when a kernel file does not
+# compile under clang.
+FUZZ_GUIDE_SRC := $(wildcard src/guide/*.c src/core/*.c src/tokenizer/*.c) src/model/gguf.c \
+  src/kernels/types.c
+FUZZ_GUIDE_OBJ := $(FUZZ_GUIDE_SRC:%.c=$(FUZZ_OUT)/lib/%.o)
+FUZZ_GUIDE_LIB := $(FUZZ_OUT)/lib/libguide.a
+ifneq ($(BUILD),$(FUZZ_OUT)/lib)
+$(FUZZ_GUIDE_LIB): $(FUZZ_GUIDE_SRC)
+	$(MAKE) --no-print-directory CC=clang BUILD=$(FUZZ_OUT)/lib \
+	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link$(FUZZ_SAN_FLAGS)" $(FUZZ_GUIDE_OBJ)
+	rm -f $@ && ar rcs $@ $(FUZZ_GUIDE_OBJ)
+endif
+GUIDE_FUZZERS := $(filter $(FUZZ_OUT)/fuzz_guide%,$(FUZZERS))
+$(GUIDE_FUZZERS): $(FUZZ_OUT)/%: tests/fuzz/%.c $(FUZZ_GUIDE_LIB)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
+	  $(FUZZ_GUIDE_LIB) $(LDLIBS)
 
 FORMAT_FILES = $(shell find include src tests tools examples -name '*.[ch]' 2>/dev/null)
 format:

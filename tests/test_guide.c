@@ -286,6 +286,95 @@ static void test_regex(void)
     }
 }
 
+/* Repeat counts, escapes and braces: a count that does not compile is an
+ * error naming it, never literal text (issue 35: a{100000} was lexed as
+ * "a" then the text "{100000}", so the guide "matched" a{1000...). */
+static void test_regex_counts(void)
+{
+    struct {
+        const char *re, *want;
+        int rc;
+    } errs[] = {
+        {"a{100000}", "regex: 2: repeat count in '{100000}' is too large (max 10000)", IFL_EFORMAT},
+        {"[a-z]{1,100000}", "regex: 6: repeat count in '{1,100000}' is too large", IFL_EFORMAT},
+        {"a{99999}", "regex: 2: repeat count in '{99999}' is too large", IFL_EFORMAT},
+        {"a{1234567890123456789012}", "is too large (max 10000)", IFL_EFORMAT},
+        {"a{4294967297}", "is too large", IFL_EFORMAT}, /* 2^32 + 1: no wrap to 1 */
+        {"(ab){2,4294967296}", "is too large", IFL_EFORMAT},
+        {"a{10001,}", "is too large", IFL_EFORMAT},
+        {"a{1a}", "malformed repeat '{1a}'", IFL_EFORMAT},
+        {"a{1,2", "malformed repeat '{1,2'", IFL_EFORMAT},
+        {"a{ 3}", "malformed repeat", IFL_EFORMAT},
+        {"a{,5}", "malformed repeat '{,5}'", IFL_EFORMAT},
+        {"a{3,2}", "maximum below its minimum", IFL_EFORMAT},
+        {"{3}", "regex: 1: '{3}' has nothing to repeat", IFL_EFORMAT},
+        {"x|{2,}", "'{2,}' has nothing to repeat", IFL_EFORMAT},
+        {"a*+a", "possessive quantifier '*+' is not supported", IFL_EUNSUPPORTED},
+        {"a{2}+", "possessive quantifier '{2}+'", IFL_EUNSUPPORTED},
+        {"a{2}{3}", "stacked quantifiers", IFL_EUNSUPPORTED},
+        {"\\012", "octal escapes", IFL_EUNSUPPORTED},
+        {"[\\01]", "octal escapes", IFL_EUNSUPPORTED},
+        {"\\uD800", "surrogate", IFL_EFORMAT},
+    };
+    for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
+        struct ifl_guide *g = NULL;
+        char err[IFL_ERR_LEN] = "";
+        int rc = ifl_guide_compile_regex(&g, errs[i].re, strlen(errs[i].re), err);
+        CHECK_MSG(rc == errs[i].rc, "/%s/: rc %d (%s)", errs[i].re, rc, err);
+        CHECK_MSG(strstr(err, errs[i].want) != NULL, "/%s/: '%s'", errs[i].re, err);
+        CHECK(g == NULL);
+        ifl_guide_free(g);
+    }
+    /* what does compile means what PCRE means by it */
+    struct {
+        const char *re, *yes[3], *no[3];
+    } cases[] = {
+        {"a{10000}", {NULL}, {"a", "aaaaaaaaaaaaaaaaaaaa", "a{10000}"}},
+        {"a{2,}b", {"aab", "aaaaab", NULL}, {"ab", "a{2,}b", NULL}},
+        {"a{0}b", {"b", NULL, NULL}, {"ab", "a{0}b", NULL}},
+        {"a{1,3}?", {"a", "aaa", NULL}, {"aaaa", "", NULL}},
+        {"a{x}", {"a{x}", NULL, NULL}, {"a", "ax", NULL}},   /* not a count: text */
+        {"a*{b", {"aaa{b", "{b", NULL}, {"aaab", NULL, NULL}},
+        {"{\"k\": \\d}", {"{\"k\": 7}", NULL, NULL}, {"{\"k\": }", NULL, NULL}},
+        {"caf\\\xC3\xA9", {"caf\xC3\xA9", NULL, NULL}, {"cafe", NULL, NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct ifl_guide *g = compile_re(cases[i].re);
+        if (!g)
+            continue;
+        for (int k = 0; k < 3; k++) {
+            if (cases[i].yes[k])
+                CHECK_MSG(matches_all_ways(g, cases[i].yes[k]), "/%s/ rejects '%s'", cases[i].re,
+                          cases[i].yes[k]);
+            if (cases[i].no[k])
+                CHECK_MSG(!matches_all_ways(g, cases[i].no[k]), "/%s/ accepts '%s'", cases[i].re,
+                          cases[i].no[k]);
+        }
+        ifl_guide_free(g);
+    }
+    /* \0 is NUL when no octal digit follows */
+    struct ifl_guide *g = compile_re("\\0x");
+    if (g) {
+        CHECK(matches(g, "\0x", 2));
+        CHECK(!matches(g, "x", 1));
+        ifl_guide_free(g);
+    }
+    /* exactly 10000 (the limit) still compiles and counts */
+    g = compile_re("a{10000}");
+    if (g) {
+        char *s = malloc(10001);
+        memset(s, 'a', 10000);
+        s[10000] = 0;
+        CHECK(matches(g, s, 10000));
+        CHECK(!matches(g, s, 9999));
+        free(s);
+        ifl_guide_free(g);
+    }
+    /* GBNF's own counts name the limit too */
+    expect_error("root ::= \"a\"{100001}", "repetition count too large (max 10000)");
+    expect_error("root ::= \"a\"{0,99999999999999999999}", "repetition count too large (max 10000)");
+}
+
 static void test_partial_utf8(void)
 {
     struct ifl_guide *g = compile("root ::= \"\xC3\xA9\" [\xCE\xB1-\xCF\x89]+ \"\xF0\x9F\x98\x80\"?");
@@ -346,6 +435,27 @@ static void test_limits(void)
     CHECK_EQ(rc, IFL_EFULL);
     ifl_guide_state_deinit(&st);
     ifl_guide_free(g);
+    /* nested repeats of what can match nothing: exponentially many paths
+     * reach the same few stacks. Each step's work is bounded, so this is
+     * an error or IFL_EFULL in well under a second, not a hang (the old
+     * code took ~30 s for the first and ~4 s for the step of the second;
+     * found by fuzz_guide_diff) */
+    struct ifl_guide *h = NULL;
+    char err[IFL_ERR_LEN] = "";
+    double t0 = now_s();
+    rc = ifl_guide_compile_regex(&h, "(((|){3}){3}){3}", 16, err);
+    CHECK_EQ(rc, IFL_EFORMAT);
+    CHECK_MSG(strstr(err, "too ambiguous") != NULL, "err: %s", err);
+    ifl_guide_free(h);
+    h = compile_re("x((|){4}){6}y");
+    if (h) {
+        ifl_guide_state_init(&st, h);
+        CHECK_EQ(ifl_guide_accept_bytes(&st, "x", 1), IFL_EFULL);
+        ifl_guide_state_deinit(&st);
+        ifl_guide_free(h);
+    }
+    double dt = now_s() - t0;
+    CHECK_MSG(dt < 10.0, "ambiguous repeats took %.1f s", dt);
     /* a long repetition runs in constant stack depth */
     g = compile("root ::= [a-z]* \"!\"");
     ifl_guide_state_init(&st, g);
@@ -761,6 +871,11 @@ static const char *schemas[] = {
     "{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", \"format\": "
     "\"date-time\", \"nullable\": true}, \"n\": {\"type\": \"integer\", \"minimum\": 1}}, "
     "\"required\": [\"t\", \"n\"]}",
+    "{\"type\": [\"string\", \"null\"], \"enum\": [\"a\", 1, \"b\", null, 2.5]}",
+    "{\"type\": \"integer\", \"enum\": [\"1\", 2, true]}",
+    "{\"type\": \"integer\", \"minimum\": -3, \"maximum\": 0}",
+    "{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}",
+    "{\"type\": \"number\", \"minimum\": -1, \"maximum\": 0}",
 };
 
 static struct ifl_guide *compile_schema(const char *s)
@@ -796,6 +911,19 @@ static void test_schema(void)
         {6, "2.5e3", "\"x\""},
         {7, "{\"t\": \"2024-01-02T03:04:05Z\", \"n\": 3}", "{\"t\": \"2024-01-02T03:04:05\", \"n\": 3}"},
         {7, "{\"t\": null, \"n\": 1}", "{\"t\": null, \"n\": 0}"},
+        /* enum values of another type than `type` are left out */
+        {8, "\"a\"", "1"},
+        {8, "null", "\"c\""},
+        {9, "2", "1"},
+        /* ranges whose integer part is 0 alone: the digits 0..0 were an
+         * empty alternative, so "" and ".5" passed (found by fuzz_guide_diff) */
+        {10, "0", ""},
+        {10, "-3", "-0"},
+        {11, "0.5", ".5"},
+        {11, "0", ""},
+        {11, "1", "1.5"},
+        {12, "-0.25", "-.25"},
+        {12, "-1", "-"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct ifl_guide *g = compile_schema(schemas[cases[i].schema]);
@@ -817,6 +945,20 @@ static void test_schema(void)
         {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "below minItems", IFL_EFORMAT},
         {"{\"enum\": []}", "'enum' must be a non-empty array", IFL_EFORMAT},
         {"{\"type\": \"string\", \"format\": \"ipv6\"}", "format 'ipv6' is not supported", IFL_EUNSUPPORTED},
+        /* never fail open (issue 35): a constraint the grammar would drop is an error */
+        {"{\"type\": \"string\", \"minLength\": 20000}", "minLength 20000 is above 10000", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"maxLength\": 100000}", "maxLength 100000 is above 10000", IFL_EUNSUPPORTED},
+        {"{\"type\": \"array\", \"minItems\": 100000}", "minItems/maxItems above 10000", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 5}", "'format' together with minLength/maxLength", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"minLength\": 5, \"enum\": [\"a\", \"bcdefg\"]}", "'enum' together with 'minLength'", IFL_EUNSUPPORTED},
+        {"{\"type\": \"integer\", \"const\": \"x\"}", "admits no value", IFL_EFORMAT},
+        {"{\"type\": \"string\", \"enum\": [1, 2]}", "admits no value", IFL_EFORMAT},
+        {"{\"const\": 1, \"enum\": [2]}", "admits no value", IFL_EFORMAT},
+        {"{\"type\": \"integer\", \"not\": {\"const\": 3}}", "keyword 'not' is not supported", IFL_EUNSUPPORTED},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"if\": {}}", "keyword 'if'", IFL_EUNSUPPORTED},
+        {"{\"type\": \"integer\", \"anyOf\": [{\"type\": \"string\"}]}", "'anyOf' together with 'type'", IFL_EUNSUPPORTED},
+        {"{\"anyOf\": [{\"type\": \"integer\"}], \"allOf\": [{\"type\": \"string\"}]}", "'anyOf' together with 'allOf'", IFL_EUNSUPPORTED},
+        {"{\"$ref\": \"#/$defs/a\", \"maxLength\": 2, \"$defs\": {\"a\": {\"type\": \"string\"}}}", "'$ref' together with 'maxLength'", IFL_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
         struct ifl_guide *g = NULL;
@@ -949,6 +1091,7 @@ int main(void)
     T_RUN(test_grammars);
     T_RUN(test_json_mode);
     T_RUN(test_regex);
+    T_RUN(test_regex_counts);
     T_RUN(test_partial_utf8);
     T_RUN(test_limits);
     T_RUN(test_vocab_small);

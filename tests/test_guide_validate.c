@@ -133,6 +133,13 @@ static void test_refs(void)
     CHECK_EQ(vrc("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "1", err),
              IFL_EINVAL);
     CHECK(strstr(err, "nesting deeper") != NULL);
+    /* nullable lets null through beside a $ref too, as the grammar does
+     * (found by fuzz_guide_diff: the grammar took null, this rejected it) */
+    const char *nr = "{\"$ref\":\"#/$defs/d\",\"nullable\":true,\"$defs\":{\"d\":{\"type\":"
+                     "\"object\"}}}";
+    OK(nr, "null");
+    OK(nr, "{}");
+    BAD(nr, "1", "a number where the schema wants object");
 }
 
 static void test_strings_and_formats(void)

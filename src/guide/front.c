@@ -155,7 +155,12 @@ static int64_t rx_escape(struct rx *r, const char **cls, int *neg)
     case 'r': return '\r';
     case 'f': return '\f';
     case 'v': return '\v';
-    case '0': return 0;
+    case '0':
+        /* PCRE reads \012 as octal (a newline); not \0 then "12" */
+        if (r->p < r->n && r->s[r->p] >= '0' && r->s[r->p] <= '7')
+            return rx_err(r, IFL_EUNSUPPORTED, at, "octal escapes ('\\0%c...') are not supported",
+                          r->s[r->p]);
+        return 0;
     case 'x':
     case 'u': {
         int digits = c == 'x' ? 2 : 4;
@@ -168,6 +173,9 @@ static int64_t rx_escape(struct rx *r, const char **cls, int *neg)
             v = v * 16 + (uint32_t)h;
             r->p++;
         }
+        if (v >= 0xD800 && v <= 0xDFFF)
+            return rx_err(r, IFL_EFORMAT, at,
+                          "escape '\\u%04X' is a UTF-16 surrogate, which no UTF-8 text holds", v);
         return v;
     }
     case 'b': case 'B': case 'A': case 'z': case 'Z': case 'G':
@@ -177,6 +185,12 @@ static int64_t rx_escape(struct rx *r, const char **cls, int *neg)
             return rx_err(r, IFL_EUNSUPPORTED, at, "backreferences are not supported");
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
             return rx_err(r, IFL_EFORMAT, at, "unknown escape '\\%c'", c);
+        if (c >= 0x80) {
+            /* an escaped non-ASCII character stands for itself: decode it
+             * whole, not as its first byte */
+            r->p--;
+            return rx_utf8(r);
+        }
         return c; /* escaped punctuation */
     }
 }
@@ -255,32 +269,82 @@ static int rx_class(struct rx *r)
 
 static int rx_alt(struct rx *r);
 
-/* Tries to read {m}, {m,} or {m,n} at r->p; 1 if it did. */
-static int rx_braces(struct rx *r)
+/* The largest repeat count a regex may give; the GBNF engine's own limit. */
+#define RX_MAX_COUNT 10000
+
+/* Reads a decimal count at r->p into *v, saturating (a count of any length
+ * is read whole, so it is never split into a count and literal digits). */
+static void rx_number(struct rx *r, uint64_t *v)
 {
-    size_t q = r->p + 1;
-    size_t a = q;
-    while (q < r->n && r->s[q] >= '0' && r->s[q] <= '9')
-        q++;
-    if (q == a || q - a > 5)
-        return 0;
-    size_t b = q, e = q;
-    if (q < r->n && r->s[q] == ',') {
-        q++;
-        b = q;
-        while (q < r->n && r->s[q] >= '0' && r->s[q] <= '9')
-            q++;
-        e = q;
-        if (e - b > 5)
-            return 0;
+    *v = 0;
+    while (r->p < r->n && r->s[r->p] >= '0' && r->s[r->p] <= '9') {
+        if (*v <= UINT32_MAX)
+            *v = *v * 10 + (uint64_t)(r->s[r->p] - '0');
+        r->p++;
     }
-    if (q >= r->n || r->s[q] != '}')
+}
+
+/* Whether the '{' at `at` starts like a count: a digit, or ',' and a digit,
+ * after optional blanks. *q_out is where the blanks end. */
+static int rx_count_starts(const struct rx *r, size_t at, size_t *q_out, int *comma)
+{
+    size_t q = at + 1;
+    while (q < r->n && (r->s[q] == ' ' || r->s[q] == '\t'))
+        q++;
+    int digit = q < r->n && r->s[q] >= '0' && r->s[q] <= '9';
+    *comma = q + 1 < r->n && r->s[q] == ',' && r->s[q + 1] >= '0' && r->s[q + 1] <= '9';
+    *q_out = q;
+    return digit || *comma;
+}
+
+/* At a '{' (r->p): reads {m}, {m,} or {m,n} into *m and *n (UINT32_MAX: no
+ * upper bound). Returns 1 for a count, 0 when the brace is a literal (what
+ * follows it is neither a digit nor a comma and a digit), or the error.
+ * A brace that starts like a count must be a whole, valid one: "{100000}"
+ * or "{1a}" is an error naming it, never literal text (PCRE would take the
+ * latter as text; write \{ for a literal brace before digits). */
+static int rx_count(struct rx *r, uint32_t *m, uint32_t *n)
+{
+    size_t at = r->p, q;
+    int comma;
+    if (!rx_count_starts(r, at, &q, &comma))
         return 0;
-    (void)e;
-    /* GBNF writes repetition counts the same way: copy them verbatim */
-    if (put(r, "%.*s", (int)(q + 1 - r->p), r->s + r->p))
-        return -1;
-    r->p = q + 1;
+    /* the whole brace, for messages: up to its '}' or a short run */
+    size_t e = at + 1;
+    while (e < r->n && e - at < 24 && r->s[e] != '}')
+        e++;
+    int shown = (int)(e - at + (e < r->n && r->s[e] == '}'));
+    if (q != at + 1 || comma)
+        return rx_err(r, IFL_EFORMAT, at,
+                      "malformed repeat '%.*s': write {m}, {m,} or {m,n} without spaces "
+                      "(a literal '{' is \\{)",
+                      shown, r->s + at);
+    r->p = q;
+    uint64_t lo, hi;
+    int open = 0; /* {m,}: no upper bound */
+    rx_number(r, &lo);
+    hi = lo;
+    if (r->p < r->n && r->s[r->p] == ',') {
+        r->p++;
+        if (r->p < r->n && r->s[r->p] >= '0' && r->s[r->p] <= '9')
+            rx_number(r, &hi);
+        else
+            open = 1;
+    }
+    if (r->p >= r->n || r->s[r->p] != '}')
+        return rx_err(r, IFL_EFORMAT, at,
+                      "malformed repeat '%.*s': write {m}, {m,} or {m,n} without spaces "
+                      "(a literal '{' is \\{)",
+                      shown, r->s + at);
+    r->p++;
+    if (lo > RX_MAX_COUNT || (!open && hi > RX_MAX_COUNT))
+        return rx_err(r, IFL_EFORMAT, at, "repeat count in '%.*s' is too large (max %d)", shown,
+                      r->s + at, RX_MAX_COUNT);
+    if (!open && hi < lo)
+        return rx_err(r, IFL_EFORMAT, at, "repeat '%.*s' has its maximum below its minimum",
+                      shown, r->s + at);
+    *m = (uint32_t)lo;
+    *n = open ? UINT32_MAX : (uint32_t)hi;
     return 1;
 }
 
@@ -308,6 +372,15 @@ static int rx_seq(struct rx *r)
         }
         if (c == '*' || c == '+' || c == '?')
             return rx_err(r, IFL_EFORMAT, at, "'%c' has nothing to repeat", c);
+        if (c == '{') {
+            uint32_t m, n;
+            int k = rx_count(r, &m, &n);
+            if (k < 0)
+                return r->rc;
+            if (k > 0)
+                return rx_err(r, IFL_EFORMAT, at, "'%.*s' has nothing to repeat",
+                              (int)(r->p - at), r->s + at);
+        }
         if (put(r, " "))
             return r->rc;
         if (c == '(') {
@@ -352,26 +425,38 @@ static int rx_seq(struct rx *r)
                 return r->rc;
         }
         any = 1;
-        /* quantifiers; a lazy or possessive suffix changes nothing here */
+        /* quantifiers; a lazy suffix ? changes nothing for a whole match */
         while (r->p < r->n) {
             char q = r->s[r->p];
-            int k = 0;
+            size_t qat = r->p;
             if (q == '*' || q == '+' || q == '?') {
                 if (put(r, "%c", q))
                     return r->rc;
                 r->p++;
-                k = 1;
             } else if (q == '{') {
-                k = rx_braces(r);
+                uint32_t m, n;
+                int k = rx_count(r, &m, &n);
                 if (k < 0)
                     return r->rc;
-            }
-            if (!k)
+                if (k == 0)
+                    break; /* a literal '{' */
+                if (n == UINT32_MAX ? put(r, "{%u,}", m) : put(r, "{%u,%u}", m, n))
+                    return r->rc;
+            } else {
                 break;
-            if (r->p < r->n && (r->s[r->p] == '?' || r->s[r->p] == '+'))
+            }
+            if (r->p < r->n && r->s[r->p] == '?')
                 r->p++;
+            else if (r->p < r->n && r->s[r->p] == '+')
+                /* possessive: no backtracking into the repeat, so x*+x
+                 * matches nothing; ignoring it would accept more */
+                return rx_err(r, IFL_EUNSUPPORTED, r->p,
+                              "possessive quantifier '%.*s+' is not supported",
+                              (int)(r->p - qat), r->s + qat);
+            size_t q2;
+            int c2;
             if (r->p < r->n && (r->s[r->p] == '*' || r->s[r->p] == '+' || r->s[r->p] == '?' ||
-                                r->s[r->p] == '{')) {
+                                (r->s[r->p] == '{' && rx_count_starts(r, r->p, &q2, &c2)))) {
                 /* x** and the like: wrap and repeat again */
                 return rx_err(r, IFL_EUNSUPPORTED, r->p, "stacked quantifiers are not supported");
             }

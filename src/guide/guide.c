@@ -279,7 +279,7 @@ static int parse_count(struct parser *ps, uint32_t *v)
     while (peek(ps) >= '0' && peek(ps) <= '9') {
         x = x * 10 + (uint64_t)(ps->s[ps->p++] - '0');
         if (x > 100000)
-            return perr(ps, at, "repetition count too large");
+            return perr(ps, at, "repetition count too large (max 10000)");
     }
     *v = (uint32_t)x;
     return 0;
@@ -655,6 +655,7 @@ struct ifl_guide_scratch {
     struct hslot *tab;       /* dedup of the output's stacks */
     uint32_t tab_mask, gen;
     uint32_t n_out;
+    uint32_t budget; /* expansion steps left for this output */
     struct ifl_guide_vec tmp[2]; /* accept_bytes' double buffer */
 };
 
@@ -749,6 +750,7 @@ static void begin_output(struct ifl_guide_scratch *s, struct ifl_guide_vec *out)
 {
     out->n = 0;
     s->n_out = 0;
+    s->budget = IFL_GUIDE_MAX_EXPAND;
     if (++s->gen == 0) {
         memset(s->tab, 0, ((size_t)s->tab_mask + 1) * sizeof *s->tab);
         s->gen = 1;
@@ -756,11 +758,17 @@ static void begin_output(struct ifl_guide_scratch *s, struct ifl_guide_vec *out)
 }
 
 /* Expands the stack at s->sc.v[off .. off+depth) until every resulting
- * stack's top is a class (or it is empty) and adds those to out. */
+ * stack's top is a class (or it is empty) and adds those to out. Paths that
+ * end in the same stack are only merged at the end, so nested optional
+ * items such as ((|){3}){6} have exponentially many: the step budget makes
+ * them IFL_EFULL, never a hang. */
 static int expand(const struct ifl_guide *g, struct ifl_guide_scratch *s, size_t off,
                   uint32_t depth, struct ifl_guide_vec *out)
 {
     while (1) {
+        if (s->budget == 0)
+            return IFL_EFULL;
+        s->budget--;
         if (depth == 0)
             return add_stack(s, out, NULL, 0);
         uint32_t p = s->sc.v[off + depth - 1], e = g->elems[p];
@@ -1113,8 +1121,9 @@ int ifl_guide_compile_gbnf(struct ifl_guide **out, const char *text, size_t len,
             g->init_n = s->n_out;
             if (rc == IFL_EFULL)
                 rc = ifl_err(err, IFL_EFORMAT,
-                             "gbnf: the grammar is too ambiguous (its start exceeds %d parses)",
-                             IFL_GUIDE_MAX_STACKS);
+                             "gbnf: the grammar is too ambiguous (its start exceeds %d parses "
+                             "or %d expansion steps)",
+                             IFL_GUIDE_MAX_STACKS, IFL_GUIDE_MAX_EXPAND);
             else if (rc)
                 rc = ifl_err(err, rc, "gbnf: out of memory");
         }

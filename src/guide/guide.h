@@ -20,7 +20,8 @@
  * more room than any before, and otherwise do not allocate.
  *
  * Limits: a state holds at most IFL_GUIDE_MAX_STACKS stacks of at most
- * IFL_GUIDE_MAX_DEPTH entries; a step that would exceed them fails with
+ * IFL_GUIDE_MAX_DEPTH entries, and a step follows at most
+ * IFL_GUIDE_MAX_EXPAND references; a step that would exceed them fails with
  * IFL_EFULL (an ambiguous grammar is an error, never a hang). Left
  * recursion (and a repeated item that can match nothing) is rejected when
  * the grammar compiles.
@@ -35,6 +36,9 @@
 
 #define IFL_GUIDE_MAX_STACKS 4096
 #define IFL_GUIDE_MAX_DEPTH 2048
+/* most expansion steps (a rule reference or alternative followed) in one
+ * step of the automaton: bounds the time a byte may take */
+#define IFL_GUIDE_MAX_EXPAND (1 << 16)
 /* longest grammar text accepted, and most elements after expansion */
 #define IFL_GUIDE_MAX_TEXT ((size_t)1 << 22)
 #define IFL_GUIDE_MAX_ELEMS ((size_t)1 << 22)
@@ -55,10 +59,14 @@ int ifl_guide_compile_gbnf(struct ifl_guide **out, const char *text, size_t len,
 int ifl_guide_compile_json(struct ifl_guide **out, int object_only, char *err);
 /* A regular expression the whole output must match: literals, ., [classes]
  * (ranges, ^, \d \w \s inside), groups ( ) and (?: ), |, ? * + {m} {m,}
- * {m,n} (lazy suffix ? ignored), escapes \d \D \w \W \s \S \n \t \r \xNN
- * \uNNNN and escaped punctuation; ^ and $ only at the very ends. Backrefs,
- * lookaround and other anchors are IFL_EUNSUPPORTED; malformed patterns
- * IFL_EFORMAT ("regex: 5: unbalanced '('"). */
+ * {m,n} (counts up to 10000; lazy suffix ? ignored), escapes \d \D \w \W
+ * \s \S \n \t \r \f \v (U+000B) \0 \xNN \uNNNN and escaped punctuation or
+ * non-ASCII; ^ and $ only at the very ends. A '{' that starts like a count
+ * ("{" then a digit, or ",digit") must be a whole valid count, else it is
+ * IFL_EFORMAT naming it ("regex: 2: repeat count in '{100000}' is too
+ * large (max 10000)"); any other '{' is text. Backrefs, lookaround, other
+ * anchors, possessive quantifiers and octal escapes are IFL_EUNSUPPORTED;
+ * malformed patterns IFL_EFORMAT ("regex: 5: unbalanced '('"). */
 int ifl_guide_compile_regex(struct ifl_guide **out, const char *re, size_t len, char *err);
 /* Translates a regex to GBNF text (malloc'd, NUL-terminated, caller frees). */
 int ifl_guide_regex_to_gbnf(char **out, const char *re, size_t len, char *err);
@@ -71,7 +79,8 @@ int ifl_guide_regex_to_gbnf(char **out, const char *re, size_t len, char *err);
  * integer minimum/maximum (both bounds within 2000 values, or minimum 0 or
  * 1 alone), number minimum 0 alone or minimum and maximum (integer
  * bounds, at most 2000 apart; up to six fraction digits, no exponent),
- * nullable. Properties come out in schema
+ * nullable. const/enum allow only type beside them, $ref and the
+ * combinators only annotations. Properties come out in schema
  * order, required ones first. A constraining keyword it cannot express is
  * IFL_EUNSUPPORTED naming it (never silently dropped); a malformed schema
  * is IFL_EFORMAT. */

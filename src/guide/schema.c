@@ -143,6 +143,76 @@ static int is_annotation(const char *k)
     return 0;
 }
 
+/* Keywords that constrain values and that no branch below expresses: one
+ * of them anywhere is an error, never ignored. */
+static const char *unsupported_keyword(json_t *s)
+{
+    static const char *kw[] = {"not", "if", "then", "else", "dependentRequired",
+                               "dependentSchemas", "dependencies", "unevaluatedProperties",
+                               "unevaluatedItems", "minContains", "maxContains", "additionalItems",
+                               NULL};
+    for (int i = 0; kw[i]; i++)
+        if (json_object_get(s, kw[i]))
+            return kw[i];
+    return NULL;
+}
+
+/* const, enum, $ref and the combinators make the whole rule; a sibling that
+ * constrains as well would be dropped, so it is an error unless it is an
+ * annotation or in `also` (NULL-terminated). */
+static int only_with(struct sc *c, json_t *s, const char *what, const char *const *also)
+{
+    const char *k;
+    json_t *x;
+    json_object_foreach(s, k, x)
+    {
+        if (!strcmp(k, what) || is_annotation(k) || !strcmp(k, "nullable"))
+            continue;
+        int ok = 0;
+        for (int i = 0; also && also[i] && !ok; i++)
+            ok = !strcmp(k, also[i]);
+        if (!ok)
+            return sc_err(c, IFL_EUNSUPPORTED, "'%s' together with '%.100s' is not supported",
+                          what, k);
+    }
+    return 0;
+}
+
+/* Whether value v has JSON Schema type t (a name or an array of names; an
+ * integer is a number without a fraction, as 1.0). -1: t is malformed. */
+static int has_type(json_t *t, json_t *v)
+{
+    if (json_is_array(t)) {
+        int any = 0;
+        for (size_t i = 0; i < json_array_size(t); i++) {
+            int k = has_type(json_array_get(t, i), v);
+            if (k < 0)
+                return -1;
+            any |= k;
+        }
+        return any;
+    }
+    const char *n = json_string_value(t);
+    if (!n)
+        return -1;
+    if (!strcmp(n, "integer"))
+        return json_is_integer(v) ||
+               (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+    if (!strcmp(n, "number"))
+        return json_is_number(v);
+    if (!strcmp(n, "string"))
+        return json_is_string(v);
+    if (!strcmp(n, "boolean"))
+        return json_is_boolean(v);
+    if (!strcmp(n, "null"))
+        return json_is_null(v);
+    if (!strcmp(n, "object"))
+        return json_is_object(v);
+    if (!strcmp(n, "array"))
+        return json_is_array(v);
+    return -1;
+}
+
 static int64_t get_int(struct sc *c, json_t *s, const char *key, int64_t dflt)
 {
     json_t *v = json_object_get(s, key);
@@ -161,6 +231,9 @@ static int gen_string(struct sc *c, json_t *s)
         return sc_err(c, IFL_EUNSUPPORTED, "'pattern' is not supported");
     if (fmt) {
         const char *f = json_string_value(fmt);
+        if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+            return sc_err(c, IFL_EUNSUPPORTED,
+                          "'format' together with minLength/maxLength is not supported");
         /* a calendar date (RFC 3339 full-date): days per month, and
          * February 29 only in leap years (divisible by 4, centuries by 400) */
         static const char *date =
@@ -193,13 +266,17 @@ static int gen_string(struct sc *c, json_t *s)
     int64_t mn = get_int(c, s, "minLength", 0), mx = get_int(c, s, "maxLength", -2);
     if (c->rc)
         return c->rc;
+    if (mn > 10000)
+        return sc_err(c, IFL_EUNSUPPORTED, "minLength %lld is above 10000, which is not supported",
+                      (long long)mn);
     if (mx == -2)
         return outf(c, "\"\\\"\" char{%lld,} \"\\\"\"", (long long)mn);
     if (mx < mn)
         return sc_err(c, IFL_EFORMAT, "maxLength %lld is below minLength %lld", (long long)mx,
                       (long long)mn);
     if (mx > 10000)
-        return sc_err(c, IFL_EUNSUPPORTED, "maxLength above 10000 is not supported");
+        return sc_err(c, IFL_EUNSUPPORTED, "maxLength %lld is above 10000, which is not supported",
+                      (long long)mx);
     return outf(c, "\"\\\"\" char{%lld,%lld} \"\\\"\"", (long long)mn, (long long)mx);
 }
 
@@ -238,7 +315,7 @@ static int digit_range(struct sc *c, long long a, long long b)
         return c->rc;
     long long p = 1; /* 10^(d-1) */
     int first = 1;
-    for (int d = 1; d <= 18 && p <= b; d++, p *= 10) {
+    for (int d = 1; d <= 18 && (p <= b || d == 1); d++, p *= 10) { /* d 1 holds 0 */
         long long x = a > (d == 1 ? 0 : p) ? a : (d == 1 ? 0 : p), y = b < p * 10 - 1 ? b : p * 10 - 1;
         if (x > y)
             continue;
@@ -585,17 +662,53 @@ static int gen_body(struct sc *c, json_t *s)
     int nullable = json_object_get(s, "nullable") == json_true();
     if (nullable && outf(c, "\"null\" | "))
         return c->rc;
-    if ((v = json_object_get(s, "const")))
+    static const char *const with_type[] = {"type", NULL};
+    static const char *const with_enum[] = {"type", "enum", NULL};
+    json_t *type = json_object_get(s, "type");
+    if ((v = json_object_get(s, "const"))) {
+        if (only_with(c, s, "const", with_enum))
+            return c->rc;
+        /* const and enum both: the const value, if the enum has it */
+        json_t *en = json_object_get(s, "enum");
+        int in_enum = !en;
+        for (size_t i = 0; i < json_array_size(en) && !in_enum; i++)
+            in_enum = json_equal(json_array_get(en, i), v);
+        int k = type ? has_type(type, v) : 1;
+        if (k < 0)
+            return sc_err(c, IFL_EFORMAT, "'type' must name JSON types");
+        if (!k || !in_enum) {
+            if (nullable)
+                return outf(c, "\"null\"");
+            return sc_err(c, IFL_EFORMAT, "'const' value is not of the schema's type or not in "
+                                          "its 'enum': the schema admits no value");
+        }
         return out_json_literal(c, v);
+    }
     if ((v = json_object_get(s, "enum"))) {
         if (!json_is_array(v) || json_array_size(v) == 0)
             return sc_err(c, IFL_EFORMAT, "'enum' must be a non-empty array");
-        for (size_t i = 0; i < json_array_size(v); i++)
-            if ((i && outf(c, " | ")) || out_json_literal(c, json_array_get(v, i)))
+        if (only_with(c, s, "enum", with_type))
+            return c->rc;
+        /* values of another type than `type` are not valid: leave them out */
+        int n = 0;
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            int k = type ? has_type(type, json_array_get(v, i)) : 1;
+            if (k < 0)
+                return sc_err(c, IFL_EFORMAT, "'type' must name JSON types");
+            if (k && ((n && outf(c, " | ")) || out_json_literal(c, json_array_get(v, i))))
                 return c->rc;
+            n += k;
+        }
+        if (n == 0 && !nullable)
+            return sc_err(c, IFL_EFORMAT, "no 'enum' value is of the schema's type: the schema "
+                                          "admits no value");
+        if (n == 0 && outf(c, "\"null\""))
+            return c->rc;
         return 0;
     }
     if ((v = json_object_get(s, "$ref"))) {
+        if (only_with(c, s, "$ref", NULL))
+            return c->rc;
         const char *ref = json_string_value(v);
         if (!ref)
             return sc_err(c, IFL_EFORMAT, "'$ref' must be a string");
@@ -618,6 +731,8 @@ static int gen_body(struct sc *c, json_t *s)
             continue;
         if (!json_is_array(v) || json_array_size(v) == 0)
             return sc_err(c, IFL_EFORMAT, "'%s' must be a non-empty array", alts[a]);
+        if (only_with(c, s, alts[a], NULL))
+            return c->rc;
         if (a == 2 && json_array_size(v) > 1)
             return sc_err(c, IFL_EUNSUPPORTED, "'allOf' with more than one schema is not supported");
         for (size_t i = 0; i < json_array_size(v); i++) {
@@ -627,7 +742,9 @@ static int gen_body(struct sc *c, json_t *s)
         }
         return 0;
     }
-    json_t *type = json_object_get(s, "type");
+    const char *bad = unsupported_keyword(s);
+    if (bad)
+        return sc_err(c, IFL_EUNSUPPORTED, "keyword '%s' is not supported", bad);
     if (json_is_array(type)) {
         for (size_t i = 0; i < json_array_size(type); i++) {
             json_t *sub = json_deep_copy(s);

@@ -621,6 +621,10 @@ static int check(struct vctx *v, json_t *s, json_t *x)
             goto out;
         }
     }
+    /* OpenAPI: null is allowed whatever else the schema says, a $ref
+     * beside it included (the grammar compiles nullable so too) */
+    if (json_is_null(x) && json_object_get(s, "nullable") == json_true())
+        goto out;
     json_t *ref = json_object_get(s, "$ref");
     if (ref) {
         json_t *target = json_is_string(ref) ? resolve(v, json_string_value(ref)) : NULL;
@@ -632,8 +636,6 @@ static int check(struct vctx *v, json_t *s, json_t *x)
         if ((rc = check(v, target, x)))
             goto out;
     }
-    if (json_is_null(x) && json_object_get(s, "nullable") == json_true())
-        goto out; /* OpenAPI: null is allowed whatever else the schema says */
     json_t *type = json_object_get(s, "type");
     if (type) {
         int ok = 0;
