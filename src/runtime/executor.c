@@ -50,6 +50,20 @@ void ifl_request_init(struct ifl_request *r)
 
 /* id 0 is the empty-slot marker, never a request: without the check it
  * would match the first empty slot on its probe chain. */
+/* The CLOCK_REALTIME time timeout_ms from now, for pthread_cond_timedwait. */
+static struct timespec deadline_after(int64_t timeout_ms)
+{
+    struct timespec d;
+    clock_gettime(CLOCK_REALTIME, &d);
+    d.tv_sec += timeout_ms / 1000;
+    d.tv_nsec += (timeout_ms % 1000) * 1000000;
+    if (d.tv_nsec >= 1000000000) {
+        d.tv_sec++;
+        d.tv_nsec -= 1000000000;
+    }
+    return d;
+}
+
 static struct xlive *live_find(struct ifl_executor *ex, ifl_id id)
 {
     if (!ex->live_cap || id == 0)
@@ -544,15 +558,8 @@ int ifl_await(ifl_executor *ex, const ifl_id *ids, int32_t n_ids, int64_t timeou
     if (!ex || !out || max < 1 || n_ids < 0 || (n_ids && !ids))
         return IFL_EINVAL;
     struct timespec deadline;
-    if (timeout_ms > 0) {
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-    }
+    if (timeout_ms > 0)
+        deadline = deadline_after(timeout_ms);
     struct xwaiter me = {.ids = ids, .n_ids = n_ids};
     pthread_cond_init(&me.cv, NULL);
     pthread_mutex_lock(&ex->out_mu);
@@ -666,15 +673,8 @@ int ifl_executor_wait_idle(ifl_executor *ex, int64_t timeout_ms)
     if (!ex)
         return IFL_EINVAL;
     struct timespec deadline;
-    if (timeout_ms > 0) {
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-    }
+    if (timeout_ms > 0)
+        deadline = deadline_after(timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&ex->out_mu);
     ex->n_callers++;
