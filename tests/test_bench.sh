@@ -9,8 +9,7 @@ M=${IFL_SHARED:-../shared}/models/stories260K.gguf
 pass=0; fail=0; spid=
 tmp=$(mktemp -d)
 trap '[ -n "$spid" ] && kill -KILL "$spid" 2>/dev/null; rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 
 "$BIN" bench -m "$M" -p 16 -n 8 -c 1,3 -r 2 -t 1 --json >"$tmp/off.json" 2>"$tmp/off.err"
 [ "$(grep -c '"decode_tps"' "$tmp/off.json")" -eq 2 ] && ok "offline: one JSON line per level" ||

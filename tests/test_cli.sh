@@ -12,11 +12,7 @@ fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # name, expected, actual
-    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi
-}
+. "$(dirname "$0")/lib.sh"
 # expects exit status 2, a message on stderr, nothing that looks like a crash
 check_usage() {
     local name=$1; shift

@@ -4,8 +4,7 @@ set -u
 BUILD=${BUILD:-build}
 M=${IFL_SHARED:-../shared}/models/stories260K.gguf
 pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 
 out=$("$BUILD/examples/batch" "$M" "Once upon a time" "The cat" "Lily and Ben went" 2>&1)
 echo "$out"

@@ -12,8 +12,7 @@ pass=0; fail=0; pids=()
 tmp=$(mktemp -d)
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi; }
 
 start_server() { # MODEL ARGS...: sets PORT and SPID once /health answers 200

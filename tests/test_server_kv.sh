@@ -20,14 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # name, expected, actual
-    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi
-}
-has() { # name, needle, haystack
-    case "$3" in *"$2"*) ok "$1" ;; *) bad "$1"; echo "  missing: $2"; echo "  in: ${3:0:400}" ;; esac
-}
+. "$(dirname "$0")/lib.sh"
 truth() { # name, condition (arithmetic), detail
     if (( $2 )); then ok "$1"; else bad "$1"; echo "  $3"; fi
 }

@@ -20,11 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # name, expected, actual
-    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo "  expected: $2"; echo "  actual:   $3"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 if ! command -v node >/dev/null; then
     echo "node is needed"; echo "0 passed, 1 failed"; exit 1
