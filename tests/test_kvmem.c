@@ -130,6 +130,12 @@ static void test_rss_follows_use(void)
     CHECK_EQ(s.kv_blocks_used, 0);
     int64_t peak = (int64_t)s.kv_blocks_peak * s.kv_block_bytes; /* 8 MiB */
     int64_t hwm = status_kb("VmHWM");
+    /* the resident figure (measured over the touched blocks only) sees
+     * the blocks just freed, and no more than their huge pages' worth */
+    CHECK_MSG(s.kv_bytes_resident >= peak * 9 / 10 &&
+                  s.kv_bytes_resident <= peak + ((int64_t)2 << 20) * 2 * 8,
+              "resident %lld for %lld bytes of blocks", (long long)s.kv_bytes_resident,
+              (long long)peak);
     /* the memory was really used, and not much more than that */
     CHECK_MSG(hwm - rss0 > peak * 8 / 10 && hwm - rss0 < peak * 3 / 2 + ((int64_t)16 << 20),
               "RSS %lld -> peak %lld for %lld bytes of blocks", (long long)rss0, (long long)hwm,
@@ -154,6 +160,47 @@ static void test_rss_follows_use(void)
     run_load(ex, N, TOK, again);
     CHECK(memcmp(first, again, sizeof(first)) == 0);
     ifl_executor_destroy(ex, 0);
+}
+
+/* kv_prefault: the whole pool resident from creation, never given back,
+ * and the same outputs. */
+static void test_prefault(void)
+{
+    enum { N = 8, TOK = 40 };
+    static int32_t plain[N * TOK], pre[N * TOK];
+    ifl_executor *ex = open_big(0, 100);
+    if (!ex)
+        return;
+    run_load(ex, N, TOK, plain);
+    ifl_executor_destroy(ex, 0);
+
+    struct ifl_executor_config c;
+    ifl_executor_config_default(&c);
+    c.max_batch_size = 64;
+    c.n_ctx = 512;
+    c.n_threads = 1;
+    c.enable_prefix_caching = 0;
+    c.kv_release_ms = 100;
+    c.kv_prefault = 1;
+    char err[512] = "";
+    CHECK_MSG(ifl_executor_create(&ex, model_path, &c, err) == 0, "create: %s", err);
+    if (!ex)
+        return;
+    struct ifl_iteration_stats s;
+    CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
+    CHECK_MSG(s.kv_bytes_resident >= s.kv_bytes_reserved * 99 / 100,
+              "prefaulted: %lld of %lld resident", (long long)s.kv_bytes_resident,
+              (long long)s.kv_bytes_reserved);
+    run_load(ex, N, TOK, pre);
+    CHECK(memcmp(plain, pre, sizeof(plain)) == 0);
+    CHECK_EQ(ifl_executor_wait_idle(ex, 120000), 0);
+    sleep_ms(400); /* four release periods: nothing goes */
+    CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
+    CHECK_EQ(s.kv_blocks_released, 0);
+    CHECK(s.kv_bytes_resident >= s.kv_bytes_reserved * 99 / 100);
+    ifl_executor_destroy(ex, 0);
+    c.kv_prefault = 2;
+    CHECK_EQ(ifl_executor_create(&ex, model_path, &c, err), IFL_EINVAL);
 }
 
 /* Cached prefixes hold data: they stay resident while free blocks go. */
@@ -389,6 +436,7 @@ int main(void)
     T_RUN(test_default_bound);
     T_RUN(test_rss_follows_use);
     T_RUN(test_cached_blocks_stay);
+    T_RUN(test_prefault);
     T_RUN(test_release_while_busy);
     return t_done();
 }

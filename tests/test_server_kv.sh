@@ -124,5 +124,19 @@ code=$(curl -s -m 60 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/c
 check "a full context still fits" 200 "$code"
 stop_server
 
+# ---- --kv-prefault: the whole pool resident from the start, and kept ----
+start_server pre --parallel 64 --kv-prefault --kv-release-ms 0 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+has "start-up line: resident" "resident (--kv-prefault)" "$(cat "$tmp/pre.log")"
+scrape
+truth "prefaulted pool resident" "$(kvb resident) >= $(kvb reserved) * 99 / 100" "$(grep kv_cache_bytes "$tmp/metrics")"
+code=$(curl -s -m 60 -o "$tmp/pre.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":40,"temperature":0}')
+check "prefaulted pool serves" 200 "$code"
+sleep 0.5 # idle well past --kv-release-ms 0: nothing is given back
+scrape
+check "prefaulted pool never released" 0 "$(metric inflight_kv_cache_released_blocks_total)"
+truth "prefaulted pool still resident" "$(kvb resident) >= $(kvb reserved) * 99 / 100" "$(grep kv_cache_bytes "$tmp/metrics")"
+stop_server
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -39,6 +39,8 @@ static const char SERVE_HELP[] =
     "                            (the default), or a size, e.g. 2G\n"
     "  --kv-release-ms N         KV blocks free this long give their memory back\n"
     "                            (default 5000; 0: as soon as idle; -1: never)\n"
+    "  --kv-prefault             make the whole KV cache resident at start and keep it\n"
+    "                            (memory for speed where faulting pages in is slow)\n"
     "  --max-queue N             waiting requests before 429 (default 256; 0: unlimited)\n"
     "  --api-key KEY             require 'Authorization: Bearer KEY' (not on /health)\n"
     "  --api-key-file F          the same, the key read from the first line of F\n"
@@ -66,7 +68,7 @@ static const char SERVE_HELP[] =
     "  --quiet                   no access log\n";
 
 /* Says how big the KV pool is and what decided it. */
-static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share)
+static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share, int prefault)
 {
     struct ifl_iteration_stats st;
     if (ifl_server_iteration_stats(srv, &st))
@@ -97,9 +99,11 @@ static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share)
         break;
     }
     fprintf(stderr,
-            "inflight serve: KV cache %d blocks, %.2f GiB reserved (memory taken as blocks are "
-            "used): %s\n",
-            st.kv_blocks_max, (double)st.kv_bytes_reserved / gib, why);
+            "inflight serve: KV cache %d blocks, %.2f GiB %s: %s\n", st.kv_blocks_max,
+            (double)st.kv_bytes_reserved / gib,
+            prefault ? "resident (--kv-prefault)"
+                     : "reserved (memory taken as blocks are used)",
+            why);
 }
 
 /* Reads a whole small file into a NUL-terminated malloc'd string. */
@@ -155,7 +159,7 @@ int cmd_serve(int argc, char **argv)
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
     int64_t request_timeout = 10, per_ip = 256, http_threads = 4;
     const char *log_level = "info";
-    int kv_type = IFL_KV_F16, quiet = 0, strict_name = 0, reuse_port = 0;
+    int kv_type = IFL_KV_F16, quiet = 0, strict_name = 0, reuse_port = 0, kv_prefault = 0;
     /* --served-model-name may be repeated: the values are joined with commas */
     char names[4096] = "";
     size_t names_len = 0;
@@ -177,6 +181,10 @@ int cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--reuse-port")) {
             reuse_port = 1;
+            continue;
+        }
+        if (!strcmp(a, "--kv-prefault")) {
+            kv_prefault = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -320,6 +328,7 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.kv_cache_memory_limit = kv_mem_bytes;
     cfg.exec.kv_cache_memory_share = kv_mem_share;
     cfg.exec.kv_release_ms = kv_release_ms ? (int32_t)kv_release_ms : 1; /* 0: once idle */
+    cfg.exec.kv_prefault = kv_prefault;
     cfg.exec.kv_type = kv_type;
     cfg.exec.repack_cache_dir = repack_cache;
     struct cli_progress progress;
@@ -377,7 +386,7 @@ int cmd_serve(int argc, char **argv)
         ifl_server_free(srv);
         return CLI_EXIT_USAGE;
     }
-    log_kv_pool(srv, (int32_t)parallel, kv_mem_share);
+    log_kv_pool(srv, (int32_t)parallel, kv_mem_share, kv_prefault);
     fprintf(stderr, "inflight serve: ready on http://%s:%d\n", host, ifl_server_port(srv));
     int sig = 0;
     sigwait(&set, &sig);

@@ -23,6 +23,7 @@
  */
 #include "model/forward.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -187,6 +188,8 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
     kv->huge = (kb < vb ? kb : vb) >= KV_HUGE_MIN_ARRAY && madvise(base, total, MADV_HUGEPAGE) == 0;
     kv->base = base;
     kv->bytes = total;
+    kv->k_bytes = kb;
+    kv->v_bytes = vb;
     for (int il = 0; il < hp->n_layer; il++) {
         kv->k[il] = base + (size_t)il * (kb + vb);
         kv->v[il] = base + (size_t)il * (kb + vb) + kb;
@@ -197,6 +200,21 @@ oom:
     ifl_kv_store_free(kv);
     return ifl_err(err, IFL_ENOMEM, "kv: out of memory for %d blocks of %d positions", n_blocks,
                    block_size);
+}
+
+int ifl_kv_store_prefault(struct ifl_kv_store *kv, char *err)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+    if (madvise(kv->base, kv->bytes, MADV_POPULATE_WRITE) != 0) {
+        if (errno != EINVAL)
+            return ifl_err(err, IFL_ENOMEM, "kv: cannot make the %.2f GiB pool resident (%s)",
+                           (double)kv->bytes / (1 << 30), strerror(errno));
+        memset(kv->base, 0, kv->bytes); /* a kernel before 5.14; the store holds no data yet */
+    }
+    kv->prefaulted = 1;
+    return 0;
 }
 
 void ifl_kv_store_free(struct ifl_kv_store *kv)
@@ -248,21 +266,64 @@ size_t ifl_kv_store_release(struct ifl_kv_store *kv, int32_t first, int32_t n)
     return done;
 }
 
-int64_t ifl_kv_store_resident(const struct ifl_kv_store *kv)
+/* Resident bytes of the pages of [lo, lo + len) at or above *done (the
+ * arrays share a page where one ends and the next begins: it is counted
+ * once); moves *done past them. */
+static int64_t resident_range(const struct ifl_kv_store *kv, const char *lo, size_t len,
+                              uintptr_t *done)
 {
     unsigned char vec[4096];
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0)
-        return -1;
-    size_t step = sizeof(vec) * (size_t)page, n = 0;
-    for (size_t off = 0; off < kv->bytes; off += step) {
-        size_t len = kv->bytes - off < step ? kv->bytes - off : step;
-        if (mincore(kv->base + off, len, vec))
+    uintptr_t a = (uintptr_t)lo & ~(uintptr_t)(kv->page - 1);
+    uintptr_t end = (uintptr_t)lo + len;
+    int64_t n = 0;
+    if (a < *done)
+        a = *done;
+    while (a < end) {
+        size_t pages = (end - a + kv->page - 1) / kv->page;
+        if (pages > sizeof(vec))
+            pages = sizeof(vec);
+        if (mincore((void *)a, pages * kv->page, vec))
             return -1;
-        for (size_t i = 0; i < (len + (size_t)page - 1) / (size_t)page; i++)
+        for (size_t i = 0; i < pages; i++)
             n += vec[i] & 1;
+        a += pages * kv->page;
     }
-    return (int64_t)(n * (size_t)page);
+    if (a > *done)
+        *done = a;
+    return n * (int64_t)kv->page;
+}
+
+/* The bytes of one array up to the end of the huge page holding byte
+ * `used` (or to the array's end). */
+static size_t array_span(const char *arr, size_t arr_bytes, size_t used)
+{
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t end = ((uintptr_t)arr + used + huge - 1) & ~(huge - 1);
+    size_t span = end - (uintptr_t)arr;
+    return span < arr_bytes ? span : arr_bytes;
+}
+
+int64_t ifl_kv_store_resident(const struct ifl_kv_store *kv, int32_t n_blocks)
+{
+    if (kv->prefaulted)
+        n_blocks = kv->n_blocks;
+    if (n_blocks <= 0)
+        return 0;
+    if (n_blocks > kv->n_blocks)
+        n_blocks = kv->n_blocks;
+    size_t ku = (size_t)n_blocks * (size_t)kv->block_size * kv->k_row;
+    size_t vu = (size_t)n_blocks * (size_t)kv->block_size * kv->v_row;
+    int64_t n = 0;
+    uintptr_t done = 0; /* the arrays lie in address order: k0 v0 k1 v1 ... */
+    for (int il = 0; il < kv->n_layer; il++) {
+        const char *k = kv->k[il], *v = kv->v[il];
+        int64_t rk = resident_range(kv, k, array_span(k, kv->k_bytes, ku), &done);
+        int64_t rv = resident_range(kv, v, array_span(v, kv->v_bytes, vu), &done);
+        if (rk < 0 || rv < 0)
+            return -1;
+        n += rk + rv;
+    }
+    return n;
 }
 
 void ifl_fwd_free(struct ifl_fwd *f)

@@ -256,6 +256,11 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
                                  (int32_t)n_blocks, bs, err);
     if (rc)
         return rc;
+    if (c->kv_prefault) {
+        if ((rc = ifl_kv_store_prefault(e->store, err)))
+            return rc;
+        e->release_us = -1;
+    }
     struct ifl_kvc_config kc = {.n_blocks = (int32_t)n_blocks,
                                 .block_size = bs,
                                 .enable_prefix_caching = c->enable_prefix_caching,
@@ -1783,7 +1788,8 @@ static void step(struct ifl_executor *ex)
 
 int64_t ifl_engine_kv_resident(struct ifl_executor *ex)
 {
-    return ex->eng && ex->eng->store ? ifl_kv_store_resident(ex->eng->store) : -1;
+    struct engine *e = ex->eng;
+    return e && e->store ? ifl_kv_store_resident(e->store, ifl_kvc_touched_end(e->kvc)) : -1;
 }
 
 /* Gives back the memory of blocks that have been free for release_us (the

@@ -824,6 +824,8 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         return ifl_err(err, IFL_EINVAL,
                        "config: kv_cache_memory_share %g (0..1) and kv_cache_memory_limit %lld "
                        "(>= 0)", cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
+    if (cfg.kv_prefault != 0 && cfg.kv_prefault != 1)
+        return ifl_err(err, IFL_EINVAL, "config: kv_prefault %d (0 or 1)", cfg.kv_prefault);
     if (cfg.kv_release_ms < -1)
         return ifl_err(err, IFL_EINVAL, "config: kv_release_ms %d (-1 never, 0 default, or ms)",
                        cfg.kv_release_ms);

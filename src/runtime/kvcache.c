@@ -43,6 +43,7 @@
  */
 #include "runtime/kvcache.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,7 @@ struct ifl_kvc {
     int32_t n_free;
     int32_t n_touched_free; /* free blocks with their touched bit set */
     int32_t n_touched;
+    _Atomic int32_t touched_end; /* one past the highest touched block; read by any thread */
     int32_t peak_used;
     int64_t now;            /* the caller's clock (ifl_kvc_set_clock) */
     int64_t released;       /* blocks given back since creation */
@@ -256,6 +258,8 @@ static int32_t kvc_take(struct ifl_kvc *c)
         else
             c->n_touched++;
         c->touched[w] |= 1ull << (b & 63);
+        if (b >= atomic_load_explicit(&c->touched_end, memory_order_relaxed))
+            atomic_store_explicit(&c->touched_end, b + 1, memory_order_release);
     } else {
         b = c->lru_head;
         IFL_ASSERT(b != KVC_NONE);
@@ -446,7 +450,17 @@ int32_t ifl_kvc_release_idle(struct ifl_kvc *c, int64_t min_idle)
         given += n_touched;
     }
     c->released += given;
+    int32_t w = c->n_words;
+    while (w > 0 && !c->touched[w - 1])
+        w--;
+    int32_t end = w ? (w - 1) * 64 + 64 - __builtin_clzll(c->touched[w - 1]) : 0;
+    atomic_store_explicit(&c->touched_end, end, memory_order_release);
     return given;
+}
+
+int32_t ifl_kvc_touched_end(const struct ifl_kvc *c)
+{
+    return atomic_load_explicit(&((struct ifl_kvc *)c)->touched_end, memory_order_acquire);
 }
 
 int64_t ifl_kvc_next_release(const struct ifl_kvc *c, int64_t min_idle)

@@ -98,6 +98,11 @@ int32_t ifl_kvc_release_idle(struct ifl_kvc *c, int64_t min_idle);
  * find something to give back; INT64_MAX when nothing is waiting. */
 int64_t ifl_kvc_next_release(const struct ifl_kvc *c, int64_t min_idle);
 
+/* One past the highest block taken since creation or its last release:
+ * no block at or above it holds memory. Any thread may call it (the
+ * allocator raises it before the block is written). */
+int32_t ifl_kvc_touched_end(const struct ifl_kvc *c);
+
 /* Blocks a sequence could get right now: free plus evictable. */
 int32_t ifl_kvc_available(const struct ifl_kvc *c);
 void ifl_kvc_get_stats(const struct ifl_kvc *c, struct ifl_kvc_stats *out);

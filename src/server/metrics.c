@@ -65,12 +65,15 @@ static void rate_note(struct ifl_server *s)
 {
     ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
     struct ifl_iteration_stats st;
-    if (!ex || ifl_get_iteration_stats(ex, &st))
+    /* a finishing handler never waits for another one's sample, and asks
+     * for the stats (which measure memory) only when one is due */
+    if (!ex || pthread_mutex_trylock(&s->rate.mu))
         return;
-    /* a finishing handler never waits for another one's sample */
-    if (pthread_mutex_trylock(&s->rate.mu))
-        return;
-    rate_sample(&s->rate, ifl_now_us(), st.completed_requests);
+    int64_t now = ifl_now_us();
+    int newest = (s->rate.head + IFL_RATE_SAMPLES - 1) % IFL_RATE_SAMPLES;
+    if ((!s->rate.n || now - s->rate.t_us[newest] >= RATE_SPACING_US) &&
+        !ifl_get_iteration_stats(ex, &st))
+        rate_sample(&s->rate, now, st.completed_requests);
     pthread_mutex_unlock(&s->rate.mu);
 }
 
