@@ -82,6 +82,42 @@ check "eval writes [5][512] float32" $((5 * 512 * 4)) "$(stat -c %s "$tmp/l.f32"
 "$BIN" eval -m "$M" -p "Once upon a time" --logits "$tmp/p.f32" 2>/dev/null
 cmp -s "$tmp/l.f32" "$tmp/p.f32" && ok "eval -p equals eval --ids" || bad "eval -p equals eval --ids"
 
+# run goes through the executor: constraints hold, defaults are the server's
+cat >"$tmp/s.json" <<'JSON'
+{"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":120},"pet":{"enum":["cat","dog","fish"]},"tags":{"type":"array","items":{"type":"string","maxLength":6},"maxItems":2}},"required":["age","pet"],"additionalProperties":false}
+JSON
+for seed in 1 2 3; do
+    "$BIN" run -m "$M" -p "Once upon a time" --json-schema "$tmp/s.json" -n 60 --seed $seed >"$tmp/j.out" 2>"$tmp/j.err"
+    rc=$?
+    if [ $rc -eq 0 ] && /usr/bin/python3 -c '
+import json, sys, jsonschema
+jsonschema.validate(json.loads(open(sys.argv[1]).read()), json.load(open(sys.argv[2])))' "$tmp/j.out" "$tmp/s.json" 2>"$tmp/v.err"; then
+        ok "run --json-schema: valid JSON (seed $seed)"
+    else
+        bad "run --json-schema (seed $seed, exit $rc)"; cat "$tmp/j.out" "$tmp/j.err" "$tmp/v.err" | head -8
+    fi
+done
+got=$("$BIN" run -m "$M" -p "Once upon a time" --regex '[0-9]{3}-[a-z]{2,4}' -n 20 --seed 5 2>/dev/null)
+[[ "$got" =~ ^[0-9]{3}-[a-z]{2,4}$ ]] && ok "run --regex: the text matches" || bad "run --regex: '$got'"
+printf 'root ::= "yes" | "no" | "maybe " [a-z]+\n' >"$tmp/g.gbnf"
+got=$("$BIN" run -m "$M" -p "Once upon a time" --grammar "$tmp/g.gbnf" -n 12 --seed 9 2>/dev/null)
+[[ "$got" =~ ^(yes|no|maybe\ [a-z]+)$ ]] && ok "run --grammar: the text is in the language" || bad "run --grammar: '$got'"
+"$BIN" run -m "$M" -p "Once upon a time" --json-schema "$tmp/s.json" -n 3 --seed 1 >/dev/null 2>"$tmp/err"
+has "run: a constrained output cut by -n says so" "the output is cut" "$(cat "$tmp/err")"
+check_usage "run --regex that does not compile" "$BIN" run -m "$M" -p hi --regex 'a{100000}'
+has "run --regex error names the count" "100000" "$(cat "$tmp/err")"
+check_usage "run --grammar unreadable file" "$BIN" run -m "$M" -p hi --grammar "$tmp/none.gbnf"
+check_usage "run two constraints" "$BIN" run -m "$M" -p hi --regex a --grammar "$tmp/g.gbnf"
+printf 'root ::= "a" missing\n' >"$tmp/bad.gbnf"
+check_usage "run --grammar naming an undefined rule" "$BIN" run -m "$M" -p hi --grammar "$tmp/bad.gbnf"
+# the server's defaults: temperature 1 with no top-k/top-p/min-p cut, the
+# same ids as those values given
+a=$("$BIN" run -m "$M" -p "Once" -n 24 --seed 11 --ids 2>/dev/null)
+b=$("$BIN" run -m "$M" -p "Once" -n 24 --seed 11 --ids --temp 1 --top-k 0 --top-p 1 --min-p 0 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "run defaults are the server's sampling" || bad "run defaults: '$a' vs '$b'"
+got=$("$BIN" run -m "$M" -p "Once upon a time" -n 0 --ids 2>"$tmp/err")
+[ -z "$got" ] && grep -q "^prompt: " "$tmp/err" && ok "run -n 0: the prompt only" || bad "run -n 0: '$got'"
+
 # bad arguments and files
 check_usage "no command" "$BIN"
 check_usage "unknown command" "$BIN" frobnicate

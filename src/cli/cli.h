@@ -29,6 +29,9 @@ int cli_parse_kv_type(const char *s);
 int cli_parse_int_list(const char *s, int64_t lo, int64_t hi, int *out, int max);
 /* The p-th quantile (0..1, nearest rank) of n values; sorts v in place. 0 when n is 0. */
 double cli_percentile(double *v, int64_t n, double p);
+/* A whole file of at most max bytes, NUL-terminated, malloc'd; NULL with
+ * *why set (strerror, "too large", ...) when it cannot be read. */
+char *cli_read_file(const char *path, size_t max, const char **why);
 /* enum ifl_kv_type to the weight-type id the KV store uses. */
 enum ifl_type cli_kv_store_type(int kv_type);
 

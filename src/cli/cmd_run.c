@@ -1,13 +1,16 @@
 /*
  * `inflight run`: generate from a prompt on one sequence, streaming the
- * completion; and `inflight eval`: teacher-forced logits of a whole
- * sequence, written as little-endian float32 rows [n_pos][n_vocab].
+ * completion, through the executor like every other client (so guided
+ * decoding, and whatever the engine learns next, work here too); and
+ * `inflight eval`: teacher-forced logits of a whole sequence, written as
+ * little-endian float32 rows [n_pos][n_vocab].
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/syscpu.h"
 #include "core/timeutil.h"
 #include "kernels/kernels.h"
 #include "runtime/sampler.h"
@@ -22,17 +25,24 @@ struct run_opts {
     int print_ids;
     int ignore_eos;
     int seed_given;
+    int kv_type;              /* enum ifl_kv_type, for the executor */
+    int guide_type;           /* enum ifl_guide_type */
+    const char *guide_arg;    /* --grammar / --json-schema FILE, or --regex RE */
+    const char *guide_flag;
 };
 
 static const char RUN_HELP[] =
     "usage: inflight run -m FILE -p TEXT [options]\n"
     "  -m, --model FILE     GGUF model\n"
     "  -p, --prompt TEXT    prompt (BOS is added as the model's metadata says)\n"
-    "  -n, --n-predict N    tokens to generate (default 128)\n"
-    "  --temp T             temperature; 0 is greedy (default 0.8)\n"
-    "  --top-k K            keep the K most likely tokens; 0 is off (default 40)\n"
-    "  --top-p P            nucleus sampling mass; 1 is off (default 0.95)\n"
-    "  --min-p P            drop tokens below P x the top probability (default 0.05)\n"
+    "  -n, --n-predict N    tokens to generate (default 128; 0: the prompt only)\n"
+    "  --temp T             temperature; 0 is greedy (default 1, as the server)\n"
+    "  --top-k K            keep the K most likely tokens; 0 is off (default 0)\n"
+    "  --top-p P            nucleus sampling mass; 1 is off (default 1)\n"
+    "  --min-p P            drop tokens below P x the top probability (default 0)\n"
+    "  --grammar FILE       constrain the output to a GBNF grammar\n"
+    "  --json-schema FILE   constrain the output to JSON valid against a JSON Schema\n"
+    "  --regex RE           constrain the output to a regular expression\n"
     "  --seed S             random seed (default: from the clock)\n"
     "  -t, --threads N      threads (default: the CPUs this process may use)\n"
     "  -c, --ctx-size N     context positions (default: the model's, at most 4096)\n"
@@ -55,11 +65,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
     memset(o, 0, sizeof(*o));
     o->so.kv_type = IFL_TYPE_F16;
     o->n_predict = 128;
-    ifl_sampling_default(&o->samp);
-    o->samp.temperature = 0.8f;
-    o->samp.top_k = 40;
-    o->samp.top_p = 0.95f;
-    o->samp.min_p = 0.05f;
+    o->kv_type = IFL_KV_F16;
+    ifl_sampling_default(&o->samp); /* the executor's defaults, which the server keeps */
     int is_run = !strcmp(cmd, "run");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -106,6 +113,7 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             if (kt < 0)
                 return cli_usage_error(cmd, "--kv-type wants f16, f32 or q8_0, not '%s'", v);
             o->so.kv_type = cli_kv_store_type(kt);
+            o->kv_type = kt;
         } else if (is_run && (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))) {
             if (cli_parse_i64(v, 0, 1 << 20, &iv))
                 return cli_usage_error(cmd, "-n wants a token count from 0 to 1048576, not '%s'", v);
@@ -126,6 +134,15 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             if (cli_parse_f64(v, 0, 1, &fv))
                 return cli_usage_error(cmd, "--min-p wants a number in [0, 1], not '%s'", v);
             o->samp.min_p = (float)fv;
+        } else if (is_run && (!strcmp(a, "--grammar") || !strcmp(a, "--json-schema") ||
+                              !strcmp(a, "--regex"))) {
+            if (o->guide_arg)
+                return cli_usage_error(cmd, "%s and %s: give one constraint", o->guide_flag, a);
+            o->guide_type = !strcmp(a, "--grammar")       ? IFL_GUIDE_EBNF
+                            : !strcmp(a, "--json-schema") ? IFL_GUIDE_JSON_SCHEMA
+                                                          : IFL_GUIDE_REGEX;
+            o->guide_arg = v;
+            o->guide_flag = a;
         } else if (is_run && !strcmp(a, "--seed")) {
             if (cli_parse_i64(v, 0, INT64_MAX, &iv))
                 return cli_usage_error(cmd, "--seed wants a non-negative integer, not '%s'", v);
@@ -152,6 +169,21 @@ static int tokenize_prompt(struct cli_session *s, const char *text, int32_t **id
     return ifl_tokenize_alloc(s->vocab, text, strlen(text), 1, 1, ids, n);
 }
 
+/* Prints one response's new tokens (ids, or their text) and returns how
+ * many it carried. */
+static int32_t show(const struct run_opts *o, const struct ifl_sequence_result *r, int64_t shown)
+{
+    if (o->n_predict == 0)
+        return r->n_tokens; /* the prompt only: the token the executor made is not shown */
+    if (o->print_ids)
+        for (int32_t i = 0; i < r->n_tokens; i++)
+            printf(shown + i > 0 ? " %d" : "%d", r->tokens[i]);
+    else if (r->n_text > 0)
+        fwrite(r->text, 1, (size_t)r->n_text, stdout);
+    fflush(stdout);
+    return r->n_tokens;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o;
@@ -160,96 +192,137 @@ int cmd_run(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (!o.seed_given)
         o.samp.seed = (uint64_t)ifl_now_us();
-    struct cli_session s;
-    if ((rc = cli_session_open(&s, &o.so, "run")))
-        return rc;
+    o.samp.ignore_eos = o.ignore_eos;
+    char *guide = NULL;
+    if (o.guide_type == IFL_GUIDE_REGEX) {
+        guide = strdup(o.guide_arg);
+    } else if (o.guide_arg) {
+        const char *why = "";
+        if (!(guide = cli_read_file(o.guide_arg, (size_t)1 << 24, &why)))
+            return cli_usage_error("run", "%s: cannot read '%s': %s", o.guide_flag, o.guide_arg,
+                                   why);
+    }
+    struct ifl_executor_config cfg;
+    ifl_executor_config_default(&cfg);
+    cfg.n_threads = o.so.n_threads;
+    cfg.max_batch_size = 1;
+    cfg.n_ctx = o.so.n_ctx;
+    cfg.kv_type = o.kv_type;
+    cfg.enable_prefix_caching = 0;
+    cfg.repack_cache_dir = o.so.repack_cache_dir;
+    struct cli_progress progress;
+    cli_progress_init(&progress, "run", 1.0);
+    cfg.load_progress = cli_progress_fn;
+    cfg.load_progress_user = &progress;
     char err[IFL_ERR_LEN] = "";
-    int32_t *prompt = NULL;
-    int64_t n_prompt = 0;
-    float *logits = NULL;
-    char *piece = NULL;
-    struct ifl_sampler_state smp = {0};
+    ifl_executor *ex = NULL;
+    if ((rc = ifl_executor_create(&ex, o.so.model_path, &cfg, err))) {
+        fprintf(stderr, "inflight run: %s\n", err);
+        free(guide);
+        return rc == IFL_ENOMEM ? 1 : CLI_EXIT_USAGE; /* the model file or an argument */
+    }
+    struct ifl_model_info mi;
+    ifl_executor_model_info(ex, &mi);
     int status = 0;
-    int32_t n_vocab = s.model->hp.n_vocab;
-    if (tokenize_prompt(&s, o.prompt, &prompt, &n_prompt) || n_prompt == 0) {
+    int64_t n_prompt = 0, n_gen = 0;
+    int32_t *prompt = NULL;
+    size_t len = strlen(o.prompt);
+    rc = ifl_executor_tokenize(ex, o.prompt, (int64_t)len, 1, 1, NULL, 0, &n_prompt);
+    if ((rc && rc != IFL_EFULL) || n_prompt == 0) {
         status = cli_usage_error("run", "the prompt gives no tokens");
         goto done;
     }
-    if (n_prompt > s.n_ctx) {
+    if (n_prompt > mi.n_ctx) {
         status = cli_usage_error("run", "the prompt has %lld tokens; the context holds %d (-c)",
-                                 (long long)n_prompt, s.n_ctx);
+                                 (long long)n_prompt, mi.n_ctx);
         goto done;
     }
-    logits = malloc(sizeof(float) * (size_t)n_vocab);
-    piece = malloc(IFL_DETOK_ROOM(s.vocab));
-    if (ifl_sampling_validate(&o.samp, n_vocab, err)) {
-        status = cli_usage_error("run", "%s", err);
-        goto done;
-    }
-    if (!logits || !piece || ifl_sampler_state_init(&smp, n_vocab)) {
+    if (!(prompt = malloc(sizeof(int32_t) * (size_t)n_prompt)) ||
+        ifl_executor_tokenize(ex, o.prompt, (int64_t)len, 1, 1, prompt, n_prompt, &n_prompt)) {
         fprintf(stderr, "inflight run: out of memory\n");
         status = 1;
         goto done;
     }
-    ifl_sampler_reset(&smp, &o.samp, prompt, (int32_t)n_prompt);
-    double t0 = ifl_now_s();
-    if (cli_session_eval(&s, prompt, n_prompt, 0, NULL, logits, err)) {
-        fprintf(stderr, "inflight run: %s\n", err);
-        status = 1;
+    struct ifl_request req;
+    ifl_request_init(&req);
+    req.input_ids = prompt;
+    req.n_input = (int32_t)n_prompt;
+    /* as on the server, prompt and generated tokens share the context */
+    int64_t room = mi.n_ctx - n_prompt;
+    if (room < 1 && o.n_predict > 0) {
+        status = cli_usage_error("run", "the prompt has %lld tokens and fills the context of %d "
+                                 "(-c): no room to generate", (long long)n_prompt, mi.n_ctx);
         goto done;
     }
-    double t1 = ifl_now_s();
-    struct ifl_detok dt;
-    ifl_detok_init(&dt, s.vocab, 0);
-    int64_t n_gen = 0;
-    int32_t pos = (int32_t)n_prompt;
-    int hit_ctx = 0;
-    while (n_gen < o.n_predict) {
-        int32_t tok = ifl_sampler_pick(&o.samp, &smp, logits, NULL, NULL, 0);
-        ifl_sampler_accept(&o.samp, &smp, tok);
-        n_gen++;
-        int eog = ifl_vocab_is_eog(s.vocab, tok) && !o.ignore_eos;
-        if (o.print_ids) {
-            printf(n_gen > 1 ? " %d" : "%d", tok);
-        } else if (!eog) {
-            size_t k = ifl_detok_push(&dt, tok, piece);
-            fwrite(piece, 1, k, stdout);
+    req.max_tokens = o.n_predict < 1 ? 1 : (int32_t)(o.n_predict < room ? o.n_predict : room);
+    req.streaming = 1;
+    req.sampling = o.samp;
+    req.output.return_perf_metrics = 1;
+    req.guide_type = o.guide_type;
+    req.guide_text = guide;
+    ifl_id id;
+    if ((rc = ifl_enqueue(ex, &req, &id, err))) {
+        if (rc != IFL_ENOMEM) { /* a sampling value or a constraint: the user's */
+            status = cli_usage_error("run", "%s", err);
+        } else {
+            fprintf(stderr, "inflight run: %s\n", err);
+            status = 1;
         }
-        fflush(stdout);
-        if (eog || n_gen == o.n_predict)
-            break;
-        if (pos >= s.n_ctx) {
-            hit_ctx = 1;
-            break;
-        }
-        if (cli_session_eval(&s, &tok, 1, pos, NULL, logits, err)) {
-            fprintf(stderr, "\ninflight run: %s\n", err);
+        goto done;
+    }
+    struct ifl_perf_metrics perf = {0};
+    int32_t finish = IFL_FINISH_NOT_FINISHED;
+    for (int final = 0; !final;) {
+        struct ifl_response *resp[16];
+        int32_t got = 0;
+        if ((rc = ifl_await(ex, &id, 1, -1, resp, 16, &got))) {
+            fprintf(stderr, "\ninflight run: %s\n", ifl_strerror(rc));
             status = 1;
             goto done;
         }
-        pos++;
+        for (int32_t k = 0; k < got; k++) {
+            struct ifl_response *r = resp[k];
+            if (r->status) {
+                fprintf(stderr, "\ninflight run: %s\n",
+                        r->error_msg ? r->error_msg : ifl_strerror(r->status));
+                status = 1;
+            } else if (r->n_results > 0) {
+                n_gen += show(&o, &r->results[0], n_gen);
+                if (r->is_final)
+                    finish = r->results[0].finish_reason;
+            }
+            if (r->is_final) {
+                final = 1;
+                perf = r->perf;
+            }
+            ifl_response_free(r);
+        }
     }
-    if (!o.print_ids) {
-        size_t k = ifl_detok_flush(&dt, piece);
-        fwrite(piece, 1, k, stdout);
-    }
+    if (status)
+        goto done;
     putchar('\n');
     fflush(stdout);
-    double t2 = ifl_now_s();
-    if (hit_ctx)
-        fprintf(stderr, "inflight run: stopped at the end of the context (%d positions)\n", s.n_ctx);
+    if (o.n_predict == 0)
+        n_gen = 0;
+    if (finish == IFL_FINISH_LENGTH && o.guide_type != IFL_GUIDE_NONE && o.n_predict > 0)
+        fprintf(stderr, "inflight run: stopped after %lld tokens, before the %s constraint was "
+                "complete: the output is cut (raise -n)\n", (long long)n_gen, o.guide_flag);
+    if (finish == IFL_FINISH_LENGTH && n_gen < o.n_predict && n_gen == room)
+        fprintf(stderr, "inflight run: stopped at the end of the context (%d positions)\n",
+                mi.n_ctx);
+    double t_prompt = (double)(perf.first_token_us - perf.first_scheduled_us) * 1e-6;
+    double t_decode = (double)(perf.last_token_us - perf.first_token_us) * 1e-6;
     fprintf(stderr, "prompt: %lld tokens in %.1f ms (%.1f tokens/s)\n", (long long)n_prompt,
-            (t1 - t0) * 1e3, n_prompt / (t1 - t0));
+            t_prompt * 1e3, t_prompt > 0 ? (double)n_prompt / t_prompt : 0.0);
     if (n_gen > 1)
         fprintf(stderr, "decode: %lld tokens in %.1f ms (%.1f tokens/s), %d threads, kernels %s\n",
-                (long long)(n_gen - 1), (t2 - t1) * 1e3, (n_gen - 1) / (t2 - t1),
-                ifl_fwd_n_threads(s.fwd), ifl_kernels_best()->name);
+                (long long)(n_gen - 1), t_decode * 1e3,
+                t_decode > 0 ? (double)(n_gen - 1) / t_decode : 0.0,
+                o.so.n_threads ? o.so.n_threads : ifl_syscpu_count(256), ifl_kernels_best()->name);
 done:
-    ifl_sampler_state_deinit(&smp);
-    free(piece);
-    free(logits);
     free(prompt);
-    cli_session_close(&s);
+    free(guide);
+    ifl_executor_destroy(ex, 1);
     return status;
 }
 

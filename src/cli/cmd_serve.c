@@ -106,32 +106,6 @@ static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share, 
             why);
 }
 
-/* Reads a whole small file into a NUL-terminated malloc'd string. */
-static char *read_file(const char *path, size_t max, const char **why)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *why = strerror(errno);
-        return NULL;
-    }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        *why = buf ? "read error" : "out of memory";
-        return NULL;
-    }
-    if (n > max) {
-        free(buf);
-        *why = "too large";
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
-
 /* The drain at shutdown, on its own thread so the main one can take a
  * second signal. */
 struct drain {
@@ -289,7 +263,7 @@ int cmd_serve(int argc, char **argv)
     const char *why = NULL;
     char *key_buf = NULL, *tmpl = NULL;
     if (api_key_file) {
-        key_buf = read_file(api_key_file, 4096, &why);
+        key_buf = cli_read_file(api_key_file, 4096, &why);
         if (!key_buf)
             return cli_usage_error("serve", "--api-key-file '%s': %s", api_key_file, why);
         key_buf[strcspn(key_buf, "\r\n")] = 0;
@@ -301,7 +275,7 @@ int cmd_serve(int argc, char **argv)
         api_key = key_buf;
     }
     if (tmpl_path) {
-        tmpl = read_file(tmpl_path, 1 << 20, &why);
+        tmpl = cli_read_file(tmpl_path, 1 << 20, &why);
         if (!tmpl) {
             free(key_buf);
             return cli_usage_error("serve", "--chat-template '%s': %s", tmpl_path, why);

@@ -280,3 +280,29 @@ int cli_session_eval(struct cli_session *s, const int32_t *tokens, int64_t n, in
     }
     return 0;
 }
+
+/* Reads a whole small file into a NUL-terminated malloc'd string. */
+char *cli_read_file(const char *path, size_t max, const char **why)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        *why = buf ? "read error" : "out of memory";
+        return NULL;
+    }
+    if (n > max) {
+        free(buf);
+        *why = "too large";
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
