@@ -4,6 +4,12 @@
 set -u
 BUILD=${BUILD:-build}
 export BUILD
+# the default repack cache goes to a directory of the run's own, not ~/.cache
+if [ -z "${INFLIGHT_CACHE_DIR:-}" ]; then
+    INFLIGHT_CACHE_DIR=$(mktemp -d)
+    trap 'rm -rf "$INFLIGHT_CACHE_DIR"' EXIT
+fi
+export INFLIGHT_CACHE_DIR
 cd "$(dirname "$0")/.."
 total_pass=0
 total_fail=0

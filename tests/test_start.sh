@@ -114,5 +114,36 @@ rc=$?
 [ $rc = 2 ] && ok "run --repack-cache missing dir: exit 2" || bad "run --repack-cache missing dir: exit $rc"
 has "run --repack-cache missing dir: says so" "--repack-cache '$tmp/none'" "$(cat "$tmp/e4")"
 
+# ---- the default repack cache: models of 64 MiB or more, in the cache dir ----
+BIG=$tmp/big-q8_0.gguf
+"$BUILD/tools/mkmodel" -o "$BIG" --vocab "$SHARED/models/stories260K.gguf" --arch llama \
+    --type q8_0 --n-embd 1024 --n-layer 4 --n-head 8 --n-head-kv 4 --n-ff 4096 --seed 5 >/dev/null 2>&1 \
+    || bad "mkmodel (big)"
+want=$(INFLIGHT_CACHE_DIR= XDG_CACHE_HOME= HOME= "$BIN" run -m "$BIG" -p "once upon" -n 6 --temp 0 --ids -t 2 2>/dev/null)
+a=$(INFLIGHT_CACHE_DIR="$tmp/dc" "$BIN" run -m "$BIG" -p "once upon" -n 6 --temp 0 --ids -t 2 2>"$tmp/d1")
+has "default cache: says where it saved the weights" "saved the weights repacked for this CPU" "$(cat "$tmp/d1")"
+check "default cache: one file" 1 "$(ls "$tmp"/dc/*.x16 2>/dev/null | wc -l)"
+b=$(INFLIGHT_CACHE_DIR="$tmp/dc" "$BIN" run -m "$BIG" -p "once upon" -n 6 --temp 0 --ids -t 2 2>"$tmp/d2")
+hasnt "default cache: mapped the second time, no note" "saved the weights" "$(cat "$tmp/d2")"
+[ -n "$want" ] && [ "$a" = "$want" ] && [ "$b" = "$want" ] && ok "default cache: same ids without, built and mapped" || bad "default cache: '$want' / '$a' / '$b'"
+rm -f "$tmp"/dc/*.x16
+c=$(INFLIGHT_CACHE_DIR="$tmp/dc" "$BIN" run -m "$BIG" -p "once upon" -n 6 --temp 0 --ids -t 2 --repack-cache off 2>"$tmp/d3")
+check "--repack-cache off: no file" 0 "$(ls "$tmp"/dc/*.x16 2>/dev/null | wc -l)"
+[ "$c" = "$want" ] && ok "--repack-cache off: same ids" || bad "--repack-cache off: '$c'"
+INFLIGHT_CACHE_DIR="$tmp/dc" "$BIN" run -m "$M" -p "once upon" -n 2 --temp 0 --ids -t 2 >/dev/null 2>&1
+check "default cache: a small model is not cached" 0 "$(ls "$tmp"/dc/*.x16 2>/dev/null | wc -l)"
+INFLIGHT_CACHE_DIR= XDG_CACHE_HOME= HOME="$tmp/home" "$BIN" run -m "$BIG" -p "once" -n 1 --ids -t 2 >/dev/null 2>&1
+check "default cache: under HOME/.cache/inflight" 1 "$(ls "$tmp"/home/.cache/inflight/*.x16 2>/dev/null | wc -l)"
+check "default cache: the directory is the owner's only" 700 "$(stat -c %a "$tmp/home/.cache/inflight" 2>/dev/null)"
+# serve takes the same default and says so before it is ready
+rm -f "$tmp"/dc/*.x16
+( INFLIGHT_CACHE_DIR="$tmp/dc" exec "$BIN" serve -m "$BIG" --host 127.0.0.1 --port 0 -t 2 2>"$tmp/s.log" ) &
+SP=$!
+pids+=("$SP")
+for _ in $(seq 300); do grep -q "ready on" "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
+has "serve: default cache note" "saved the weights repacked for this CPU" "$(cat "$tmp/s.log")"
+check "serve: default cache file" 1 "$(ls "$tmp"/dc/*.x16 2>/dev/null | wc -l)"
+kill -TERM "$SP" 2>/dev/null; wait "$SP" 2>/dev/null
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

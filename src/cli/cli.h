@@ -63,10 +63,26 @@ struct cli_progress {
     int64_t t0_us, t_last_us;
     int64_t first_done;  /* done at the first call: what needed no work */
     int drawn;           /* a tty line is on screen, not yet ended */
+    int wrote_cache;     /* the weights went into a new repack cache file */
+    int64_t total;       /* bytes of weights, from the last call */
 };
 /* 0 when path is a directory this process can write into, else an exit
  * status after printing why ("inflight CMD: --repack-cache ...") */
 int cli_check_cache_dir(const char *cmd, const char *path);
+/* The repack cache directory a command uses: NULL for `--repack-cache off`;
+ * the flag's directory when given (checked with cli_check_cache_dir);
+ * unset, the default for models of CLI_CACHE_MIN_BYTES or more:
+ * $INFLIGHT_CACHE_DIR, else $XDG_CACHE_HOME/inflight, else
+ * $HOME/.cache/inflight, made if missing (NULL when none can be made or
+ * written: the weights are then repacked in memory, as for small models,
+ * whose repack costs less than reading a file). *is_default says the
+ * default was chosen. buf holds the path built. */
+#define CLI_CACHE_MIN_BYTES ((int64_t)64 << 20)
+const char *cli_repack_cache(const char *flag, const char *model_path, char *buf, size_t cap,
+                             int *is_default);
+/* After loading with the default cache: says once, on stderr, where the
+ * weights were saved, if this start wrote them. */
+void cli_cache_note(const struct cli_progress *p, const char *dir, int is_default);
 void cli_progress_init(struct cli_progress *p, const char *cmd, double show_after_s);
 void cli_progress_fn(void *user, const struct ifl_load_progress *lp);
 

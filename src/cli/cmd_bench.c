@@ -673,7 +673,8 @@ int cmd_bench(int argc, char **argv)
     cfg.kv_cache_tokens = kv_tokens;
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
-    cfg.repack_cache_dir = o.repack_cache;
+    /* no default cache here: a benchmark of many files should not fill the disk */
+    cfg.repack_cache_dir = o.repack_cache && strcmp(o.repack_cache, "off") ? o.repack_cache : NULL;
     struct cli_progress progress;
     cli_progress_init(&progress, "bench", 1.0);
     cfg.load_progress = cli_progress_fn;

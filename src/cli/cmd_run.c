@@ -48,7 +48,8 @@ static const char RUN_HELP[] =
     "  -c, --ctx-size N     context positions (default: the model's, at most 4096)\n"
     "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
     "  --repack-cache DIR   keep the weights repacked for this CPU's kernels in a file in\n"
-    "                       DIR, which later starts map instead of repacking\n"
+    "                       DIR, which later starts map instead of repacking (default,\n"
+    "                       for models of 64 MiB or more: ~/.cache/inflight; off: none)\n"
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n";
 
@@ -209,7 +210,10 @@ int cmd_run(int argc, char **argv)
     cfg.n_ctx = o.so.n_ctx;
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
-    cfg.repack_cache_dir = o.so.repack_cache_dir;
+    char cache_buf[4096];
+    int cache_default;
+    cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,
+                                            sizeof cache_buf, &cache_default);
     struct cli_progress progress;
     cli_progress_init(&progress, "run", 1.0);
     cfg.load_progress = cli_progress_fn;
@@ -221,6 +225,7 @@ int cmd_run(int argc, char **argv)
         free(guide);
         return rc == IFL_ENOMEM ? 1 : CLI_EXIT_USAGE; /* the model file or an argument */
     }
+    cli_cache_note(&progress, cfg.repack_cache_dir, cache_default);
     struct ifl_model_info mi;
     ifl_executor_model_info(ex, &mi);
     int status = 0;

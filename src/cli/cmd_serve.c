@@ -50,6 +50,8 @@ static const char SERVE_HELP[] =
     "  --kv-type f16|f32|q8_0    KV cache precision (default f16)\n"
     "  --repack-cache DIR        keep the weights repacked for this CPU's kernels in a file\n"
     "                            in DIR, which later starts map instead of repacking\n"
+    "                            (default, for models of 64 MiB or more: ~/.cache/inflight;\n"
+    "                            off: repack in memory at every start)\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
     "  --served-model-name NAME  the model's name in the API (default: the file's base name);\n"
     "                            NAME,ALIAS,... or the flag repeated adds aliases\n"
@@ -304,7 +306,10 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.kv_release_ms = kv_release_ms ? (int32_t)kv_release_ms : 1; /* 0: once idle */
     cfg.exec.kv_prefault = kv_prefault;
     cfg.exec.kv_type = kv_type;
-    cfg.exec.repack_cache_dir = repack_cache;
+    char cache_buf[4096];
+    int cache_default;
+    cfg.exec.repack_cache_dir =
+        cli_repack_cache(repack_cache, model, cache_buf, sizeof cache_buf, &cache_default);
     struct cli_progress progress;
     cli_progress_init(&progress, "serve", 0);
     cfg.exec.load_progress = cli_progress_fn;
@@ -360,6 +365,7 @@ int cmd_serve(int argc, char **argv)
         ifl_server_free(srv);
         return CLI_EXIT_USAGE;
     }
+    cli_cache_note(&progress, cfg.exec.repack_cache_dir, cache_default);
     log_kv_pool(srv, (int32_t)parallel, kv_mem_share, kv_prefault);
     fprintf(stderr, "inflight serve: ready on http://%s:%d\n", host, ifl_server_port(srv));
     int sig = 0;

@@ -135,6 +135,8 @@ enum ifl_type cli_kv_store_type(int kv_type)
 int cli_check_cache_dir(const char *cmd, const char *path)
 {
     struct stat st;
+    if (!strcmp(path, "off"))
+        return 0;
     if (!*path)
         return cli_usage_error(cmd, "--repack-cache wants a directory, not ''");
     if (stat(path, &st) != 0)
@@ -145,6 +147,57 @@ int cli_check_cache_dir(const char *cmd, const char *path)
         return cli_usage_error(cmd, "--repack-cache '%s' is not writable: %s", path,
                                strerror(errno));
     return 0;
+}
+
+/* mkdir -p for the default cache directory (owner only: other users have
+ * no business mapping our files) */
+static int make_dirs(char *path)
+{
+    for (char *q = path + 1; *q; q++) {
+        if (*q != '/')
+            continue;
+        *q = 0;
+        int rc = mkdir(path, 0700);
+        *q = '/';
+        if (rc && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0700) && errno != EEXIST ? -1 : 0;
+}
+
+const char *cli_repack_cache(const char *flag, const char *model_path, char *buf, size_t cap,
+                             int *is_default)
+{
+    *is_default = 0;
+    if (flag)
+        return strcmp(flag, "off") ? flag : NULL;
+    struct stat st;
+    if (!model_path || stat(model_path, &st) || (int64_t)st.st_size < CLI_CACHE_MIN_BYTES)
+        return NULL;
+    const char *env = getenv("INFLIGHT_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    int n;
+    if (env && *env)
+        n = snprintf(buf, cap, "%s", env);
+    else if (xdg && *xdg == '/')
+        n = snprintf(buf, cap, "%s/inflight", xdg);
+    else if (home && *home == '/')
+        n = snprintf(buf, cap, "%s/.cache/inflight", home);
+    else
+        return NULL;
+    if (n <= 0 || (size_t)n >= cap || make_dirs(buf) || access(buf, W_OK | X_OK))
+        return NULL;
+    *is_default = 1;
+    return buf;
+}
+
+void cli_cache_note(const struct cli_progress *p, const char *dir, int is_default)
+{
+    if (is_default && p->wrote_cache)
+        fprintf(stderr,
+                "inflight %s: saved the weights repacked for this CPU (%.0f MiB) in %s: later "
+                "starts map them (--repack-cache off: keep them in memory only)\n",
+                p->cmd, (double)p->total / 1048576.0, dir);
 }
 
 void cli_progress_init(struct cli_progress *p, const char *cmd, double show_after_s)
@@ -160,11 +213,15 @@ void cli_progress_init(struct cli_progress *p, const char *cmd, double show_afte
 void cli_progress_fn(void *user, const struct ifl_load_progress *lp)
 {
     struct cli_progress *p = user;
+    if (lp->stage && !strcmp(lp->stage, "repacking into the cache"))
+        p->wrote_cache = 1;
+    p->total = lp->total;
     int64_t now = ifl_now_us();
     double el = (double)(now - p->t0_us) / 1e6, mib = 1024.0 * 1024.0;
     if (p->first_done < 0)
         p->first_done = lp->done;
     if (lp->notice) {
+        p->wrote_cache = 0; /* after the cache was written: it could not be kept */
         fprintf(stderr, "%sinflight %s: %s\n", p->drawn ? "\n" : "", p->cmd, lp->notice);
         p->drawn = 0;
     }
@@ -194,8 +251,12 @@ int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, co
     char err[IFL_ERR_LEN] = "";
     struct cli_progress pr;
     cli_progress_init(&pr, cmd, 1.0);
+    char cache_buf[4096];
+    int cache_default;
+    const char *cache = cli_repack_cache(o->repack_cache_dir, o->model_path, cache_buf,
+                                         sizeof cache_buf, &cache_default);
     struct ifl_model_load_opts lo = {.n_threads = o->n_threads,
-                                     .repack_cache_dir = o->repack_cache_dir,
+                                     .repack_cache_dir = cache,
                                      .progress = cli_progress_fn,
                                      .progress_user = &pr};
     int rc = ifl_model_load_with(&s->model, o->model_path, &lo, err);
@@ -203,6 +264,7 @@ int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, co
         fprintf(stderr, "inflight %s: %s\n", cmd, err);
         return CLI_EXIT_USAGE;
     }
+    cli_cache_note(&pr, cache, cache_default);
     rc = ifl_vocab_load(&s->vocab, s->model->gguf, err);
     if (rc) {
         fprintf(stderr, "inflight %s: %s\n", cmd, err);
