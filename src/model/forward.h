@@ -27,60 +27,8 @@
 #include <stdint.h>
 
 #include "core/pool.h"
+#include "model/kv_store.h"
 #include "model/model.h"
-
-/* K/V storage: per layer, n_blocks blocks of block_size positions of
- * n_head_kv * head_dim values, each position's row in `type` (Q8_0 rows are
- * blocks of 32 values: the widths must be multiples of 32). The memory is
- * reserved, not touched: it becomes resident as blocks are written. */
-struct ifl_kv_store {
-    enum ifl_type type;   /* IFL_TYPE_F16 (default), IFL_TYPE_F32 or IFL_TYPE_Q8_0 */
-    int32_t n_layer;
-    int32_t n_blocks;
-    int32_t block_size;
-    int32_t k_dim;        /* n_head_kv * head_dim */
-    int32_t v_dim;        /* n_head_kv * head_dim_v */
-    size_t k_row;         /* bytes of one position's keys (k_dim values in `type`) */
-    size_t v_row;         /* bytes of one position's values */
-    void **k;             /* [n_layer] -> [n_blocks][block_size][k_dim] */
-    void **v;             /* [n_layer] -> [n_blocks][block_size][v_dim] */
-    void *arena;          /* one anonymous map holding every k[il] and v[il] */
-    size_t arena_bytes;
-    char *base;           /* the arrays' part of it, base[0 .. bytes) */
-    size_t bytes;
-    size_t page;          /* the system's page: memory is given back in these */
-    size_t k_bytes;       /* each k[il] array's length, padding included */
-    size_t v_bytes;
-    int huge;             /* the arrays asked for transparent huge pages */
-    int prefaulted;       /* ifl_kv_store_prefault made all of it resident */
-};
-
-int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
-                        enum ifl_type type, int32_t n_blocks, int32_t block_size, char *err);
-void ifl_kv_store_free(struct ifl_kv_store *kv);
-/* Makes every page of the store resident now (MADV_POPULATE_WRITE, or
- * writing zeros where the kernel lacks it), before any block is used.
- * IFL_ENOMEM when the memory is not there. */
-int ifl_kv_store_prefault(struct ifl_kv_store *kv, char *err);
-/* Copies positions [0, n) of one block into another (copy-on-write forks). */
-void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, int32_t n);
-/* Gives the memory of blocks [first, first + n) back to the system
- * (madvise MADV_DONTNEED on the whole pages that lie inside them in each
- * layer's keys and values; a huge page only partly inside is split); they
- * then read as zeros until written. Only for blocks no sequence holds and no cached prefix
- * needs. Returns the bytes given back (as asked: pages never touched
- * count too). A system call per array: not for the hot path. */
-size_t ifl_kv_store_release(struct ifl_kv_store *kv, int32_t first, int32_t n);
-/* Bytes of the store in memory now, -1 if unknown: mincore over blocks
- * [0, n_blocks) of every array, each range widened to the huge page that
- * holds its end (no page beyond a block never taken since its last
- * release is resident, so n_blocks is the allocator's touched end and the
- * cost follows the memory held: 48 system calls and a few microseconds for
- * small-110m's 300 MiB, where the whole 4.7 GiB map took 2-4 ms; a
- * prefaulted store is measured whole). Reads
- * only what creation fixed, so any thread may call it while the engine
- * runs. */
-int64_t ifl_kv_store_resident(const struct ifl_kv_store *kv, int32_t n_blocks);
 
 struct ifl_batch {
     int32_t n_rows;

@@ -1,0 +1,109 @@
+/*
+ * Shared by the forward pass's files: forward.c (creation, the matmuls and
+ * the step) and attention.c (storing K and V, and attending over the
+ * cache). The forward's state, one step's job, and what each file calls
+ * of the other. Not part of the model module's interface.
+ */
+#ifndef IFL_MODEL_FORWARD_INTERNAL_H
+#define IFL_MODEL_FORWARD_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "model/forward.h"
+
+/* What one thread's share of a matmul group has given out (see mm_chunks):
+ * units taken from its front (low 32 bits) and from its back (high 32),
+ * alone on its cache line. Zero before the step. */
+struct mm_region {
+    _Alignas(64) _Atomic uint64_t taken;
+};
+
+struct ifl_fwd {
+    const struct ifl_model *m;
+    struct ifl_kv_store *kv;
+    const struct ifl_kernels *kn;
+    struct ifl_pool *pool;
+    int32_t max_rows;
+    int32_t max_ctx;
+    int32_t max_in;   /* widest matmul input */
+    double *inv_freq; /* [n_rot/2] angle per position of each rotated pair */
+
+    /* scratch, sized at creation (R = max_rows) */
+    float *x;  /* [R][n_embd] residual stream */
+    float *xn; /* [R][max_in] matmul input */
+    void *act; /* [R][act_row_bytes] matmul input converted for the kernels */
+    size_t act_row_bytes;
+    float *q;          /* [R][n_head * head_dim] */
+    float *k;          /* [R][n_head_kv * head_dim] */
+    float *v;          /* [R][n_head_kv * head_dim_v] */
+    float *att;        /* [R][n_head * head_dim_v] */
+    float *gate;       /* [R][n_ff] */
+    float *up;         /* [R][n_ff] */
+    float *tmp;        /* [R][n_embd] */
+    float *rope_cs;    /* [R][n_rot/2][2] cos, sin */
+    float *scores;     /* [n_threads][score_heads][score_ld] */
+    size_t score_ld;   /* max_ctx rounded up to a cache line, plus one: rows of
+                          neighbouring heads do not share L1 sets */
+    int score_heads;   /* query heads one ifl_fwd_attention_blocks pass holds scores for */
+    long score_floats; /* and the scores it keeps, when more than one KV head fits */
+    int run_rows;      /* rows of one sequence that share an ifl_fwd_attention_blocks pass */
+    float *att_q;      /* [n_threads][score_heads][head_dim] such a pass's queries */
+    float *att_o;      /* [n_threads][score_heads][head_dim_v] and its outputs */
+    float *kvtmp;      /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
+    size_t kvtmp_len;
+    int32_t *out_rows;        /* [R] rows whose logits are wanted */
+    struct mm_region *mm_reg; /* [n_mm_groups][n_threads] each thread's share of a group */
+    int n_mm_groups;
+    int32_t *run_start; /* [R + 1] the step's attention runs (ifl_fwd_attn_run): run i is rows
+                           [run_start[i], run_start[i + 1]) */
+    int32_t n_runs;
+    /* [n_threads + 1] thread t's share: runs [run_share[t], run_share[t + 1]) */
+    int32_t *run_share;
+    struct mm_region *att_claim; /* [n_layer][n_threads] runs taken from each share */
+};
+
+/* What one step's threads share. */
+struct job {
+    struct ifl_fwd *f;
+    const struct ifl_batch *b;
+    float *logits;
+    int32_t n_out; /* rows that want logits */
+};
+
+/* Per-thread memo of what `act` holds, so q, k and v convert xn once.
+ * Every thread runs the same phases, so all copies agree. */
+struct act_memo {
+    const float *src;
+    enum ifl_type type;
+    int32_t nr;
+};
+
+/* ifl_fwd_attention_blocks: query heads per pass at most (a wider KV group goes
+ * through ifl_fwd_attention()), and by default the scores one pass keeps (256 KiB,
+ * within L2) when the context allows more than one KV head */
+#define ATT_QHEADS 64
+/* query vectors one attention kernel tile takes (x86_heads.h): a pass over
+ * a sequence's consecutive rows (a prompt) takes that many, rows times the
+ * KV group, so each cached key and value is converted once for all of them */
+#define ATT_TILE_QUERIES 4
+#define ATT_SCORE_FLOATS 65536L
+
+/* forward.c */
+
+void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
+                        const float *x, int32_t nr, long lo, long hi);
+
+/* attention.c */
+
+void ifl_fwd_store_kv(struct job *j, int il, long r0, long r1, int h0, int h1);
+long ifl_fwd_attn_run(const struct ifl_fwd *f, const struct ifl_batch *b, long r);
+int ifl_fwd_attn_blocked(const struct ifl_fwd *f);
+void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct act_memo *memo,
+                              const struct ifl_mat *wo, int split, int kh0, int kh1);
+void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo *memo,
+                       const struct ifl_mat *wo);
+
+#endif
