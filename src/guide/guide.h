@@ -108,7 +108,7 @@ struct ifl_guide_state {
     uint32_t n_stacks;
     uint32_t cp;   /* bits of an unfinished UTF-8 character */
     uint32_t need; /* continuation bytes it still needs (0: none pending) */
-    void *scratch; /* struct scratch (guide.c), grown on demand */
+    void *scratch; /* struct ifl_guide_scratch (automaton.c), grown on demand */
 };
 
 /* Puts st at the start of g. IFL_ENOMEM; st needs deinit either way. */

@@ -55,6 +55,13 @@ int ifl_guide_scratch_create(struct ifl_guide_scratch **out);
 void ifl_guide_scratch_free(struct ifl_guide_scratch *s);
 int ifl_guide_vec_reserve(struct ifl_guide_vec *v, size_t n);
 
+/* Fills in g's start state (init, init_len, init_n): one stack per
+ * alternative of the root rule, expanded. The parser (gbnf.c) calls it once
+ * the grammar is built and checked. 0, IFL_EFULL when the start exceeds
+ * IFL_GUIDE_MAX_STACKS parses or IFL_GUIDE_MAX_EXPAND expansion steps, or
+ * IFL_ENOMEM. */
+int ifl_guide_build_start(struct ifl_guide *g);
+
 /* Feeds byte b to state in. Returns 1 and fills *res (whose buf is either
  * in->buf, when b leaves a character unfinished, or out->v), 0 when b is
  * rejected, IFL_EFULL or IFL_ENOMEM. out must not alias in->buf. */
