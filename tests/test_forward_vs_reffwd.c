@@ -1,5 +1,5 @@
 /*
- * The engine's forward pass (src/model/forward.c) against the float64
+ * The engine's forward pass (src/model/forward.c, attention.c) against the float64
  * reference pass (tests/reffwd.c) on synthetic models from tools/mkmodel:
  * every architecture (llama, qwen2, qwen3 with head_dim != n_embd/n_head)
  * times every weight type, plus --tied and --rope-freqs variants.
