@@ -260,7 +260,6 @@ const struct tm *ifl_chat_rt_now(struct ifl_chat_rt *r);
 
 /* values (value.c) */
 cval ifl_chat_v_str(struct ifl_chat_arena *a, const char *p, size_t n);
-cval ifl_chat_v_cstr(const char *p_static_or_arena, size_t n, struct ifl_chat_arena *a);
 cval ifl_chat_v_int(int64_t i);
 cval ifl_chat_v_float(double d);
 cval ifl_chat_v_bool(int b);

@@ -113,11 +113,6 @@ cval ifl_chat_v_str(struct ifl_chat_arena *a, const char *p, size_t n)
     return v;
 }
 
-cval ifl_chat_v_cstr(const char *p, size_t n, struct ifl_chat_arena *a)
-{
-    return ifl_chat_v_str(a, p, n);
-}
-
 cval ifl_chat_v_int(int64_t i)
 {
     cval v = {.t = CV_INT};

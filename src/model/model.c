@@ -19,16 +19,6 @@
 
 #include "kernels/kernels.h"
 
-const char *ifl_arch_name(enum ifl_arch a)
-{
-    switch (a) {
-    case IFL_ARCH_LLAMA: return "llama";
-    case IFL_ARCH_QWEN2: return "qwen2";
-    case IFL_ARCH_QWEN3: return "qwen3";
-    }
-    return "?";
-}
-
 struct loader {
     struct ifl_model *m;
     struct ifl_gguf *g;

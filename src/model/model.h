@@ -104,6 +104,4 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
 int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, char *err);
 void ifl_model_free(struct ifl_model *m);
 
-const char *ifl_arch_name(enum ifl_arch a);
-
 #endif
