@@ -397,7 +397,7 @@ static void check_invariance(const char *model, enum ifl_type kv_type)
         }
     }
     /* one row on two threads: each row's columns are shared out between
-     * them (forward.c's share_of), which must change nothing either */
+     * them (forward.c's unit_share), which must change nothing either */
     int32_t t1 = gen[1][0], p1 = plen[1] + 4, s1 = 1;
     runner_step(&a, 1, &t1, &p1, &s1, alone);
     runner_step(&b, 1, &t1, &p1, &s1, tmp);
