@@ -1,7 +1,7 @@
 /*
- * Helpers shared by builtins.c (filters, tests, dict/list methods,
- * globals) and strings.c (Python str methods and string algorithms).
- * Private to those two files.
+ * Helpers shared by filters.c (filters), builtins.c (tests, dict/list
+ * methods, globals) and strings.c (Python str methods and string
+ * algorithms). Private to those three files.
  */
 #ifndef IFL_CHAT_BUILTINS_H
 #define IFL_CHAT_BUILTINS_H
@@ -101,6 +101,32 @@ static inline const char *find_name(const char *const *tbl, const char *name, si
 static inline int is_digit_c(uint32_t c)
 {
     return c >= '0' && c <= '9';
+}
+
+/* shared by filters.c and builtins.c */
+
+static inline void items_of(rt *r, cval v, cval **items, size_t *n)
+{
+    ifl_chat_iterate(r, v, items, n);
+}
+
+static inline cval tuple2(rt *r, cval a, cval b)
+{
+    cval t = ifl_chat_v_list(A(r), 2);
+    t.f = CVF_TUPLE;
+    t.u.l->v[0] = a;
+    t.u.l->v[1] = b;
+    t.u.l->n = 2;
+    return t;
+}
+
+static inline cval dict_items(rt *r, cval d)
+{
+    cval out = ifl_chat_v_list(A(r), d.u.m->n);
+    for (size_t i = 0; i < d.u.m->n; i++)
+        out.u.l->v[i] = tuple2(r, d.u.m->k[i], d.u.m->v[i]);
+    out.u.l->n = d.u.m->n;
+    return out;
 }
 
 /* strings.c */

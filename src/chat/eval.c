@@ -19,9 +19,10 @@
  * deep), IFL_CHAT_MAX_STEPS evaluation steps, IFL_CHAT_MAX_OUTPUT bytes of
  * output and IFL_CHAT_MAX_MEMORY bytes of arena; each ends the render with
  * IFL_EFULL. Errors longjmp to ifl_chat_render, which frees the arena.
+ *
+ * Attribute, item and iteration access live in access.c, the operators in
+ * ops.c, compiling a template in compile.c.
  */
-#include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,29 +35,7 @@
 #define MAX_CALLS 200
 
 typedef struct ifl_chat_node node;
-
-struct ifl_chat_scope {
-    struct ifl_chat_scope *parent;
-    int n, cap;
-    const cstr **names;
-    cval *vals;
-};
 typedef struct ifl_chat_scope scope;
-
-struct ifl_chat_rt {
-    struct ifl_chat_arena ar;
-    jmp_buf jb;
-    int status;
-    char msg[IFL_ERR_LEN];
-    struct ifl_chat_sb main;
-    struct ifl_chat_sb *out;
-    long long steps, max_steps;
-    size_t max_output;
-    int depth, calls;
-    scope *root;
-    cstr *loop_name;
-    struct tm now;
-};
 
 _Noreturn void ifl_chat_fail(struct ifl_chat_rt *r, int status, const char *cls, const char *fmt,
                              ...)
@@ -90,7 +69,7 @@ const struct tm *ifl_chat_rt_now(struct ifl_chat_rt *r)
     return &r->now;
 }
 
-static _Noreturn void undefined_error(struct ifl_chat_rt *r, cval u)
+_Noreturn void ifl_chat_undefined_error(struct ifl_chat_rt *r, cval u)
 {
     ifl_chat_fail(r, IFL_EFORMAT, "UndefinedError", "%s",
                   u.u.s ? u.u.s->p : "'undefined' is undefined");
@@ -174,207 +153,6 @@ static void out_put(struct ifl_chat_rt *r, const char *p, size_t n)
     ifl_chat_sb_put(&r->ar, r->out, p, n);
 }
 
-/* ---- attribute and item access ---- */
-
-/* Jinja's object_type_repr: "dict object", "None", ... */
-static const char *obj_type_repr(cval v)
-{
-    switch (v.t) {
-    case CV_NONE:
-        return "None";
-    case CV_NS:
-        return "jinja2.utils.Namespace object";
-    case CV_LOOP:
-        return "jinja2.runtime.LoopContext object";
-    case CV_FUNC:
-        return v.u.fn->kind == FN_MACRO ? "jinja2.runtime.Macro object"
-                                        : "builtin_function_or_method object";
-    case CV_BOOL:
-        return "bool object";
-    case CV_INT:
-        return "int object";
-    case CV_FLOAT:
-        return "float object";
-    case CV_STR:
-        return "str object";
-    case CV_LIST:
-        if (v.f & CVF_GEN)
-            return "generator object";
-        if (v.f & CVF_VIEW)
-            return (v.f & CVF_VIEW_KEYS)     ? "dict_keys object"
-                   : (v.f & CVF_VIEW_VALUES) ? "dict_values object"
-                                             : "dict_items object";
-        return (v.f & CVF_TUPLE) ? "tuple object" : "list object";
-    case CV_DICT:
-        return "dict object";
-    }
-    return "object";
-}
-
-static cval missing_attr(struct ifl_chat_rt *r, cval obj, cval name)
-{
-    struct ifl_chat_sb b = {0};
-    const char *tr = obj_type_repr(obj);
-    if (name.t == CV_STR) {
-        ifl_chat_repr_of(r, &b, ifl_chat_v_str(&r->ar, tr, strlen(tr)), 0);
-        ifl_chat_sb_put(&r->ar, &b, " has no attribute ", 18);
-    } else {
-        ifl_chat_sb_put(&r->ar, &b, tr, strlen(tr));
-        ifl_chat_sb_put(&r->ar, &b, " has no element ", 16);
-    }
-    ifl_chat_repr_of(r, &b, name, 0);
-    return ifl_chat_v_undef(ifl_chat_mkstr(&r->ar, b.p, b.n));
-}
-
-static cval bound_method(struct ifl_chat_rt *r, cval self, const char *name)
-{
-    cval f = {.t = CV_FUNC};
-    f.u.fn = ifl_chat_alloc(&r->ar, sizeof *f.u.fn);
-    memset(f.u.fn, 0, sizeof *f.u.fn);
-    f.u.fn->kind = FN_METHOD;
-    f.u.fn->self = self;
-    f.u.fn->name = name;
-    return f;
-}
-
-static cval loop_attr(struct ifl_chat_rt *r, struct ifl_chat_loop *lp, const char *k, int *found)
-{
-    size_t i = lp->i, n = lp->n;
-    *found = 1;
-    if (!strcmp(k, "index"))
-        return ifl_chat_v_int((int64_t)i + 1);
-    if (!strcmp(k, "index0"))
-        return ifl_chat_v_int((int64_t)i);
-    if (!strcmp(k, "revindex"))
-        return ifl_chat_v_int((int64_t)(n - i));
-    if (!strcmp(k, "revindex0"))
-        return ifl_chat_v_int((int64_t)(n - i - 1));
-    if (!strcmp(k, "first"))
-        return ifl_chat_v_bool(i == 0);
-    if (!strcmp(k, "last"))
-        return ifl_chat_v_bool(i + 1 == n);
-    if (!strcmp(k, "length"))
-        return ifl_chat_v_int((int64_t)n);
-    if (!strcmp(k, "depth"))
-        return ifl_chat_v_int(lp->depth);
-    if (!strcmp(k, "depth0"))
-        return ifl_chat_v_int(lp->depth - 1);
-    if (!strcmp(k, "previtem"))
-        return i > 0 ? lp->items[i - 1]
-                     : ifl_chat_v_undef(ifl_chat_fmtstr(&r->ar, "there is no previous item"));
-    if (!strcmp(k, "nextitem"))
-        return i + 1 < n ? lp->items[i + 1]
-                         : ifl_chat_v_undef(ifl_chat_fmtstr(&r->ar, "there is no next item"));
-    *found = 0;
-    return ifl_chat_v_none();
-}
-
-cval ifl_chat_getattr(struct ifl_chat_rt *r, cval obj, const cstr *name)
-{
-    cval key = {.t = CV_STR, .u.s = (cstr *)name};
-    switch (obj.t) {
-    case CV_UNDEF:
-    case CV_MISSING:
-        undefined_error(r, obj);
-    case CV_STR:
-    case CV_LIST:
-    case CV_DICT:
-        if (ifl_chat_has_method(obj, name->p, name->len))
-            return bound_method(r, obj, name->p);
-        if (obj.t == CV_DICT) {
-            cval *v = ifl_chat_dict_find(obj.u.m, key);
-            if (v)
-                return *v;
-        }
-        break;
-    case CV_NS: {
-        cval *v = ifl_chat_dict_find(obj.u.m, key);
-        if (v)
-            return *v;
-        break;
-    }
-    case CV_LOOP: {
-        int found;
-        cval v = loop_attr(r, obj.u.lp, name->p, &found);
-        if (found)
-            return v;
-        if (!strcmp(name->p, "cycle") || !strcmp(name->p, "changed"))
-            return bound_method(r, obj, !strcmp(name->p, "cycle") ? "cycle" : "changed");
-        break;
-    }
-    default:
-        break;
-    }
-    return missing_attr(r, obj, key);
-}
-
-static int64_t index_of(cval k, int *ok)
-{
-    *ok = 1;
-    if (k.t == CV_INT)
-        return k.u.i;
-    if (k.t == CV_BOOL)
-        return k.u.b;
-    *ok = 0;
-    return 0;
-}
-
-cval ifl_chat_getitem(struct ifl_chat_rt *r, cval obj, cval key)
-{
-    int ok;
-    switch (obj.t) {
-    case CV_UNDEF:
-    case CV_MISSING:
-        undefined_error(r, obj);
-    case CV_DICT: {
-        cval *v = ifl_chat_dict_find(obj.u.m, key);
-        if (v)
-            return *v;
-        break;
-    }
-    case CV_LIST: {
-        if (obj.f & CVF_LAZY)
-            break;
-        int64_t i = index_of(key, &ok);
-        if (ok) {
-            int64_t n = (int64_t)obj.u.l->n;
-            if (i < 0)
-                i += n;
-            if (i >= 0 && i < n)
-                return obj.u.l->v[i];
-        }
-        break;
-    }
-    case CV_STR: {
-        int64_t i = index_of(key, &ok);
-        if (ok) {
-            const cstr *s = obj.u.s;
-            int64_t n = (int64_t)ifl_chat_utf8_len(s->p, s->len);
-            if (i < 0)
-                i += n;
-            if (i >= 0 && i < n) {
-                size_t off = ifl_chat_utf8_offset(s->p, s->len, (size_t)i), adv;
-                ifl_chat_utf8_dec(s->p + off, s->len - off, &adv);
-                cval c = ifl_chat_v_str(&r->ar, s->p + off, adv);
-                c.f = obj.f & CVF_SAFE;
-                return c;
-            }
-        }
-        break;
-    }
-    default:
-        break;
-    }
-    if (key.t == CV_STR) {
-        /* fall back to the attribute, e.g. d['items'] or ns['x'] */
-        if (obj.t == CV_NS || obj.t == CV_LOOP ||
-            ((obj.t == CV_STR || obj.t == CV_LIST || obj.t == CV_DICT) &&
-             ifl_chat_has_method(obj, key.u.s->p, key.u.s->len)))
-            return ifl_chat_getattr(r, obj, key.u.s);
-    }
-    return missing_attr(r, obj, key);
-}
-
 /* Python slice index adjustment (PySlice_AdjustIndices). */
 static int64_t slice_count(int64_t len, int64_t *start, int64_t *stop, int64_t step, int has_start,
                            int has_stop)
@@ -450,7 +228,7 @@ static cval do_slice(struct ifl_chat_rt *r, const node *x, scope *s)
         has[k] = parts[k].t != CV_NONE;
         if (has[k]) {
             int ok;
-            iv[k] = index_of(parts[k], &ok);
+            iv[k] = ifl_chat_index_of(parts[k], &ok);
             if (!ok)
                 ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
                               "slice indices must be integers or None or have an __index__ method");
@@ -461,7 +239,7 @@ static cval do_slice(struct ifl_chat_rt *r, const node *x, scope *s)
     if (iv[2] == 0)
         ifl_chat_fail(r, IFL_EFORMAT, "ValueError", "slice step cannot be zero");
     if (obj.t == CV_UNDEF)
-        undefined_error(r, obj);
+        ifl_chat_undefined_error(r, obj);
     if (obj.t == CV_LIST && !(obj.f & CVF_LAZY)) {
         int64_t st = iv[0], sp = iv[1];
         int64_t cnt = slice_count((int64_t)obj.u.l->n, &st, &sp, iv[2], has[0], has[1]);
@@ -480,357 +258,6 @@ static cval do_slice(struct ifl_chat_rt *r, const node *x, scope *s)
     }
     ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "'%s' object is not subscriptable",
                   ifl_chat_type_name(obj));
-}
-
-/* ---- iteration ---- */
-
-void ifl_chat_iterate(struct ifl_chat_rt *r, cval v, cval **items, size_t *n)
-{
-    switch (v.t) {
-    case CV_LIST:
-        *items = v.u.l->v;
-        *n = v.u.l->n;
-        return;
-    case CV_DICT: {
-        size_t k = v.u.m->n;
-        cval *c = ifl_chat_alloc(&r->ar, (k ? k : 1) * sizeof *c);
-        if (k)
-            memcpy(c, v.u.m->k, k * sizeof *c);
-        *items = c;
-        *n = k;
-        return;
-    }
-    case CV_STR: {
-        const cstr *s = v.u.s;
-        size_t k = ifl_chat_utf8_len(s->p, s->len);
-        cval *c = ifl_chat_alloc(&r->ar, (k ? k : 1) * sizeof *c);
-        size_t i = 0, j = 0;
-        while (i < s->len) {
-            size_t adv;
-            ifl_chat_utf8_dec(s->p + i, s->len - i, &adv);
-            c[j++] = ifl_chat_v_str(&r->ar, s->p + i, adv);
-            i += adv;
-        }
-        ifl_chat_rt_steps(r, (long long)k);
-        *items = c;
-        *n = k;
-        return;
-    }
-    case CV_UNDEF:
-    case CV_MISSING:
-        *items = NULL;
-        *n = 0;
-        return;
-    default:
-        ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "'%s' object is not iterable",
-                      ifl_chat_type_name(v));
-    }
-}
-
-/* ---- arithmetic ---- */
-
-static int is_num(cval v)
-{
-    return v.t == CV_BOOL || v.t == CV_INT || v.t == CV_FLOAT;
-}
-
-static double as_d(cval v)
-{
-    return v.t == CV_FLOAT ? v.u.d : v.t == CV_INT ? (double)v.u.i : (double)v.u.b;
-}
-
-static int64_t as_i(cval v)
-{
-    return v.t == CV_INT ? v.u.i : v.u.b;
-}
-
-static const char *op_sym(int op)
-{
-    static const char *const s[] = {"?", "+", "-", "*", "/", "//", "%", "**"};
-    return op >= 1 && op <= 7 ? s[op] : "?";
-}
-
-static _Noreturn void bad_operands(struct ifl_chat_rt *r, int op, cval a, cval b)
-{
-    ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "unsupported operand type(s) for %s: '%s' and '%s'",
-                  op == OP_POW ? "** or pow()" : op_sym(op), ifl_chat_type_name(a),
-                  ifl_chat_type_name(b));
-}
-
-static _Noreturn void overflow(struct ifl_chat_rt *r)
-{
-    ifl_chat_fail(r, IFL_EFORMAT, "OverflowError", "integer result does not fit in 64 bits");
-}
-
-static cval repeat(struct ifl_chat_rt *r, cval seq, int64_t k)
-{
-    if (k < 0)
-        k = 0;
-    if (seq.t == CV_STR) {
-        size_t n = seq.u.s->len;
-        if (n && (uint64_t)k > r->ar.cap / n)
-            ifl_chat_fail(r, IFL_EFULL, "MemoryError", "string repetition too large");
-        char *buf = ifl_chat_alloc(&r->ar, n * (size_t)k + 1);
-        for (int64_t i = 0; i < k; i++)
-            memcpy(buf + (size_t)i * n, seq.u.s->p, n);
-        ifl_chat_rt_steps(r, (long long)(n * (size_t)k / 64));
-        return ifl_chat_v_str(&r->ar, buf, n * (size_t)k);
-    }
-    size_t n = seq.u.l->n;
-    if (n && (uint64_t)k > r->ar.cap / (n * sizeof(cval)))
-        ifl_chat_fail(r, IFL_EFULL, "MemoryError", "list repetition too large");
-    cval out = ifl_chat_v_list(&r->ar, n * (size_t)k);
-    out.f = seq.f & CVF_TUPLE;
-    for (int64_t i = 0; i < k; i++)
-        for (size_t j = 0; j < n; j++)
-            out.u.l->v[out.u.l->n++] = seq.u.l->v[j];
-    ifl_chat_rt_steps(r, (long long)(n * (size_t)k));
-    return out;
-}
-
-static cval str_percent(struct ifl_chat_rt *r, cval fmt, cval arg)
-{
-    cval *args = &arg;
-    size_t nargs = 1, used = 0;
-    if (arg.t == CV_LIST && (arg.f & CVF_TUPLE)) {
-        args = arg.u.l->v;
-        nargs = arg.u.l->n;
-    }
-    struct ifl_chat_sb b = {0};
-    const char *p = fmt.u.s->p;
-    size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] != '%') {
-            ifl_chat_sb_putc(&r->ar, &b, p[i]);
-            continue;
-        }
-        if (++i >= n)
-            ifl_chat_fail(r, IFL_EFORMAT, "ValueError", "incomplete format");
-        char c = p[i];
-        if (c == '%') {
-            ifl_chat_sb_putc(&r->ar, &b, '%');
-            continue;
-        }
-        if (used >= nargs)
-            ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "not enough arguments for format string");
-        cval a = args[used++];
-        if (c == 's')
-            ifl_chat_str_of(r, &b, a);
-        else if (c == 'r')
-            ifl_chat_repr_of(r, &b, a, 0);
-        else if ((c == 'd' || c == 'i') && is_num(a)) {
-            char tmp[32];
-            snprintf(tmp, sizeof tmp, "%" PRId64, a.t == CV_FLOAT ? (int64_t)a.u.d : as_i(a));
-            ifl_chat_sb_put(&r->ar, &b, tmp, strlen(tmp));
-        } else
-            ifl_chat_fail(r, IFL_EFORMAT, "ValueError", "unsupported format character '%c'", c);
-    }
-    /* a list or dict argument counts as a mapping: leftovers are no error */
-    if (used < nargs && !(arg.t == CV_DICT || (arg.t == CV_LIST && !(arg.f & CVF_TUPLE))))
-        ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
-                      "not all arguments converted during string formatting");
-    return ifl_chat_sb_val(&r->ar, &b);
-}
-
-static cval binop(struct ifl_chat_rt *r, int op, cval a, cval b)
-{
-    if (a.t == CV_UNDEF || a.t == CV_MISSING)
-        undefined_error(r, a);
-    if (op == OP_MOD && a.t == CV_STR && (b.t == CV_UNDEF || b.t == CV_MISSING)) {
-        cval v = str_percent(r, a, ifl_chat_v_dict(&r->ar, 0)); /* Undefined acts as a mapping */
-        v.f = a.f & CVF_SAFE;
-        return v;
-    }
-    if (b.t == CV_UNDEF || b.t == CV_MISSING)
-        undefined_error(r, b);
-    if (is_num(a) && is_num(b)) {
-        int fl = a.t == CV_FLOAT || b.t == CV_FLOAT;
-        int64_t x = as_i(a), y = as_i(b), z;
-        double dx = as_d(a), dy = as_d(b);
-        switch (op) {
-        case OP_ADD:
-            if (fl)
-                return ifl_chat_v_float(dx + dy);
-            if (__builtin_add_overflow(x, y, &z))
-                overflow(r);
-            return ifl_chat_v_int(z);
-        case OP_SUB:
-            if (fl)
-                return ifl_chat_v_float(dx - dy);
-            if (__builtin_sub_overflow(x, y, &z))
-                overflow(r);
-            return ifl_chat_v_int(z);
-        case OP_MUL:
-            if (fl)
-                return ifl_chat_v_float(dx * dy);
-            if (__builtin_mul_overflow(x, y, &z))
-                overflow(r);
-            return ifl_chat_v_int(z);
-        case OP_DIV:
-            if (dy == 0)
-                ifl_chat_fail(r, IFL_EFORMAT, "ZeroDivisionError", "division by zero");
-            return ifl_chat_v_float(dx / dy);
-        case OP_FLOORDIV:
-        case OP_MOD:
-            if (fl) {
-                if (dy == 0)
-                    ifl_chat_fail(r, IFL_EFORMAT, "ZeroDivisionError",
-                                  op == OP_MOD ? "float modulo" : "float floor division by zero");
-                double m = fmod(dx, dy);
-                if (m != 0 && ((m < 0) != (dy < 0)))
-                    m += dy;
-                if (op == OP_MOD)
-                    return ifl_chat_v_float(m);
-                return ifl_chat_v_float(floor((dx - m) / dy + 0.5));
-            }
-            if (y == 0)
-                ifl_chat_fail(r, IFL_EFORMAT, "ZeroDivisionError",
-                              "integer division or modulo by zero");
-            if (x == INT64_MIN && y == -1) {
-                if (op == OP_MOD)
-                    return ifl_chat_v_int(0);
-                overflow(r);
-            }
-            {
-                int64_t q = x / y, m = x % y;
-                if (m != 0 && ((m < 0) != (y < 0))) {
-                    q -= 1;
-                    m += y;
-                }
-                return ifl_chat_v_int(op == OP_MOD ? m : q);
-            }
-        case OP_POW:
-            if (!fl && y >= 0) {
-                int64_t acc = 1, base = x;
-                int64_t e = y;
-                while (e > 0) {
-                    if (e & 1)
-                        if (__builtin_mul_overflow(acc, base, &acc))
-                            overflow(r);
-                    e >>= 1;
-                    if (e && __builtin_mul_overflow(base, base, &base))
-                        overflow(r);
-                }
-                return ifl_chat_v_int(acc);
-            }
-            if (dx == 0 && dy < 0)
-                ifl_chat_fail(r, IFL_EFORMAT, "ZeroDivisionError",
-                              "0.0 cannot be raised to a negative power");
-            return ifl_chat_v_float(pow(dx, dy));
-        }
-    }
-    if (op == OP_ADD) {
-        int safe = a.t == CV_STR && b.t == CV_STR && ((a.f | b.f) & CVF_SAFE);
-        if (safe) {
-            a = ifl_chat_escape(r, a);
-            b = ifl_chat_escape(r, b);
-        }
-        if (a.t == CV_STR && b.t == CV_STR) {
-            size_t n = a.u.s->len + b.u.s->len;
-            char *buf = ifl_chat_alloc(&r->ar, n + 1);
-            memcpy(buf, a.u.s->p, a.u.s->len);
-            memcpy(buf + a.u.s->len, b.u.s->p, b.u.s->len);
-            ifl_chat_rt_steps(r, (long long)(n / 64));
-            cval out = ifl_chat_v_str(&r->ar, buf, n);
-            out.f = safe ? CVF_SAFE : 0;
-            return out;
-        }
-        if (a.t == CV_LIST && b.t == CV_LIST && !((a.f | b.f) & CVF_LAZY) &&
-            (a.f & CVF_TUPLE) == (b.f & CVF_TUPLE)) {
-            size_t n = a.u.l->n + b.u.l->n;
-            cval out = ifl_chat_v_list(&r->ar, n);
-            out.f = a.f & CVF_TUPLE;
-            if (a.u.l->n)
-                memcpy(out.u.l->v, a.u.l->v, a.u.l->n * sizeof(cval));
-            if (b.u.l->n)
-                memcpy(out.u.l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(cval));
-            out.u.l->n = n;
-            ifl_chat_rt_steps(r, (long long)n);
-            return out;
-        }
-        if (a.t == CV_STR || (a.t == CV_LIST && !(a.f & CVF_LAZY)))
-            ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
-                          "can only concatenate %s (not \"%s\") to %s", ifl_chat_type_name(a),
-                          ifl_chat_type_name(b), ifl_chat_type_name(a));
-    }
-    if (op == OP_MUL) {
-        if ((a.t == CV_STR || (a.t == CV_LIST && !(a.f & CVF_LAZY))) &&
-            (b.t == CV_INT || b.t == CV_BOOL))
-            return repeat(r, a, as_i(b));
-        if ((b.t == CV_STR || (b.t == CV_LIST && !(b.f & CVF_LAZY))) &&
-            (a.t == CV_INT || a.t == CV_BOOL))
-            return repeat(r, b, as_i(a));
-    }
-    if (op == OP_MOD && a.t == CV_STR) {
-        if (!(a.f & CVF_SAFE))
-            return str_percent(r, a, b);
-        /* Markup % args escapes the arguments and stays Markup */
-        if (b.t == CV_LIST && (b.f & CVF_TUPLE)) {
-            cval t = ifl_chat_v_list(&r->ar, b.u.l->n);
-            t.f = CVF_TUPLE;
-            for (size_t i = 0; i < b.u.l->n; i++)
-                t.u.l->v[t.u.l->n++] = ifl_chat_escape(r, b.u.l->v[i]);
-            b = t;
-        } else if (b.t != CV_LIST && b.t != CV_DICT) {
-            b = ifl_chat_escape(r, b);
-        }
-        cval v = str_percent(r, a, b);
-        v.f = CVF_SAFE;
-        return v;
-    }
-    bad_operands(r, op, a, b);
-}
-
-static int contains(struct ifl_chat_rt *r, cval container, cval item)
-{
-    switch (container.t) {
-    case CV_STR:
-        if (item.t != CV_STR)
-            ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
-                          "'in <string>' requires string as left operand, not %s",
-                          ifl_chat_type_name(item));
-        ifl_chat_rt_steps(r, (long long)(container.u.s->len / 32));
-        return memmem(container.u.s->p, container.u.s->len, item.u.s->p, item.u.s->len) != NULL;
-    case CV_LIST:
-        for (size_t i = 0; i < container.u.l->n; i++)
-            if (ifl_chat_equal(r, container.u.l->v[i], item, 0))
-                return 1;
-        return 0;
-    case CV_DICT:
-        if (!ifl_chat_hashable(item, 0))
-            ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "unhashable type: '%s'",
-                          ifl_chat_unhashable_name(item));
-        return ifl_chat_dict_find(container.u.m, item) != NULL;
-    case CV_UNDEF:
-    case CV_MISSING:
-        return 0;
-    default:
-        ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "argument of type '%s' is not iterable",
-                      ifl_chat_type_name(container));
-    }
-}
-
-static int compare_op(struct ifl_chat_rt *r, int op, cval a, cval b)
-{
-    switch (op) {
-    case OP_EQ:
-        return ifl_chat_equal(r, a, b, 0);
-    case OP_NE:
-        return !ifl_chat_equal(r, a, b, 0);
-    case OP_LT:
-        return ifl_chat_compare(r, a, b, "<") < 0;
-    case OP_LE:
-        return ifl_chat_compare(r, a, b, "<=") <= 0;
-    case OP_GT:
-        return ifl_chat_compare(r, a, b, ">") > 0;
-    case OP_GE:
-        return ifl_chat_compare(r, a, b, ">=") >= 0;
-    case OP_IN:
-        return contains(r, b, a);
-    case OP_NOTIN:
-        return !contains(r, b, a);
-    }
-    return 0;
 }
 
 /* ---- calls ---- */
@@ -936,7 +363,7 @@ static cval loop_method(struct ifl_chat_rt *r, struct ifl_chat_loop *lp, const c
 cval ifl_chat_call(struct ifl_chat_rt *r, cval fn, struct ifl_chat_args *a)
 {
     if (fn.t == CV_UNDEF || fn.t == CV_MISSING)
-        undefined_error(r, fn);
+        ifl_chat_undefined_error(r, fn);
     if (fn.t != CV_FUNC)
         ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "'%s' object is not callable",
                       ifl_chat_type_name(fn));
@@ -1001,27 +428,14 @@ static cval eval_inner(struct ifl_chat_rt *r, const node *x, scope *s)
         return ifl_chat_v_bool(x->op ? !t : t);
     }
     case N_NEG:
-    case N_POS: {
-        cval v = eval(r, x->a, s);
-        if (v.t == CV_UNDEF)
-            undefined_error(r, v);
-        if (!is_num(v))
-            ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "bad operand type for unary %c: '%s'",
-                          x->kind == N_NEG ? '-' : '+', ifl_chat_type_name(v));
-        if (x->kind == N_POS)
-            return v.t == CV_BOOL ? ifl_chat_v_int(v.u.b) : v;
-        if (v.t == CV_FLOAT)
-            return ifl_chat_v_float(-v.u.d);
-        if (as_i(v) == INT64_MIN)
-            overflow(r);
-        return ifl_chat_v_int(-as_i(v));
-    }
+    case N_POS:
+        return ifl_chat_unary(r, x->kind == N_NEG, eval(r, x->a, s));
     case N_NOT:
         return ifl_chat_v_bool(!ifl_chat_truthy(eval(r, x->a, s)));
     case N_BIN: {
         cval a = eval(r, x->a, s);
         cval b = eval(r, x->b, s);
-        return binop(r, x->op, a, b);
+        return ifl_chat_binop(r, x->op, a, b);
     }
     case N_AND: {
         cval a = eval(r, x->a, s);
@@ -1035,7 +449,7 @@ static cval eval_inner(struct ifl_chat_rt *r, const node *x, scope *s)
         cval left = eval(r, x->a, s);
         for (int i = 0; i < x->nv; i++) {
             cval right = eval(r, x->v[i], s);
-            if (!compare_op(r, x->ops[i], left, right))
+            if (!ifl_chat_compare_op(r, x->ops[i], left, right))
                 return ifl_chat_v_bool(0);
             left = right;
         }
@@ -1283,129 +697,6 @@ static int exec(struct ifl_chat_rt *r, const node *x, scope *s)
 
 /* ---- entry points ---- */
 
-/* Normalises \r\n and \r to \n and drops one trailing newline, as Jinja's
- * lexer does with keep_trailing_newline=False. */
-static char *normalize(const char *src, size_t len, size_t *out_len)
-{
-    char *o = malloc(len + 1);
-    if (!o)
-        return NULL;
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (src[i] == '\r') {
-            o[n++] = '\n';
-            if (i + 1 < len && src[i + 1] == '\n')
-                i++;
-        } else {
-            o[n++] = src[i];
-        }
-    }
-    if (n && o[n - 1] == '\n')
-        n--;
-    o[n] = 0;
-    *out_len = n;
-    return o;
-}
-
-static int valid_utf8(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            k = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            k = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + k >= n)
-            return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (p[i + j] & 0x3f);
-        }
-        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
-/* Lexes and parses into t's arena. Returns 0, -1 (syntax error: msg, line)
- * or -2 (the arena ran out). */
-static int compile_into(struct ifl_chat_template *t, const char *src, size_t n, char *msg,
-                        int *line)
-{
-    jmp_buf jb;
-    t->ar.oom = &jb;
-    if (setjmp(jb))
-        return -2;
-    struct ifl_chat_token *toks;
-    size_t ntoks;
-    if (ifl_chat_lex(&t->ar, src, n, &toks, &ntoks, msg, line) ||
-        ifl_chat_parse(&t->ar, toks, ntoks, &t->root, msg, line))
-        return -1;
-    return 0;
-}
-
-int ifl_chat_template_compile(struct ifl_chat_template **out, const char *src, size_t len,
-                              char *err)
-{
-    *out = NULL;
-    if (!src && len)
-        return ifl_err(err, IFL_EINVAL, "chat template: no source");
-    if (!valid_utf8(src, len))
-        return ifl_err(err, IFL_EFORMAT, "TemplateSyntaxError: template is not valid UTF-8");
-    size_t n;
-    char *norm = normalize(src ? src : "", len, &n);
-    struct ifl_chat_template *t = calloc(1, sizeof *t);
-    if (!norm || !t) {
-        free(norm);
-        free(t);
-        return ifl_err(err, IFL_ENOMEM, "chat template: out of memory");
-    }
-    t->ar.cap = IFL_CHAT_MAX_MEMORY;
-    char msg[IFL_ERR_LEN];
-    int line = 0;
-    int rc = compile_into(t, norm, n, msg, &line);
-    free(norm);
-    t->ar.oom = NULL;
-    if (rc == 0) {
-        *out = t;
-        return 0;
-    }
-    if (rc == -1)
-        rc = ifl_err(err, IFL_EFORMAT, "TemplateSyntaxError: line %d: %s", line, msg);
-    else
-        rc = ifl_err(err, t->ar.failed == 2 ? IFL_ENOMEM : IFL_EFULL,
-                     "chat template: out of memory while compiling");
-    ifl_chat_arena_free(&t->ar);
-    free(t);
-    return rc;
-}
-
-void ifl_chat_template_free(struct ifl_chat_template *t)
-{
-    if (!t)
-        return;
-    ifl_chat_arena_free(&t->ar);
-    free(t);
-}
-
 int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
                     const struct tm *now, char **out, size_t *out_len, char *err)
 {
@@ -1474,15 +765,3 @@ int ifl_chat_render_limited(const struct ifl_chat_template *t, const json_t *con
     free(r);
     return 0;
 }
-
-const char ifl_chat_default_template[] =
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-    "{%- if message['content'] is string %}{{- message['content'] }}"
-    "{%- elif message['content'] is iterable %}"
-    "{%- for part in message['content'] %}{%- if part['type'] == 'text' %}{{- part['text'] }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";

@@ -1,11 +1,19 @@
 /*
  * Internals of the chat-template interpreter shared by its files:
- *   value.c    arena, values (Python-like), str()/repr(), json.dumps, compare
- *   lex.c      Jinja2 lexer (whitespace control, trim/lstrip_blocks)
- *   parse.c    parser to the AST below
- *   eval.c     tree-walking evaluator, scopes, macros, limits
- *   builtins.c filters, tests, dict/list methods, globals
- *   strings.c  Python str methods and string algorithms (builtins.h)
+ *   value.c      arena, values (Python-like), dicts and lists, UTF-8, compare,
+ *                conversion from jansson
+ *   print.c      str()/repr(), float repr, markupsafe escape, json.dumps
+ *   lex.c        Jinja2 lexer (whitespace control, trim/lstrip_blocks)
+ *   parse_expr.c parser to the AST below: expressions (parse.h)
+ *   parse_stmt.c parser: statements and the entry point (parse.h)
+ *   compile.c    source checks, newline normalisation, compile/free
+ *   eval.c       tree-walking evaluator: scopes, calls and macros,
+ *                expressions, statements, limits, rendering
+ *   access.c     attribute, item and iteration access (evaluator)
+ *   ops.c        arithmetic, comparison and `in` operators (evaluator)
+ *   filters.c    filters (builtins.h)
+ *   builtins.c   tests, dict/list methods, globals (builtins.h)
+ *   strings.c    Python str methods and string algorithms (builtins.h)
  *
  * Memory: every value and AST node lives in an arena (one per compiled
  * template, one per render) and is released with it, so values need no
@@ -24,6 +32,7 @@
 #include <stdint.h>
 
 #include "chat/chat.h"
+#include "core/err.h"
 
 /* ---- arena ---- */
 
@@ -221,9 +230,6 @@ struct ifl_chat_sb {
     size_t n, cap;
 };
 
-struct ifl_chat_scope;
-struct ifl_chat_rt;
-
 enum { FN_MACRO, FN_GLOBAL, FN_METHOD };
 
 struct ifl_chat_func {
@@ -248,6 +254,32 @@ struct ifl_chat_args {
     cstr **kn;
     cval *kv;
     int nk;
+};
+
+/* A variable scope of a render (a loop iteration, a macro call, a with
+ * block); names are looked up through parent. */
+struct ifl_chat_scope {
+    struct ifl_chat_scope *parent;
+    int n, cap;
+    const cstr **names;
+    cval *vals;
+};
+
+/* State of one render. Its fields are the evaluator's (eval.c, access.c,
+ * ops.c); the built-ins reach it through the ifl_chat_rt_* accessors. */
+struct ifl_chat_rt {
+    struct ifl_chat_arena ar;
+    jmp_buf jb;
+    int status;
+    char msg[IFL_ERR_LEN];
+    struct ifl_chat_sb main;
+    struct ifl_chat_sb *out;
+    long long steps, max_steps;
+    size_t max_output;
+    int depth, calls;
+    struct ifl_chat_scope *root;
+    cstr *loop_name;
+    struct tm now;
 };
 
 /* Fails the current render: formats "<cls>: <message>" into the error
@@ -314,12 +346,24 @@ uint32_t ifl_chat_utf8_dec(const char *p, size_t n, size_t *adv);
 size_t ifl_chat_utf8_enc(uint32_t c, char *out);
 int ifl_chat_is_space(uint32_t c); /* Python str.isspace */
 
-/* evaluation helpers used by builtins (eval.c) */
+/* evaluation helpers used by builtins (eval.c, access.c) */
 cval ifl_chat_getattr(struct ifl_chat_rt *r, cval obj, const cstr *name);
 cval ifl_chat_getitem(struct ifl_chat_rt *r, cval obj, cval key);
 cval ifl_chat_call(struct ifl_chat_rt *r, cval fn, struct ifl_chat_args *a);
 /* Materialises any iterable into items; fails like Python for None/int. */
 void ifl_chat_iterate(struct ifl_chat_rt *r, cval v, cval **items, size_t *n);
+
+/* between the evaluator's files (eval.c, access.c, ops.c) */
+/* Fails with UndefinedError and u's hint (Jinja's message). */
+_Noreturn void ifl_chat_undefined_error(struct ifl_chat_rt *r, cval u);
+/* An int or bool as a subscript: its value, *ok = 0 for anything else. */
+int64_t ifl_chat_index_of(cval k, int *ok);
+/* a <op> b for OP_ADD .. OP_POW, with Python's types and overflow checks. */
+cval ifl_chat_binop(struct ifl_chat_rt *r, int op, cval a, cval b);
+/* -v (neg) or +v. */
+cval ifl_chat_unary(struct ifl_chat_rt *r, int neg, cval v);
+/* a <op> b for OP_EQ .. OP_NOTIN: true or false. */
+int ifl_chat_compare_op(struct ifl_chat_rt *r, int op, cval a, cval b);
 
 /* builtins (builtins.c) */
 cval ifl_chat_filter(struct ifl_chat_rt *r, const cstr *name, cval x, struct ifl_chat_args *a);
