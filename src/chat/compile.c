@@ -1,6 +1,6 @@
 /*
  * Compiling a chat template: the source must be valid UTF-8; newlines are
- * normalised as Jinja's lexer does; then lex.c and parse.c build the AST in
+ * normalised as Jinja's lexer does; then lex.c and parse_*.c build the AST in
  * the template's own arena, which a syntax error or the memory cap frees.
  * Also the default template (ChatML) used when a model brings none.
  */
