@@ -54,8 +54,8 @@ void ifl_beamslot_take_row(struct ifl_executor *ex, struct eseq *s, const float 
     memcpy(dst, row, sizeof(float) * (size_t)nv);
     struct ifl_sampler_extras x = ifl_choose_extras(e, q);
     ifl_sampler_recount(&s->st, s->tokens + s->n_prompt, s->n_gen);
-    ifl_sampler_process(&s->scfg, &s->st, dst, nv, s->tokens, s->n_prompt,
-                        s->tokens + s->n_prompt, s->n_gen, &x);
+    ifl_sampler_process(&s->scfg, &s->st, dst, nv, s->tokens, s->n_prompt, s->tokens + s->n_prompt,
+                        s->n_gen, &x);
     /* each beam is masked by its own grammar state (a failed mask leaves
      * nothing allowed, so the beam drops out) */
     if (q->xg && ifl_xguide_mask_row(&e->ge, &s->gst, dst, x.end_ids, x.n_end_ids) < 0)

@@ -27,8 +27,8 @@ static int hits_stop_word(const struct eseq *s)
     int64_t off = 0;
     for (int32_t i = 0; i < q->r.n_stop_words; i++) {
         int32_t len = q->stop_len[i];
-        if (len <= s->n_gen &&
-            !memcmp(s->tokens + s->n_tokens - len, q->stop_tok + off, sizeof(int32_t) * (size_t)len))
+        if (len <= s->n_gen && !memcmp(s->tokens + s->n_tokens - len, q->stop_tok + off,
+                                       sizeof(int32_t) * (size_t)len))
             return 1;
         off += len;
     }
@@ -99,8 +99,8 @@ void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row)
          * min_tokens on a complete grammar): end here rather than break it */
         if (!ifl_guide_is_accepting(&s->gst))
             q->status = IFL_EINVAL;
-        ifl_seq_finish(ex, s, ifl_guide_is_accepting(&s->gst) ? IFL_FINISH_END_ID
-                                                          : IFL_FINISH_CANCELLED);
+        ifl_seq_finish(ex, s,
+                       ifl_guide_is_accepting(&s->gst) ? IFL_FINISH_END_ID : IFL_FINISH_CANCELLED);
         return;
     }
     ifl_choose_apply(ex, s, tok, lp);
@@ -192,7 +192,7 @@ void ifl_choose_pick_rows(void *arg, int ith, int nth)
 /* Forks the unstarted samples of q from its primary s (which just finished
  * its prompt) and samples each from the same logits. */
 void ifl_choose_fork_samples(struct ifl_executor *ex, struct eseq *prim, const float *row,
-                         float *scratch)
+                             float *scratch)
 {
     struct engine *e = ex->eng;
     for (int32_t i = 0; i < e->n_slots; i++) {
@@ -315,6 +315,6 @@ void ifl_choose_run_processors(struct ifl_executor *ex, int32_t nlog)
             if (idx[m] == k)
                 idx[m] = idx[k];
     }
-    ex->cfg.batched_logits_processor(ex->cfg.batched_logits_user, n, ids, e->logits, nv, toks,
-                                     ntok, cids);
+    ex->cfg.batched_logits_processor(ex->cfg.batched_logits_user, n, ids, e->logits, nv, toks, ntok,
+                                     cids);
 }

@@ -22,13 +22,12 @@ static struct ifl_response *new_response(struct ifl_executor *ex, const struct x
     r->n_embd = ex->model->hp.n_embd;
     if (q->status) {
         r->status = q->status;
-        r->error_msg = strdup(q->status == IFL_EINVAL
-                                  ? "no token was left to pick: bad words, logit bias or "
-                                    "min_tokens banned them all, or the logits were NaN"
-                              : q->status == IFL_EFULL
-                                  ? "the guide's grammar went past its limits (nesting "
-                                    "depth or live parses)"
-                                  : "out of memory for the outputs this request asks for");
+        r->error_msg = strdup(
+            q->status == IFL_EINVAL  ? "no token was left to pick: bad words, logit bias or "
+                                       "min_tokens banned them all, or the logits were NaN"
+            : q->status == IFL_EFULL ? "the guide's grammar went past its limits (nesting "
+                                       "depth or live parses)"
+                                     : "out of memory for the outputs this request asks for");
     }
     if (q->r.output.return_perf_metrics)
         r->perf = q->perf;
@@ -86,16 +85,17 @@ void ifl_emit_seq(struct ifl_executor *ex, struct eseq *s, int is_final)
                 res->n_top = k;
                 for (int32_t i = 0; i < n_new; i++)
                     memcpy(res->top_log_probs + (size_t)i * k,
-                           s->tops + (size_t)(from + i) * IFL_MAX_TOP, sizeof(*s->tops) * (size_t)k);
+                           s->tops + (size_t)(from + i) * IFL_MAX_TOP,
+                           sizeof(*s->tops) * (size_t)k);
             }
         }
     }
     if (s->glog)
         res->generation_logits = ifl_exec_dup(s->glog + (size_t)from * (size_t)ex->n_vocab,
-                                           sizeof(float) * (size_t)n_new * (size_t)ex->n_vocab);
+                                              sizeof(float) * (size_t)n_new * (size_t)ex->n_vocab);
     if (s->ghid)
         res->hidden_states = ifl_exec_dup(s->ghid + (size_t)from * (size_t)r->n_embd,
-                                       sizeof(float) * (size_t)n_new * (size_t)r->n_embd);
+                                          sizeof(float) * (size_t)n_new * (size_t)r->n_embd);
     res->cum_log_prob = s->cum_logprob;
     res->score = s->cum_logprob;
     res->finish_reason = s->finish;
@@ -209,8 +209,8 @@ void ifl_emit_beams(struct ifl_executor *ex, struct xreq *q)
         res->cum_log_prob = h[i].cum_log_prob;
         res->score = h[i].score;
         res->finish_reason = h[i].finish_reason;
-        if (eb->tlog && nt > 0 && (res->generation_logits =
-                                       calloc((size_t)nt * (size_t)nv, sizeof(float))))
+        if (eb->tlog && nt > 0 &&
+            (res->generation_logits = calloc((size_t)nt * (size_t)nv, sizeof(float))))
             beam_trace_rows(eb, &h[i], eb->tlog, nv, res->generation_logits);
         if (eb->thid && nt > 0 &&
             (res->hidden_states = calloc((size_t)nt * (size_t)ne, sizeof(float))))

@@ -62,33 +62,33 @@
 #include "runtime/stopstr.h"
 
 struct eseq {
-    struct xreq *q;            /* NULL: free slot */
-    int32_t index;             /* sequence_index within the request */
-    int started;               /* 0: slot reserved for a sample not forked yet */
+    struct xreq *q; /* NULL: free slot */
+    int32_t index;  /* sequence_index within the request */
+    int started;    /* 0: slot reserved for a sample not forked yet */
     struct ifl_kvc_seq kv;
-    int32_t *tokens;           /* [n_ctx] */
+    int32_t *tokens; /* [n_ctx] */
     int32_t n_tokens;
     int32_t n_prompt;
     int32_t n_gen;
-    int32_t n_sent;            /* generated tokens already in a response */
-    int32_t finish;            /* enum ifl_finish_reason; != 0 when done */
-    int paused;                /* preempted; blocks dropped */
+    int32_t n_sent;                  /* generated tokens already in a response */
+    int32_t finish;                  /* enum ifl_finish_reason; != 0 when done */
+    int paused;                      /* preempted; blocks dropped */
     struct ifl_sampling_config scfg; /* the request's, with this sample's seed */
     struct ifl_sampler_state st;
-    struct ifl_stopstr *stop;  /* NULL without stop strings */
-    float *logprobs;           /* [n_ctx] */
+    struct ifl_stopstr *stop;     /* NULL without stop strings */
+    float *logprobs;              /* [n_ctx] */
     struct ifl_top_logprob *tops; /* [n_ctx][IFL_MAX_TOP] */
     float cum_logprob;
     struct ifl_detok dt;
-    char *text;                /* text not yet in a response */
+    char *text; /* text not yet in a response */
     size_t n_text, cap_text;
-    int64_t held_blocks;       /* guaranteed_no_evict: blocks still reserved for it */
+    int64_t held_blocks; /* guaranteed_no_evict: blocks still reserved for it */
     /* outputs asked for, allocated when the slot is bound to a request */
-    float *glog;               /* [max(1, max_tokens)][n_vocab] raw logits of each token */
-    float *ghid;               /* [max(1, max_tokens)][n_embd] hidden state of each token */
-    int32_t beam_j;            /* beam requests: this slot's live beam index */
+    float *glog;                /* [max(1, max_tokens)][n_vocab] raw logits of each token */
+    float *ghid;                /* [max(1, max_tokens)][n_embd] hidden state of each token */
+    int32_t beam_j;             /* beam requests: this slot's live beam index */
     struct ifl_guide_state gst; /* guided requests: the grammar after its generated tokens */
-    int g_init;                /* gst is initialised (for some grammar) */
+    int g_init;                 /* gst is initialised (for some grammar) */
 };
 
 /* Beam search state of one request (beam_width > 1). Its W slots: live
@@ -101,65 +101,64 @@ struct eseq {
 struct ebeam {
     struct ifl_beam b;
     int32_t width;
-    int32_t n_ret;             /* results to return (top n_ret hypotheses) */
+    int32_t n_ret; /* results to return (top n_ret hypotheses) */
     int32_t max_len;
     int32_t slot[IFL_BEAM_MAX_WIDTH]; /* live beam -> engine slot */
     int32_t all[IFL_BEAM_MAX_WIDTH];  /* every slot the request holds */
     uint8_t ready[IFL_BEAM_MAX_WIDTH];
-    float *rows;               /* [width][n_vocab] processed rows of this step */
-    float *tlog;               /* [max_len][width][n_vocab] raw row of live beam j at step t */
-    float *thid;               /* [max_len][width][n_embd] */
-    int32_t *tpar;             /* [max_len][width] live beam i after step t came from tpar[t][i] */
-    int32_t *ttok;             /* [max_len][width] ... with token ttok[t][i] */
-    int32_t *tlive;            /* [max_len + 1] live beams at step t */
+    float *rows;    /* [width][n_vocab] processed rows of this step */
+    float *tlog;    /* [max_len][width][n_vocab] raw row of live beam j at step t */
+    float *thid;    /* [max_len][width][n_embd] */
+    int32_t *tpar;  /* [max_len][width] live beam i after step t came from tpar[t][i] */
+    int32_t *ttok;  /* [max_len][width] ... with token ttok[t][i] */
+    int32_t *tlive; /* [max_len + 1] live beams at step t */
 };
 
 /* logits rows of a step: what each is for */
 #define ROW_SAMPLE 1 /* the next token of its sequence is chosen from it */
 #define ROW_CTX 2    /* a prompt position of a request asking for context logits */
 
-
 struct engine {
     struct ifl_kvc *kvc;
     struct ifl_kv_store *store;
     struct ifl_fwd *fwd;
-    struct eseq *seqs;         /* [n_slots] */
+    struct eseq *seqs; /* [n_slots] */
     int32_t n_slots;
-    struct xreq *waiting;      /* sorted: priority desc, arrival asc */
+    struct xreq *waiting; /* sorted: priority desc, arrival asc */
     int32_t n_waiting;
     int32_t n_active_req;
-    int64_t reserved;          /* guaranteed_no_evict: blocks promised, not yet taken */
+    int64_t reserved; /* guaranteed_no_evict: blocks promised, not yet taken */
     /* batch */
     int32_t max_rows;
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
-    int32_t *row_slot;         /* logits row -> slot */
-    const int32_t **tables;    /* [n_slots] */
-    int32_t *n_blocks;         /* [n_slots] */
-    float *logits;             /* [logit_cap][n_vocab] */
-    float *scratch;            /* [n_vocab] a copy of a row for forked samples */
-    float *hidden;             /* [logit_cap][n_embd] final hidden state of each logits row */
-    uint8_t *row_flag;         /* logits row -> ROW_SAMPLE | ROW_CTX */
-    int32_t *row_pos;          /* logits row -> its position */
-    int32_t *pick_rows;        /* [logit_cap] this step's rows picked on every thread */
+    int32_t *row_slot;      /* logits row -> slot */
+    const int32_t **tables; /* [n_slots] */
+    int32_t *n_blocks;      /* [n_slots] */
+    float *logits;          /* [logit_cap][n_vocab] */
+    float *scratch;         /* [n_vocab] a copy of a row for forked samples */
+    float *hidden;          /* [logit_cap][n_embd] final hidden state of each logits row */
+    uint8_t *row_flag;      /* logits row -> ROW_SAMPLE | ROW_CTX */
+    int32_t *row_pos;       /* logits row -> its position */
+    int32_t *pick_rows;     /* [logit_cap] this step's rows picked on every thread */
     int32_t n_pick;
-    int32_t *pick_tok;         /* [logit_cap] by logits row: the token picked_rows chose */
-    float *pick_lp;            /* [logit_cap] and its log-prob */
-    int want_hidden;           /* this step's batch asks for hidden states */
+    int32_t *pick_tok; /* [logit_cap] by logits row: the token picked_rows chose */
+    float *pick_lp;    /* [logit_cap] and its log-prob */
+    int want_hidden;   /* this step's batch asks for hidden states */
     int32_t n_embd;
     int32_t logit_cap;
-    char *piece;               /* detokenizer output */
-    char *stopbuf;             /* stop-string matcher output */
-    int32_t *eog_ids;          /* the model's end-of-generation tokens */
+    char *piece;      /* detokenizer output */
+    char *stopbuf;    /* stop-string matcher output */
+    int32_t *eog_ids; /* the model's end-of-generation tokens */
     int32_t n_eog;
     int64_t iteration;
     int64_t completed;
     /* KV memory: how the pool was sized, and when blocks give memory back */
-    int32_t kv_bound;           /* enum ifl_kv_bound */
+    int32_t kv_bound; /* enum ifl_kv_bound */
     int64_t kv_bound_bytes;
     int64_t kv_block_bytes;
-    int64_t release_us;         /* free this long before given back; < 0 never */
-    int64_t busy_release_at;    /* the next time a step may be followed by a release */
+    int64_t release_us;      /* free this long before given back; < 0 never */
+    int64_t busy_release_at; /* the next time a step may be followed by a release */
     struct ifl_kvc_stats kst;
     struct ifl_xguide_engine ge; /* guided decoding: vocabulary index, masker */
 };

@@ -123,7 +123,8 @@ void ifl_sched_admit(struct ifl_executor *ex)
             }
         } else {
             need = 0;
-            if (ifl_kvc_available(e->kvc) < ifl_eng_blocks_for(e, q->r.n_input) - prim->kv.n_blocks) {
+            if (ifl_kvc_available(e->kvc) <
+                ifl_eng_blocks_for(e, q->r.n_input) - prim->kv.n_blocks) {
                 ifl_kvc_seq_reset(e->kvc, &prim->kv);
                 break;
             }
@@ -198,7 +199,7 @@ static int cmp_slot_order(const struct engine *e, int32_t a, int32_t b)
 
 /* Fills the batch; returns its rows. Sets *n_logit rows and row_slot. */
 int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t *ctx_rows,
-                           int32_t *ctx_reqs, int32_t *gen_rows)
+                              int32_t *ctx_reqs, int32_t *gen_rows)
 {
     struct engine *e = ex->eng;
     int32_t order[1024];
@@ -239,8 +240,8 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
                     chunk = lim;
                 if (chunk <= 0)
                     continue;
-                int32_t end = s->kv.n_pos + chunk < s->q->r.n_input ? s->kv.n_pos + chunk
-                                                                     : s->q->r.n_input;
+                int32_t end =
+                    s->kv.n_pos + chunk < s->q->r.n_input ? s->kv.n_pos + chunk : s->q->r.n_input;
                 n_ctx_rows = end > ctx_from ? end - ctx_from : 0;
             }
             /* (with context rows, the last prompt row is one of them) */
@@ -267,10 +268,9 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
             int32_t slot = (int32_t)(s - e->seqs);
             for (int32_t k = 0; k < chunk; k++) {
                 int32_t p = s->kv.n_pos + k;
-                uint8_t flag = (uint8_t)((n_ctx_rows && p >= ctx_from && p < s->q->r.n_input
-                                              ? ROW_CTX
-                                              : 0) |
-                                         (k == chunk - 1 && chunk == pending ? ROW_SAMPLE : 0));
+                uint8_t flag =
+                    (uint8_t)((n_ctx_rows && p >= ctx_from && p < s->q->r.n_input ? ROW_CTX : 0) |
+                              (k == chunk - 1 && chunk == pending ? ROW_SAMPLE : 0));
                 e->b_tok[rows] = s->tokens[p];
                 e->b_pos[rows] = p;
                 e->b_seq[rows] = slot;
