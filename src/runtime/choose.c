@@ -77,7 +77,7 @@ void ifl_choose_end_unpickable(struct ifl_executor *ex, struct eseq *s)
     ifl_seq_finish(ex, s, IFL_FINISH_CANCELLED);
 }
 
-void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row)
+int32_t ifl_choose_token(struct ifl_executor *ex, struct eseq *s, float *row, float *lp)
 {
     struct engine *e = ex->eng;
     struct xreq *q = s->q;
@@ -86,13 +86,13 @@ void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row)
     if (q->xg && ifl_xguide_mask_row(&e->ge, &s->gst, row, x.end_ids, x.n_end_ids) < 0) {
         q->status = IFL_ENOMEM;
         ifl_seq_finish(ex, s, IFL_FINISH_CANCELLED);
-        return;
+        return -1;
     }
-    float lp = 0;
-    int32_t tok = pick_row(s, row, &lp);
+    *lp = 0;
+    int32_t tok = pick_row(s, row, lp);
     if (tok < 0 && !q->xg) {
         ifl_choose_end_unpickable(ex, s);
-        return;
+        return -1;
     }
     if (q->xg && (tok < 0 || !ifl_xguide_allowed(&e->ge, tok))) {
         /* every token the grammar allows was banned (bad words, bias,
@@ -101,9 +101,17 @@ void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row)
             q->status = IFL_EINVAL;
         ifl_seq_finish(ex, s,
                        ifl_guide_is_accepting(&s->gst) ? IFL_FINISH_END_ID : IFL_FINISH_CANCELLED);
-        return;
+        return -1;
     }
-    ifl_choose_apply(ex, s, tok, lp);
+    return tok;
+}
+
+void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row)
+{
+    float lp = 0;
+    int32_t tok = ifl_choose_token(ex, s, row, &lp);
+    if (tok >= 0)
+        ifl_choose_apply(ex, s, tok, lp);
 }
 
 /* Takes the token s picked: the sampler's counts, the end and stop
@@ -161,12 +169,14 @@ int ifl_choose_forks_now(const struct eseq *s)
 
 /* Whether logits row r is sampled the plain way, its choice depending on
  * nothing but its own sequence: not a beam, not guided (the grammar's
- * caches are shared), not the row the other samples fork from. */
+ * caches are shared), not the row the other samples fork from, its
+ * sequence's only row (no drafts: each draft row's choice depends on the
+ * tokens taken from the rows before it), of a strategy that allows it. */
 int ifl_choose_plain_pick(const struct engine *e, int32_t r)
 {
     const struct eseq *s = &e->seqs[e->row_slot[r]];
     return (e->row_flag[r] & ROW_SAMPLE) && s->q && !s->finish && !s->q->beam && !s->q->xg &&
-           !ifl_choose_forks_now(s);
+           !ifl_choose_forks_now(s) && !s->n_draft && s->q->dec && s->q->dec->parallel_pick;
 }
 
 /* A pool job (ifl_fwd_parallel): each thread processes and picks its
@@ -250,11 +260,17 @@ void ifl_choose_capture_rows(struct ifl_executor *ex, int32_t nlog)
                 memcpy(eb->tlog + at * nv, lg, sizeof(float) * nv);
             if (eb->thid && hd)
                 memcpy(eb->thid + at * ne, hd, sizeof(float) * ne);
-        } else if (s->n_gen < (q->r.max_tokens > 0 ? q->r.max_tokens : 1)) {
+        } else {
+            /* the row at the pending position gives generated token n_gen;
+             * a draft row i positions on, token n_gen + i if the drafts
+             * before it are kept (else a later step writes it again) */
+            int32_t g = s->n_gen + (p - (s->n_tokens - 1));
+            if (g >= (q->r.max_tokens > 0 ? q->r.max_tokens : 1))
+                continue;
             if (s->glog)
-                memcpy(s->glog + (size_t)s->n_gen * nv, lg, sizeof(float) * nv);
+                memcpy(s->glog + (size_t)g * nv, lg, sizeof(float) * nv);
             if (s->ghid && hd)
-                memcpy(s->ghid + (size_t)s->n_gen * ne, hd, sizeof(float) * ne);
+                memcpy(s->ghid + (size_t)g * ne, hd, sizeof(float) * ne);
         }
     }
 }

@@ -156,14 +156,16 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     e->pick_rows = malloc(sizeof(int32_t) * (size_t)e->logit_cap);
     e->pick_tok = malloc(sizeof(int32_t) * (size_t)e->logit_cap);
     e->pick_lp = malloc(sizeof(float) * (size_t)e->logit_cap);
+    e->dec_rows = malloc(sizeof(int32_t) * (size_t)e->logit_cap);
+    ifl_decoding_engine_init(ex);
     if (e->eog_ids)
         for (int32_t t = 0; t < ex->n_vocab; t++)
             if (ifl_vocab_is_eog(ex->vocab, t))
                 e->eog_ids[e->n_eog++] = t;
     if (!e->seqs || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->row_slot ||
-        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->hidden ||
-        !e->row_flag || !e->row_pos || !e->piece ||
-        !e->stopbuf || !e->eog_ids || !e->pick_rows || !e->pick_tok || !e->pick_lp)
+        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->hidden || !e->row_flag ||
+        !e->row_pos || !e->piece || !e->stopbuf || !e->eog_ids || !e->pick_rows || !e->pick_tok ||
+        !e->pick_lp || !e->dec_rows)
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory");
     int32_t max_blocks = blocks_for_n(ex->n_ctx, bs) + 1;
     for (int32_t i = 0; i < e->n_slots; i++) {
@@ -239,6 +241,7 @@ void ifl_engine_free(struct ifl_executor *ex)
     free(e->pick_rows);
     free(e->pick_tok);
     free(e->pick_lp);
+    free(e->dec_rows);
     free(e->piece);
     free(e->stopbuf);
     free(e->eog_ids);
@@ -385,13 +388,15 @@ static void step(struct ifl_executor *ex)
         }
         return;
     }
-    /* record what the cache now holds */
+    /* record what the cache now holds: the sequences' tokens, not their
+     * drafts (accepting settles those, decoding.c) */
     for (int32_t r = 0; r < rows;) {
         int32_t slot = e->b_seq[r], k = r;
         while (k < rows && e->b_seq[k] == slot)
             k++;
         struct eseq *s = &e->seqs[slot];
-        ifl_kvc_commit(e->kvc, &s->kv, s->tokens, e->b_pos[k - 1] + 1);
+        int32_t end = e->b_pos[k - 1] + 1;
+        ifl_kvc_commit(e->kvc, &s->kv, s->tokens, end < s->n_tokens ? end : s->n_tokens);
         r = k;
     }
     ifl_choose_capture_rows(ex, nlog);
@@ -405,33 +410,24 @@ static void step(struct ifl_executor *ex)
     for (int32_t r = 0; r < nlog; r++)
         if (ifl_choose_plain_pick(e, r))
             e->pick_rows[e->n_pick++] = r;
-    if (e->n_pick > 1)
+    if (e->n_pick > 1) {
         ifl_fwd_parallel(e->fwd, ifl_choose_pick_rows, ex);
-    else
+        for (int32_t k = 0; k < e->n_pick; k++)
+            e->row_flag[e->pick_rows[k]] |= ROW_PICKED;
+    } else {
         e->n_pick = 0;
-    for (int32_t r = 0, k = 0; r < nlog; r++) {
+    }
+    /* each sequence's tokens, in row order: beams into their search, the
+     * others through their decoding strategy (decoding.h) */
+    for (int32_t r = 0; r < nlog; r++) {
         struct eseq *s = &e->seqs[e->row_slot[r]];
-        const int picked = k < e->n_pick && e->pick_rows[k] == r;
-        k += picked;
         if (!(e->row_flag[r] & ROW_SAMPLE) || !s->q || s->finish)
             continue;
         gen_reqs += s->n_gen > 0;
-        float *row = e->logits + (size_t)r * nv;
-        if (picked) {
-            if (e->pick_tok[r] < 0)
-                ifl_choose_end_unpickable(ex, s);
-            else
-                ifl_choose_apply(ex, s, e->pick_tok[r], e->pick_lp[r]);
-            continue;
-        }
-        if (s->q->beam) {
-            ifl_beamslot_take_row(ex, s, row);
-            continue;
-        }
-        if (ifl_choose_forks_now(s))
-            ifl_choose_fork_samples(ex, s, row, e->scratch);
-        if (s->q)
-            ifl_choose_sample(ex, s, row);
+        if (s->q->beam)
+            ifl_beamslot_take_row(ex, s, e->logits + (size_t)r * nv);
+        else
+            ifl_decoding_accept(ex, s, r, nlog);
     }
     /* beam searches whose live beams all have their rows take a step */
     for (int32_t r = 0; r < nlog; r++) {

@@ -6,8 +6,12 @@
  *   emit.c        responses: per sequence, unstarted requests, beam results
  *   choose.c      token choice from the logits rows, and the logits outputs
  *   beam_slots.c  beam search glue: rows into the search, slots re-formed
+ *   decoding.c    the decoding-strategy seam (decoding.h): what each
+ *                 decoding sequence runs in a step and how its tokens are
+ *                 taken from the logits; plain decoding is its first entry
  * Calls go one way, down this order: engine.c -> schedule.c -> beam_slots.c
- * -> choose.c -> sequence.c -> emit.c -> the response queue (responses.c).
+ * -> decoding.c -> choose.c -> sequence.c -> emit.c -> the response queue
+ * (responses.c); tests/test_calls.sh checks that no two call both ways.
  *
  * Everything here is single-owner: the engine thread's (see exec.h).
  *
@@ -23,8 +27,10 @@
  *   5. samples each sequence whose last pending position was computed,
  *      checks its stop conditions and queues responses. The plain rows'
  *      processing and choice run on the forward pass's threads at once
- *      (ifl_choose_pick_rows: each touches only its own sequence's sampler state);
- *      everything else, in row order, on this thread.
+ *      (ifl_choose_pick_rows: each touches only its own sequence's sampler
+ *      state); everything else, in row order, on this thread. What a
+ *      decoding sequence runs (its pending token, and drafts) and how its
+ *      tokens are taken is its decoding strategy's (decoding.h).
  *
  * A sequence is its tokens (prompt then generated) and the number of
  * positions whose K/V are in the cache. Positions [n_pos, n_tokens) are
@@ -53,13 +59,12 @@
 #define IFL_RUNTIME_ENGINE_INTERNAL_H
 
 #include "runtime/beam.h"
+#include "runtime/decoding.h"
 #include "runtime/exec.h"
 #include "runtime/sampler.h"
 #include "runtime/stopstr.h"
 
 #define IFL_MAX_TOP 20
-
-#include "runtime/stopstr.h"
 
 struct eseq {
     struct xreq *q; /* NULL: free slot */
@@ -89,6 +94,7 @@ struct eseq {
     int32_t beam_j;             /* beam requests: this slot's live beam index */
     struct ifl_guide_state gst; /* guided requests: the grammar after its generated tokens */
     int g_init;                 /* gst is initialised (for some grammar) */
+    int32_t n_draft; /* draft tokens run this step, in tokens[n_tokens, n_tokens + n_draft) */
 };
 
 /* Beam search state of one request (beam_width > 1). Its W slots: live
@@ -117,6 +123,7 @@ struct ebeam {
 /* logits rows of a step: what each is for */
 #define ROW_SAMPLE 1 /* the next token of its sequence is chosen from it */
 #define ROW_CTX 2    /* a prompt position of a request asking for context logits */
+#define ROW_PICKED 4 /* ROW_SAMPLE, its token already picked (pick_tok, pick_lp) */
 
 struct engine {
     struct ifl_kvc *kvc;
@@ -138,7 +145,7 @@ struct engine {
     float *logits;          /* [logit_cap][n_vocab] */
     float *scratch;         /* [n_vocab] a copy of a row for forked samples */
     float *hidden;          /* [logit_cap][n_embd] final hidden state of each logits row */
-    uint8_t *row_flag;      /* logits row -> ROW_SAMPLE | ROW_CTX */
+    uint8_t *row_flag;      /* logits row -> ROW_SAMPLE | ROW_CTX | ROW_PICKED */
     int32_t *row_pos;       /* logits row -> its position */
     int32_t *pick_rows;     /* [logit_cap] this step's rows picked on every thread */
     int32_t n_pick;
@@ -160,7 +167,10 @@ struct engine {
     int64_t release_us;      /* free this long before given back; < 0 never */
     int64_t busy_release_at; /* the next time a step may be followed by a release */
     struct ifl_kvc_stats kst;
-    struct ifl_xguide_engine ge; /* guided decoding: vocabulary index, masker */
+    struct ifl_xguide_engine ge;        /* guided decoding: vocabulary index, masker */
+    const struct ifl_decoding *decs[8]; /* the strategies requests choose from, */
+    int32_t n_decs;                     /* latest registered first (decoding.c) */
+    int32_t *dec_rows;                  /* [logit_cap] one sequence's rows, for accept() */
 };
 
 /* Blocks that n_pos positions fill. */
@@ -185,6 +195,11 @@ void ifl_beamslot_advance(struct ifl_executor *ex, struct xreq *q);
 /* choose.c */
 struct ifl_sampler_extras ifl_choose_extras(const struct engine *e, const struct xreq *q);
 void ifl_choose_end_unpickable(struct ifl_executor *ex, struct eseq *s);
+/* Processes s's row and picks its next token as plain decoding does,
+ * without taking it; -1 when there is none to take (s is then finished,
+ * its request failed or, guided, complete). */
+int32_t ifl_choose_token(struct ifl_executor *ex, struct eseq *s, float *row, float *lp);
+/* ifl_choose_token, then ifl_choose_apply. */
 void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row);
 void ifl_choose_apply(struct ifl_executor *ex, struct eseq *s, int32_t tok, float lp);
 int ifl_choose_forks_now(const struct eseq *s);

@@ -62,6 +62,7 @@ struct xreq {
     int32_t ctx_captured;        /* leading prompt rows captured so far */
     int ctx_sent;                /* a response has carried them */
     struct ebeam *beam;          /* beam_width > 1: search state (beam_slots.c) */
+    const struct ifl_decoding *dec; /* decoding strategy, chosen at admission (decoding.h) */
 };
 
 /* A client blocked in ifl_await (on its own stack), woken only for its ids. */

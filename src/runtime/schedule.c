@@ -137,6 +137,7 @@ void ifl_sched_admit(struct ifl_executor *ex)
         e->waiting = q->next;
         e->n_waiting--;
         q->next = NULL;
+        q->dec = ifl_decoding_for(ex, q);
         q->kv_reserved = need;
         e->reserved += need;
         memcpy(prim->tokens, q->input, sizeof(int32_t) * (size_t)q->r.n_input);
@@ -265,12 +266,25 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
                 continue;
             }
             s->paused = 0;
+            /* a decoding sequence's strategy may add drafts after its
+             * pending token, each a logits row, if their blocks are free */
+            s->n_draft = 0;
+            if (pass == 0 && n_ctx_rows == 0) {
+                int32_t room = e->max_rows - rows - 1;
+                if (room > e->logit_cap - nlog - 1)
+                    room = e->logit_cap - nlog - 1;
+                if (room > 0 && ifl_decoding_propose(ex, s, room) > 0 &&
+                    ifl_seq_reserve(e, s, s->kv.n_pos + 1 + s->n_draft))
+                    s->n_draft = 0;
+                chunk += s->n_draft;
+            }
             int32_t slot = (int32_t)(s - e->seqs);
             for (int32_t k = 0; k < chunk; k++) {
                 int32_t p = s->kv.n_pos + k;
+                /* the last pending row and every draft row are sampled */
                 uint8_t flag =
                     (uint8_t)((n_ctx_rows && p >= ctx_from && p < s->q->r.n_input ? ROW_CTX : 0) |
-                              (k == chunk - 1 && chunk == pending ? ROW_SAMPLE : 0));
+                              (k >= pending - 1 && chunk >= pending ? ROW_SAMPLE : 0));
                 e->b_tok[rows] = s->tokens[p];
                 e->b_pos[rows] = p;
                 e->b_seq[rows] = slot;

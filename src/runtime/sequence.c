@@ -129,7 +129,10 @@ void ifl_seq_finish(struct ifl_executor *ex, struct eseq *s, int32_t reason)
         ifl_seq_push_text(e, s, ifl_detok_flush(&s->dt, e->piece), 1);
     q->n_seqs_live--;
     ifl_emit_seq(ex, s, q->n_seqs_live == 0);
+    if (q->dec && q->dec->drop)
+        q->dec->drop(ex, s);
     ifl_kvc_seq_reset(e->kvc, &s->kv);
+    s->n_draft = 0;
     s->q = NULL;
     s->started = 0;
     free(s->glog);
@@ -202,7 +205,10 @@ void ifl_seq_preempt(struct ifl_executor *ex, struct xreq *q)
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct eseq *s = &e->seqs[i];
         if (s->q == q && s->started && !s->finish) {
+            if (q->dec && q->dec->drop)
+                q->dec->drop(ex, s);
             ifl_kvc_seq_reset(e->kvc, &s->kv);
+            s->n_draft = 0;
             s->paused = 1;
         }
     }
