@@ -60,6 +60,21 @@ static int32_t fixed_propose(struct ifl_executor *ex, struct eseq *s, int32_t *d
     return k;
 }
 
+/* The steps a request of n tokens alone takes with these drafts, if the
+ * kept drafts' K/V is kept: the prefill gives the first token, then each
+ * step takes the drafts up to the first wrong one and one token more. */
+static int64_t steps_with_drafts(int32_t n)
+{
+    int64_t steps = 1;
+    for (int32_t g = 1; g < n; steps++) {
+        int32_t k = n - g - 1 < DRAFT_K ? n - g - 1 : DRAFT_K, j = 0;
+        while (j < k && (g + j) % 7 != 5)
+            j++;
+        g += j + 1;
+    }
+    return steps;
+}
+
 static void fixed_accept(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n)
 {
     int32_t before = s->n_gen;
@@ -119,6 +134,7 @@ struct out {
     float lp[MAX_LEN];
     float *glog; /* [n][n_vocab] with return_generation_logits */
     int32_t preemptions;
+    int64_t steps; /* engine iterations while it ran (alone on its executor) */
 };
 
 /* Awaits every response of request id, concatenating what they carry. */
@@ -160,6 +176,8 @@ static int32_t run_one(ifl_executor *ex, const struct ifl_request *r, struct out
 {
     ifl_id id = 0;
     char err[512] = "";
+    struct ifl_iteration_stats st0, st1;
+    CHECK_EQ(ifl_get_iteration_stats(ex, &st0), 0);
     int rc = ifl_enqueue(ex, r, &id, err);
     CHECK_MSG(rc == 0, "enqueue: %s", err);
     if (rc)
@@ -167,6 +185,8 @@ static int32_t run_one(ifl_executor *ex, const struct ifl_request *r, struct out
     collect(ex, id, 512, o);
     /* the strategy counts after the final response is out: let the step end */
     CHECK_EQ(ifl_executor_wait_idle(ex, 30000), 0);
+    CHECK_EQ(ifl_get_iteration_stats(ex, &st1), 0);
+    o->steps = st1.iteration - st0.iteration;
     return 0;
 }
 
@@ -242,11 +262,15 @@ static void test_drafts_equal_plain(void)
             if (!run_one(ex, &r, &spec))
                 check_same(&spec, &plain, 512);
             long drafted = atomic_load(&n_drafted) - d0, kept = atomic_load(&n_kept) - k0;
-            printf("  sampled %d streaming %d: %ld of %ld drafts kept\n", sampled, streaming, kept,
-                   drafted);
+            printf("  sampled %d streaming %d: %ld of %ld drafts kept; %lld steps, plain %lld\n",
+                   sampled, streaming, kept, drafted, (long long)spec.steps,
+                   (long long)plain.steps);
             CHECK_MSG(kept > 0 && kept < drafted,
                       "sampled %d streaming %d: %ld of %ld drafts kept (want some, not all)",
                       sampled, streaming, kept, drafted);
+            /* the kept drafts' K/V is kept too, not computed again */
+            CHECK_EQ(plain.steps, 100);
+            CHECK_EQ(spec.steps, steps_with_drafts(100));
             free(plain.glog);
             free(spec.glog);
         }

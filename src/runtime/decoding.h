@@ -13,9 +13,9 @@
  *       decoding would pick and keeps the drafts while they equal it, then
  *       takes the first differing pick (or the pick after the last draft)
  *       as a bonus token.
- * The scheduler (schedule.c) and the step (engine.c) only call the three
- * functions at the bottom of this header, so a new strategy is a file of
- * its own plus one line in decoding.c's table of built-in strategies.
+ * The scheduler (schedule.c) and the step (engine.c) only call the
+ * engine's side at the bottom of this header, so a new strategy is a file
+ * of its own plus one line in decoding.c's table of built-in strategies.
  *
  * The contract:
  *  - Choice. Each request gets one strategy at admission: the latest
