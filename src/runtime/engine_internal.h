@@ -11,7 +11,7 @@
  *                 taken from the logits; plain decoding is its first entry
  * Calls go one way, down this order: engine.c -> schedule.c -> beam_slots.c
  * -> decoding.c -> choose.c -> sequence.c -> emit.c -> the response queue
- * (responses.c); tests/test_calls.sh checks that no two call both ways.
+ * (responses.c); tests/test_runtime_calls.sh checks that no two call both ways.
  *
  * Everything here is single-owner: the engine thread's (see exec.h).
  *
