@@ -59,7 +59,9 @@
  *    never part of the tokens, so nothing else is lost.
  *  - Threads. Everything here runs on the engine thread, between forward
  *    passes; nothing may allocate per step (STYLE.md): state a strategy
- *    needs is allocated when it is registered or by wants() at admission.
+ *    needs is allocated before it is registered (per-engine hooks to size
+ *    it by slot, for a draft model's cache, are for the first strategy
+ *    that needs them to add to struct ifl_decoding).
  */
 #ifndef IFL_RUNTIME_DECODING_H
 #define IFL_RUNTIME_DECODING_H
