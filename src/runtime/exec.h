@@ -1,6 +1,7 @@
 /*
- * Executor internals shared by executor.c (the public API: queues, waiting,
- * shutdown) and engine.c (the engine thread: scheduler, forward pass,
+ * Executor internals shared by executor.c (the public API: requests,
+ * cancels, shutdown), responses.c (the response queue and waiting) and the
+ * engine thread's files (engine_internal.h: scheduler, forward pass,
  * sampling, responses).
  *
  * Ownership:
@@ -60,7 +61,8 @@ struct xreq {
     float *ctx_hidden;           /* [n_input][n_embd] with return_hidden_states too */
     int32_t ctx_captured;        /* leading prompt rows captured so far */
     int ctx_sent;                /* a response has carried them */
-    struct ebeam *beam;          /* beam_width > 1: search state (engine.c) */
+    struct ebeam *beam;          /* beam_width > 1: search state (beam_slots.c) */
+    const struct ifl_decoding *dec; /* decoding strategy, chosen at admission (decoding.h) */
 };
 
 /* A client blocked in ifl_await (on its own stack), woken only for its ids. */
@@ -173,9 +175,14 @@ void *ifl_engine_main(void *arg);
  * creation fixed). */
 int64_t ifl_engine_kv_resident(struct ifl_executor *ex);
 
-/* executor.c, called by the engine */
+/* responses.c: the response queue, called by the engine and executor.c */
 void ifl_exec_push_response(struct ifl_executor *ex, struct ifl_response *r);
 void ifl_exec_update_stats(struct ifl_executor *ex, ifl_id id, const struct ifl_request_stats *s);
 void ifl_xreq_free(struct xreq *q);
+/* The live-request table (out_mu held): the entry of id, or NULL; a new
+ * entry (IFL_ENOMEM when the table cannot grow); an entry removed. */
+struct xlive *ifl_exec_live_find(struct ifl_executor *ex, ifl_id id);
+int ifl_exec_live_insert(struct ifl_executor *ex, ifl_id id);
+void ifl_exec_live_remove(struct ifl_executor *ex, struct xlive *e);
 
 #endif

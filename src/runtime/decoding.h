@@ -1,0 +1,126 @@
+/*
+ * Decoding strategies: how a sequence's next tokens are proposed and taken,
+ * the seam between the engine's step and the ways of decoding. After
+ * TensorRT Edge-LLM's DecoderRegistry / DecodingStrategy: each step, for
+ * every sequence that is decoding (one pending token), its request's
+ * strategy
+ *   (a) proposes the tokens to run: plain decoding runs the one token it
+ *       sampled last; a speculative strategy adds k draft tokens after it,
+ *       so the forward pass computes k + 1 logits rows for the sequence in
+ *       one step (the weights are read once for all of them);
+ *   (b) accepts from the logits of those rows: plain decoding samples one
+ *       token; a speculative one picks, row by row, the token plain
+ *       decoding would pick and keeps the drafts while they equal it, then
+ *       takes the first differing pick (or the pick after the last draft)
+ *       as a bonus token.
+ * The scheduler (schedule.c) and the step (engine.c) only call the
+ * engine's side at the bottom of this header, so a new strategy is a file
+ * of its own plus one line in decoding.c's table of built-in strategies.
+ *
+ * The contract:
+ *  - Choice. Each request gets one strategy at admission: the latest
+ *    registered whose wants() takes it; plain decoding takes every request
+ *    and is the last resort. Beam searches never reach a strategy (their
+ *    rows go to beam_slots.c), and the engine asks for no drafts for a
+ *    sequence whose request has a logits processor, asks for context
+ *    logits still to capture, or is about to fork its samples (the first
+ *    token of a request with num_return_sequences > 1): these decode plain.
+ *  - Rows. propose() may write at most max tokens, where max leaves room in
+ *    the step (max_num_tokens rows, the logits rows) for the pending token
+ *    and keeps the sequence within n_ctx and within max_tokens (k drafts
+ *    and the bonus are k + 1 tokens). Returning 0 decodes plain this step.
+ *    Drafts are best effort: when the KV blocks for them cannot be had
+ *    without preempting anyone, the engine drops them and runs the pending
+ *    token alone (accept() then gets one row).
+ *  - Tokens. Drafts are written into s->tokens[s->n_tokens ..), the unused
+ *    tail of the sequence's token array, which holds them for this step
+ *    only: n_tokens does not move until accept() applies a token.
+ *  - KV positions are the engine's. It reserves blocks for the pending
+ *    token and the drafts, runs them, and records (commits) only positions
+ *    below n_tokens, so a draft never enters the prefix cache. After
+ *    accept() it commits the positions of the drafts that were kept and
+ *    gives back what the others held (ifl_kvc_truncate), and returns
+ *    blocks so freed to a guaranteed_no_evict reservation. A strategy never
+ *    touches s->kv.
+ *  - Acceptance. accept() gets the sequence's logits rows of this step in
+ *    position order: rows[0] predicts the token after the pending one,
+ *    rows[i] the one after draft i - 1. It must apply tokens through
+ *    ifl_choose_apply (or finish the sequence), in order, one per row from
+ *    the first, stopping after the first token that is not the next draft
+ *    or when the sequence finishes. Output equal to plain decoding's,
+ *    token for token and log-prob for log-prob, follows when each row's
+ *    token is picked as plain decoding would (ifl_choose_token: the
+ *    sampler draws token i from (seed, i) alone) and the logits of a row
+ *    do not depend on the rows beside it (batch invariance).
+ *  - Preemption. A preempted sequence loses all its KV (it is recomputed
+ *    from its tokens later) and, finished or preempted, the strategy's
+ *    drop() (when set) is called: anything it keeps per sequence that
+ *    mirrors the KV (a draft model's cache) must be forgotten. Drafts were
+ *    never part of the tokens, so nothing else is lost.
+ *  - Threads. Everything here runs on the engine thread, between forward
+ *    passes; nothing may allocate per step (STYLE.md): state a strategy
+ *    needs is allocated before it is registered (per-engine hooks to size
+ *    it by slot, for a draft model's cache, are for the first strategy
+ *    that needs them to add to struct ifl_decoding).
+ */
+#ifndef IFL_RUNTIME_DECODING_H
+#define IFL_RUNTIME_DECODING_H
+
+#include <stdint.h>
+
+struct ifl_executor;
+struct eseq;
+struct xreq;
+
+struct ifl_decoding {
+    const char *name;
+    /* Whether this strategy decodes request q (asked once, at admission,
+     * on the engine thread). NULL: every request. */
+    int (*wants)(const struct ifl_executor *ex, const struct xreq *q);
+    /* Writes up to max draft tokens to follow s's pending token into
+     * draft (= s->tokens + s->n_tokens) and returns how many; 0 or a
+     * NULL propose: plain decoding this step. max >= 1. */
+    int32_t (*propose)(struct ifl_executor *ex, struct eseq *s, int32_t *draft, int32_t max);
+    /* Takes s's tokens from its n logits rows (indices into the step's
+     * logits, in position order), as the contract above says. */
+    void (*accept)(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n);
+    /* Optional: s's KV is gone (finished, or preempted to be recomputed). */
+    void (*drop)(struct ifl_executor *ex, struct eseq *s);
+    /* A sequence with one row may have it processed and picked on every
+     * thread before accept() (ROW_PICKED; only plain decoding may say so:
+     * the pick sees the sequence as it was when the step began). */
+    int parallel_pick;
+};
+
+/* Plain decoding: no drafts; one token sampled from the one row. */
+extern const struct ifl_decoding ifl_decoding_plain;
+
+/* Adds d (static storage, not copied) to the strategies that executors
+ * created from now on choose from, ahead of those already there. For
+ * strategies that are not built in (tests). Thread-safe. IFL_EFULL when 8
+ * are registered. */
+int ifl_decoding_register(const struct ifl_decoding *d);
+/* Removes d; executors created before keep it. Thread-safe. */
+void ifl_decoding_unregister(const struct ifl_decoding *d);
+
+/* The verifying acceptor for strategies that propose drafts: picks each
+ * row's token as plain decoding would and keeps the drafts while they
+ * equal the pick, as the contract above says. */
+void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const int32_t *rows,
+                                int32_t n);
+
+/* ---- the engine's side ---- */
+
+/* Snapshot of the registry for a new engine (engine.c). */
+void ifl_decoding_engine_init(struct ifl_executor *ex);
+/* The strategy for q, at admission (schedule.c). */
+const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q);
+/* Asks decoding sequence s for drafts to follow its pending token, with
+ * room for max of them; sets and returns s->n_draft (schedule.c). */
+int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t max);
+/* Hands s its rows of this step, starting at logits row r (the first of
+ * its rows in row order) of nlog, then settles its KV (engine.c). Its
+ * other rows lose ROW_SAMPLE, so the step takes each sequence once. */
+void ifl_decoding_accept(struct ifl_executor *ex, struct eseq *s, int32_t r, int32_t nlog);
+
+#endif
