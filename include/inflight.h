@@ -337,6 +337,11 @@ struct ifl_sequence_result {
                                      one is held back until resolved, and a matched stop
                                      string and all after it are left out */
     int32_t n_text;               /* bytes in text (it may contain NUL bytes) */
+    /* the final result of a sequence that an end token ended
+     * (finish_reason IFL_FINISH_END_ID, not a beam): that token, which
+     * tokens leaves out; -1 otherwise (also when a grammar ended it with
+     * no token) */
+    int32_t end_token;
 };
 
 struct ifl_perf_metrics {

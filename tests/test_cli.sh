@@ -115,6 +115,11 @@ check_usage "run --grammar naming an undefined rule" "$BIN" run -m "$M" -p hi --
 a=$("$BIN" run -m "$M" -p "Once" -n 24 --seed 11 --ids 2>/dev/null)
 b=$("$BIN" run -m "$M" -p "Once" -n 24 --seed 11 --ids --temp 1 --top-k 0 --top-p 1 --min-p 0 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "run defaults are the server's sampling" || bad "run defaults: '$a' vs '$b'"
+# an output an end token ends: --ids prints that token last, as it always did
+got=$("$BIN" run -m "$SHARED/models/ref/llama-q4_0.gguf" -p "Once upon a time" -n 100 --temp 0 --ids 2>/dev/null)
+check "run --ids ends with the end token" "238 239 239 289 379 238 0 102 0 40 415 194 52 363 363 2" "$got"
+got=$("$BIN" run -m "$SHARED/models/ref/llama-q4_0.gguf" -p "Once upon a time" -n 100 --temp 0 2>/dev/null)
+[ -n "$got" ] && ok "run text leaves the end token out" || bad "run text: '$got'"
 got=$("$BIN" run -m "$M" -p "Once upon a time" -n 0 --ids 2>"$tmp/err")
 [ -z "$got" ] && grep -q "^prompt: " "$tmp/err" && ok "run -n 0: the prompt only" || bad "run -n 0: '$got'"
 

@@ -59,6 +59,7 @@ static void greedy_req(struct ifl_request *r, const int32_t *ids, int32_t n, int
 
 /* perf.preemptions of the last final response collect() saw */
 static int32_t last_preemptions;
+static int32_t last_end_token; /* collect: the final result's end_token */
 
 /* Awaits every response of one request; concatenates tokens of sequence
  * `index` into out. Returns the finish reason of that sequence. */
@@ -90,8 +91,10 @@ static int collect(ifl_executor *ex, ifl_id id, int32_t index, int32_t *out, int
                     tl += (size_t)s->n_text;
                     text[tl] = 0;
                 }
-                if (r[i]->is_sequence_final)
+                if (r[i]->is_sequence_final) {
                     finish = s->finish_reason;
+                    last_end_token = s->end_token;
+                }
             }
             if (r[i]->is_final)
                 last_preemptions = r[i]->perf.preemptions;
@@ -768,7 +771,8 @@ static void test_sampling_controls(void)
     greedy_req(&r, ONCE, 5, 20);
     r.sampling.frequency_penalty = 50;
     CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
-    collect(ex, id, 0, out, &n, NULL, NULL, 0);
+    CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_LENGTH);
+    CHECK_EQ(last_end_token, -1);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++)
             CHECK(out[i] != out[j]);
@@ -784,6 +788,9 @@ static void test_sampling_controls(void)
     CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
     CHECK_EQ(collect(ex, id, 0, out, &n, NULL, NULL, 0), IFL_FINISH_END_ID);
     CHECK_EQ(n, 6);
+    CHECK_EQ(last_end_token, 2); /* the end token, left out of the tokens */
+    for (int i = 0; i < n; i++)
+        CHECK(out[i] != 2);
     ifl_executor_destroy(ex, 0);
 }
 
@@ -1005,6 +1012,7 @@ static void test_beam_search(void)
             CHECK(x->finish_reason == IFL_FINISH_END_ID || x->finish_reason == IFL_FINISH_LENGTH);
             if (x->finish_reason == IFL_FINISH_END_ID) {
                 CHECK_EQ(x->tokens[x->n_tokens - 1], 295); /* the end token is kept */
+                CHECK_EQ(x->end_token, -1);
                 n_end++;
             }
             if (i > 0)

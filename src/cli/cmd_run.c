@@ -293,8 +293,14 @@ int cmd_run(int argc, char **argv)
                 status = 1;
             } else if (r->n_results > 0) {
                 n_gen += show(&o, &r->results[0], n_gen);
-                if (r->is_final)
+                if (r->is_final) {
                     finish = r->results[0].finish_reason;
+                    /* --ids shows the end token as well, as it always has */
+                    if (o.print_ids && o.n_predict > 0 && r->results[0].end_token >= 0) {
+                        printf(n_gen > 0 ? " %d" : "%d", r->results[0].end_token);
+                        n_gen++;
+                    }
+                }
             }
             if (r->is_final) {
                 final = 1;

@@ -127,6 +127,7 @@ void ifl_choose_apply(struct ifl_executor *ex, struct eseq *s, int32_t tok, floa
     q->perf.last_token_us = now;
     q->stage = IFL_STAGE_GENERATION_IN_PROGRESS;
     if (is_end_token(ex, q, tok) && !q->r.sampling.ignore_eos) {
+        s->end_token = tok;
         ifl_seq_finish(ex, s, IFL_FINISH_END_ID);
         return;
     }

@@ -99,6 +99,7 @@ void ifl_emit_seq(struct ifl_executor *ex, struct eseq *s, int is_final)
     res->cum_log_prob = s->cum_logprob;
     res->score = s->cum_logprob;
     res->finish_reason = s->finish;
+    res->end_token = is_final ? s->end_token : -1;
     res->text = malloc(s->n_text + 1);
     if (res->text) {
         memcpy(res->text, s->text, s->n_text);
@@ -129,6 +130,7 @@ void ifl_emit_unstarted(struct ifl_executor *ex, struct xreq *q, int32_t reason)
         r->n_results = 1;
         r->results = res;
         res->finish_reason = reason;
+        res->end_token = -1;
         res->text = calloc(1, 1);
         ifl_exec_push_response(ex, r);
     }
@@ -191,6 +193,8 @@ void ifl_emit_beams(struct ifl_executor *ex, struct xreq *q)
         return;
     }
     r->n_results = n > 0 ? n : 1;
+    for (int32_t i = 0; i < r->n_results; i++)
+        r->results[i].end_token = -1; /* a hypothesis keeps its end token in tokens */
     if (n == 0) /* failed before the search began */
         r->results[0].finish_reason = IFL_FINISH_CANCELLED;
     int with_prompt = !q->r.output.exclude_input_from_output;

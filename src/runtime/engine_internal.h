@@ -77,6 +77,7 @@ struct eseq {
     int32_t n_gen;
     int32_t n_sent;                  /* generated tokens already in a response */
     int32_t finish;                  /* enum ifl_finish_reason; != 0 when done */
+    int32_t end_token;               /* the end token that finished it, else -1 */
     int paused;                      /* preempted; blocks dropped */
     struct ifl_sampling_config scfg; /* the request's, with this sample's seed */
     struct ifl_sampler_state st;

@@ -79,6 +79,7 @@ int ifl_seq_start(struct ifl_executor *ex, struct eseq *s, struct xreq *q, int32
     s->n_gen = 0;
     s->n_sent = 0;
     s->finish = 0;
+    s->end_token = -1;
     s->paused = 0;
     s->cum_logprob = 0;
     s->n_text = 0;
