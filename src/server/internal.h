@@ -1,6 +1,19 @@
 /*
- * Server internals shared by http.c (transport), gen.c (one generation over
- * the executor), openai.c, tgi.c (the two protocols), metrics.c and chat.c.
+ * Server internals shared by the files of src/server/:
+ *   server.c    life cycle (create, load, shutdown, free)
+ *   http.c      transport: libmicrohttpd's callbacks, the route table
+ *   reply.c     replies, errors, streams and SSE events
+ *   openai.c, tgi.c    the two protocols' routes
+ *   gen.c       one generation over the executor: parameters, start, poll
+ *   fold.c      a job's results: responses folded into choices; freeing
+ *   pump.c      the thread between the executor and the connections
+ *   json.c      jansson helpers: typed field readers and field-spec tables
+ *   messages.c  chat messages rendered into a prompt by the chat template
+ *   prescan.c   a look at a raw body for a prompt beyond the context
+ *   metrics.c, log.c, sbuf.c   counters, log lines, the byte buffer
+ * Calls go one way between any two files (the lower in this list never
+ * call the higher ones back, except the leaves: json, messages, prescan,
+ * metrics, log and sbuf call none of the others but sbuf).
  *
  * Ownership: a struct ifl_hconn lives from the first callback of an HTTP
  * request to libmicrohttpd's "request completed" callback, which frees it
@@ -23,7 +36,7 @@
 #include "inflight.h"
 #include "server/server.h"
 
-/* ---- growable byte buffer ---- */
+/* ---- growable byte buffer (sbuf.c) ---- */
 
 struct ifl_sbuf {
     char *p;
@@ -110,7 +123,7 @@ struct ifl_server {
      * by the loading thread; relaxed, each a figure on its own */
     _Atomic int64_t load_done, load_total;
     char bos_text[64], eos_text[64];  /* the model's BOS/EOS token text, for templates */
-    struct ifl_chat_template *chat_tmpl; /* compiled chat template (chat.c) */
+    struct ifl_chat_template *chat_tmpl; /* compiled chat template (messages.c) */
     int chat_default;                 /* chat_tmpl is the built-in ChatML */
     atomic_int draining;              /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;              /* grace ran out: cancel what is running (relaxed) */
@@ -169,6 +182,8 @@ struct ifl_hconn {
     struct ifl_hconn *susp_prev, *susp_next; /* pump_mu */
 };
 
+/* ---- replies (reply.c) ---- */
+
 /* Replies. Each returns an MHD result to hand back from the handler; body
  * ownership stays with the caller. */
 int ifl_http_reply(struct ifl_hconn *c, int status, const char *type, const char *body, size_t n);
@@ -186,6 +201,17 @@ int ifl_http_reply_stream(struct ifl_hconn *c, struct ifl_stream *st);
  * user, also when the client leaves first; it may be NULL). */
 int ifl_http_reply_when_done(struct ifl_hconn *c, struct ifl_gen_job *j, ifl_http_done_fn done,
                              void *user, void (*free_user)(void *));
+/* The handler's call for a connection whose whole reply waits on its job
+ * (ifl_http_reply_when_done): folds what came, queues the reply once the job
+ * ended, else suspends the connection again. An MHD result. */
+int ifl_http_await_whole(struct ifl_hconn *c);
+/* A CORS preflight's 204 (any path, before the API key). */
+int ifl_http_reply_preflight(struct ifl_hconn *c);
+/* 405 in OpenAI's error shape with an Allow header (allow: "GET, HEAD"). */
+int ifl_http_reply_not_allowed(struct ifl_hconn *c, const char *allow, const char *msg);
+/* Appends one Server-Sent Event "PREFIX{json}\n\n" to out and frees o
+ * (OpenAI writes "data: ", TGI "data:"); out->oom on failure. */
+void ifl_sse_event(struct ifl_sbuf *out, const char *prefix, json_t *o);
 /* An id "PREFIX-<24 hex>" unique in this process. */
 void ifl_server_make_id(struct ifl_server *s, const char *prefix, char *out, size_t cap);
 
@@ -198,10 +224,8 @@ void ifl_server_log(struct ifl_server *s, int level, const char *fmt, ...)
 /* The access-log line of a finished request (health probes at debug). */
 void ifl_server_log_access(struct ifl_server *s, const struct ifl_hconn *c);
 
-/* ---- JSON helpers (gen.c) ---- */
+/* ---- JSON helpers (json.c) ---- */
 
-/* A JSON string from bytes that may hold invalid UTF-8 (replaced by U+FFFD). */
-json_t *ifl_json_text(const char *s, size_t n);
 /* Parameter readers: 0 absent (or null), 1 read, -1 wrong type or range
  * (err then says "param: problem"). */
 int ifl_json_get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err);
@@ -209,7 +233,10 @@ int ifl_json_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t
 int ifl_json_get_bool(json_t *o, const char *key, int *out, char *err);
 int ifl_json_get_str(json_t *o, const char *key, const char **out, char *err);
 
-/* ---- one generation over the executor (gen.c) ---- */
+/* ---- one generation over the executor (gen.c, fold.c) ---- */
+
+/* A JSON string from bytes that may hold invalid UTF-8 (replaced by U+FFFD). */
+json_t *ifl_json_text(const char *s, size_t n);
 
 /* Everything a choice accumulates. */
 struct ifl_gen_choice {
@@ -353,7 +380,7 @@ int64_t ifl_gen_prompt_tokens(const struct ifl_gen_job *j);
 size_t ifl_gen_piece(struct ifl_server *s, int32_t tok, char *buf, size_t cap);
 
 /* A streamed reply: the producer renders each response into out; finish
- * appends the closing events. http.c drains out into the socket. */
+ * appends the closing events. reply.c drains out into the socket. */
 struct ifl_stream {
     struct ifl_gen_job *job;
     void (*on_resp)(void *user, int choice, const struct ifl_response *r);
@@ -399,22 +426,37 @@ void ifl_pump_sock_close(struct ifl_server *s, void **ctx);
  * 0: no deadline), else the pump closes it. */
 void ifl_pump_sock_deadline(struct ifl_sock *k, int64_t deadline_us);
 
-/* ---- routes ---- */
+/* ---- the HTTP daemon (http.c) ---- */
+
+/* Starts libmicrohttpd's thread pool on the listening socket lfd, with the
+ * route table behind it. IFL_EIO with err when it does not start. */
+int ifl_http_start(struct ifl_server *s, int lfd, char *err);
+
+/* ---- routes (openai.c, tgi.c) ---- */
+
+/* A route's handler: body is the request's JSON object on the routes that
+ * take one, NULL on the others (it stays the caller's). Returns an MHD
+ * result. */
+typedef int (*ifl_route_fn)(struct ifl_hconn *c, json_t *body);
 
 int ifl_oai_completions(struct ifl_hconn *c, json_t *body);
 int ifl_oai_chat(struct ifl_hconn *c, json_t *body);
-int ifl_oai_models(struct ifl_hconn *c);
+int ifl_oai_models(struct ifl_hconn *c, json_t *body);
 /* Splits s->model_name, when split is 1 a comma-separated list (from
  * --served-model-name), into s->names and keeps the first as model_name.
  * IFL_ENOMEM. ifl_oai_names_free frees s->names. */
 int ifl_oai_names_init(struct ifl_server *s, int split);
 void ifl_oai_names_free(struct ifl_server *s);
-int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream);
+int ifl_tgi_generate(struct ifl_hconn *c, json_t *body);
+int ifl_tgi_generate_stream(struct ifl_hconn *c, json_t *body);
+/* /generate or /generate_stream as the body's "stream" says (TGI's compat
+ * routes / and /invocations). */
+int ifl_tgi_generate_any(struct ifl_hconn *c, json_t *body);
 int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *body);
 int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *body);
-int ifl_tgi_info(struct ifl_hconn *c);
+int ifl_tgi_info(struct ifl_hconn *c, json_t *body);
 
-/* ---- chat templates (chat.c) ---- */
+/* ---- chat templates (messages.c) ---- */
 
 int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err);
 void ifl_server_chat_free(struct ifl_server *s);

@@ -605,16 +605,7 @@ struct oai_stream {
 
 static void sse(struct ifl_sbuf *out, json_t *o)
 {
-    char *t = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!t) {
-        out->oom = 1;
-        return;
-    }
-    ifl_sbuf_add(out, "data: ", 6);
-    ifl_sbuf_add(out, t, strlen(t));
-    ifl_sbuf_add(out, "\n\n", 2);
-    free(t);
+    ifl_sse_event(out, "data: ", o);
 }
 
 static json_t *chunk(struct oai_stream *os, json_t *choice)
@@ -1019,8 +1010,9 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
  * aliases, each with root (the model it serves) and parent (null for the
  * base model; a LoRA adapter, once supported, is listed after them with
  * parent = the served name). */
-int ifl_oai_models(struct ifl_hconn *c)
+int ifl_oai_models(struct ifl_hconn *c, json_t *body)
 {
+    (void)body;
     struct ifl_server *s = c->srv;
     json_t *data = json_array();
     for (int i = 0; i < s->n_names; i++)

@@ -357,18 +357,10 @@ struct tgi_stream {
     int64_t index;
 };
 
+/* TGI's events have no space after "data:" */
 static void sse(struct ifl_sbuf *out, json_t *o)
 {
-    char *txt = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!txt) {
-        out->oom = 1;
-        return;
-    }
-    ifl_sbuf_add(out, "data:", 5);
-    ifl_sbuf_add(out, txt, strlen(txt));
-    ifl_sbuf_add(out, "\n\n", 2);
-    free(txt);
+    ifl_sse_event(out, "data:", o);
 }
 
 static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
@@ -508,7 +500,7 @@ static void whole_free(void *user)
     free(t);
 }
 
-int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream)
+static int generate(struct ifl_hconn *c, json_t *body, int stream)
 {
     struct ifl_server *s = c->srv;
     ifl_executor *ex = executor(c);
@@ -561,6 +553,24 @@ int ifl_tgi_generate(struct ifl_hconn *c, json_t *body, int stream)
     }
     *tc = t;
     return ifl_http_reply_when_done(c, j, whole_done, tc, whole_free);
+}
+
+int ifl_tgi_generate(struct ifl_hconn *c, json_t *body)
+{
+    return generate(c, body, 0);
+}
+
+int ifl_tgi_generate_stream(struct ifl_hconn *c, json_t *body)
+{
+    return generate(c, body, 1);
+}
+
+int ifl_tgi_generate_any(struct ifl_hconn *c, json_t *body)
+{
+    json_t *st = json_object_get(body, "stream");
+    if (st && !json_is_null(st) && !json_is_boolean(st))
+        return ifl_http_reply_tgi_error(c, 422, "validation", "`stream` must be a boolean");
+    return generate(c, body, json_is_true(st));
 }
 
 int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *b)
@@ -708,8 +718,9 @@ int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *b)
     return ifl_http_reply_json(c, 200, o);
 }
 
-int ifl_tgi_info(struct ifl_hconn *c)
+int ifl_tgi_info(struct ifl_hconn *c, json_t *body)
 {
+    (void)body;
     struct ifl_server *s = c->srv;
     const struct ifl_executor_config *e = &s->cfg.exec;
     json_t *o = json_object();

@@ -1,0 +1,104 @@
+/*
+ * JSON helpers over jansson for the request parsers: typed field readers
+ * with ranges (ifl_json_get_*), the field-spec tables both protocols read
+ * their scalar parameters with (ifl_json_read_fields), and a schema field's
+ * text. Readers never keep pointers past the request: a string read is a
+ * view into the parsed body, which the route owns.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "server/internal.h"
+
+int ifl_json_get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    double d = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!json_is_number(v) || !(d >= lo && d <= hi)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be a number from %g to %g", key, lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+int ifl_json_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    /* 5.0 is accepted as 5 (JavaScript clients cannot tell them apart) */
+    int64_t x = 0;
+    int ok = 0;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+        ok = 1;
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        ok = d == floor(d) && fabs(d) < 9e15;
+        x = (int64_t)d;
+    }
+    if (!ok || x < lo || x > hi) {
+        ifl_err(err, IFL_EINVAL, "%s: must be an integer from %lld to %lld", key, (long long)lo,
+                (long long)hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+int ifl_json_get_bool(json_t *o, const char *key, int *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be true or false", key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+int ifl_json_get_str(json_t *o, const char *key, const char **out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be a string", key);
+        return -1;
+    }
+    *out = json_string_value(v);
+    return 1;
+}
+
+char *ifl_json_schema_text(json_t *v, const char *param, char *err)
+{
+    if (json_is_string(v)) {
+        /* a schema sent as a string: it must hold a JSON object */
+        json_error_t je;
+        json_t *o = json_loadb(json_string_value(v), json_string_length(v), 0, &je);
+        int obj = json_is_object(o);
+        json_decref(o);
+        if (!obj) {
+            ifl_err(err, IFL_EINVAL, "%s: the schema is not a JSON object%s%s", param,
+                    o ? "" : ": ", o ? "" : je.text);
+            return NULL;
+        }
+        return strndup(json_string_value(v), json_string_length(v));
+    }
+    if (!json_is_object(v) && !json_is_boolean(v)) {
+        ifl_err(err, IFL_EINVAL, "%s: must be a JSON Schema (an object)", param);
+        return NULL;
+    }
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t)
+        ifl_err(err, IFL_ENOMEM, "out of memory");
+    return t;
+}
