@@ -4,6 +4,7 @@
  *   http.c      transport: libmicrohttpd's callbacks, the route table
  *   reply.c     replies, errors, streams and SSE events
  *   openai.c, tgi.c    the two protocols' routes
+ *   logprobs.c  log-probs in OpenAI's two shapes
  *   gen.c       one generation over the executor: parameters, start, poll
  *   fold.c      a job's results: responses folded into choices; freeing
  *   pump.c      the thread between the executor and the connections
@@ -11,9 +12,9 @@
  *   messages.c  chat messages rendered into a prompt by the chat template
  *   prescan.c   a look at a raw body for a prompt beyond the context
  *   metrics.c, log.c, sbuf.c   counters, log lines, the byte buffer
- * Calls go one way between any two files (the lower in this list never
- * call the higher ones back, except the leaves: json, messages, prescan,
- * metrics, log and sbuf call none of the others but sbuf).
+ * Calls between these files go one way: no two call each other, and no
+ * longer cycle runs through them (server.c and http.c at the top, sbuf.c
+ * and json.c at the bottom).
  *
  * Ownership: a struct ifl_hconn lives from the first callback of an HTTP
  * request to libmicrohttpd's "request completed" callback, which frees it
@@ -232,6 +233,51 @@ int ifl_json_get_num(json_t *o, const char *key, double lo, double hi, double *o
 int ifl_json_get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err);
 int ifl_json_get_bool(json_t *o, const char *key, int *out, char *err);
 int ifl_json_get_str(json_t *o, const char *key, const char **out, char *err);
+/* The JSON text of a request field (a schema given as an object or as a
+ * string holding one), malloc'd; NULL with err when it is neither. */
+char *ifl_json_schema_text(json_t *v, const char *param, char *err);
+
+/* One request field of a protocol's table: its name, JSON type and range,
+ * where it goes in the caller's struct and its value when absent. Both
+ * protocols read their scalar parameters through such tables, each with its
+ * own ranges, defaults and (TGI) error sentences. */
+enum ifl_json_type {
+    IFL_JSON_NUM,  /* a number into a double, within [lo, hi] */
+    IFL_JSON_I64,  /* an integer (5.0 counts) into an int64_t, within [ilo, ihi] */
+    IFL_JSON_INT,  /* the same into an int (the range must fit an int) */
+    IFL_JSON_BOOL, /* true or false into an int */
+    IFL_JSON_STR,  /* a string into a const char * (a view into the body) */
+};
+enum {
+    IFL_JSON_ABOVE_LO = 1, /* NUM: lo itself is refused */
+    IFL_JSON_BELOW_HI = 2, /* NUM: hi itself is refused */
+};
+struct ifl_json_field {
+    const char *name;
+    int type;         /* enum ifl_json_type */
+    double lo, hi;    /* NUM's range */
+    int open;         /* NUM: IFL_JSON_ABOVE_LO | IFL_JSON_BELOW_HI */
+    int64_t ilo, ihi; /* I64's and INT's range */
+    size_t at;        /* offsetof the target in the caller's struct */
+    double def;       /* the target's value when the field is absent or null (STR: NULL) */
+    const char *msg;  /* the error sentence; NULL: the reader's "name: must be ..." */
+};
+/* Sets every target of the table f[0..n) (n <= 64) to its default, then
+ * reads the fields o holds, in table order. 0 with *seen (bit i: field i
+ * was given, not null); IFL_EINVAL at the first wrong field, with *bad its
+ * index and err its sentence. */
+int ifl_json_read_fields(json_t *o, const struct ifl_json_field *f, int n, void *base,
+                         uint64_t *seen, int *bad, char *err);
+/* Table entries (S: the target struct). */
+#define IFL_FIELD_NUM(S, nm, l, h, fld, d)                                                         \
+    {.name = (nm), .type = IFL_JSON_NUM, .lo = (l), .hi = (h), .at = offsetof(S, fld), .def = (d)}
+#define IFL_FIELD_I64(S, nm, l, h, fld, d)                                                         \
+    {.name = (nm), .type = IFL_JSON_I64, .ilo = (l), .ihi = (h), .at = offsetof(S, fld), .def = (d)}
+#define IFL_FIELD_INT(S, nm, l, h, fld, d)                                                         \
+    {.name = (nm), .type = IFL_JSON_INT, .ilo = (l), .ihi = (h), .at = offsetof(S, fld), .def = (d)}
+#define IFL_FIELD_BOOL(S, nm, fld, d)                                                              \
+    {.name = (nm), .type = IFL_JSON_BOOL, .at = offsetof(S, fld), .def = (d)}
+#define IFL_FIELD_STR(S, nm, fld) {.name = (nm), .type = IFL_JSON_STR, .at = offsetof(S, fld)}
 
 /* ---- one generation over the executor (gen.c, fold.c) ---- */
 
@@ -340,9 +386,6 @@ int ifl_gen_add_bias(struct ifl_gen_job *j, int32_t id, float v);
  * compiles it at enqueue: an invalid schema, regex or grammar fails there. */
 int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t n,
                       const char *param, char *err);
-/* The JSON text of a request field (a schema given as an object or as a
- * string holding one), malloc'd; NULL with err when it is neither. */
-char *ifl_json_schema_text(json_t *v, const char *param, char *err);
 /* TGI's `grammar` object ({"type": "json" | "json_schema" | "regex",
  * "value"}) as the request's constraint; err names the problem. */
 int ifl_gen_set_tgi_grammar(struct ifl_gen_job *j, json_t *gr, char *err);
@@ -442,6 +485,22 @@ typedef int (*ifl_route_fn)(struct ifl_hconn *c, json_t *body);
 int ifl_oai_completions(struct ifl_hconn *c, json_t *body);
 int ifl_oai_chat(struct ifl_hconn *c, json_t *body);
 int ifl_oai_models(struct ifl_hconn *c, json_t *body);
+/* Log-probs in OpenAI's shapes (logprobs.c); each returns a new object. */
+json_t *ifl_oai_lp_completion_new(void);
+/* Appends n tokens (with k alternatives each in tops) to a completions
+ * log-probs object; *offset advances by each token's text. */
+void ifl_oai_lp_completion_add(struct ifl_server *s, json_t *o, const int32_t *toks,
+                               const float *lps, const struct ifl_top_logprob *tops, int32_t k,
+                               int32_t n, int64_t *offset);
+json_t *ifl_oai_lp_completion(struct ifl_server *s, const int32_t *toks, const float *lps,
+                              const struct ifl_top_logprob *tops, int32_t k, int32_t n,
+                              int64_t *offset);
+/* Appends prompt pi's scored tokens (the job's prompt scores) to o, their
+ * offsets indexing the prompt as echoed (echo_len bytes). */
+void ifl_oai_lp_completion_echo(struct ifl_server *s, json_t *o, const struct ifl_gen_job *j,
+                                int pi, int64_t echo_len);
+json_t *ifl_oai_lp_chat(struct ifl_server *s, const int32_t *toks, const float *lps,
+                        const struct ifl_top_logprob *tops, int32_t k, int32_t n);
 /* Splits s->model_name, when split is 1 a comma-separated list (from
  * --served-model-name), into s->names and keeps the first as model_name.
  * IFL_ENOMEM. ifl_oai_names_free frees s->names. */

@@ -102,3 +102,97 @@ char *ifl_json_schema_text(json_t *v, const char *param, char *err)
         ifl_err(err, IFL_ENOMEM, "out of memory");
     return t;
 }
+
+/* ---- field-spec tables ---- */
+
+static int read_field(json_t *o, const struct ifl_json_field *f, char *base, char *err)
+{
+    void *to = base + f->at;
+    int r;
+    switch (f->type) {
+    case IFL_JSON_NUM: {
+        double d = 0;
+        r = ifl_json_get_num(o, f->name, f->lo, f->hi, &d, err);
+        if (r > 0 && (((f->open & IFL_JSON_ABOVE_LO) && d <= f->lo) ||
+                      ((f->open & IFL_JSON_BELOW_HI) && d >= f->hi)))
+            r = ifl_err(err, -1, "%s: must be a number above %g and below %g", f->name, f->lo,
+                        f->hi);
+        if (r > 0)
+            memcpy(to, &d, sizeof d);
+        return r;
+    }
+    case IFL_JSON_I64:
+    case IFL_JSON_INT: {
+        int64_t v = 0;
+        r = ifl_json_get_int(o, f->name, f->ilo, f->ihi, &v, err);
+        if (r > 0 && f->type == IFL_JSON_I64)
+            memcpy(to, &v, sizeof v);
+        if (r > 0 && f->type == IFL_JSON_INT) {
+            int x = (int)v; /* within the range, which an INT field keeps within int */
+            memcpy(to, &x, sizeof x);
+        }
+        return r;
+    }
+    case IFL_JSON_BOOL: {
+        int b = 0;
+        r = ifl_json_get_bool(o, f->name, &b, err);
+        if (r > 0)
+            memcpy(to, &b, sizeof b);
+        return r;
+    }
+    default: {
+        const char *s = NULL;
+        r = ifl_json_get_str(o, f->name, &s, err);
+        if (r > 0)
+            memcpy(to, &s, sizeof s);
+        return r;
+    }
+    }
+}
+
+static void set_default(const struct ifl_json_field *f, char *base)
+{
+    void *to = base + f->at;
+    switch (f->type) {
+    case IFL_JSON_NUM:
+        memcpy(to, &f->def, sizeof f->def);
+        break;
+    case IFL_JSON_I64: {
+        int64_t v = (int64_t)f->def;
+        memcpy(to, &v, sizeof v);
+        break;
+    }
+    case IFL_JSON_INT:
+    case IFL_JSON_BOOL: {
+        int v = (int)f->def;
+        memcpy(to, &v, sizeof v);
+        break;
+    }
+    default: {
+        const char *s = NULL;
+        memcpy(to, &s, sizeof s);
+        break;
+    }
+    }
+}
+
+int ifl_json_read_fields(json_t *o, const struct ifl_json_field *f, int n, void *base,
+                         uint64_t *seen, int *bad, char *err)
+{
+    IFL_ASSERT(n <= 64);
+    *seen = 0;
+    for (int i = 0; i < n; i++)
+        set_default(&f[i], base);
+    for (int i = 0; i < n; i++) {
+        int r = read_field(o, &f[i], base, err);
+        if (r < 0) {
+            if (f[i].msg)
+                ifl_err(err, IFL_EINVAL, "%s", f[i].msg);
+            *bad = i;
+            return IFL_EINVAL;
+        }
+        if (r > 0)
+            *seen |= (uint64_t)1 << i;
+    }
+    return 0;
+}

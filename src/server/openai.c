@@ -36,152 +36,6 @@ static const char *finish_name(int f)
     }
 }
 
-static json_t *lp_json(float v)
-{
-    /* JSON has no -Infinity; OpenAI reports impossible tokens as -9999 */
-    return json_real(isfinite(v) ? (double)v : -9999.0);
-}
-
-static json_t *bytes_json(const char *p, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(a, json_integer((unsigned char)p[i]));
-    return a;
-}
-
-/* ---- log-probs in both APIs' shapes ---- */
-
-/* Completions: {tokens, token_logprobs, top_logprobs, text_offset}. */
-static json_t *lp_completion_new(void)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "tokens", json_array());
-    json_object_set_new(o, "token_logprobs", json_array());
-    json_object_set_new(o, "top_logprobs", json_array());
-    json_object_set_new(o, "text_offset", json_array());
-    return o;
-}
-
-/* Appends n tokens to o; *offset advances by each token's bytes. A NAN
- * log-prob (the first prompt token of an echo: nothing predicts it) shows
- * as null with null alternatives. With plain (an echoed prompt, shown as
- * the client sent it), *offset counts the tokens' text without control
- * tokens, and the offset shown is that less plain->shift, within
- * 0..plain->limit. */
-struct plain_offsets {
-    int64_t shift, limit;
-};
-
-static void lp_completion_add(struct ifl_server *s, json_t *o, const int32_t *toks,
-                              const float *lps, const struct ifl_top_logprob *tops, int32_t k,
-                              int32_t n, int64_t *offset, const struct plain_offsets *plain)
-{
-    json_t *t = json_object_get(o, "tokens"), *l = json_object_get(o, "token_logprobs"),
-           *tl = json_object_get(o, "top_logprobs"), *off = json_object_get(o, "text_offset");
-    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
-    char piece[256];
-    for (int32_t i = 0; i < n; i++) {
-        size_t pl = ifl_gen_piece(s, toks[i], piece, sizeof piece);
-        json_array_append_new(t, ifl_json_text(piece, pl));
-        int unknown = lps && isnan(lps[i]);
-        json_array_append_new(l, unknown ? json_null() : lp_json(lps ? lps[i] : 0));
-        if (plain) {
-            int64_t at = *offset - plain->shift, np = 0;
-            at = at < 0 ? 0 : at > plain->limit ? plain->limit : at;
-            json_array_append_new(off, json_integer(at));
-            char plain_text[256];
-            if (ifl_executor_detokenize(ex, &toks[i], 1, 0, plain_text, sizeof plain_text, &np))
-                np = 0;
-            *offset += np;
-        } else {
-            json_array_append_new(off, json_integer(*offset));
-            *offset += (int64_t)pl;
-        }
-        if (k > 0 && tops && !unknown) {
-            json_t *d = json_object();
-            for (int32_t q = 0; q < k; q++) {
-                const struct ifl_top_logprob *tp = &tops[(size_t)i * k + q];
-                if (tp->token < 0)
-                    continue;
-                char alt[256];
-                size_t al = ifl_gen_piece(s, tp->token, alt, sizeof alt);
-                json_t *key = ifl_json_text(alt, al);
-                if (key && !json_object_get(d, json_string_value(key)))
-                    json_object_set_new(d, json_string_value(key), lp_json(tp->logprob));
-                json_decref(key);
-            }
-            json_array_append_new(tl, d);
-        } else {
-            json_array_append_new(tl, json_null());
-        }
-    }
-}
-
-static json_t *lp_completion(struct ifl_server *s, const int32_t *toks, const float *lps,
-                             const struct ifl_top_logprob *tops, int32_t k, int32_t n,
-                             int64_t *offset)
-{
-    json_t *o = lp_completion_new();
-    lp_completion_add(s, o, toks, lps, tops, k, n, offset, NULL);
-    return o;
-}
-
-/* The echoed prompt's part of the log-probs: prompt pi's tokens from the
- * job's prompt scores. Offsets index the prompt's text: the tokens' plain
- * text may be longer at its start (a SentencePiece word's space), so the
- * difference is taken off. */
-static void lp_completion_echo(struct ifl_server *s, json_t *o, const struct ifl_gen_job *j,
-                               int pi, int64_t echo_len)
-{
-    const struct ifl_gen_prompt_scores *ps = &j->pscore[pi];
-    if (ps->n != j->n_prompt[pi])
-        return;
-    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
-    int64_t total = 0, shown = 0, off = 0;
-    char one[1];
-    ifl_executor_detokenize(ex, j->prompts[pi], ps->n, 0, one, 1, &total);
-    ifl_executor_detokenize(ex, j->prompts[pi], ps->n, 1, one, 1, &shown);
-    /* a prompt of token ids is echoed as its tokens' shown pieces */
-    struct plain_offsets po = {.shift = total > echo_len ? total - echo_len : 0, .limit = echo_len};
-    lp_completion_add(s, o, j->prompts[pi], ps->lps, ps->tops, ps->n_top, ps->n, &off,
-                      shown == echo_len ? NULL : &po);
-}
-
-/* Chat: {content: [{token, logprob, bytes, top_logprobs: [...]}], refusal} */
-static json_t *lp_chat(struct ifl_server *s, const int32_t *toks, const float *lps,
-                       const struct ifl_top_logprob *tops, int32_t k, int32_t n)
-{
-    json_t *content = json_array();
-    char piece[256];
-    for (int32_t i = 0; i < n; i++) {
-        size_t pl = ifl_gen_piece(s, toks[i], piece, sizeof piece);
-        json_t *e = json_object();
-        json_object_set_new(e, "token", ifl_json_text(piece, pl));
-        json_object_set_new(e, "logprob", lp_json(lps ? lps[i] : 0));
-        json_object_set_new(e, "bytes", bytes_json(piece, pl));
-        json_t *alts = json_array();
-        for (int32_t q = 0; q < k && tops; q++) {
-            const struct ifl_top_logprob *tp = &tops[(size_t)i * k + q];
-            if (tp->token < 0)
-                continue;
-            char alt[256];
-            size_t al = ifl_gen_piece(s, tp->token, alt, sizeof alt);
-            json_t *a = json_object();
-            json_object_set_new(a, "token", ifl_json_text(alt, al));
-            json_object_set_new(a, "logprob", lp_json(tp->logprob));
-            json_object_set_new(a, "bytes", bytes_json(alt, al));
-            json_array_append_new(alts, a);
-        }
-        json_object_set_new(e, "top_logprobs", alts);
-        json_array_append_new(content, e);
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "content", content);
-    json_object_set_new(o, "refusal", json_null());
-    return o;
-}
-
 /* ---- parameters shared by both routes ---- */
 
 struct oai_req {
@@ -193,6 +47,10 @@ struct oai_req {
     struct ifl_gen_params p;
     char **echo_text; /* completions: per prompt, the prompt as text */
     size_t *echo_len;
+    /* fields read by the tables, then applied */
+    const char *model_asked, *user;
+    int do_sample, watermark;
+    int64_t max_new_tokens;
 };
 
 static void oai_req_free(struct oai_req *q, int n_prompts)
@@ -205,6 +63,74 @@ static void oai_req_free(struct oai_req *q, int n_prompts)
     free(q->echo_len);
 }
 
+/* The scalar parameters both routes take, with OpenAI's ranges and
+ * defaults (docs/http.md), vLLM's extensions, and TGI's names as Hugging
+ * Face's client forwards them (parse_tgi_fields). A later field wins over
+ * an earlier one with the same target (max_completion_tokens over
+ * max_tokens). */
+enum {
+    OF_MAX_NEW_TOKENS = 2,
+    OF_TEMPERATURE = 5,
+    OF_SEED = 10,
+};
+#define Q struct oai_req
+/* clang-format off */
+static const struct ifl_json_field OAI_FIELDS[] = {
+    IFL_FIELD_STR(Q, "model", model_asked),
+    IFL_FIELD_I64(Q, "max_tokens", 0, 1 << 24, p.max_tokens, -1),
+    [OF_MAX_NEW_TOKENS] = IFL_FIELD_I64(Q, "max_new_tokens", 0, 1 << 24, max_new_tokens, 0),
+    IFL_FIELD_I64(Q, "max_completion_tokens", 0, 1 << 24, p.max_tokens, -1),
+    IFL_FIELD_BOOL(Q, "do_sample", do_sample, 1),
+    [OF_TEMPERATURE] = IFL_FIELD_NUM(Q, "temperature", 0, 2, p.temperature, 1),
+    IFL_FIELD_NUM(Q, "top_p", 0, 1, p.top_p, 1),
+    IFL_FIELD_INT(Q, "n", 1, 128, p.n, 1),
+    IFL_FIELD_BOOL(Q, "stream", stream, 0),
+    IFL_FIELD_NUM(Q, "presence_penalty", -2, 2, p.pres_pen, 0),
+    [OF_SEED] = IFL_FIELD_I64(Q, "seed", INT64_MIN, INT64_MAX, p.seed, 0),
+    IFL_FIELD_NUM(Q, "frequency_penalty", -2, 2, p.freq_pen, 0),
+    IFL_FIELD_STR(Q, "user", user),
+    IFL_FIELD_BOOL(Q, "return_full_text", full_text, 0),
+    /* a watermark of any kind is refused with the same sentence */
+    {.name = "watermark", .type = IFL_JSON_BOOL, .at = offsetof(Q, watermark),
+     .msg = "watermark: not supported by this server"},
+    /* vLLM's extensions */
+    IFL_FIELD_I64(Q, "top_k", -1, 1 << 20, p.top_k, 0),
+    IFL_FIELD_NUM(Q, "min_p", 0, 1, p.min_p, 0),
+    IFL_FIELD_NUM(Q, "typical_p", 1e-6, 1, p.typical_p, 1),
+    IFL_FIELD_NUM(Q, "repetition_penalty", 1e-3, 100, p.rep_pen, 1),
+    IFL_FIELD_I64(Q, "min_tokens", 0, 1 << 24, p.min_tokens, 0),
+    IFL_FIELD_BOOL(Q, "ignore_eos", p.ignore_eos, 0),
+    IFL_FIELD_NUM(Q, "priority", 0, 1, p.priority, 0.5),
+};
+/* completions only: logprobs is the number of alternatives (want_lp when
+ * given); echo defaults to return_full_text (applied after reading) */
+enum { CF_ECHO, CF_LOGPROBS, CF_BEST_OF };
+static const struct ifl_json_field COMPLETION_FIELDS[] = {
+    [CF_ECHO] = IFL_FIELD_BOOL(Q, "echo", echo, 0),
+    [CF_LOGPROBS] = IFL_FIELD_INT(Q, "logprobs", 0, 20, top, 0),
+    [CF_BEST_OF] = IFL_FIELD_INT(Q, "best_of", 1, 128, p.best_of, 0),
+};
+/* chat only */
+enum { HF_LOGPROBS, HF_TOP_LOGPROBS };
+static const struct ifl_json_field CHAT_FIELDS[] = {
+    [HF_LOGPROBS] = IFL_FIELD_BOOL(Q, "logprobs", want_lp, 0),
+    [HF_TOP_LOGPROBS] = IFL_FIELD_INT(Q, "top_logprobs", 0, 20, top, 0),
+};
+/* clang-format on */
+#undef Q
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Reads table f of q's fields from b: 0, or 400 with param and err. */
+static int read_fields(json_t *b, const struct ifl_json_field *f, int n, struct oai_req *q,
+                       uint64_t *seen, char *param, char *err)
+{
+    int bad = 0;
+    if (!ifl_json_read_fields(b, f, n, q, seen, &bad, err))
+        return 0;
+    snprintf(param, 64, "%s", f[bad].name);
+    return 400;
+}
+
 /* TGI's parameters as Hugging Face's client forwards them to these routes
  * (its textGeneration sends `parameters` flattened, max_new_tokens renamed
  * max_tokens). Each is honoured or refused, never silently dropped when it
@@ -214,38 +140,26 @@ static void oai_req_free(struct oai_req *q, int n_prompts)
  * grammar may be TGI's {"type", "value"} object; truncate, watermark and
  * adapter_id are refused; details, decoder_input_details and top_n_tokens
  * shape TGI's reply only and are ignored here (logprobs and top_logprobs are
- * the OpenAI way). 0, or fills param/err and returns an HTTP status. */
-static int parse_tgi_fields(json_t *b, struct oai_req *q, struct ifl_gen_job *j, char *param,
-                            char *err)
+ * the OpenAI way). The scalars were read with OAI_FIELDS. 0, or fills
+ * param/err and returns an HTTP status. */
+static int parse_tgi_fields(json_t *b, struct oai_req *q, uint64_t seen, struct ifl_gen_job *j,
+                            char *param, char *err)
 {
     struct ifl_gen_params *p = &q->p;
-    int bo = 1;
-    int64_t v;
 #define FAIL(name)                                                                                 \
     do {                                                                                           \
         snprintf(param, 64, "%s", name);                                                           \
         return 400;                                                                                \
     } while (0)
-    if (ifl_json_get_bool(b, "do_sample", &bo, err) < 0)
-        FAIL("do_sample");
-    json_t *temp = json_object_get(b, "temperature");
-    if (!bo && (!temp || json_is_null(temp)))
+    if (!q->do_sample && !(seen >> OF_TEMPERATURE & 1))
         p->temperature = 0;
-    int r = ifl_json_get_int(b, "max_new_tokens", 0, 1 << 24, &v, err);
-    if (r < 0)
-        FAIL("max_new_tokens");
-    if (r && p->max_tokens < 0)
-        p->max_tokens = v;
-    bo = 0;
-    if (ifl_json_get_bool(b, "return_full_text", &bo, err) < 0)
-        FAIL("return_full_text");
-    if (bo && q->chat) {
+    if ((seen >> OF_MAX_NEW_TOKENS & 1) && p->max_tokens < 0)
+        p->max_tokens = q->max_new_tokens;
+    if (q->full_text && q->chat) {
         ifl_err(err, IFL_EINVAL, "return_full_text: not on chat completions");
         FAIL("return_full_text");
     }
-    q->full_text = bo;
-    bo = 0;
-    if (ifl_json_get_bool(b, "watermark", &bo, err) < 0 || bo) {
+    if (q->watermark) {
         ifl_err(err, IFL_EUNSUPPORTED, "watermark: not supported by this server");
         FAIL("watermark");
     }
@@ -271,18 +185,18 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
                         char *param, char *err)
 {
     struct ifl_gen_params *p = &q->p;
-    *p = (struct ifl_gen_params){.max_tokens = -1, .n = 1, .temperature = 1, .top_p = 1,
-                                 .typical_p = 1, .rep_pen = 1, .priority = 0.5};
-    const char *model = NULL;
-    int64_t v;
+    *p = (struct ifl_gen_params){0};
     int bo;
 #define FAIL(name)                                                                                 \
     do {                                                                                           \
         snprintf(param, 64, "%s", name);                                                           \
         return 400;                                                                                \
     } while (0)
-    if (ifl_json_get_str(b, "model", &model, err) < 0)
-        FAIL("model");
+    uint64_t seen = 0;
+    int st = read_fields(b, OAI_FIELDS, N_OF(OAI_FIELDS), q, &seen, param, err);
+    if (st)
+        return st;
+    const char *model = q->model_asked;
     /* One model is served: any name selects it (as TGI and llama-server do,
      * so clients configured with a placeholder such as "gpt-3.5-turbo", or
      * Hugging Face's client sending its endpoint URL, work), unless
@@ -307,31 +221,11 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
                 model, list);
         return 404;
     }
-    int r1 = ifl_json_get_int(b, "max_tokens", 0, 1 << 24, &v, err);
-    if (r1 < 0)
-        FAIL("max_tokens");
-    if (r1)
-        p->max_tokens = v;
-    int r2 = ifl_json_get_int(b, "max_completion_tokens", 0, 1 << 24, &v, err);
-    if (r2 < 0)
-        FAIL("max_completion_tokens");
-    if (r2)
-        p->max_tokens = v;
-    if (ifl_json_get_num(b, "temperature", 0, 2, &p->temperature, err) < 0)
-        FAIL("temperature");
-    if (ifl_json_get_num(b, "top_p", 0, 1, &p->top_p, err) < 0)
-        FAIL("top_p");
     if (p->top_p == 0)
         p->top_p = 1e-6; /* "nucleus of nothing": the top token only */
-    int rn = ifl_json_get_int(b, "n", 1, 128, &v, err);
-    if (rn < 0)
-        FAIL("n");
-    if (rn)
-        p->n = (int)v;
-    bo = 0;
-    if (ifl_json_get_bool(b, "stream", &bo, err) < 0)
-        FAIL("stream");
-    q->stream = bo;
+    if (p->top_k < 0)
+        p->top_k = 0;
+    p->has_seed = seen >> OF_SEED & 1;
     json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -379,10 +273,6 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
         ifl_err(err, IFL_EINVAL, "stop: must be a string or a list of strings");
         FAIL("stop");
     }
-    if (ifl_json_get_num(b, "presence_penalty", -2, 2, &p->pres_pen, err) < 0)
-        FAIL("presence_penalty");
-    if (ifl_json_get_num(b, "frequency_penalty", -2, 2, &p->freq_pen, err) < 0)
-        FAIL("frequency_penalty");
     json_t *lb = json_object_get(b, "logit_bias");
     if (lb && !json_is_null(lb)) {
         if (!json_is_object(lb)) {
@@ -409,12 +299,6 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
                 return 500;
         }
     }
-    if (ifl_json_get_int(b, "seed", INT64_MIN, INT64_MAX, &p->seed, err) < 0)
-        FAIL("seed");
-    p->has_seed = json_object_get(b, "seed") && !json_is_null(json_object_get(b, "seed"));
-    const char *user = NULL;
-    if (ifl_json_get_str(b, "user", &user, err) < 0)
-        FAIL("user");
     json_t *rf = json_object_get(b, "response_format");
     if (rf && !json_is_null(rf)) {
         const char *type = json_is_object(rf) ? json_string_value(json_object_get(rf, "type")) : NULL;
@@ -473,7 +357,7 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
         if (rc)
             FAIL("json_schema");
     }
-    int st = parse_tgi_fields(b, q, j, param, err);
+    st = parse_tgi_fields(b, q, seen, j, param, err);
     if (st)
         return st;
     static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
@@ -486,30 +370,11 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
             FAIL(unsupported[i]);
         }
     }
-    /* extensions (vLLM's names) */
-    if (ifl_json_get_int(b, "top_k", -1, 1 << 20, &p->top_k, err) < 0)
-        FAIL("top_k");
-    if (p->top_k < 0)
-        p->top_k = 0;
-    if (ifl_json_get_num(b, "min_p", 0, 1, &p->min_p, err) < 0)
-        FAIL("min_p");
-    if (ifl_json_get_num(b, "typical_p", 1e-6, 1, &p->typical_p, err) < 0)
-        FAIL("typical_p");
-    if (ifl_json_get_num(b, "repetition_penalty", 1e-3, 100, &p->rep_pen, err) < 0)
-        FAIL("repetition_penalty");
-    if (ifl_json_get_int(b, "min_tokens", 0, 1 << 24, &p->min_tokens, err) < 0)
-        FAIL("min_tokens");
-    bo = 0;
-    if (ifl_json_get_bool(b, "ignore_eos", &bo, err) < 0)
-        FAIL("ignore_eos");
-    p->ignore_eos = bo;
     if (p->ignore_eos && j->guide_param) {
         ifl_err(err, IFL_EINVAL, "ignore_eos: not with %s (a constrained output ends where its "
                                  "grammar does)", j->guide_param);
         FAIL("ignore_eos");
     }
-    if (ifl_json_get_num(b, "priority", 0, 1, &p->priority, err) < 0)
-        FAIL("priority");
     return 0;
 #undef FAIL
 }
@@ -560,7 +425,7 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
             json_object_set_new(msg, "refusal", json_null());
             json_object_set_new(cj, "message", msg);
             json_object_set_new(cj, "logprobs",
-                                q->want_lp ? lp_chat(s, ch->tokens, ch->lps, ch->tops, ch->n_top,
+                                q->want_lp ? ifl_oai_lp_chat(s, ch->tokens, ch->lps, ch->tops, ch->n_top,
                                                      ch->n_tokens)
                                            : json_null());
         } else {
@@ -574,11 +439,11 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
             int64_t off = q->echo ? (int64_t)q->echo_len[pi] : 0;
             json_t *lp = json_null();
             if (q->want_lp) {
-                lp = lp_completion_new();
+                lp = ifl_oai_lp_completion_new();
                 if (q->echo)
-                    lp_completion_echo(s, lp, j, pi, off);
-                lp_completion_add(s, lp, ch->tokens, ch->lps, ch->tops, ch->n_top, ch->n_tokens,
-                                  &off, NULL);
+                    ifl_oai_lp_completion_echo(s, lp, j, pi, off);
+                ifl_oai_lp_completion_add(s, lp, ch->tokens, ch->lps, ch->tops, ch->n_top,
+                                          ch->n_tokens, &off);
             }
             json_object_set_new(cj, "logprobs", lp);
         }
@@ -636,8 +501,8 @@ static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
         json_t *cj = json_object();
         json_object_set_new(cj, "index", json_integer(choice));
         json_object_set_new(cj, "text", ifl_json_text(os->q.echo_text[pi], os->q.echo_len[pi]));
-        json_t *lp = lp_completion_new();
-        lp_completion_echo(s, lp, j, pi, (int64_t)os->q.echo_len[pi]);
+        json_t *lp = ifl_oai_lp_completion_new();
+        ifl_oai_lp_completion_echo(s, lp, j, pi, (int64_t)os->q.echo_len[pi]);
         json_object_set_new(cj, "logprobs", lp);
         json_object_set_new(cj, "finish_reason", json_null());
         sse(&os->st->out, chunk(os, cj));
@@ -653,14 +518,14 @@ static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
             json_object_set_new(delta, "content", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
             json_object_set_new(cj, "delta", delta);
             json_object_set_new(cj, "logprobs",
-                                has_lp ? lp_chat(s, res->tokens, res->log_probs, res->top_log_probs,
+                                has_lp ? ifl_oai_lp_chat(s, res->tokens, res->log_probs, res->top_log_probs,
                                                  res->n_top, res->n_tokens)
                                        : json_null());
             json_object_set_new(cj, "finish_reason", json_null());
         } else {
             json_object_set_new(cj, "text", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
             json_object_set_new(cj, "logprobs",
-                                has_lp ? lp_completion(s, res->tokens, res->log_probs,
+                                has_lp ? ifl_oai_lp_completion(s, res->tokens, res->log_probs,
                                                        res->top_log_probs, res->n_top,
                                                        res->n_tokens, &os->offset[choice])
                                        : json_null());
@@ -839,32 +704,25 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
     int st = parse_common(s, b, &q, j, param, err);
     if (st)
         return fail(c, j, &q, st, param, err);
-    int bo = 0;
-    bo = q.full_text; /* TGI's return_full_text, unless echo is given */
-    if (ifl_json_get_bool(b, "echo", &bo, err) < 0)
-        return fail(c, j, &q, 400, "echo", err);
-    q.echo = bo;
-    int64_t v = 0;
-    int r = ifl_json_get_int(b, "logprobs", 0, 20, &v, err);
-    if (r < 0)
-        return fail(c, j, &q, 400, "logprobs", err);
-    if (r) {
-        q.want_lp = 1;
-        q.top = (int)v;
-    }
-    r = ifl_json_get_int(b, "best_of", 1, 128, &v, err);
-    if (r < 0)
-        return fail(c, j, &q, 400, "best_of", err);
-    if (r && v < q.p.n) {
+    /* best_of and n share p: keep n, read into best_of */
+    uint64_t seen = 0;
+    const int full_text = q.full_text;
+    st = read_fields(b, COMPLETION_FIELDS, N_OF(COMPLETION_FIELDS), &q, &seen, param, err);
+    if (st)
+        return fail(c, j, &q, st, param, err);
+    if (!(seen >> CF_ECHO & 1))
+        q.echo = full_text; /* TGI's return_full_text, unless echo is given */
+    q.want_lp = seen >> CF_LOGPROBS & 1;
+    int64_t v = q.p.best_of;
+    if ((seen >> CF_BEST_OF & 1) && v < q.p.n) {
         snprintf(err, sizeof err, "best_of: must be at least n (%d)", q.p.n);
         return fail(c, j, &q, 400, "best_of", err);
     }
-    if (r && v > q.p.n && q.stream) {
+    if ((seen >> CF_BEST_OF & 1) && v > q.p.n && q.stream) {
         snprintf(err, sizeof err, "best_of: cannot be used with stream (the best are known only "
                                   "at the end)");
         return fail(c, j, &q, 400, "best_of", err);
     }
-    q.p.best_of = r ? (int)v : 0;
     /* prompt: a string, a list of strings, a list of token ids, or a list of those lists */
     json_t *prompt = json_object_get(b, "prompt");
     q.echo_text = calloc(MAX_PROMPTS, sizeof(char *));
@@ -962,19 +820,14 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     int st = parse_common(s, b, &q, j, param, err);
     if (st)
         return fail(c, j, &q, st, param, err);
-    int bo = 0;
-    if (ifl_json_get_bool(b, "logprobs", &bo, err) < 0)
-        return fail(c, j, &q, 400, "logprobs", err);
-    q.want_lp = bo;
-    int64_t v = 0;
-    int r = ifl_json_get_int(b, "top_logprobs", 0, 20, &v, err);
-    if (r < 0)
-        return fail(c, j, &q, 400, "top_logprobs", err);
-    if (r && v > 0 && !q.want_lp) {
+    uint64_t seen = 0;
+    st = read_fields(b, CHAT_FIELDS, N_OF(CHAT_FIELDS), &q, &seen, param, err);
+    if (st)
+        return fail(c, j, &q, st, param, err);
+    if (q.top > 0 && !q.want_lp) {
         snprintf(err, sizeof err, "top_logprobs: needs logprobs set to true");
         return fail(c, j, &q, 400, "top_logprobs", err);
     }
-    q.top = r ? (int)v : 0;
     char *prompt = NULL;
     size_t plen = 0;
     json_t *msgs = json_object_get(b, "messages");

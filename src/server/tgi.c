@@ -87,6 +87,81 @@ struct tgi_req {
     size_t n_inputs;
 };
 
+/* What `parameters` holds, read by TGI_FIELDS and then applied. */
+struct tgi_params {
+    struct ifl_gen_params g;
+    int details, full_text, top_n, do_sample, watermark;
+    int64_t truncate;
+};
+
+/* TGI's parameters with its ranges, defaults and error sentences
+ * (docs/http.md, TGI parameters). Sampling is asked for by do_sample or by
+ * any sampling parameter given (a temperature other than 1); otherwise the
+ * request is greedy. best_of's bound is the server's --parallel, so it is
+ * read apart. */
+enum {
+    TF_MAX_NEW_TOKENS,
+    TF_TEMPERATURE,
+    TF_TOP_K,
+    TF_TOP_P,
+    TF_TYPICAL_P,
+    TF_REPETITION_PENALTY,
+    TF_FREQUENCY_PENALTY,
+    TF_SEED,
+    TF_DO_SAMPLE,
+    TF_DETAILS,
+    TF_DECODER_INPUT_DETAILS,
+    TF_RETURN_FULL_TEXT,
+    TF_TOP_N_TOKENS,
+    TF_WATERMARK,
+    TF_TRUNCATE,
+    TF_COUNT
+};
+#define P struct tgi_params
+#define NUM(nm, l, h, op, fld, d, m)                                                               \
+    {.name = (nm), .type = IFL_JSON_NUM, .lo = (l), .hi = (h), .open = (op),                      \
+     .at = offsetof(P, fld), .def = (d), .msg = (m)}
+#define INT(ty, nm, l, h, fld, d, m)                                                               \
+    {.name = (nm), .type = (ty), .ilo = (l), .ihi = (h), .at = offsetof(P, fld), .def = (d),      \
+     .msg = (m)}
+#define BOOL(nm, fld, m) {.name = (nm), .type = IFL_JSON_BOOL, .at = offsetof(P, fld), .msg = (m)}
+enum { GT = IFL_JSON_ABOVE_LO, LT = IFL_JSON_BELOW_HI };
+/* clang-format off */
+static const struct ifl_json_field TGI_FIELDS[TF_COUNT] = {
+    [TF_MAX_NEW_TOKENS] = INT(IFL_JSON_I64, "max_new_tokens", 0, 1 << 24, g.max_tokens, 100,
+                              "`max_new_tokens` must be an integer >= 0"),
+    [TF_TEMPERATURE] = NUM("temperature", 0, 100, GT, g.temperature, 1,
+                           "`temperature` must be strictly positive"),
+    [TF_TOP_K] = INT(IFL_JSON_I64, "top_k", 1, 1 << 20, g.top_k, 0,
+                     "`top_k` must be strictly positive"),
+    [TF_TOP_P] = NUM("top_p", 0, 1, GT | LT, g.top_p, 1, "`top_p` must be > 0.0 and < 1.0"),
+    [TF_TYPICAL_P] = NUM("typical_p", 0, 1, GT | LT, g.typical_p, 1,
+                         "`typical_p` must be > 0.0 and < 1.0"),
+    [TF_REPETITION_PENALTY] = NUM("repetition_penalty", 0, 100, GT, g.rep_pen, 1,
+                                  "`repetition_penalty` must be strictly positive"),
+    [TF_FREQUENCY_PENALTY] = NUM("frequency_penalty", -2, 2, 0, g.freq_pen, 0,
+                                 "`frequency_penalty` must be >= -2.0 and <= 2.0"),
+    [TF_SEED] = INT(IFL_JSON_I64, "seed", 0, INT64_MAX, g.seed, 0,
+                    "`seed` must be a non-negative integer"),
+    [TF_DO_SAMPLE] = BOOL("do_sample", do_sample, "`do_sample` must be a boolean"),
+    [TF_DETAILS] = BOOL("details", details, "`details` must be a boolean"),
+    [TF_DECODER_INPUT_DETAILS] = BOOL("decoder_input_details", g.score_prompt,
+                                      "`decoder_input_details` must be a boolean"),
+    [TF_RETURN_FULL_TEXT] = BOOL("return_full_text", full_text,
+                                 "`return_full_text` must be a boolean"),
+    [TF_TOP_N_TOKENS] = INT(IFL_JSON_INT, "top_n_tokens", 0, 20, top_n, 0,
+                            "`top_n_tokens` must be an integer from 0 to 20"),
+    /* a watermark of any kind is refused with the same sentence */
+    [TF_WATERMARK] = BOOL("watermark", watermark, "`watermark` is not supported"),
+    [TF_TRUNCATE] = INT(IFL_JSON_I64, "truncate", 1, 1 << 24, truncate, 0,
+                        "`truncate` must be a strictly positive integer"),
+};
+/* clang-format on */
+#undef P
+#undef NUM
+#undef INT
+#undef BOOL
+
 /* 0, or an HTTP status with err filled */
 static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct tgi_req *t,
                  int stream, char *err)
@@ -104,10 +179,11 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     json_t *empty = json_object();
     if (!p)
         p = empty;
-    struct ifl_gen_params g = {.max_tokens = 100, .n = 1, .temperature = 1, .top_p = 1,
-                               .typical_p = 1, .rep_pen = 1, .priority = 0.5};
+    struct tgi_params tp = {0};
+    struct ifl_gen_params g = {0};
     int64_t v;
-    int bo, rc = 0, sampling = 0;
+    int r, rc = 0, bad = 0;
+    uint64_t seen = 0;
     char e2[IFL_ERR_LEN] = "";
 #define BAD(...)                                                                                   \
     do {                                                                                           \
@@ -115,53 +191,16 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
         rc = 422;                                                                                  \
         goto out;                                                                                  \
     } while (0)
-    int r = ifl_json_get_int(p, "max_new_tokens", 0, 1 << 24, &v, e2);
-    int has_max = r > 0;
-    if (r < 0)
-        BAD("`max_new_tokens` must be an integer >= 0");
-    if (r)
-        g.max_tokens = v;
-    double d;
-    if ((r = ifl_json_get_num(p, "temperature", 0, 100, &d, e2)) < 0 || (r && d <= 0))
-        BAD("`temperature` must be strictly positive");
-    if (r) {
-        g.temperature = d;
-        sampling |= d != 1.0;
-    }
-    if ((r = ifl_json_get_int(p, "top_k", 1, 1 << 20, &v, e2)) < 0)
-        BAD("`top_k` must be strictly positive");
-    if (r) {
-        g.top_k = v;
-        sampling = 1;
-    }
-    if ((r = ifl_json_get_num(p, "top_p", 0, 1, &d, e2)) < 0 || (r && (d <= 0 || d >= 1)))
-        BAD("`top_p` must be > 0.0 and < 1.0");
-    if (r) {
-        g.top_p = d;
-        sampling = 1;
-    }
-    if ((r = ifl_json_get_num(p, "typical_p", 0, 1, &d, e2)) < 0 || (r && (d <= 0 || d >= 1)))
-        BAD("`typical_p` must be > 0.0 and < 1.0");
-    if (r) {
-        g.typical_p = d;
-        sampling = 1;
-    }
-    if ((r = ifl_json_get_num(p, "repetition_penalty", 0, 100, &d, e2)) < 0 || (r && d <= 0))
-        BAD("`repetition_penalty` must be strictly positive");
-    if (r)
-        g.rep_pen = d;
-    if (ifl_json_get_num(p, "frequency_penalty", -2, 2, &g.freq_pen, e2) < 0)
-        BAD("`frequency_penalty` must be >= -2.0 and <= 2.0");
-    if ((r = ifl_json_get_int(p, "seed", 0, INT64_MAX, &v, e2)) < 0)
-        BAD("`seed` must be a non-negative integer");
-    if (r) {
-        g.seed = v;
-        g.has_seed = 1;
-    }
-    bo = 0;
-    if (ifl_json_get_bool(p, "do_sample", &bo, e2) < 0)
-        BAD("`do_sample` must be a boolean");
-    sampling |= bo;
+#define SEEN(f) ((seen >> (f)) & 1)
+    if (ifl_json_read_fields(p, TGI_FIELDS, TF_COUNT, &tp, &seen, &bad, e2))
+        BAD("%s", e2);
+    g = tp.g;
+    g.n = 1;
+    g.priority = 0.5;
+    const int has_max = SEEN(TF_MAX_NEW_TOKENS);
+    int sampling = (SEEN(TF_TEMPERATURE) && g.temperature != 1.0) || SEEN(TF_TOP_K) ||
+                   SEEN(TF_TOP_P) || SEEN(TF_TYPICAL_P) || tp.do_sample;
+    g.has_seed = SEEN(TF_SEED);
     if (!sampling)
         g.temperature = 0; /* TGI: greedy unless sampling is asked for */
     json_t *stop = json_object_get(p, "stop");
@@ -178,23 +217,11 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
                 BAD("out of memory");
         }
     }
-    bo = 0;
-    if (ifl_json_get_bool(p, "details", &bo, e2) < 0)
-        BAD("`details` must be a boolean");
-    t->details = bo;
-    bo = 0;
-    if (ifl_json_get_bool(p, "decoder_input_details", &bo, e2) < 0)
-        BAD("`decoder_input_details` must be a boolean");
-    if (bo && stream)
+    t->details = tp.details;
+    if (g.score_prompt && stream)
         BAD("`decoder_input_details` == true is not supported when streaming tokens");
-    g.score_prompt = bo;
-    bo = 0;
-    if (ifl_json_get_bool(p, "return_full_text", &bo, e2) < 0)
-        BAD("`return_full_text` must be a boolean");
-    t->full_text = bo;
-    if ((r = ifl_json_get_int(p, "top_n_tokens", 0, 20, &v, e2)) < 0)
-        BAD("`top_n_tokens` must be an integer from 0 to 20");
-    t->top_n = r ? (int)v : 0;
+    t->full_text = tp.full_text;
+    t->top_n = tp.top_n;
     int max_best_of = s->cfg.exec.max_batch_size;
     if ((r = ifl_json_get_int(p, "best_of", 1, max_best_of, &v, e2)) < 0)
         BAD("`best_of` must be > 0 and <= %d (--parallel)", max_best_of);
@@ -207,8 +234,7 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
             BAD("`seed` must not be set when `best_of` > 1");
         g.best_of = (int)v;
     }
-    bo = 0;
-    if (ifl_json_get_bool(p, "watermark", &bo, e2) < 0 || bo)
+    if (tp.watermark)
         BAD("`watermark` is not supported");
     json_t *gr = json_object_get(p, "grammar");
     if (gr && !json_is_null(gr) && ifl_gen_set_tgi_grammar(j, gr, e2))
@@ -216,9 +242,7 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     json_t *ad = json_object_get(p, "adapter_id");
     if (ad && !json_is_null(ad))
         BAD("`adapter_id` is not supported");
-    int64_t truncate = 0;
-    if ((r = ifl_json_get_int(p, "truncate", 1, 1 << 24, &truncate, e2)) < 0)
-        BAD("`truncate` must be a strictly positive integer");
+    const int64_t truncate = tp.truncate;
 
     /* with truncate the input may be any length: its last tokens are kept */
     if (!truncate && ifl_gen_text_too_long(s, json_string_length(in), 1, e2))
@@ -256,6 +280,7 @@ out:
     json_decref(empty);
     return rc;
 #undef BAD
+#undef SEEN
 }
 
 static json_t *generated_text(struct tgi_req *t, struct ifl_gen_choice *ch);
