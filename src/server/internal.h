@@ -269,6 +269,7 @@ struct ifl_json_field {
 int ifl_json_read_fields(json_t *o, const struct ifl_json_field *f, int n, void *base,
                          uint64_t *seen, int *bad, char *err);
 /* Table entries (S: the target struct). */
+/* clang-format off */
 #define IFL_FIELD_NUM(S, nm, l, h, fld, d)                                                         \
     {.name = (nm), .type = IFL_JSON_NUM, .lo = (l), .hi = (h), .at = offsetof(S, fld), .def = (d)}
 #define IFL_FIELD_I64(S, nm, l, h, fld, d)                                                         \
@@ -278,6 +279,7 @@ int ifl_json_read_fields(json_t *o, const struct ifl_json_field *f, int n, void 
 #define IFL_FIELD_BOOL(S, nm, fld, d)                                                              \
     {.name = (nm), .type = IFL_JSON_BOOL, .at = offsetof(S, fld), .def = (d)}
 #define IFL_FIELD_STR(S, nm, fld) {.name = (nm), .type = IFL_JSON_STR, .at = offsetof(S, fld)}
+/* clang-format on */
 
 /* ---- one generation over the executor (gen.c, fold.c) ---- */
 

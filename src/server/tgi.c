@@ -117,6 +117,7 @@ enum {
     TF_TRUNCATE,
     TF_COUNT
 };
+/* clang-format off */
 #define P struct tgi_params
 #define NUM(nm, l, h, op, fld, d, m)                                                               \
     {.name = (nm), .type = IFL_JSON_NUM, .lo = (l), .hi = (h), .open = (op),                      \
@@ -126,7 +127,6 @@ enum {
      .msg = (m)}
 #define BOOL(nm, fld, m) {.name = (nm), .type = IFL_JSON_BOOL, .at = offsetof(P, fld), .msg = (m)}
 enum { GT = IFL_JSON_ABOVE_LO, LT = IFL_JSON_BELOW_HI };
-/* clang-format off */
 static const struct ifl_json_field TGI_FIELDS[TF_COUNT] = {
     [TF_MAX_NEW_TOKENS] = INT(IFL_JSON_I64, "max_new_tokens", 0, 1 << 24, g.max_tokens, 100,
                               "`max_new_tokens` must be an integer >= 0"),
