@@ -68,25 +68,22 @@ static void oai_req_free(struct oai_req *q, int n_prompts)
  * Face's client forwards them (parse_tgi_fields). A later field wins over
  * an earlier one with the same target (max_completion_tokens over
  * max_tokens). */
-enum {
-    OF_MAX_NEW_TOKENS = 2,
-    OF_TEMPERATURE = 5,
-    OF_SEED = 10,
-};
+/* the fields whose presence counts come first, at these indices */
+enum { OF_MODEL, OF_TEMPERATURE, OF_MAX_NEW_TOKENS, OF_SEED };
 #define Q struct oai_req
 /* clang-format off */
 static const struct ifl_json_field OAI_FIELDS[] = {
-    IFL_FIELD_STR(Q, "model", model_asked),
-    IFL_FIELD_I64(Q, "max_tokens", 0, 1 << 24, p.max_tokens, -1),
+    [OF_MODEL] = IFL_FIELD_STR(Q, "model", model_asked),
+    [OF_TEMPERATURE] = IFL_FIELD_NUM(Q, "temperature", 0, 2, p.temperature, 1),
     [OF_MAX_NEW_TOKENS] = IFL_FIELD_I64(Q, "max_new_tokens", 0, 1 << 24, max_new_tokens, 0),
+    [OF_SEED] = IFL_FIELD_I64(Q, "seed", INT64_MIN, INT64_MAX, p.seed, 0),
+    IFL_FIELD_I64(Q, "max_tokens", 0, 1 << 24, p.max_tokens, -1),
     IFL_FIELD_I64(Q, "max_completion_tokens", 0, 1 << 24, p.max_tokens, -1),
     IFL_FIELD_BOOL(Q, "do_sample", do_sample, 1),
-    [OF_TEMPERATURE] = IFL_FIELD_NUM(Q, "temperature", 0, 2, p.temperature, 1),
     IFL_FIELD_NUM(Q, "top_p", 0, 1, p.top_p, 1),
     IFL_FIELD_INT(Q, "n", 1, 128, p.n, 1),
     IFL_FIELD_BOOL(Q, "stream", stream, 0),
     IFL_FIELD_NUM(Q, "presence_penalty", -2, 2, p.pres_pen, 0),
-    [OF_SEED] = IFL_FIELD_I64(Q, "seed", INT64_MIN, INT64_MAX, p.seed, 0),
     IFL_FIELD_NUM(Q, "frequency_penalty", -2, 2, p.freq_pen, 0),
     IFL_FIELD_STR(Q, "user", user),
     IFL_FIELD_BOOL(Q, "return_full_text", full_text, 0),
