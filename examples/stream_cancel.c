@@ -19,19 +19,26 @@
 static const char *reason_name(int32_t r)
 {
     switch (r) {
-    case IFL_FINISH_END_ID: return "end";
-    case IFL_FINISH_STOP_WORDS: return "stop";
-    case IFL_FINISH_LENGTH: return "length";
-    case IFL_FINISH_TIMED_OUT: return "timed_out";
-    case IFL_FINISH_CANCELLED: return "cancelled";
-    default: return "not finished";
+    case IFL_FINISH_END_ID:
+        return "end";
+    case IFL_FINISH_STOP_WORDS:
+        return "stop";
+    case IFL_FINISH_LENGTH:
+        return "length";
+    case IFL_FINISH_TIMED_OUT:
+        return "timed_out";
+    case IFL_FINISH_CANCELLED:
+        return "cancelled";
+    default:
+        return "not finished";
     }
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MODEL.gguf PROMPT [CANCEL_AFTER_TOKENS [MAX_TOKENS]]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf PROMPT [CANCEL_AFTER_TOKENS [MAX_TOKENS]]\n",
+                argv[0]);
         return 2;
     }
     int cancel_after = argc > 3 ? atoi(argv[3]) : 20;

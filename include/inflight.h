@@ -117,9 +117,8 @@ typedef void (*ifl_logits_fn)(void *user, ifl_id request_id, float *logits, int3
 /* Called once per step with every row whose request named the batched
  * processor ("batched"). logits is [n_rows][n_vocab]. */
 typedef void (*ifl_batched_logits_fn)(void *user, int32_t n_rows, const ifl_id *request_ids,
-                                      float *logits, int32_t n_vocab,
-                                      const int32_t *const *tokens, const int32_t *n_tokens,
-                                      const uint64_t *client_ids);
+                                      float *logits, int32_t n_vocab, const int32_t *const *tokens,
+                                      const int32_t *n_tokens, const uint64_t *client_ids);
 
 struct ifl_logits_processor {
     const char *name; /* what a request names; copied at creation */
@@ -148,20 +147,20 @@ struct ifl_load_progress {
 typedef void (*ifl_load_progress_fn)(void *user, const struct ifl_load_progress *p);
 
 struct ifl_executor_config {
-    int32_t n_threads;          /* forward-pass threads; 0: the CPUs this process may use */
-    int32_t max_batch_size;     /* sequences per step (default 16) */
-    int32_t max_num_tokens;     /* rows per step: decode rows + prefill chunk (default 512) */
-    int32_t max_queue_size;     /* waiting requests before enqueue fails; 0: unlimited */
-    int32_t n_ctx;              /* positions one sequence may reach; 0: the model's, <= 4096 */
-    int64_t kv_cache_tokens;    /* KV pool size in positions; 0: from kv_cache_bytes */
-    int64_t kv_cache_bytes;     /* used when kv_cache_tokens is 0; 0 as well: the default,
-                                   room for max_batch_size full contexts, and a
-                                   copy-on-write block per sample after the first, cut to
-                                   the memory bound below when it does not fit (never
-                                   below one context) */
-    int32_t kv_block_size;      /* positions per block (default 16) */
-    int32_t kv_type;            /* enum ifl_kv_type (default F16) */
-    int32_t sched_policy;       /* enum ifl_sched_policy */
+    int32_t n_threads;             /* forward-pass threads; 0: the CPUs this process may use */
+    int32_t max_batch_size;        /* sequences per step (default 16) */
+    int32_t max_num_tokens;        /* rows per step: decode rows + prefill chunk (default 512) */
+    int32_t max_queue_size;        /* waiting requests before enqueue fails; 0: unlimited */
+    int32_t n_ctx;                 /* positions one sequence may reach; 0: the model's, <= 4096 */
+    int64_t kv_cache_tokens;       /* KV pool size in positions; 0: from kv_cache_bytes */
+    int64_t kv_cache_bytes;        /* used when kv_cache_tokens is 0; 0 as well: the default,
+                                      room for max_batch_size full contexts, and a
+                                      copy-on-write block per sample after the first, cut to
+                                      the memory bound below when it does not fit (never
+                                      below one context) */
+    int32_t kv_block_size;         /* positions per block (default 16) */
+    int32_t kv_type;               /* enum ifl_kv_type (default F16) */
+    int32_t sched_policy;          /* enum ifl_sched_policy */
     int32_t enable_prefix_caching; /* default 1 */
     const struct ifl_logits_processor *logits_processors; /* copied at creation */
     int32_t n_logits_processors;
@@ -220,24 +219,24 @@ struct ifl_executor_config {
  * guaranteed_no_evict its KV reservation covers every beam's whole length;
  * preempted, all its beams are recomputed together. */
 struct ifl_sampling_config {
-    int32_t beam_width;         /* 1: sampling; 2..16: beam search */
-    int32_t top_k;              /* 0: off */
-    float top_p;                /* 1: off */
-    float top_p_min;            /* floor of the decayed top_p (default 1e-6) */
-    float top_p_decay;          /* top_p *= decay after each token; 1: off */
-    int32_t top_p_reset_ids;    /* token that resets top_p to its start; -1: none */
-    float min_p;                /* 0: off */
-    float typical_p;            /* 1: off */
-    float temperature;          /* 0: greedy */
+    int32_t beam_width;      /* 1: sampling; 2..16: beam search */
+    int32_t top_k;           /* 0: off */
+    float top_p;             /* 1: off */
+    float top_p_min;         /* floor of the decayed top_p (default 1e-6) */
+    float top_p_decay;       /* top_p *= decay after each token; 1: off */
+    int32_t top_p_reset_ids; /* token that resets top_p to its start; -1: none */
+    float min_p;             /* 0: off */
+    float typical_p;         /* 1: off */
+    float temperature;       /* 0: greedy */
     uint64_t seed;
-    int32_t min_tokens;         /* end tokens are banned before this many */
-    float repetition_penalty;   /* 1: off */
-    float presence_penalty;     /* 0: off */
-    float frequency_penalty;    /* 0: off */
+    int32_t min_tokens;           /* end tokens are banned before this many */
+    float repetition_penalty;     /* 1: off */
+    float presence_penalty;       /* 0: off */
+    float frequency_penalty;      /* 0: off */
     int32_t no_repeat_ngram_size; /* 0: off */
-    float length_penalty;       /* beam scores are divided by length^length_penalty */
-    int32_t early_stopping;     /* beams: 1 stop when beam_width beams finished */
-    int32_t ignore_eos;         /* keep generating past end tokens */
+    float length_penalty;         /* beam scores are divided by length^length_penalty */
+    int32_t early_stopping;       /* beams: 1 stop when beam_width beams finished */
+    int32_t ignore_eos;           /* keep generating past end tokens */
 };
 
 /* Logits and hidden states are raw model outputs: logits as the LM head
@@ -251,8 +250,8 @@ struct ifl_sampling_config {
  * per step, beam_width * max_tokens); if that fails the request ends at
  * once with status IFL_ENOMEM. */
 struct ifl_output_config {
-    int32_t return_log_probs;     /* log-prob of each generated token */
-    int32_t top_log_probs;        /* and of this many top alternatives (0..20; not with beams) */
+    int32_t return_log_probs; /* log-prob of each generated token */
+    int32_t top_log_probs;    /* and of this many top alternatives (0..20; not with beams) */
     /* context_logits in the first response: [n_input][n_vocab], row i the
      * logits after prompt token i (predicting token i + 1; the last row is
      * the one the first generated token came from). Such a request does not
@@ -274,14 +273,14 @@ struct ifl_output_config {
 };
 
 struct ifl_request {
-    const int32_t *input_ids;     /* prompt tokens; copied at enqueue */
+    const int32_t *input_ids; /* prompt tokens; copied at enqueue */
     int32_t n_input;
-    int32_t max_tokens;           /* tokens to generate, at most; 0 is taken as 1 */
-    int32_t streaming;            /* 1: a response per new token(s) */
+    int32_t max_tokens; /* tokens to generate, at most; 0 is taken as 1 */
+    int32_t streaming;  /* 1: a response per new token(s) */
     struct ifl_sampling_config sampling;
     struct ifl_output_config output;
-    int32_t end_id;               /* -1: the model's end-of-generation tokens */
-    int32_t pad_id;               /* -1: the model's */
+    int32_t end_id; /* -1: the model's end-of-generation tokens */
+    int32_t pad_id; /* -1: the model's */
     /* stop and bad words: n sequences of tokens, concatenated in *_tokens
      * with their lengths in *_lens */
     const int32_t *stop_words_tokens;
@@ -295,17 +294,17 @@ struct ifl_request {
     const int32_t *logit_bias_ids;
     const float *logit_bias_values;
     int32_t n_logit_bias;
-    uint64_t client_id;           /* echoed in responses */
-    float priority;               /* 0..1 (default 0.5); higher is served first */
-    int32_t num_return_sequences; /* independent samples (default 1); with beam search: how
-                                     many of the best hypotheses to return (1 means
-                                     beam_width; at most beam_width) */
-    int64_t allotted_time_ms;     /* 0: no limit */
+    uint64_t client_id;                  /* echoed in responses */
+    float priority;                      /* 0..1 (default 0.5); higher is served first */
+    int32_t num_return_sequences;        /* independent samples (default 1); with beam search: how
+                                            many of the best hypotheses to return (1 means
+                                            beam_width; at most beam_width) */
+    int64_t allotted_time_ms;            /* 0: no limit */
     int32_t return_all_generated_tokens; /* streaming: every response carries all tokens so far */
-    const char *logits_post_processor; /* a registered name, "batched", or NULL */
-    int32_t guide_type;           /* enum ifl_guide_type */
+    const char *logits_post_processor;   /* a registered name, "batched", or NULL */
+    int32_t guide_type;                  /* enum ifl_guide_type */
     const char *guide_text;
-    const char *lora_name;        /* reserved: must be NULL or "" for now */
+    const char *lora_name; /* reserved: must be NULL or "" for now */
 };
 
 /* One alternative at a position: token and its log-probability. */
@@ -319,24 +318,24 @@ struct ifl_top_logprob {
  * exclude_input_from_output 0) tokens starts with it, while log_probs,
  * generation_logits and hidden_states cover the generated tokens only. */
 struct ifl_sequence_result {
-    int32_t *tokens;              /* new tokens in this response (or all so far; see request);
-                                     a beam hypothesis keeps the end token that finished it */
+    int32_t *tokens; /* new tokens in this response (or all so far; see request);
+                        a beam hypothesis keeps the end token that finished it */
     int32_t n_tokens;
-    float *log_probs;             /* [generated tokens] when asked, else NULL */
+    float *log_probs;                      /* [generated tokens] when asked, else NULL */
     struct ifl_top_logprob *top_log_probs; /* [n_tokens][n_top] when asked */
     int32_t n_top;
-    float cum_log_prob;           /* sum of the generated tokens' log-probs */
-    float score;                  /* beams: cum_log_prob / length^length_penalty, length =
-                                     generated tokens (end token included); else
-                                     cum_log_prob */
-    int32_t finish_reason;        /* enum ifl_finish_reason */
-    float *generation_logits;     /* [generated tokens][n_vocab] when asked */
-    float *hidden_states;         /* [generated tokens][n_embd] when asked */
-    char *text;                   /* the new tokens as text, NUL-terminated: whole UTF-8
-                                     characters only; with stop strings, text that may begin
-                                     one is held back until resolved, and a matched stop
-                                     string and all after it are left out */
-    int32_t n_text;               /* bytes in text (it may contain NUL bytes) */
+    float cum_log_prob;       /* sum of the generated tokens' log-probs */
+    float score;              /* beams: cum_log_prob / length^length_penalty, length =
+                                 generated tokens (end token included); else
+                                 cum_log_prob */
+    int32_t finish_reason;    /* enum ifl_finish_reason */
+    float *generation_logits; /* [generated tokens][n_vocab] when asked */
+    float *hidden_states;     /* [generated tokens][n_embd] when asked */
+    char *text;               /* the new tokens as text, NUL-terminated: whole UTF-8
+                                 characters only; with stop strings, text that may begin
+                                 one is held back until resolved, and a matched stop
+                                 string and all after it are left out */
+    int32_t n_text;           /* bytes in text (it may contain NUL bytes) */
     /* the final result of a sequence that an end token ended
      * (finish_reason IFL_FINISH_END_ID, not a beam): that token, which
      * tokens leaves out; -1 otherwise (also when a grammar ended it with
@@ -345,11 +344,11 @@ struct ifl_sequence_result {
 };
 
 struct ifl_perf_metrics {
-    int64_t arrival_us;           /* monotonic microseconds */
+    int64_t arrival_us; /* monotonic microseconds */
     int64_t first_scheduled_us;
     int64_t first_token_us;
     int64_t last_token_us;
-    int32_t kv_blocks_reused;     /* prompt blocks found in the prefix cache */
+    int32_t kv_blocks_reused; /* prompt blocks found in the prefix cache */
     int32_t kv_blocks_missed;
     int32_t preemptions;
 };
@@ -357,11 +356,11 @@ struct ifl_perf_metrics {
 struct ifl_response {
     ifl_id request_id;
     uint64_t client_id;
-    int32_t status;               /* 0, or an enum ifl_status with error_msg */
+    int32_t status; /* 0, or an enum ifl_status with error_msg */
     char *error_msg;
-    int32_t is_final;             /* the last response of this request */
-    int32_t sequence_index;       /* num_return_sequences: which sample this is */
-    int32_t is_sequence_final;    /* the last response of that sample */
+    int32_t is_final;          /* the last response of this request */
+    int32_t sequence_index;    /* num_return_sequences: which sample this is */
+    int32_t is_sequence_final; /* the last response of that sample */
     /* beam search: n_results hypotheses, best score first, all in the one
      * final response (num_return_sequences of them when > 1, else
      * beam_width; fewer if cancelled early), text detokenized from each
@@ -383,37 +382,37 @@ struct ifl_iteration_stats {
     int64_t timestamp_us;
     int32_t active_requests;
     int32_t queued_requests;
-    int64_t completed_requests;   /* since creation */
-    int32_t paused_requests;      /* preempted, waiting to resume */
-    int32_t context_requests;     /* in this step */
+    int64_t completed_requests; /* since creation */
+    int32_t paused_requests;    /* preempted, waiting to resume */
+    int32_t context_requests;   /* in this step */
     int32_t context_tokens;
     int32_t generation_requests;
     int32_t generation_tokens;
     int32_t kv_blocks_max;
     int32_t kv_blocks_free;
     int32_t kv_blocks_used;
-    int64_t kv_blocks_reused;     /* since creation */
+    int64_t kv_blocks_reused; /* since creation */
     int64_t kv_blocks_missed;
-    double kv_cache_hit_rate;     /* reused / (reused + missed) */
+    double kv_cache_hit_rate; /* reused / (reused + missed) */
     /* KV memory, from creation on. reserved: the pool's address space;
      * resident: what of it is in memory now (measured at the call);
      * used: the blocks sequences hold, at their full size. */
     int64_t kv_bytes_reserved;
     int64_t kv_bytes_resident;
     int64_t kv_bytes_used;
-    int32_t kv_block_bytes;       /* one block, every layer's keys and values */
-    int32_t kv_blocks_peak;       /* most blocks used at once, since creation */
-    int32_t kv_blocks_cached;     /* unused but kept for prefix reuse (in kv_blocks_free) */
-    int32_t kv_pool_bound;        /* enum ifl_kv_bound: what sized the pool */
-    int64_t kv_bytes_bound;       /* the memory bound the default pool was held to
-                                     (0 with kv_cache_tokens or kv_cache_bytes) */
-    int64_t kv_blocks_released;   /* blocks whose memory was given back, since creation */
-    int64_t process_rss_bytes;    /* the process's resident set, measured at the call */
+    int32_t kv_block_bytes;     /* one block, every layer's keys and values */
+    int32_t kv_blocks_peak;     /* most blocks used at once, since creation */
+    int32_t kv_blocks_cached;   /* unused but kept for prefix reuse (in kv_blocks_free) */
+    int32_t kv_pool_bound;      /* enum ifl_kv_bound: what sized the pool */
+    int64_t kv_bytes_bound;     /* the memory bound the default pool was held to
+                                   (0 with kv_cache_tokens or kv_cache_bytes) */
+    int64_t kv_blocks_released; /* blocks whose memory was given back, since creation */
+    int64_t process_rss_bytes;  /* the process's resident set, measured at the call */
 };
 
 struct ifl_request_stats {
     ifl_id request_id;
-    int32_t stage;                /* enum ifl_request_stage */
+    int32_t stage; /* enum ifl_request_stage */
     int32_t context_prefill_position;
     int32_t n_generated;
     int32_t paused;
@@ -462,19 +461,19 @@ void ifl_response_free(struct ifl_response *r);
 struct ifl_model_info {
     char architecture[32];
     int32_t n_vocab;
-    int32_t n_ctx;                /* positions a sequence may reach in this executor */
+    int32_t n_ctx; /* positions a sequence may reach in this executor */
     int32_t n_ctx_train;
     int32_t n_embd;
     int32_t n_layer;
-    int32_t bos_id;               /* -1 when the vocabulary has none */
+    int32_t bos_id; /* -1 when the vocabulary has none */
     int32_t eos_id;
-    int32_t add_bos;              /* the model's metadata asks for BOS before a prompt */
-    int32_t max_token_bytes;      /* no token of ifl_executor_tokenize stands for more input
-                                     bytes than this, so a text of len bytes has at least
-                                     ceil(len / max_token_bytes) tokens: a prompt can be
-                                     found too long before it is tokenized; 0 when the
-                                     vocabulary can drop bytes (no bound holds) */
-    int64_t kv_cache_tokens;      /* positions the KV pool holds */
+    int32_t add_bos;         /* the model's metadata asks for BOS before a prompt */
+    int32_t max_token_bytes; /* no token of ifl_executor_tokenize stands for more input
+                                bytes than this, so a text of len bytes has at least
+                                ceil(len / max_token_bytes) tokens: a prompt can be
+                                found too long before it is tokenized; 0 when the
+                                vocabulary can drop bytes (no bound holds) */
+    int64_t kv_cache_tokens; /* positions the KV pool holds */
 };
 
 int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out);

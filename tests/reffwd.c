@@ -37,14 +37,14 @@
 
 /* A weight dequantised to float: rows of n_in values, one per output. */
 struct rmat {
-    float *w;     /* [n_out][n_in] */
+    float *w; /* [n_out][n_in] */
     int64_t n_in, n_out;
 };
 
 struct rlayer {
     struct rmat attn_norm, q, k, v, o, ffn_norm, gate, up, down;
-    struct rmat bq, bk, bv;       /* qwen2 */
-    struct rmat q_norm, k_norm;   /* qwen3 */
+    struct rmat bq, bk, bv;     /* qwen2 */
+    struct rmat q_norm, k_norm; /* qwen3 */
 };
 
 struct rmodel {
@@ -74,9 +74,9 @@ static void rmodel_free(struct rmodel *m)
     if (m->layers) {
         for (int64_t l = 0; l < m->n_layer; l++) {
             struct rlayer *L = &m->layers[l];
-            struct rmat *all[] = {&L->attn_norm, &L->q, &L->k, &L->v, &L->o,
-                                  &L->ffn_norm, &L->gate, &L->up, &L->down, &L->bq,
-                                  &L->bk, &L->bv, &L->q_norm, &L->k_norm};
+            struct rmat *all[] = {&L->attn_norm, &L->q,    &L->k,      &L->v,     &L->o,
+                                  &L->ffn_norm,  &L->gate, &L->up,     &L->down,  &L->bq,
+                                  &L->bk,        &L->bv,   &L->q_norm, &L->k_norm};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 rmat_free(all[i]);
         }
@@ -103,8 +103,7 @@ static int load_mat(const struct ifl_gguf *g, const char *name, int64_t n_in, in
         (t->n_dims != want_dims && !(t->n_dims == 2 && n_out == 1)))
         return ifl_err(err, IFL_EFORMAT,
                        "reffwd: tensor '%s' has shape [%lld, %lld], want [%lld, %lld]", name,
-                       (long long)t->ne[0], (long long)t->ne[1], (long long)n_in,
-                       (long long)n_out);
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
     const struct ifl_type_info *ti = ifl_type_info(t->type);
     ifl_dequant_fn dq = t->type < IFL_TYPE_COUNT ? ifl_kernels_ref()->dequant[t->type] : NULL;
     if (!ti || !dq || n_in % ti->blck)
@@ -306,10 +305,10 @@ int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logi
     const int64_t od = m.n_head * hdv, group = m.n_head / m.n_head_kv;
     const int64_t wmax = E > m.n_ff ? E : m.n_ff;
     /* Every position's residual, and one layer's K and V for all positions. */
-    double *x = malloc(sizeof(double) * (size_t)(n * E));    /* [n][n_embd] */
-    double *K = malloc(sizeof(double) * (size_t)(n * kd));   /* [n][n_head_kv * head_dim] */
-    double *V = malloc(sizeof(double) * (size_t)(n * vd));   /* [n][n_head_kv * head_dim_v] */
-    double *Q = malloc(sizeof(double) * (size_t)(n * qd));   /* [n][n_head * head_dim] */
+    double *x = malloc(sizeof(double) * (size_t)(n * E));  /* [n][n_embd] */
+    double *K = malloc(sizeof(double) * (size_t)(n * kd)); /* [n][n_head_kv * head_dim] */
+    double *V = malloc(sizeof(double) * (size_t)(n * vd)); /* [n][n_head_kv * head_dim_v] */
+    double *Q = malloc(sizeof(double) * (size_t)(n * qd)); /* [n][n_head * head_dim] */
     double *h = malloc(sizeof(double) * (size_t)wmax);
     double *g = malloc(sizeof(double) * (size_t)m.n_ff);
     double *u = malloc(sizeof(double) * (size_t)m.n_ff);

@@ -54,7 +54,7 @@ static int t_pass_, t_fail_, t_cur_failed_;
     do {                                                                                           \
         const char *a_ = (a), *b_ = (b);                                                           \
         if (strcmp(a_, b_) != 0)                                                                   \
-            T_FAIL_("CHECK_STR(%s, %s): \"%s\" != \"%s\"", #a, #b, a_, b_);                       \
+            T_FAIL_("CHECK_STR(%s, %s): \"%s\" != \"%s\"", #a, #b, a_, b_);                        \
     } while (0)
 
 #define T_RUN(fn)                                                                                  \

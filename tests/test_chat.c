@@ -79,8 +79,8 @@ static char *render(const char *src, const char *ctx_json, char *err)
     do {                                                                                           \
         char e_[IFL_ERR_LEN];                                                                      \
         char *o_ = render(src, ctx, e_);                                                           \
-        CHECK_MSG(o_ && strcmp(o_, want) == 0, "render(%s): got \"%s\" (err %s), want \"%s\"",     \
-                  src, o_ ? o_ : "(null)", e_, want);                                              \
+        CHECK_MSG(o_ &&strcmp(o_, want) == 0, "render(%s): got \"%s\" (err %s), want \"%s\"", src, \
+                  o_ ? o_ : "(null)", e_, want);                                                   \
         free(o_);                                                                                  \
     } while (0)
 
@@ -88,7 +88,7 @@ static char *render(const char *src, const char *ctx_json, char *err)
     do {                                                                                           \
         char e_[IFL_ERR_LEN];                                                                      \
         char *o_ = render(src, ctx, e_);                                                           \
-        CHECK_MSG(!o_ && strstr(e_, want_err), "render(%s): got \"%s\", err \"%s\", want err %s", \
+        CHECK_MSG(!o_ && strstr(e_, want_err), "render(%s): got \"%s\", err \"%s\", want err %s",  \
                   src, o_ ? o_ : "(null)", e_, want_err);                                          \
         free(o_);                                                                                  \
     } while (0)
@@ -101,246 +101,174 @@ static char *render(const char *src, const char *ctx_json, char *err)
  * deliberate differences: list.append works here (SecurityError there),
  * and an unknown filter fails when evaluated rather than at compile time. */
 static const char *const ref_cases[][3] = {
-    {"a\n  {% if true %}\n  b\n  {% endif %}\nc",
-     "{}",
-     "a\n  b\nc"},
-    {"a  {%- if true -%}  b  {%- endif -%}  c",
-     "{}",
-     "abc"},
-    {"x\n    {{ 1 }}\n    {# comment #}\ny\n",
-     "{}",
-     "x\n    1\ny"},
-    {"{% if true %}  \n  x{% endif %}",
-     "{}",
-     "  \n  x"},
-    {"a\n  {%+ if true %}b{% endif +%}\nc",
-     "{}",
-     "a\n  b\nc"},
-    {"  {% raw %}{{ x }}{% endraw %}\nz",
-     "{}",
-     "{{ x }}z"},
-    {"{{- ' a ' -}}\n\n{{ 'b' }}\n",
-     "{}",
-     " a b"},
-    {"line1\r\nline2\r\n",
-     "{}",
-     "line1\nline2"},
-    {"{{ '{{' }}{# {{ #}}",
-     "{}",
-     "{{}"},
-    {"{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}",
-     "{\"xs\": [\"a\", \"b\", \"c\"]}",
-     "103TrueFalse3|212FalseFalse3|321FalseTrue3|"},
-    {"{% for x in xs %}{{ loop.previtem }}-{{ loop.nextitem }};{% endfor %}",
-     "{\"xs\": [1, 2, 3]}",
+    {"a\n  {% if true %}\n  b\n  {% endif %}\nc", "{}", "a\n  b\nc"},
+    {"a  {%- if true -%}  b  {%- endif -%}  c", "{}", "abc"},
+    {"x\n    {{ 1 }}\n    {# comment #}\ny\n", "{}", "x\n    1\ny"},
+    {"{% if true %}  \n  x{% endif %}", "{}", "  \n  x"},
+    {"a\n  {%+ if true %}b{% endif +%}\nc", "{}", "a\n  b\nc"},
+    {"  {% raw %}{{ x }}{% endraw %}\nz", "{}", "{{ x }}z"},
+    {"{{- ' a ' -}}\n\n{{ 'b' }}\n", "{}", " a b"},
+    {"line1\r\nline2\r\n", "{}", "line1\nline2"},
+    {"{{ '{{' }}{# {{ #}}", "{}", "{{}"},
+    {"{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ "
+     "loop.last }}{{ loop.length }}|{% endfor %}",
+     "{\"xs\": [\"a\", \"b\", \"c\"]}", "103TrueFalse3|212FalseFalse3|321FalseTrue3|"},
+    {"{% for x in xs %}{{ loop.previtem }}-{{ loop.nextitem }};{% endfor %}", "{\"xs\": [1, 2, 3]}",
      "-2;1-3;2-;"},
     {"{% for x in xs if x > 1 %}{{ x }}{{ loop.index }}{% else %}none{% endfor %}",
-     "{\"xs\": [1, 2, 3]}",
-     "2132"},
-    {"{% for x in [] %}a{% else %}empty{% endfor %}",
-     "{}",
-     "empty"},
+     "{\"xs\": [1, 2, 3]}", "2132"},
+    {"{% for x in [] %}a{% else %}empty{% endfor %}", "{}", "empty"},
     {"{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}",
-     "{\"d\": {\"b\": 1, \"a\": [1, 2]}}",
-     "b=1,a=[1, 2],"},
-    {"{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}",
-     "{\"xs\": [1, 2, 3, 4, 5]}",
-     "13"},
-    {"{% for x in 'h\303\251llo' %}[{{ x }}]{% endfor %}",
-     "{}",
-     "[h][\303\251][l][l][o]"},
-    {"{% for x in xs %}{{ loop.cycle('a', 'b') }}{% endfor %}",
-     "{\"xs\": [1, 2, 3]}",
-     "aba"},
-    {"{% set x = 1 %}{% for i in [1,2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}",
-     "{}",
+     "{\"d\": {\"b\": 1, \"a\": [1, 2]}}", "b=1,a=[1, 2],"},
+    {"{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif "
+     "%}{{ x }}{% endfor %}",
+     "{\"xs\": [1, 2, 3, 4, 5]}", "13"},
+    {"{% for x in 'h\303\251llo' %}[{{ x }}]{% endfor %}", "{}", "[h][\303\251][l][l][o]"},
+    {"{% for x in xs %}{{ loop.cycle('a', 'b') }}{% endfor %}", "{\"xs\": [1, 2, 3]}", "aba"},
+    {"{% set x = 1 %}{% for i in [1,2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}", "{}",
      "231"},
-    {"{% set ns = namespace(x=1) %}{% for i in [1,2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}",
-     "{}",
-     "4"},
-    {"{% if true %}{% set y = 5 %}{% endif %}{{ y }}",
-     "{}",
-     "5"},
-    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}",
-     "{}",
-     "12"},
-    {"{% set s %}inner {{ 1 + 1 }}{% endset %}[{{ s }}]",
-     "{}",
-     "[inner 2]"},
-    {"{% set s | upper %}abc{% endset %}{{ s }}",
-     "{}",
-     "ABC"},
-    {"{% macro m(a, b='x') %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }}|{{ m(1, 2) }}|{{ m(b=3, a=4) }}",
-     "{}",
-     "1-x|1-2|4-3"},
-    {"{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}",
-     "{}",
+    {"{% set ns = namespace(x=1) %}{% for i in [1,2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ "
+     "ns.x }}",
+     "{}", "4"},
+    {"{% if true %}{% set y = 5 %}{% endif %}{{ y }}", "{}", "5"},
+    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}", "{}", "12"},
+    {"{% set s %}inner {{ 1 + 1 }}{% endset %}[{{ s }}]", "{}", "[inner 2]"},
+    {"{% set s | upper %}abc{% endset %}{{ s }}", "{}", "ABC"},
+    {"{% macro m(a, b='x') %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }}|{{ m(1, 2) }}|{{ m(b=3, a=4) "
+     "}}",
+     "{}", "1-x|1-2|4-3"},
+    {"{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}", "{}",
      "321"},
-    {"{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{% set g = 'H' %}{{ m() }}",
-     "{}",
-     "H"},
-    {"{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}",
-     "{}",
+    {"{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{% set g = 'H' %}{{ m() }}", "{}", "H"},
+    {"{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}", "{}",
      "(1, 2){'k': 3}"},
-    {"{% macro m(x) %}<{{ caller() }}{{ x }}>{% endmacro %}{% call m(1) %}body{% endcall %}",
-     "{}",
+    {"{% macro m(x) %}<{{ caller() }}{{ x }}>{% endmacro %}{% call m(1) %}body{% endcall %}", "{}",
      "<body1>"},
-    {"{% filter upper %}abc{% endfilter %}",
-     "{}",
-     "ABC"},
-    {"{% with a = 1 %}{{ a }}{% endwith %}{{ a is defined }}",
-     "{}",
-     "1False"},
-    {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 1 + 2.5 }} {{ 'a' ~ 1 ~ none }}",
-     "{}",
-     "3 -4 1 2 3.5 1024 0.5 3.5 a1None"},
-    {"{{ 'ab' * 3 }}{{ [1] * 2 }}{{ [1] + [2] }}{{ 'x' + 'y' }}",
-     "{}",
-     "ababab[1, 1][1, 2]xy"},
+    {"{% filter upper %}abc{% endfilter %}", "{}", "ABC"},
+    {"{% with a = 1 %}{{ a }}{% endwith %}{{ a is defined }}", "{}", "1False"},
+    {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }} "
+     "{{ 1 + 2.5 }} {{ 'a' ~ 1 ~ none }}",
+     "{}", "3 -4 1 2 3.5 1024 0.5 3.5 a1None"},
+    {"{{ 'ab' * 3 }}{{ [1] * 2 }}{{ [1] + [2] }}{{ 'x' + 'y' }}", "{}", "ababab[1, 1][1, 2]xy"},
     {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' in 'bab' }} {{ 1 not in [1] }} {{ 'k' in {'k': 1} }}",
-     "{}",
-     "True False True False True"},
-    {"{{ none or 'x' }} {{ 0 and 1 }} {{ 'a' and 'b' }} {{ not [] }}",
-     "{}",
-     "x 0 b True"},
-    {"{{ 'yes' if x else 'no' }}|{{ 'yes' if not x }}|",
-     "{\"x\": 0}",
-     "no|yes|"},
-    {"{{ 1 == 1.0 }} {{ true == 1 }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }} {{ none == none }}",
-     "{}",
-     "True True True True True"},
+     "{}", "True False True False True"},
+    {"{{ none or 'x' }} {{ 0 and 1 }} {{ 'a' and 'b' }} {{ not [] }}", "{}", "x 0 b True"},
+    {"{{ 'yes' if x else 'no' }}|{{ 'yes' if not x }}|", "{\"x\": 0}", "no|yes|"},
+    {"{{ 1 == 1.0 }} {{ true == 1 }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }} {{ none == "
+     "none }}",
+     "{}", "True True True True True"},
     {"{{ s[1:] }}|{{ s[::-1] }}|{{ s[-2:] }}|{{ s[1:4:2] }}|{{ s[0] }}|{{ s[-1] }}",
      "{\"s\": \"h\303\251llo w\303\266rld\"}",
      "\303\251llo w\303\266rld|dlr\303\266w oll\303\251h|ld|\303\251l|h|d"},
-    {"{{ xs[1:] }}{{ xs[::-1] }}{{ xs[:-1] }}{{ xs[5:] }}",
-     "{\"xs\": [1, 2, 3]}",
+    {"{{ xs[1:] }}{{ xs[::-1] }}{{ xs[:-1] }}{{ xs[5:] }}", "{\"xs\": [1, 2, 3]}",
      "[2, 3][3, 2, 1][1, 2][]"},
     {"{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}",
-     "{\"s\": \"  a b \\n\"}",
-     "a b|a b \n|  a b|a"},
-    {"{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', 1) }}{{ 'a,b,c'.rsplit(',', 1) }}",
-     "{}",
-     "['a', 'b', '', 'c']['a', 'b']['a', 'b c']['a,b', 'c']"},
-    {"{{ 'Hello'.startswith('He') }}{{ 'Hello'.endswith(('x', 'lo')) }}{{ 'aaa'.replace('a', 'b', 2) }}",
-     "{}",
-     "TrueTruebba"},
-    {"{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}|{{ 'ab'.upper() }}|{{ '\303\204B'.lower() }}",
-     "{}",
-     "Hello World|Hello|AB|\303\244b"},
-    {"{{ '{} and {}'.format(1, 'x') }}|{{ '{0}{0}'.format('y') }}|{{ '{a}'.format(a=2) }}",
-     "{}",
+     "{\"s\": \"  a b \\n\"}", "a b|a b \n|  a b|a"},
+    {"{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', 1) }}{{ "
+     "'a,b,c'.rsplit(',', 1) }}",
+     "{}", "['a', 'b', '', 'c']['a', 'b']['a', 'b c']['a,b', 'c']"},
+    {"{{ 'Hello'.startswith('He') }}{{ 'Hello'.endswith(('x', 'lo')) }}{{ 'aaa'.replace('a', 'b', "
+     "2) }}",
+     "{}", "TrueTruebba"},
+    {"{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}|{{ 'ab'.upper() }}|{{ "
+     "'\303\204B'.lower() }}",
+     "{}", "Hello World|Hello|AB|\303\244b"},
+    {"{{ '{} and {}'.format(1, 'x') }}|{{ '{0}{0}'.format('y') }}|{{ '{a}'.format(a=2) }}", "{}",
      "1 and x|yy|2"},
-    {"{{ 'abcabc'.find('c') }}{{ 'abc'.find('z') }}{{ 'abcabc'.count('b') }}{{ '-'.join(['a', 'b']) }}",
-     "{}",
-     "2-12a-b"},
-    {"{{ s|length }} {{ s|upper }} {{ s|title }} {{ s|capitalize }} {{ '  x  '|trim }} {{ 'xax'|trim('x') }}",
+    {"{{ 'abcabc'.find('c') }}{{ 'abc'.find('z') }}{{ 'abcabc'.count('b') }}{{ '-'.join(['a', "
+     "'b']) }}",
+     "{}", "2-12a-b"},
+    {"{{ s|length }} {{ s|upper }} {{ s|title }} {{ s|capitalize }} {{ '  x  '|trim }} {{ "
+     "'xax'|trim('x') }}",
      "{\"s\": \"h\303\251llo w\303\266rld-foo\"}",
-     "15 H\303\211LLO W\303\226RLD-FOO H\303\251llo W\303\266rld-Foo H\303\251llo w\303\266rld-foo x a"},
-    {"{{ xs|join(', ') }}|{{ xs|first }}|{{ xs|last }}|{{ xs|length }}|{{ xs|reverse|list }}|{{ xs|sort }}|{{ xs|unique|list }}|{{ xs|min }}|{{ xs|max }}|{{ xs|sum }}",
-     "{\"xs\": [3, 1, 2, 3]}",
-     "3, 1, 2, 3|3|3|4|[3, 2, 1, 3]|[1, 2, 3, 3]|[3, 1, 2]|1|3|9"},
+     "15 H\303\211LLO W\303\226RLD-FOO H\303\251llo W\303\266rld-Foo H\303\251llo w\303\266rld-foo "
+     "x a"},
+    {"{{ xs|join(', ') }}|{{ xs|first }}|{{ xs|last }}|{{ xs|length }}|{{ xs|reverse|list }}|{{ "
+     "xs|sort }}|{{ xs|unique|list }}|{{ xs|min }}|{{ xs|max }}|{{ xs|sum }}",
+     "{\"xs\": [3, 1, 2, 3]}", "3, 1, 2, 3|3|3|4|[3, 2, 1, 3]|[1, 2, 3, 3]|[3, 1, 2]|1|3|9"},
     {"{{ d|dictsort }}|{{ d|items|list }}|{{ d|list }}|{{ d|length }}",
      "{\"d\": {\"b\": 1, \"a\": 2, \"C\": 0}}",
      "[('a', 2), ('b', 1), ('C', 0)]|[('b', 1), ('a', 2), ('C', 0)]|['b', 'a', 'C']|3"},
     {"{{ x|default('d') }}|{{ none|default('d') }}|{{ ''|default('d', true) }}|{{ 0|d(5, true) }}",
-     "{}",
-     "d|None|d|5"},
-    {"{{ '3'|int + 1 }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.9|int }} {{ '2.5'|float }} {{ 5|string ~ 'a' }} {{ '0x1f'|int(0, 16) }}",
-     "{}",
-     "4 0 7 3 2.5 5a 31"},
-    {"{{ users|map(attribute='name')|join(',') }}|{{ users|selectattr('admin')|map(attribute='name')|list }}|{{ users|rejectattr('admin')|list|length }}|{{ users|selectattr('name', 'equalto', 'b')|list }}",
+     "{}", "d|None|d|5"},
+    {"{{ '3'|int + 1 }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.9|int }} {{ '2.5'|float }} {{ 5|string "
+     "~ 'a' }} {{ '0x1f'|int(0, 16) }}",
+     "{}", "4 0 7 3 2.5 5a 31"},
+    {"{{ users|map(attribute='name')|join(',') }}|{{ "
+     "users|selectattr('admin')|map(attribute='name')|list }}|{{ "
+     "users|rejectattr('admin')|list|length }}|{{ users|selectattr('name', 'equalto', 'b')|list }}",
      "{\"users\": [{\"name\": \"a\", \"admin\": true}, {\"name\": \"b\", \"admin\": false}]}",
      "a,b|['a']|1|[{'name': 'b', 'admin': False}]"},
-    {"{{ ['a', 'B']|map('upper')|list }}|{{ [1, 2, 3, 4]|select('odd')|list }}|{{ [1, 2, 3]|reject('equalto', 2)|list }}",
-     "{}",
-     "['A', 'B']|[1, 3]|[1, 3]"},
-    {"{{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(4, true) }}|{{ 'a\n\nb'|indent(2, blank=true) }}",
-     "{}",
-     "a\n  b\n\n  c|    a\n    b|a\n  \n  b"},
-    {"{{ users|sort(attribute='n')|map(attribute='n')|list }}|{{ ['b', 'A', 'c']|sort }}|{{ ['b', 'A', 'c']|sort(reverse=true, case_sensitive=true) }}",
-     "{\"users\": [{\"n\": 2}, {\"n\": 1}]}",
-     "[1, 2]|['A', 'b', 'c']|['c', 'b', 'A']"},
-    {"{{ 'a&b<c>\"d\\'e'|e }}|{{ '<b>'|safe }}|{{ '<'|safe + '<' }}|{{ 'x'|replace('x', 'y') }}|{{ -3|abs }}|{{ 2.567|round(2) }}|{{ 2.5|round }}",
-     "{}",
-     "a&amp;b&lt;c&gt;&#34;d&#39;e|<b>|<&lt;|y|3|2.57|2.0"},
-    {"{{ [1, [2, 3]]|batch(2)|list }}|{{ 'one two  three'|wordcount }}|{{ 'ab'|center(6) }}|",
-     "{}",
+    {"{{ ['a', 'B']|map('upper')|list }}|{{ [1, 2, 3, 4]|select('odd')|list }}|{{ [1, 2, "
+     "3]|reject('equalto', 2)|list }}",
+     "{}", "['A', 'B']|[1, 3]|[1, 3]"},
+    {"{{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(4, true) }}|{{ 'a\n\nb'|indent(2, blank=true) "
+     "}}",
+     "{}", "a\n  b\n\n  c|    a\n    b|a\n  \n  b"},
+    {"{{ users|sort(attribute='n')|map(attribute='n')|list }}|{{ ['b', 'A', 'c']|sort }}|{{ ['b', "
+     "'A', 'c']|sort(reverse=true, case_sensitive=true) }}",
+     "{\"users\": [{\"n\": 2}, {\"n\": 1}]}", "[1, 2]|['A', 'b', 'c']|['c', 'b', 'A']"},
+    {"{{ 'a&b<c>\"d\\'e'|e }}|{{ '<b>'|safe }}|{{ '<'|safe + '<' }}|{{ 'x'|replace('x', 'y') }}|{{ "
+     "-3|abs }}|{{ 2.567|round(2) }}|{{ 2.5|round }}",
+     "{}", "a&amp;b&lt;c&gt;&#34;d&#39;e|<b>|<&lt;|y|3|2.57|2.0"},
+    {"{{ [1, [2, 3]]|batch(2)|list }}|{{ 'one two  three'|wordcount }}|{{ 'ab'|center(6) }}|", "{}",
      "[[1, [2, 3]]]|3|  ab  |"},
     {"{{ x|tojson }}",
-     "{\"x\": {\"a\": [1, 2.5, null, true, \"\303\251\\\"\\\\\\n\\t\\u0001\"], \"b\": {}, \"c\": []}}",
+     "{\"x\": {\"a\": [1, 2.5, null, true, \"\303\251\\\"\\\\\\n\\t\\u0001\"], \"b\": {}, \"c\": "
+     "[]}}",
      "{\"a\": [1, 2.5, null, true, \"\303\251\\\"\\\\\\n\\t\\u0001\"], \"b\": {}, \"c\": []}"},
-    {"{{ x|tojson(indent=2) }}",
-     "{\"x\": {\"a\": [1, {\"b\": 2}], \"c\": [], \"d\": {}}}",
+    {"{{ x|tojson(indent=2) }}", "{\"x\": {\"a\": [1, {\"b\": 2}], \"c\": [], \"d\": {}}}",
      "{\n  \"a\": [\n    1,\n    {\n      \"b\": 2\n    }\n  ],\n  \"c\": [],\n  \"d\": {}\n}"},
-    {"{{ x|tojson(sort_keys=true) }}|{{ x|tojson(ensure_ascii=true) }}|{{ x|tojson(separators=(',', ':')) }}",
+    {"{{ x|tojson(sort_keys=true) }}|{{ x|tojson(ensure_ascii=true) }}|{{ "
+     "x|tojson(separators=(',', ':')) }}",
      "{\"x\": {\"z\": \"\346\227\245\346\234\254\360\237\246\231\", \"a\": 1}}",
-     "{\"a\": 1, \"z\": \"\346\227\245\346\234\254\360\237\246\231\"}|{\"z\": \"\\u65e5\\u672c\\ud83e\\udd99\", \"a\": 1}|{\"z\":\"\346\227\245\346\234\254\360\237\246\231\",\"a\":1}"},
-    {"{{ [1.0, 0.1, 1e16, 1.5e-7, 123456789.123, -0.0, 1e100, 3.14159]|tojson }}|{{ 1e16 }}|{{ 0.0001 }}|{{ 0.00001 }}",
-     "{}",
-     "[1.0, 0.1, 1e+16, 1.5e-07, 123456789.123, -0.0, 1e+100, 3.14159]|1e+16|0.0001|1e-05"},
-    {"{{ x }}|{{ [x] }}|{{ {'k': x} }}|{{ ('a',) }}|{{ (1, 'b') }}|{{ \"it's\" }}|{{ [\"it's\"] }}|{{ [none, true, 1.5] }}",
+     "{\"a\": 1, \"z\": \"\346\227\245\346\234\254\360\237\246\231\"}|{\"z\": "
+     "\"\\u65e5\\u672c\\ud83e\\udd99\", \"a\": "
+     "1}|{\"z\":\"\346\227\245\346\234\254\360\237\246\231\",\"a\":1}"},
+    {"{{ [1.0, 0.1, 1e16, 1.5e-7, 123456789.123, -0.0, 1e100, 3.14159]|tojson }}|{{ 1e16 }}|{{ "
+     "0.0001 }}|{{ 0.00001 }}",
+     "{}", "[1.0, 0.1, 1e+16, 1.5e-07, 123456789.123, -0.0, 1e+100, 3.14159]|1e+16|0.0001|1e-05"},
+    {"{{ x }}|{{ [x] }}|{{ {'k': x} }}|{{ ('a',) }}|{{ (1, 'b') }}|{{ \"it's\" }}|{{ [\"it's\"] "
+     "}}|{{ [none, true, 1.5] }}",
      "{\"x\": \"q'\\\"\\n\"}",
      "q'\"\n|['q\\'\"\\n']|{'k': 'q\\'\"\\n'}|('a',)|(1, 'b')|it's|[\"it's\"]|[None, True, 1.5]"},
-    {"{{ x is defined }}{{ y is defined }}{{ y is undefined }}{{ none is none }}{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ true is boolean }}{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ x is sequence }}{{ 1 is not string }}{{ true is true }}{{ false is false }}{{ 'ab' is lower }}{{ 2 is equalto 2 }}",
+    {"{{ x is defined }}{{ y is defined }}{{ y is undefined }}{{ none is none }}{{ 'a' is string "
+     "}}{{ {} is mapping }}{{ [] is iterable }}{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float "
+     "}}{{ true is boolean }}{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ x is sequence "
+     "}}{{ 1 is not string }}{{ true is true }}{{ false is false }}{{ 'ab' is lower }}{{ 2 is "
+     "equalto 2 }}",
      "{\"x\": [1]}",
      "TrueFalseTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue"},
-    {"{% set ns = namespace(items=[]) %}{% set ns.items = ns.items + [1] %}{{ ns.items }}{{ ns.missing is defined }}",
-     "{}",
-     "[1]False"},
-    {"{{ d.get('a') }}{{ d.get('z', 'dflt') }}{{ d.keys()|list }}{{ d.values()|list }}{{ d['a'] }}{{ d.a }}{{ d.z is defined }}",
-     "{\"d\": {\"a\": 1}}",
-     "1dflt['a'][1]11False"},
-    {"{{ range(3)|list }}{{ range(1, 7, 2)|list }}{{ range(3, 0, -1)|list }}",
-     "{}",
+    {"{% set ns = namespace(items=[]) %}{% set ns.items = ns.items + [1] %}{{ ns.items }}{{ "
+     "ns.missing is defined }}",
+     "{}", "[1]False"},
+    {"{{ d.get('a') }}{{ d.get('z', 'dflt') }}{{ d.keys()|list }}{{ d.values()|list }}{{ d['a'] "
+     "}}{{ d.a }}{{ d.z is defined }}",
+     "{\"d\": {\"a\": 1}}", "1dflt['a'][1]11False"},
+    {"{{ range(3)|list }}{{ range(1, 7, 2)|list }}{{ range(3, 0, -1)|list }}", "{}",
      "[0, 1, 2][1, 3, 5][3, 2, 1]"},
-    {"{{ strftime_now('%Y-%m-%d %H:%M %A %B %d') }}",
-     "{}",
-     "2025-06-15 09:30 Sunday June 15"},
-    {"{% set l = [1] %}{% set _ = l.append(2) %}{{ l }}{{ l.pop(0) }}{{ l }}",
-     "{}",
-     "[1, 2]1[2]"},
-    {"[{{ missing }}][{{ missing|length }}][{{ missing|upper }}][{% for x in missing %}x{% endfor %}]",
-     "{}",
-     "[][0][][]"},
-    {"{{ missing.attr }}",
-     "{}",
-     "ERR UndefinedError: 'missing' is undefined"},
-    {"{{ d.nope.deeper }}",
-     "{\"d\": {}}",
+    {"{{ strftime_now('%Y-%m-%d %H:%M %A %B %d') }}", "{}", "2025-06-15 09:30 Sunday June 15"},
+    {"{% set l = [1] %}{% set _ = l.append(2) %}{{ l }}{{ l.pop(0) }}{{ l }}", "{}", "[1, 2]1[2]"},
+    {"[{{ missing }}][{{ missing|length }}][{{ missing|upper }}][{% for x in missing %}x{% endfor "
+     "%}]",
+     "{}", "[][0][][]"},
+    {"{{ missing.attr }}", "{}", "ERR UndefinedError: 'missing' is undefined"},
+    {"{{ d.nope.deeper }}", "{\"d\": {}}",
      "ERR UndefinedError: 'dict object' has no attribute 'nope'"},
-    {"{{ missing + 1 }}",
-     "{}",
-     "ERR UndefinedError: 'missing' is undefined"},
-    {"{% for x in none_v %}{% endfor %}",
-     "{\"none_v\": null}",
+    {"{{ missing + 1 }}", "{}", "ERR UndefinedError: 'missing' is undefined"},
+    {"{% for x in none_v %}{% endfor %}", "{\"none_v\": null}",
      "ERR TypeError: 'NoneType' object is not iterable"},
-    {"{{ raise_exception('boom: ' ~ 1) }}",
-     "{}",
-     "ERR TemplateError: boom: 1"},
-    {"{{ 1 / 0 }}",
-     "{}",
-     "ERR ZeroDivisionError: division by zero"},
-    {"{{ 'a' + 1 }}",
-     "{}",
-     "ERR TypeError: can only concatenate str (not \"int\") to str"},
-    {"{{ 'a' < 1 }}",
-     "{}",
+    {"{{ raise_exception('boom: ' ~ 1) }}", "{}", "ERR TemplateError: boom: 1"},
+    {"{{ 1 / 0 }}", "{}", "ERR ZeroDivisionError: division by zero"},
+    {"{{ 'a' + 1 }}", "{}", "ERR TypeError: can only concatenate str (not \"int\") to str"},
+    {"{{ 'a' < 1 }}", "{}",
      "ERR TypeError: '<' not supported between instances of 'str' and 'int'"},
-    {"{{ xs|map('upper')|tojson }}",
-     "{\"xs\": [\"a\"]}",
+    {"{{ xs|map('upper')|tojson }}", "{\"xs\": [\"a\"]}",
      "ERR TypeError: Object of type generator is not JSON serializable"},
-    {"{{ x|tojson }}",
-     "{}",
-     "ERR TypeError: Object of type Undefined is not JSON serializable"},
-    {"{{ 'x'|nosuchfilter }}",
-     "{}",
-     "ERR No filter named 'nosuchfilter'."},
-    {"{% if x %}{{ x|nosuchfilter }}{% endif %}",
-     "{}",
-     ""},
-    {"{{ [1,2][5] }}|{{ {}['k'] }}|",
-     "{}",
-     "||"},
+    {"{{ x|tojson }}", "{}", "ERR TypeError: Object of type Undefined is not JSON serializable"},
+    {"{{ 'x'|nosuchfilter }}", "{}", "ERR No filter named 'nosuchfilter'."},
+    {"{% if x %}{{ x|nosuchfilter }}{% endif %}", "{}", ""},
+    {"{{ [1,2][5] }}|{{ {}['k'] }}|", "{}", "||"},
 };
 
 static void test_reference(void)
@@ -428,11 +356,12 @@ static void test_limits(void)
 static void test_default_template(void)
 {
     char err[IFL_ERR_LEN];
-    char *out = render(ifl_chat_default_template,
-                       "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, "
-                       "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}], "
-                       "\"add_generation_prompt\": true}",
-                       err);
+    char *out =
+        render(ifl_chat_default_template,
+               "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, "
+               "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}], "
+               "\"add_generation_prompt\": true}",
+               err);
     CHECK_MSG(out, "default template: %s", err);
     if (out)
         CHECK_STR(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
@@ -452,12 +381,12 @@ static void test_speed(void)
     struct ifl_chat_template *t;
     char err[IFL_ERR_LEN];
     CHECK_EQ(ifl_chat_template_compile(&t, src, len, err), 0);
-    json_t *ctx = json_pack(
-        "{s:[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}],s:b,s:n,s:s,s:s}", "messages", "role",
-        "system", "content", "You are a concise math tutor.", "role", "user", "content",
-        "What is 2 + 2?", "role", "assistant", "content", "2 + 2 = 4.", "role", "user", "content",
-        "And if you multiply that by 3?", "add_generation_prompt", 1, "tools", "bos_token", "<s>",
-        "eos_token", "</s>");
+    json_t *ctx =
+        json_pack("{s:[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}],s:b,s:n,s:s,s:s}", "messages",
+                  "role", "system", "content", "You are a concise math tutor.", "role", "user",
+                  "content", "What is 2 + 2?", "role", "assistant", "content", "2 + 2 = 4.", "role",
+                  "user", "content", "And if you multiply that by 3?", "add_generation_prompt", 1,
+                  "tools", "bos_token", "<s>", "eos_token", "</s>");
     struct timespec a, b;
     int reps = 200;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -467,7 +396,8 @@ static void test_speed(void)
         free(out);
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
-    double us = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / 1e3 / reps;
+    double us =
+        ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / 1e3 / reps;
     fprintf(stderr, "  render (Qwen3.5, 4 messages): %.1f us\n", us);
     json_decref(ctx);
     ifl_chat_template_free(t);
@@ -553,7 +483,8 @@ static void test_fixtures(void)
             json_object_set(ctx, "messages", json_object_get(c, "messages"));
             json_object_set(ctx, "tools", json_object_get(c, "tools"));
             json_object_set_new(ctx, "documents", json_null());
-            json_object_set(ctx, "add_generation_prompt", json_object_get(c, "add_generation_prompt"));
+            json_object_set(ctx, "add_generation_prompt",
+                            json_object_get(c, "add_generation_prompt"));
             char *out = NULL;
             size_t on = 0;
             int rc = ifl_chat_render(t, ctx, &now, &out, &on, err);

@@ -38,7 +38,7 @@ static void test_f16_roundtrip(void)
     }
     CHECK_EQ(ifl_f32_to_f16(1.0f), 0x3c00);
     CHECK_EQ(ifl_f32_to_f16(65504.0f), 0x7bff);
-    CHECK_EQ(ifl_f32_to_f16(65520.0f), 0x7c00);      /* rounds up to inf */
+    CHECK_EQ(ifl_f32_to_f16(65520.0f), 0x7c00);           /* rounds up to inf */
     CHECK_EQ(ifl_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
     CHECK_EQ(ifl_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
     CHECK_EQ(ifl_f32_to_f16(5.96046448e-08f), 0x0001); /* smallest subnormal */
@@ -355,10 +355,20 @@ static void test_syscpu_parse(void)
     CHECK_NEAR(c, 0.5, 1e-12);
     CHECK_EQ(ifl_syscpu_parse_cpu_max("400000 50000\n", &c), 0);
     CHECK_NEAR(c, 8, 1e-12);
-    static const char *const bad[] = {
-        "", "max", "150000", "150000 ", "-5 100000", "150000 0", "0 100000", "1e5 100000",
-        "150000 100000 7", "max max", " 150000 100000", "150000  100000", "abc 100000",
-        "99999999999999999999 100000"};
+    static const char *const bad[] = {"",
+                                      "max",
+                                      "150000",
+                                      "150000 ",
+                                      "-5 100000",
+                                      "150000 0",
+                                      "0 100000",
+                                      "1e5 100000",
+                                      "150000 100000 7",
+                                      "max max",
+                                      " 150000 100000",
+                                      "150000  100000",
+                                      "abc 100000",
+                                      "99999999999999999999 100000"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         c = -1;
         CHECK_MSG(ifl_syscpu_parse_cpu_max(bad[i], &c) == IFL_EFORMAT, "accepted '%s'", bad[i]);
@@ -422,9 +432,13 @@ static void test_syscpu_trees(void)
 {
     const char *v2 = "30 20 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n";
     /* the smallest quota from the process's cgroup up to the root */
-    const char *nested[] = {"sys/fs/cgroup/a/cpu.max", "120000 100000\n",
-                            "sys/fs/cgroup/a/b/cpu.max", "300000 100000\n",
-                            "sys/fs/cgroup/a/b/c/cpu.max", "max 100000\n", NULL};
+    const char *nested[] = {"sys/fs/cgroup/a/cpu.max",
+                            "120000 100000\n",
+                            "sys/fs/cgroup/a/b/cpu.max",
+                            "300000 100000\n",
+                            "sys/fs/cgroup/a/b/c/cpu.max",
+                            "max 100000\n",
+                            NULL};
     CHECK_NEAR(quota_of("0::/a/b/c\n", v2, nested), 1.2, 1e-9);
     /* a container with a cgroup namespace: its own cgroup is "/" */
     const char *ns[] = {"sys/fs/cgroup/cpu.max", "200000 100000\n", NULL};
@@ -440,19 +454,28 @@ static void test_syscpu_trees(void)
      * escaped space in the mount point) */
     const char *v1 = "25 20 0:21 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
                      "26 20 0:22 / /sys/fs/cgroup/cpu\\040acct rw - cgroup cgroup rw,cpuacct,cpu\n";
-    const char *v1f[] = {"sys/fs/cgroup/cpu acct/grp/cpu.cfs_quota_us", "350000\n",
-                         "sys/fs/cgroup/cpu acct/grp/cpu.cfs_period_us", "100000\n",
-                         "sys/fs/cgroup/cpu acct/cpu.cfs_quota_us", "-1\n",
-                         "sys/fs/cgroup/cpu acct/cpu.cfs_period_us", "100000\n", NULL};
+    const char *v1f[] = {"sys/fs/cgroup/cpu acct/grp/cpu.cfs_quota_us",
+                         "350000\n",
+                         "sys/fs/cgroup/cpu acct/grp/cpu.cfs_period_us",
+                         "100000\n",
+                         "sys/fs/cgroup/cpu acct/cpu.cfs_quota_us",
+                         "-1\n",
+                         "sys/fs/cgroup/cpu acct/cpu.cfs_period_us",
+                         "100000\n",
+                         NULL};
     CHECK_NEAR(quota_of("5:memory:/grp\n4:cpuacct,cpu:/grp\n", v1, v1f), 3.5, 1e-9);
     /* "cpuacct" or "cpuset" alone is not "cpu" */
     CHECK_NEAR(quota_of("4:cpuacct,cpuset:/grp\n", v1, v1f), 0, 0);
     /* both hierarchies: the smaller */
     char both_mi[512];
     snprintf(both_mi, sizeof both_mi, "%s%s", v1, v2);
-    const char *both[] = {"sys/fs/cgroup/cpu acct/grp/cpu.cfs_quota_us", "350000\n",
-                          "sys/fs/cgroup/cpu acct/grp/cpu.cfs_period_us", "100000\n",
-                          "sys/fs/cgroup/x/cpu.max", "150000 100000\n", NULL};
+    const char *both[] = {"sys/fs/cgroup/cpu acct/grp/cpu.cfs_quota_us",
+                          "350000\n",
+                          "sys/fs/cgroup/cpu acct/grp/cpu.cfs_period_us",
+                          "100000\n",
+                          "sys/fs/cgroup/x/cpu.max",
+                          "150000 100000\n",
+                          NULL};
     CHECK_NEAR(quota_of("0::/x\n4:cpu:/grp\n", both_mi, both), 1.5, 1e-9);
     /* missing or bad files are no limit, never an error */
     CHECK_NEAR(quota_of(NULL, NULL, NULL), 0, 0);

@@ -27,7 +27,7 @@ static const int32_t GREEDY[] = {432, 383, 286, 261, 376, 298, 315, 421, 395, 31
                                  396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
                                  426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388,
                                  426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267,
-                                 414, 270, 333, 415, 426, 13, 438, 310, 439, 419, 357, 336};
+                                 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
 
 static ifl_executor *open_ex(int32_t max_batch, int64_t kv_tokens, int policy, int32_t max_queue)
 {
@@ -63,8 +63,8 @@ static int32_t last_end_token; /* collect: the final result's end_token */
 
 /* Awaits every response of one request; concatenates tokens of sequence
  * `index` into out. Returns the finish reason of that sequence. */
-static int collect(ifl_executor *ex, ifl_id id, int32_t index, int32_t *out, int32_t *n,
-                   float *lps, char *text, size_t text_cap)
+static int collect(ifl_executor *ex, ifl_id id, int32_t index, int32_t *out, int32_t *n, float *lps,
+                   char *text, size_t text_cap)
 {
     int finish = -1, final = 0;
     *n = 0;
@@ -190,7 +190,8 @@ static void test_return_sequences(void)
     CHECK(seq_final[0] && seq_final[1] && seq_final[2]);
     for (int k = 0; k < 3; k++)
         CHECK_EQ(n_tok[k], 20);
-    CHECK(memcmp(toks[0], toks[1], sizeof(int32_t) * 20) || memcmp(toks[1], toks[2], sizeof(int32_t) * 20));
+    CHECK(memcmp(toks[0], toks[1], sizeof(int32_t) * 20) ||
+          memcmp(toks[1], toks[2], sizeof(int32_t) * 20));
     /* sample 0 equals the same request with one sequence */
     r.num_return_sequences = 1;
     CHECK_EQ(ifl_enqueue(ex, &r, &id, NULL), 0);
@@ -690,7 +691,6 @@ static void test_destroy_wakes_waiters(void)
     ifl_executor_destroy(ex, 1); /* cancels all: nothing leaks, no hang */
 }
 
-
 /* Stop strings never leak into the text, even across tokens; the finish
  * reason says stop; stop words (token sequences) end generation too. */
 static void test_stops(void)
@@ -917,7 +917,6 @@ static void test_logits_processors(void)
     ifl_executor_destroy(ex, 0);
 }
 
-
 /* ---------------- beam search ---------------- */
 
 /* The final response of id (earlier ones are dropped); NULL on error. */
@@ -967,7 +966,8 @@ static int same_results(const struct ifl_response *a, const struct ifl_response 
             memcmp(&x->score, &y->score, sizeof(float)))
             return 0;
         if ((x->log_probs == NULL) != (y->log_probs == NULL) ||
-            (x->log_probs && memcmp(x->log_probs, y->log_probs, sizeof(float) * (size_t)x->n_tokens)))
+            (x->log_probs &&
+             memcmp(x->log_probs, y->log_probs, sizeof(float) * (size_t)x->n_tokens)))
             return 0;
     }
     return 1;
@@ -1019,8 +1019,9 @@ static void test_beam_search(void)
                 CHECK(b->results[i - 1].score >= x->score);
             CHECK(x->text != NULL && x->n_text > 0);
             if (i > 0) /* distinct hypotheses */
-                CHECK(x->n_tokens != b->results[0].n_tokens ||
-                      memcmp(x->tokens, b->results[0].tokens, sizeof(int32_t) * (size_t)x->n_tokens));
+                CHECK(
+                    x->n_tokens != b->results[0].n_tokens ||
+                    memcmp(x->tokens, b->results[0].tokens, sizeof(int32_t) * (size_t)x->n_tokens));
         }
         CHECK_MSG(n_end >= 2, "%d results ended on the end token", n_end);
         /* lengths differ, and the penalty ranks a longer, less likely
@@ -1166,8 +1167,10 @@ static void test_beam_invariance(void)
             struct ifl_request_stats rs = {0};
             if (ifl_get_request_stats(ex, id, &rs) != 0 || rs.n_generated > 30) {
                 expect_preempt = 0; /* done (no stats) or nearly */
-                fprintf(stderr, "  (the beam was at %d of 60 tokens or done when the others "
-                                "came: its preemption is not checked)\n", rs.n_generated);
+                fprintf(stderr,
+                        "  (the beam was at %d of 60 tokens or done when the others "
+                        "came: its preemption is not checked)\n",
+                        rs.n_generated);
             }
         } else {
             CHECK_EQ(ifl_enqueue_many(ex, others, 8, oid, err), 0);
@@ -1346,8 +1349,8 @@ static void test_generation_and_context_logits(void)
     CHECK_EQ(ifl_enqueue_many(ex, others + 2, 2, oid + 2, err), 0);
     struct ifl_response *b = await_final(ex, id);
     if (a && b) {
-        CHECK(b->context_logits && !memcmp(a->context_logits, b->context_logits,
-                                           sizeof(float) * 150 * nv));
+        CHECK(b->context_logits &&
+              !memcmp(a->context_logits, b->context_logits, sizeof(float) * 150 * nv));
         CHECK(same_results(a, b));
     }
     for (int k = 0; k < 4; k++) {
@@ -1375,9 +1378,8 @@ static void test_hidden_states(void)
     CHECK_EQ(ne, 64);
     float *w = malloc(sizeof(float) * (size_t)nv * (size_t)ne);
     for (int32_t t = 0; t < nv; t++)
-        ifl_kernels_ref()->dequant[m->output.type]((const char *)m->output.data +
-                                                       (size_t)t * m->output.row_bytes,
-                                                   w + (size_t)t * ne, ne);
+        ifl_kernels_ref()->dequant[m->output.type](
+            (const char *)m->output.data + (size_t)t * m->output.row_bytes, w + (size_t)t * ne, ne);
     ifl_executor *ex = open_ex(16, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
     struct ifl_request r;
     greedy_req(&r, ONCE, 5, 16);

@@ -205,9 +205,18 @@ static void run_arch(const char *arch)
         check_model(arch, types[t], "");
 }
 
-static void test_llama(void) { run_arch("llama"); }
-static void test_qwen2(void) { run_arch("qwen2"); }
-static void test_qwen3(void) { run_arch("qwen3"); }
+static void test_llama(void)
+{
+    run_arch("llama");
+}
+static void test_qwen2(void)
+{
+    run_arch("qwen2");
+}
+static void test_qwen3(void)
+{
+    run_arch("qwen3");
+}
 
 static void test_variants(void)
 {

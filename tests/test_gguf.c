@@ -385,10 +385,12 @@ static void test_writer_roundtrip(void)
     CHECK_STR(ifl_gguf_key(g, 0), "t.u8");
     CHECK_STR(ifl_gguf_key(g, 18), "t.nested");
     int64_t v;
-    struct { const char *k; int64_t v; } ints[] = {
-        {"t.u8", 250},           {"t.i8", -100},        {"t.u16", 65000},
-        {"t.i16", -32000},       {"t.u32", 4000000000}, {"t.i32", -2000000000},
-        {"t.u64", 1ll << 62},    {"t.i64", INT64_MIN},  {"t.bool", 1}};
+    struct {
+        const char *k;
+        int64_t v;
+    } ints[] = {{"t.u8", 250},        {"t.i8", -100},        {"t.u16", 65000},
+                {"t.i16", -32000},    {"t.u32", 4000000000}, {"t.i32", -2000000000},
+                {"t.u64", 1ll << 62}, {"t.i64", INT64_MIN},  {"t.bool", 1}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         CHECK_EQ(ifl_gguf_get_int(g, ints[i].k, &v, err), 0);
         CHECK_MSG(v == ints[i].v, "%s: %lld", ints[i].k, (long long)v);
@@ -450,12 +452,17 @@ static void test_writer_roundtrip(void)
     CHECK_EQ(ifl_gguf_arr_int(&a, 0, &v), IFL_EINVAL);
 
     CHECK_EQ(ifl_gguf_n_tensors(g), 4);
-    const struct { const char *name; uint32_t type; int n_dims; const int64_t *ne; const uint8_t *d;
-                   size_t n; } want[] = {
-        {"a.f32", IFL_TYPE_F32, 2, ne0, d0, sizeof d0},
-        {"b.f16", IFL_TYPE_F16, 1, ne1, d1, sizeof d1},
-        {"c.q8_0", IFL_TYPE_Q8_0, 3, ne2, d2, sizeof d2},
-        {"d.q4_k", IFL_TYPE_Q4_K, 4, ne3, d3, sizeof d3}};
+    const struct {
+        const char *name;
+        uint32_t type;
+        int n_dims;
+        const int64_t *ne;
+        const uint8_t *d;
+        size_t n;
+    } want[] = {{"a.f32", IFL_TYPE_F32, 2, ne0, d0, sizeof d0},
+                {"b.f16", IFL_TYPE_F16, 1, ne1, d1, sizeof d1},
+                {"c.q8_0", IFL_TYPE_Q8_0, 3, ne2, d2, sizeof d2},
+                {"d.q4_k", IFL_TYPE_Q4_K, 4, ne3, d3, sizeof d3}};
     for (int i = 0; i < 4; i++) {
         const struct ifl_gguf_tensor *t = ifl_gguf_tensor(g, i);
         CHECK_STR(t->name, want[i].name);
@@ -564,9 +571,9 @@ static void copy_check(const char *rel)
         CHECK_EQ(ifl_gguf_writer_copy_kv(w, src, i), 0);
     for (int64_t i = 0; i < ifl_gguf_n_tensors(src); i++) {
         const struct ifl_gguf_tensor *t = ifl_gguf_tensor(src, i);
-        CHECK_EQ(ifl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
-                                            t->nbytes),
-                 0);
+        CHECK_EQ(
+            ifl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes),
+            0);
     }
     rc = ifl_gguf_writer_write(w, path, err);
     CHECK_MSG(rc == 0, "write: %s", err);
@@ -617,8 +624,14 @@ static void mk_raw(struct mk *m, const void *p, size_t n)
         memcpy(m->p + m->n, p, n);
     m->n += n;
 }
-static void mk_u32(struct mk *m, uint32_t v) { mk_raw(m, &v, 4); }
-static void mk_u64(struct mk *m, uint64_t v) { mk_raw(m, &v, 8); }
+static void mk_u32(struct mk *m, uint32_t v)
+{
+    mk_raw(m, &v, 4);
+}
+static void mk_u64(struct mk *m, uint64_t v)
+{
+    mk_raw(m, &v, 8);
+}
 static void mk_str(struct mk *m, const char *s)
 {
     mk_u64(m, strlen(s));
@@ -831,8 +844,14 @@ static void test_malformed(void)
     EXPECT(m, IFL_EFORMAT, "general.alignment");
 
     /* tensors: the baseline with one field changed */
-    struct { uint32_t n_dims; uint64_t ne[5]; uint32_t type; uint64_t off; int rc; const char *msg; }
-    cases[] = {
+    struct {
+        uint32_t n_dims;
+        uint64_t ne[5];
+        uint32_t type;
+        uint64_t off;
+        int rc;
+        const char *msg;
+    } cases[] = {
         {2, {32, 2}, IFL_TYPE_F32, 0, 0, NULL},
         {0, {0}, IFL_TYPE_F32, 0, IFL_EFORMAT, "n_dims 0"},
         {5, {32, 1, 1, 1, 1}, IFL_TYPE_F32, 0, IFL_EFORMAT, "n_dims 5"},
@@ -889,8 +908,10 @@ static void test_malformed(void)
     for (int i = 0; i < 4000; i++)
         mk_raw(&m, "\0", 1);
     char want[128];
-    snprintf(want, sizeof want, "tensor 'blk.3.attn_q.weight': data offset %zu + 4096 past end "
-             "of file (%zu bytes)", data_off, m.n);
+    snprintf(want, sizeof want,
+             "tensor 'blk.3.attn_q.weight': data offset %zu + 4096 past end "
+             "of file (%zu bytes)",
+             data_off, m.n);
     EXPECT(m, IFL_EFORMAT, want);
     struct ifl_gguf *g = (void *)1;
     CHECK_EQ(ifl_gguf_open_mem(&g, NULL, 0, NULL), IFL_EFORMAT);

@@ -96,7 +96,8 @@ static void test_parse_errors(void)
     expect_error("root ::= \"abc", "unterminated string literal");
     expect_error("a ::= \"x\"", "missing rule 'root'");
     expect_error("root ::= \"a\"\nroot ::= \"b\"", "2:1: rule 'root' is defined twice");
-    expect_error("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", "left recursion through rule 'expr'");
+    expect_error("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"",
+                 "left recursion through rule 'expr'");
     expect_error("root ::= (\"a\"?)*", "left recursion");
     expect_error("root ::= \"a\"{3,2}", "max below min");
     expect_error("root ::= [z-a]", "reversed");
@@ -142,7 +143,8 @@ static void test_basic_accept(void)
     ifl_guide_free(g);
 
     /* multi-line alternatives and a rule continued inside parentheses */
-    g = compile("root ::= item\n  | \"[\" (\n item\n \",\"\n item ) \"]\"\nitem ::= \"x\" | \"y\"\n");
+    g = compile(
+        "root ::= item\n  | \"[\" (\n item\n \",\"\n item ) \"]\"\nitem ::= \"x\" | \"y\"\n");
     CHECK(matches_all_ways(g, "x"));
     CHECK(matches_all_ways(g, "[x,y]"));
     CHECK(!matches_all_ways(g, "[x]"));
@@ -156,25 +158,23 @@ static void test_basic_accept(void)
     ifl_guide_free(g);
 }
 
-static const char *arith =
-    "root ::= expr\n"
-    "expr ::= term ((\"+\" | \"-\") term)*\n"
-    "term ::= factor ((\"*\" | \"/\") factor)*\n"
-    "factor ::= number | \"(\" expr \")\" | \"-\" factor\n"
-    "number ::= [0-9]+ (\".\" [0-9]+)?\n";
+static const char *arith = "root ::= expr\n"
+                           "expr ::= term ((\"+\" | \"-\") term)*\n"
+                           "term ::= factor ((\"*\" | \"/\") factor)*\n"
+                           "factor ::= number | \"(\" expr \")\" | \"-\" factor\n"
+                           "number ::= [0-9]+ (\".\" [0-9]+)?\n";
 
-static const char *csv =
-    "root ::= row (\"\\n\" row)* \"\\n\"?\n"
-    "row ::= field (\",\" field)*\n"
-    "field ::= [^,\\n\"]* | \"\\\"\" ([^\"] | \"\\\"\\\"\")* \"\\\"\"\n";
+static const char *csv = "root ::= row (\"\\n\" row)* \"\\n\"?\n"
+                         "row ::= field (\",\" field)*\n"
+                         "field ::= [^,\\n\"]* | \"\\\"\" ([^\"] | \"\\\"\\\"\")* \"\\\"\"\n";
 
-static const char *stmt =
-    "root ::= stmt+\n"
-    "stmt ::= ident ws \"=\" ws expr \";\" ws | \"if\" ws \"(\" expr \")\" ws \"{\" ws stmt* \"}\" ws\n"
-    "expr ::= atom (ws [-+*<] ws atom)*\n"
-    "atom ::= ident | [0-9]+ | \"(\" expr \")\"\n"
-    "ident ::= [a-z] [a-z0-9_]*\n"
-    "ws ::= [ ]?\n";
+static const char *stmt = "root ::= stmt+\n"
+                          "stmt ::= ident ws \"=\" ws expr \";\" ws | \"if\" ws \"(\" expr \")\" "
+                          "ws \"{\" ws stmt* \"}\" ws\n"
+                          "expr ::= atom (ws [-+*<] ws atom)*\n"
+                          "atom ::= ident | [0-9]+ | \"(\" expr \")\"\n"
+                          "ident ::= [a-z] [a-z0-9_]*\n"
+                          "ws ::= [ ]?\n";
 
 static void test_grammars(void)
 {
@@ -208,11 +208,17 @@ static void test_json_mode(void)
     char err[IFL_ERR_LEN];
     CHECK_EQ(ifl_guide_compile_json(&g, 0, err), 0);
     CHECK_EQ(ifl_guide_compile_json(&o, 1, err), 0);
-    const char *good[] = {"{}", "[]", "0", "-1.5e+10", "\"a\\u00e9\\n\"", "true", "null",
+    const char *good[] = {"{}",
+                          "[]",
+                          "0",
+                          "-1.5e+10",
+                          "\"a\\u00e9\\n\"",
+                          "true",
+                          "null",
                           " { \"a\" : [1, 2, {\"b\": null}], \"c\": \"\xC3\xA9\" } ",
                           "[[[[]]]]"};
-    const char *bad[] = {"{", "[1,]", "01", "{\"a\" 1}", "\"\\x\"", "tru", "{'a': 1}", "1.",
-                         "\"a\nb\""};
+    const char *bad[] = {"{",   "[1,]",     "01", "{\"a\" 1}", "\"\\x\"",
+                         "tru", "{'a': 1}", "1.", "\"a\nb\""};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         CHECK_MSG(matches_all_ways(g, good[i]), "json rejects '%s'", good[i]);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
@@ -238,11 +244,19 @@ static void test_regex(void)
     struct {
         const char *re, *yes[3], *no[3];
     } cases[] = {
-        {"^\\d{4}-\\d{2}-\\d{2}$", {"2024-01-31", "0000-00-00", NULL}, {"2024-1-31", "2024-01-31x", "abcd-ef-gh"}},
-        {"\\(?\\d{3}\\)?[- ]?\\d{3}-\\d{4}", {"(555) 123-4567", "555-123-4567", "5551234567x"}, {"55-123-4567", "(555)1234567", NULL}},
+        {"^\\d{4}-\\d{2}-\\d{2}$",
+         {"2024-01-31", "0000-00-00", NULL},
+         {"2024-1-31", "2024-01-31x", "abcd-ef-gh"}},
+        {"\\(?\\d{3}\\)?[- ]?\\d{3}-\\d{4}",
+         {"(555) 123-4567", "555-123-4567", "5551234567x"},
+         {"55-123-4567", "(555)1234567", NULL}},
         {"[a-zA-Z_][a-zA-Z0-9_]*", {"_x1", "Hello", NULL}, {"1x", "", "a-b"}},
-        {"(cat|dog|bird)s?( and (cat|dog))*", {"cats", "dog and cat and dog", "bird"}, {"cow", "cats and", NULL}},
-        {"a.c|x\\.y|[^abc]{2,3}|\\w+@\\w+\\.(com|org)", {"abc", "x.y", "zzz"}, {"a\nc", "xay", "zzzz"}},
+        {"(cat|dog|bird)s?( and (cat|dog))*",
+         {"cats", "dog and cat and dog", "bird"},
+         {"cow", "cats and", NULL}},
+        {"a.c|x\\.y|[^abc]{2,3}|\\w+@\\w+\\.(com|org)",
+         {"abc", "x.y", "zzz"},
+         {"a\nc", "xay", "zzzz"}},
         {"(?:ab)+\\s\\S[\\d\\sx-z]", {"abab x9", "ab -y", NULL}, {"ab x", "aba x1", NULL}},
         {"caf\\u00e9|\xCE\xB1+", {"caf\xC3\xA9", "\xCE\xB1\xCE\xB1", NULL}, {"cafe", "", NULL}},
     };
@@ -333,7 +347,7 @@ static void test_regex_counts(void)
         {"a{2,}b", {"aab", "aaaaab", NULL}, {"ab", "a{2,}b", NULL}},
         {"a{0}b", {"b", NULL, NULL}, {"ab", "a{0}b", NULL}},
         {"a{1,3}?", {"a", "aaa", NULL}, {"aaaa", "", NULL}},
-        {"a{x}", {"a{x}", NULL, NULL}, {"a", "ax", NULL}},   /* not a count: text */
+        {"a{x}", {"a{x}", NULL, NULL}, {"a", "ax", NULL}}, /* not a count: text */
         {"a*{b", {"aaa{b", "{b", NULL}, {"aaab", NULL, NULL}},
         {"{\"k\": \\d}", {"{\"k\": 7}", NULL, NULL}, {"{\"k\": }", NULL, NULL}},
         {"caf\\\xC3\xA9", {"caf\xC3\xA9", NULL, NULL}, {"cafe", NULL, NULL}},
@@ -372,12 +386,14 @@ static void test_regex_counts(void)
     }
     /* GBNF's own counts name the limit too */
     expect_error("root ::= \"a\"{100001}", "repetition count too large (max 10000)");
-    expect_error("root ::= \"a\"{0,99999999999999999999}", "repetition count too large (max 10000)");
+    expect_error("root ::= \"a\"{0,99999999999999999999}",
+                 "repetition count too large (max 10000)");
 }
 
 static void test_partial_utf8(void)
 {
-    struct ifl_guide *g = compile("root ::= \"\xC3\xA9\" [\xCE\xB1-\xCF\x89]+ \"\xF0\x9F\x98\x80\"?");
+    struct ifl_guide *g =
+        compile("root ::= \"\xC3\xA9\" [\xCE\xB1-\xCF\x89]+ \"\xF0\x9F\x98\x80\"?");
     struct ifl_guide_state st;
     ifl_guide_state_init(&st, g);
     /* é split over two tokens */
@@ -624,7 +640,8 @@ static long walk(struct vocab_fix *f, const struct ifl_guide *g, char *out, size
     return result;
 }
 
-static const char *uni_gbnf = "root ::= ([\xCE\xB1-\xCF\x89] | \"\xC3\xA9\" | [^a-z\\x00-\\x1f] | \"the\" | \" \")+ \".\"\n";
+static const char *uni_gbnf =
+    "root ::= ([\xCE\xB1-\xCF\x89] | \"\xC3\xA9\" | [^a-z\\x00-\\x1f] | \"the\" | \" \")+ \".\"\n";
 
 static void run_vocab(const char *rel, int walks, int check_every, int is_big)
 {
@@ -635,7 +652,8 @@ static void run_vocab(const char *rel, int walks, int check_every, int is_big)
     struct ifl_guide *json = NULL, *obj = NULL;
     CHECK_EQ(ifl_guide_compile_json(&json, 0, err), 0);
     CHECK_EQ(ifl_guide_compile_json(&obj, 1, err), 0);
-    struct ifl_guide *gs[] = {json, obj, compile(arith), compile(csv), compile(stmt), compile(uni_gbnf)};
+    struct ifl_guide *gs[] = {json,         obj,           compile(arith),
+                              compile(csv), compile(stmt), compile(uni_gbnf)};
     const char *names[] = {"json", "json object", "arith", "csv", "stmt", "unicode"};
     const char *regexes[] = {"\\d{4}-\\d{2}-\\d{2}", "\\(\\d{3}\\) \\d{3}-\\d{4}",
                              "[a-zA-Z_][a-zA-Z0-9_]{0,20}", "(cat|dog|bird)s?( and (cat|dog))*",
@@ -669,9 +687,9 @@ static void run_vocab(const char *rel, int walks, int check_every, int is_big)
         struct ifl_guide *g = compile_re(regexes[ri]);
         int ec;
         PCRE2_SIZE eo;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)regexes[ri], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF, &ec, &eo,
-                                       NULL);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)regexes[ri], PCRE2_ZERO_TERMINATED,
+                          PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF, &ec, &eo, NULL);
         CHECK(re != NULL);
         pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
         int done = 0;
@@ -690,10 +708,11 @@ static void run_vocab(const char *rel, int walks, int check_every, int is_big)
     }
     uint64_t hits, misses;
     ifl_guide_masker_stats(f.m, &hits, &misses);
-    fprintf(stderr, "  %s: %d masks checked against brute force; mask %.3f ms/step mean over %d "
-                    "steps (cache %llu hits, %llu misses)\n",
-            rel, n_checked, n_masks ? mt / n_masks * 1e3 : 0.0, n_masks,
-            (unsigned long long)hits, (unsigned long long)misses);
+    fprintf(stderr,
+            "  %s: %d masks checked against brute force; mask %.3f ms/step mean over %d "
+            "steps (cache %llu hits, %llu misses)\n",
+            rel, n_checked, n_masks ? mt / n_masks * 1e3 : 0.0, n_masks, (unsigned long long)hits,
+            (unsigned long long)misses);
     if (is_big && json) {
         /* cold masks (new masker, so no cache) at a few JSON states */
         struct ifl_guide_masker *m2;
@@ -788,7 +807,8 @@ static int validate(json_t *v, json_t *s, json_t *root)
         for (const char *p = str; *p; p++)
             cps += ((unsigned char)*p & 0xC0) != 0x80;
         json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-        if ((mn && cps < (size_t)json_integer_value(mn)) || (mx && cps > (size_t)json_integer_value(mx)))
+        if ((mn && cps < (size_t)json_integer_value(mn)) ||
+            (mx && cps > (size_t)json_integer_value(mx)))
             return 0;
         const char *f = json_string_value(json_object_get(s, "format"));
         if (f && strcmp(f, "date") == 0) {
@@ -821,7 +841,8 @@ static int validate(json_t *v, json_t *s, json_t *root)
             return 0;
         json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
         size_t n = json_array_size(v);
-        if ((mn && n < (size_t)json_integer_value(mn)) || (mx && n > (size_t)json_integer_value(mx)))
+        if ((mn && n < (size_t)json_integer_value(mn)) ||
+            (mx && n > (size_t)json_integer_value(mx)))
             return 0;
         json_t *items = json_object_get(s, "items");
         for (size_t i = 0; items && i < n; i++)
@@ -863,7 +884,8 @@ static const char *schemas[] = {
     "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"string\", \"format\": \"uuid\"}, "
     "\"when\": {\"type\": \"string\", \"format\": \"date\"}, \"mail\": {\"type\": \"string\", "
     "\"format\": \"email\"}}, \"required\": [\"id\", \"when\"]}",
-    "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
+    "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": "
+    "\"integer\"}, "
     "\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}, \"maxItems\": 2}}, "
     "\"required\": [\"v\"]}}, \"$ref\": \"#/$defs/node\"}",
     "{\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"array\", \"items\": {\"type\": \"object\", "
@@ -904,12 +926,15 @@ static void test_schema(void)
         {3, "{\"a\": true, \"b\": \"s\", \"c\": \"x\"}", "{\"c\": \"x\", \"a\": true}"},
         {4, "{\"id\": \"123e4567-e89b-12d3-a456-426614174000\", \"when\": \"2024-02-29\"}",
          "{\"id\": \"123e4567\", \"when\": \"2024-02-29\"}"},
-        {4, "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"when\": \"1999-12-31\", \"mail\": \"a.b@c.org\"}",
+        {4,
+         "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"when\": \"1999-12-31\", \"mail\": "
+         "\"a.b@c.org\"}",
          "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"when\": \"1999-13-31\"}"},
         {5, "{\"v\": 1, \"kids\": [{\"v\": 2}, {\"v\": 3, \"kids\": []}]}", "{\"kids\": []}"},
         {6, "[{\"k\": \"ab\"}]", "[{\"k\": \"a\"}]"},
         {6, "2.5e3", "\"x\""},
-        {7, "{\"t\": \"2024-01-02T03:04:05Z\", \"n\": 3}", "{\"t\": \"2024-01-02T03:04:05\", \"n\": 3}"},
+        {7, "{\"t\": \"2024-01-02T03:04:05Z\", \"n\": 3}",
+         "{\"t\": \"2024-01-02T03:04:05\", \"n\": 3}"},
         {7, "{\"t\": null, \"n\": 1}", "{\"t\": null, \"n\": 0}"},
         /* enum values of another type than `type` are left out */
         {8, "\"a\"", "1"},
@@ -929,8 +954,10 @@ static void test_schema(void)
         struct ifl_guide *g = compile_schema(schemas[cases[i].schema]);
         if (!g)
             continue;
-        CHECK_MSG(matches_all_ways(g, cases[i].yes), "schema %d rejects %s", cases[i].schema, cases[i].yes);
-        CHECK_MSG(!matches_all_ways(g, cases[i].no), "schema %d accepts %s", cases[i].schema, cases[i].no);
+        CHECK_MSG(matches_all_ways(g, cases[i].yes), "schema %d rejects %s", cases[i].schema,
+                  cases[i].yes);
+        CHECK_MSG(!matches_all_ways(g, cases[i].no), "schema %d accepts %s", cases[i].schema,
+                  cases[i].no);
         ifl_guide_free(g);
     }
     struct {
@@ -938,27 +965,39 @@ static void test_schema(void)
         int rc;
     } errs[] = {
         {"{\"type\": \"strin\"}", "json schema: unknown type 'strin'", IFL_EFORMAT},
-        {"{\"type\": \"string\", \"pattern\": \"a+\"}", "'pattern' is not supported", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"pattern\": \"a+\"}", "'pattern' is not supported",
+         IFL_EUNSUPPORTED},
         {"{\"$ref\": \"#/$defs/nope\"}", "$ref '#/$defs/nope' does not resolve", IFL_EFORMAT},
         {"{\"type\": \"object\"", "json schema: 1:", IFL_EFORMAT},
         {"{\"type\": \"integer\", \"minimum\": -5}", "not supported", IFL_EUNSUPPORTED},
         {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "below minItems", IFL_EFORMAT},
         {"{\"enum\": []}", "'enum' must be a non-empty array", IFL_EFORMAT},
-        {"{\"type\": \"string\", \"format\": \"ipv6\"}", "format 'ipv6' is not supported", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"format\": \"ipv6\"}", "format 'ipv6' is not supported",
+         IFL_EUNSUPPORTED},
         /* never fail open (issue 35): a constraint the grammar would drop is an error */
-        {"{\"type\": \"string\", \"minLength\": 20000}", "minLength 20000 is above 10000", IFL_EUNSUPPORTED},
-        {"{\"type\": \"string\", \"maxLength\": 100000}", "maxLength 100000 is above 10000", IFL_EUNSUPPORTED},
-        {"{\"type\": \"array\", \"minItems\": 100000}", "minItems/maxItems above 10000", IFL_EUNSUPPORTED},
-        {"{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 5}", "'format' together with minLength/maxLength", IFL_EUNSUPPORTED},
-        {"{\"type\": \"string\", \"minLength\": 5, \"enum\": [\"a\", \"bcdefg\"]}", "'enum' together with 'minLength'", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"minLength\": 20000}", "minLength 20000 is above 10000",
+         IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"maxLength\": 100000}", "maxLength 100000 is above 10000",
+         IFL_EUNSUPPORTED},
+        {"{\"type\": \"array\", \"minItems\": 100000}", "minItems/maxItems above 10000",
+         IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 5}",
+         "'format' together with minLength/maxLength", IFL_EUNSUPPORTED},
+        {"{\"type\": \"string\", \"minLength\": 5, \"enum\": [\"a\", \"bcdefg\"]}",
+         "'enum' together with 'minLength'", IFL_EUNSUPPORTED},
         {"{\"type\": \"integer\", \"const\": \"x\"}", "admits no value", IFL_EFORMAT},
         {"{\"type\": \"string\", \"enum\": [1, 2]}", "admits no value", IFL_EFORMAT},
         {"{\"const\": 1, \"enum\": [2]}", "admits no value", IFL_EFORMAT},
-        {"{\"type\": \"integer\", \"not\": {\"const\": 3}}", "keyword 'not' is not supported", IFL_EUNSUPPORTED},
-        {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"if\": {}}", "keyword 'if'", IFL_EUNSUPPORTED},
-        {"{\"type\": \"integer\", \"anyOf\": [{\"type\": \"string\"}]}", "'anyOf' together with 'type'", IFL_EUNSUPPORTED},
-        {"{\"anyOf\": [{\"type\": \"integer\"}], \"allOf\": [{\"type\": \"string\"}]}", "'anyOf' together with 'allOf'", IFL_EUNSUPPORTED},
-        {"{\"$ref\": \"#/$defs/a\", \"maxLength\": 2, \"$defs\": {\"a\": {\"type\": \"string\"}}}", "'$ref' together with 'maxLength'", IFL_EUNSUPPORTED},
+        {"{\"type\": \"integer\", \"not\": {\"const\": 3}}", "keyword 'not' is not supported",
+         IFL_EUNSUPPORTED},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"if\": {}}", "keyword 'if'",
+         IFL_EUNSUPPORTED},
+        {"{\"type\": \"integer\", \"anyOf\": [{\"type\": \"string\"}]}",
+         "'anyOf' together with 'type'", IFL_EUNSUPPORTED},
+        {"{\"anyOf\": [{\"type\": \"integer\"}], \"allOf\": [{\"type\": \"string\"}]}",
+         "'anyOf' together with 'allOf'", IFL_EUNSUPPORTED},
+        {"{\"$ref\": \"#/$defs/a\", \"maxLength\": 2, \"$defs\": {\"a\": {\"type\": \"string\"}}}",
+         "'$ref' together with 'maxLength'", IFL_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof errs / sizeof *errs; i++) {
         struct ifl_guide *g = NULL;

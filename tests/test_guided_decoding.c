@@ -137,9 +137,10 @@ static int run_batch(ifl_executor *ex, const struct ifl_request *proto, int32_t 
 static int guide_accepts(int type, const char *src, const char *text)
 {
     struct ifl_guide *g = NULL;
-    int rc = type == IFL_GUIDE_JSON_SCHEMA ? ifl_guide_compile_json_schema(&g, src, strlen(src), NULL)
-             : type == IFL_GUIDE_REGEX     ? ifl_guide_compile_regex(&g, src, strlen(src), NULL)
-                                           : ifl_guide_compile_gbnf(&g, src, strlen(src), NULL);
+    int rc = type == IFL_GUIDE_JSON_SCHEMA
+                 ? ifl_guide_compile_json_schema(&g, src, strlen(src), NULL)
+             : type == IFL_GUIDE_REGEX ? ifl_guide_compile_regex(&g, src, strlen(src), NULL)
+                                       : ifl_guide_compile_gbnf(&g, src, strlen(src), NULL);
     if (rc)
         return 0;
     struct ifl_guide_state st;
@@ -244,8 +245,9 @@ static int check_schema_outputs(const char *model, int si, const struct gen *g, 
         char err[IFL_ERR_LEN] = "";
         json_error_t je;
         json_t *j = json_loads(t, JSON_ALLOW_NUL, &je);
-        int good = g[i].status == 0 && g[i].finish == IFL_FINISH_END_ID && j &&
-                   ifl_guide_validate_json(SCHEMAS[si], strlen(SCHEMAS[si]), t, strlen(t), err) == 0;
+        int good =
+            g[i].status == 0 && g[i].finish == IFL_FINISH_END_ID && j &&
+            ifl_guide_validate_json(SCHEMAS[si], strlen(SCHEMAS[si]), t, strlen(t), err) == 0;
         *n_length += g[i].finish == IFL_FINISH_LENGTH;
         json_decref(j);
         if (good) {
@@ -280,8 +282,9 @@ static void schema_suite(const char *model, const char *path, int l3)
         long toks = 0;
         for (int i = 0; i < N; i++)
             toks += g[i].n_tokens;
-        fprintf(stderr, "  %s schema %2d: %d/%d valid, %d cut by max_tokens, %.1f tokens avg, "
-                        "%.1f s cpu; e.g. %.160s\n",
+        fprintf(stderr,
+                "  %s schema %2d: %d/%d valid, %d cut by max_tokens, %.1f tokens avg, "
+                "%.1f s cpu; e.g. %.160s\n",
                 model, si + 1, ok, N, n_len, (double)toks / N,
                 (double)clock() / CLOCKS_PER_SEC - t0, g[0].text ? g[0].text : "");
         CHECK_EQ(ok, N);
@@ -294,8 +297,9 @@ static void schema_suite(const char *model, const char *path, int l3)
     }
     struct ifl_xguide_stats st;
     ifl_exec_guide_stats(ex, &st);
-    fprintf(stderr, "  %s: %d/%d schema generations valid (%d cut by max_tokens); mask p50 %.3f "
-                    "ms, p99 %.3f ms, max %.2f ms over %llu masks (cache %llu hits, %llu misses)\n",
+    fprintf(stderr,
+            "  %s: %d/%d schema generations valid (%d cut by max_tokens); mask p50 %.3f "
+            "ms, p99 %.3f ms, max %.2f ms over %llu masks (cache %llu hits, %llu misses)\n",
             model, total, 10 * N, total_len, ifl_xguide_stats_quantile(&st, 0.5),
             ifl_xguide_stats_quantile(&st, 0.99), st.max_ms, (unsigned long long)st.n_masks,
             (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses);
@@ -303,8 +307,14 @@ static void schema_suite(const char *model, const char *path, int l3)
     ifl_executor_destroy(ex, 0);
 }
 
-static void test_schemas_stories(void) { schema_suite("stories260K", stories_path, 0); }
-static void test_schemas_llama3_vocab(void) { schema_suite("llama3-vocab", l3_path, 1); }
+static void test_schemas_stories(void)
+{
+    schema_suite("stories260K", stories_path, 0);
+}
+static void test_schemas_llama3_vocab(void)
+{
+    schema_suite("llama3-vocab", l3_path, 1);
+}
 
 /* ------------------------------------------------------------------ regex */
 
@@ -363,8 +373,14 @@ static void regex_suite(const char *model, const char *path, int l3)
     ifl_executor_destroy(ex, 0);
 }
 
-static void test_regex_stories(void) { regex_suite("stories260K", stories_path, 0); }
-static void test_regex_llama3_vocab(void) { regex_suite("llama3-vocab", l3_path, 1); }
+static void test_regex_stories(void)
+{
+    regex_suite("stories260K", stories_path, 0);
+}
+static void test_regex_llama3_vocab(void)
+{
+    regex_suite("llama3-vocab", l3_path, 1);
+}
 
 /* --------------------------------------------------------------- grammars */
 
@@ -411,7 +427,10 @@ static int run_of(struct cur *c, const char *set, int lo, int hi)
     return k >= lo;
 }
 
-static int arith_num(struct cur *c) { return run_of(c, "0123456789", 1, 3); }
+static int arith_num(struct cur *c)
+{
+    return run_of(c, "0123456789", 1, 3);
+}
 
 /* an optional space, an operator from ops, an optional space */
 static int arith_op(struct cur *c, const char *ops)
@@ -535,16 +554,22 @@ static void grammar_suite(const char *model, const char *path, int l3)
             if (!good && shown++ < 3)
                 fprintf(stderr, "  %s %s: finish %d '%s'\n", model, names[k], g[i].finish, t);
         }
-        fprintf(stderr, "  %s %s: %d/%d parse (%d cut by max_tokens; e.g. '%s')\n", model,
-                names[k], ok, N, n_len, g[0].text ? g[0].text : "");
+        fprintf(stderr, "  %s %s: %d/%d parse (%d cut by max_tokens; e.g. '%s')\n", model, names[k],
+                ok, N, n_len, g[0].text ? g[0].text : "");
         CHECK_EQ(ok, N);
         gens_free(g, N);
     }
     ifl_executor_destroy(ex, 0);
 }
 
-static void test_grammars_stories(void) { grammar_suite("stories260K", stories_path, 0); }
-static void test_grammars_llama3_vocab(void) { grammar_suite("llama3-vocab", l3_path, 1); }
+static void test_grammars_stories(void)
+{
+    grammar_suite("stories260K", stories_path, 0);
+}
+static void test_grammars_llama3_vocab(void)
+{
+    grammar_suite("llama3-vocab", l3_path, 1);
+}
 
 /* ------------------------------------------------------ invalid and modes */
 
@@ -556,8 +581,10 @@ static void expect_enqueue_error(ifl_executor *ex, int type, const char *text, i
     ifl_id id = 0;
     char err[IFL_ERR_LEN] = "";
     int rc = ifl_enqueue(ex, &r, &id, err);
-    CHECK_MSG(rc == want_rc && strstr(err, part), "guide %d '%s': rc %d, want %d; err '%s' "
-              "should contain '%s'", type, text ? text : "(null)", rc, want_rc, err, part);
+    CHECK_MSG(rc == want_rc && strstr(err, part),
+              "guide %d '%s': rc %d, want %d; err '%s' "
+              "should contain '%s'",
+              type, text ? text : "(null)", rc, want_rc, err, part);
 }
 
 static void test_invalid_guides(void)

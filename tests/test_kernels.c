@@ -222,9 +222,9 @@ static void test_roundtrip(void)
         enum ifl_type t;
         double max_rel;
     } cases[] = {
-        {IFL_TYPE_F32, 0.0},      {IFL_TYPE_F16, 1e-3},     {IFL_TYPE_BF16, 5e-3},
-        {IFL_TYPE_Q8_0, 0.01},    {IFL_TYPE_Q8_K, 0.01},    {IFL_TYPE_Q4_0, 0.15},
-        {IFL_TYPE_Q4_K, 0.10},    {IFL_TYPE_Q5_K, 0.05},    {IFL_TYPE_Q6_K, 0.025},
+        {IFL_TYPE_F32, 0.0},   {IFL_TYPE_F16, 1e-3},  {IFL_TYPE_BF16, 5e-3},
+        {IFL_TYPE_Q8_0, 0.01}, {IFL_TYPE_Q8_K, 0.01}, {IFL_TYPE_Q4_0, 0.15},
+        {IFL_TYPE_Q4_K, 0.10}, {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
     };
     const struct ifl_kernels *k = ifl_kernels_ref();
     struct ifl_rng r;
@@ -319,7 +319,10 @@ static void problem_free(struct problem *p)
     free(p->y_ref);
 }
 
-static double tol_of(double mag) { return 1e-5 * mag + 1e-6; }
+static double tol_of(double mag)
+{
+    return 1e-5 * mag + 1e-6;
+}
 
 /* The reference gemm equals a double dot of the dequantised rows: proves
  * the integer formulation (scales, mins, the -32 / -8 offsets) is right. */
@@ -356,7 +359,10 @@ static void test_ref_gemm_vs_dequant(void)
 
 /* ---- every table against the reference ------------------------------ */
 
-static int bits_equal(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+static int bits_equal(const void *a, const void *b, size_t n)
+{
+    return memcmp(a, b, n) == 0;
+}
 
 static void check_table_quant(const struct ifl_kernels *k)
 {
@@ -386,8 +392,8 @@ static void check_table_quant(const struct ifl_kernels *k)
                       ifl_type_info((uint32_t)t)->name, trial);
             ref->dequant[t](a, fa, n);
             k->dequant[t](a, fb, n);
-            CHECK_MSG(bits_equal(fa, fb, (size_t)n * 4), "%s: dequant %s differs from ref",
-                      k->name, ifl_type_info((uint32_t)t)->name);
+            CHECK_MSG(bits_equal(fa, fb, (size_t)n * 4), "%s: dequant %s differs from ref", k->name,
+                      ifl_type_info((uint32_t)t)->name);
         }
     }
     /* dequant of raw random blocks too */
@@ -611,10 +617,14 @@ static void check_table_f16(const struct ifl_kernels *k)
     struct ifl_rng r;
     ifl_rng_seed(&r, 5);
     /* conversions, special values included */
-    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f,
-                                    -70000.0f, 1e-8f, -1e-8f, 5.96e-8f, 2.98e-8f, 2.99e-8f,
-                                    6.1e-5f, 6.103515625e-05f, 1.0009765625f, 1.00048828125f,
-                                    1.00146484375f, 3.0e-41f, 0.1f, 0.2f, 0.3f};
+    static const float special[] = {0.0f,          -0.0f,          1.0f,
+                                    -1.0f,         65504.0f,       65519.0f,
+                                    65520.0f,      -70000.0f,      1e-8f,
+                                    -1e-8f,        5.96e-8f,       2.98e-8f,
+                                    2.99e-8f,      6.1e-5f,        6.103515625e-05f,
+                                    1.0009765625f, 1.00048828125f, 1.00146484375f,
+                                    3.0e-41f,      0.1f,           0.2f,
+                                    0.3f};
     const int ns = (int)(sizeof(special) / sizeof(special[0]));
     float x[301];
     uint16_t h[301];
@@ -724,8 +734,8 @@ static void check_table_softmax(const struct ifl_kernels *k)
 static void check_table_rows(const struct ifl_kernels *k)
 {
     const struct ifl_kernels *ref = ifl_kernels_ref();
-    static const int lens[] = {1, 7, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 127, 128,
-                               129, 255, 256, 257, 1000, 32000};
+    static const int lens[] = {1,  7,   15,  16,  17,  31,  32,  33,  48,   63,   64,
+                               65, 100, 127, 128, 129, 255, 256, 257, 1000, 32000};
     enum { NMAX = 32000 };
     float *x = xmalloc(sizeof(float) * NMAX);
     float *e[2], *v[2];
@@ -759,8 +769,8 @@ static void check_table_rows(const struct ifl_kernels *k)
                     double sum[2], sev[2] = {0, 0};
                     int32_t cnt[2] = {-1, -1};
                     for (int j = 0; j < 2; j++) {
-                        struct ifl_exp_pass a = {.m = m, .t = temps[ti], .cutoff = 20.0f,
-                                                 .min_e = mi ? 0.01f : 0.0f};
+                        struct ifl_exp_pass a = {
+                            .m = m, .t = temps[ti], .cutoff = 20.0f, .min_e = mi ? 0.01f : 0.0f};
                         if (outs) {
                             a.e = e[j];
                             a.v = v[j];
@@ -777,8 +787,8 @@ static void check_table_rows(const struct ifl_kernels *k)
                         CHECK_EQ(cnt[0], cnt[1]);
                         CHECK_MSG(memcmp(e[0], e[1], sizeof(float) * (size_t)n) == 0 &&
                                       memcmp(v[0], v[1], sizeof(float) * (size_t)n) == 0,
-                                  "%s exp_pass n=%d t=%g min_e %d: e or v differ from ref",
-                                  k->name, n, (double)temps[ti], mi);
+                                  "%s exp_pass n=%d t=%g min_e %d: e or v differ from ref", k->name,
+                                  n, (double)temps[ti], mi);
                     }
                 }
     }
@@ -860,8 +870,7 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
     size_t rs = ifl_type_row_size(t, p.n);
     char *pk = xmalloc(rs * (size_t)nc);
     for (int g = 0; g < nc / 16; g++)
-        ifl_repack_x16(t, p.n, (char *)p.w + (size_t)g * 16 * p.ws, p.ws,
-                       pk + (size_t)g * 16 * rs);
+        ifl_repack_x16(t, p.n, (char *)p.w + (size_t)g * 16 * p.ws, p.ws, pk + (size_t)g * 16 * rs);
     float *y = xmalloc(sizeof(float) * (size_t)(nr * nc));
     float *one = xmalloc(sizeof(float) * 16);
     for (int k = 0; k < 3; k++) {
@@ -875,9 +884,8 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
             if (exact ? !bits_equal(&y[i], &p.y_ref[i], 4)
                       : !(fabs((double)y[i] - p.y_ref[i]) <= tol_of(p.mag[i]))) {
                 bad++;
-                T_FAIL_("%s x16 gemm %s n=%lld nr=%d nc=%d out %d: %.9g vs ref %.9g",
-                        kt->name, ifl_type_info(t)->name, (long long)p.n, nr, nc, i,
-                        y[i], p.y_ref[i]);
+                T_FAIL_("%s x16 gemm %s n=%lld nr=%d nc=%d out %d: %.9g vs ref %.9g", kt->name,
+                        ifl_type_info(t)->name, (long long)p.n, nr, nc, i, y[i], p.y_ref[i]);
             }
         }
         /* each row alone, each group alone */
@@ -943,8 +951,8 @@ static void test_real_files(void)
         const char *file;
         double max_rel; /* relative rms error against f32, for this format */
     } files[] = {
-        {"llama-f16.gguf", 1e-3},   {"llama-bf16.gguf", 5e-3},  {"llama-q8_0.gguf", 0.01},
-        {"llama-q6_k.gguf", 0.03},  {"llama-q5_k_m.gguf", 0.06}, {"llama-q4_k_m.gguf", 0.12},
+        {"llama-f16.gguf", 1e-3},  {"llama-bf16.gguf", 5e-3},   {"llama-q8_0.gguf", 0.01},
+        {"llama-q6_k.gguf", 0.03}, {"llama-q5_k_m.gguf", 0.06}, {"llama-q4_k_m.gguf", 0.12},
         {"llama-q4_0.gguf", 0.15},
     };
     char path[1024], err[IFL_ERR_LEN];

@@ -1079,7 +1079,7 @@ static void test_low_first_and_release(void)
     CHECK_EQ(ifl_kvc_release_idle(c, 500), 2);
     CHECK_EQ(n_release_calls, 2);
     ifl_kvc_get_stats(c, &st);
-    CHECK_EQ(st.n_touched, 6); /* 2, 3 used; 0, 1, 4, 6 cached */
+    CHECK_EQ(st.n_touched, 6);           /* 2, 3 used; 0, 1, 4, 6 cached */
     CHECK_EQ(ifl_kvc_touched_end(c), 7); /* 7 went back: no memory at or above it */
     CHECK_EQ(st.released, 2);
     CHECK_EQ(ifl_kvc_next_release(c, 500), INT64_MAX);

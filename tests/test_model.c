@@ -28,13 +28,13 @@ static int32_t argmax(const float *x, int32_t n)
 struct ref {
     char name[128];
     char model[512];
-    int32_t *seq;       /* prompt + greedy */
+    int32_t *seq; /* prompt + greedy */
     int n_seq, n_prompt, n_gen;
     int n_vocab;
-    float *logits;      /* llama.cpp [n_seq][n_vocab] */
-    float *exact;       /* float64 reference, stored as f32 */
-    double *margins;    /* [n_gen] */
-    int quant_class;    /* 0 f32, 1 f16, 2 bf16, 3 q8_0/q4_0, 4 k-quants */
+    float *logits;   /* llama.cpp [n_seq][n_vocab] */
+    float *exact;    /* float64 reference, stored as f32 */
+    double *margins; /* [n_gen] */
+    int quant_class; /* 0 f32, 1 f16, 2 bf16, 3 q8_0/q4_0, 4 k-quants */
 };
 
 static int32_t *json_ids(json_t *a, int *n)
@@ -72,7 +72,8 @@ static int load_ref(struct ref *r, const char *json_name)
     if (!j)
         return -1;
     snprintf(r->name, sizeof r->name, "%.*s", (int)(strlen(json_name) - 5), json_name);
-    snprintf(r->model, sizeof r->model, "%s/%s", dir, json_string_value(json_object_get(j, "model")));
+    snprintf(r->model, sizeof r->model, "%s/%s", dir,
+             json_string_value(json_object_get(j, "model")));
     int np, ng;
     free(json_ids(json_object_get(j, "prompt_ids"), &np));
     r->seq = json_ids(json_object_get(j, "sequence"), &r->n_seq);
@@ -141,7 +142,9 @@ static int runner_open(struct runner *r, const char *path, enum ifl_type kv_type
     if (ifl_kv_store_create(&r->kv, &r->m->hp, kv_type, MAX_SEQ * BLOCKS_PER_SEQ, BS, err))
         return -1;
     /* the other layout also takes one KV head per attention pass */
-    struct ifl_fwd_config fc = {.max_rows = max_rows, .max_ctx = BS * BLOCKS_PER_SEQ, .n_threads = nth,
+    struct ifl_fwd_config fc = {.max_rows = max_rows,
+                                .max_ctx = BS * BLOCKS_PER_SEQ,
+                                .n_threads = nth,
                                 .attn_score_floats = reverse_blocks ? 1 : 0};
     if (ifl_fwd_create(&r->f, r->m, r->kv, &fc, err)) {
         fprintf(stderr, "  fwd: %s\n", err);
@@ -173,8 +176,14 @@ static int runner_step(struct runner *r, int n, const int32_t *tok, const int32_
     uint8_t want[1024];
     for (int i = 0; i < n; i++)
         want[i] = 1;
-    struct ifl_batch b = {.n_rows = n, .tokens = tok, .pos = pos, .seq = seq, .logits = want,
-                          .n_seqs = MAX_SEQ, .block_tables = r->tptr, .n_blocks = r->n_blocks};
+    struct ifl_batch b = {.n_rows = n,
+                          .tokens = tok,
+                          .pos = pos,
+                          .seq = seq,
+                          .logits = want,
+                          .n_seqs = MAX_SEQ,
+                          .block_tables = r->tptr,
+                          .n_blocks = r->n_blocks};
     char err[IFL_ERR_LEN] = "";
     int rc = ifl_forward(r->f, &b, logits, err);
     if (rc)
@@ -322,8 +331,8 @@ static void check_invariance(const char *model, enum ifl_type kv_type)
     static const int32_t prompts[3][20] = {
         {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 352, 414},
         {1, 260, 300, 310, 320, 330, 340},
-        {1, 403, 407, 261, 378, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112,
-         113, 114}};
+        {1,   403, 407, 261, 378, 100, 101, 102, 103, 104,
+         105, 106, 107, 108, 109, 110, 111, 112, 113, 114}};
     static const int plen[3] = {12, 7, 20};
     static const int32_t gen[3][4] = {{5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 16}};
     struct runner a, b;
@@ -412,7 +421,7 @@ static void check_invariance(const char *model, enum ifl_type kv_type)
 static void test_batch_invariance(void)
 {
     char p[600];
-    const char *models[] = {"ref/llama-q4_k_m.gguf", "ref/llama-q8_0.gguf", "ref/qwen2-f16.gguf",
+    const char *models[] = {"ref/llama-q4_k_m.gguf",   "ref/llama-q8_0.gguf", "ref/qwen2-f16.gguf",
                             "ref/qwen3-hd64-f16.gguf", "ref/llama-bf16.gguf", "stories260K.gguf"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         snprintf(p, sizeof p, "%s/models/%s", t_shared(), models[i]);

@@ -32,16 +32,19 @@ static void test_bound(void)
     CHECK_EQ(scan("/v1/completions", "{\"prompt\":\"0123456789abcd\"}", msg), 0); /* 14: 7+ */
     CHECK_EQ(scan("/v1/completions", "{\"prompt\":\"0123456789abcde\"}", msg), 400);
     CHECK_MSG(strstr(msg, "at least 8 tokens (15 bytes") != NULL, "msg: %s", msg);
-    CHECK_EQ(scan("/v1/completions", " {\"max_tokens\": 1, \"prompt\" : \"0123456789abcdef\" } ",
-                  msg), 400);
+    CHECK_EQ(
+        scan("/v1/completions", " {\"max_tokens\": 1, \"prompt\" : \"0123456789abcdef\" } ", msg),
+        400);
     /* escapes count as the bytes they stand for */
-    CHECK_EQ(scan("/v1/completions", "{\"prompt\":\"\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\"}",
-                  msg), 0); /* 14 bytes */
+    CHECK_EQ(
+        scan("/v1/completions", "{\"prompt\":\"\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\"}", msg),
+        0); /* 14 bytes */
     CHECK_EQ(scan("/v1/completions",
                   "{\"prompt\":\"\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\"}", msg),
              400); /* 16 bytes */
-    CHECK_EQ(scan("/v1/completions", "{\"prompt\":\"\\ud83d\\ude00\\ud83d\\ude00\\ud83d\\ude00\"}",
-                  msg), 0); /* 12 bytes */
+    CHECK_EQ(
+        scan("/v1/completions", "{\"prompt\":\"\\ud83d\\ude00\\ud83d\\ude00\\ud83d\\ude00\"}", msg),
+        0); /* 12 bytes */
     /* lists: of token ids (8 is the context), of prompts */
     CHECK_EQ(scan("/v1/completions", "{\"prompt\":[1,2,3,4,5,6,7]}", msg), 0);
     CHECK_EQ(scan("/v1/completions", "{\"prompt\":[1, 2, 3, 4, 5, 6, 7, 8]}", msg), 400);
@@ -55,11 +58,13 @@ static void test_bound(void)
     CHECK_EQ(scan("/generate_stream", "{\"inputs\":\"0123456789abcdef\",\"parameters\":{}}", msg),
              422);
     CHECK_EQ(scan("/", "{\"inputs\":\"0123456789abcdef\",\"stream\":true}", msg), 422);
-    CHECK_EQ(scan("/generate", "{\"inputs\":\"0123456789abcdef\",\"parameters\":{\"truncate\":4}}",
-                  msg), 0);
+    CHECK_EQ(
+        scan("/generate", "{\"inputs\":\"0123456789abcdef\",\"parameters\":{\"truncate\":4}}", msg),
+        0);
     CHECK_EQ(scan("/generate",
                   "{\"parameters\":{\"truncate\":null,\"a\":[{}]},\"inputs\":\"0123456789abcdef\"}",
-                  msg), 422);
+                  msg),
+             422);
     CHECK_EQ(scan("/generate", "{\"inputs\":[\"0123456789abcdef\"]}", msg), 0);
 }
 
@@ -71,11 +76,13 @@ static void test_steps_aside(void)
     CHECK_EQ(scan("/v1/completions", "{\"prompt\":\"x\",\"prompt\":\"0123456789abcdef\"}", msg),
              400);
     /* a key with escapes could be "prompt": no judgement */
-    CHECK_EQ(scan("/v1/completions", "{\"pr\\u006fmpt\":\"x\",\"prompt\":\"0123456789abcdef\"}",
-                  msg), 0);
+    CHECK_EQ(
+        scan("/v1/completions", "{\"pr\\u006fmpt\":\"x\",\"prompt\":\"0123456789abcdef\"}", msg),
+        0);
     /* nested keys are not the prompt */
-    CHECK_EQ(scan("/v1/completions", "{\"a\":{\"prompt\":\"0123456789abcdef\"},\"prompt\":\"x\"}",
-                  msg), 0);
+    CHECK_EQ(
+        scan("/v1/completions", "{\"a\":{\"prompt\":\"0123456789abcdef\"},\"prompt\":\"x\"}", msg),
+        0);
     /* other routes, chat (checked once rendered), not an object, malformed */
     CHECK_EQ(scan("/v1/chat/completions", "{\"prompt\":\"0123456789abcdef\"}", msg), 0);
     CHECK_EQ(scan("/tokenize", "{\"inputs\":\"0123456789abcdef\"}", msg), 0);

@@ -55,10 +55,8 @@ static void on_progress(void *user, const struct ifl_load_progress *p)
 static struct ifl_model *load(const char *path, const char *cache, int nth, struct seen *s)
 {
     memset(s, 0, sizeof(*s));
-    struct ifl_model_load_opts o = {.n_threads = nth,
-                                    .repack_cache_dir = cache,
-                                    .progress = on_progress,
-                                    .progress_user = s};
+    struct ifl_model_load_opts o = {
+        .n_threads = nth, .repack_cache_dir = cache, .progress = on_progress, .progress_user = s};
     struct ifl_model *m = NULL;
     char err[IFL_ERR_LEN] = "";
     int rc = ifl_model_load_with(&m, path, &o, err);
@@ -154,8 +152,13 @@ static void same_logits(struct ifl_model *a, struct ifl_model *b)
                 nb = 1;
         uint8_t want[4] = {0, 0, 0, 1};
         const int32_t *tables[1] = {table};
-        struct ifl_batch bt = {.n_rows = 4, .tokens = tok, .pos = pos, .seq = seq,
-                               .logits = want, .n_seqs = 1, .block_tables = tables,
+        struct ifl_batch bt = {.n_rows = 4,
+                               .tokens = tok,
+                               .pos = pos,
+                               .seq = seq,
+                               .logits = want,
+                               .n_seqs = 1,
+                               .block_tables = tables,
                                .n_blocks = &nb};
         lg[k] = calloc((size_t)nv, sizeof(float));
         CHECK(ifl_forward(f, &bt, lg[k], err) == 0);
@@ -169,7 +172,6 @@ static void same_logits(struct ifl_model *a, struct ifl_model *b)
     CHECK_EQ(ndiff, 0);
     free(lg[0]);
     free(lg[1]);
-
 }
 
 static void check_model(const char *type)
@@ -291,8 +293,14 @@ static void check_model(const char *type)
     ifl_model_free(fresh2);
 }
 
-static void test_q8_0(void) { check_model("q8_0"); }
-static void test_q4_k_m(void) { check_model("q4_k_m"); }
+static void test_q8_0(void)
+{
+    check_model("q8_0");
+}
+static void test_q4_k_m(void)
+{
+    check_model("q4_k_m");
+}
 
 /* IFL_REPACK=0: nothing repacked, one "ready" call with everything done. */
 static void test_repack_off(void)

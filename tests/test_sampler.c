@@ -49,7 +49,7 @@ static void test_validate_fields(void)
         char err[IFL_ERR_LEN] = "";                                                                \
         stmt;                                                                                      \
         CHECK_EQ(ifl_sampling_validate(&c, 100, err), IFL_EINVAL);                                 \
-        CHECK_MSG(strstr(err, "sampling." field ":") != NULL, "%s: message '%s'", field, err);      \
+        CHECK_MSG(strstr(err, "sampling." field ":") != NULL, "%s: message '%s'", field, err);     \
     } while (0)
 #define GOOD(stmt)                                                                                 \
     do {                                                                                           \
@@ -280,9 +280,12 @@ static void test_order_of_transforms(void)
     float vals[] = {3, -3};
     int32_t bt[] = {2};
     int32_t bl[] = {1};
-    struct ifl_sampler_extras x = {
-        .bias_ids = ids, .bias_values = vals, .n_bias = 2, .bad_tokens = bt, .bad_lens = bl,
-        .n_bad = 1};
+    struct ifl_sampler_extras x = {.bias_ids = ids,
+                                   .bias_values = vals,
+                                   .n_bias = 2,
+                                   .bad_tokens = bt,
+                                   .bad_lens = bl,
+                                   .n_bad = 1};
     int32_t gen[] = {0, 1, 2};
     /* 0: (1+3)/2 - 1 = 1; 1: (1-3)*2 - 1 = -5; 2: banned */
     float want[] = {1, -5, NINF};
@@ -407,8 +410,8 @@ static void test_logprobs(void)
         /* count tokens strictly better, or equal with a lower id */
         int better = 0;
         for (int i = 0; i < N; i++)
-            better += big[i] > big[top[j].token] ||
-                      (big[i] == big[top[j].token] && i < top[j].token);
+            better +=
+                big[i] > big[top[j].token] || (big[i] == big[top[j].token] && i < top[j].token);
         CHECK_EQ(better, j);
         CHECK_NEAR(top[j].logprob, big[top[j].token] - blse, 1e-5);
     }
@@ -432,8 +435,8 @@ static int rcand_cmp(const void *a, const void *b)
 }
 
 /* Straightforward version of the documented filters: sort everything. */
-static int32_t ref_dist(const struct ifl_sampling_config *c, float top_p, const float *l,
-                        int32_t n, struct rcand *out)
+static int32_t ref_dist(const struct ifl_sampling_config *c, float top_p, const float *l, int32_t n,
+                        struct rcand *out)
 {
     float m = NINF;
     for (int32_t i = 0; i < n; i++)
@@ -541,8 +544,8 @@ static void test_dist_vs_reference(void)
             cases++;
             if (ng != nr) {
                 mismatches++;
-                fprintf(stderr, "  trial %d cfg %d: %d survivors, reference %d\n", trial, cfgi,
-                        ng, nr);
+                fprintf(stderr, "  trial %d cfg %d: %d survivors, reference %d\n", trial, cfgi, ng,
+                        nr);
                 continue;
             }
             for (int32_t i = 0; i < ng; i++) {
@@ -672,8 +675,8 @@ static void test_statistics(void)
         want[ref[i].id] = ref[i].p / tot;
     int forbidden;
     double chi = chi_square(&c, l16, 16, want, 100000, &forbidden);
-    CHECK_MSG(chi < nr - 1 + 8 * sqrt(2.0 * (nr - 1)) + 10, "16 tokens: chi-square %.2f df %d",
-              chi, nr - 1);
+    CHECK_MSG(chi < nr - 1 + 8 * sqrt(2.0 * (nr - 1)) + 10, "16 tokens: chi-square %.2f df %d", chi,
+              nr - 1);
     CHECK_EQ(forbidden, 0);
 }
 
@@ -881,8 +884,8 @@ static void toy_row(const int32_t *h, int32_t n, float *row)
 
 /* Runs beam search with model fn; returns the number of steps taken. */
 static int run_beam(struct ifl_beam *b, const struct ifl_sampling_config *c, int32_t max_len,
-                    int32_t nv, void (*fn)(const int32_t *, int32_t, float *),
-                    const int32_t *ends, int32_t n_end)
+                    int32_t nv, void (*fn)(const int32_t *, int32_t, float *), const int32_t *ends,
+                    int32_t n_end)
 {
     CHECK_EQ(ifl_beam_reset(b, c, max_len), 0);
     float rows[IFL_BEAM_MAX_WIDTH * 64];
@@ -923,8 +926,7 @@ static void check_hyp(const struct ifl_beam_hyp *h, const int32_t *want, int32_t
         s += h->logprobs[i];
     CHECK_NEAR(s, h->cum_log_prob, 1e-5);
 }
-#define CHECK_HYP(h, want, n, cum, lp, reason)                                                     \
-    check_hyp(h, want, n, cum, lp, reason, __LINE__)
+#define CHECK_HYP(h, want, n, cum, lp, reason) check_hyp(h, want, n, cum, lp, reason, __LINE__)
 
 static void test_beam_early_stopping_and_length_penalty(void)
 {
@@ -1081,8 +1083,8 @@ static void test_beam_width1_is_greedy(void)
             struct ifl_beam_hyp h;
             CHECK_EQ(ifl_beam_results(&b, &h, 1), 1);
             CHECK_MSG(h.n_tokens == n, "trial %d: %d tokens, greedy %d", trial, h.n_tokens, n);
-            CHECK(memcmp(h.tokens, seq, sizeof(int32_t) * (size_t)(n < h.n_tokens ? n : h.n_tokens)) ==
-                  0);
+            CHECK(memcmp(h.tokens, seq,
+                         sizeof(int32_t) * (size_t)(n < h.n_tokens ? n : h.n_tokens)) == 0);
             CHECK_EQ(h.finish_reason, reason);
         }
     ifl_beam_deinit(&b);
@@ -1337,7 +1339,8 @@ static void test_stop_utf8(void)
     CHECK_STR(o.text, "\xe2\x80\x94");
     feed(m, &o, "5\xe2\x82\xac");
     CHECK(o.stopped);
-    CHECK_STR(o.text, "\xe2\x80\x94" "5");
+    CHECK_STR(o.text, "\xe2\x80\x94"
+                      "5");
     ifl_stopstr_free(m);
 }
 

@@ -25,8 +25,10 @@ static int vrc(const char *schema, const char *doc, char *err)
     do {                                                                                           \
         char e_[IFL_ERR_LEN] = "";                                                                 \
         int rc_ = vrc(schema, doc, e_);                                                            \
-        CHECK_MSG(rc_ == IFL_EINVAL && strstr(e_, part), "want invalid (%s): %s against %s: "     \
-                  "rc %d '%s'", part, doc, schema, rc_, e_);                                       \
+        CHECK_MSG(rc_ == IFL_EINVAL && strstr(e_, part),                                           \
+                  "want invalid (%s): %s against %s: "                                             \
+                  "rc %d '%s'",                                                                    \
+                  part, doc, schema, rc_, e_);                                                     \
     } while (0)
 
 static void test_types(void)
@@ -254,7 +256,8 @@ static void test_ranges_agree(void)
                 if (f == 2 && v > 0)
                     continue;
                 int want = vrc(schemas[k], t, NULL) == 0, got = grammar_accepts(g, t);
-                CHECK_MSG(want == got, "%s: '%s' grammar %d validator %d", schemas[k], t, got, want);
+                CHECK_MSG(want == got, "%s: '%s' grammar %d validator %d", schemas[k], t, got,
+                          want);
                 checked++;
                 if (want != got)
                     break;

@@ -252,10 +252,22 @@ static void run_vectors(int which)
     free_vectors(&s);
 }
 
-static void test_vectors_spm(void) { run_vectors(V_SPM); }
-static void test_vectors_gpt2(void) { run_vectors(V_GPT2); }
-static void test_vectors_llama3(void) { run_vectors(V_LLAMA3); }
-static void test_vectors_qwen2(void) { run_vectors(V_QWEN2); }
+static void test_vectors_spm(void)
+{
+    run_vectors(V_SPM);
+}
+static void test_vectors_gpt2(void)
+{
+    run_vectors(V_GPT2);
+}
+static void test_vectors_llama3(void)
+{
+    run_vectors(V_LLAMA3);
+}
+static void test_vectors_qwen2(void)
+{
+    run_vectors(V_QWEN2);
+}
 
 /* ---- round trips ---- */
 
@@ -1361,7 +1373,9 @@ static void test_max_cover(void)
             size_t len = (uint32_t)(ifl_rng_next(&rng) >> 32) % 1500;
             for (size_t i = 0; i < len; i++) {
                 uint32_t r = (uint32_t)(ifl_rng_next(&rng) >> 32);
-                text[i] = iter % 2 ? (char)r : (char)("  \n\t\xe2\x96\x81" "abc<s>|im_end"[r % 20]);
+                text[i] = iter % 2 ? (char)r
+                                   : (char)("  \n\t\xe2\x96\x81"
+                                            "abc<s>|im_end"[r % 20]);
             }
             int64_t got = 0;
             int32_t *ids = tokenize(v, text, len, 0, iter % 3 == 0, &got);

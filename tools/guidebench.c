@@ -137,8 +137,12 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.conc = 16, .total = 64, .n_tokens = 64, .threads = 0,
-                     .guide = DEFAULT_SCHEMA, .guide_type = IFL_GUIDE_JSON_SCHEMA};
+    struct opts o = {.conc = 16,
+                     .total = 64,
+                     .n_tokens = 64,
+                     .threads = 0,
+                     .guide = DEFAULT_SCHEMA,
+                     .guide_type = IFL_GUIDE_JSON_SCHEMA};
     char *owned = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -210,8 +214,8 @@ int main(int argc, char **argv)
             if (run(ex[g], &o, g, o.conc, prompt, (int32_t)n_prompt, 999, &t, &l, NULL) < 0)
                 return 1;
         }
-        tps[g] = run(ex[g], &o, g, o.total, prompt, (int32_t)n_prompt, 1, &toks[g], &n_len[g],
-                     lens);
+        tps[g] =
+            run(ex[g], &o, g, o.total, prompt, (int32_t)n_prompt, 1, &toks[g], &n_len[g], lens);
         if (tps[g] < 0)
             return 1;
     }

@@ -41,9 +41,9 @@
 #include "kernels/types.h"
 #include "model/gguf.h"
 
-#define W_STD 0.02f    /* matrices */
-#define NORM_STD 0.1f  /* norm weights around 1 */
-#define BIAS_STD 0.1f  /* qwen2 q/k/v biases */
+#define W_STD 0.02f   /* matrices */
+#define NORM_STD 0.1f /* norm weights around 1 */
+#define BIAS_STD 0.1f /* qwen2 q/k/v biases */
 #define CHUNK_ELEMS 65536
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
@@ -54,8 +54,8 @@ static const char *const arch_names[] = {"llama", "qwen2", "qwen3"};
 struct mix {
     const char *name;
     enum ifl_type main;
-    enum ifl_type output;   /* output.weight (and a tied token_embd) */
-    enum ifl_type more;     /* attn_v / ffn_down where use_more_bits holds */
+    enum ifl_type output; /* output.weight (and a tied token_embd) */
+    enum ifl_type more;   /* attn_v / ffn_down where use_more_bits holds */
     uint32_t file_type;
 };
 
@@ -124,9 +124,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
         int id;
         int64_t lo, hi;
     } ints[] = {
-        {"--n-embd", O_EMBD, 1, 1 << 16},     {"--n-layer", O_LAYER, 1, 1024},
-        {"--n-head", O_HEAD, 1, 1024},        {"--n-head-kv", O_HEAD_KV, 1, 1024},
-        {"--n-ff", O_FF, 1, 1 << 18},         {"--head-dim", O_HEAD_DIM, 2, 4096},
+        {"--n-embd", O_EMBD, 1, 1 << 16}, {"--n-layer", O_LAYER, 1, 1024},
+        {"--n-head", O_HEAD, 1, 1024},    {"--n-head-kv", O_HEAD_KV, 1, 1024},
+        {"--n-ff", O_FF, 1, 1 << 18},     {"--head-dim", O_HEAD_DIM, 2, 4096},
         {"--ctx", O_CTX, 1, 1 << 24},
     };
     int64_t val[O_COUNT];
@@ -150,8 +150,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o", "--vocab", "--preset", "--arch", "--type", "--rope-base", "--seed",
-            "--n-embd", "--n-layer", "--n-head", "--n-head-kv", "--n-ff", "--head-dim", "--ctx"};
+            "-o",       "--vocab",   "--preset", "--arch",      "--type", "--rope-base", "--seed",
+            "--n-embd", "--n-layer", "--n-head", "--n-head-kv", "--n-ff", "--head-dim",  "--ctx"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -171,7 +171,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 char range[64];
                 snprintf(range, sizeof range, " (want an integer in %lld..%lld)",
                          (long long)ints[k].lo, (long long)ints[k].hi);
-                fprintf(stderr, "mkmodel: %s: bad value '%s'%s (see mkmodel --help)\n", a, v, range);
+                fprintf(stderr, "mkmodel: %s: bad value '%s'%s (see mkmodel --help)\n", a, v,
+                        range);
                 return 2;
             }
             given[ints[k].id] = 1;
@@ -599,7 +600,8 @@ int main(int argc, char **argv)
         goto out;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    fprintf(stderr, "mkmodel: wrote %s: %s %s, n_embd %lld, %lld layers, vocab %lld, %.1f MiB in %.1f s\n",
+    fprintf(stderr,
+            "mkmodel: wrote %s: %s %s, n_embd %lld, %lld layers, vocab %lld, %.1f MiB in %.1f s\n",
             o.out, arch_names[o.arch], o.mix->name, (long long)o.n_embd, (long long)o.n_layer,
             (long long)n_vocab, (double)g.bytes / (1024.0 * 1024.0),
             (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));

@@ -28,13 +28,14 @@ int ifl_chat_test(rt *r, const cstr *name, cval x, args *a)
     const char *t = name->p;
     cval arg = a->n > 0 ? a->v[0] : (a->nk > 0 ? a->kv[0] : (cval){.t = CV_MISSING});
     ifl_chat_rt_steps(r, 1);
-    static const char *const unary[] = {"defined", "undefined", "none", "string", "mapping",
-                                        "iterable", "sequence", "boolean", "true", "false",
-                                        "number", "integer", "float", "callable", "odd", "even",
-                                        "lower", "upper", "escaped", NULL};
+    static const char *const unary[] = {"defined",  "undefined", "none",    "string",   "mapping",
+                                        "iterable", "sequence",  "boolean", "true",     "false",
+                                        "number",   "integer",   "float",   "callable", "odd",
+                                        "even",     "lower",     "upper",   "escaped",  NULL};
     for (int i = 0; unary[i]; i++)
         if (!strcmp(t, unary[i]) && a->n + a->nk > 0)
-            FAILT(r, "test_%s() takes 1 positional argument but %d were given", t, 1 + a->n + a->nk);
+            FAILT(r, "test_%s() takes 1 positional argument but %d were given", t,
+                  1 + a->n + a->nk);
     if (!strcmp(t, "defined"))
         return x.t != CV_UNDEF && x.t != CV_MISSING;
     if (!strcmp(t, "undefined"))
@@ -90,7 +91,8 @@ int ifl_chat_test(rt *r, const cstr *name, cval x, args *a)
         }
         int64_t v = want_int(r, x, t), d = want_int(r, arg, t);
         if (d == 0)
-            ifl_chat_fail(r, IFL_EFORMAT, "ZeroDivisionError", "integer division or modulo by zero");
+            ifl_chat_fail(r, IFL_EFORMAT, "ZeroDivisionError",
+                          "integer division or modulo by zero");
         if (d == -1)
             return 1;
         return v % d == 0;
@@ -156,8 +158,8 @@ int ifl_chat_test(rt *r, const cstr *name, cval x, args *a)
 
 /* ---- dict and list methods ---- */
 
-static const char *const dict_methods[] = {"get",  "items",  "keys",       "values", "copy",
-                                           "pop",  "update", "setdefault", NULL};
+static const char *const dict_methods[] = {"get", "items",  "keys",       "values", "copy",
+                                           "pop", "update", "setdefault", NULL};
 static const char *const list_methods[] = {"append", "pop",  "insert", "extend", "index",
                                            "count",  "copy", "remove", NULL};
 
@@ -266,7 +268,8 @@ static cval list_method(rt *r, cval l, const char *m, args *a)
     if (!strcmp(m, "pop") || !strcmp(m, "insert")) {
         int ins = m[0] == 'i';
         if ((ins && a->n != 2) || (!ins && a->n > 1))
-            FAILT(r, "%s() takes %s arguments (%d given)", m, ins ? "exactly 2" : "at most 1", a->n);
+            FAILT(r, "%s() takes %s arguments (%d given)", m, ins ? "exactly 2" : "at most 1",
+                  a->n);
         int64_t n = (int64_t)lv->n;
         int64_t i = a->n > 0 ? want_int(r, a->v[0], "index") : n - 1;
         if (ins) {
@@ -341,8 +344,8 @@ cval ifl_chat_method(rt *r, cval self, const char *name, args *a)
 
 /* ---- globals ---- */
 
-static const char *const globals[] = {"range",        "namespace", "dict", "raise_exception",
-                                      "strftime_now", NULL};
+static const char *const globals[] = {"range",           "namespace",    "dict",
+                                      "raise_exception", "strftime_now", NULL};
 
 const char *ifl_chat_global_name(const char *name, size_t len)
 {

@@ -29,7 +29,8 @@ static inline int str_is(const cstr *s, const char *lit)
 
 /* Binds positional and keyword arguments to the names in spec; absent ones
  * are CV_MISSING. */
-static inline void bind_args(rt *r, const char *fname, args *a, const char *const *spec, int np, cval *out)
+static inline void bind_args(rt *r, const char *fname, args *a, const char *const *spec, int np,
+                             cval *out)
 {
     if (a->n > np)
         FAILT(r, "%s() takes at most %d arguments (%d given)", fname, np, a->n);

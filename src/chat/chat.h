@@ -26,9 +26,9 @@ struct ifl_chat_template;
 extern const char ifl_chat_default_template[];
 
 /* Limits applied to every render (hostile templates stop with an error). */
-#define IFL_CHAT_MAX_OUTPUT ((size_t)64 << 20) /* bytes of rendered text */
+#define IFL_CHAT_MAX_OUTPUT ((size_t)64 << 20)  /* bytes of rendered text */
 #define IFL_CHAT_MAX_MEMORY ((size_t)256 << 20) /* bytes of working memory per render */
-#define IFL_CHAT_MAX_STEPS 50000000LL /* evaluation steps (~ a second or two) */
+#define IFL_CHAT_MAX_STEPS 50000000LL           /* evaluation steps (~ a second or two) */
 
 /* Parses src[0..len) (UTF-8). On success *out owns the template (free with
  * ifl_chat_template_free). On failure returns IFL_EFORMAT with err (optional,
@@ -53,14 +53,14 @@ void ifl_chat_template_free(struct ifl_chat_template *t);
  * (raise_exception), IFL_EFULL when a limit was hit, IFL_ENOMEM, or
  * IFL_EFORMAT for any other evaluation error (TypeError, UndefinedError,
  * ...). */
-int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
-                    const struct tm *now, char **out, size_t *out_len, char *err);
+int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context, const struct tm *now,
+                    char **out, size_t *out_len, char *err);
 
 /* Per-render caps; 0 in a field means the IFL_CHAT_MAX_* default. */
 struct ifl_chat_limits {
-    size_t max_output;    /* bytes of rendered text */
-    size_t max_memory;    /* bytes of working memory */
-    long long max_steps;  /* evaluation steps */
+    size_t max_output;   /* bytes of rendered text */
+    size_t max_memory;   /* bytes of working memory */
+    long long max_steps; /* evaluation steps */
 };
 
 /* ifl_chat_render with explicit limits (lim may be NULL). */

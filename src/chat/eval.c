@@ -148,8 +148,7 @@ static cval lookup(struct ifl_chat_rt *r, scope *s, const cstr *name)
 static void out_put(struct ifl_chat_rt *r, const char *p, size_t n)
 {
     if (r->out->n + n > r->max_output)
-        ifl_chat_fail(r, IFL_EFULL, "LimitError", "output is larger than %zu bytes",
-                      r->max_output);
+        ifl_chat_fail(r, IFL_EFULL, "LimitError", "output is larger than %zu bytes", r->max_output);
     ifl_chat_sb_put(&r->ar, r->out, p, n);
 }
 
@@ -294,8 +293,8 @@ static cval call_macro(struct ifl_chat_rt *r, struct ifl_chat_func *fn, struct i
 {
     const node *m = fn->macro;
     if (++r->calls > MAX_CALLS)
-        ifl_chat_fail(r, IFL_EFULL, "RecursionError",
-                      "macro calls nest deeper than %d levels", MAX_CALLS);
+        ifl_chat_fail(r, IFL_EFULL, "RecursionError", "macro calls nest deeper than %d levels",
+                      MAX_CALLS);
     scope *s = scope_new(r, fn->closure);
     const char *mname = m->kind == S_MACRO ? m->s->p : "caller";
     if (a->n > m->nnames) {
@@ -697,8 +696,8 @@ static int exec(struct ifl_chat_rt *r, const node *x, scope *s)
 
 /* ---- entry points ---- */
 
-int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context,
-                    const struct tm *now, char **out, size_t *out_len, char *err)
+int ifl_chat_render(const struct ifl_chat_template *t, const json_t *context, const struct tm *now,
+                    char **out, size_t *out_len, char *err)
 {
     return ifl_chat_render_limited(t, context, now, NULL, out, out_len, err);
 }

@@ -234,11 +234,11 @@ enum { FN_MACRO, FN_GLOBAL, FN_METHOD };
 
 struct ifl_chat_func {
     int kind;
-    const struct ifl_chat_node *macro; /* FN_MACRO */
-    struct ifl_chat_scope *closure;     /* FN_MACRO */
+    const struct ifl_chat_node *macro;       /* FN_MACRO */
+    struct ifl_chat_scope *closure;          /* FN_MACRO */
     const struct ifl_chat_node *caller_body; /* FN_MACRO used as `caller` */
-    const char *name;                   /* FN_GLOBAL / FN_METHOD */
-    cval self;                          /* FN_METHOD */
+    const char *name;                        /* FN_GLOBAL / FN_METHOD */
+    cval self;                               /* FN_METHOD */
 };
 
 struct ifl_chat_loop {
@@ -340,7 +340,7 @@ int ifl_chat_compare(struct ifl_chat_rt *r, cval a, cval b, const char *opname);
 cval ifl_chat_from_json(struct ifl_chat_rt *r, const json_t *j, int depth);
 
 /* UTF-8 helpers */
-size_t ifl_chat_utf8_len(const char *p, size_t n);        /* code points */
+size_t ifl_chat_utf8_len(const char *p, size_t n);               /* code points */
 size_t ifl_chat_utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of cp-th */
 uint32_t ifl_chat_utf8_dec(const char *p, size_t n, size_t *adv);
 size_t ifl_chat_utf8_enc(uint32_t c, char *out);

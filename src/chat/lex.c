@@ -223,8 +223,7 @@ static int unescape(struct lexer *L, const char *p, size_t n, cstr **out)
                 if (h < 0) {
                     static const char *const m[] = {"", "", "truncated \\xXX escape", "",
                                                     "truncated \\uXXXX escape"};
-                    return lex_fail(L, "%s",
-                                    hex == 8 ? "truncated \\UXXXXXXXX escape" : m[hex]);
+                    return lex_fail(L, "%s", hex == 8 ? "truncated \\UXXXXXXXX escape" : m[hex]);
                 }
                 v = v * 16 + (uint32_t)h;
                 i++;
@@ -304,7 +303,9 @@ static int lex_number(struct lexer *L)
         /* integer: 0x / 0o / 0b prefixes, or decimal without leading zeros */
         struct ifl_chat_token *t = emit(L, T_INT);
         if (s[p] == '0' && p + 1 < n && strchr("xXoObB", s[p + 1])) {
-            int base = (s[p + 1] == 'x' || s[p + 1] == 'X') ? 16 : (s[p + 1] == 'o' || s[p + 1] == 'O') ? 8 : 2;
+            int base = (s[p + 1] == 'x' || s[p + 1] == 'X')   ? 16
+                       : (s[p + 1] == 'o' || s[p + 1] == 'O') ? 8
+                                                              : 2;
             size_t i = p + 2;
             unsigned long long v = 0;
             int any = 0;
@@ -328,7 +329,8 @@ static int lex_number(struct lexer *L)
             end = i;
         } else if (s[p] == '0') {
             end = p + 1;
-            while (end < n && (s[end] == '0' || (s[end] == '_' && end + 1 < n && s[end + 1] == '0')))
+            while (end < n &&
+                   (s[end] == '0' || (s[end] == '_' && end + 1 < n && s[end + 1] == '0')))
                 end++;
             t->i = 0;
         } else {
@@ -547,7 +549,8 @@ int ifl_chat_lex(struct ifl_chat_arena *a, const char *src, size_t len,
             size_t e = q;
             size_t m = 0;
             for (; e + 1 < n; e++) {
-                if ((s[e] == '+' || s[e] == '-') && e + 2 < n && s[e + 1] == '#' && s[e + 2] == '}') {
+                if ((s[e] == '+' || s[e] == '-') && e + 2 < n && s[e + 1] == '#' &&
+                    s[e + 2] == '}') {
                     m = s[e] == '+' ? 3 : 3 + ws_at(s + e + 3, n - e - 3);
                     break;
                 }

@@ -81,7 +81,8 @@ int ifl_chat_is_cased(uint32_t c)
 
 int ifl_chat_is_alpha(uint32_t c)
 {
-    return (c < 0x80) ? ((c | 32) >= 'a' && (c | 32) <= 'z') : (ifl_chat_is_cased(c) || c >= 0x3040);
+    return (c < 0x80) ? ((c | 32) >= 'a' && (c | 32) <= 'z')
+                      : (ifl_chat_is_cased(c) || c >= 0x3040);
 }
 
 static int is_digit_cp(uint32_t c)
@@ -316,9 +317,8 @@ cval ifl_chat_replace(rt *r, const cstr *s, const cstr *old, const cstr *new, in
     size_t i = 0;
     int64_t done = 0;
     while (i <= s->len) {
-        const char *hit = (count < 0 || done < count)
-                              ? memmem(s->p + i, s->len - i, old->p, old->len)
-                              : NULL;
+        const char *hit =
+            (count < 0 || done < count) ? memmem(s->p + i, s->len - i, old->p, old->len) : NULL;
         if (!hit) {
             ifl_chat_sb_put(A(r), &b, s->p + i, s->len - i);
             break;
@@ -406,12 +406,13 @@ cval ifl_chat_center(rt *r, const cstr *s, int64_t width, const cstr *fill)
 }
 
 static const char *const str_methods[] = {
-    "strip",   "lstrip",    "rstrip",    "split",     "rsplit",   "startswith", "endswith",
-    "replace", "upper",     "lower",     "title",     "capitalize", "swapcase", "casefold",
-    "format",  "find",      "rfind",     "index",     "rindex",   "count",      "join",
-    "splitlines", "isdigit", "isalpha",  "isalnum",   "isspace",  "isupper",    "islower",
-    "isnumeric", "isdecimal", "center",  "ljust",     "rjust",    "zfill",      "removeprefix",
-    "removesuffix", "partition", "rpartition", NULL};
+    "strip",     "lstrip",     "rstrip",  "split",      "rsplit",       "startswith",
+    "endswith",  "replace",    "upper",   "lower",      "title",        "capitalize",
+    "swapcase",  "casefold",   "format",  "find",       "rfind",        "index",
+    "rindex",    "count",      "join",    "splitlines", "isdigit",      "isalpha",
+    "isalnum",   "isspace",    "isupper", "islower",    "isnumeric",    "isdecimal",
+    "center",    "ljust",      "rjust",   "zfill",      "removeprefix", "removesuffix",
+    "partition", "rpartition", NULL};
 
 int ifl_chat_is_str_method(const char *name, size_t len)
 {
@@ -603,7 +604,7 @@ static cval str_method(rt *r, const cstr *s, const char *m, args *a)
             FAILT(r, "replace expected at least 2 arguments, got %d", a->n);
         int64_t cnt = a->n > 2 ? want_int(r, a->v[2], "count") : -1;
         return ifl_chat_replace(r, s, want_str(r, a->v[0], "replace() argument 1"),
-                       want_str(r, a->v[1], "replace() argument 2"), cnt);
+                                want_str(r, a->v[1], "replace() argument 2"), cnt);
     }
     if (!strcmp(m, "upper"))
         return ifl_chat_case_map(r, s, 'u');
@@ -671,8 +672,7 @@ static cval str_method(rt *r, const cstr *s, const char *m, args *a)
         return ifl_chat_v_bool(all_chars(s, 'u'));
     if (!strcmp(m, "islower"))
         return ifl_chat_v_bool(all_chars(s, 'l'));
-    if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust") ||
-        !strcmp(m, "zfill")) {
+    if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust") || !strcmp(m, "zfill")) {
         if (a->n < 1)
             FAILT(r, "%s() takes at least 1 argument (0 given)", m);
         int64_t w = want_int(r, a->v[0], "width");
@@ -698,8 +698,7 @@ static cval str_method(rt *r, const cstr *s, const char *m, args *a)
             FAILT(r, "%s() takes exactly one argument (%d given)", m, a->n);
         const cstr *x = want_str(r, a->v[0], m);
         int suf = m[6] == 's';
-        if (x->len <= s->len &&
-            memcmp(suf ? s->p + s->len - x->len : s->p, x->p, x->len) == 0)
+        if (x->len <= s->len && memcmp(suf ? s->p + s->len - x->len : s->p, x->p, x->len) == 0)
             return mkstr(r, suf ? s->p : s->p + x->len, s->len - x->len);
         return (cval){.t = CV_STR, .u.s = (cstr *)s};
     }
@@ -739,11 +738,11 @@ static cval str_method(rt *r, const cstr *s, const char *m, args *a)
 
 static cval safe_str_method(rt *r, cval self, const char *m, args *a)
 {
-    static const char *const keep[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title",
-                                       "capitalize", "swapcase", "casefold", "replace", "center",
-                                       "ljust", "rjust", "zfill", "removeprefix", "removesuffix",
-                                       "format", "join", "split", "rsplit", "splitlines",
-                                       "partition", "rpartition", NULL};
+    static const char *const keep[] = {
+        "strip",      "lstrip",   "rstrip",       "upper",        "lower",      "title",
+        "capitalize", "swapcase", "casefold",     "replace",      "center",     "ljust",
+        "rjust",      "zfill",    "removeprefix", "removesuffix", "format",     "join",
+        "split",      "rsplit",   "splitlines",   "partition",    "rpartition", NULL};
     if (!find_name(keep, m, strlen(m)))
         return str_method(r, self.u.s, m, a);
     args ea = *a;

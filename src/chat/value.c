@@ -439,7 +439,9 @@ const char *ifl_chat_type_name(cval v)
         return (v.f & CVF_SAFE) ? "Markup" : "str";
     case CV_LIST:
         if (v.f & CVF_VIEW)
-            return (v.f & CVF_VIEW_KEYS) ? "dict_keys" : (v.f & CVF_VIEW_VALUES) ? "dict_values" : "dict_items";
+            return (v.f & CVF_VIEW_KEYS)     ? "dict_keys"
+                   : (v.f & CVF_VIEW_VALUES) ? "dict_values"
+                                             : "dict_items";
         return (v.f & CVF_GEN) ? "generator" : (v.f & CVF_TUPLE) ? "tuple" : "list";
     case CV_DICT:
         return "dict";
@@ -530,7 +532,8 @@ int ifl_chat_compare(struct ifl_chat_rt *r, cval a, cval b, const char *opname)
     ifl_chat_rt_steps(r, 1);
     if (a.t == CV_UNDEF || a.t == CV_MISSING || b.t == CV_UNDEF || b.t == CV_MISSING) {
         cval u = (a.t == CV_UNDEF || a.t == CV_MISSING) ? a : b;
-        ifl_chat_fail(r, IFL_EFORMAT, "UndefinedError", "%s", u.u.s ? u.u.s->p : "value is undefined");
+        ifl_chat_fail(r, IFL_EFORMAT, "UndefinedError", "%s",
+                      u.u.s ? u.u.s->p : "value is undefined");
     }
     if (is_num(a) && is_num(b)) {
         if (a.t == CV_FLOAT || b.t == CV_FLOAT) {
@@ -558,8 +561,9 @@ int ifl_chat_compare(struct ifl_chat_rt *r, cval a, cval b, const char *opname)
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n ? 1 : 0;
     }
-    ifl_chat_fail(r, IFL_EFORMAT, "TypeError", "'%s' not supported between instances of '%s' and '%s'",
-                  opname, ifl_chat_type_name(a), ifl_chat_type_name(b));
+    ifl_chat_fail(r, IFL_EFORMAT, "TypeError",
+                  "'%s' not supported between instances of '%s' and '%s'", opname,
+                  ifl_chat_type_name(a), ifl_chat_type_name(b));
 }
 
 /* ---- jansson ---- */

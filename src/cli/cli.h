@@ -44,9 +44,9 @@ struct cli_session {
     struct ifl_fwd *fwd;
     int32_t n_ctx;
     int32_t max_rows;
-    int32_t *table;    /* block ids 0..n_blocks-1 */
+    int32_t *table; /* block ids 0..n_blocks-1 */
     int32_t n_blocks;
-    int32_t *rows;     /* scratch for a batch: tokens, pos, seq */
+    int32_t *rows; /* scratch for a batch: tokens, pos, seq */
     uint8_t *want;
 };
 
@@ -61,10 +61,10 @@ struct cli_progress {
     double show_after_s; /* 0: from the start */
     int tty;             /* set by cli_progress_init */
     int64_t t0_us, t_last_us;
-    int64_t first_done;  /* done at the first call: what needed no work */
-    int drawn;           /* a tty line is on screen, not yet ended */
-    int wrote_cache;     /* the weights went into a new repack cache file */
-    int64_t total;       /* bytes of weights, from the last call */
+    int64_t first_done; /* done at the first call: what needed no work */
+    int drawn;          /* a tty line is on screen, not yet ended */
+    int wrote_cache;    /* the weights went into a new repack cache file */
+    int64_t total;      /* bytes of weights, from the last call */
 };
 /* 0 when path is a directory this process can write into, else an exit
  * status after printing why ("inflight CMD: --repack-cache ...") */
@@ -89,10 +89,10 @@ void cli_progress_fn(void *user, const struct ifl_load_progress *lp);
 struct cli_session_opts {
     const char *model_path;
     const char *repack_cache_dir; /* NULL: repack in memory */
-    int32_t n_ctx;       /* 0: the model's training context, at most 4096 */
-    int n_threads;       /* 0: the CPUs this process may use (ifl_syscpu_count) */
+    int32_t n_ctx;                /* 0: the model's training context, at most 4096 */
+    int n_threads;                /* 0: the CPUs this process may use (ifl_syscpu_count) */
     enum ifl_type kv_type;
-    int32_t max_rows;    /* prefill chunk */
+    int32_t max_rows; /* prefill chunk */
 };
 
 /* Returns 0, or an exit status after printing the error. */

@@ -28,11 +28,11 @@
 struct lg_req {
     CURL *h;
     struct curl_slist *hdr;
-    char *buf;           /* bytes of the event stream not yet split into events */
+    char *buf; /* bytes of the event stream not yet split into events */
     size_t len, cap;
     double t_start, t_first, t_last;
     int64_t n_events, n_usage;
-    double *gaps;        /* inter-token gaps, shared array slice */
+    double *gaps; /* inter-token gaps, shared array slice */
     int64_t *n_gaps;
     int64_t gap_cap;
     int failed;
@@ -262,7 +262,8 @@ static int served_model(const char *base, size_t base_len, const char *api_key, 
     curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
     json_t *j = rc ? NULL : json_loadb(r.buf ? r.buf : "", r.len, 0, NULL);
-    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
+    const char *id =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     if (id)
         snprintf(out, cap, "%s", id);
     else
@@ -326,13 +327,15 @@ int cmd_loadgen(int argc, char **argv)
                 return cli_usage_error("bench", "--timeout wants 1..86400 seconds, not '%s'", v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) {
             if ((n_conc = cli_parse_int_list(v, 1, MAX_CONC, conc, 16)) < 0)
-                return cli_usage_error("bench", "-c wants up to 16 counts of 1..%d, like 1,4,16, not '%s'",
+                return cli_usage_error("bench",
+                                       "-c wants up to 16 counts of 1..%d, like 1,4,16, not '%s'",
                                        MAX_CONC, v);
         } else
             return cli_usage_error("bench", "unknown option '%s' with --url (see --help)", a);
     }
     if (!o.url || strncmp(o.url, "http", 4))
-        return cli_usage_error("bench", "--url wants the server's address, like http://127.0.0.1:8080");
+        return cli_usage_error("bench",
+                               "--url wants the server's address, like http://127.0.0.1:8080");
     char url[1024];
     size_t ul = strlen(o.url);
     while (ul > 0 && o.url[ul - 1] == '/')
@@ -376,8 +379,10 @@ int cmd_loadgen(int argc, char **argv)
         double wall;
         run_level(&o, conc[ci], url, body, &res, &wall);
         double rps = (double)(o.n_req - res.failed) / wall, tps = (double)res.tokens / wall;
-        double t50 = cli_percentile(res.ttft, res.n_ttft, 0.5) * 1e3, t99 = cli_percentile(res.ttft, res.n_ttft, 0.99) * 1e3;
-        double i50 = cli_percentile(res.gaps, res.n_gaps, 0.5) * 1e3, i99 = cli_percentile(res.gaps, res.n_gaps, 0.99) * 1e3;
+        double t50 = cli_percentile(res.ttft, res.n_ttft, 0.5) * 1e3,
+               t99 = cli_percentile(res.ttft, res.n_ttft, 0.99) * 1e3;
+        double i50 = cli_percentile(res.gaps, res.n_gaps, 0.5) * 1e3,
+               i99 = cli_percentile(res.gaps, res.n_gaps, 0.99) * 1e3;
         if (o.json)
             printf("{\"url\":\"%s\",\"concurrency\":%d,\"requests\":%lld,\"failed\":%lld,"
                    "\"requests_per_s\":%.3f,\"output_tps\":%.2f,\"ttft_p50_ms\":%.3f,"

@@ -25,9 +25,9 @@ struct run_opts {
     int print_ids;
     int ignore_eos;
     int seed_given;
-    int kv_type;              /* enum ifl_kv_type, for the executor */
-    int guide_type;           /* enum ifl_guide_type */
-    const char *guide_arg;    /* --grammar / --json-schema FILE, or --regex RE */
+    int kv_type;           /* enum ifl_kv_type, for the executor */
+    int guide_type;        /* enum ifl_guide_type */
+    const char *guide_arg; /* --grammar / --json-schema FILE, or --regex RE */
     const char *guide_flag;
 };
 
@@ -107,7 +107,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             o->so.n_threads = (int)iv;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if (cli_parse_i64(v, 1, 1 << 20, &iv))
-                return cli_usage_error(cmd, "-c wants a context size from 1 to 1048576, not '%s'", v);
+                return cli_usage_error(cmd, "-c wants a context size from 1 to 1048576, not '%s'",
+                                       v);
             o->so.n_ctx = (int32_t)iv;
         } else if (!strcmp(a, "--kv-type")) {
             int kt = cli_parse_kv_type(v);
@@ -117,7 +118,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             o->kv_type = kt;
         } else if (is_run && (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))) {
             if (cli_parse_i64(v, 0, 1 << 20, &iv))
-                return cli_usage_error(cmd, "-n wants a token count from 0 to 1048576, not '%s'", v);
+                return cli_usage_error(cmd, "-n wants a token count from 0 to 1048576, not '%s'",
+                                       v);
             o->n_predict = iv;
         } else if (is_run && !strcmp(a, "--temp")) {
             if (cli_parse_f64(v, 0, 100, &fv))
@@ -255,8 +257,10 @@ int cmd_run(int argc, char **argv)
     /* as on the server, prompt and generated tokens share the context */
     int64_t room = mi.n_ctx - n_prompt;
     if (room < 1 && o.n_predict > 0) {
-        status = cli_usage_error("run", "the prompt has %lld tokens and fills the context of %d "
-                                 "(-c): no room to generate", (long long)n_prompt, mi.n_ctx);
+        status = cli_usage_error("run",
+                                 "the prompt has %lld tokens and fills the context of %d "
+                                 "(-c): no room to generate",
+                                 (long long)n_prompt, mi.n_ctx);
         goto done;
     }
     req.max_tokens = o.n_predict < 1 ? 1 : (int32_t)(o.n_predict < room ? o.n_predict : room);
@@ -316,8 +320,10 @@ int cmd_run(int argc, char **argv)
     if (o.n_predict == 0)
         n_gen = 0;
     if (finish == IFL_FINISH_LENGTH && o.guide_type != IFL_GUIDE_NONE && o.n_predict > 0)
-        fprintf(stderr, "inflight run: stopped after %lld tokens, before the %s constraint was "
-                "complete: the output is cut (raise -n)\n", (long long)n_gen, o.guide_flag);
+        fprintf(stderr,
+                "inflight run: stopped after %lld tokens, before the %s constraint was "
+                "complete: the output is cut (raise -n)\n",
+                (long long)n_gen, o.guide_flag);
     if (finish == IFL_FINISH_LENGTH && n_gen < o.n_predict && n_gen == room)
         fprintf(stderr, "inflight run: stopped at the end of the context (%d positions)\n",
                 mi.n_ctx);

@@ -100,11 +100,9 @@ static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share, 
         snprintf(why, sizeof(why), "its configuration");
         break;
     }
-    fprintf(stderr,
-            "inflight serve: KV cache %d blocks, %.2f GiB %s: %s\n", st.kv_blocks_max,
+    fprintf(stderr, "inflight serve: KV cache %d blocks, %.2f GiB %s: %s\n", st.kv_blocks_max,
             (double)st.kv_bytes_reserved / gib,
-            prefault ? "resident (--kv-prefault)"
-                     : "reserved (memory taken as blocks are used)",
+            prefault ? "resident (--kv-prefault)" : "reserved (memory taken as blocks are used)",
             why);
 }
 
@@ -189,7 +187,8 @@ int cmd_serve(int argc, char **argv)
             if (ifl_sysmem_parse_amount(v, &kv_mem_bytes, &kv_mem_share))
                 return cli_usage_error("serve",
                                        "--kv-cache-memory wants a share like 40%% or a size "
-                                       "like 2G, not '%s'", v);
+                                       "like 2G, not '%s'",
+                                       v);
         } else if (!strcmp(a, "--kv-release-ms"))
             NUM(kv_release_ms, -1, 86400000, "milliseconds");
         else if (!strcmp(a, "--max-queue"))
@@ -216,15 +215,16 @@ int cmd_serve(int argc, char **argv)
             if (!vl || v[0] == ',' || v[vl - 1] == ',' || strstr(v, ",,"))
                 return cli_usage_error("serve", "--served-model-name: an empty name in '%s'", v);
             if (names_len + vl + 2 > sizeof names)
-                return cli_usage_error("serve", "--served-model-name: the names add up to more "
-                                                "than %zu bytes", sizeof names - 2);
+                return cli_usage_error("serve",
+                                       "--served-model-name: the names add up to more "
+                                       "than %zu bytes",
+                                       sizeof names - 2);
             if (names_len)
                 names[names_len++] = ',';
             memcpy(names + names_len, v, vl + 1);
             names_len += vl;
             name = names;
-        }
-        else if (!strcmp(a, "--log-format"))
+        } else if (!strcmp(a, "--log-format"))
             log_format = v;
         else if (!strcmp(a, "--log-level"))
             log_level = v;

@@ -62,8 +62,8 @@ int cmd_tokenize(int argc, char **argv)
             break;
     }
     int64_t n = 0;
-    int rc = text ? ifl_tokenize_alloc(v, text, len, add_special, parse_special, &ids, &n)
-                  : IFL_ENOMEM;
+    int rc =
+        text ? ifl_tokenize_alloc(v, text, len, add_special, parse_special, &ids, &n) : IFL_ENOMEM;
     if (rc) {
         fprintf(stderr, "inflight tokenize: %s\n",
                 rc == IFL_ENOMEM ? "out of memory" : "the text could not be tokenized");

@@ -129,7 +129,9 @@ int cli_parse_kv_type(const char *s)
 
 enum ifl_type cli_kv_store_type(int kv_type)
 {
-    return kv_type == IFL_KV_F32 ? IFL_TYPE_F32 : kv_type == IFL_KV_Q8_0 ? IFL_TYPE_Q8_0 : IFL_TYPE_F16;
+    return kv_type == IFL_KV_F32    ? IFL_TYPE_F32
+           : kv_type == IFL_KV_Q8_0 ? IFL_TYPE_Q8_0
+                                    : IFL_TYPE_F16;
 }
 
 int cli_check_cache_dir(const char *cmd, const char *path)
@@ -279,7 +281,8 @@ int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, co
     s->n_blocks = (n_ctx + bs - 1) / bs;
     s->max_rows = o->max_rows > 0 ? o->max_rows : 512;
     rc = ifl_kv_store_create(&s->kv, &s->model->hp, o->kv_type, s->n_blocks, bs, err);
-    struct ifl_fwd_config fc = {.max_rows = s->max_rows, .max_ctx = n_ctx, .n_threads = o->n_threads};
+    struct ifl_fwd_config fc = {
+        .max_rows = s->max_rows, .max_ctx = n_ctx, .n_threads = o->n_threads};
     if (!rc)
         rc = ifl_fwd_create(&s->fwd, s->model, s->kv, &fc, err);
     s->table = malloc(sizeof(int32_t) * (size_t)s->n_blocks);

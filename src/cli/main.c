@@ -15,20 +15,23 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "inflight %s: LLM inference on the CPU\n\n"
-               "usage: inflight COMMAND [options]\n\n"
-               "commands:\n"
-               "  run       -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-               "            [--seed S] [-t THREADS] [-c CTX] [--ids] [--ignore-eos] [--kv-type T]\n"
-               "  eval      -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [-t THREADS] [--kv-type T]\n"
-               "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
-               "  info      -m FILE\n"
-               "  bench     -m FILE [--pp N] [--tg N] [-c 1,4,8,16 [-p N] [-n N]] [-r N] [-t N] [--json]\n"
-               "            --bandwidth [-t N]   |   --url URL (HTTP load generator)\n"
-               "  serve     -m FILE [--host H] [--port N] [--parallel N] [--api-key KEY] ...\n"
-               "  version\n\n"
-               "Run 'inflight COMMAND --help' for a command's options.\n",
-            ifl_version());
+    fprintf(
+        f,
+        "inflight %s: LLM inference on the CPU\n\n"
+        "usage: inflight COMMAND [options]\n\n"
+        "commands:\n"
+        "  run       -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+        "            [--seed S] [-t THREADS] [-c CTX] [--ids] [--ignore-eos] [--kv-type T]\n"
+        "  eval      -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [-t THREADS] [--kv-type "
+        "T]\n"
+        "  tokenize  -m FILE [--add-special] [--parse-special]   (reads stdin)\n"
+        "  info      -m FILE\n"
+        "  bench     -m FILE [--pp N] [--tg N] [-c 1,4,8,16 [-p N] [-n N]] [-r N] [-t N] [--json]\n"
+        "            --bandwidth [-t N]   |   --url URL (HTTP load generator)\n"
+        "  serve     -m FILE [--host H] [--port N] [--parallel N] [--api-key KEY] ...\n"
+        "  version\n\n"
+        "Run 'inflight COMMAND --help' for a command's options.\n",
+        ifl_version());
 }
 
 static int dispatch(int argc, char **argv)
@@ -78,8 +81,8 @@ int main(int argc, char **argv)
     /* output lost on the way (a full disk, a closed pipe) is a failure */
     int flushed = fflush(stdout) == 0;
     if (!flushed || ferror(stdout)) {
-        fprintf(stderr, "inflight: writing to standard output failed%s%s\n",
-                flushed ? "" : ": ", flushed ? "" : strerror(errno));
+        fprintf(stderr, "inflight: writing to standard output failed%s%s\n", flushed ? "" : ": ",
+                flushed ? "" : strerror(errno));
         return rc ? rc : 1;
     }
     return rc;

@@ -25,7 +25,7 @@ int ifl_err(char *err, int status, const char *fmt, ...) __attribute__((format(p
 #define IFL_ASSERT(cond)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond);          \
+            fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond);           \
             abort();                                                                               \
         }                                                                                          \
     } while (0)

@@ -59,7 +59,10 @@ static inline uint16_t ifl_f32_to_f16(float f)
     return (uint16_t)(sign | (ax >> 13));
 }
 
-static inline float ifl_bf16_to_f32(uint16_t h) { return ifl_bits_to_f32((uint32_t)h << 16); }
+static inline float ifl_bf16_to_f32(uint16_t h)
+{
+    return ifl_bits_to_f32((uint32_t)h << 16);
+}
 
 static inline uint16_t ifl_f32_to_bf16(float f)
 {

@@ -127,10 +127,14 @@ static int64_t rx_utf8(struct rx *r)
 static const char *shorthand(int c)
 {
     switch (c) {
-    case 'd': return "0-9";
-    case 'w': return "a-zA-Z0-9_";
-    case 's': return " \\t\\n\\r\\x0B\\x0C";
-    default: return NULL;
+    case 'd':
+        return "0-9";
+    case 'w':
+        return "a-zA-Z0-9_";
+    case 's':
+        return " \\t\\n\\r\\x0B\\x0C";
+    default:
+        return NULL;
     }
 }
 
@@ -150,11 +154,16 @@ static int64_t rx_escape(struct rx *r, const char **cls, int *neg)
             return -2;
     }
     switch (c) {
-    case 'n': return '\n';
-    case 't': return '\t';
-    case 'r': return '\r';
-    case 'f': return '\f';
-    case 'v': return '\v';
+    case 'n':
+        return '\n';
+    case 't':
+        return '\t';
+    case 'r':
+        return '\r';
+    case 'f':
+        return '\f';
+    case 'v':
+        return '\v';
     case '0':
         /* PCRE reads \012 as octal (a newline); not \0 then "12" */
         if (r->p < r->n && r->s[r->p] >= '0' && r->s[r->p] <= '7')
@@ -178,7 +187,12 @@ static int64_t rx_escape(struct rx *r, const char **cls, int *neg)
                           "escape '\\u%04X' is a UTF-16 surrogate, which no UTF-8 text holds", v);
         return v;
     }
-    case 'b': case 'B': case 'A': case 'z': case 'Z': case 'G':
+    case 'b':
+    case 'B':
+    case 'A':
+    case 'z':
+    case 'Z':
+    case 'G':
         return rx_err(r, IFL_EUNSUPPORTED, at, "anchor '\\%c' is not supported", c);
     default:
         if (c >= '1' && c <= '9')
@@ -341,8 +355,8 @@ static int rx_count(struct rx *r, uint32_t *m, uint32_t *n)
         return rx_err(r, IFL_EFORMAT, at, "repeat count in '%.*s' is too large (max %d)", shown,
                       r->s + at, RX_MAX_COUNT);
     if (!open && hi < lo)
-        return rx_err(r, IFL_EFORMAT, at, "repeat '%.*s' has its maximum below its minimum",
-                      shown, r->s + at);
+        return rx_err(r, IFL_EFORMAT, at, "repeat '%.*s' has its maximum below its minimum", shown,
+                      r->s + at);
     *m = (uint32_t)lo;
     *n = open ? UINT32_MAX : (uint32_t)hi;
     return 1;
@@ -378,8 +392,8 @@ static int rx_seq(struct rx *r)
             if (k < 0)
                 return r->rc;
             if (k > 0)
-                return rx_err(r, IFL_EFORMAT, at, "'%.*s' has nothing to repeat",
-                              (int)(r->p - at), r->s + at);
+                return rx_err(r, IFL_EFORMAT, at, "'%.*s' has nothing to repeat", (int)(r->p - at),
+                              r->s + at);
         }
         if (put(r, " "))
             return r->rc;
@@ -451,8 +465,8 @@ static int rx_seq(struct rx *r)
                 /* possessive: no backtracking into the repeat, so x*+x
                  * matches nothing; ignoring it would accept more */
                 return rx_err(r, IFL_EUNSUPPORTED, r->p,
-                              "possessive quantifier '%.*s+' is not supported",
-                              (int)(r->p - qat), r->s + qat);
+                              "possessive quantifier '%.*s+' is not supported", (int)(r->p - qat),
+                              r->s + qat);
             size_t q2;
             int c2;
             if (r->p < r->n && (r->s[r->p] == '*' || r->s[r->p] == '+' || r->s[r->p] == '?' ||

@@ -94,8 +94,8 @@ int ifl_guide_schema_to_gbnf(char **out, const char *schema, size_t len, char *e
  * ("$.items[2].age: 130 is above maximum 120"); IFL_EFORMAT: the schema is
  * malformed; IFL_EUNSUPPORTED: it uses a keyword the validator lacks.
  * Thread-safe. err optional, IFL_ERR_LEN bytes. */
-int ifl_guide_validate_json(const char *schema, size_t schema_len, const char *doc,
-                            size_t doc_len, char *err);
+int ifl_guide_validate_json(const char *schema, size_t schema_len, const char *doc, size_t doc_len,
+                            char *err);
 /* The GBNF text of JSON mode (a static string). */
 const char *ifl_guide_json_gbnf(int object_only);
 void ifl_guide_free(struct ifl_guide *g);

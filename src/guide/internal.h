@@ -31,7 +31,7 @@ struct ifl_guide {
     uint32_t *ranges;    /* sorted, merged [lo, hi] pairs */
     char **names;        /* [n_rules] */
     uint32_t root;
-    uint64_t id; /* unique per compiled grammar: masks are cached by (id, state) */
+    uint64_t id;    /* unique per compiled grammar: masks are cached by (id, state) */
     uint32_t *init; /* the start state's stacks */
     size_t init_len;
     uint32_t init_n;
@@ -101,7 +101,10 @@ static inline int64_t ifl_guide_utf8_next(const char *s, size_t n, size_t *p)
     unsigned char c = (unsigned char)s[(*p)++];
     if (c < 0x80)
         return c;
-    int need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : -1;
+    int need = c >= 0xF0 && c <= 0xF4   ? 3
+               : c >= 0xE0 && c <= 0xEF ? 2
+               : c >= 0xC2 && c <= 0xDF ? 1
+                                        : -1;
     if (need < 0)
         return -1;
     uint32_t cp = c & (0x3F >> need);

@@ -53,12 +53,12 @@ struct ifl_guide_vocab_index {
     char *blob;          /* every token's piece */
     int32_t *eog;        /* end-of-generation ids */
     int32_t n_eog;
-    struct trie all;     /* every token with a piece */
-    struct trie rest;    /* the tokens that are not plain */
-    uint32_t max_depth;  /* of all */
-    int32_t max_plain;   /* longest plain token, in characters */
-    uint32_t *plain_upto;  /* [max_plain + 1][n_words] plain tokens of 1..k characters */
-    int64_t *plain_count;  /* [max_plain + 1] how many */
+    struct trie all;      /* every token with a piece */
+    struct trie rest;     /* the tokens that are not plain */
+    uint32_t max_depth;   /* of all */
+    int32_t max_plain;    /* longest plain token, in characters */
+    uint32_t *plain_upto; /* [max_plain + 1][n_words] plain tokens of 1..k characters */
+    int64_t *plain_count; /* [max_plain + 1] how many */
     size_t n_words;
 };
 
@@ -121,7 +121,11 @@ static int32_t plain_chars(const char *p, uint32_t len)
         int64_t cp = ifl_guide_utf8_next(p, len, &i);
         size_t used = i - at;
         if (cp < 0x20 || cp == '"' || cp == '\\' || (cp >= 0xD800 && cp <= 0xDFFF) ||
-            cp > 0x10FFFF || used != (size_t)(cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4))
+            cp > 0x10FFFF ||
+            used != (size_t)(cp < 0x80      ? 1
+                             : cp < 0x800   ? 2
+                             : cp < 0x10000 ? 3
+                                            : 4))
             return 0;
         if (++k > PLAIN_MAX)
             return 0;
@@ -254,7 +258,8 @@ int ifl_guide_vocab_index_create(struct ifl_guide_vocab_index **out, const struc
     int32_t n_rest = 0;
     for (int32_t k = 0; k < n_trie; k++) {
         int32_t id = order[k];
-        plen[id] = plain_chars(vi->blob + vi->piece_off[id], vi->piece_off[id + 1] - vi->piece_off[id]);
+        plen[id] =
+            plain_chars(vi->blob + vi->piece_off[id], vi->piece_off[id + 1] - vi->piece_off[id]);
         if (plen[id] > vi->max_plain)
             vi->max_plain = plen[id];
         if (!plen[id])
@@ -327,10 +332,10 @@ struct centry {
 struct cinfo {
     uint64_t gid;
     uint32_t cls;
-    uint64_t used;    /* LRU stamp, 0 = empty */
-    int32_t max_len;  /* longest token made of C, in characters */
-    uint16_t *len;    /* [n_tokens] characters when the piece is whole characters of C, else 0 */
-    uint32_t *sub;    /* [(all.n_nodes + 31) / 32] node's subtree holds a token not made of C */
+    uint64_t used;   /* LRU stamp, 0 = empty */
+    int32_t max_len; /* longest token made of C, in characters */
+    uint16_t *len;   /* [n_tokens] characters when the piece is whole characters of C, else 0 */
+    uint32_t *sub;   /* [(all.n_nodes + 31) / 32] node's subtree holds a token not made of C */
 };
 
 struct ifl_guide_masker {
@@ -342,11 +347,11 @@ struct ifl_guide_masker {
     struct centry *cache; /* [n_cache] */
     int n_cache;
     uint64_t clock, hits, misses;
-    int no_fast;                 /* tests: always walk the whole trie */
+    int no_fast;                   /* tests: always walk the whole trie */
     struct ifl_guide_vec chain[2]; /* plain_run's levels */
     struct cinfo ccache[CLASS_CACHE];
     uint64_t cclock;
-    uint32_t *pref;              /* [all.n_nodes + 1] scratch of cinfo_build */
+    uint32_t *pref; /* [all.n_nodes + 1] scratch of cinfo_build */
 };
 
 int ifl_guide_masker_create(struct ifl_guide_masker **out, const struct ifl_guide_vocab_index *vi)
@@ -422,7 +427,10 @@ static uint64_t state_hash(const struct ifl_guide_state *st)
     return h ^ st->g->id;
 }
 
-void ifl_guide_masker_set_fast(struct ifl_guide_masker *m, int on) { m->no_fast = !on; }
+void ifl_guide_masker_set_fast(struct ifl_guide_masker *m, int on)
+{
+    m->no_fast = !on;
+}
 
 /* Whether every stack top of l treats the plain characters alike: 1 some
  * stack takes them all (the rest none), 0 none does, -1 mixed. */
@@ -512,7 +520,10 @@ static struct cinfo *cinfo_get(struct ifl_guide_masker *m, const struct ifl_guid
             size_t at = i;
             int64_t cp = ifl_guide_utf8_next(p, n, &i);
             if (cp < 0 || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF ||
-                i - at != (size_t)(cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4) ||
+                i - at != (size_t)(cp < 0x80      ? 1
+                                   : cp < 0x800   ? 2
+                                   : cp < 0x10000 ? 3
+                                                  : 4) ||
                 !ifl_guide_class_has(g, cls, (uint32_t)cp) || ++k > 65535) {
                 k = 0;
                 break;
@@ -635,8 +646,8 @@ int64_t ifl_guide_mask(struct ifl_guide_masker *m, const struct ifl_guide_state 
     struct centry *victim = &m->cache[0];
     for (int i = 0; i < m->n_cache; i++) {
         struct centry *c = &m->cache[i];
-        if (c->used && c->hash == h && c->gid == st->g->id && c->len == st->len && c->cp == st->cp &&
-            c->need == st->need &&
+        if (c->used && c->hash == h && c->gid == st->g->id && c->len == st->len &&
+            c->cp == st->cp && c->need == st->need &&
             (!st->len || memcmp(c->key, st->buf, st->len * sizeof *st->buf) == 0)) {
             memcpy(allowed, c->bits, m->n_words * sizeof *allowed);
             c->used = ++m->clock;

@@ -134,9 +134,9 @@ static int new_rule(struct sc *c)
 
 static int is_annotation(const char *k)
 {
-    static const char *ann[] = {"title", "description", "examples", "default", "$schema", "$id",
-                                "$comment", "strict", "readOnly", "writeOnly", "deprecated",
-                                "$defs", "definitions", "name", NULL};
+    static const char *ann[] = {"title",      "description", "examples",    "default",  "$schema",
+                                "$id",        "$comment",    "strict",      "readOnly", "writeOnly",
+                                "deprecated", "$defs",       "definitions", "name",     NULL};
     for (int i = 0; ann[i]; i++)
         if (strcmp(k, ann[i]) == 0)
             return 1;
@@ -147,9 +147,18 @@ static int is_annotation(const char *k)
  * of them anywhere is an error, never ignored. */
 static const char *unsupported_keyword(json_t *s)
 {
-    static const char *kw[] = {"not", "if", "then", "else", "dependentRequired",
-                               "dependentSchemas", "dependencies", "unevaluatedProperties",
-                               "unevaluatedItems", "minContains", "maxContains", "additionalItems",
+    static const char *kw[] = {"not",
+                               "if",
+                               "then",
+                               "else",
+                               "dependentRequired",
+                               "dependentSchemas",
+                               "dependencies",
+                               "unevaluatedProperties",
+                               "unevaluatedItems",
+                               "minContains",
+                               "maxContains",
+                               "additionalItems",
                                NULL};
     for (int i = 0; kw[i]; i++)
         if (json_object_get(s, kw[i]))
@@ -172,8 +181,8 @@ static int only_with(struct sc *c, json_t *s, const char *what, const char *cons
         for (int i = 0; also && also[i] && !ok; i++)
             ok = !strcmp(k, also[i]);
         if (!ok)
-            return sc_err(c, IFL_EUNSUPPORTED, "'%s' together with '%.100s' is not supported",
-                          what, k);
+            return sc_err(c, IFL_EUNSUPPORTED, "'%s' together with '%.100s' is not supported", what,
+                          k);
     }
     return 0;
 }
@@ -240,8 +249,11 @@ static int gen_string(struct sc *c, json_t *s)
             "( [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | "
             "\"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
             "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) | ( [0-9]{2} ( \"0\" [48] | "
-            "[2468] [048] | [13579] [26] ) | ( [02468] [048] | [13579] [26] ) \"00\" ) \"-02-29\" )";
-        static const char *time = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
+            "[2468] [048] | [13579] [26] ) | ( [02468] [048] | [13579] [26] ) \"00\" ) \"-02-29\" "
+            ")";
+        static const char *time =
+            "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} "
+            ")? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
         if (!f)
             return sc_err(c, IFL_EFORMAT, "'format' must be a string");
         if (strcmp(f, "date") == 0)
@@ -258,9 +270,10 @@ static int gen_string(struct sc *c, json_t *s)
             /* narrower than RFC 5321 so that every output is valid: at
              * most one dot in the local part (64 bytes at most), domain
              * labels without edge hyphens, a top-level domain of letters */
-            return outf(c, "\"\\\"\" [a-zA-Z0-9_%%+-]{1,32} ( \".\" [a-zA-Z0-9_%%+-]{1,31} )? \"@\" "
-                           "( [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )? \".\" ){1,3} "
-                           "[a-zA-Z]{2,12} \"\\\"\"");
+            return outf(c,
+                        "\"\\\"\" [a-zA-Z0-9_%%+-]{1,32} ( \".\" [a-zA-Z0-9_%%+-]{1,31} )? \"@\" "
+                        "( [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )? \".\" ){1,3} "
+                        "[a-zA-Z]{2,12} \"\\\"\"");
         return sc_err(c, IFL_EUNSUPPORTED, "string format '%s' is not supported", f);
     }
     int64_t mn = get_int(c, s, "minLength", 0), mx = get_int(c, s, "maxLength", -2);
@@ -316,7 +329,8 @@ static int digit_range(struct sc *c, long long a, long long b)
     long long p = 1; /* 10^(d-1) */
     int first = 1;
     for (int d = 1; d <= 18 && (p <= b || d == 1); d++, p *= 10) { /* d 1 holds 0 */
-        long long x = a > (d == 1 ? 0 : p) ? a : (d == 1 ? 0 : p), y = b < p * 10 - 1 ? b : p * 10 - 1;
+        long long x = a > (d == 1 ? 0 : p) ? a : (d == 1 ? 0 : p),
+                  y = b < p * 10 - 1 ? b : p * 10 - 1;
         if (x > y)
             continue;
         char xs[24], ys[24];
@@ -334,7 +348,8 @@ static int digit_range(struct sc *c, long long a, long long b)
 static int gen_integer(struct sc *c, json_t *s)
 {
     json_t *jmin = json_object_get(s, "minimum"), *jmax = json_object_get(s, "maximum");
-    json_t *emin = json_object_get(s, "exclusiveMinimum"), *emax = json_object_get(s, "exclusiveMaximum");
+    json_t *emin = json_object_get(s, "exclusiveMinimum"),
+           *emax = json_object_get(s, "exclusiveMaximum");
     if ((jmin && !json_is_number(jmin)) || (jmax && !json_is_number(jmax)) ||
         (emin && !json_is_number(emin)) || (emax && !json_is_number(emax)))
         return sc_err(c, IFL_EFORMAT, "minimum/maximum must be numbers");
@@ -374,15 +389,17 @@ static int gen_number(struct sc *c, json_t *s)
     json_t *jmin = json_object_get(s, "minimum"), *jmax = json_object_get(s, "maximum");
     if (json_object_get(s, "exclusiveMaximum") || json_object_get(s, "exclusiveMinimum") ||
         json_object_get(s, "multipleOf"))
-        return sc_err(c, IFL_EUNSUPPORTED, "number exclusive bounds and 'multipleOf' are not "
-                                           "supported");
+        return sc_err(c, IFL_EUNSUPPORTED,
+                      "number exclusive bounds and 'multipleOf' are not "
+                      "supported");
     if ((jmin && !json_is_number(jmin)) || (jmax && !json_is_number(jmax)))
         return sc_err(c, IFL_EFORMAT, "minimum/maximum must be numbers");
     if (jmin && !jmax) {
         if (json_number_value(jmin) != 0)
             return sc_err(c, IFL_EUNSUPPORTED,
                           "a number minimum other than 0 needs a maximum as well");
-        return outf(c, "( \"0\" | [1-9] [0-9]{0,14} ) ( \".\" [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,2} )?");
+        return outf(
+            c, "( \"0\" | [1-9] [0-9]{0,14} ) ( \".\" [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,2} )?");
     }
     if (!jmin && jmax)
         return sc_err(c, IFL_EUNSUPPORTED, "a number maximum needs a minimum as well");
@@ -410,8 +427,8 @@ static int gen_number(struct sc *c, json_t *s)
         return c->rc;
     /* -m.f for m in [max(0, -hi), -lo - 1]: in (-(m + 1), -m] */
     long long m0 = hi < 0 ? -hi : 0;
-    if (m0 <= -lo - 1 && (out(c, " | \"-\" ", 7) || digit_range(c, m0, -lo - 1) ||
-                          out(c, frac, strlen(frac))))
+    if (m0 <= -lo - 1 &&
+        (out(c, " | \"-\" ", 7) || digit_range(c, m0, -lo - 1) || out(c, frac, strlen(frac))))
         return c->rc;
     return out(c, " )", 2);
 }
@@ -472,8 +489,7 @@ static int gen_array(struct sc *c, json_t *s)
     int opened = 0;
     for (k = 0; k < fixed; k++) {
         int opt = k >= mn;
-        if (outf(c, "%s%s", opt ? "( " : "", k ? "ws \",\" ws " : "") ||
-            outf(c, "s%d ", pr[k]))
+        if (outf(c, "%s%s", opt ? "( " : "", k ? "ws \",\" ws " : "") || outf(c, "s%d ", pr[k]))
             return free(pr), c->rc;
         opened += opt;
     }
@@ -527,7 +543,10 @@ static int gen_object(struct sc *c, json_t *s)
         int v = gen(c, addl);
         if (c->rc)
             return c->rc;
-        return outf(c, "\"{\" ws ( string ws \":\" ws s%d ws ( \",\" ws string ws \":\" ws s%d ws )* )? \"}\"", v, v);
+        return outf(
+            c,
+            "\"{\" ws ( string ws \":\" ws s%d ws ( \",\" ws string ws \":\" ws s%d ws )* )? \"}\"",
+            v, v);
     }
     for (size_t i = 0; i < json_array_size(req); i++) {
         const char *k = json_string_value(json_array_get(req, i));
@@ -574,11 +593,11 @@ static int gen_object(struct sc *c, json_t *s)
             }
             if (pass == 0) {
                 (void)(outf(c, "%s", first ? "" : "\",\" ws ") || out_literal(c, q, strlen(q)) ||
-                    outf(c, " ws \":\" ws s%d ws ", kv[i]));
+                       outf(c, " ws \":\" ws s%d ws ", kv[i]));
                 first = 0;
             } else if (!first) {
                 (void)(outf(c, "( \",\" ws ") || out_literal(c, q, strlen(q)) ||
-                    outf(c, " ws \":\" ws s%d ws )? ", kv[i]));
+                       outf(c, " ws \":\" ws s%d ws )? ", kv[i]));
             } else {
                 /* no required property: the optional ones form a chain where the
                  * first present one has no comma; done below */
@@ -599,7 +618,7 @@ static int gen_object(struct sc *c, json_t *s)
                 break;
             }
             (void)(outf(c, "%s", a ? "| " : "") || out_literal(c, q, strlen(q)) ||
-                outf(c, " ws \":\" ws s%d ws ", kv[a]));
+                   outf(c, " ws \":\" ws s%d ws ", kv[a]));
             free(q);
             for (size_t b = a + 1; b < n && !c->rc; b++) {
                 ks = json_string(keys[b]);
@@ -610,7 +629,7 @@ static int gen_object(struct sc *c, json_t *s)
                     break;
                 }
                 (void)(outf(c, "( \",\" ws ") || out_literal(c, q, strlen(q)) ||
-                    outf(c, " ws \":\" ws s%d ws )? ", kv[b]));
+                       outf(c, " ws \":\" ws s%d ws )? ", kv[b]));
                 free(q);
             }
         }
@@ -640,7 +659,8 @@ static json_t *resolve(struct sc *c, const char *ref)
         defs = json_object_get(c->root, "definitions");
         p = ref + 14;
     } else {
-        sc_err(c, IFL_EUNSUPPORTED, "$ref '%.200s': only #, #/$defs/... and #/definitions/... are supported", ref);
+        sc_err(c, IFL_EUNSUPPORTED,
+               "$ref '%.200s': only #, #/$defs/... and #/definitions/... are supported", ref);
         return NULL;
     }
     json_t *t = json_object_get(defs, p);
@@ -679,8 +699,9 @@ static int gen_body(struct sc *c, json_t *s)
         if (!k || !in_enum) {
             if (nullable)
                 return outf(c, "\"null\"");
-            return sc_err(c, IFL_EFORMAT, "'const' value is not of the schema's type or not in "
-                                          "its 'enum': the schema admits no value");
+            return sc_err(c, IFL_EFORMAT,
+                          "'const' value is not of the schema's type or not in "
+                          "its 'enum': the schema admits no value");
         }
         return out_json_literal(c, v);
     }
@@ -700,8 +721,9 @@ static int gen_body(struct sc *c, json_t *s)
             n += k;
         }
         if (n == 0 && !nullable)
-            return sc_err(c, IFL_EFORMAT, "no 'enum' value is of the schema's type: the schema "
-                                          "admits no value");
+            return sc_err(c, IFL_EFORMAT,
+                          "no 'enum' value is of the schema's type: the schema "
+                          "admits no value");
         if (n == 0 && outf(c, "\"null\""))
             return c->rc;
         return 0;
@@ -734,7 +756,8 @@ static int gen_body(struct sc *c, json_t *s)
         if (only_with(c, s, alts[a], NULL))
             return c->rc;
         if (a == 2 && json_array_size(v) > 1)
-            return sc_err(c, IFL_EUNSUPPORTED, "'allOf' with more than one schema is not supported");
+            return sc_err(c, IFL_EUNSUPPORTED,
+                          "'allOf' with more than one schema is not supported");
         for (size_t i = 0; i < json_array_size(v); i++) {
             int r = gen(c, json_array_get(v, i));
             if (c->rc || outf(c, "%ss%d", i ? " | " : "", r))

@@ -56,16 +56,41 @@ static int verr(struct vctx *v, int status, const char *fmt, ...)
     return status;
 }
 
-static const char *const annotations[] = {
-    "title", "description", "examples", "default", "$schema", "$id", "$comment", "$defs",
-    "definitions", "strict", "deprecated", "readOnly", "writeOnly", "name", NULL};
+static const char *const annotations[] = {"title",       "description", "examples",   "default",
+                                          "$schema",     "$id",         "$comment",   "$defs",
+                                          "definitions", "strict",      "deprecated", "readOnly",
+                                          "writeOnly",   "name",        NULL};
 
-static const char *const keywords[] = {
-    "type", "nullable", "enum", "const", "properties", "required", "additionalProperties",
-    "minProperties", "maxProperties", "items", "prefixItems", "minItems", "maxItems",
-    "uniqueItems", "contains", "minLength", "maxLength", "pattern", "format", "minimum",
-    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf",
-    "not", "$ref", NULL};
+static const char *const keywords[] = {"type",
+                                       "nullable",
+                                       "enum",
+                                       "const",
+                                       "properties",
+                                       "required",
+                                       "additionalProperties",
+                                       "minProperties",
+                                       "maxProperties",
+                                       "items",
+                                       "prefixItems",
+                                       "minItems",
+                                       "maxItems",
+                                       "uniqueItems",
+                                       "contains",
+                                       "minLength",
+                                       "maxLength",
+                                       "pattern",
+                                       "format",
+                                       "minimum",
+                                       "maximum",
+                                       "exclusiveMinimum",
+                                       "exclusiveMaximum",
+                                       "multipleOf",
+                                       "anyOf",
+                                       "oneOf",
+                                       "allOf",
+                                       "not",
+                                       "$ref",
+                                       NULL};
 
 static int in_list(const char *const *list, const char *k)
 {
@@ -698,8 +723,8 @@ out:
     return rc;
 }
 
-int ifl_guide_validate_json(const char *schema, size_t schema_len, const char *doc,
-                            size_t doc_len, char *err)
+int ifl_guide_validate_json(const char *schema, size_t schema_len, const char *doc, size_t doc_len,
+                            char *err)
 {
     json_error_t je;
     json_t *s = json_loadb(schema, schema_len, JSON_DECODE_ANY, &je);

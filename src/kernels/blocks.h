@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#define IFL_QK 32   /* elements per Q8_0 / Q4_0 block */
+#define IFL_QK 32    /* elements per Q8_0 / Q4_0 block */
 #define IFL_QK_K 256 /* elements per K-quant super-block */
 
 struct ifl_block_q8_0 {
@@ -18,7 +18,7 @@ struct ifl_block_q8_0 {
 };
 
 struct ifl_block_q4_0 {
-    uint16_t d;            /* f16 scale */
+    uint16_t d;             /* f16 scale */
     uint8_t qs[IFL_QK / 2]; /* low nibble of byte j: element j; high: element j + 16 */
 };
 

@@ -42,7 +42,7 @@ static void detect(void)
     if (!osxsave || !avx)
         return;
     uint64_t xcr0 = xgetbv0();
-    int os_avx = (xcr0 & 0x6) == 0x6;            /* XMM and YMM state */
+    int os_avx = (xcr0 & 0x6) == 0x6;                /* XMM and YMM state */
     int os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return;
@@ -90,8 +90,8 @@ static void init(void)
         if (k)
             best = k;
         else
-            fprintf(stderr, "inflight: IFL_KERNELS=%s is not available on this CPU; using %s\n", env,
-                    best->name);
+            fprintf(stderr, "inflight: IFL_KERNELS=%s is not available on this CPU; using %s\n",
+                    env, best->name);
     }
 }
 

@@ -31,7 +31,7 @@ void ifl_kernels_fill_avx512_rows(struct ifl_kernels *k);
 
 /* ifl_kernels_exp's constants (Cephes' expf), shared by every table. */
 #define IFL_EXP_LOG2E 1.44269504088896341f
-#define IFL_EXP_ROUND 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+#define IFL_EXP_ROUND 12582912.0f   /* 1.5 * 2^23: adding it rounds to an integer */
 #define IFL_EXP_LN2_HI 0.693359375f /* ln 2 split so that n * LN2_HI is exact */
 #define IFL_EXP_LN2_LO (-2.12194440e-4f)
 #define IFL_EXP_P0 1.9875691500e-4f

@@ -84,8 +84,8 @@ struct ifl_exp_pass {
 };
 
 struct ifl_kernels {
-    const char *name; /* "scalar", "avx2", "avx512" */
-    ifl_gemm_fn gemm[IFL_TYPE_COUNT];       /* by weight type; NULL if unsupported */
+    const char *name;                 /* "scalar", "avx2", "avx512" */
+    ifl_gemm_fn gemm[IFL_TYPE_COUNT]; /* by weight type; NULL if unsupported */
     /* gemm over x16 weights (nc a multiple of 16, w at a group's start, ws
      * the unpacked row bytes); equal to gemm on the rows before repacking,
      * bit for bit in ref. x16_pays[t]: this table's x16 kernel beats its
@@ -108,9 +108,9 @@ struct ifl_kernels {
     double (*softmax_exp)(int64_t n, float *s, float mx);
 
     /* Attention over an F16 KV cache. */
-    float (*dot_f16)(int64_t n, const uint16_t *k, const float *q); /* sum k[i] * q[i] */
+    float (*dot_f16)(int64_t n, const uint16_t *k, const float *q);    /* sum k[i] * q[i] */
     void (*axpy_f16)(int64_t n, float a, const uint16_t *v, float *y); /* y = fmaf(a, v, y) */
-    void (*cvt_f32_f16)(int64_t n, const float *x, uint16_t *y); /* round to nearest even */
+    void (*cvt_f32_f16)(int64_t n, const float *x, uint16_t *y);       /* round to nearest even */
     /* The same, nt cached positions at a time (one KV block) for nq query
      * heads that share a KV head. Cached rows are ks (vs) elements apart;
      * queries and outputs are d elements apart.

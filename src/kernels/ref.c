@@ -29,12 +29,21 @@ static int nearest_int(float v)
     return (int)(u & 0x007fffffu) - 0x00400000;
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* ---- F32 / F16 / BF16 ---------------------------------------------- */
 
-static void quant_f32(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
-static void dequant_f32(const void *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+static void quant_f32(const float *x, void *y, int64_t n)
+{
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+static void dequant_f32(const void *x, float *y, int64_t n)
+{
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
 
 static void quant_f16(const float *x, void *vy, int64_t n)
 {
@@ -238,8 +247,8 @@ static void pack_k4_scales(uint8_t *s, const uint8_t *sc, const uint8_t *m)
 
 /* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): 6-bit scales and mins per
  * sub-block of 32, then each element's q against the stored scales. */
-static void quant_kx(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
-                     uint8_t *scales, uint8_t q[IFL_QK_K])
+static void quant_kx(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out, uint8_t *scales,
+                     uint8_t q[IFL_QK_K])
 {
     float s[8], mn[8], smax = 0.0f, mmax = 0.0f;
     for (int j = 0; j < 8; j++) {
@@ -601,14 +610,13 @@ static float dot_q6_k(int64_t n, const struct wrow *w, const struct ifl_block_q8
 /* ---- gemm: y[r][c] = dot(w row c, x row r) -------------------------- */
 
 #define REF_GEMM(name, dot, wtype, xtype)                                                          \
-    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
-                     size_t ws, float *y, size_t ldy)                                             \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,           \
+                     size_t ws, float *y, size_t ldy)                                              \
     {                                                                                              \
         for (int r = 0; r < nr; r++)                                                               \
             for (int c = 0; c < nc; c++)                                                           \
-                y[(size_t)r * ldy + c] =                                                           \
-                    dot(n, (const wtype *)((const char *)w + (size_t)c * ws),                      \
-                        (const xtype *)((const char *)x + (size_t)r * xs));                        \
+                y[(size_t)r * ldy + c] = dot(n, (const wtype *)((const char *)w + (size_t)c * ws), \
+                                             (const xtype *)((const char *)x + (size_t)r * xs));   \
     }
 
 REF_GEMM(gemm_f32, dot_f32, float, float)
@@ -622,8 +630,8 @@ static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, co
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) {
             const uint16_t *g = (const uint16_t *)((const char *)w + (size_t)(c / 16) * 16 * ws);
-            y[(size_t)r * ldy + c] = dot_f16w_step(n, g + c % 16, 16,
-                                                   (const float *)((const char *)x + (size_t)r * xs));
+            y[(size_t)r * ldy + c] =
+                dot_f16w_step(n, g + c % 16, 16, (const float *)((const char *)x + (size_t)r * xs));
         }
 }
 
@@ -631,7 +639,7 @@ static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, co
  * multiple of 16 and ws the unpacked row bytes). */
 #define REF_QGEMM(name, name_x16, t, dot, xtype)                                                   \
     static void name##_any(int x16, int64_t n, int nr, int nc, const void *x, size_t xs,           \
-                           const void *w, size_t ws, float *y, size_t ldy)                        \
+                           const void *w, size_t ws, float *y, size_t ldy)                         \
     {                                                                                              \
         const size_t bs = ifl_type_info(t)->size;                                                  \
         for (int r = 0; r < nr; r++)                                                               \
@@ -645,13 +653,13 @@ static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, co
                     dot(n, &wr, (const xtype *)((const char *)x + (size_t)r * xs));                \
             }                                                                                      \
     }                                                                                              \
-    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
-                     size_t ws, float *y, size_t ldy)                                             \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,           \
+                     size_t ws, float *y, size_t ldy)                                              \
     {                                                                                              \
         name##_any(0, n, nr, nc, x, xs, w, ws, y, ldy);                                            \
     }                                                                                              \
-    static void name_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,      \
-                         size_t ws, float *y, size_t ldy)                                         \
+    static void name_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,       \
+                         size_t ws, float *y, size_t ldy)                                          \
     {                                                                                              \
         name##_any(1, n, nr, nc, x, xs, w, ws, y, ldy);                                            \
     }
@@ -681,13 +689,27 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
                                   q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}},
                                   f16[] = {{0, 2}};
     switch (t) {
-    case IFL_TYPE_F16: *f = f16; return 1;
-    case IFL_TYPE_Q8_0: *f = q8_0; return 2;
-    case IFL_TYPE_Q4_0: *f = q4_0; return 2;
-    case IFL_TYPE_Q4_K: *f = q4_k; return 4;
-    case IFL_TYPE_Q5_K: *f = q5_k; return 5;
-    case IFL_TYPE_Q6_K: *f = q6_k; return 4;
-    default: *f = NULL; return 0;
+    case IFL_TYPE_F16:
+        *f = f16;
+        return 1;
+    case IFL_TYPE_Q8_0:
+        *f = q8_0;
+        return 2;
+    case IFL_TYPE_Q4_0:
+        *f = q4_0;
+        return 2;
+    case IFL_TYPE_Q4_K:
+        *f = q4_k;
+        return 4;
+    case IFL_TYPE_Q5_K:
+        *f = q5_k;
+        return 5;
+    case IFL_TYPE_Q6_K:
+        *f = q6_k;
+        return 4;
+    default:
+        *f = NULL;
+        return 0;
     }
 }
 
@@ -756,7 +778,8 @@ void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_byt
         for (int64_t k0 = 0; k0 < n; k0 += 64) {
             int64_t k1 = n - k0 < 64 ? n : k0 + 64;
             for (int i = 0; i < X16; i++) {
-                const uint16_t *row = (const uint16_t *)((const uint8_t *)rows + (size_t)i * row_bytes);
+                const uint16_t *row =
+                    (const uint16_t *)((const uint8_t *)rows + (size_t)i * row_bytes);
                 for (int64_t k = k0; k < k1; k++)
                     g[(size_t)k * X16 + i] = row[k];
             }
@@ -772,7 +795,10 @@ void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_byt
 
 /* ---- attention helpers over an F16 cache ---------------------------- */
 
-static float dot_f16(int64_t n, const uint16_t *k, const float *q) { return dot_f16w(n, k, q); }
+static float dot_f16(int64_t n, const uint16_t *k, const float *q)
+{
+    return dot_f16w(n, k, q);
+}
 
 static void attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
                         float scale, float *s, size_t lds)
@@ -828,7 +854,10 @@ static void attn_pv_q8_0(int d, int nq, const float *p, size_t ldp, const void *
         }
 }
 
-static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y) { quant_f16(x, y, n); }
+static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y)
+{
+    quant_f16(x, y, n);
+}
 
 static void swiglu(int64_t n, float *g, const float *u)
 {

@@ -55,11 +55,11 @@ enum ifl_type {
 };
 
 struct ifl_type_info {
-    const char *name;   /* "q4_K", ... ; NULL for ids ggml never assigned */
-    int64_t blck;       /* elements per block */
-    size_t size;        /* bytes per block */
-    int is_weight;      /* 1 if the kernels compute with it as a weight matrix */
-    enum ifl_type act;  /* for weight types: the format activation rows are converted to */
+    const char *name;  /* "q4_K", ... ; NULL for ids ggml never assigned */
+    int64_t blck;      /* elements per block */
+    size_t size;       /* bytes per block */
+    int is_weight;     /* 1 if the kernels compute with it as a weight matrix */
+    enum ifl_type act; /* for weight types: the format activation rows are converted to */
 };
 
 /* NULL when t is not a known ggml type id. */

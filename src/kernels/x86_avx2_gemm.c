@@ -142,15 +142,18 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
             UNROLL for (int k = 0; k < 8; k++)
             {
                 const char *run = g + 2 * X16 + 64 * k;
-                __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)run), _mm256_set1_epi8(-128));
+                __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)run),
+                                              _mm256_set1_epi8(-128));
                 __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(run + 32)),
                                               _mm256_set1_epi8(-128));
                 __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
                 UNROLL FOR_R
                 {
                     __m256i a = bc4(xq[r] + 4 * k);
-                    __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(a, w0)), ones);
-                    __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(a, w1)), ones);
+                    __m256i p0 =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(a, w0)), ones);
+                    __m256i p1 =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(a, w1)), ones);
                     is[r][0] = pin(k ? _mm256_add_epi32(is[r][0], p0) : p0);
                     is[r][1] = pin(k ? _mm256_add_epi32(is[r][1], p1) : p1);
                 }
@@ -219,9 +222,18 @@ AI __m256i lane_idx(uint32_t pattern)
                                                       (int)(pattern + 0x08080808u),
                                                       (int)(pattern + 0x0c0c0c0cu)));
 }
-AI __m256i pick_words(int j) { return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j); }
-AI __m256i pick_pair(int j) { return lane_idx(0x80008000u | (uint32_t)(j + 1) << 16 | (uint32_t)j); }
-AI __m256i pick_hi(int j, int k) { return lane_idx((uint32_t)k << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u); }
+AI __m256i pick_words(int j)
+{
+    return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j);
+}
+AI __m256i pick_pair(int j)
+{
+    return lane_idx(0x80008000u | (uint32_t)(j + 1) << 16 | (uint32_t)j);
+}
+AI __m256i pick_hi(int j, int k)
+{
+    return lane_idx((uint32_t)k << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u);
+}
 
 /* One Q8_K block of a tile's rows, made ready for the tiles: each run of
  * four quants (elements 4e .. 4e + 3) in all eight lanes, so that
@@ -295,12 +307,12 @@ AI void k4_scales(const char *gh, __m256i sc[2], __m256i mn[2])
  * added onto y. Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs
  * (32 runs); Q5_K has qh (8 runs) before qs: run q holds the fifth bits of
  * elements 4q .. 4q + 3 of every sub-block, bit j for sub-block j. */
-AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, float *y, size_t ldy)
+AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, float *y,
+                 size_t ldy)
 {
     const size_t qs_off = q5 ? 256 + 512 : 256;
     const __m256i m4 = _mm256_set1_epi8(15);
-    for (int h = 0; h < 2; h++)
-    {
+    for (int h = 0; h < 2; h++) {
         __asm__("" : "+r"(h)); /* opaque: the halves stay one loop (see above) */
         const char *gh = g + 32 * h;
         __m256i sc[2], mn[2];
@@ -341,7 +353,9 @@ AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, 
                 __m256i wq = _mm256_and_si256(hi ? _mm256_srli_epi16(z, 4) : z, m4);
                 if (q5) { /* bit j of the qh run to bit 4 */
                     __m256i u = _mm256_loadu_si256((const __m256i *)(gj + 256 + 64 * q));
-                    u = j < 4 ? _mm256_slli_epi16(u, 4 - j) : j > 4 ? _mm256_srli_epi16(u, j - 4) : u;
+                    u = j < 4   ? _mm256_slli_epi16(u, 4 - j)
+                        : j > 4 ? _mm256_srli_epi16(u, j - 4)
+                                : u;
                     wq = _mm256_or_si256(wq, _mm256_and_si256(u, _mm256_set1_epi8(16)));
                 }
                 UNROLL FOR_R
@@ -372,8 +386,7 @@ AI void x16k4_sb(int q5, int ex, int R, const char *g, const struct kx_rows *e, 
 AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y, size_t ldy)
 {
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
-    for (int rh = 0; rh < 2; rh++)
-    {
+    for (int rh = 0; rh < 2; rh++) {
         __asm__("" : "+r"(rh)); /* opaque: the halves stay one loop (see above) */
         const char *gh = g + 32 * rh;
         /* -32 * sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
@@ -410,7 +423,7 @@ AI void x16k6_sb(int ex, int R, const char *g, const struct kx_rows *e, float *y
                 __m256i l = _mm256_loadu_si256((const __m256i *)(gj + IFL_X16_Q6K_QL(h, p & 1, m)));
                 __m256i u = _mm256_loadu_si256((const __m256i *)(gj + IFL_X16_Q6K_QH(h, m)));
                 l = _mm256_and_si256(p >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
-                u = p == 0 ? _mm256_slli_epi16(u, 4)
+                u = p == 0   ? _mm256_slli_epi16(u, 4)
                     : p == 1 ? _mm256_slli_epi16(u, 2)
                     : p == 2 ? u
                              : _mm256_srli_epi16(u, 2);
@@ -451,7 +464,8 @@ AI void x16k4_row(int q5, const char *g, const struct kx_rows *e, float *y)
         const __m256i b = bc4((const char *)e->bsp[0] + 4 * p);
         UNROLL for (int h = 0; h < 2; h++)
         {
-            __m256i t = _mm256_madd_epi16(_mm256_shuffle_epi8(mn[h][p >> 1], pick_pair(2 * (p & 1))), b);
+            __m256i t =
+                _mm256_madd_epi16(_mm256_shuffle_epi8(mn[h][p >> 1], pick_pair(2 * (p & 1))), b);
             ms[h] = pin(p ? _mm256_add_epi32(ms[h], t) : t);
         }
     }
@@ -459,7 +473,8 @@ AI void x16k4_row(int q5, const char *g, const struct kx_rows *e, float *y)
     {
         const int k = j >> 1, hi = j & 1;
         __m256i sw[2], t[2];
-        UNROLL for (int h = 0; h < 2; h++) sw[h] = _mm256_shuffle_epi8(sc[h][j >> 2], pick_words(j & 3));
+        UNROLL for (int h = 0; h < 2; h++) sw[h] =
+            _mm256_shuffle_epi8(sc[h][j >> 2], pick_words(j & 3));
         if (e->pf)
             for (int l = 0; l < 6; l++)
                 _mm_prefetch(e->pf + 64 * (6 * j + l), _MM_HINT_T0);
@@ -470,11 +485,14 @@ AI void x16k4_row(int q5, const char *g, const struct kx_rows *e, float *y)
             const __m256i a = bc4(xq + 4 * (8 * j + q));
             UNROLL for (int h = 0; h < 2; h++)
             {
-                __m256i z = _mm256_loadu_si256((const __m256i *)(gj + 32 * h + qs_off + 64 * (8 * k + q)));
+                __m256i z =
+                    _mm256_loadu_si256((const __m256i *)(gj + 32 * h + qs_off + 64 * (8 * k + q)));
                 __m256i wq = _mm256_and_si256(hi ? _mm256_srli_epi16(z, 4) : z, m4);
                 if (q5) {
                     __m256i u = _mm256_loadu_si256((const __m256i *)(gj + 32 * h + 256 + 64 * q));
-                    u = j < 4 ? _mm256_slli_epi16(u, 4 - j) : j > 4 ? _mm256_srli_epi16(u, j - 4) : u;
+                    u = j < 4   ? _mm256_slli_epi16(u, 4 - j)
+                        : j > 4 ? _mm256_srli_epi16(u, j - 4)
+                                : u;
                     wq = _mm256_or_si256(wq, _mm256_and_si256(u, _mm256_set1_epi8(16)));
                 }
                 __m256i p = _mm256_maddubs_epi16(wq, a);
@@ -506,7 +524,8 @@ AI void x16k6_row(const char *g, const struct kx_rows *e, float *y)
         UNROLL for (int h = 0; h < 2; h++)
         {
             __m256i sv = _mm256_loadu_si256((const __m256i *)(g + 32 * h + 32 + 64 * (u >> 1)));
-            __m256i t = _mm256_madd_epi16(_mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j, j + 1)), 8), b);
+            __m256i t = _mm256_madd_epi16(
+                _mm256_srai_epi16(_mm256_shuffle_epi8(sv, pick_hi(j, j + 1)), 8), b);
             is[h] = pin(u ? _mm256_add_epi32(is[h], t) : t);
         }
     }
@@ -540,14 +559,16 @@ AI void x16k6_row(const char *g, const struct kx_rows *e, float *y)
                 UNROLL for (int h = 0; h < 2; h++)
                 {
                     const char *gh = gj + 32 * h;
-                    __m256i l = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QL(0, p & 1, m)));
+                    __m256i l =
+                        _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QL(0, p & 1, m)));
                     __m256i u = _mm256_loadu_si256((const __m256i *)(gh + IFL_X16_Q6K_QH(0, m)));
                     l = _mm256_and_si256(p >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
-                    u = p == 0 ? _mm256_slli_epi16(u, 4)
+                    u = p == 0   ? _mm256_slli_epi16(u, 4)
                         : p == 1 ? _mm256_slli_epi16(u, 2)
                         : p == 2 ? u
                                  : _mm256_srli_epi16(u, 2);
-                    __m256i pr = _mm256_maddubs_epi16(_mm256_or_si256(l, _mm256_and_si256(u, m30)), a);
+                    __m256i pr =
+                        _mm256_maddubs_epi16(_mm256_or_si256(l, _mm256_and_si256(u, m30)), a);
                     t[h] = pin(q & 1 ? _mm256_add_epi16(t[h], pr) : pr);
                     if (q & 1)
                         is[h] = pin(_mm256_add_epi32(is[h], _mm256_madd_epi16(t[h], sw[h])));
@@ -565,10 +586,10 @@ AI void x16k6_row(const char *g, const struct kx_rows *e, float *y)
 /* One super-block group for R rows, one function per kind and R: inlined
  * into the gemm's loops, the tiles' registers were spilled all over. */
 #define KSB_FN1(name, call)                                                                        \
-    static __attribute__((noinline)) void name(const char *g, const struct kx_rows *e, float *y,  \
-                                               size_t ldy)                                        \
+    static __attribute__((noinline)) void name(const char *g, const struct kx_rows *e, float *y,   \
+                                               size_t ldy)                                         \
     {                                                                                              \
-        (void)ldy; /* the one-row tiles write one row */                                          \
+        (void)ldy; /* the one-row tiles write one row */                                           \
         call;                                                                                      \
     }
 #define KSB_FN(R)                                                                                  \
@@ -650,7 +671,8 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
                         e2[0].pf = gi + 2 < g1 ? g + 2 * gb : NULL;
                         for (int t = t0; t < t1; t++) {
                             const int r0 = nr * t / nt, R = nr * (t + 1) / nt - r0;
-                            k_sb(kind, R, 1)(g, &e2[t - t0], y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
+                            k_sb(kind, R, 1)(g, &e2[t - t0],
+                                             y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
                         }
                     }
                 }
@@ -684,7 +706,7 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
                 e.pf = NULL;
                 for (int64_t gi = g0; gi < g1; gi++)
                     sb((const char *)w + (size_t)gi * gb + (size_t)b * gbs, &e,
-                         y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
+                       y + (size_t)r0 * ldy + (size_t)gi * X16, ldy);
             }
         }
     }
@@ -699,7 +721,7 @@ AI void xk_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, c
  * tolerance of ref, and the same in every tile). A tile takes R activation
  * rows against C groups, 2 R C accumulators: a converted weight serves R
  * rows, and a lone row still runs eight independent chains. */
-#define XF_R 6 /* rows per tile: the switch below has a case for each R up to it */
+#define XF_R 6    /* rows per tile: the switch below has a case for each R up to it */
 #define XF_PF 512 /* bytes ahead in each group's stream */
 /* groups per tile: at most 12 accumulators, at least eight chains */
 #define XF_C(R) ((R) >= 3 ? 1 : (R) == 2 ? 2 : 4)
@@ -713,8 +735,9 @@ AI void x16f_tile(int R, int C, int64_t k0, int64_t n, const char *x, size_t xs,
                   size_t gb, float *y, size_t ldy, int64_t pfe, size_t pfo)
 {
     __m256 acc[XF_R][4][2];
-    UNROLL FOR_R UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++) acc[r][c][h] =
-        k0 ? _mm256_loadu_ps(y + (size_t)r * ldy + 16 * c + 8 * h) : _mm256_setzero_ps();
+    UNROLL FOR_R UNROLL for (int c = 0; c < C; c++) UNROLL for (int h = 0; h < 2; h++)
+        acc[r][c][h] =
+            k0 ? _mm256_loadu_ps(y + (size_t)r * ldy + 16 * c + 8 * h) : _mm256_setzero_ps();
     for (int64_t k = k0, pk = k0; k < n; k++) {
         const char *gk = g + 32 * (size_t)k;
         if (k == pk) {
@@ -740,6 +763,7 @@ AI void x16f_tile(int R, int C, int64_t k0, int64_t n, const char *x, size_t xs,
         x16f_tile(R, C, k0, k1, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy, pfe, pfo); \
         break;
 
+/* clang-format off */
 #define XF_SWITCH                                                                                  \
     switch (R * 16 + (int)C) {                                                                     \
         XF_CASE(1, 1) XF_CASE(1, 2) XF_CASE(1, 3) XF_CASE(1, 4) XF_CASE(2, 1) XF_CASE(2, 2)        \
@@ -747,6 +771,7 @@ AI void x16f_tile(int R, int C, int64_t k0, int64_t n, const char *x, size_t xs,
     default:                                                                                       \
         break;                                                                                     \
     }
+/* clang-format on */
 /* Elements a tile of a single pass takes at a time: 8 KiB of a group. */
 #define XF_KC 256
 
@@ -812,9 +837,7 @@ static void y_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
         break;
 #define X16_SWITCH                                                                                 \
     switch (R) {                                                                                   \
-        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)                                            \
-    default:                                                                                       \
-        break;                                                                                     \
+        X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4) default : break;                           \
     }
 
 /* Groups in column blocks sized for L2; inside, row tiles of XR; inside,
@@ -885,8 +908,8 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
 }
 
 #define X16_GEMM(name, drv, kind)                                                                  \
-    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
-                     size_t ws, float *y, size_t ldy)                                             \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,           \
+                     size_t ws, float *y, size_t ldy)                                              \
     {                                                                                              \
         drv(kind, n, nr, nc, x, xs, w, ws, y, ldy);                                                \
     }

@@ -28,7 +28,8 @@ AI __m128 hsum512x4(__m512 a, __m512 b, __m512 c, __m512 d)
     __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
     __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
     /* then the two 128-bit halves: quarter k holds input k's four sums */
-    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    __m512 s =
+        _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
     s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xee)); /* pairs */
     s = _mm512_add_ps(s, _mm512_movehdup_ps(s));      /* last two, in lane 0 of each quarter */
     return _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, s));

@@ -24,8 +24,10 @@
 
 #define UNROLL _Pragma("GCC unroll 8")
 
-
-AI __mmask16 lanes(int d, int j) { return d - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - j)) - 1); }
+AI __mmask16 lanes(int d, int j)
+{
+    return d - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - j)) - 1);
+}
 
 /* Sixteen F16 values at p, as floats: lanes past m are 0. A whole vector
  * is read with a plain load: a masked load that misses the cache stalled
@@ -59,7 +61,8 @@ AI void qk_tile(int kind, int Q, int T, int d, const float *q, const void *k, si
                 float scale, float *s, size_t lds)
 {
     __m512 acc[4][4];
-    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) acc[i][t] =
+        _mm512_setzero_ps();
     for (int j = 0; j < d; j += 16) {
         __mmask16 m = lanes(d, j);
         __m512 kv[4];
@@ -77,8 +80,8 @@ AI void qk_tile(int kind, int Q, int T, int d, const float *q, const void *k, si
             s + (size_t)i * lds,
             _mm_mul_ps(_mm_set1_ps(scale), hsum512x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3])));
     } else {
-        UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++) s[(size_t)i * lds + t] =
-            scale * hsum512(acc[i][t]);
+        UNROLL for (int i = 0; i < Q; i++) UNROLL for (int t = 0; t < T; t++)
+            s[(size_t)i * lds + t] = scale * hsum512(acc[i][t]);
     }
 }
 
@@ -103,7 +106,7 @@ AI void qk_heads(int kind, int Q, int d, const float *q, const void *k, size_t k
 AI void qk_all(int kind, int d, int nq, const float *q, const void *k, size_t ks, int nt,
                float scale, float *s, size_t lds)
 {
-#define QK(Q, i) qk_heads(kind, Q, d, q + (size_t)(i) * d, k, ks, nt, scale, s + (size_t)(i) * lds, lds)
+#define QK(Q, i) qk_heads(kind, Q, d, q + (size_t)(i)*d, k, ks, nt, scale, s + (size_t)(i)*lds, lds)
     FOR_HEAD_TILES(nq, QK);
 #undef QK
 }
@@ -131,7 +134,8 @@ AI void pv_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const u
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
-            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_fmadd_ps(a, vv[jj], acc[i][jj]);
+            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] =
+                _mm512_fmadd_ps(a, vv[jj], acc[i][jj]);
         }
     }
     UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++)
@@ -157,7 +161,7 @@ AI void pv_heads(int Q, int d, const float *p, size_t ldp, const uint16_t *v, si
 static void z_attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
                           int nt, float *o)
 {
-#define PV(Q, i) pv_heads(Q, d, p + (size_t)(i) * ldp, ldp, v, vs, nt, o + (size_t)(i) * d)
+#define PV(Q, i) pv_heads(Q, d, p + (size_t)(i)*ldp, ldp, v, vs, nt, o + (size_t)(i)*d)
     FOR_HEAD_TILES(nq, PV);
 #undef PV
 }
@@ -171,8 +175,8 @@ static void z_attn_qk_q8_0(int d, int nq, const float *q, const void *k, size_t 
 }
 
 /* Q heads by J vectors of 16 values (d % 32 == 0, so whole vectors). */
-AI void pv8_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const char *v,
-                 size_t vs, int nt, float *o)
+AI void pv8_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const char *v, size_t vs,
+                 int nt, float *o)
 {
     __m512 acc[4][4];
     UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] =
@@ -183,7 +187,8 @@ AI void pv8_tile(int Q, int J, int d, int j0, const float *p, size_t ldp, const 
         UNROLL for (int i = 0; i < Q; i++)
         {
             __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + t]);
-            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] = _mm512_fmadd_ps(a, vv[jj], acc[i][jj]);
+            UNROLL for (int jj = 0; jj < J; jj++) acc[i][jj] =
+                _mm512_fmadd_ps(a, vv[jj], acc[i][jj]);
         }
     }
     UNROLL for (int i = 0; i < Q; i++) UNROLL for (int jj = 0; jj < J; jj++)

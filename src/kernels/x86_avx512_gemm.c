@@ -29,7 +29,6 @@
 #include "kernels/x86_prefetch.h"
 #include "kernels/x86_x16.h"
 
-
 /* Activation rows per tile; weight rows per tile is 4, or 8 for a lone row. */
 #define MR 4
 #define MCMAX 8
@@ -81,16 +80,15 @@ AI __m512 scale_pair(uint16_t a, uint16_t b)
                                  _mm512_castps128_ps512(f));
 }
 
-
 /* Two 32-byte runs as one zmm; with two == 0 the high half is zero. */
 AI __m512i ld_2x256(const char *a, const char *b, int two)
 {
     __m256i lo = _mm256_loadu_si256((const __m256i *)a);
     if (!two)
         return _mm512_zextsi256_si512(lo);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)b), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)b),
+                              1);
 }
-
 
 /* ---- float weights: F32, F16, BF16, F32 activations ------------------ */
 
@@ -145,8 +143,8 @@ AI void tile_float(int kind, int64_t n, int R, int C, const char *x, size_t xs, 
 #define XBS ((size_t)sizeof(struct ifl_block_q8_0))
 
 /* Blocks b and b + 1 (or b alone when two == 0) of one tile. */
-AI void q80_step(int q4, int two, int R, int C, int64_t b, const char *x, size_t xs,
-                 const char *w, size_t ws, __m512 acc[MR][MCMAX])
+AI void q80_step(int q4, int two, int R, int C, int64_t b, const char *x, size_t xs, const char *w,
+                 size_t ws, __m512 acc[MR][MCMAX])
 {
     const size_t wbs = q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0);
     __m512i wu[MCMAX];
@@ -157,7 +155,8 @@ AI void q80_step(int q4, int two, int R, int C, int64_t b, const char *x, size_t
         pf_lines(blk, 1); /* a step reads 36 or 68 bytes */
         if (q4) {
             __m128i lo = _mm_loadu_si128((const __m128i *)(blk + 2));
-            __m128i hi = two ? _mm_loadu_si128((const __m128i *)(blk + wbs + 2)) : _mm_setzero_si128();
+            __m128i hi =
+                two ? _mm_loadu_si128((const __m128i *)(blk + wbs + 2)) : _mm_setzero_si128();
             /* 128-bit lanes [A, A, B, B], then low nibbles of lanes 0, 2
              * and high nibbles of lanes 1, 3: blocks b, b + 1 in order */
             __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
@@ -199,7 +198,6 @@ AI void tile_q80(int q4, int64_t n, int R, int C, const char *x, size_t xs, cons
     UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum512(acc[r][c]);
 }
 
-
 /* ---- K-quant weights, Q8_K activations ------------------------------ */
 
 #define Q8K_D 0
@@ -222,7 +220,8 @@ AI __m512i pick_pair(__m512i v, int k)
  * both of its words, for vpdpwssd. */
 AI __m512i both_words(__m512i v)
 {
-    return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(v, 16));
+    return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)),
+                           _mm512_slli_epi32(v, 16));
 }
 
 /* gemm_q4_k / gemm_q5_k of ref.c. The twelve scale bytes unpack, with
@@ -232,11 +231,12 @@ AI __m512i both_words(__m512i v)
  * 64 values holding sub-blocks 2k and 2k + 1; msum (8 int lanes) = m[j]
  * times the bsums of sub-block j; acc += (d_x d) * isum - (d_x dmin) *
  * msum, and the output is one fixed horizontal sum of acc. */
-AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
-                size_t ws, float *y, size_t ldy)
+AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws,
+                float *y, size_t ldy)
 {
     const size_t wbs = q5 ? sizeof(struct ifl_block_q5_k) : sizeof(struct ifl_block_q4_k);
-    const size_t qs_off = q5 ? offsetof(struct ifl_block_q5_k, qs) : offsetof(struct ifl_block_q4_k, qs);
+    const size_t qs_off =
+        q5 ? offsetof(struct ifl_block_q5_k, qs) : offsetof(struct ifl_block_q4_k, qs);
     const __m512i m4 = _mm512_set1_epi8(15), one = _mm512_set1_epi8(1);
     __m512 acc[MR][MCMAX];
     UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm512_setzero_ps();
@@ -271,10 +271,13 @@ AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const
             {
                 const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
                 /* 32 bytes in both halves: low nibbles below, high above */
-                __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + qs_off + 32 * k)));
-                __m512i q = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, z, _mm512_srli_epi16(z, 4)), m4);
+                __m512i z = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(blk + qs_off + 32 * k)));
+                __m512i q =
+                    _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, z, _mm512_srli_epi16(z, 4)), m4);
                 if (q5) {
-                    __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+                    __m512i h =
+                        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
                     h = _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(h, 2 * k),
                                                 _mm512_srli_epi16(h, 2 * k + 1));
                     q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(h, one), 4));
@@ -297,10 +300,10 @@ AI void tile_kx(int q5, int64_t n, int R, int C, const char *x, size_t xs, const
             UNROLL FOR_C
             {
                 __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins16[c]));
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(xd * wd[c]),
-                                            acc[r][c]);
-                acc[r][c] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ms), _mm512_set1_ps(xd * wdm[c]),
-                                             acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]),
+                                            _mm512_set1_ps(xd * wd[c]), acc[r][c]);
+                acc[r][c] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ms),
+                                             _mm512_set1_ps(xd * wdm[c]), acc[r][c]);
             }
         }
     }
@@ -332,16 +335,19 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
                 const struct ifl_block_q6_k *blk =
                     (const struct ifl_block_q6_k *)(w + (size_t)c * ws + (size_t)b * wbs);
                 __m512i ql = _mm512_loadu_si512((const void *)(blk->ql + 64 * h));
-                __m512i lo = p ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
-                __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h)));
+                __m512i lo =
+                    p ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
+                __m512i z =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h)));
                 __m512i hb = _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(z, 4 * p),
                                                      _mm512_srli_epi16(z, 4 * p + 2));
                 __m512i q = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
-                __m512i sd = both_words(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk->scales)));
+                __m512i sd =
+                    both_words(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk->scales)));
                 const int s0 = 4 * j;
                 __m512i s = _mm512_permutexvar_epi32(
-                    _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2,
-                                      s0 + 2, s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3),
+                    _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2,
+                                      s0 + 2, s0 + 2, s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3),
                     sd);
                 UNROLL FOR_R
                 {
@@ -375,7 +381,8 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
 /* ---- the tile driver ------------------------------------------------ */
 
 #define TILE_PARAMS                                                                                \
-    int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws, float *y, size_t ldy
+    int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws, float *y,         \
+        size_t ldy
 
 #define CASE(tile, R, C)                                                                           \
     case (R)*16 + (C):                                                                             \
@@ -384,6 +391,7 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
 
 /* Column blocks sized for L2; inside, row tiles of MR; inside, column
  * tiles of 4 (8 when one row is left: decode keeps eight chains going). */
+/* clang-format off */
 #define DEFINE_GEMM(name, tile)                                                                    \
     static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
                      size_t ws, float *y, size_t ldy)                                             \
@@ -412,19 +420,41 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
             }                                                                                      \
         }                                                                                          \
     }
+/* clang-format on */
 
-AI void tile_f32(TILE_PARAMS) { tile_float(0, n, R, C, x, xs, w, ws, y, ldy); }
-AI void tile_f16(TILE_PARAMS) { tile_float(1, n, R, C, x, xs, w, ws, y, ldy); }
-AI void tile_bf16(TILE_PARAMS) { tile_float(2, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_f32(TILE_PARAMS)
+{
+    tile_float(0, n, R, C, x, xs, w, ws, y, ldy);
+}
+AI void tile_f16(TILE_PARAMS)
+{
+    tile_float(1, n, R, C, x, xs, w, ws, y, ldy);
+}
+AI void tile_bf16(TILE_PARAMS)
+{
+    tile_float(2, n, R, C, x, xs, w, ws, y, ldy);
+}
 DEFINE_GEMM(z_gemm_f32, tile_f32)
 DEFINE_GEMM(z_gemm_f16, tile_f16)
 DEFINE_GEMM(z_gemm_bf16, tile_bf16)
-AI void tile_q8_0(TILE_PARAMS) { tile_q80(0, n, R, C, x, xs, w, ws, y, ldy); }
-AI void tile_q4_0(TILE_PARAMS) { tile_q80(1, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_q8_0(TILE_PARAMS)
+{
+    tile_q80(0, n, R, C, x, xs, w, ws, y, ldy);
+}
+AI void tile_q4_0(TILE_PARAMS)
+{
+    tile_q80(1, n, R, C, x, xs, w, ws, y, ldy);
+}
 DEFINE_GEMM(z_gemm_q8_0, tile_q8_0)
 DEFINE_GEMM(z_gemm_q4_0, tile_q4_0)
-AI void tile_q4_k(TILE_PARAMS) { tile_kx(0, n, R, C, x, xs, w, ws, y, ldy); }
-AI void tile_q5_k(TILE_PARAMS) { tile_kx(1, n, R, C, x, xs, w, ws, y, ldy); }
+AI void tile_q4_k(TILE_PARAMS)
+{
+    tile_kx(0, n, R, C, x, xs, w, ws, y, ldy);
+}
+AI void tile_q5_k(TILE_PARAMS)
+{
+    tile_kx(1, n, R, C, x, xs, w, ws, y, ldy);
+}
 DEFINE_GEMM(z_gemm_q4_k, tile_q4_k)
 DEFINE_GEMM(z_gemm_q5_k, tile_q5_k)
 DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
@@ -459,7 +489,7 @@ DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
  * (alternating builds, 15 rounds). */
 
 #define X16 16
-#define XMR 8    /* activation rows per tile */
+#define XMR 8       /* activation rows per tile */
 #define SEG X16_SEG /* blocks per segment (x86_x16.h) */
 
 /* acc + the dot of w with the 4 bytes at p in every lane (vpdpbusd /
@@ -469,19 +499,26 @@ DEFINE_GEMM(z_gemm_q6_k, tile_q6k)
  * at 16 rows run 11-35 % faster (bit-identical). */
 AI __m512i dpbusd_bc(__m512i acc, __m512i w, const char *p)
 {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const struct { char b[4]; } *)p));
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0"
+            : "+v"(acc)
+            : "v"(w), "m"(*(const struct { char b[4]; } *)p));
     return acc;
 }
 AI __m512i dpwssd_bc(__m512i acc, __m512i w, const char *p)
 {
-    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const struct { char b[4]; } *)p));
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0"
+            : "+v"(acc)
+            : "v"(w), "m"(*(const struct { char b[4]; } *)p));
     return acc;
 }
 
 /* The 16 bytes at p in each 128-bit lane; then dword k of each lane in
  * all four of its dwords. Together: the four bytes at p + 4k broadcast
  * (k < 4), from one load for four runs. */
-AI __m512i lanes4(const char *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+AI __m512i lanes4(const char *p)
+{
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+}
 AI __m512i spread(__m512i a, int k)
 {
     switch (k) { /* an immediate each, also at -O0 */
@@ -518,7 +555,8 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
                 wq[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
             }
         } else {
-            UNROLL for (int k = 0; k < 8; k++) wq[k] = _mm512_loadu_si512((const void *)(g + 2 * X16 + 64 * k));
+            UNROLL for (int k = 0; k < 8; k++) wq[k] =
+                _mm512_loadu_si512((const void *)(g + 2 * X16 + 64 * k));
         }
         /* run k holds elements 4k .. 4k + 3 (Q4_0: k < 4 low nibbles,
          * k >= 4 the high ones, elements 16 + 4(k - 4) ..). With two rows
@@ -611,13 +649,26 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
 AI __m512i lane_idx(uint32_t pattern)
 {
     return _mm512_broadcast_i32x4(_mm_setr_epi32((int)pattern, (int)(pattern + 0x04040404u),
-                                                 (int)(pattern + 0x08080808u), (int)(pattern + 0x0c0c0c0cu)));
+                                                 (int)(pattern + 0x08080808u),
+                                                 (int)(pattern + 0x0c0c0c0cu)));
 }
 /* the 0x80 bytes stay >= 0x80 after the additions: they zero their byte */
-AI __m512i pick_byte(int j) { return lane_idx(0x80808000u | (uint32_t)j); }
-AI __m512i pick_words(int j) { return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j); }
-AI __m512i pick_hi_pair(int j) { return lane_idx((uint32_t)(j + 1) << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u); }
-AI __m512i pick_top(int j) { return lane_idx((uint32_t)j << 24 | 0x808080u); }
+AI __m512i pick_byte(int j)
+{
+    return lane_idx(0x80808000u | (uint32_t)j);
+}
+AI __m512i pick_words(int j)
+{
+    return lane_idx(0x80008000u | (uint32_t)j << 16 | (uint32_t)j);
+}
+AI __m512i pick_hi_pair(int j)
+{
+    return lane_idx((uint32_t)(j + 1) << 24 | 0x800000u | (uint32_t)j << 8 | 0x80u);
+}
+AI __m512i pick_top(int j)
+{
+    return lane_idx((uint32_t)j << 24 | 0x808080u);
+}
 
 /* Q4_K group: d, dmin (32 bytes each), scales (3 runs), qs (32 runs);
  * Q5_K has qh (8 runs) before qs: run q holds the fifth bits of elements
@@ -636,15 +687,18 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
         const char *xb[XMR];
         UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
         /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
-        __m512i u0 = _mm512_loadu_si512((const void *)(g + 64)), u1 = _mm512_loadu_si512((const void *)(g + 128)),
+        __m512i u0 = _mm512_loadu_si512((const void *)(g + 64)),
+                u1 = _mm512_loadu_si512((const void *)(g + 128)),
                 u2 = _mm512_loadu_si512((const void *)(g + 192));
         __m512i sc[2], mn[2]; /* sc[0] = sc 0..3 of each row, sc[1] = sc 4..7; mn likewise */
         sc[0] = _mm512_and_si512(u0, k1);
         mn[0] = _mm512_and_si512(u1, k1);
-        sc[1] = _mm512_or_si512(_mm512_and_si512(u2, k2),
-                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
-        mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
-                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
+        sc[1] =
+            _mm512_or_si512(_mm512_and_si512(u2, k2),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
+        mn[1] =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
         /* msum: m[j] * (bsums[2j] + bsums[2j + 1]) */
         __m512i is[XMR];
         UNROLL FOR_R is[r] = _mm512_setzero_si512();
@@ -654,8 +708,9 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
             UNROLL FOR_R is[r] = dpwssd_bc(is[r], mw, xb[r] + Q8K_BSUMS + 4 * j);
         }
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
-        UNROLL FOR_R acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(is[r]),
-                                               _mm512_mul_ps(dmin, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+        UNROLL FOR_R acc[r] =
+            _mm512_fnmadd_ps(_mm512_cvtepi32_ps(is[r]),
+                             _mm512_mul_ps(dmin, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
         /* isum: chunk k's eight runs hold sub-block 2k in their low
          * nibbles and 2k + 1 in their high ones */
         __m512 fs[XMR]; /* sum of sc[j] * t[j], in float */
@@ -683,8 +738,8 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
             UNROLL FOR_R fs[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[r]), sf, fs[r]);
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-        UNROLL FOR_R acc[r] = _mm512_fmadd_ps(fs[r],
-                                              _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+        UNROLL FOR_R acc[r] =
+            _mm512_fmadd_ps(fs[r], _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
     }
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
@@ -754,7 +809,7 @@ AI void x16k6_isum(int R, const char *g, const char *const *xb, __m512 *fs)
                 __m512i l = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QL(h, p & 1, m)));
                 __m512i u = _mm512_loadu_si512((const void *)(g + IFL_X16_Q6K_QH(h, m)));
                 l = _mm512_and_si512(p >> 1 ? _mm512_srli_epi16(l, 4) : l, m4);
-                u = p == 0 ? _mm512_slli_epi16(u, 4)
+                u = p == 0   ? _mm512_slli_epi16(u, 4)
                     : p == 1 ? _mm512_slli_epi16(u, 2)
                     : p == 2 ? u
                              : _mm512_srli_epi16(u, 2);
@@ -774,7 +829,8 @@ AI void x16k6_isum(int R, const char *g, const char *const *xb, __m512 *fs)
  * (elements 4v .. 4v + 3) with v = 32h + 8p + m, m < 8, is nibble p >> 1
  * of ql run 16h + 8 (p & 1) + m with bits 2p, 2p + 1 of qh run 8h + m on
  * top; sub-block j is runs 4j .. 4j + 3. */
-AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y, size_t ldy)
+AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
+                   size_t ldy)
 {
     __m512 acc[XMR];
     UNROLL FOR_R acc[r] = _mm512_setzero_ps();
@@ -793,14 +849,15 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
             UNROLL FOR_R os[r] = dpwssd_bc(os[r], sw, xb[r] + Q8K_BSUMS + 4 * u);
         }
         __m512 fs[XMR]; /* -32 * os, then plus sc[j] * t[j] in float */
-        UNROLL FOR_R fs[r] = _mm512_cvtepi32_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), os[r]), 5));
+        UNROLL FOR_R fs[r] = _mm512_cvtepi32_ps(
+            _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), os[r]), 5));
         if (R <= 2)
             x16k6_isum_few(R, g, xb, fs);
         else
             x16k6_isum(R, g, xb, fs);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-        UNROLL FOR_R acc[r] = _mm512_fmadd_ps(fs[r],
-                                              _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+        UNROLL FOR_R acc[r] =
+            _mm512_fmadd_ps(fs[r], _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
     }
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
@@ -832,7 +889,8 @@ AI void x16f_tile(int R, int C, int64_t n, const char *x, size_t xs, const char 
         if (!(k & 1))
             UNROLL FOR_C _mm_prefetch(gk + (size_t)c * gb + XF_PF, _MM_HINT_T0);
         __m512 w[8];
-        UNROLL FOR_C w[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gk + (size_t)c * gb)));
+        UNROLL FOR_C w[c] =
+            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gk + (size_t)c * gb)));
         UNROLL FOR_R
         {
             __m512 xv = _mm512_set1_ps(((const float *)(x + (size_t)r * xs))[k]);
@@ -846,7 +904,7 @@ AI void x16f_tile(int R, int C, int64_t n, const char *x, size_t xs, const char 
 #define XF_C(R) ((R) >= 4 ? 3 : (R) >= 2 ? 4 : 8)
 #define XF_CASE(R, C)                                                                              \
     case (R)*16 + (C):                                                                             \
-        x16f_tile(R, C, n, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy);              \
+        x16f_tile(R, C, n, xp, xs, (const char *)w + (size_t)gi * gb, gb, yp, ldy);                \
         break;
 
 /* Column blocks sized for L2; inside, row tiles of XF_R; inside, tiles of
@@ -868,6 +926,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
                 C = left <= XF_C(R) ? left : left == XF_C(R) + 1 ? left / 2 : XF_C(R);
                 float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
                 switch (R * 16 + (int)C) {
+                    /* clang-format off */
                     XF_CASE(1, 1) XF_CASE(1, 2) XF_CASE(1, 3) XF_CASE(1, 4)
                     XF_CASE(1, 5) XF_CASE(1, 6) XF_CASE(1, 7) XF_CASE(1, 8)
                     XF_CASE(2, 1) XF_CASE(2, 2) XF_CASE(2, 3) XF_CASE(2, 4)
@@ -878,6 +937,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
                     XF_CASE(8, 1) XF_CASE(8, 2) XF_CASE(8, 3)
                 default:
                     break;
+                    /* clang-format on */
                 }
             }
         }
@@ -896,6 +956,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
         else                                                                                       \
             x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                     \
         break;
+/* clang-format off */
 #define X16_SWITCH                                                                                 \
     switch (R) {                                                                                   \
         X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4)                                            \
@@ -903,6 +964,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
     default:                                                                                       \
         break;                                                                                     \
     }
+/* clang-format on */
 
 /* Groups in column blocks sized for L2; inside, row tiles of XMR; inside,
  * for Q8_0 / Q4_0, segments of SEG blocks, whose activation offset terms
@@ -965,8 +1027,8 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
 }
 
 #define X16_GEMM(name, kind)                                                                       \
-    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,          \
-                     size_t ws, float *y, size_t ldy)                                             \
+    static void name(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,           \
+                     size_t ws, float *y, size_t ldy)                                              \
     {                                                                                              \
         x16_gemm(kind, n, nr, nc, x, xs, w, ws, y, ldy);                                           \
     }

@@ -13,11 +13,18 @@
         int i_ = 0;                                                                                \
         for (; i_ + 4 <= (nq); i_ += 4)                                                            \
             HEADS(4, i_);                                                                          \
-        switch ((nq) - i_) {                                                                       \
-        case 3: HEADS(3, i_); break;                                                               \
-        case 2: HEADS(2, i_); break;                                                               \
-        case 1: HEADS(1, i_); break;                                                               \
-        default: break;                                                                            \
+        switch ((nq)-i_) {                                                                         \
+        case 3:                                                                                    \
+            HEADS(3, i_);                                                                          \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            HEADS(2, i_);                                                                          \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            HEADS(1, i_);                                                                          \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
         }                                                                                          \
     } while (0)
 

@@ -66,7 +66,10 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f);
 }
 
-int ifl_fwd_n_threads(const struct ifl_fwd *f) { return ifl_pool_size(f->pool); }
+int ifl_fwd_n_threads(const struct ifl_fwd *f)
+{
+    return ifl_pool_size(f->pool);
+}
 
 void ifl_fwd_parallel(struct ifl_fwd *f, void (*fn)(void *arg, int ith, int nth), void *arg)
 {
@@ -137,7 +140,9 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     /* ifl_fwd_attention_blocks holds whole KV groups, at most ATT_QHEADS query heads
      * (a group wider than that goes through ifl_fwd_attention(), one row a thread) */
     const int group = hp->n_head / hp->n_head_kv;
-    f->score_heads = group > ATT_QHEADS ? 1 : hp->n_head <= ATT_QHEADS ? hp->n_head : ATT_QHEADS / group * group;
+    f->score_heads = group > ATT_QHEADS         ? 1
+                     : hp->n_head <= ATT_QHEADS ? hp->n_head
+                                                : ATT_QHEADS / group * group;
     f->score_ld = ((size_t)cfg->max_ctx + 15) / 16 * 16 + 16;
     f->scores = alloc_floats((size_t)nth * (size_t)f->score_heads * f->score_ld);
     f->run_rows = (ATT_TILE_QUERIES < f->score_heads ? ATT_TILE_QUERIES : f->score_heads) / group;
@@ -625,24 +630,22 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
 {
     const struct ifl_hparams *hp = &f->m->hp;
     if (b->n_rows < 1 || b->n_rows > f->max_rows)
-        return ifl_err(err, IFL_EINVAL, "forward: %d rows, expected 1..%d", b->n_rows,
-                       f->max_rows);
+        return ifl_err(err, IFL_EINVAL, "forward: %d rows, expected 1..%d", b->n_rows, f->max_rows);
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= hp->n_vocab)
-            return ifl_err(err, IFL_EINVAL, "forward: row %d: token %d outside vocabulary of %d",
-                           r, t, hp->n_vocab);
+            return ifl_err(err, IFL_EINVAL, "forward: row %d: token %d outside vocabulary of %d", r,
+                           t, hp->n_vocab);
         if (p < 0 || p >= f->max_ctx)
             return ifl_err(err, IFL_EINVAL, "forward: row %d: position %d outside 0..%d", r, p,
                            f->max_ctx - 1);
         if (s < 0 || s >= b->n_seqs)
-            return ifl_err(err, IFL_EINVAL, "forward: row %d: sequence %d of %d", r, s,
-                           b->n_seqs);
+            return ifl_err(err, IFL_EINVAL, "forward: row %d: sequence %d of %d", r, s, b->n_seqs);
         int32_t need = p / f->kv->block_size + 1;
         if (need > b->n_blocks[s])
             return ifl_err(err, IFL_EINVAL,
-                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r,
-                           p, need, s, b->n_blocks[s]);
+                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r, p,
+                           need, s, b->n_blocks[s]);
         for (int32_t i = 0; i < need; i++) {
             int32_t blk = b->block_tables[s][i];
             if (blk < 0 || blk >= f->kv->n_blocks)

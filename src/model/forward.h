@@ -32,10 +32,10 @@
 
 struct ifl_batch {
     int32_t n_rows;
-    const int32_t *tokens;  /* [n_rows] */
-    const int32_t *pos;     /* [n_rows] position of each row in its sequence */
-    const int32_t *seq;     /* [n_rows] index into block_tables */
-    const uint8_t *logits;  /* [n_rows] 1: compute this row's logits */
+    const int32_t *tokens; /* [n_rows] */
+    const int32_t *pos;    /* [n_rows] position of each row in its sequence */
+    const int32_t *seq;    /* [n_rows] index into block_tables */
+    const uint8_t *logits; /* [n_rows] 1: compute this row's logits */
     /* optional output, NULL for none: [n_logit_rows][n_embd], the final
      * hidden state (the output of the last RMSNorm, times out_norm: what the
      * LM head multiplies) of each row with logits[r] set, in row order like
@@ -47,9 +47,9 @@ struct ifl_batch {
 };
 
 struct ifl_fwd_config {
-    int32_t max_rows;     /* most rows one step may carry */
-    int32_t max_ctx;      /* most positions one sequence may reach */
-    int n_threads;        /* 0: the CPUs this process may use (ifl_syscpu_count) */
+    int32_t max_rows;          /* most rows one step may carry */
+    int32_t max_ctx;           /* most positions one sequence may reach */
+    int n_threads;             /* 0: the CPUs this process may use (ifl_syscpu_count) */
     int32_t attn_score_floats; /* attention scores one pass over the KV cache keeps
                                   (0: 65536, 256 KiB); results do not depend on it */
 };

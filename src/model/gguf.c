@@ -30,7 +30,8 @@
 
 #include "kernels/types.h"
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the GGUF reader assumes a little-endian host");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "the GGUF reader assumes a little-endian host");
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_HEADER_SIZE 24 /* magic, version, n_tensors, n_kv */
@@ -165,7 +166,10 @@ static int oom(struct parser *ps)
     return ifl_err(ps->err, IFL_ENOMEM, "gguf: out of memory");
 }
 
-static size_t remaining(const struct parser *ps) { return ps->size - ps->pos; }
+static size_t remaining(const struct parser *ps)
+{
+    return ps->size - ps->pos;
+}
 
 /* Checks that `n` more bytes holding `thing` are present. */
 static int need(struct parser *ps, uint64_t n, const char *thing)
@@ -216,8 +220,8 @@ static int take_str(struct parser *ps, const uint8_t **s, uint64_t *len, const c
 static const char *type_name(uint32_t t)
 {
     static const char *const names[IFL_GGUF_TYPE_COUNT] = {
-        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-        "bool",  "string", "array", "uint64", "int64", "float64"};
+        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+        "bool",  "string", "array",  "uint64", "int64",  "float64"};
     return t < IFL_GGUF_TYPE_COUNT ? names[t] : "unknown";
 }
 
@@ -225,11 +229,23 @@ static const char *type_name(uint32_t t)
 static size_t scalar_size(uint32_t t)
 {
     switch (t) {
-    case IFL_GGUF_UINT8: case IFL_GGUF_INT8: case IFL_GGUF_BOOL: return 1;
-    case IFL_GGUF_UINT16: case IFL_GGUF_INT16: return 2;
-    case IFL_GGUF_UINT32: case IFL_GGUF_INT32: case IFL_GGUF_FLOAT32: return 4;
-    case IFL_GGUF_UINT64: case IFL_GGUF_INT64: case IFL_GGUF_FLOAT64: return 8;
-    default: return 0;
+    case IFL_GGUF_UINT8:
+    case IFL_GGUF_INT8:
+    case IFL_GGUF_BOOL:
+        return 1;
+    case IFL_GGUF_UINT16:
+    case IFL_GGUF_INT16:
+        return 2;
+    case IFL_GGUF_UINT32:
+    case IFL_GGUF_INT32:
+    case IFL_GGUF_FLOAT32:
+        return 4;
+    case IFL_GGUF_UINT64:
+    case IFL_GGUF_INT64:
+    case IFL_GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -322,13 +338,43 @@ static int parse_value(struct parser *ps, uint32_t type, struct gnode *out, int 
 static int read_int(uint32_t t, const uint8_t *p, int64_t *out)
 {
     switch (t) {
-    case IFL_GGUF_UINT8: case IFL_GGUF_BOOL: *out = p[0]; return 0;
-    case IFL_GGUF_INT8: { int8_t v; memcpy(&v, p, 1); *out = v; return 0; }
-    case IFL_GGUF_UINT16: { uint16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case IFL_GGUF_INT16: { int16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case IFL_GGUF_UINT32: *out = rd_u32(p); return 0;
-    case IFL_GGUF_INT32: { int32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case IFL_GGUF_INT64: { int64_t v; memcpy(&v, p, 8); *out = v; return 0; }
+    case IFL_GGUF_UINT8:
+    case IFL_GGUF_BOOL:
+        *out = p[0];
+        return 0;
+    case IFL_GGUF_INT8: {
+        int8_t v;
+        memcpy(&v, p, 1);
+        *out = v;
+        return 0;
+    }
+    case IFL_GGUF_UINT16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case IFL_GGUF_INT16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case IFL_GGUF_UINT32:
+        *out = rd_u32(p);
+        return 0;
+    case IFL_GGUF_INT32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case IFL_GGUF_INT64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return 0;
+    }
     case IFL_GGUF_UINT64: {
         uint64_t v = rd_u64(p);
         if (v > INT64_MAX)
@@ -336,7 +382,8 @@ static int read_int(uint32_t t, const uint8_t *p, int64_t *out)
         *out = (int64_t)v;
         return 0;
     }
-    default: return IFL_EINVAL;
+    default:
+        return IFL_EINVAL;
     }
 }
 
@@ -367,7 +414,8 @@ static uint64_t hash_str(const char *s)
 
 /* Builds a table of 2..4x n slots; returns the index of an earlier duplicate
  * of entry `*dup` through dup (or -1). */
-static int build_table(struct ifl_gguf *g, int64_t n, const char *(*name_of)(const struct ifl_gguf *, int64_t),
+static int build_table(struct ifl_gguf *g, int64_t n,
+                       const char *(*name_of)(const struct ifl_gguf *, int64_t),
                        int64_t **slots_out, uint64_t *mask_out, int64_t *dup_a, int64_t *dup_b)
 {
     uint64_t cap = 16;
@@ -396,8 +444,14 @@ static int build_table(struct ifl_gguf *g, int64_t n, const char *(*name_of)(con
     return 0;
 }
 
-static const char *kv_name(const struct ifl_gguf *g, int64_t i) { return g->kvs[i].key; }
-static const char *t_name(const struct ifl_gguf *g, int64_t i) { return g->tensors[i].t.name; }
+static const char *kv_name(const struct ifl_gguf *g, int64_t i)
+{
+    return g->kvs[i].key;
+}
+static const char *t_name(const struct ifl_gguf *g, int64_t i)
+{
+    return g->tensors[i].t.name;
+}
 
 static int64_t lookup(const struct ifl_gguf *g, const int64_t *slots, uint64_t mask,
                       const char *(*name_of)(const struct ifl_gguf *, int64_t), const char *nm)
@@ -560,8 +614,8 @@ static int check_tensors(struct parser *ps)
         uint64_t avail = g->size - g->data_off;
         if (t->offset > avail || nbytes > avail - t->offset)
             return fail(ps, "data offset %llu + %llu past end of file (%zu bytes)",
-                        (unsigned long long)(g->data_off + t->offset),
-                        (unsigned long long)nbytes, g->size);
+                        (unsigned long long)(g->data_off + t->offset), (unsigned long long)nbytes,
+                        g->size);
         t->data = g->base + g->data_off + t->offset;
     }
     ps->what[0] = 0;
@@ -584,7 +638,8 @@ static int check_tensors(struct parser *ps)
             int64_t hi = lo + 2 * w < g->n_tensors ? lo + 2 * w : g->n_tensors;
             int64_t a = lo, b = mid, k = lo;
             while (a < mid || b < hi) {
-                if (b >= hi || (a < mid && g->tensors[ord[a]].t.offset <= g->tensors[ord[b]].t.offset))
+                if (b >= hi ||
+                    (a < mid && g->tensors[ord[a]].t.offset <= g->tensors[ord[b]].t.offset))
                     tmp[k++] = ord[a++];
                 else
                     tmp[k++] = ord[b++];
@@ -600,8 +655,9 @@ static int check_tensors(struct parser *ps)
             char na[80], nb[80];
             show_name(na, sizeof na, (const uint8_t *)a->name, strlen(a->name));
             show_name(nb, sizeof nb, (const uint8_t *)b->name, strlen(b->name));
-            rc = fail(ps, "tensor '%s' (data offset %llu, %llu bytes) overlaps tensor '%s' (data "
-                          "offset %llu)",
+            rc = fail(ps,
+                      "tensor '%s' (data offset %llu, %llu bytes) overlaps tensor '%s' (data "
+                      "offset %llu)",
                       na, (unsigned long long)a->offset, (unsigned long long)a->nbytes, nb,
                       (unsigned long long)b->offset);
         }
@@ -653,7 +709,8 @@ static int parse(struct ifl_gguf *g, char *err)
         const struct gkv *kv = &g->kvs[ai];
         int64_t a = 0;
         snprintf(ps.what, sizeof ps.what, "key 'general.alignment'");
-        int arc = kv->val.type == IFL_GGUF_BOOL ? IFL_EINVAL : read_int(kv->val.type, kv->val.p, &a);
+        int arc =
+            kv->val.type == IFL_GGUF_BOOL ? IFL_EINVAL : read_int(kv->val.type, kv->val.p, &a);
         if (arc == IFL_EINVAL)
             return fail(&ps, "has type %s at offset %zu; expected uint32", type_name(kv->val.type),
                         kv->val_off);
@@ -681,8 +738,9 @@ static int parse(struct ifl_gguf *g, char *err)
     if (g->n_tensors > 0 && data_off > g->size) {
         const char *nm = g->tensors[0].t.name;
         set_what(&ps, "tensor", (const uint8_t *)nm, strlen(nm));
-        return fail(&ps, "tensor data section at offset %llu starts past end of file (file is %zu "
-                         "bytes)",
+        return fail(&ps,
+                    "tensor data section at offset %llu starts past end of file (file is %zu "
+                    "bytes)",
                     (unsigned long long)data_off, g->size);
     }
     g->data_off = data_off > g->size ? g->size : (size_t)data_off;
@@ -786,16 +844,37 @@ void ifl_gguf_free(struct ifl_gguf *g)
     free(g);
 }
 
-uint32_t ifl_gguf_version(const struct ifl_gguf *g) { return g->version; }
-uint64_t ifl_gguf_alignment(const struct ifl_gguf *g) { return g->alignment; }
-size_t ifl_gguf_file_size(const struct ifl_gguf *g) { return g->size; }
-const char *ifl_gguf_path(const struct ifl_gguf *g) { return g->path ? g->path : ""; }
-size_t ifl_gguf_data_offset(const struct ifl_gguf *g) { return g->data_off; }
-const void *ifl_gguf_base(const struct ifl_gguf *g) { return g->base; }
+uint32_t ifl_gguf_version(const struct ifl_gguf *g)
+{
+    return g->version;
+}
+uint64_t ifl_gguf_alignment(const struct ifl_gguf *g)
+{
+    return g->alignment;
+}
+size_t ifl_gguf_file_size(const struct ifl_gguf *g)
+{
+    return g->size;
+}
+const char *ifl_gguf_path(const struct ifl_gguf *g)
+{
+    return g->path ? g->path : "";
+}
+size_t ifl_gguf_data_offset(const struct ifl_gguf *g)
+{
+    return g->data_off;
+}
+const void *ifl_gguf_base(const struct ifl_gguf *g)
+{
+    return g->base;
+}
 
 /* ---- metadata ---- */
 
-int64_t ifl_gguf_n_kv(const struct ifl_gguf *g) { return g->n_kv; }
+int64_t ifl_gguf_n_kv(const struct ifl_gguf *g)
+{
+    return g->n_kv;
+}
 
 const char *ifl_gguf_key(const struct ifl_gguf *g, int64_t i)
 {
@@ -861,8 +940,10 @@ int ifl_gguf_get_int(const struct ifl_gguf *g, const char *key, int64_t *out, ch
     if (rc) {
         char nm[80];
         show_name(nm, sizeof nm, (const uint8_t *)kv->key, strlen(kv->key));
-        return ifl_err(err, IFL_EFORMAT, "gguf: key '%s': value %llu at offset %zu does not fit in "
-                       "int64", nm, (unsigned long long)rd_u64(kv->val.p), kv->val_off);
+        return ifl_err(err, IFL_EFORMAT,
+                       "gguf: key '%s': value %llu at offset %zu does not fit in "
+                       "int64",
+                       nm, (unsigned long long)rd_u64(kv->val.p), kv->val_off);
     }
     return 0;
 }
@@ -986,7 +1067,10 @@ int ifl_gguf_arr_sub(const struct ifl_gguf_value *arr, uint64_t i, struct ifl_gg
 
 /* ---- tensors ---- */
 
-int64_t ifl_gguf_n_tensors(const struct ifl_gguf *g) { return g->n_tensors; }
+int64_t ifl_gguf_n_tensors(const struct ifl_gguf *g)
+{
+    return g->n_tensors;
+}
 
 const struct ifl_gguf_tensor *ifl_gguf_tensor(const struct ifl_gguf *g, int64_t i)
 {

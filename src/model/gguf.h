@@ -52,13 +52,14 @@ enum ifl_gguf_type {
 struct ifl_gguf;
 
 struct ifl_gguf_tensor {
-    const char *name;                /* NUL-terminated copy */
-    uint32_t type;                   /* ggml type id (enum ifl_type in kernels/types.h) */
-    int n_dims;                      /* 1..4 */
-    int64_t ne[IFL_GGUF_MAX_DIMS];   /* ne[0] is the innermost (contiguous) dimension; unused dims are 1 */
-    uint64_t offset;                 /* from the start of the data section */
-    uint64_t nbytes;                 /* checked against the file */
-    const void *data;                /* into the mapping; aligned to general.alignment */
+    const char *name;              /* NUL-terminated copy */
+    uint32_t type;                 /* ggml type id (enum ifl_type in kernels/types.h) */
+    int n_dims;                    /* 1..4 */
+    int64_t ne[IFL_GGUF_MAX_DIMS]; /* ne[0] is the innermost (contiguous) dimension; unused dims are
+                                      1 */
+    uint64_t offset;               /* from the start of the data section */
+    uint64_t nbytes;               /* checked against the file */
+    const void *data;              /* into the mapping; aligned to general.alignment */
 };
 
 /* A view of one metadata value. For arrays, `n` is the element count and
@@ -167,10 +168,10 @@ int ifl_gguf_writer_set_f64(struct ifl_gguf_writer *w, const char *key, double v
  * with key NULL (_set_arr, _set_arr_str or a nested _begin_arr), and
  * _end_arr closes it; at most IFL_GGUF_MAX_NEST levels. While an array of
  * arrays is open, only key-less array calls are allowed. */
-int ifl_gguf_writer_set_arr(struct ifl_gguf_writer *w, const char *key, enum ifl_gguf_type elem_type,
-                            const void *data, uint64_t n);
-int ifl_gguf_writer_set_arr_str(struct ifl_gguf_writer *w, const char *key,
-                                const char *const *strs, const size_t *lens, uint64_t n);
+int ifl_gguf_writer_set_arr(struct ifl_gguf_writer *w, const char *key,
+                            enum ifl_gguf_type elem_type, const void *data, uint64_t n);
+int ifl_gguf_writer_set_arr_str(struct ifl_gguf_writer *w, const char *key, const char *const *strs,
+                                const size_t *lens, uint64_t n);
 int ifl_gguf_writer_begin_arr(struct ifl_gguf_writer *w, const char *key);
 int ifl_gguf_writer_end_arr(struct ifl_gguf_writer *w);
 /* Copies one metadata entry (any type, arrays included) from a reader. */

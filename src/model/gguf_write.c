@@ -83,8 +83,14 @@ static int put(struct ifl_gguf_writer *w, struct wbuf *b, const void *p, size_t 
     return 0;
 }
 
-static int put_u32(struct ifl_gguf_writer *w, struct wbuf *b, uint32_t v) { return put(w, b, &v, 4); }
-static int put_u64(struct ifl_gguf_writer *w, struct wbuf *b, uint64_t v) { return put(w, b, &v, 8); }
+static int put_u32(struct ifl_gguf_writer *w, struct wbuf *b, uint32_t v)
+{
+    return put(w, b, &v, 4);
+}
+static int put_u64(struct ifl_gguf_writer *w, struct wbuf *b, uint64_t v)
+{
+    return put(w, b, &v, 8);
+}
 
 static int put_str(struct ifl_gguf_writer *w, struct wbuf *b, const char *s, size_t len)
 {
@@ -125,8 +131,8 @@ static int begin_key(struct ifl_gguf_writer *w, const char *key)
     if (!key || !*key)
         return wfail(w, IFL_EINVAL, "gguf writer: empty key");
     if (w->depth)
-        return wfail(w, IFL_EINVAL,
-                     "gguf writer: key '%s' set while an array of arrays is open", key);
+        return wfail(w, IFL_EINVAL, "gguf writer: key '%s' set while an array of arrays is open",
+                     key);
     for (size_t i = 0; i < w->n_keys; i++)
         if (strcmp(w->keys[i], key) == 0)
             return wfail(w, IFL_EINVAL, "gguf writer: key '%s' set twice", key);
@@ -147,18 +153,36 @@ static int begin_key(struct ifl_gguf_writer *w, const char *key)
 }
 
 /* general.alignment decides the data layout, so the writer follows it. */
-static int adopt_alignment(struct ifl_gguf_writer *w, const char *key, uint32_t type,
-                           const void *v)
+static int adopt_alignment(struct ifl_gguf_writer *w, const char *key, uint32_t type, const void *v)
 {
     if (strcmp(key, "general.alignment") != 0)
         return 0;
     uint64_t a = 0;
     switch (type) {
-    case IFL_GGUF_UINT8: case IFL_GGUF_INT8: a = *(const uint8_t *)v; break;
-    case IFL_GGUF_UINT16: case IFL_GGUF_INT16: { uint16_t x; memcpy(&x, v, 2); a = x; break; }
-    case IFL_GGUF_UINT32: case IFL_GGUF_INT32: { uint32_t x; memcpy(&x, v, 4); a = x; break; }
-    case IFL_GGUF_UINT64: case IFL_GGUF_INT64: memcpy(&a, v, 8); break;
-    default: return wfail(w, IFL_EINVAL, "gguf writer: general.alignment must be an integer");
+    case IFL_GGUF_UINT8:
+    case IFL_GGUF_INT8:
+        a = *(const uint8_t *)v;
+        break;
+    case IFL_GGUF_UINT16:
+    case IFL_GGUF_INT16: {
+        uint16_t x;
+        memcpy(&x, v, 2);
+        a = x;
+        break;
+    }
+    case IFL_GGUF_UINT32:
+    case IFL_GGUF_INT32: {
+        uint32_t x;
+        memcpy(&x, v, 4);
+        a = x;
+        break;
+    }
+    case IFL_GGUF_UINT64:
+    case IFL_GGUF_INT64:
+        memcpy(&a, v, 8);
+        break;
+    default:
+        return wfail(w, IFL_EINVAL, "gguf writer: general.alignment must be an integer");
     }
     if (a == 0 || (a & (a - 1)) || a > (1u << 30))
         return wfail(w, IFL_EINVAL,
@@ -242,11 +266,23 @@ int ifl_gguf_writer_set_str(struct ifl_gguf_writer *w, const char *key, const ch
 static size_t fixed_size(uint32_t t)
 {
     switch (t) {
-    case IFL_GGUF_UINT8: case IFL_GGUF_INT8: case IFL_GGUF_BOOL: return 1;
-    case IFL_GGUF_UINT16: case IFL_GGUF_INT16: return 2;
-    case IFL_GGUF_UINT32: case IFL_GGUF_INT32: case IFL_GGUF_FLOAT32: return 4;
-    case IFL_GGUF_UINT64: case IFL_GGUF_INT64: case IFL_GGUF_FLOAT64: return 8;
-    default: return 0;
+    case IFL_GGUF_UINT8:
+    case IFL_GGUF_INT8:
+    case IFL_GGUF_BOOL:
+        return 1;
+    case IFL_GGUF_UINT16:
+    case IFL_GGUF_INT16:
+        return 2;
+    case IFL_GGUF_UINT32:
+    case IFL_GGUF_INT32:
+    case IFL_GGUF_FLOAT32:
+        return 4;
+    case IFL_GGUF_UINT64:
+    case IFL_GGUF_INT64:
+    case IFL_GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -274,8 +310,8 @@ static int begin_array(struct ifl_gguf_writer *w, const char *key, uint32_t et, 
     return put_u64(w, &w->kv, n);
 }
 
-int ifl_gguf_writer_set_arr(struct ifl_gguf_writer *w, const char *key, enum ifl_gguf_type elem_type,
-                            const void *data, uint64_t n)
+int ifl_gguf_writer_set_arr(struct ifl_gguf_writer *w, const char *key,
+                            enum ifl_gguf_type elem_type, const void *data, uint64_t n)
 {
     size_t es = fixed_size(elem_type);
     if (!es)
@@ -287,8 +323,8 @@ int ifl_gguf_writer_set_arr(struct ifl_gguf_writer *w, const char *key, enum ifl
     return rc ? rc : put(w, &w->kv, data, (size_t)n * es);
 }
 
-int ifl_gguf_writer_set_arr_str(struct ifl_gguf_writer *w, const char *key,
-                                const char *const *strs, const size_t *lens, uint64_t n)
+int ifl_gguf_writer_set_arr_str(struct ifl_gguf_writer *w, const char *key, const char *const *strs,
+                                const size_t *lens, uint64_t n)
 {
     if (n && !strs)
         return wfail(w, IFL_EINVAL, "gguf writer: array '%s': NULL strings",
@@ -410,7 +446,10 @@ int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint
     return 0;
 }
 
-static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) & ~(a - 1);
+}
 
 static int pad_to(struct ifl_gguf_writer *w, struct wbuf *b, uint64_t a)
 {
@@ -447,19 +486,26 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
         return ifl_err(err, w->status, "%s", w->msg);
     struct wbuf b = {0};
     int rc = put(w, &b, "GGUF", 4);
-    if (!rc) rc = put_u32(w, &b, 3);
-    if (!rc) rc = put_u64(w, &b, w->n_tensors);
-    if (!rc) rc = put_u64(w, &b, w->n_kv);
-    if (!rc) rc = put(w, &b, w->kv.p, w->kv.len);
+    if (!rc)
+        rc = put_u32(w, &b, 3);
+    if (!rc)
+        rc = put_u64(w, &b, w->n_tensors);
+    if (!rc)
+        rc = put_u64(w, &b, w->n_kv);
+    if (!rc)
+        rc = put(w, &b, w->kv.p, w->kv.len);
     uint64_t off = 0;
     for (size_t i = 0; i < w->n_tensors && !rc; i++) {
         const struct wtensor *t = &w->tensors[i];
         rc = put_str(w, &b, t->name, strlen(t->name));
-        if (!rc) rc = put_u32(w, &b, (uint32_t)t->n_dims);
+        if (!rc)
+            rc = put_u32(w, &b, (uint32_t)t->n_dims);
         for (int d = 0; d < t->n_dims && !rc; d++)
             rc = put_u64(w, &b, (uint64_t)t->ne[d]);
-        if (!rc) rc = put_u32(w, &b, t->type);
-        if (!rc) rc = put_u64(w, &b, off);
+        if (!rc)
+            rc = put_u32(w, &b, t->type);
+        if (!rc)
+            rc = put_u64(w, &b, off);
         off = align_up(off + t->nbytes, w->alignment);
     }
     if (!rc && w->n_tensors)

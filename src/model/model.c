@@ -27,8 +27,8 @@ struct loader {
 };
 
 /* Reads an integer hyper-parameter `{arch}.suffix`. Missing and required is an error. */
-static int get_hp_int(struct loader *L, const char *suffix, int required, int64_t dflt,
-                      int64_t lo, int64_t hi, int32_t *out)
+static int get_hp_int(struct loader *L, const char *suffix, int required, int64_t dflt, int64_t lo,
+                      int64_t hi, int32_t *out)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", L->m->hp.arch_name, suffix);
@@ -81,13 +81,13 @@ static int shape_err(struct loader *L, const struct ifl_gguf_tensor *t, int64_t 
                        "model: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld]",
                        t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                        (long long)e0, (long long)e1);
-    return ifl_err(L->err, IFL_EFORMAT, "model: tensor '%s' has shape [%lld, %lld], expected [%lld]",
-                   t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)e0);
+    return ifl_err(L->err, IFL_EFORMAT,
+                   "model: tensor '%s' has shape [%lld, %lld], expected [%lld]", t->name,
+                   (long long)t->ne[0], (long long)t->ne[1], (long long)e0);
 }
 
 /* Binds a 1-D tensor of n floats; converts other types into an owned copy. */
-static int bind_vec(struct loader *L, const char *name, int64_t n, int required,
-                    const float **out)
+static int bind_vec(struct loader *L, const char *name, int64_t n, int required, const float **out)
 {
     *out = NULL;
     const struct ifl_gguf_tensor *t = find(L, name);
@@ -105,8 +105,8 @@ static int bind_vec(struct loader *L, const char *name, int64_t n, int required,
     const struct ifl_type_info *ti = ifl_type_info(t->type);
     ifl_dequant_fn dq = ti ? ifl_kernels_ref()->dequant[t->type] : NULL;
     if (!dq || n % ti->blck)
-        return ifl_err(L->err, IFL_EUNSUPPORTED, "model: tensor '%s' has unsupported type %s",
-                       name, ti ? ti->name : "?");
+        return ifl_err(L->err, IFL_EUNSUPPORTED, "model: tensor '%s' has unsupported type %s", name,
+                       ti ? ti->name : "?");
     float *buf = malloc((size_t)n * sizeof(float));
     void **owned = realloc(L->m->owned, sizeof(void *) * (size_t)(L->m->n_owned + 1));
     if (!buf || !owned) {
@@ -146,8 +146,8 @@ static int bind_mat(struct loader *L, const char *name, int64_t n_in, int64_t n_
         return ifl_err(L->err, IFL_EUNSUPPORTED,
                        "model: tensor '%s': rows of %lld elements are not a multiple of the "
                        "%lld-element blocks its type %s needs",
-                       name, (long long)n_in, (long long)(ai->blck > ti->blck ? ai->blck : ti->blck),
-                       ti->name);
+                       name, (long long)n_in,
+                       (long long)(ai->blck > ti->blck ? ai->blck : ti->blck), ti->name);
     out->data = t->data;
     out->type = (enum ifl_type)t->type;
     out->n_in = n_in;
@@ -163,7 +163,8 @@ static int load_hparams(struct loader *L)
     size_t len;
     int rc = ifl_gguf_get_str(L->g, "general.architecture", &s, &len, L->err);
     if (rc == IFL_ENOTFOUND)
-        return ifl_err(L->err, IFL_EFORMAT, "model: required key 'general.architecture' is missing");
+        return ifl_err(L->err, IFL_EFORMAT,
+                       "model: required key 'general.architecture' is missing");
     if (rc)
         return rc;
     if (len >= sizeof hp->arch_name)
@@ -202,8 +203,7 @@ static int load_hparams(struct loader *L)
     if ((rc = get_hp_int(L, "attention.key_length", 0, dflt_hd, 1, 1 << 14, &hp->head_dim)) ||
         (rc = get_hp_int(L, "attention.value_length", 0, hp->head_dim, 1, 1 << 14,
                          &hp->head_dim_v)) ||
-        (rc = get_hp_int(L, "rope.dimension_count", 0, hp->head_dim, 2, hp->head_dim,
-                         &hp->n_rot)))
+        (rc = get_hp_int(L, "rope.dimension_count", 0, hp->head_dim, 2, hp->head_dim, &hp->n_rot)))
         return rc;
     if (hp->n_rot % 2)
         return ifl_err(L->err, IFL_EFORMAT, "model: key '%s.rope.dimension_count' = %d is odd",
@@ -241,7 +241,8 @@ static int load_tensors(struct loader *L)
     int rc;
     const struct ifl_gguf_tensor *te = ifl_gguf_find_tensor(L->g, "token_embd.weight");
     if (!te)
-        return ifl_err(L->err, IFL_EFORMAT, "model: required tensor 'token_embd.weight' is missing");
+        return ifl_err(L->err, IFL_EFORMAT,
+                       "model: required tensor 'token_embd.weight' is missing");
     if (te->ne[1] < 1 || te->ne[1] > (1 << 24))
         return ifl_err(L->err, IFL_EFORMAT, "model: tensor 'token_embd.weight' has %lld rows",
                        (long long)te->ne[1]);
@@ -303,10 +304,10 @@ static int load_tensors(struct loader *L)
             if (strstr(name, ".weight") == NULL && strstr(name, ".bias") == NULL)
                 continue;
             /* rebinding is cheap: look for names we know */
-            const char *known[] = {"attn_norm.", "attn_q.", "attn_k.", "attn_v.", "attn_output.",
-                                   "ffn_norm.", "ffn_gate.", "ffn_up.", "ffn_down.",
-                                   "attn_q_norm.", "attn_k_norm.", "token_embd.", "output_norm.",
-                                   "output.", "rope_freqs."};
+            const char *known[] = {"attn_norm.",   "attn_q.",      "attn_k.",      "attn_v.",
+                                   "attn_output.", "ffn_norm.",    "ffn_gate.",    "ffn_up.",
+                                   "ffn_down.",    "attn_q_norm.", "attn_k_norm.", "token_embd.",
+                                   "output_norm.", "output.",      "rope_freqs."};
             int ok = 0;
             for (size_t k = 0; k < sizeof known / sizeof *known && !ok; k++) {
                 const char *p = strstr(name, known[k]);

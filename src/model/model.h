@@ -26,12 +26,12 @@ struct ifl_hparams {
     int32_t n_layer;
     int32_t n_head;
     int32_t n_head_kv;
-    int32_t head_dim;    /* of queries and keys */
-    int32_t head_dim_v;  /* of values */
+    int32_t head_dim;   /* of queries and keys */
+    int32_t head_dim_v; /* of values */
     int32_t n_ff;
     int32_t n_ctx_train;
-    int32_t n_rot;       /* dimensions RoPE rotates in each head (<= head_dim) */
-    int rope_neox;       /* 1: pairs (i, i + n_rot/2); 0: adjacent pairs (2i, 2i+1) */
+    int32_t n_rot; /* dimensions RoPE rotates in each head (<= head_dim) */
+    int rope_neox; /* 1: pairs (i, i + n_rot/2); 0: adjacent pairs (2i, 2i+1) */
     float rope_base;
     float rope_pos_scale; /* positions are multiplied by this (linear scaling) */
     float rms_eps;
@@ -45,43 +45,43 @@ struct ifl_mat {
     int64_t n_in;
     int64_t n_out;
     size_t row_bytes;
-    int x16;         /* data holds groups of 16 rows repacked (kernels.h), not rows */
+    int x16; /* data holds groups of 16 rows repacked (kernels.h), not rows */
 };
 
 struct ifl_layer_weights {
-    const float *attn_norm;          /* [n_embd] */
-    struct ifl_mat wq;               /* n_embd -> n_head * head_dim */
-    struct ifl_mat wk;               /* n_embd -> n_head_kv * head_dim */
-    struct ifl_mat wv;               /* n_embd -> n_head_kv * head_dim_v */
-    struct ifl_mat wo;               /* n_head * head_dim_v -> n_embd */
-    const float *bq, *bk, *bv;       /* qwen2 biases, else NULL */
-    const float *q_norm, *k_norm;    /* qwen3 per-head norms [head_dim], else NULL */
-    const float *ffn_norm;           /* [n_embd] */
-    struct ifl_mat w_gate;           /* n_embd -> n_ff */
-    struct ifl_mat w_up;             /* n_embd -> n_ff */
-    struct ifl_mat w_down;           /* n_ff -> n_embd */
+    const float *attn_norm;       /* [n_embd] */
+    struct ifl_mat wq;            /* n_embd -> n_head * head_dim */
+    struct ifl_mat wk;            /* n_embd -> n_head_kv * head_dim */
+    struct ifl_mat wv;            /* n_embd -> n_head_kv * head_dim_v */
+    struct ifl_mat wo;            /* n_head * head_dim_v -> n_embd */
+    const float *bq, *bk, *bv;    /* qwen2 biases, else NULL */
+    const float *q_norm, *k_norm; /* qwen3 per-head norms [head_dim], else NULL */
+    const float *ffn_norm;        /* [n_embd] */
+    struct ifl_mat w_gate;        /* n_embd -> n_ff */
+    struct ifl_mat w_up;          /* n_embd -> n_ff */
+    struct ifl_mat w_down;        /* n_ff -> n_embd */
 };
 
 struct ifl_model {
-    struct ifl_gguf *gguf;           /* owned: the mapping all views point into */
+    struct ifl_gguf *gguf; /* owned: the mapping all views point into */
     struct ifl_hparams hp;
-    struct ifl_mat tok_embd;         /* n_vocab rows of n_embd */
-    const float *out_norm;           /* [n_embd] */
-    struct ifl_mat output;           /* n_embd -> n_vocab; tok_embd when tied */
+    struct ifl_mat tok_embd; /* n_vocab rows of n_embd */
+    const float *out_norm;   /* [n_embd] */
+    struct ifl_mat output;   /* n_embd -> n_vocab; tok_embd when tied */
     int tied_output;
-    const float *rope_freqs;         /* [n_rot / 2] divisors of each pair's frequency, or NULL */
+    const float *rope_freqs;          /* [n_rot / 2] divisors of each pair's frequency, or NULL */
     struct ifl_layer_weights *layers; /* [n_layer] */
-    void *x16;                       /* the matrices repacked at load (anonymous map or cache file) */
+    void *x16; /* the matrices repacked at load (anonymous map or cache file) */
     size_t x16_bytes;
-    void **owned;                    /* small tensors converted to F32 at load */
+    void **owned; /* small tensors converted to F32 at load */
     int n_owned;
-    uint64_t weight_bytes;           /* bytes of all tensors */
+    uint64_t weight_bytes; /* bytes of all tensors */
 };
 
 /* How a model loads. All fields may be 0/NULL. */
 struct ifl_model_load_opts {
-    int n_threads;                /* repacking threads; 0: one per core */
-    const char *repack_cache_dir; /* keep repacked matrices in a file there (repack.c) */
+    int n_threads;                 /* repacking threads; 0: one per core */
+    const char *repack_cache_dir;  /* keep repacked matrices in a file there (repack.c) */
     ifl_load_progress_fn progress; /* called on the loading thread (inflight.h) */
     void *progress_user;
 };

@@ -72,19 +72,19 @@ struct job {
     size_t *dst_off;       /* [n_mats] where each goes, from base */
     uint64_t *mat_sum;     /* [n_mats] */
     int n_mats;
-    struct chunk *chunks;  /* [n_chunks] in matrix order */
-    uint64_t *chunk_sum;   /* [n_chunks] */
+    struct chunk *chunks; /* [n_chunks] in matrix order */
+    uint64_t *chunk_sum;  /* [n_chunks] */
     int64_t n_chunks;
-    char *base;            /* the destination (or the mapped cache) */
-    int verify;            /* 1: checksum base only; 0: repack into base */
-    int release;           /* 1: release the file pages of each repacked chunk */
-    atomic_int_fast64_t next;     /* next chunk to take; relaxed: a ticket */
-    atomic_int_fast64_t done;     /* bytes finished; relaxed: only for progress */
+    char *base;               /* the destination (or the mapped cache) */
+    int verify;               /* 1: checksum base only; 0: repack into base */
+    int release;              /* 1: release the file pages of each repacked chunk */
+    atomic_int_fast64_t next; /* next chunk to take; relaxed: a ticket */
+    atomic_int_fast64_t done; /* bytes finished; relaxed: only for progress */
     /* progress, called from thread 0 only */
     const struct ifl_model_load_opts *o;
     int64_t total, base_done, t_last_us;
     const char *stage;
-    int delay_ms;          /* IFL_TEST_LOAD_DELAY_MS (tests) */
+    int delay_ms; /* IFL_TEST_LOAD_DELAY_MS (tests) */
 };
 
 /* A 64-bit checksum of n bytes, as cheap as reading them: eight lanes of
@@ -116,7 +116,10 @@ static uint64_t checksum(const void *p, size_t n)
     return h;
 }
 
-static uint64_t fold(uint64_t h, uint64_t v) { return ((h ^ v) * 0xC2B2AE3D27D4EB4Full) ^ (h >> 29); }
+static uint64_t fold(uint64_t h, uint64_t v)
+{
+    return ((h ^ v) * 0xC2B2AE3D27D4EB4Full) ^ (h >> 29);
+}
 
 static void report(const struct ifl_model_load_opts *o, int64_t done, int64_t total,
                    const char *stage, const char *notice)
@@ -240,9 +243,15 @@ static uint32_t get32(const unsigned char **p)
 }
 
 /* Bytes of the header up to (not including) its closing checksum. */
-static size_t header_body(int n_mats) { return 8 + 4 + 4 + 4 * 8 + 16 + 4 + 4 + 8 + (size_t)n_mats * PER_MAT; }
+static size_t header_body(int n_mats)
+{
+    return 8 + 4 + 4 + 4 * 8 + 16 + 4 + 4 + 8 + (size_t)n_mats * PER_MAT;
+}
 
-static size_t header_bytes(int n_mats) { return (header_body(n_mats) + 8 + 4095) / 4096 * 4096; }
+static size_t header_bytes(int n_mats)
+{
+    return (header_body(n_mats) + 8 + 4095) / 4096 * 4096;
+}
 
 static void write_header(unsigned char *h, const struct cache_id *id, const struct job *J,
                          size_t data_bytes)
@@ -262,7 +271,8 @@ static void write_header(unsigned char *h, const struct cache_id *id, const stru
     put32(&p, (uint32_t)CHUNK_BYTES);
     put64(&p, data_bytes);
     for (int i = 0; i < J->n_mats; i++) {
-        put64(&p, (uint64_t)((const char *)J->mats[i]->data - (const char *)ifl_gguf_base(J->m->gguf)));
+        put64(&p,
+              (uint64_t)((const char *)J->mats[i]->data - (const char *)ifl_gguf_base(J->m->gguf)));
         put64(&p, (uint64_t)J->mats[i]->n_out * J->mats[i]->row_bytes);
         put64(&p, J->dst_off[i]);
         put64(&p, J->mat_sum[i]);
@@ -285,7 +295,8 @@ static int check_header(const unsigned char *h, size_t file_bytes, const struct 
     const unsigned char *p = h + 8;
     uint32_t ver = get32(&p), hdr = get32(&p);
     if (ver != CACHE_VERSION) {
-        snprintf(why, why_len, "it has format version %u, this build writes %u", ver, CACHE_VERSION);
+        snprintf(why, why_len, "it has format version %u, this build writes %u", ver,
+                 CACHE_VERSION);
         *kind = "stale";
         return -1;
     }
@@ -324,8 +335,8 @@ static int check_header(const unsigned char *h, size_t file_bytes, const struct 
     for (int i = 0; i < J->n_mats; i++) {
         uint64_t off = get64(&p), bytes = get64(&p), dst = get64(&p);
         p += 8; /* the checksum, checked after the data is read */
-        uint64_t want = (uint64_t)((const char *)J->mats[i]->data -
-                                   (const char *)ifl_gguf_base(J->m->gguf));
+        uint64_t want =
+            (uint64_t)((const char *)J->mats[i]->data - (const char *)ifl_gguf_base(J->m->gguf));
         if (off != want || bytes != (uint64_t)J->mats[i]->n_out * J->mats[i]->row_bytes ||
             dst != J->dst_off[i]) {
             snprintf(why, why_len, "its matrix %d does not match the model's", i);
@@ -433,8 +444,10 @@ static void *create_cache(const char *tmp, size_t bytes, char *notice, size_t ca
     close(fd);
     if (e) {
         unlink(tmp);
-        snprintf(notice, cap, "repack cache: cannot write %zu bytes to '%s' (%s); repacking in "
-                 "memory only", bytes, tmp, strerror(e));
+        snprintf(notice, cap,
+                 "repack cache: cannot write %zu bytes to '%s' (%s); repacking in "
+                 "memory only",
+                 bytes, tmp, strerror(e));
         return NULL;
     }
     return map;
@@ -510,18 +523,19 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
             cache_path(path, sizeof path, o->repack_cache_dir, model_path, kn->name)) {
             snprintf(notice, sizeof notice,
                      "repack cache: cannot name a cache file for '%s' in '%s'; repacking in "
-                     "memory only", model_path, o->repack_cache_dir);
+                     "memory only",
+                     model_path, o->repack_cache_dir);
             report(o, J.base_done, total, "repacking", notice);
             use_cache = 0;
         } else {
             id.size = (uint64_t)st.st_size;
-            id.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+            id.mtime_ns =
+                (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
             id.dev = (uint64_t)st.st_dev;
             id.ino = (uint64_t)st.st_ino;
             if (try_cache(&J, path, &id, data_bytes, n_threads, notice, sizeof notice) == 0)
                 goto mapped;
-            report(o, J.base_done, total, "repacking",
-                   notice[0] ? notice : NULL);
+            report(o, J.base_done, total, "repacking", notice[0] ? notice : NULL);
         }
     }
 
@@ -541,7 +555,7 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
     if (!arena) {
         arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (arena == MAP_FAILED)
-            goto ready; /* the rows as they are still work, only slower */
+            goto ready;                       /* the rows as they are still work, only slower */
         madvise(arena, bytes, MADV_HUGEPAGE); /* fewer TLB misses on the weight stream */
     }
     J.base = (char *)arena + hb;

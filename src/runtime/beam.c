@@ -146,9 +146,8 @@ void ifl_beam_finalize(struct ifl_beam *b, int32_t finish_reason)
     b->done = 1;
 }
 
-int ifl_beam_step(struct ifl_beam *b, const float *logits, int32_t n_vocab,
-                  const int32_t *end_ids, int32_t n_end, struct ifl_beam_choice *choices,
-                  int32_t *n_choices)
+int ifl_beam_step(struct ifl_beam *b, const float *logits, int32_t n_vocab, const int32_t *end_ids,
+                  int32_t n_end, struct ifl_beam_choice *choices, int32_t *n_choices)
 {
     IFL_ASSERT(!b->done && b->n_live >= 1 && b->len < b->max_len);
     *n_choices = 0;
@@ -270,7 +269,7 @@ int32_t ifl_beam_results(const struct ifl_beam *b, struct ifl_beam_hyp *out, int
         const struct ifl_beam_fin *f = &b->fin[idx[i]];
         size_t off = (size_t)idx[i] * (size_t)b->cap_len;
         out[i] = (struct ifl_beam_hyp){b->fin_tok + off, b->fin_lp + off, f->len,
-                                       (float)f->cum, (float)f->score, f->reason};
+                                       (float)f->cum,    (float)f->score, f->reason};
     }
     return n;
 }

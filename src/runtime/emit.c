@@ -195,7 +195,7 @@ void ifl_emit_beams(struct ifl_executor *ex, struct xreq *q)
     r->n_results = n > 0 ? n : 1;
     for (int32_t i = 0; i < r->n_results; i++)
         r->results[i].end_token = -1; /* a hypothesis keeps its end token in tokens */
-    if (n == 0) /* failed before the search began */
+    if (n == 0)                       /* failed before the search began */
         r->results[0].finish_reason = IFL_FINISH_CANCELLED;
     int with_prompt = !q->r.output.exclude_input_from_output;
     int32_t n_in = with_prompt ? q->r.n_input : 0, nv = ex->n_vocab, ne = r->n_embd;

@@ -22,7 +22,10 @@ static void kv_copy(void *user, int32_t dst, int32_t src, int32_t n)
     ifl_kv_store_copy_block(user, dst, src, n);
 }
 
-static int32_t blocks_for_n(int64_t n_pos, int32_t bs) { return (int32_t)((n_pos + bs - 1) / bs); }
+static int32_t blocks_for_n(int64_t n_pos, int32_t bs)
+{
+    return (int32_t)((n_pos + bs - 1) / bs);
+}
 
 static void kv_release(void *user, int32_t first, int32_t n)
 {
@@ -81,9 +84,9 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     enum ifl_type st = c->kv_type == IFL_KV_F32    ? IFL_TYPE_F32
                        : c->kv_type == IFL_KV_Q8_0 ? IFL_TYPE_Q8_0
                                                    : IFL_TYPE_F16;
-    size_t per_pos = (size_t)hp->n_layer *
-                     (ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim) +
-                      ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim_v));
+    size_t per_pos =
+        (size_t)hp->n_layer * (ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim) +
+                               ifl_type_row_size(st, (int64_t)hp->n_head_kv * hp->head_dim_v));
     /* a byte budget is whole blocks within it (too small a budget is the
      * error below, not the default size) */
     e->kv_bound = IFL_KV_BOUND_TOKENS;
@@ -106,8 +109,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     if (n_blocks > (1 << 30))
         return ifl_err(err, IFL_EINVAL, "config: KV cache of %lld positions is too large",
                        (long long)tokens);
-    int rc = ifl_kv_store_create(&e->store, hp, st,
-                                 (int32_t)n_blocks, bs, err);
+    int rc = ifl_kv_store_create(&e->store, hp, st, (int32_t)n_blocks, bs, err);
     if (rc)
         return rc;
     if (c->kv_prefault) {
@@ -125,8 +127,8 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     if (ifl_kvc_create(&e->kvc, &kc))
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory for the KV block manager");
     e->max_rows = c->max_num_tokens;
-    struct ifl_fwd_config fc = {.max_rows = e->max_rows, .max_ctx = ex->n_ctx,
-                                .n_threads = c->n_threads};
+    struct ifl_fwd_config fc = {
+        .max_rows = e->max_rows, .max_ctx = ex->n_ctx, .n_threads = c->n_threads};
     if ((rc = ifl_fwd_create(&e->fwd, ex->model, e->store, &fc, err)))
         return rc;
     e->n_slots = c->max_batch_size;
@@ -177,8 +179,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
         s->text = malloc(s->cap_text);
         if (!s->tokens || !s->logprobs || !s->tops || !s->text ||
             ifl_kvc_seq_init(&s->kv, max_blocks) || ifl_sampler_state_init(&s->st, ex->n_vocab))
-            return ifl_err(err, IFL_ENOMEM, "engine: out of memory for %d sequences",
-                           e->n_slots);
+            return ifl_err(err, IFL_ENOMEM, "engine: out of memory for %d sequences", e->n_slots);
         e->tables[i] = s->kv.blocks;
     }
     publish_stats(ex, 0, 0, 0, 0, 0); /* the pool's size and use from creation on */
@@ -276,7 +277,8 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.kv_blocks_used = k.n_used;
     st.kv_blocks_reused = k.reused;
     st.kv_blocks_missed = k.missed;
-    st.kv_cache_hit_rate = k.reused + k.missed ? (double)k.reused / (double)(k.reused + k.missed) : 0;
+    st.kv_cache_hit_rate =
+        k.reused + k.missed ? (double)k.reused / (double)(k.reused + k.missed) : 0;
     st.kv_bytes_reserved = (int64_t)e->store->bytes;
     st.kv_bytes_used = (int64_t)k.n_used * e->kv_block_bytes;
     st.kv_block_bytes = (int32_t)e->kv_block_bytes;

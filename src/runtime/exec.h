@@ -33,41 +33,41 @@
 /* A request as the executor keeps it: a deep copy of the client's. */
 struct xreq {
     ifl_id id;
-    struct ifl_request r;        /* pointers below are owned copies */
-    int32_t *input;              /* [n_input] */
+    struct ifl_request r; /* pointers below are owned copies */
+    int32_t *input;       /* [n_input] */
     int32_t *stop_tok, *stop_len, *bad_tok, *bad_len;
     char **stop_strings;
     int32_t *bias_ids;
     float *bias_vals;
     char *post_name;
-    int32_t post_index;          /* -1 none, -2 batched, else logits_processors index */
+    int32_t post_index; /* -1 none, -2 batched, else logits_processors index */
     int64_t arrival_us;
-    int64_t deadline_us;         /* 0: none */
-    uint64_t seq_no;             /* arrival order */
-    struct ifl_xguide *xg;       /* compiled guide (a reference), NULL: unguided */
-    struct xreq *next;           /* incoming / waiting list link */
+    int64_t deadline_us;   /* 0: none */
+    uint64_t seq_no;       /* arrival order */
+    struct ifl_xguide *xg; /* compiled guide (a reference), NULL: unguided */
+    struct xreq *next;     /* incoming / waiting list link */
 
     /* engine-owned */
     int cancelled;
-    int n_seqs_live;             /* sequences not yet finished */
+    int n_seqs_live; /* sequences not yet finished */
     int n_seqs_total;
-    int stage;                   /* enum ifl_request_stage */
+    int stage; /* enum ifl_request_stage */
     struct ifl_perf_metrics perf;
-    int64_t kv_reserved;         /* guaranteed_no_evict: blocks promised, not yet taken */
-    int32_t n_slots_held;        /* engine slots this request occupies */
-    int32_t status;              /* != 0: failed (out of memory); its final response says so */
+    int64_t kv_reserved;  /* guaranteed_no_evict: blocks promised, not yet taken */
+    int32_t n_slots_held; /* engine slots this request occupies */
+    int32_t status;       /* != 0: failed (out of memory); its final response says so */
     /* return_context_logits, allocated at admission (engine-owned) */
-    float *ctx_logits;           /* [n_input][n_vocab]; row i predicts token i + 1 */
-    float *ctx_hidden;           /* [n_input][n_embd] with return_hidden_states too */
-    int32_t ctx_captured;        /* leading prompt rows captured so far */
-    int ctx_sent;                /* a response has carried them */
-    struct ebeam *beam;          /* beam_width > 1: search state (beam_slots.c) */
+    float *ctx_logits;              /* [n_input][n_vocab]; row i predicts token i + 1 */
+    float *ctx_hidden;              /* [n_input][n_embd] with return_hidden_states too */
+    int32_t ctx_captured;           /* leading prompt rows captured so far */
+    int ctx_sent;                   /* a response has carried them */
+    struct ebeam *beam;             /* beam_width > 1: search state (beam_slots.c) */
     const struct ifl_decoding *dec; /* decoding strategy, chosen at admission (decoding.h) */
 };
 
 /* A client blocked in ifl_await (on its own stack), woken only for its ids. */
 struct xwaiter {
-    const ifl_id *ids;           /* n_ids 0: any request */
+    const ifl_id *ids; /* n_ids 0: any request */
     int32_t n_ids;
     pthread_cond_t cv;
     struct xwaiter *next;
@@ -81,9 +81,9 @@ struct xresp {
 
 /* What clients may read about a live request (under out_mu). */
 struct xlive {
-    ifl_id id;                   /* 0: empty slot */
+    ifl_id id; /* 0: empty slot */
     struct ifl_request_stats stats;
-    int final_sent;              /* the final response is queued */
+    int final_sent; /* the final response is queued */
     int cancel_requested;
 };
 
@@ -105,11 +105,11 @@ struct ifl_executor {
     pthread_mutex_t in_mu;
     pthread_cond_t in_cv;
     struct xreq *in_head, *in_tail;
-    int32_t n_queued;            /* waiting for admission, incl. incoming */
+    int32_t n_queued; /* waiting for admission, incl. incoming */
     ifl_id *cancels;
     int32_t n_cancels, cap_cancels;
     int accepting;
-    int stop;                    /* engine should exit when drained */
+    int stop; /* engine should exit when drained */
     int cancel_all;
     ifl_id next_id;
     uint64_t next_seq_no;
@@ -119,11 +119,11 @@ struct ifl_executor {
     pthread_cond_t out_cv;
     struct xresp *out_head, *out_tail;
     int32_t n_ready;
-    struct xlive *live;          /* open-addressing table by id */
+    struct xlive *live; /* open-addressing table by id */
     int32_t live_cap;
     int32_t n_live;
-    int engine_done;             /* the engine thread has exited */
-    int32_t n_callers;           /* threads inside await */
+    int engine_done;   /* the engine thread has exited */
+    int32_t n_callers; /* threads inside await */
     struct xwaiter *waiters;
     struct ifl_iteration_stats last_stats;
     /* ifl_executor_wait_idle: requests enqueued whose final response is not
@@ -135,7 +135,7 @@ struct ifl_executor {
     pthread_cond_t idle_cv;
     int32_t n_idle_waiters;
 
-    struct engine *eng;          /* engine-owned */
+    struct engine *eng;             /* engine-owned */
     struct ifl_xguide_cache guides; /* compiled guides by text (own lock) */
     /* guided-decoding mask statistics, published by the engine (out_mu) */
     struct ifl_xguide_stats guide_stats;

@@ -10,8 +10,8 @@
  * in destroy, which takes them one after the other.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -126,8 +126,8 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
                        r->num_return_sequences, ex->cfg.max_batch_size);
     if (ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
         /* a request that can never get its reservation would wait forever */
-        int64_t bs = ex->cfg.kv_block_size, n = s->beam_width > 1 ? s->beam_width
-                                                                   : r->num_return_sequences;
+        int64_t bs = ex->cfg.kv_block_size,
+                n = s->beam_width > 1 ? s->beam_width : r->num_return_sequences;
         int64_t need = ifl_exec_blocks_to_reserve(bs, (int64_t)r->n_input + r->max_tokens, n);
         if (need * bs > ex->kv_cache_tokens)
             return ifl_err(err, IFL_EINVAL,
@@ -150,8 +150,8 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
     int64_t total;
     if ((rc = check_words(ex, "stop_words", r->stop_words_tokens, r->stop_words_lens,
                           r->n_stop_words, &total, err)) ||
-        (rc = check_words(ex, "bad_words", r->bad_words_tokens, r->bad_words_lens,
-                          r->n_bad_words, &total, err)))
+        (rc = check_words(ex, "bad_words", r->bad_words_tokens, r->bad_words_lens, r->n_bad_words,
+                          &total, err)))
         return rc;
     if (r->n_stop_strings < 0 || r->n_stop_strings > 64 || (r->n_stop_strings && !r->stop_strings))
         return ifl_err(err, IFL_EINVAL, "stop_strings: %d strings (0..64 allowed)",
@@ -162,7 +162,8 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
             return ifl_err(err, IFL_EINVAL, "stop_strings[%d]: must have 1 to 256 bytes", i);
     }
     if (r->logits_post_processor && r->logits_post_processor[0]) {
-        int found = !strcmp(r->logits_post_processor, "batched") && ex->cfg.batched_logits_processor;
+        int found =
+            !strcmp(r->logits_post_processor, "batched") && ex->cfg.batched_logits_processor;
         for (int32_t i = 0; i < ex->cfg.n_logits_processors && !found; i++)
             found = !strcmp(ex->procs[i].name, r->logits_post_processor);
         if (!found)
@@ -170,8 +171,7 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
                            r->logits_post_processor);
     }
     if (r->guide_type < IFL_GUIDE_NONE || r->guide_type > IFL_GUIDE_EBNF)
-        return ifl_err(err, IFL_EINVAL, "guide_type: %d is not a guide type (0..4)",
-                       r->guide_type);
+        return ifl_err(err, IFL_EINVAL, "guide_type: %d is not a guide type (0..4)", r->guide_type);
     if (r->guide_type != IFL_GUIDE_NONE && s->ignore_eos)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "sampling.ignore_eos: not supported with a guide (guide_type); a "
@@ -331,8 +331,8 @@ int ifl_can_enqueue(ifl_executor *ex)
     if (!ex)
         return 0;
     pthread_mutex_lock(&ex->in_mu);
-    int ok = ex->accepting &&
-             (ex->cfg.max_queue_size <= 0 || ex->n_queued < ex->cfg.max_queue_size);
+    int ok =
+        ex->accepting && (ex->cfg.max_queue_size <= 0 || ex->n_queued < ex->cfg.max_queue_size);
     pthread_mutex_unlock(&ex->in_mu);
     return ok;
 }
@@ -495,7 +495,8 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         cfg.kv_cache_memory_limit < 0)
         return ifl_err(err, IFL_EINVAL,
                        "config: kv_cache_memory_share %g (0..1) and kv_cache_memory_limit %lld "
-                       "(>= 0)", cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
+                       "(>= 0)",
+                       cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
     if (cfg.kv_prefault != 0 && cfg.kv_prefault != 1)
         return ifl_err(err, IFL_EINVAL, "config: kv_prefault %d (0 or 1)", cfg.kv_prefault);
     if (cfg.kv_release_ms < -1)
@@ -530,8 +531,10 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         for (int32_t i = 0; !rc && i < cfg.n_logits_processors; i++) {
             const struct ifl_logits_processor *p = &cfg.logits_processors[i];
             if (!p->name || !p->name[0] || !p->fn || !strcmp(p->name, "batched"))
-                rc = ifl_err(err, IFL_EINVAL, "config: logits_processors[%d] needs a name "
-                                              "(not \"batched\") and a function", i);
+                rc = ifl_err(err, IFL_EINVAL,
+                             "config: logits_processors[%d] needs a name "
+                             "(not \"batched\") and a function",
+                             i);
             else if (!(ex->procs[i].name = strdup(p->name)))
                 rc = ifl_err(err, IFL_ENOMEM, "executor: out of memory");
             ex->procs[i].fn = p->fn;

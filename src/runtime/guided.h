@@ -76,12 +76,12 @@ struct ifl_xguide_stats {
 
 struct ifl_xguide_engine {
     const struct ifl_vocab *vocab;
-    int32_t n_vocab;               /* rows of logits (may exceed the vocabulary's tokens) */
+    int32_t n_vocab; /* rows of logits (may exceed the vocabulary's tokens) */
     struct ifl_guide_vocab_index *vi;
     struct ifl_guide_masker *m;
-    uint32_t *bits;                /* [(n_vocab + 31) / 32] allowed tokens of the last mask */
+    uint32_t *bits; /* [(n_vocab + 31) / 32] allowed tokens of the last mask */
     int32_t n_words;
-    int32_t *eog;                  /* [n_eog] the vocabulary's end-of-generation tokens */
+    int32_t *eog; /* [n_eog] the vocabulary's end-of-generation tokens */
     int32_t n_eog;
     struct ifl_xguide_stats stats;
 };

@@ -73,14 +73,14 @@ struct ifl_kvc {
     uint64_t *touched;   /* [n_words] bit b: taken since creation or its last release */
     int64_t *freed_at;   /* [n_blocks] clock when a free block became free */
     int32_t n_words;
-    int32_t free_hint;   /* no word below this one has a free bit */
+    int32_t free_hint; /* no word below this one has a free bit */
     int32_t n_free;
     int32_t n_touched_free; /* free blocks with their touched bit set */
     int32_t n_touched;
     _Atomic int32_t touched_end; /* one past the highest touched block; read by any thread */
     int32_t peak_used;
-    int64_t now;            /* the caller's clock (ifl_kvc_set_clock) */
-    int64_t released;       /* blocks given back since creation */
+    int64_t now;      /* the caller's clock (ifl_kvc_set_clock) */
+    int64_t released; /* blocks given back since creation */
     ifl_kvc_release_fn release;
     void *release_user;
 
@@ -342,8 +342,8 @@ int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg)
     c->lru_next = malloc(n * sizeof(*c->lru_next));
     c->table = malloc((size_t)cap * sizeof(*c->table));
     if (!c->ref || !c->registered || !c->key || !c->parent || !c->pid || !c->pgen || !c->gen ||
-        !c->canon || !c->canon_gen || !c->toks || !c->free_bits || !c->touched || !c->freed_at || !c->lru_prev || !c->lru_next ||
-        !c->table) {
+        !c->canon || !c->canon_gen || !c->toks || !c->free_bits || !c->touched || !c->freed_at ||
+        !c->lru_prev || !c->lru_next || !c->table) {
         ifl_kvc_free(c);
         return IFL_ENOMEM;
     }

@@ -26,8 +26,8 @@
 #include "core/err.h"
 #include "kernels/kernels.h"
 
-#define CUTOFF 64.0f   /* scaled nats below the best token that stay candidates */
-#define SMALL_SORT 256 /* sets this small are simply sorted */
+#define CUTOFF 64.0f     /* scaled nats below the best token that stay candidates */
+#define SMALL_SORT 256   /* sets this small are simply sorted */
 #define TOP_K_INSERT 128 /* top-k up to this by insertion, larger by histogram */
 
 void ifl_sampling_default(struct ifl_sampling_config *c)
@@ -132,8 +132,7 @@ int ifl_sampler_check_extras(const struct ifl_sampler_extras *x, int32_t n_vocab
         for (int32_t j = 0; j < len; j++) {
             int32_t t = x->bad_tokens[off + j];
             if (t < 0 || t >= n_vocab)
-                return ifl_err(err, IFL_EINVAL,
-                               "bad_words_tokens[%d]: token %d is not in [0, %d)",
+                return ifl_err(err, IFL_EINVAL, "bad_words_tokens[%d]: token %d is not in [0, %d)",
                                (int)(off + j), (int)t, (int)n_vocab);
         }
         off += len;
@@ -235,8 +234,7 @@ void ifl_sampler_accept(const struct ifl_sampling_config *c, struct ifl_sampler_
 /* ---- processing ---- */
 
 /* Token i of prompt + gen. */
-static inline int32_t seq_at(const int32_t *prompt, int32_t n_prompt, const int32_t *gen,
-                             int32_t i)
+static inline int32_t seq_at(const int32_t *prompt, int32_t n_prompt, const int32_t *gen, int32_t i)
 {
     return i < n_prompt ? prompt[i] : gen[i - n_prompt];
 }
@@ -337,7 +335,10 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 
 /* exp(x) for the sampler's weights: the kernels' (kernels.h), which every
  * kernel table's exp_pass computes lane by lane. */
-float ifl_sampler_exp(float x) { return ifl_kernels_exp(x); }
+float ifl_sampler_exp(float x)
+{
+    return ifl_kernels_exp(x);
+}
 
 static inline v4f splat(float x)
 {
@@ -363,11 +364,17 @@ static float max_logit(const float *l, int32_t n)
  * e = exp(v) >= min_e. Writes e (0 for non-candidates) and v when the
  * arrays are given; returns the sum of e, and the sum of e * v and the
  * number of candidates through the optional pointers. */
-static double exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e,
-                       float *v, double *sum_ev, int32_t *count)
+static double exp_pass(const float *l, int32_t n, float m, float t, float min_e, float *e, float *v,
+                       double *sum_ev, int32_t *count)
 {
-    const struct ifl_exp_pass a = {.m = m, .t = t, .cutoff = CUTOFF, .min_e = min_e,
-                                   .e = e, .v = v, .sum_ev = sum_ev, .count = count};
+    const struct ifl_exp_pass a = {.m = m,
+                                   .t = t,
+                                   .cutoff = CUTOFF,
+                                   .min_e = min_e,
+                                   .e = e,
+                                   .v = v,
+                                   .sum_ev = sum_ev,
+                                   .count = count};
     return kern()->exp_pass(n, l, &a);
 }
 

@@ -100,13 +100,13 @@ struct ifl_sampler_cand {
 struct ifl_sampler_state {
     int32_t n_vocab;
     uint64_t seed;
-    int64_t n_accepted;  /* accept() calls since reset: the draw counter */
-    float top_p;         /* current top_p (after decay and resets) */
-    struct ifl_rng rng;  /* this step's generator, reseeded by pick */
+    int64_t n_accepted; /* accept() calls since reset: the draw counter */
+    float top_p;        /* current top_p (after decay and resets) */
+    struct ifl_rng rng; /* this step's generator, reseeded by pick */
 
     /* generated tokens: counts and the distinct ids with a count > 0 */
-    int32_t *counts;     /* [n_vocab] */
-    int32_t *gen_ids;    /* [n_vocab] distinct generated ids, n_gen_ids of them */
+    int32_t *counts;  /* [n_vocab] */
+    int32_t *gen_ids; /* [n_vocab] distinct generated ids, n_gen_ids of them */
     int32_t n_gen_ids;
     /* prompt tokens: membership and the distinct ids */
     uint8_t *in_prompt;  /* [n_vocab] 1 if the token occurs in the prompt */
@@ -177,8 +177,8 @@ void ifl_sampler_process(const struct ifl_sampling_config *c, struct ifl_sampler
  * Orders are total: ties go to the lower token id. Sets *out to the
  * survivors (a view into st, valid until the next call; p unnormalised;
  * in an unspecified but deterministic order) and returns their number: at
- * least 1 unless every logit is -inf or NaN (then 0). Meaningless for temperature 0. For tests and for future
- * speculative decoding (acceptance needs the filtered distribution). */
+ * least 1 unless every logit is -inf or NaN (then 0). Meaningless for temperature 0. For tests and
+ * for future speculative decoding (acceptance needs the filtered distribution). */
 int32_t ifl_sampler_dist(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
                          const float *logits, const struct ifl_sampler_cand **out);
 

@@ -19,21 +19,21 @@
 
 struct ifl_stopstr {
     int32_t n_stops;
-    char **stops;         /* [n_stops] copies */
+    char **stops; /* [n_stops] copies */
     int32_t n_nodes;
-    int32_t n_classes;    /* distinct stop bytes + 1; class 0 is "any other byte" */
-    uint8_t cls[256];     /* byte -> class */
-    int32_t *delta;       /* [n_nodes][n_classes] next state */
-    int32_t *depth;       /* [n_nodes] length of the state's string */
-    int32_t *match_len;   /* [n_nodes] longest stop ending here, 0 if none */
-    int32_t *match_idx;   /* [n_nodes] which stop that is */
-    const char **str;     /* [n_nodes] a stop string the state's string prefixes */
+    int32_t n_classes;  /* distinct stop bytes + 1; class 0 is "any other byte" */
+    uint8_t cls[256];   /* byte -> class */
+    int32_t *delta;     /* [n_nodes][n_classes] next state */
+    int32_t *depth;     /* [n_nodes] length of the state's string */
+    int32_t *match_len; /* [n_nodes] longest stop ending here, 0 if none */
+    int32_t *match_idx; /* [n_nodes] which stop that is */
+    const char **str;   /* [n_nodes] a stop string the state's string prefixes */
     size_t max_len;
 
-    int32_t node;         /* current state */
+    int32_t node; /* current state */
     int64_t n_fed;
     int64_t n_emitted;
-    int64_t match_off;    /* -1 until a match */
+    int64_t match_off; /* -1 until a match */
     int32_t match_which;
 };
 
@@ -70,8 +70,7 @@ int ifl_stopstr_create(struct ifl_stopstr **out, const char *const *stops, int32
     size_t total = 0;
     for (int32_t i = 0; i < n_stops; i++) {
         if (!stops[i] || !stops[i][0])
-            return ifl_err(err, IFL_EINVAL, "stop_strings[%d]: must be a non-empty string",
-                           (int)i);
+            return ifl_err(err, IFL_EINVAL, "stop_strings[%d]: must be a non-empty string", (int)i);
         total += strlen(stops[i]);
     }
     struct ifl_stopstr *m = calloc(1, sizeof(*m));
@@ -185,8 +184,7 @@ static void emit(char *out, const char *held, size_t hl, const char *text, size_
         memcpy(out + a, text, k - a);
 }
 
-int ifl_stopstr_feed(struct ifl_stopstr *m, const char *text, size_t n, char *out,
-                     size_t *n_out)
+int ifl_stopstr_feed(struct ifl_stopstr *m, const char *text, size_t n, char *out, size_t *n_out)
 {
     *n_out = 0;
     if (m->match_off >= 0)

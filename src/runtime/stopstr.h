@@ -56,8 +56,7 @@ size_t ifl_stopstr_max_hold(const struct ifl_stopstr *m);
  * their number to *n_out. Returns 1 if a stop string has matched (in this
  * feed or before: then *n_out is the text up to the match start not yet
  * emitted, and every later feed emits nothing), else 0. */
-int ifl_stopstr_feed(struct ifl_stopstr *m, const char *text, size_t n, char *out,
-                     size_t *n_out);
+int ifl_stopstr_feed(struct ifl_stopstr *m, const char *text, size_t n, char *out, size_t *n_out);
 
 /* The end of the text without a match: writes the held bytes (at most
  * max_hold) to out and returns their number. After a match it writes

@@ -105,7 +105,7 @@ void ifl_gen_job_free(struct ifl_gen_job *j)
             if (!j->req_final[i])
                 ifl_cancel(j->ex, j->ids[i]);
         if (ifl_pump_release(j))
-            return;      /* the pump frees it after the cancelled finals */
+            return; /* the pump frees it after the cancelled finals */
     }
     ifl_gen_job_destroy(j);
 }
@@ -206,8 +206,9 @@ int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t 
                       const char *param, char *err)
 {
     if (j->req.guide_type != IFL_GUIDE_NONE)
-        return ifl_err(err, IFL_EINVAL, "%s: only one of response_format, grammar and json_schema "
-                                        "may constrain the output (%s already does)",
+        return ifl_err(err, IFL_EINVAL,
+                       "%s: only one of response_format, grammar and json_schema "
+                       "may constrain the output (%s already does)",
                        param, j->guide_param);
     char *copy = malloc(n + 1);
     if (!copy)
@@ -234,8 +235,8 @@ int ifl_gen_set_tgi_grammar(struct ifl_gen_job *j, json_t *gr, char *err)
         if (!json_is_string(gv))
             return ifl_err(err, IFL_EINVAL,
                            "`grammar.value` must be a regular expression (a string)");
-        return ifl_gen_set_guide(j, IFL_GUIDE_REGEX, json_string_value(gv),
-                                 json_string_length(gv), "grammar", err);
+        return ifl_gen_set_guide(j, IFL_GUIDE_REGEX, json_string_value(gv), json_string_length(gv),
+                                 "grammar", err);
     }
     if (strcmp(gt, "json") && strcmp(gt, "json_schema"))
         return ifl_err(err, IFL_EINVAL, "`grammar.type` must be json or regex; got '%.40s'", gt);
@@ -281,8 +282,9 @@ int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *p
     }
     if (p->n < 1 || p->n > s->cfg.exec.max_batch_size) {
         strcpy(param, "n");
-        return ifl_err(err, IFL_EINVAL, "n: %d samples asked, this server allows 1 to %d (--parallel)",
-                       p->n, s->cfg.exec.max_batch_size);
+        return ifl_err(err, IFL_EINVAL,
+                       "n: %d samples asked, this server allows 1 to %d (--parallel)", p->n,
+                       s->cfg.exec.max_batch_size);
     }
     int n_gen = p->best_of > p->n ? p->best_of : p->n;
     if (n_gen > s->cfg.exec.max_batch_size) {

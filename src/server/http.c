@@ -94,7 +94,7 @@ static int reply_error(struct ifl_hconn *c, const struct route *rt, int status, 
                        const char *msg)
 {
     if (rt && (rt->flags & ROUTE_TGI)) {
-        const char *type = status == 422 ? "validation"
+        const char *type = status == 422   ? "validation"
                            : status == 429 ? "overloaded"
                            : status == 503 ? "unavailable"
                                            : "request";
@@ -185,7 +185,9 @@ static int handle_health(struct ifl_hconn *c, json_t *body)
         double f = total > 0 ? (double)done / (double)total : 0.0;
         char text[64];
         int n = snprintf(text, sizeof text, "{\"status\":\"loading\",\"progress\":%.2f}",
-                         f < 0 ? 0.0 : f > 0.99 ? 0.99 : f);
+                         f < 0      ? 0.0
+                         : f > 0.99 ? 0.99
+                                    : f);
         return ifl_http_reply(c, 503, "application/json", text, (size_t)n);
     }
     return ifl_http_reply(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
@@ -200,8 +202,8 @@ static int handle_metrics(struct ifl_hconn *c, json_t *body)
         ifl_sbuf_free(&b);
         return ifl_http_reply(c, 500, "text/plain", "out of memory\n", 14);
     }
-    int rc = ifl_http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "",
-                            b.len);
+    int rc =
+        ifl_http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
     ifl_sbuf_free(&b);
     return rc;
 }
@@ -238,8 +240,8 @@ static int dispatch(struct ifl_hconn *c, const struct route *rt)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     struct ifl_server *s = cls;
     struct ifl_hconn *c = *con_cls;
@@ -290,8 +292,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (atomic_load_explicit(&s->draining, memory_order_relaxed))
             return (enum MHD_Result)reply_error(c, rt, 503, NULL, "the server is shutting down");
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *end;
             long long v = strtoll(cl, &end, 10);
@@ -415,8 +417,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 int ifl_http_start(struct ifl_server *s, int lfd, char *err)
 {
     /* a pool of epoll threads; handlers suspend rather than block */
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
     if (getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0 && sa.ss_family == AF_INET6)

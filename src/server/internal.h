@@ -52,10 +52,10 @@ void ifl_sbuf_free(struct ifl_sbuf *b);
 /* ---- metrics (metrics.c): lock-free counters and histograms ---- */
 
 enum ifl_hist_id {
-    IFL_HIST_TTFT = 0,   /* time to first token */
-    IFL_HIST_ITL = 1,    /* between tokens */
-    IFL_HIST_E2E = 2,    /* whole request */
-    IFL_HIST_QUEUE = 3,  /* arrival to first scheduled */
+    IFL_HIST_TTFT = 0,  /* time to first token */
+    IFL_HIST_ITL = 1,   /* between tokens */
+    IFL_HIST_E2E = 2,   /* whole request */
+    IFL_HIST_QUEUE = 3, /* arrival to first scheduled */
     IFL_HIST_COUNT = 4,
 };
 
@@ -87,7 +87,7 @@ struct ifl_server_metrics {
     atomic_llong hist_bucket[IFL_HIST_COUNT][32];
     atomic_llong hist_count[IFL_HIST_COUNT];
     atomic_llong hist_sum_us[IFL_HIST_COUNT];
-    atomic_llong finish[8];      /* by enum ifl_finish_reason; [7]: errors */
+    atomic_llong finish[8]; /* by enum ifl_finish_reason; [7]: errors */
     atomic_llong prompt_tokens, generated_tokens;
     atomic_llong http_status[6]; /* 1xx..5xx by hundreds; [0]: other */
     atomic_llong disconnects;    /* clients gone before their request ended */
@@ -112,25 +112,25 @@ struct ifl_idmap {
 struct ifl_server {
     struct ifl_server_config cfg;
     char *host, *model_path, *api_key, *cors_origin, *chat_template, *model_name; /* owned copies */
-    char **names;                     /* [n_names]: model_name, then its aliases (owned) */
+    char **names; /* [n_names]: model_name, then its aliases (owned) */
     int n_names;
     struct MHD_Daemon *mhd;
     int port;
-    int64_t created;                  /* unix time the model loaded */
+    int64_t created; /* unix time the model loaded */
     /* set once by ifl_server_load (release), read by handlers (acquire) */
     _Atomic(ifl_executor *) ex;
-    struct ifl_model_info info;       /* valid once ex is set */
+    struct ifl_model_info info; /* valid once ex is set */
     /* loading progress for /health: bytes of weights done and in all, set
      * by the loading thread; relaxed, each a figure on its own */
     _Atomic int64_t load_done, load_total;
-    char bos_text[64], eos_text[64];  /* the model's BOS/EOS token text, for templates */
+    char bos_text[64], eos_text[64];     /* the model's BOS/EOS token text, for templates */
     struct ifl_chat_template *chat_tmpl; /* compiled chat template (messages.c) */
-    int chat_default;                 /* chat_tmpl is the built-in ChatML */
-    atomic_int draining;              /* shutdown began: new requests get 503 (relaxed) */
-    atomic_int aborting;              /* grace ran out: cancel what is running (relaxed) */
-    atomic_int forced;                /* ifl_server_abort: skip the rest of the grace (relaxed) */
-    atomic_int in_flight;             /* HTTP requests being handled (acq_rel) */
-    atomic_ullong next_id;            /* response ids (relaxed) */
+    int chat_default;                    /* chat_tmpl is the built-in ChatML */
+    atomic_int draining;                 /* shutdown began: new requests get 503 (relaxed) */
+    atomic_int aborting;                 /* grace ran out: cancel what is running (relaxed) */
+    atomic_int forced;     /* ifl_server_abort: skip the rest of the grace (relaxed) */
+    atomic_int in_flight;  /* HTTP requests being handled (acq_rel) */
+    atomic_ullong next_id; /* response ids (relaxed) */
     uint64_t id_salt;
     struct ifl_server_metrics m;
     /* the pump (pump.c): one thread that takes every response of the
@@ -139,16 +139,16 @@ struct ifl_server {
      * clients that hang up while their connection is suspended */
     pthread_t pump_thread;
     int pump_started;
-    atomic_int pump_stop;             /* (release/acquire) */
-    pthread_mutex_t pump_mu;          /* guards the fields below */
+    atomic_int pump_stop;    /* (release/acquire) */
+    pthread_mutex_t pump_mu; /* guards the fields below */
     struct ifl_idmap idmap;
-    struct ifl_response **orphans;    /* responses that came before their job registered */
+    struct ifl_response **orphans; /* responses that came before their job registered */
     int32_t n_orphans, cap_orphans;
-    struct ifl_hconn *susp_head;      /* suspended connections */
-    int stopping;                     /* shutdown: nothing suspends any more */
-    int exec_gone;                    /* the executor ended (ifl_await said IFL_ESTATE) */
-    pthread_mutex_t sock_mu;          /* guards the socket list */
-    struct ifl_sock *socks;           /* every open connection, for the receive deadline */
+    struct ifl_hconn *susp_head; /* suspended connections */
+    int stopping;                /* shutdown: nothing suspends any more */
+    int exec_gone;               /* the executor ended (ifl_await said IFL_ESTATE) */
+    pthread_mutex_t sock_mu;     /* guards the socket list */
+    struct ifl_sock *socks;      /* every open connection, for the receive deadline */
     struct ifl_server_rate rate;
 };
 
@@ -168,18 +168,18 @@ struct ifl_hconn {
     struct ifl_sbuf body;
     int64_t content_length; /* -1: unknown */
     int too_large;
-    int counted;            /* in srv->in_flight */
-    int status;             /* the status sent, for the log */
+    int counted; /* in srv->in_flight */
+    int status;  /* the status sent, for the log */
     int64_t t0_us;
     struct ifl_gen_job *job;
     struct ifl_stream *stream;
-    ifl_http_done_fn done;  /* set: a whole reply waits for job */
+    ifl_http_done_fn done; /* set: a whole reply waits for job */
     void *done_user;
     void (*done_free)(void *user);
-    struct ifl_sock *sock;  /* the connection's socket record (deadline) */
+    struct ifl_sock *sock; /* the connection's socket record (deadline) */
     int fd;
-    atomic_int gone;        /* the pump saw the client hang up (relaxed) */
-    int suspended;          /* pump_mu: suspended, in srv->susp_head */
+    atomic_int gone;                         /* the pump saw the client hang up (relaxed) */
+    int suspended;                           /* pump_mu: suspended, in srv->susp_head */
     struct ifl_hconn *susp_prev, *susp_next; /* pump_mu */
 };
 
@@ -190,8 +190,7 @@ struct ifl_hconn {
 int ifl_http_reply(struct ifl_hconn *c, int status, const char *type, const char *body, size_t n);
 int ifl_http_reply_json(struct ifl_hconn *c, int status, json_t *j); /* steals j */
 /* OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} */
-int ifl_http_reply_oai_error(struct ifl_hconn *c, int status, const char *param,
-                             const char *msg);
+int ifl_http_reply_oai_error(struct ifl_hconn *c, int status, const char *param, const char *msg);
 /* TGI-shaped error: {"error", "error_type"} */
 int ifl_http_reply_tgi_error(struct ifl_hconn *c, int status, const char *type, const char *msg);
 /* Starts a chunked text/event-stream reply fed by the stream's producer. */
@@ -293,9 +292,9 @@ struct ifl_gen_choice {
     float *lps;
     struct ifl_top_logprob *tops; /* [n_tokens][n_top] */
     int32_t n_tokens, cap, n_top;
-    int finish;                   /* enum ifl_finish_reason, 0 while running */
+    int finish; /* enum ifl_finish_reason, 0 while running */
     int done;
-    float cum;                    /* sum of the generated tokens' log-probs (executor's) */
+    float cum; /* sum of the generated tokens' log-probs (executor's) */
 };
 
 /* A prompt's scores (decoder input details, completions echo with
@@ -311,16 +310,16 @@ struct ifl_gen_prompt_scores {
 struct ifl_gen_job {
     struct ifl_server *srv;
     ifl_executor *ex;
-    struct ifl_request req;    /* template; input_ids set per prompt */
-    int n_prompts, n_per;      /* choices = n_prompts * n_per, prompt-major */
-    int n_ret;                 /* of each prompt's n_per, how many are returned (best_of) */
-    int *order;                /* [n_prompts * n_ret]: the returned choices, best first per
-                                  prompt (identity unless best_of > n); set when finished */
+    struct ifl_request req;       /* template; input_ids set per prompt */
+    int n_prompts, n_per;         /* choices = n_prompts * n_per, prompt-major */
+    int n_ret;                    /* of each prompt's n_per, how many are returned (best_of) */
+    int *order;                   /* [n_prompts * n_ret]: the returned choices, best first per
+                                     prompt (identity unless best_of > n); set when finished */
     int score_prompt, prompt_top; /* as in ifl_gen_params */
-    char *guide_text;          /* the request's guided-decoding text (owned) */
-    const char *guide_param;   /* the parameter that asked for it, for errors */
-    int no_output;             /* max_tokens 0: the executor samples one token (its minimum),
-                                  which the job drops: the prompt alone is scored and echoed */
+    char *guide_text;             /* the request's guided-decoding text (owned) */
+    const char *guide_param;      /* the parameter that asked for it, for errors */
+    int no_output;                /* max_tokens 0: the executor samples one token (its minimum),
+                                     which the job drops: the prompt alone is scored and echoed */
     struct ifl_gen_prompt_scores *pscore; /* [n_prompts] when score_prompt */
     int32_t **prompts;
     int32_t *n_prompt;
@@ -329,36 +328,36 @@ struct ifl_gen_job {
     int32_t *bias_ids;
     float *bias_vals;
     ifl_id *ids;
-    unsigned char *req_final;  /* [n_prompts] its final response came */
+    unsigned char *req_final; /* [n_prompts] its final response came */
     struct ifl_gen_choice *ch;
-    int n_final;               /* requests with their final response */
+    int n_final; /* requests with their final response */
     int enqueued, finished, cancelled;
-    int error_status;          /* a response came back with an error */
+    int error_status; /* a response came back with an error */
     char error_msg[256];
     int64_t t0_us, t_first_us, t_last_us;
     uint64_t seed;
-    int seeded;                /* the client gave the seed */
+    int seeded; /* the client gave the seed */
     /* the pump's side, under srv->pump_mu */
-    struct ifl_hconn *hc;      /* the connection to resume; NULL once released */
+    struct ifl_hconn *hc;        /* the connection to resume; NULL once released */
     struct ifl_response **inbox; /* routed, not yet folded */
     int32_t n_inbox, cap_inbox;
-    int n_routed_final;        /* final responses routed */
-    int registered;            /* its ids are in the pump's map */
-    int released;              /* its connection is done with it: the pump folds and frees */
-    int lost;                  /* a response could not be queued (out of memory) */
+    int n_routed_final; /* final responses routed */
+    int registered;     /* its ids are in the pump's map */
+    int released;       /* its connection is done with it: the pump folds and frees */
+    int lost;           /* a response could not be queued (out of memory) */
 };
 
 /* Sampling parameters shared by both protocols. */
 struct ifl_gen_params {
-    int64_t max_tokens;        /* -1: default (fill the context) */
+    int64_t max_tokens; /* -1: default (fill the context) */
     int n;
     double temperature, top_p, min_p, typical_p, rep_pen, pres_pen, freq_pen;
     int64_t top_k, min_tokens, seed;
     int has_seed, ignore_eos, logprobs, top_logprobs;
-    int best_of;               /* 0: n; else generate best_of per prompt, return the n best */
-    int score_prompt;          /* 1: the prompt tokens' log-probs (pscore) */
-    int prompt_top;            /* and this many alternatives at each */
-    int stream;                /* a response per step */
+    int best_of;      /* 0: n; else generate best_of per prompt, return the n best */
+    int score_prompt; /* 1: the prompt tokens' log-probs (pscore) */
+    int prompt_top;   /* and this many alternatives at each */
+    int stream;       /* a response per step */
     double priority;
 };
 
@@ -430,7 +429,7 @@ struct ifl_stream {
     struct ifl_gen_job *job;
     void (*on_resp)(void *user, int choice, const struct ifl_response *r);
     void (*on_end)(struct ifl_stream *st);
-    void *user;      /* the protocol's state, freed by free_user */
+    void *user; /* the protocol's state, freed by free_user */
     void (*free_user)(void *user);
     struct ifl_sbuf out;
     size_t off;

@@ -106,10 +106,11 @@ static int normalize(json_t *messages, json_t **out, char *err)
                 if (!type || strcmp(type, "text") || !json_is_string(t)) {
                     ifl_sbuf_free(&text);
                     json_decref(arr);
-                    return ifl_err(err, IFL_EINVAL,
-                                   "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": "
-                                   "...} parts are supported",
-                                   i, k);
+                    return ifl_err(
+                        err, IFL_EINVAL,
+                        "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": "
+                        "...} parts are supported",
+                        i, k);
                 }
                 if (k)
                     ifl_sbuf_add(&text, "\n", 1);
@@ -135,8 +136,7 @@ static int normalize(json_t *messages, json_t **out, char *err)
     return 0;
 }
 
-int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n,
-                           char *err)
+int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n, char *err)
 {
     json_t *msgs = NULL;
     int rc = normalize(messages, &msgs, err);

@@ -15,7 +15,7 @@
 #include "core/timeutil.h"
 #include "server/internal.h"
 
-static const double BUCKETS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
+static const double BUCKETS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.25,
                                  0.5,   0.75,   1.0,   2.5,  5.0,   10.0, 20.0,  40.0, 80.0};
 #define N_BUCKETS ((int)(sizeof BUCKETS / sizeof BUCKETS[0]))
 
@@ -180,7 +180,7 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
         return;
     }
 
-    static const char *const reasons[8] = {"none",      "stop",     "stop_string", "length",
+    static const char *const reasons[8] = {"none",      "stop",      "stop_string", "length",
                                            "timed_out", "cancelled", "unknown",     "error"};
     head(b, "inflight_request_success_total", "counter",
          "Finished sequences by finish reason (stop: end token; stop_string: a stop string or "
@@ -188,8 +188,9 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
     for (int i = 1; i < 8; i++) {
         if (i == 6)
             continue;
-        ifl_sbuf_addf(b, "inflight_request_success_total{model_name=\"%s\",finish_reason=\"%s\"} %lld\n",
-                      model, reasons[i], rd(&m->finish[i]));
+        ifl_sbuf_addf(
+            b, "inflight_request_success_total{model_name=\"%s\",finish_reason=\"%s\"} %lld\n",
+            model, reasons[i], rd(&m->finish[i]));
     }
     head(b, "inflight_requests_total", "counter", "Generation requests accepted.");
     ifl_sbuf_addf(b, "inflight_requests_total{model_name=\"%s\"} %lld\n", model, rd(&m->requests));
@@ -260,19 +261,19 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
                   st.kv_blocks_max);
     ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", model,
                   st.kv_blocks_cached);
-    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"peak_used\"} %d\n",
-                  model, st.kv_blocks_peak);
+    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"peak_used\"} %d\n", model,
+                  st.kv_blocks_peak);
     head(b, "inflight_kv_cache_bytes", "gauge",
          "KV cache memory: the pool's address space (reserved), what of it is in memory "
          "(resident), what the blocks in use hold (used, peak_used), the bound that sized it.");
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"reserved\"} %lld\n",
-                  model, (long long)st.kv_bytes_reserved);
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"resident\"} %lld\n",
-                  model, (long long)st.kv_bytes_resident);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"reserved\"} %lld\n", model,
+                  (long long)st.kv_bytes_reserved);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"resident\"} %lld\n", model,
+                  (long long)st.kv_bytes_resident);
     ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"used\"} %lld\n", model,
                   (long long)st.kv_bytes_used);
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"peak_used\"} %lld\n",
-                  model, (long long)st.kv_blocks_peak * st.kv_block_bytes);
+    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"peak_used\"} %lld\n", model,
+                  (long long)st.kv_blocks_peak * st.kv_block_bytes);
     ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"bound\"} %lld\n", model,
                   (long long)st.kv_bytes_bound);
     head(b, "inflight_kv_cache_released_blocks_total", "counter",

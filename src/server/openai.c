@@ -41,9 +41,9 @@ static const char *finish_name(int f)
 struct oai_req {
     const char *model; /* the name responses show (one of srv->names, lives as long) */
     int chat, stream, include_usage, echo;
-    int full_text;     /* TGI's return_full_text (completions: echo unless echo is given) */
-    int want_lp;  /* log-probs asked */
-    int top;      /* alternatives per token */
+    int full_text; /* TGI's return_full_text (completions: echo unless echo is given) */
+    int want_lp;   /* log-probs asked */
+    int top;       /* alternatives per token */
     struct ifl_gen_params p;
     char **echo_text; /* completions: per prompt, the prompt as text */
     size_t *echo_len;
@@ -212,8 +212,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
         char list[512] = "";
         size_t at = 0;
         for (int i = 0; i < s->n_names && at < sizeof list; i++)
-            at += (size_t)snprintf(list + at, sizeof list - at, "%s'%s'", i ? ", " : "",
-                                   s->names[i]);
+            at +=
+                (size_t)snprintf(list + at, sizeof list - at, "%s'%s'", i ? ", " : "", s->names[i]);
         ifl_err(err, IFL_ENOTFOUND, "the model '%.100s' does not exist (this server serves %s)",
                 model, list);
         return 404;
@@ -289,7 +289,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
             }
             double bias = json_is_number(val) ? json_number_value(val) : NAN;
             if (!(bias >= -100 && bias <= 100)) {
-                ifl_err(err, IFL_EINVAL, "logit_bias['%s']: must be a number from -100 to 100", key);
+                ifl_err(err, IFL_EINVAL, "logit_bias['%s']: must be a number from -100 to 100",
+                        key);
                 FAIL("logit_bias");
             }
             if (ifl_gen_add_bias(j, (int32_t)id, (float)bias))
@@ -298,7 +299,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     }
     json_t *rf = json_object_get(b, "response_format");
     if (rf && !json_is_null(rf)) {
-        const char *type = json_is_object(rf) ? json_string_value(json_object_get(rf, "type")) : NULL;
+        const char *type =
+            json_is_object(rf) ? json_string_value(json_object_get(rf, "type")) : NULL;
         if (!type) {
             ifl_err(err, IFL_EINVAL, "response_format: must be an object with a type");
             FAIL("response_format");
@@ -319,7 +321,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
                 FAIL("response_format");
             }
             if (strict && !json_is_null(strict) && !json_is_boolean(strict)) {
-                ifl_err(err, IFL_EINVAL, "response_format: json_schema.strict must be true or false");
+                ifl_err(err, IFL_EINVAL,
+                        "response_format: json_schema.strict must be true or false");
                 FAIL("response_format");
             }
             char *t = ifl_json_schema_text(schema, "response_format", err);
@@ -328,8 +331,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
             rc = ifl_gen_set_guide(j, IFL_GUIDE_JSON_SCHEMA, t, strlen(t), "response_format", err);
             free(t);
         } else if (strcmp(type, "text")) {
-            ifl_err(err, IFL_EINVAL, "response_format: unknown type '%.40s' (text, json_object, json_schema)",
-                    type);
+            ifl_err(err, IFL_EINVAL,
+                    "response_format: unknown type '%.40s' (text, json_object, json_schema)", type);
             FAIL("response_format");
         }
         if (rc)
@@ -341,8 +344,7 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     if (!json_is_object(json_object_get(b, "grammar")) &&
         ifl_json_get_str(b, "grammar", &gbnf, err) < 0)
         FAIL("grammar");
-    if (gbnf && *gbnf &&
-        ifl_gen_set_guide(j, IFL_GUIDE_EBNF, gbnf, strlen(gbnf), "grammar", err))
+    if (gbnf && *gbnf && ifl_gen_set_guide(j, IFL_GUIDE_EBNF, gbnf, strlen(gbnf), "grammar", err))
         FAIL("grammar");
     json_t *jsch = json_object_get(b, "json_schema");
     if (jsch && !json_is_null(jsch)) {
@@ -357,19 +359,22 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     st = parse_tgi_fields(b, q, seen, j, param, err);
     if (st)
         return st;
-    static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
-                                              "audio", "modalities", "prediction", "suffix"};
+    static const char *const unsupported[] = {"tools", "tool_choice", "functions",  "function_call",
+                                              "audio", "modalities",  "prediction", "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         json_t *x = json_object_get(b, unsupported[i]);
         if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
-            !(json_is_string(x) && (json_string_length(x) == 0 || !strcmp(json_string_value(x), "none")))) {
+            !(json_is_string(x) &&
+              (json_string_length(x) == 0 || !strcmp(json_string_value(x), "none")))) {
             ifl_err(err, IFL_EUNSUPPORTED, "%s: not supported by this server", unsupported[i]);
             FAIL(unsupported[i]);
         }
     }
     if (p->ignore_eos && j->guide_param) {
-        ifl_err(err, IFL_EINVAL, "ignore_eos: not with %s (a constrained output ends where its "
-                                 "grammar does)", j->guide_param);
+        ifl_err(err, IFL_EINVAL,
+                "ignore_eos: not with %s (a constrained output ends where its "
+                "grammar does)",
+                j->guide_param);
         FAIL("ignore_eos");
     }
     return 0;
@@ -407,7 +412,8 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
     struct ifl_server *s = c->srv;
     char id[64];
     ifl_server_make_id(s, q->chat ? "chatcmpl" : "cmpl", id, sizeof id);
-    json_t *o = envelope(q, id, q->chat ? "chat.completion" : "text_completion", (int64_t)time(NULL));
+    json_t *o =
+        envelope(q, id, q->chat ? "chat.completion" : "text_completion", (int64_t)time(NULL));
     json_t *choices = json_array();
     for (int i = 0; i < j->n_prompts * j->n_ret; i++) {
         int ci = ifl_gen_choice_at(j, i);
@@ -418,12 +424,13 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
         if (q->chat) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
-            json_object_set_new(msg, "content", ifl_json_text(ch->text.p ? ch->text.p : "", ch->text.len));
+            json_object_set_new(msg, "content",
+                                ifl_json_text(ch->text.p ? ch->text.p : "", ch->text.len));
             json_object_set_new(msg, "refusal", json_null());
             json_object_set_new(cj, "message", msg);
             json_object_set_new(cj, "logprobs",
-                                q->want_lp ? ifl_oai_lp_chat(s, ch->tokens, ch->lps, ch->tops, ch->n_top,
-                                                     ch->n_tokens)
+                                q->want_lp ? ifl_oai_lp_chat(s, ch->tokens, ch->lps, ch->tops,
+                                                             ch->n_top, ch->n_tokens)
                                            : json_null());
         } else {
             int pi = ci / j->n_per;
@@ -461,7 +468,7 @@ struct oai_stream {
     int n_prompts;
     char id[64];
     int64_t created;
-    int64_t *offset; /* completions: text_offset per choice */
+    int64_t *offset;         /* completions: text_offset per choice */
     unsigned char *echo_due; /* completions, echo with logprobs: the prompt is still to send */
 };
 
@@ -512,19 +519,22 @@ static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
         json_object_set_new(cj, "index", json_integer(choice));
         if (os->q.chat) {
             json_t *delta = json_object();
-            json_object_set_new(delta, "content", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
+            json_object_set_new(delta, "content",
+                                ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
             json_object_set_new(cj, "delta", delta);
             json_object_set_new(cj, "logprobs",
-                                has_lp ? ifl_oai_lp_chat(s, res->tokens, res->log_probs, res->top_log_probs,
-                                                 res->n_top, res->n_tokens)
-                                       : json_null());
+                                has_lp
+                                    ? ifl_oai_lp_chat(s, res->tokens, res->log_probs,
+                                                      res->top_log_probs, res->n_top, res->n_tokens)
+                                    : json_null());
             json_object_set_new(cj, "finish_reason", json_null());
         } else {
-            json_object_set_new(cj, "text", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
+            json_object_set_new(cj, "text",
+                                ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
             json_object_set_new(cj, "logprobs",
                                 has_lp ? ifl_oai_lp_completion(s, res->tokens, res->log_probs,
-                                                       res->top_log_probs, res->n_top,
-                                                       res->n_tokens, &os->offset[choice])
+                                                               res->top_log_probs, res->n_top,
+                                                               res->n_tokens, &os->offset[choice])
                                        : json_null());
             json_object_set_new(cj, "finish_reason", fin ? json_string(fin) : json_null());
         }
@@ -651,10 +661,10 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
     if (rc) {
         int n = j->n_prompts;
         /* an invalid schema, regex or grammar is found by the executor */
-        const char *param = j->guide_param && (rc == IFL_EINVAL || rc == IFL_EFORMAT ||
-                                               rc == IFL_EUNSUPPORTED)
-                                ? j->guide_param
-                                : NULL;
+        const char *param =
+            j->guide_param && (rc == IFL_EINVAL || rc == IFL_EFORMAT || rc == IFL_EUNSUPPORTED)
+                ? j->guide_param
+                : NULL;
         ifl_gen_job_free(j);
         oai_req_free(q, n);
         if (rc == IFL_EFULL)
@@ -716,8 +726,9 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
         return fail(c, j, &q, 400, "best_of", err);
     }
     if ((seen >> CF_BEST_OF & 1) && v > q.p.n && q.stream) {
-        snprintf(err, sizeof err, "best_of: cannot be used with stream (the best are known only "
-                                  "at the end)");
+        snprintf(err, sizeof err,
+                 "best_of: cannot be used with stream (the best are known only "
+                 "at the end)");
         return fail(c, j, &q, 400, "best_of", err);
     }
     /* prompt: a string, a list of strings, a list of token ids, or a list of those lists */
@@ -866,10 +877,10 @@ int ifl_oai_models(struct ifl_hconn *c, json_t *body)
     struct ifl_server *s = c->srv;
     json_t *data = json_array();
     for (int i = 0; i < s->n_names; i++)
-        json_array_append_new(
-            data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:n,s:i}", "id", s->names[i], "object", "model",
-                            "created", (json_int_t)s->created, "owned_by", "inflight", "root",
-                            s->model_name, "parent", "max_model_len", s->info.n_ctx));
+        json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:n,s:i}", "id", s->names[i],
+                                              "object", "model", "created", (json_int_t)s->created,
+                                              "owned_by", "inflight", "root", s->model_name,
+                                              "parent", "max_model_len", s->info.n_ctx));
     json_t *o = json_pack("{s:s,s:o}", "object", "list", "data", data);
     return ifl_http_reply_json(c, 200, o);
 }

@@ -28,8 +28,7 @@ struct scan {
 
 static void ws(struct scan *sc)
 {
-    while (sc->p < sc->end &&
-           (*sc->p == ' ' || *sc->p == '\t' || *sc->p == '\n' || *sc->p == '\r'))
+    while (sc->p < sc->end && (*sc->p == ' ' || *sc->p == '\t' || *sc->p == '\n' || *sc->p == '\r'))
         sc->p++;
 }
 

@@ -25,8 +25,8 @@ enum ifl_server_log_format { IFL_SERVER_LOG_TEXT = 0, IFL_SERVER_LOG_JSON = 1 };
 enum ifl_server_log_level { IFL_SERVER_LOG_INFO = 0, IFL_SERVER_LOG_DEBUG = -1 };
 
 struct ifl_server_config {
-    const char *host;              /* address to bind (default "127.0.0.1") */
-    int port;                      /* 0: an ephemeral port (see ifl_server_port) */
+    const char *host; /* address to bind (default "127.0.0.1") */
+    int port;         /* 0: an ephemeral port (see ifl_server_port) */
     const char *model_path;
     struct ifl_executor_config exec;
     const char *api_key;           /* NULL: no authentication */

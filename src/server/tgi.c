@@ -296,8 +296,8 @@ static json_t *sample_json(struct ifl_server *s, ifl_executor *ex, struct ifl_ge
     json_object_set_new(d, "finish_reason", json_string(tgi_finish(ch->finish)));
     json_object_set_new(d, "generated_tokens", json_integer(ch->n_tokens));
     /* sample q of a request is drawn with seed + q (the executor's rule) */
-    json_object_set_new(d, "seed", j->seeded ? json_integer((json_int_t)(j->seed + (uint64_t)ci))
-                                             : json_null());
+    json_object_set_new(
+        d, "seed", j->seeded ? json_integer((json_int_t)(j->seed + (uint64_t)ci)) : json_null());
     if (!full) {
         json_object_set_new(d, "input_length", json_integer(j->n_prompt[0]));
         return d;
@@ -312,11 +312,10 @@ static json_t *sample_json(struct ifl_server *s, ifl_executor *ex, struct ifl_ge
             json_t *o = json_object();
             json_object_set_new(o, "id", json_integer(tok));
             json_object_set_new(o, "text", ifl_json_text(piece, pl));
-            json_object_set_new(o, "logprob",
-                                isnan(ps->lps[i]) ? json_null()
-                                                  : json_real(isfinite(ps->lps[i])
-                                                                  ? (double)ps->lps[i]
-                                                                  : -9999.0));
+            json_object_set_new(
+                o, "logprob",
+                isnan(ps->lps[i]) ? json_null()
+                                  : json_real(isfinite(ps->lps[i]) ? (double)ps->lps[i] : -9999.0));
             json_array_append_new(prefill, o);
         }
     }
@@ -324,10 +323,11 @@ static json_t *sample_json(struct ifl_server *s, ifl_executor *ex, struct ifl_ge
     json_t *toks = json_array();
     json_t *tops = json_array();
     for (int32_t i = 0; i < ch->n_tokens; i++) {
-        json_array_append_new(toks, token_json(s, ex, ch->tokens[i], ch->lps ? ch->lps[i] : 0,
-                                               NULL, 0, 0));
+        json_array_append_new(
+            toks, token_json(s, ex, ch->tokens[i], ch->lps ? ch->lps[i] : 0, NULL, 0, 0));
         if (ch->n_top > 0 && ch->tops)
-            json_array_append_new(tops, top_json(s, ex, &ch->tops[(size_t)i * ch->n_top], ch->n_top));
+            json_array_append_new(tops,
+                                  top_json(s, ex, &ch->tops[(size_t)i * ch->n_top], ch->n_top));
     }
     json_object_set_new(d, "tokens", toks);
     if (ch->n_top > 0)
@@ -428,11 +428,11 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
         json_object_set_new(ev, "token",
                             token_json(ts->srv, ts->ex, res->tokens[i],
                                        res->log_probs ? res->log_probs[i] : 0, text, n_text, 1));
-        json_object_set_new(ev, "top_tokens",
-                            res->n_top > 0 && res->top_log_probs
-                                ? top_json(ts->srv, ts->ex, &res->top_log_probs[(size_t)i * res->n_top],
-                                           res->n_top)
-                                : json_null());
+        json_object_set_new(
+            ev, "top_tokens",
+            res->n_top > 0 && res->top_log_probs
+                ? top_json(ts->srv, ts->ex, &res->top_log_probs[(size_t)i * res->n_top], res->n_top)
+                : json_null());
         if (final && last && !r->status && !aborted) {
             json_object_set_new(ev, "generated_text", generated_text(&ts->t, &j->ch[0]));
             json_object_set_new(ev, "details", details_json(ts->srv, ts->ex, j, &ts->t, 0));
@@ -450,7 +450,8 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
         json_object_set_new(ev, "index", json_integer(++ts->index));
         json_t *tok = json_object();
         json_object_set_new(tok, "id", json_integer(ts->srv->info.eos_id));
-        json_object_set_new(tok, "text", ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
+        json_object_set_new(tok, "text",
+                            ifl_json_text(res->text ? res->text : "", (size_t)res->n_text));
         json_object_set_new(tok, "logprob", json_real(0.0));
         json_object_set_new(tok, "special", json_true());
         json_object_set_new(ev, "token", tok);
@@ -704,7 +705,8 @@ int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *b)
     ifl_executor *ex = executor(c);
     json_t *toks = json_object_get(b, "tokens");
     if (!json_is_array(toks))
-        return ifl_http_reply_tgi_error(c, 422, "validation", "`tokens` must be a list of token ids");
+        return ifl_http_reply_tgi_error(c, 422, "validation",
+                                        "`tokens` must be a list of token ids");
     int skip = 1;
     char e2[IFL_ERR_LEN];
     if (ifl_json_get_bool(b, "skip_special_tokens", &skip, e2) < 0)
@@ -755,9 +757,9 @@ int ifl_tgi_info(struct ifl_hconn *c, json_t *body)
     json_object_set_new(o, "model_device_type", json_string("cpu"));
     json_object_set_new(o, "model_pipeline_tag", json_string("text-generation"));
     json_object_set_new(o, "architecture", json_string(s->info.architecture));
-    json_object_set_new(o, "max_concurrent_requests",
-                        json_integer(e->max_queue_size > 0 ? e->max_queue_size + e->max_batch_size
-                                                           : 0));
+    json_object_set_new(
+        o, "max_concurrent_requests",
+        json_integer(e->max_queue_size > 0 ? e->max_queue_size + e->max_batch_size : 0));
     json_object_set_new(o, "max_best_of", json_integer(e->max_batch_size));
     json_object_set_new(o, "max_stop_sequences", json_integer(64));
     json_object_set_new(o, "max_input_tokens", json_integer(s->info.n_ctx - 1));

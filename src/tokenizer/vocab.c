@@ -522,14 +522,38 @@ void ifl_vocab_free(struct ifl_vocab *v)
 
 /* ---- accessors ---- */
 
-enum ifl_vocab_kind ifl_vocab_kind(const struct ifl_vocab *v) { return v->kind; }
-int32_t ifl_vocab_n_tokens(const struct ifl_vocab *v) { return v->n_tokens; }
-int32_t ifl_vocab_bos(const struct ifl_vocab *v) { return v->bos; }
-int32_t ifl_vocab_eos(const struct ifl_vocab *v) { return v->eos; }
-int32_t ifl_vocab_eot(const struct ifl_vocab *v) { return v->eot; }
-int32_t ifl_vocab_pad(const struct ifl_vocab *v) { return v->pad; }
-int ifl_vocab_add_bos(const struct ifl_vocab *v) { return v->add_bos; }
-int ifl_vocab_add_eos(const struct ifl_vocab *v) { return v->add_eos; }
+enum ifl_vocab_kind ifl_vocab_kind(const struct ifl_vocab *v)
+{
+    return v->kind;
+}
+int32_t ifl_vocab_n_tokens(const struct ifl_vocab *v)
+{
+    return v->n_tokens;
+}
+int32_t ifl_vocab_bos(const struct ifl_vocab *v)
+{
+    return v->bos;
+}
+int32_t ifl_vocab_eos(const struct ifl_vocab *v)
+{
+    return v->eos;
+}
+int32_t ifl_vocab_eot(const struct ifl_vocab *v)
+{
+    return v->eot;
+}
+int32_t ifl_vocab_pad(const struct ifl_vocab *v)
+{
+    return v->pad;
+}
+int ifl_vocab_add_bos(const struct ifl_vocab *v)
+{
+    return v->add_bos;
+}
+int ifl_vocab_add_eos(const struct ifl_vocab *v)
+{
+    return v->add_eos;
+}
 
 int ifl_vocab_is_eog(const struct ifl_vocab *v, int32_t id)
 {
@@ -565,5 +589,11 @@ size_t ifl_vocab_piece(const struct ifl_vocab *v, int32_t id, int show_special, 
     return n;
 }
 
-size_t ifl_vocab_max_piece(const struct ifl_vocab *v) { return v->max_piece; }
-size_t ifl_vocab_max_cover(const struct ifl_vocab *v) { return v->max_cover; }
+size_t ifl_vocab_max_piece(const struct ifl_vocab *v)
+{
+    return v->max_piece;
+}
+size_t ifl_vocab_max_cover(const struct ifl_vocab *v)
+{
+    return v->max_cover;
+}

@@ -45,8 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[IFL_ERR_LEN];
     if (ifl_chat_template_compile(&t, (const char *)data, size, err) != 0)
         return 0;
-    struct ifl_chat_limits lim = {.max_output = 1 << 20, .max_memory = 32 << 20,
-                                  .max_steps = 200000};
+    struct ifl_chat_limits lim = {
+        .max_output = 1 << 20, .max_memory = 32 << 20, .max_steps = 200000};
     char *out = NULL;
     size_t n = 0;
     if (ifl_chat_render_limited(t, ctx, NULL, &lim, &out, &n, err) == 0) {

@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[IFL_ERR_LEN];
     struct ifl_guide *g = NULL;
-    static const char *probes[] = {"", "a", "0", "abc", "(1+2)", "\xC3\xA9", "\xF0\x9F\x98", "xx\n"};
+    static const char *probes[] = {"",    "a", "0", "abc", "(1+2)", "\xC3\xA9", "\xF0\x9F\x98",
+                                   "xx\n"};
     if (ifl_guide_compile_gbnf(&g, (const char *)data, size, err) == 0) {
         for (size_t k = 0; k < sizeof probes / sizeof *probes; k++)
             run(g, (const uint8_t *)probes[k], strlen(probes[k]));

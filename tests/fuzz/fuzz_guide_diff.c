@@ -167,8 +167,10 @@ static void alpha_add(struct alpha *a, int64_t cp)
 
 static int hexv(int c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* Every character of the text, the values of \xHH and \uHHHH escapes,
@@ -176,8 +178,8 @@ static int hexv(int c)
  * few that sit on class boundaries. */
 static void alpha_from_text(struct alpha *a, const char *s, size_t n)
 {
-    static const uint32_t extra[] = {'a', '0', ' ', '\n', '\t', 0x0B, 0x0C, '\r', '_', '9',
-                                     'Z', '-', 0xE9, 0x20AC, 0x1F600, 0};
+    static const uint32_t extra[] = {'a', '0', ' ', '\n', '\t', 0x0B,   0x0C,    '\r',
+                                     '_', '9', 'Z', '-',  0xE9, 0x20AC, 0x1F600, 0};
     for (size_t i = 0; i < sizeof extra / sizeof *extra; i++)
         alpha_add(a, extra[i]);
     for (size_t i = 0; i < n;) {
@@ -327,8 +329,9 @@ static size_t mutate(const char *s, size_t n, const struct alpha *a, struct rng 
 static void report(const char *what, const char *src, size_t src_n, const char *s, size_t n,
                    const char *detail)
 {
-    fprintf(stderr, "fuzz_guide_diff: %s\n  constraint (%zu bytes): %.*s\n  sample (%zu bytes):",
-            what, src_n, (int)src_n, src, n);
+    fprintf(stderr,
+            "fuzz_guide_diff: %s\n  constraint (%zu bytes): %.*s\n  sample (%zu bytes):", what,
+            src_n, (int)src_n, src, n);
     for (size_t i = 0; i < n; i++)
         fprintf(stderr, " %02X", (unsigned char)s[i]);
     fprintf(stderr, "\n  as text: %.*s\n  %s\n", (int)n, s, detail ? detail : "");
@@ -371,10 +374,9 @@ static void check_regex(const char *re, size_t n, uint64_t seed)
     PCRE2_SIZE eo;
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)pat, pn,
-                                     PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_DOLLAR_ENDONLY |
-                                         PCRE2_NEVER_BACKSLASH_C,
-                                     &ec, &eo, cc);
+    pcre2_code *code = pcre2_compile(
+        (PCRE2_SPTR)pat, pn,
+        PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C, &ec, &eo, cc);
     pcre2_compile_context_free(cc);
     if (!code) { /* outside the common dialect */
         ifl_guide_free(g);
@@ -426,12 +428,13 @@ static void check_regex(const char *re, size_t n, uint64_t seed)
         int o = ours(&st, s, sn);
         if (o < 0)
             continue;
-        int rc = pcre2_match(code, (PCRE2_SPTR)s, sn, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, mc);
+        int rc =
+            pcre2_match(code, (PCRE2_SPTR)s, sn, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, mc);
         int p;
         if (rc >= 0)
             p = 1;
-        else if (rc == PCRE2_ERROR_NOMATCH || (rc <= PCRE2_ERROR_UTF8_ERR1 &&
-                                               rc >= PCRE2_ERROR_UTF8_ERR21))
+        else if (rc == PCRE2_ERROR_NOMATCH ||
+                 (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21))
             p = 0; /* an invalid subject matches nothing */
         else
             continue; /* match or depth limit */
@@ -453,16 +456,91 @@ static void check_regex(const char *re, size_t n, uint64_t seed)
 }
 
 /* Pieces of the common dialect; the generator strings them together. */
-static const char *const re_lit[] = {
-    "a", "b", "c", "x", "0", "7", "-", " ", ",", "}", "]", "{", "\\.", "\\-", "\\*", "\\{",
-    "\\}", "\\[", "\\\\", "\\/", "\\|", "\\(", "\\?", "\\n", "\\t", "\\r", "\\f", "\\v", "\\0",
-    "\\x41", "\\x7f", "\\x00", "\\u00e9", "\\u20AC", "\xC3\xA9", "\xE2\x82\xAC",
-    "\xF0\x9F\x98\x80", "\\d", "\\w", "\\s", "\\D", "\\W", "\\S", ".", "\\\xC3\xA9", "\\ ",
-    "\\\"", "\"", "'", "_", "Z", "\\^", "\\$", "#"};
-static const char *const cls_item[] = {
-    "a", "b", "c-e", "0-9", "a-z", "A-Z", "\\d", "\\w", "\\s", "-", "\\]", "\\-", "^", ".",
-    "\\n", "\\x00-\\x1f", "\xC3\xA9", "\xC3\xA0-\xC3\xBF", "\\u0100-\\uFFFF", "\\x7f",
-    "\\\\", "[", "\\^", " ", "_", "x-x", "\\t-\\r", "*", "{", "}", "\\v"};
+static const char *const re_lit[] = {"a",
+                                     "b",
+                                     "c",
+                                     "x",
+                                     "0",
+                                     "7",
+                                     "-",
+                                     " ",
+                                     ",",
+                                     "}",
+                                     "]",
+                                     "{",
+                                     "\\.",
+                                     "\\-",
+                                     "\\*",
+                                     "\\{",
+                                     "\\}",
+                                     "\\[",
+                                     "\\\\",
+                                     "\\/",
+                                     "\\|",
+                                     "\\(",
+                                     "\\?",
+                                     "\\n",
+                                     "\\t",
+                                     "\\r",
+                                     "\\f",
+                                     "\\v",
+                                     "\\0",
+                                     "\\x41",
+                                     "\\x7f",
+                                     "\\x00",
+                                     "\\u00e9",
+                                     "\\u20AC",
+                                     "\xC3\xA9",
+                                     "\xE2\x82\xAC",
+                                     "\xF0\x9F\x98\x80",
+                                     "\\d",
+                                     "\\w",
+                                     "\\s",
+                                     "\\D",
+                                     "\\W",
+                                     "\\S",
+                                     ".",
+                                     "\\\xC3\xA9",
+                                     "\\ ",
+                                     "\\\"",
+                                     "\"",
+                                     "'",
+                                     "_",
+                                     "Z",
+                                     "\\^",
+                                     "\\$",
+                                     "#"};
+static const char *const cls_item[] = {"a",
+                                       "b",
+                                       "c-e",
+                                       "0-9",
+                                       "a-z",
+                                       "A-Z",
+                                       "\\d",
+                                       "\\w",
+                                       "\\s",
+                                       "-",
+                                       "\\]",
+                                       "\\-",
+                                       "^",
+                                       ".",
+                                       "\\n",
+                                       "\\x00-\\x1f",
+                                       "\xC3\xA9",
+                                       "\xC3\xA0-\xC3\xBF",
+                                       "\\u0100-\\uFFFF",
+                                       "\\x7f",
+                                       "\\\\",
+                                       "[",
+                                       "\\^",
+                                       " ",
+                                       "_",
+                                       "x-x",
+                                       "\\t-\\r",
+                                       "*",
+                                       "{",
+                                       "}",
+                                       "\\v"};
 
 static void g_alt(struct in *in, struct buf *b, int depth);
 
@@ -494,16 +572,39 @@ static void g_atom(struct in *in, struct buf *b, int depth)
     char q[32];
     unsigned m = take(in, 4), x = take(in, 4);
     switch (take(in, 14)) {
-    case 0: add(b, "*"); break;
-    case 1: add(b, "+"); break;
-    case 2: add(b, "?"); break;
-    case 3: snprintf(q, sizeof q, "{%u}", m); add(b, q); break;
-    case 4: snprintf(q, sizeof q, "{%u,}", m); add(b, q); break;
-    case 5: snprintf(q, sizeof q, "{%u,%u}", m, m + x); add(b, q); break;
-    case 6: add(b, "*?"); break;
-    case 7: snprintf(q, sizeof q, "{%u,%u}?", m, m + x); add(b, q); break;
-    case 8: add(b, "??"); break;
-    default: break;
+    case 0:
+        add(b, "*");
+        break;
+    case 1:
+        add(b, "+");
+        break;
+    case 2:
+        add(b, "?");
+        break;
+    case 3:
+        snprintf(q, sizeof q, "{%u}", m);
+        add(b, q);
+        break;
+    case 4:
+        snprintf(q, sizeof q, "{%u,}", m);
+        add(b, q);
+        break;
+    case 5:
+        snprintf(q, sizeof q, "{%u,%u}", m, m + x);
+        add(b, q);
+        break;
+    case 6:
+        add(b, "*?");
+        break;
+    case 7:
+        snprintf(q, sizeof q, "{%u,%u}?", m, m + x);
+        add(b, q);
+        break;
+    case 8:
+        add(b, "??");
+        break;
+    default:
+        break;
     }
 }
 
@@ -582,18 +683,30 @@ static const char *const names[] = {"a", "b", "c d", "\xC3\xA9", "\"q", "k"};
 static json_t *g_value(struct in *in)
 {
     switch (take(in, 12)) {
-    case 0: return json_string("a");
-    case 1: return json_integer((json_int_t)take(in, 5) - 2);
-    case 2: return json_real(2.5);
-    case 3: return json_null();
-    case 4: return json_true();
-    case 5: return json_false();
-    case 6: return json_string("");
-    case 7: return json_string("\xC3\xA9\n");
-    case 8: return json_real(1.0);
-    case 9: return json_pack("{s:i}", "k", 1);
-    case 10: return json_pack("[is]", 1, "x");
-    default: return json_string("bcd");
+    case 0:
+        return json_string("a");
+    case 1:
+        return json_integer((json_int_t)take(in, 5) - 2);
+    case 2:
+        return json_real(2.5);
+    case 3:
+        return json_null();
+    case 4:
+        return json_true();
+    case 5:
+        return json_false();
+    case 6:
+        return json_string("");
+    case 7:
+        return json_string("\xC3\xA9\n");
+    case 8:
+        return json_real(1.0);
+    case 9:
+        return json_pack("{s:i}", "k", 1);
+    case 10:
+        return json_pack("[is]", 1, "x");
+    default:
+        return json_string("bcd");
     }
 }
 
@@ -621,12 +734,15 @@ static json_t *g_schema(struct in *in, int depth)
         json_object_set_new(s, "type", json_string("integer"));
         int lo = (int)take(in, 41) - 20, w = (int)take(in, 30);
         switch (take(in, 7)) {
-        case 0: break;
+        case 0:
+            break;
         case 1:
             json_object_set_new(s, "minimum", json_integer(lo));
             json_object_set_new(s, "maximum", json_integer(lo + w));
             break;
-        case 2: json_object_set_new(s, "minimum", json_integer(take(in, 2))); break;
+        case 2:
+            json_object_set_new(s, "minimum", json_integer(take(in, 2)));
+            break;
         case 3:
             json_object_set_new(s, "exclusiveMinimum", json_integer(lo));
             json_object_set_new(s, "exclusiveMaximum", json_integer(lo + w));
@@ -639,7 +755,9 @@ static json_t *g_schema(struct in *in, int depth)
             json_object_set_new(s, "minimum", json_integer(-999999999999999ll + lo));
             json_object_set_new(s, "maximum", json_integer(999999999999999ll - w));
             break;
-        default: json_object_set_new(s, "exclusiveMinimum", json_integer(-1)); break;
+        default:
+            json_object_set_new(s, "exclusiveMinimum", json_integer(-1));
+            break;
         }
         break;
     }
@@ -647,16 +765,23 @@ static json_t *g_schema(struct in *in, int depth)
         json_object_set_new(s, "type", json_string("number"));
         int lo = (int)take(in, 11) - 5;
         switch (take(in, 3)) {
-        case 0: break;
-        case 1: json_object_set_new(s, "minimum", json_integer(0)); break;
+        case 0:
+            break;
+        case 1:
+            json_object_set_new(s, "minimum", json_integer(0));
+            break;
         default:
             json_object_set_new(s, "minimum", json_integer(lo));
             json_object_set_new(s, "maximum", json_integer(lo + (int)take(in, 6)));
         }
         break;
     }
-    case 3: json_object_set_new(s, "type", json_string("boolean")); break;
-    case 4: json_object_set_new(s, "type", json_string("null")); break;
+    case 3:
+        json_object_set_new(s, "type", json_string("boolean"));
+        break;
+    case 4:
+        json_object_set_new(s, "type", json_string("null"));
+        break;
     case 5: { /* object */
         json_object_set_new(s, "type", json_string("object"));
         unsigned np = take(in, 4);
@@ -713,7 +838,9 @@ static json_t *g_schema(struct in *in, int depth)
         }
         break;
     }
-    case 8: json_object_set_new(s, "const", g_value(in)); break;
+    case 8:
+        json_object_set_new(s, "const", g_value(in));
+        break;
     case 9:
     case 10: { /* anyOf / allOf of one */
         json_t *arr = json_array();
@@ -745,7 +872,8 @@ static json_t *g_schema(struct in *in, int depth)
         json_object_set_new(s, "nullable", json_true());
         break;
     }
-    default: break; /* {}: any value */
+    default:
+        break; /* {}: any value */
     }
     return s;
 }
