@@ -17,7 +17,7 @@
  * huge allocation. Nested arrays are limited to IFL_GGUF_MAX_NEST levels so
  * recursion stays shallow.
  */
-#include "model/gguf.h"
+#include "model/gguf_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,54 +39,6 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define GGUF_MIN_TENSOR 32  /* u64 name length + u32 n_dims + one u64 ne + u32 type + u64 offset */
 #define GGUF_MIN_SUBARR 12  /* u32 element type + u64 count */
 
-/* One parsed value. `p` is the first payload byte: the scalar itself, a
- * string's bytes, or an array's first element. */
-struct gnode {
-    const uint8_t *p;
-    uint64_t n;         /* string length in bytes, or array element count */
-    uint32_t type;      /* enum ifl_gguf_type */
-    uint32_t elem_type; /* arrays only */
-    const void *index;  /* STRING elements: const uint8_t *[n], each at the string's u64 length;
-                           ARRAY elements: struct gnode[n]; NULL otherwise */
-};
-
-struct gkv {
-    const char *key; /* NUL-terminated copy */
-    size_t off;      /* of the key's length field */
-    size_t val_off;  /* of the u32 value type */
-    size_t val_end;  /* one past the value: [val_off, val_end) re-encodes it exactly */
-    struct gnode val;
-};
-
-struct gtensor {
-    struct ifl_gguf_tensor t;
-    size_t off; /* of the name's length field */
-};
-
-/* Allocations that live until ifl_gguf_free, chained for one sweep. */
-struct gblk {
-    struct gblk *next;
-    max_align_t data[];
-};
-
-struct ifl_gguf {
-    const uint8_t *base;
-    size_t size;
-    void *map; /* non-NULL when we mmap'd the file */
-    char *path;
-    uint32_t version;
-    uint64_t alignment;
-    size_t data_off; /* start of the tensor data section */
-    struct gkv *kvs;
-    int64_t n_kv;
-    struct gtensor *tensors;
-    int64_t n_tensors;
-    int64_t *kv_slots; /* open addressing: index + 1, 0 = empty */
-    int64_t *t_slots;
-    uint64_t kv_mask, t_mask;
-    struct gblk *blocks;
-};
-
 struct parser {
     struct ifl_gguf *g;
     const uint8_t *base;
@@ -97,20 +49,6 @@ struct parser {
 };
 
 /* ---- little helpers ---- */
-
-static uint32_t rd_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static uint64_t rd_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 static void *g_alloc(struct ifl_gguf *g, size_t n)
 {
@@ -125,7 +63,7 @@ static void *g_alloc(struct ifl_gguf *g, size_t n)
 }
 
 /* Printable, bounded rendering of a name taken from the file, for messages. */
-static void show_name(char *dst, size_t cap, const uint8_t *s, size_t len)
+void ifl_gguf_show_name(char *dst, size_t cap, const uint8_t *s, size_t len)
 {
     size_t max = cap - 4, j = 0;
     for (size_t i = 0; i < len && j < max; i++)
@@ -138,7 +76,7 @@ static void show_name(char *dst, size_t cap, const uint8_t *s, size_t len)
 static void set_what(struct parser *ps, const char *kind, const uint8_t *s, size_t len)
 {
     char nm[80];
-    show_name(nm, sizeof nm, s, len);
+    ifl_gguf_show_name(nm, sizeof nm, s, len);
     snprintf(ps->what, sizeof ps->what, "%s '%s'", kind, nm);
 }
 
@@ -217,7 +155,7 @@ static int take_str(struct parser *ps, const uint8_t **s, uint64_t *len, const c
     return 0;
 }
 
-static const char *type_name(uint32_t t)
+const char *ifl_gguf_type_name(uint32_t t)
 {
     static const char *const names[IFL_GGUF_TYPE_COUNT] = {
         "uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
@@ -226,7 +164,7 @@ static const char *type_name(uint32_t t)
 }
 
 /* Bytes of one fixed-size value, 0 for STRING and ARRAY. */
-static size_t scalar_size(uint32_t t)
+size_t ifl_gguf_scalar_size(uint32_t t)
 {
     switch (t) {
     case IFL_GGUF_UINT8:
@@ -271,13 +209,13 @@ static int parse_array(struct parser *ps, struct gnode *out, int depth)
     out->elem_type = et;
     out->n = n;
     out->p = ps->base + ps->pos;
-    size_t es = scalar_size(et);
+    size_t es = ifl_gguf_scalar_size(et);
     uint64_t min_each = es ? es : et == IFL_GGUF_STRING ? 8 : GGUF_MIN_SUBARR;
     if (n > remaining(ps) / min_each)
         return fail(ps,
                     "array of %llu %s values at offset %zu runs past end of file (file is %zu "
                     "bytes)",
-                    (unsigned long long)n, type_name(et), at, ps->size);
+                    (unsigned long long)n, ifl_gguf_type_name(et), at, ps->size);
     if (es) {
         ps->pos += (size_t)n * es;
         return 0;
@@ -324,8 +262,8 @@ static int parse_value(struct parser *ps, uint32_t type, struct gnode *out, int 
     }
     if (type == IFL_GGUF_ARRAY)
         return parse_array(ps, out, depth);
-    size_t es = scalar_size(type);
-    int rc = need(ps, es, type_name(type));
+    size_t es = ifl_gguf_scalar_size(type);
+    int rc = need(ps, es, ifl_gguf_type_name(type));
     if (rc)
         return rc;
     out->p = ps->base + ps->pos;
@@ -335,7 +273,7 @@ static int parse_value(struct parser *ps, uint32_t type, struct gnode *out, int 
 
 /* Reads an integer or bool of type t at p. 0, IFL_EINVAL (not an integer)
  * or IFL_EFORMAT (a uint64 above INT64_MAX). */
-static int read_int(uint32_t t, const uint8_t *p, int64_t *out)
+int ifl_gguf_read_int(uint32_t t, const uint8_t *p, int64_t *out)
 {
     switch (t) {
     case IFL_GGUF_UINT8:
@@ -387,7 +325,7 @@ static int read_int(uint32_t t, const uint8_t *p, int64_t *out)
     }
 }
 
-static int read_float(uint32_t t, const uint8_t *p, double *out)
+int ifl_gguf_read_float(uint32_t t, const uint8_t *p, double *out)
 {
     if (t == IFL_GGUF_FLOAT32) {
         float f;
@@ -444,17 +382,17 @@ static int build_table(struct ifl_gguf *g, int64_t n,
     return 0;
 }
 
-static const char *kv_name(const struct ifl_gguf *g, int64_t i)
+const char *ifl_gguf_kv_name(const struct ifl_gguf *g, int64_t i)
 {
     return g->kvs[i].key;
 }
-static const char *t_name(const struct ifl_gguf *g, int64_t i)
+const char *ifl_gguf_t_name(const struct ifl_gguf *g, int64_t i)
 {
     return g->tensors[i].t.name;
 }
 
-static int64_t lookup(const struct ifl_gguf *g, const int64_t *slots, uint64_t mask,
-                      const char *(*name_of)(const struct ifl_gguf *, int64_t), const char *nm)
+int64_t ifl_gguf_lookup(const struct ifl_gguf *g, const int64_t *slots, uint64_t mask,
+                        const char *(*name_of)(const struct ifl_gguf *, int64_t), const char *nm)
 {
     if (!slots || !nm)
         return -1;
@@ -653,8 +591,8 @@ static int check_tensors(struct parser *ps)
         const struct ifl_gguf_tensor *a = &g->tensors[ord[i - 1]].t, *b = &g->tensors[ord[i]].t;
         if (a->offset + a->nbytes > b->offset) {
             char na[80], nb[80];
-            show_name(na, sizeof na, (const uint8_t *)a->name, strlen(a->name));
-            show_name(nb, sizeof nb, (const uint8_t *)b->name, strlen(b->name));
+            ifl_gguf_show_name(na, sizeof na, (const uint8_t *)a->name, strlen(a->name));
+            ifl_gguf_show_name(nb, sizeof nb, (const uint8_t *)b->name, strlen(b->name));
             rc = fail(ps,
                       "tensor '%s' (data offset %llu, %llu bytes) overlaps tensor '%s' (data "
                       "offset %llu)",
@@ -693,7 +631,7 @@ static int parse(struct ifl_gguf *g, char *err)
     if (rc)
         return rc;
     int64_t dup_a, dup_b;
-    rc = build_table(g, g->n_kv, kv_name, &g->kv_slots, &g->kv_mask, &dup_a, &dup_b);
+    rc = build_table(g, g->n_kv, ifl_gguf_kv_name, &g->kv_slots, &g->kv_mask, &dup_a, &dup_b);
     if (rc == IFL_ENOMEM)
         return oom(&ps);
     if (rc) {
@@ -709,11 +647,11 @@ static int parse(struct ifl_gguf *g, char *err)
         const struct gkv *kv = &g->kvs[ai];
         int64_t a = 0;
         snprintf(ps.what, sizeof ps.what, "key 'general.alignment'");
-        int arc =
-            kv->val.type == IFL_GGUF_BOOL ? IFL_EINVAL : read_int(kv->val.type, kv->val.p, &a);
+        int arc = kv->val.type == IFL_GGUF_BOOL ? IFL_EINVAL
+                                                : ifl_gguf_read_int(kv->val.type, kv->val.p, &a);
         if (arc == IFL_EINVAL)
-            return fail(&ps, "has type %s at offset %zu; expected uint32", type_name(kv->val.type),
-                        kv->val_off);
+            return fail(&ps, "has type %s at offset %zu; expected uint32",
+                        ifl_gguf_type_name(kv->val.type), kv->val_off);
         if (arc || a <= 0 || (a & (a - 1)) || a > (1 << 30))
             return fail(&ps, "value %lld at offset %zu is not a power of two in 1..2^30",
                         (long long)a, kv->val_off);
@@ -723,7 +661,7 @@ static int parse(struct ifl_gguf *g, char *err)
     rc = parse_tensor_infos(&ps, n_tensors);
     if (rc)
         return rc;
-    rc = build_table(g, g->n_tensors, t_name, &g->t_slots, &g->t_mask, &dup_a, &dup_b);
+    rc = build_table(g, g->n_tensors, ifl_gguf_t_name, &g->t_slots, &g->t_mask, &dup_a, &dup_b);
     if (rc == IFL_ENOMEM)
         return oom(&ps);
     if (rc) {
@@ -867,218 +805,4 @@ size_t ifl_gguf_data_offset(const struct ifl_gguf *g)
 const void *ifl_gguf_base(const struct ifl_gguf *g)
 {
     return g->base;
-}
-
-/* ---- metadata ---- */
-
-int64_t ifl_gguf_n_kv(const struct ifl_gguf *g)
-{
-    return g->n_kv;
-}
-
-const char *ifl_gguf_key(const struct ifl_gguf *g, int64_t i)
-{
-    return i >= 0 && i < g->n_kv ? g->kvs[i].key : NULL;
-}
-
-int64_t ifl_gguf_find_key(const struct ifl_gguf *g, const char *key)
-{
-    return lookup(g, g->kv_slots, g->kv_mask, kv_name, key);
-}
-
-static void fill_value(const struct gnode *v, struct ifl_gguf_value *out)
-{
-    memset(out, 0, sizeof *out);
-    out->type = (enum ifl_gguf_type)v->type;
-    if (v->type == IFL_GGUF_ARRAY) {
-        out->elem_type = (enum ifl_gguf_type)v->elem_type;
-        out->n = v->n;
-    }
-    out->impl = v;
-}
-
-int ifl_gguf_value(const struct ifl_gguf *g, int64_t i, struct ifl_gguf_value *out)
-{
-    if (i < 0 || i >= g->n_kv)
-        return IFL_EINVAL;
-    fill_value(&g->kvs[i].val, out);
-    return 0;
-}
-
-int ifl_gguf_kv_span(const struct ifl_gguf *g, int64_t i, const void **p, size_t *len)
-{
-    if (i < 0 || i >= g->n_kv)
-        return IFL_EINVAL;
-    *p = g->base + g->kvs[i].val_off;
-    *len = g->kvs[i].val_end - g->kvs[i].val_off;
-    return 0;
-}
-
-/* The entry for key, or NULL (ENOTFOUND, err untouched). */
-static const struct gkv *find_kv(const struct ifl_gguf *g, const char *key)
-{
-    int64_t i = ifl_gguf_find_key(g, key);
-    return i < 0 ? NULL : &g->kvs[i];
-}
-
-static int type_err(const struct gkv *kv, const char *want, char *err)
-{
-    char nm[80];
-    show_name(nm, sizeof nm, (const uint8_t *)kv->key, strlen(kv->key));
-    return ifl_err(err, IFL_EFORMAT, "gguf: key '%s' has type %s at offset %zu; expected %s", nm,
-                   type_name(kv->val.type), kv->val_off, want);
-}
-
-int ifl_gguf_get_int(const struct ifl_gguf *g, const char *key, int64_t *out, char *err)
-{
-    const struct gkv *kv = find_kv(g, key);
-    if (!kv)
-        return IFL_ENOTFOUND;
-    int rc = read_int(kv->val.type, kv->val.p, out);
-    if (rc == IFL_EINVAL)
-        return type_err(kv, "an integer", err);
-    if (rc) {
-        char nm[80];
-        show_name(nm, sizeof nm, (const uint8_t *)kv->key, strlen(kv->key));
-        return ifl_err(err, IFL_EFORMAT,
-                       "gguf: key '%s': value %llu at offset %zu does not fit in "
-                       "int64",
-                       nm, (unsigned long long)rd_u64(kv->val.p), kv->val_off);
-    }
-    return 0;
-}
-
-int ifl_gguf_get_float(const struct ifl_gguf *g, const char *key, double *out, char *err)
-{
-    const struct gkv *kv = find_kv(g, key);
-    if (!kv)
-        return IFL_ENOTFOUND;
-    if (read_float(kv->val.type, kv->val.p, out))
-        return type_err(kv, "float32 or float64", err);
-    return 0;
-}
-
-int ifl_gguf_get_bool(const struct ifl_gguf *g, const char *key, int *out, char *err)
-{
-    const struct gkv *kv = find_kv(g, key);
-    if (!kv)
-        return IFL_ENOTFOUND;
-    if (kv->val.type != IFL_GGUF_BOOL)
-        return type_err(kv, "bool", err);
-    *out = kv->val.p[0] != 0;
-    return 0;
-}
-
-int ifl_gguf_get_str(const struct ifl_gguf *g, const char *key, const char **s, size_t *len,
-                     char *err)
-{
-    const struct gkv *kv = find_kv(g, key);
-    if (!kv)
-        return IFL_ENOTFOUND;
-    if (kv->val.type != IFL_GGUF_STRING)
-        return type_err(kv, "string", err);
-    *s = (const char *)kv->val.p;
-    *len = (size_t)kv->val.n;
-    return 0;
-}
-
-int ifl_gguf_get_arr(const struct ifl_gguf *g, const char *key, struct ifl_gguf_value *out,
-                     char *err)
-{
-    const struct gkv *kv = find_kv(g, key);
-    if (!kv)
-        return IFL_ENOTFOUND;
-    if (kv->val.type != IFL_GGUF_ARRAY)
-        return type_err(kv, "array", err);
-    fill_value(&kv->val, out);
-    return 0;
-}
-
-/* ---- scalar values and array elements ---- */
-
-int ifl_gguf_value_int(const struct ifl_gguf_value *v, int64_t *out)
-{
-    const struct gnode *nd = v->impl;
-    if (nd->type == IFL_GGUF_STRING || nd->type == IFL_GGUF_ARRAY)
-        return IFL_EINVAL;
-    return read_int(nd->type, nd->p, out);
-}
-
-int ifl_gguf_value_float(const struct ifl_gguf_value *v, double *out)
-{
-    const struct gnode *nd = v->impl;
-    return read_float(nd->type, nd->p, out);
-}
-
-int ifl_gguf_value_str(const struct ifl_gguf_value *v, const char **s, size_t *len)
-{
-    const struct gnode *nd = v->impl;
-    if (nd->type != IFL_GGUF_STRING)
-        return IFL_EINVAL;
-    *s = (const char *)nd->p;
-    *len = (size_t)nd->n;
-    return 0;
-}
-
-static const struct gnode *arr_node(const struct ifl_gguf_value *arr, uint64_t i)
-{
-    const struct gnode *nd = arr->impl;
-    IFL_ASSERT(nd && nd->type == IFL_GGUF_ARRAY && i < nd->n);
-    return nd;
-}
-
-int ifl_gguf_arr_int(const struct ifl_gguf_value *arr, uint64_t i, int64_t *out)
-{
-    const struct gnode *nd = arr_node(arr, i);
-    size_t es = scalar_size(nd->elem_type);
-    if (!es)
-        return IFL_EINVAL;
-    return read_int(nd->elem_type, nd->p + i * es, out);
-}
-
-int ifl_gguf_arr_float(const struct ifl_gguf_value *arr, uint64_t i, double *out)
-{
-    const struct gnode *nd = arr_node(arr, i);
-    size_t es = scalar_size(nd->elem_type);
-    if (!es)
-        return IFL_EINVAL;
-    return read_float(nd->elem_type, nd->p + i * es, out);
-}
-
-int ifl_gguf_arr_str(const struct ifl_gguf_value *arr, uint64_t i, const char **s, size_t *len)
-{
-    const struct gnode *nd = arr_node(arr, i);
-    if (nd->elem_type != IFL_GGUF_STRING)
-        return IFL_EINVAL;
-    const uint8_t *at = ((const uint8_t *const *)nd->index)[i];
-    *len = (size_t)rd_u64(at);
-    *s = (const char *)at + 8;
-    return 0;
-}
-
-int ifl_gguf_arr_sub(const struct ifl_gguf_value *arr, uint64_t i, struct ifl_gguf_value *out)
-{
-    const struct gnode *nd = arr_node(arr, i);
-    if (nd->elem_type != IFL_GGUF_ARRAY)
-        return IFL_EINVAL;
-    fill_value(&((const struct gnode *)nd->index)[i], out);
-    return 0;
-}
-
-/* ---- tensors ---- */
-
-int64_t ifl_gguf_n_tensors(const struct ifl_gguf *g)
-{
-    return g->n_tensors;
-}
-
-const struct ifl_gguf_tensor *ifl_gguf_tensor(const struct ifl_gguf *g, int64_t i)
-{
-    return i >= 0 && i < g->n_tensors ? &g->tensors[i].t : NULL;
-}
-
-const struct ifl_gguf_tensor *ifl_gguf_find_tensor(const struct ifl_gguf *g, const char *name)
-{
-    int64_t i = lookup(g, g->t_slots, g->t_mask, t_name, name);
-    return i < 0 ? NULL : &g->tensors[i].t;
 }
