@@ -12,6 +12,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "core/syscpu.h"
+#include "core/utf8.h"
 #include "t.h"
 
 static void test_strerror(void)
@@ -522,6 +523,31 @@ static void test_syscpu_here(void)
     CHECK_EQ(sched_setaffinity(0, sizeof set, &set), 0);
 }
 
+/* core/utf8.h: what is whole, valid UTF-8 (the server's JSON text and
+ * chat templates rely on it) */
+static void test_utf8(void)
+{
+    CHECK(ifl_utf8_valid("", 0));
+    CHECK(ifl_utf8_valid("a\0b", 3));                                 /* NUL is a character */
+    CHECK(ifl_utf8_valid("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9)); /* é € 😀 */
+    CHECK(ifl_utf8_valid("\xf4\x8f\xbf\xbf", 4));                     /* U+10FFFF */
+    CHECK(!ifl_utf8_valid("\xc0\x80", 2));                            /* overlong NUL */
+    CHECK(!ifl_utf8_valid("\xe0\x9f\xbf", 3));                        /* overlong U+07FF */
+    CHECK(!ifl_utf8_valid("\xed\xa0\x80", 3));                        /* a surrogate */
+    CHECK(!ifl_utf8_valid("\xf4\x90\x80\x80", 4));                    /* above U+10FFFF */
+    CHECK(!ifl_utf8_valid("\xe2\x82", 2));                            /* cut short */
+    CHECK(!ifl_utf8_valid("\x80", 1)); /* a stray continuation byte */
+    const unsigned char euro[] = {0xe2, 0x82, 0xac};
+    CHECK_EQ(ifl_utf8_char_len(euro, 3), 3);
+    CHECK_EQ(ifl_utf8_char_len(euro, 2), 0);
+    char out[4];
+    CHECK_EQ(ifl_utf8_encode(0x20ac, out), 3);
+    CHECK(memcmp(out, euro, 3) == 0);
+    size_t len = 0;
+    CHECK_EQ(ifl_utf8_check(euro, 3, &len), IFL_UTF8_OK);
+    CHECK_EQ(ifl_utf8_decode(euro, len), 0x20ac);
+}
+
 int main(void)
 {
     T_RUN(test_strerror);
@@ -535,5 +561,6 @@ int main(void)
     T_RUN(test_syscpu_parse);
     T_RUN(test_syscpu_trees);
     T_RUN(test_syscpu_here);
+    T_RUN(test_utf8);
     return t_done();
 }

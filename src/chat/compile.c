@@ -9,6 +9,7 @@
 
 #include "chat/internal.h"
 #include "core/err.h"
+#include "core/utf8.h"
 
 /* Normalises \r\n and \r to \n and drops one trailing newline, as Jinja's
  * lexer does with keep_trailing_newline=False. */
@@ -34,44 +35,6 @@ static char *normalize(const char *src, size_t len, size_t *out_len)
     return o;
 }
 
-static int valid_utf8(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            k = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            k = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + k >= n)
-            return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (p[i + j] & 0x3f);
-        }
-        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 /* Lexes and parses into t's arena. Returns 0, -1 (syntax error: msg, line)
  * or -2 (the arena ran out). */
 static int compile_into(struct ifl_chat_template *t, const char *src, size_t n, char *msg,
@@ -95,7 +58,7 @@ int ifl_chat_template_compile(struct ifl_chat_template **out, const char *src, s
     *out = NULL;
     if (!src && len)
         return ifl_err(err, IFL_EINVAL, "chat template: no source");
-    if (!valid_utf8(src, len))
+    if (!ifl_utf8_valid(src, len))
         return ifl_err(err, IFL_EFORMAT, "TemplateSyntaxError: template is not valid UTF-8");
     size_t n;
     char *norm = normalize(src ? src : "", len, &n);

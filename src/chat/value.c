@@ -17,6 +17,7 @@
 
 #include "chat/internal.h"
 #include "core/err.h"
+#include "core/utf8.h"
 
 /* ---- arena ---- */
 
@@ -310,28 +311,7 @@ uint32_t ifl_chat_utf8_dec(const char *s, size_t n, size_t *adv)
 
 size_t ifl_chat_utf8_enc(uint32_t c, char *o)
 {
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xc0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3f));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xe0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (c & 0x3f));
-        return 3;
-    }
-    if (c > 0x10ffff)
-        c = 0xfffd;
-    o[0] = (char)(0xf0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (c & 0x3f));
-    return 4;
+    return ifl_utf8_encode(c > 0x10ffff ? 0xfffd : c, o);
 }
 
 size_t ifl_chat_utf8_len(const char *p, size_t n)

@@ -14,51 +14,17 @@
 
 #include "core/err.h"
 #include "core/timeutil.h"
+#include "core/utf8.h"
 #include "server/internal.h"
 
 /* ---- JSON helpers ---- */
-
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned min;
-    if ((c & 0xE0) == 0xC0) {
-        len = 2;
-        min = 0x80;
-        c &= 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3;
-        min = 0x800;
-        c &= 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        len = 4;
-        min = 0x10000;
-        c &= 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        c = (c << 6) | (p[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    return len;
-}
 
 json_t *ifl_json_text(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
-        size_t l = utf8_len(u + i, n - i);
+        size_t l = ifl_utf8_char_len(u + i, n - i);
         if (!l)
             break;
         i += l;
@@ -67,7 +33,7 @@ json_t *ifl_json_text(const char *s, size_t n)
         return json_stringn(s, n);
     struct ifl_sbuf b = {0};
     for (i = 0; i < n;) {
-        size_t l = utf8_len(u + i, n - i);
+        size_t l = ifl_utf8_char_len(u + i, n - i);
         if (l) {
             ifl_sbuf_add(&b, s + i, l);
             i += l;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/utf8.h"
 #include "server/internal.h"
 
 static const char *tgi_finish(int f)
@@ -43,14 +44,6 @@ static int is_special(ifl_executor *ex, int32_t tok)
     ifl_executor_detokenize(ex, &tok, 1, 0, a, sizeof a, &na);
     ifl_executor_detokenize(ex, &tok, 1, 1, b, sizeof b, &nb);
     return na == 0 && nb > 0;
-}
-
-/* Whole UTF-8 characters only (a token piece may be part of one). */
-static int utf8_whole(const char *p, size_t n)
-{
-    json_t *j = json_stringn(p, n);
-    json_decref(j);
-    return j != NULL;
 }
 
 static json_t *token_json(struct ifl_server *s, ifl_executor *ex, int32_t tok, float lp,
@@ -410,7 +403,7 @@ static void tgi_on_resp(void *user, int choice, const struct ifl_response *r)
     for (int32_t i = 0; split && i < res->n_tokens; i++) {
         size_t pl = ifl_gen_piece(ts->srv, res->tokens[i], piece, sizeof piece);
         split = at + pl <= (size_t)res->n_text && !memcmp(res->text + at, piece, pl) &&
-                utf8_whole(piece, pl);
+                ifl_utf8_valid(piece, pl);
         at += pl;
         cut[i + 1] = at;
     }

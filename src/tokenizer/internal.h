@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 /* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
@@ -127,104 +128,6 @@ static inline const char *ifl_vocab_text_(const struct ifl_vocab *v, int32_t id,
 {
     *len = v->text_off[id + 1] - v->text_off[id] - 1;
     return v->text_blob + v->text_off[id];
-}
-
-/* ---- UTF-8 ---- */
-
-/* Byte count a lead byte announces, as llama.cpp counts it (no validation):
- * 1 for ASCII and stray continuation bytes. */
-static inline size_t ifl_utf8_len_lead(unsigned char c)
-{
-    static const unsigned char len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return len[c >> 4];
-}
-
-enum { IFL_UTF8_OK, IFL_UTF8_SHORT, IFL_UTF8_BAD };
-
-/* Checks the character at s[0..n) (n >= 1) strictly (no overlongs, no
- * surrogates, at most U+10FFFF; Unicode table 3-7). Returns IFL_UTF8_OK with
- * *len its length; IFL_UTF8_SHORT when s is a valid but cut-off start
- * (*len = n); IFL_UTF8_BAD with *len the maximal ill-formed subpart (>= 1),
- * which is what one U+FFFD replaces. */
-static inline int ifl_utf8_check(const unsigned char *s, size_t n, size_t *len)
-{
-    unsigned char c = s[0];
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c < 0x80) {
-        *len = 1;
-        return IFL_UTF8_OK;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-        need = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        *len = 1;
-        return IFL_UTF8_BAD;
-    }
-    for (size_t i = 1; i < need; i++) {
-        if (i >= n) {
-            *len = n;
-            return IFL_UTF8_SHORT;
-        }
-        unsigned char b = s[i];
-        int ok = i == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
-        if (!ok) {
-            *len = i;
-            return IFL_UTF8_BAD;
-        }
-    }
-    *len = need;
-    return IFL_UTF8_OK;
-}
-
-/* Code point of a character ifl_utf8_check accepted. */
-static inline uint32_t ifl_utf8_decode(const unsigned char *s, size_t len)
-{
-    switch (len) {
-    case 1:
-        return s[0];
-    case 2:
-        return (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
-    case 3:
-        return (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-    default:
-        return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 |
-               (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
-    }
-}
-
-/* Writes cp (< 0x110000) as UTF-8; returns the byte count. */
-static inline size_t ifl_utf8_encode(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    } else if (cp < 0x800) {
-        out[0] = (char)(0xC0 | cp >> 6);
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    } else if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12);
-        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18);
-    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 /* ---- merge candidates: a binary max-heap ---- */
