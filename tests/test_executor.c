@@ -479,6 +479,19 @@ static void test_bad_requests(void)
     greedy_req(&r, ONCE, 5, 600);
     CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
     CHECK(strstr(err, "max_tokens") != NULL);
+    /* max_tokens 0 is 1 everywhere: one token, and a prompt that fills
+     * the context leaves no room for it */
+    static int32_t full[512];
+    for (int i = 0; i < 512; i++)
+        full[i] = 3 + i % 400;
+    greedy_req(&r, full, 512, 0);
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
+    CHECK(strstr(err, "plus max_tokens (1)") != NULL);
+    greedy_req(&r, ONCE, 5, 0);
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+    int32_t one[4], n_one = 0;
+    CHECK_EQ(collect(ex, id, 0, one, &n_one, NULL, NULL, 0), IFL_FINISH_LENGTH);
+    CHECK_EQ(n_one, 1);
     greedy_req(&r, ONCE, 5, 8);
     r.sampling.top_p = 0;
     CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);

@@ -19,7 +19,7 @@ int ifl_beamslot_create(struct ifl_executor *ex, struct xreq *q, struct ebeam **
     int32_t w = q->r.sampling.beam_width, nv = ex->n_vocab, ne = ex->model->hp.n_embd;
     eb->width = w;
     eb->n_ret = q->r.num_return_sequences > 1 ? q->r.num_return_sequences : w;
-    eb->max_len = q->r.max_tokens > 0 ? q->r.max_tokens : 1;
+    eb->max_len = q->r.max_tokens;
     size_t steps = (size_t)eb->max_len * (size_t)w;
     if (ifl_beam_init(&eb->b, w, eb->max_len) ||
         ifl_beam_reset(&eb->b, &q->r.sampling, eb->max_len))

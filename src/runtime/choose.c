@@ -266,7 +266,7 @@ void ifl_choose_capture_rows(struct ifl_executor *ex, int32_t nlog)
              * a draft row i positions on, token n_gen + i if the drafts
              * before it are kept (else a later step writes it again) */
             int32_t g = s->n_gen + (p - (s->n_tokens - 1));
-            if (g >= (q->r.max_tokens > 0 ? q->r.max_tokens : 1))
+            if (g >= q->r.max_tokens)
                 continue;
             if (s->glog)
                 memcpy(s->glog + (size_t)g * nv, lg, sizeof(float) * nv);

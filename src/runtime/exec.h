@@ -157,6 +157,15 @@ static inline int64_t ifl_exec_blocks_to_reserve(int64_t block_size, int64_t n_p
 }
 
 /* A malloc'd copy of n bytes; NULL for n = 0 or out of memory. */
+/* The tokens a request may generate: max_tokens, where 0 means 1 (a
+ * request always yields its first token). The one place that rule lives:
+ * validation uses it, and enqueue stores it in the copied request, so the
+ * engine never sees 0. */
+static inline int32_t ifl_exec_max_tokens(const struct ifl_request *r)
+{
+    return r->max_tokens > 0 ? r->max_tokens : 1;
+}
+
 static inline void *ifl_exec_dup(const void *p, size_t n)
 {
     if (!n)

@@ -81,11 +81,11 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
                            i, r->input_ids[i], ex->n_vocab);
     if (r->max_tokens < 0)
         return ifl_err(err, IFL_EINVAL, "max_tokens: %d is negative", r->max_tokens);
-    if ((int64_t)r->n_input + r->max_tokens > ex->n_ctx)
+    if ((int64_t)r->n_input + ifl_exec_max_tokens(r) > ex->n_ctx)
         return ifl_err(err, IFL_EINVAL,
                        "max_tokens: the prompt (%d tokens) plus max_tokens (%d) exceeds the "
                        "context of %d positions",
-                       r->n_input, r->max_tokens, ex->n_ctx);
+                       r->n_input, ifl_exec_max_tokens(r), ex->n_ctx);
     const struct ifl_sampling_config *s = &r->sampling;
     int rc = ifl_sampling_validate(s, ex->n_vocab, err);
     if (rc)
@@ -128,12 +128,13 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
         /* a request that can never get its reservation would wait forever */
         int64_t bs = ex->cfg.kv_block_size,
                 n = s->beam_width > 1 ? s->beam_width : r->num_return_sequences;
-        int64_t need = ifl_exec_blocks_to_reserve(bs, (int64_t)r->n_input + r->max_tokens, n);
+        int64_t need =
+            ifl_exec_blocks_to_reserve(bs, (int64_t)r->n_input + ifl_exec_max_tokens(r), n);
         if (need * bs > ex->kv_cache_tokens)
             return ifl_err(err, IFL_EINVAL,
                            "max_tokens: %lld sequence(s) of %d positions need %lld KV blocks; the "
                            "cache has %lld",
-                           (long long)n, r->n_input + r->max_tokens, (long long)need,
+                           (long long)n, r->n_input + ifl_exec_max_tokens(r), (long long)need,
                            (long long)(ex->kv_cache_tokens / bs));
     }
     if (!(r->priority >= 0 && r->priority <= 1))
@@ -188,6 +189,7 @@ static int copy_request(const struct ifl_executor *ex, const struct ifl_request 
     if (!q)
         return IFL_ENOMEM;
     q->r = *r;
+    q->r.max_tokens = ifl_exec_max_tokens(r); /* from here on, never 0 */
     int64_t stop_total = 0, bad_total = 0;
     for (int32_t i = 0; i < r->n_stop_words; i++)
         stop_total += r->stop_words_lens[i];

@@ -73,7 +73,7 @@ static int alloc_outputs(struct ifl_executor *ex, struct xreq *q, const int32_t 
         e->seqs[slots[0]].beam_j = 0;
         return 0;
     }
-    size_t len = (size_t)(q->r.max_tokens > 0 ? q->r.max_tokens : 1);
+    size_t len = (size_t)q->r.max_tokens;
     for (int32_t k = 0; k < n; k++) {
         struct eseq *s = &e->seqs[slots[k]];
         if (o->return_generation_logits && !(s->glog = malloc(sizeof(float) * len * nv)))
