@@ -14,38 +14,7 @@
 
 #include "core/err.h"
 #include "core/timeutil.h"
-#include "core/utf8.h"
 #include "server/internal.h"
-
-/* ---- JSON helpers ---- */
-
-json_t *ifl_json_text(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        size_t l = ifl_utf8_char_len(u + i, n - i);
-        if (!l)
-            break;
-        i += l;
-    }
-    if (i == n)
-        return json_stringn(s, n);
-    struct ifl_sbuf b = {0};
-    for (i = 0; i < n;) {
-        size_t l = ifl_utf8_char_len(u + i, n - i);
-        if (l) {
-            ifl_sbuf_add(&b, s + i, l);
-            i += l;
-        } else {
-            ifl_sbuf_add(&b, "\xEF\xBF\xBD", 3); /* U+FFFD */
-            i++;
-        }
-    }
-    json_t *j = b.oom ? NULL : json_stringn(b.p ? b.p : "", b.len);
-    ifl_sbuf_free(&b);
-    return j;
-}
 
 /* ---- the job ---- */
 

@@ -1,9 +1,9 @@
 /*
  * JSON helpers over jansson for the request parsers: typed field readers
  * with ranges (ifl_json_get_*), the field-spec tables both protocols read
- * their scalar parameters with (ifl_json_read_fields), and a schema field's
- * text. Readers never keep pointers past the request: a string read is a
- * view into the parsed body, which the route owns.
+ * their scalar parameters with (ifl_json_read_fields), a schema field's
+ * text, and any bytes as a JSON string (ifl_json_text). Readers never keep pointers past the
+ * request: a string read is a view into the parsed body, which the route owns.
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/utf8.h"
 #include "server/internal.h"
 
 int ifl_json_get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err)
@@ -195,4 +196,34 @@ int ifl_json_read_fields(json_t *o, const struct ifl_json_field *f, int n, void 
             *seen |= (uint64_t)1 << i;
     }
     return 0;
+}
+
+/* A JSON string of n bytes of text, each invalid UTF-8 byte replaced by
+ * U+FFFD (token pieces may be parts of characters); NULL without memory. */
+json_t *ifl_json_text(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t l = ifl_utf8_char_len(u + i, n - i);
+        if (!l)
+            break;
+        i += l;
+    }
+    if (i == n)
+        return json_stringn(s, n);
+    struct ifl_sbuf b = {0};
+    for (i = 0; i < n;) {
+        size_t l = ifl_utf8_char_len(u + i, n - i);
+        if (l) {
+            ifl_sbuf_add(&b, s + i, l);
+            i += l;
+        } else {
+            ifl_sbuf_add(&b, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            i++;
+        }
+    }
+    json_t *j = b.oom ? NULL : json_stringn(b.p ? b.p : "", b.len);
+    ifl_sbuf_free(&b);
+    return j;
 }
