@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/buf.h"
 #include "core/timeutil.h"
 
 #define MAX_CONC 256
@@ -28,8 +29,7 @@
 struct lg_req {
     CURL *h;
     struct curl_slist *hdr;
-    char *buf; /* bytes of the event stream not yet split into events */
-    size_t len, cap;
+    struct ifl_buf buf; /* bytes of the event stream not yet split into events */
     double t_start, t_first, t_last;
     int64_t n_events, n_usage;
     double *gaps; /* inter-token gaps, shared array slice */
@@ -88,17 +88,8 @@ static void on_event(struct lg_req *r, const char *data, size_t n)
 /* Appends n bytes to r's buffer; 0 when out of memory (curl then aborts). */
 static int buf_add(struct lg_req *r, const char *p, size_t n)
 {
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = (r->len + n + 1) * 2;
-        char *b = realloc(r->buf, cap);
-        if (!b)
-            return 0;
-        r->buf = b;
-        r->cap = cap;
-    }
-    memcpy(r->buf + r->len, p, n);
-    r->len += n;
-    return 1;
+    ifl_buf_add(&r->buf, p, n);
+    return !r->buf.oom;
 }
 
 static size_t on_data(char *p, size_t sz, size_t nm, void *user)
@@ -111,14 +102,14 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *user)
     size_t start = 0;
     for (;;) {
         char *end = NULL;
-        for (size_t k = start; k + 1 < r->len; k++)
-            if (r->buf[k] == '\n' && r->buf[k + 1] == '\n') {
-                end = r->buf + k;
+        for (size_t k = start; k + 1 < r->buf.len; k++)
+            if (r->buf.p[k] == '\n' && r->buf.p[k + 1] == '\n') {
+                end = r->buf.p + k;
                 break;
             }
         if (!end)
             break;
-        char *line = r->buf + start;
+        char *line = r->buf.p + start;
         while (line < end) {
             char *nl = memchr(line, '\n', (size_t)(end - line));
             char *le = nl ? nl : end;
@@ -133,10 +124,10 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *user)
             }
             line = le + 1;
         }
-        start = (size_t)(end - r->buf) + 2;
+        start = (size_t)(end - r->buf.p) + 2;
     }
-    memmove(r->buf, r->buf + start, r->len - start);
-    r->len -= start;
+    memmove(r->buf.p, r->buf.p + start, r->buf.len - start);
+    r->buf.len -= start;
     return n;
 }
 
@@ -213,8 +204,7 @@ static void run_level(const struct lg_opts *o, int conc, const char *url, const 
             curl_multi_remove_handle(m, r->h);
             curl_easy_cleanup(r->h);
             curl_slist_free_all(r->hdr);
-            free(r->buf);
-            r->buf = NULL;
+            ifl_buf_free(&r->buf);
             finished++;
             if (started < o->n_req) {
                 started++;
@@ -261,7 +251,7 @@ static int served_model(const char *base, size_t base_len, const char *api_key, 
     int rc = curl_easy_perform(h) == CURLE_OK ? 0 : -1;
     curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
-    json_t *j = rc ? NULL : json_loadb(r.buf ? r.buf : "", r.len, 0, NULL);
+    json_t *j = rc ? NULL : json_loadb(r.buf.p ? r.buf.p : "", r.buf.len, 0, NULL);
     const char *id =
         json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     if (id)
@@ -269,7 +259,7 @@ static int served_model(const char *base, size_t base_len, const char *api_key, 
     else
         rc = -1;
     json_decref(j);
-    free(r.buf);
+    ifl_buf_free(&r.buf);
     return rc;
 }
 

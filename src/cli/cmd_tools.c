@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/buf.h"
 #include "kernels/types.h"
 
 int cmd_tokenize(int argc, char **argv)
@@ -41,29 +42,16 @@ int cmd_tokenize(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     ifl_gguf_free(g);
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
+    struct ifl_buf in = {0};
     int status = 0;
     int32_t *ids = NULL;
-    while (text) {
-        if (len == cap) {
-            char *t = realloc(text, cap * 2);
-            if (!t) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = t;
-            cap *= 2;
-        }
-        size_t k = fread(text + len, 1, cap - len, stdin);
-        len += k;
-        if (k == 0)
-            break;
-    }
+    char chunk[1 << 16];
+    for (size_t k; !in.oom && (k = fread(chunk, 1, sizeof chunk, stdin)) > 0;)
+        ifl_buf_add(&in, chunk, k);
     int64_t n = 0;
-    int rc =
-        text ? ifl_tokenize_alloc(v, text, len, add_special, parse_special, &ids, &n) : IFL_ENOMEM;
+    int rc = in.oom ? IFL_ENOMEM
+                    : ifl_tokenize_alloc(v, in.p ? in.p : "", in.len, add_special, parse_special,
+                                         &ids, &n);
     if (rc) {
         fprintf(stderr, "inflight tokenize: %s\n",
                 rc == IFL_ENOMEM ? "out of memory" : "the text could not be tokenized");
@@ -74,7 +62,7 @@ int cmd_tokenize(int argc, char **argv)
         putchar('\n');
     }
     free(ids);
-    free(text);
+    ifl_buf_free(&in);
     ifl_vocab_free(v);
     return status;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/err.h"
 #include "guide/internal.h"
 
@@ -61,8 +62,7 @@ int ifl_guide_compile_json(struct ifl_guide **out, int object_only, char *err)
 struct rx {
     const char *s;
     size_t n, p;
-    char *o;
-    size_t on, ocap;
+    struct ifl_buf o; /* the grammar written */
     int depth;
     char *err;
     int rc;
@@ -96,19 +96,8 @@ static int put(struct rx *r, const char *fmt, ...)
     va_end(ap);
     if (k < 0 || (size_t)k >= sizeof tmp)
         return rx_err(r, IFL_EINVAL, r->p, "internal formatting error");
-    if (r->on + (size_t)k + 1 > r->ocap) {
-        size_t cap = r->ocap ? r->ocap * 2 : 256;
-        while (cap < r->on + (size_t)k + 1)
-            cap *= 2;
-        char *o = realloc(r->o, cap);
-        if (!o)
-            return rx_err(r, IFL_ENOMEM, r->p, "out of memory");
-        r->o = o;
-        r->ocap = cap;
-    }
-    memcpy(r->o + r->on, tmp, (size_t)k + 1);
-    r->on += (size_t)k;
-    return 0;
+    ifl_buf_add(&r->o, tmp, (size_t)k);
+    return r->o.oom ? rx_err(r, IFL_ENOMEM, r->p, "out of memory") : 0;
 }
 
 /* One source character (UTF-8 decoded). */
@@ -512,10 +501,10 @@ int ifl_guide_regex_to_gbnf(char **out, const char *re, size_t len, char *err)
             put(&r, "\n");
     }
     if (r.rc) {
-        free(r.o);
+        ifl_buf_free(&r.o);
         return r.rc;
     }
-    *out = r.o;
+    *out = r.o.p; /* the caller frees it */
     return 0;
 }
 

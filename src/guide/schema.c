@@ -18,14 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/err.h"
 #include "guide/internal.h"
 
 struct sc {
-    char *o; /* the rule line being written */
-    size_t on, ocap;
-    char *d; /* finished rule lines */
-    size_t dn, dcap;
+    struct ifl_buf o; /* the rule line being written */
+    struct ifl_buf d; /* finished rule lines */
     int n_rules;
     json_t *root;
     json_t *refs; /* "$ref" string -> rule number */
@@ -54,22 +53,10 @@ static int sc_err(struct sc *c, int status, const char *fmt, ...)
 
 static int out(struct sc *c, const char *s, size_t n)
 {
-    if (c->on + n + 1 > c->ocap) {
-        size_t cap = c->ocap ? c->ocap * 2 : 1024;
-        while (cap < c->on + n + 1)
-            cap *= 2;
-        if (cap > IFL_GUIDE_MAX_TEXT)
-            return sc_err(c, IFL_EFORMAT, "schema's grammar is too large");
-        char *p = realloc(c->o, cap);
-        if (!p)
-            return sc_err(c, IFL_ENOMEM, "out of memory");
-        c->o = p;
-        c->ocap = cap;
-    }
-    memcpy(c->o + c->on, s, n);
-    c->on += n;
-    c->o[c->on] = 0;
-    return 0;
+    if (c->o.len + n + 1 > IFL_GUIDE_MAX_TEXT)
+        return sc_err(c, IFL_EFORMAT, "schema's grammar is too large");
+    ifl_buf_add(&c->o, s, n);
+    return c->o.oom ? sc_err(c, IFL_ENOMEM, "out of memory") : 0;
 }
 
 static int outf(struct sc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -828,28 +815,19 @@ static int gen(struct sc *c, json_t *s)
         return 0;
     }
     int r = new_rule(c);
-    char *saved = c->o;
-    size_t saved_n = c->on, saved_cap = c->ocap;
-    c->o = NULL;
-    c->on = c->ocap = 0;
+    struct ifl_buf saved = c->o;
+    c->o = (struct ifl_buf){0};
     outf(c, "s%d ::= ", r);
     gen_body(c, s);
     out(c, "\n", 1);
-    char *mine = c->o;
-    size_t mine_n = c->on;
+    struct ifl_buf mine = c->o;
     /* append the finished line to d, then go back to the caller's line */
     c->o = c->d;
-    c->on = c->dn;
-    c->ocap = c->dcap;
     if (!c->rc)
-        out(c, mine ? mine : "", mine ? mine_n : 0);
+        out(c, mine.p ? mine.p : "", mine.len);
     c->d = c->o;
-    c->dn = c->on;
-    c->dcap = c->ocap;
     c->o = saved;
-    c->on = saved_n;
-    c->ocap = saved_cap;
-    free(mine);
+    ifl_buf_free(&mine);
     c->depth--;
     return r;
 }
@@ -881,11 +859,11 @@ int ifl_guide_schema_to_gbnf(char **out_text, const char *schema, size_t len, ch
             "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} )\n"
             "ws ::= \" \"?\n";
         const char *rest = strchr(common, '\n') + 1;
-        char *text = malloc(strlen(head) + c.dn + strlen(rest) + sizeof tail + 1);
+        char *text = malloc(strlen(head) + c.d.len + strlen(rest) + sizeof tail + 1);
         if (!text) {
             sc_err(&c, IFL_ENOMEM, "out of memory");
         } else {
-            size_t n = (size_t)sprintf(text, "%s%s", head, c.d ? c.d : "");
+            size_t n = (size_t)sprintf(text, "%s%s", head, c.d.p ? c.d.p : "");
             for (const char *l = rest; *l;) {
                 const char *eol = strchr(l, '\n');
                 size_t ln = eol ? (size_t)(eol - l) + 1 : strlen(l);
@@ -899,8 +877,8 @@ int ifl_guide_schema_to_gbnf(char **out_text, const char *schema, size_t len, ch
             *out_text = text;
         }
     }
-    free(c.o);
-    free(c.d);
+    ifl_buf_free(&c.o);
+    ifl_buf_free(&c.d);
     json_decref(c.refs);
     json_decref(root);
     return c.rc;

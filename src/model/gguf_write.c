@@ -17,12 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "kernels/types.h"
-
-struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-};
 
 struct wtensor {
     char *name;
@@ -34,7 +30,7 @@ struct wtensor {
 };
 
 struct ifl_gguf_writer {
-    struct wbuf kv; /* encoded metadata entries */
+    struct ifl_buf kv; /* encoded metadata entries */
     uint64_t n_kv;
     char **keys; /* for duplicate checks */
     size_t n_keys, cap_keys;
@@ -62,37 +58,22 @@ static int wfail(struct ifl_gguf_writer *w, int status, const char *fmt, ...)
     return status;
 }
 
-static int put(struct ifl_gguf_writer *w, struct wbuf *b, const void *p, size_t n)
+static int put(struct ifl_gguf_writer *w, struct ifl_buf *b, const void *p, size_t n)
 {
-    if (n > b->cap - b->len) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc - b->len < n) {
-            if (nc > SIZE_MAX / 2)
-                return wfail(w, IFL_ENOMEM, "gguf writer: out of memory");
-            nc *= 2;
-        }
-        uint8_t *q = realloc(b->p, nc);
-        if (!q)
-            return wfail(w, IFL_ENOMEM, "gguf writer: out of memory");
-        b->p = q;
-        b->cap = nc;
-    }
-    if (n)
-        memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
+    ifl_buf_add(b, p, n);
+    return b->oom ? wfail(w, IFL_ENOMEM, "gguf writer: out of memory") : 0;
 }
 
-static int put_u32(struct ifl_gguf_writer *w, struct wbuf *b, uint32_t v)
+static int put_u32(struct ifl_gguf_writer *w, struct ifl_buf *b, uint32_t v)
 {
     return put(w, b, &v, 4);
 }
-static int put_u64(struct ifl_gguf_writer *w, struct wbuf *b, uint64_t v)
+static int put_u64(struct ifl_gguf_writer *w, struct ifl_buf *b, uint64_t v)
 {
     return put(w, b, &v, 8);
 }
 
-static int put_str(struct ifl_gguf_writer *w, struct wbuf *b, const char *s, size_t len)
+static int put_str(struct ifl_gguf_writer *w, struct ifl_buf *b, const char *s, size_t len)
 {
     int rc = put_u64(w, b, len);
     return rc ? rc : put(w, b, s, len);
@@ -111,7 +92,7 @@ void ifl_gguf_writer_free(struct ifl_gguf_writer *w)
 {
     if (!w)
         return;
-    free(w->kv.p);
+    ifl_buf_free(&w->kv);
     for (size_t i = 0; i < w->n_keys; i++)
         free(w->keys[i]);
     free(w->keys);
@@ -451,7 +432,7 @@ static uint64_t align_up(uint64_t x, uint64_t a)
     return (x + a - 1) & ~(a - 1);
 }
 
-static int pad_to(struct ifl_gguf_writer *w, struct wbuf *b, uint64_t a)
+static int pad_to(struct ifl_gguf_writer *w, struct ifl_buf *b, uint64_t a)
 {
     static const uint8_t zeros[64];
     uint64_t target = align_up(b->len, a);
@@ -484,7 +465,7 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
         wfail(w, IFL_EINVAL, "gguf writer: %d array(s) of arrays left open", w->depth);
     if (w->status)
         return ifl_err(err, w->status, "%s", w->msg);
-    struct wbuf b = {0};
+    struct ifl_buf b = {0};
     int rc = put(w, &b, "GGUF", 4);
     if (!rc)
         rc = put_u32(w, &b, 3);
@@ -516,14 +497,14 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
             rc = pad_to(w, &b, w->alignment);
     }
     if (rc) {
-        free(b.p);
+        ifl_buf_free(&b);
         return ifl_err(err, rc, "%s", w->msg);
     }
 
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);
     if (!tmp) {
-        free(b.p);
+        ifl_buf_free(&b);
         return ifl_err(err, IFL_ENOMEM, "gguf writer: out of memory");
     }
     memcpy(tmp, path, plen);
@@ -531,7 +512,7 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
     int fd = mkstemp(tmp);
     if (fd < 0) {
         int e = errno;
-        free(b.p);
+        ifl_buf_free(&b);
         rc = ifl_err(err, IFL_EIO, "gguf writer: cannot create '%s': %s", tmp, strerror(e));
         free(tmp);
         return rc;
@@ -539,7 +520,7 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
     const char *what = NULL;
     if (fchmod(fd, 0644) != 0)
         what = "chmod";
-    else if (write_all(fd, b.p, b.len) != 0)
+    else if (write_all(fd, (const uint8_t *)b.p, b.len) != 0)
         what = "write";
     else if (fsync(fd) != 0)
         what = "fsync";
@@ -548,7 +529,7 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
         what = "close", e = errno;
     if (!what && rename(tmp, path) != 0)
         what = "rename", e = errno;
-    free(b.p);
+    ifl_buf_free(&b);
     if (what) {
         unlink(tmp);
         rc = ifl_err(err, IFL_EIO, "gguf writer: cannot %s '%s': %s", what, path, strerror(e));

@@ -41,7 +41,7 @@ void ifl_gen_job_destroy(struct ifl_gen_job *j)
     }
     if (j->ch) {
         for (int i = 0; i < j->n_prompts * j->n_per; i++) {
-            ifl_sbuf_free(&j->ch[i].text);
+            ifl_buf_free(&j->ch[i].text);
             free(j->ch[i].tokens);
             free(j->ch[i].lps);
             free(j->ch[i].tops);
@@ -98,7 +98,7 @@ static int fold(struct ifl_gen_job *j, struct ifl_gen_choice *c,
     c->n_tokens += add;
     c->cum = res->cum_log_prob;
     if (res->n_text > 0)
-        ifl_sbuf_add(&c->text, res->text, (size_t)res->n_text);
+        ifl_buf_add(&c->text, res->text, (size_t)res->n_text);
     return c->text.oom ? IFL_ENOMEM : 0;
 }
 

@@ -196,15 +196,15 @@ static int handle_health(struct ifl_hconn *c, json_t *body)
 static int handle_metrics(struct ifl_hconn *c, json_t *body)
 {
     (void)body;
-    struct ifl_sbuf b = {0};
+    struct ifl_buf b = {0};
     ifl_server_metrics_render(c->srv, &b);
     if (b.oom) {
-        ifl_sbuf_free(&b);
+        ifl_buf_free(&b);
         return ifl_http_reply(c, 500, "text/plain", "out of memory\n", 14);
     }
     int rc =
         ifl_http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
-    ifl_sbuf_free(&b);
+    ifl_buf_free(&b);
     return rc;
 }
 /* Runs the route's handler once the whole request is in. */
@@ -313,7 +313,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size) {
         if (!c->too_large && c->body.len + *upload_size > (size_t)s->cfg.max_body_bytes) {
             c->too_large = 1;
-            ifl_sbuf_free(&c->body);
+            ifl_buf_free(&c->body);
         }
         if (!c->too_large && !c->body.p && c->content_length > 0) {
             /* the declared size (within the limit) at once: growing a 30 MB
@@ -322,7 +322,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             c->body.cap = c->body.p ? (size_t)c->content_length + 1 : 0;
         }
         if (!c->too_large)
-            ifl_sbuf_add(&c->body, upload_data, *upload_size);
+            ifl_buf_add(&c->body, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -369,7 +369,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         c->done_free(c->done_user);
     /* a kept-alive connection has as long for its next request */
     ifl_pump_sock_deadline(c->sock, ifl_now_us() + (int64_t)s->cfg.request_timeout_s * 1000000);
-    ifl_sbuf_free(&c->body);
+    ifl_buf_free(&c->body);
     if (c->counted)
         atomic_fetch_sub_explicit(&s->in_flight, 1, memory_order_acq_rel);
     free(c);

@@ -8,13 +8,13 @@
  *   gen.c       one generation over the executor: parameters, start, poll
  *   fold.c      a job's results: responses folded into choices; freeing
  *   pump.c      the thread between the executor and the connections
- *   json.c      jansson helpers: typed field readers and field-spec tables
+ *   json.c      jansson helpers: typed field readers, field-spec tables, text
  *   messages.c  chat messages rendered into a prompt by the chat template
  *   prescan.c   a look at a raw body for a prompt beyond the context
- *   metrics.c, log.c, sbuf.c   counters, log lines, the byte buffer
+ *   metrics.c, log.c   counters, log lines (the byte buffer is core/buf.h)
  * Calls between these files go one way: no two call each other, and no
- * longer cycle runs through them (server.c and http.c at the top, sbuf.c
- * and json.c at the bottom).
+ * longer cycle runs through them (server.c and http.c at the top, json.c
+ * at the bottom).
  *
  * Ownership: a struct ifl_hconn lives from the first callback of an HTTP
  * request to libmicrohttpd's "request completed" callback, which frees it
@@ -34,20 +34,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/buf.h"
 #include "inflight.h"
 #include "server/server.h"
-
-/* ---- growable byte buffer (sbuf.c) ---- */
-
-struct ifl_sbuf {
-    char *p;
-    size_t len, cap;
-    int oom; /* an append failed: contents are incomplete */
-};
-
-void ifl_sbuf_add(struct ifl_sbuf *b, const void *data, size_t n);
-void ifl_sbuf_addf(struct ifl_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ifl_sbuf_free(struct ifl_sbuf *b);
 
 /* ---- metrics (metrics.c): lock-free counters and histograms ---- */
 
@@ -66,7 +55,7 @@ void ifl_server_metrics_tokens(struct ifl_server *s, int64_t prompt, int64_t gen
 void ifl_server_metrics_http(struct ifl_server *s, int status);
 void ifl_server_metrics_disconnect(struct ifl_server *s);
 /* The Prometheus text exposition; the caller frees the buffer. */
-void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *out);
+void ifl_server_metrics_render(struct ifl_server *s, struct ifl_buf *out);
 /* Seconds a client turned away (429, 503) should wait before it retries:
  * the time the engine needs to work off what is queued at its recent rate
  * of completed requests (at least 1, at most 600). */
@@ -165,7 +154,7 @@ struct ifl_hconn {
     const char *method, *url; /* owned by libmicrohttpd for the request's life */
     const char *raw_uri;      /* where the raw request target began (compared, never read) */
     size_t raw_uri_len;       /* its length as a string (short of the span: a raw NUL) */
-    struct ifl_sbuf body;
+    struct ifl_buf body;
     int64_t content_length; /* -1: unknown */
     int too_large;
     int counted; /* in srv->in_flight */
@@ -211,7 +200,7 @@ int ifl_http_reply_preflight(struct ifl_hconn *c);
 int ifl_http_reply_not_allowed(struct ifl_hconn *c, const char *allow, const char *msg);
 /* Appends one Server-Sent Event "PREFIX{json}\n\n" to out and frees o
  * (OpenAI writes "data: ", TGI "data:"); out->oom on failure. */
-void ifl_sse_event(struct ifl_sbuf *out, const char *prefix, json_t *o);
+void ifl_sse_event(struct ifl_buf *out, const char *prefix, json_t *o);
 /* An id "PREFIX-<24 hex>" unique in this process. */
 void ifl_server_make_id(struct ifl_server *s, const char *prefix, char *out, size_t cap);
 
@@ -287,7 +276,7 @@ json_t *ifl_json_text(const char *s, size_t n);
 
 /* Everything a choice accumulates. */
 struct ifl_gen_choice {
-    struct ifl_sbuf text;
+    struct ifl_buf text;
     int32_t *tokens;
     float *lps;
     struct ifl_top_logprob *tops; /* [n_tokens][n_top] */
@@ -431,7 +420,7 @@ struct ifl_stream {
     void (*on_end)(struct ifl_stream *st);
     void *user; /* the protocol's state, freed by free_user */
     void (*free_user)(void *user);
-    struct ifl_sbuf out;
+    struct ifl_buf out;
     size_t off;
     int ended;
 };

@@ -212,18 +212,18 @@ json_t *ifl_json_text(const char *s, size_t n)
     }
     if (i == n)
         return json_stringn(s, n);
-    struct ifl_sbuf b = {0};
+    struct ifl_buf b = {0};
     for (i = 0; i < n;) {
         size_t l = ifl_utf8_char_len(u + i, n - i);
         if (l) {
-            ifl_sbuf_add(&b, s + i, l);
+            ifl_buf_add(&b, s + i, l);
             i += l;
         } else {
-            ifl_sbuf_add(&b, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            ifl_buf_add(&b, "\xEF\xBF\xBD", 3); /* U+FFFD */
             i++;
         }
     }
     json_t *j = b.oom ? NULL : json_stringn(b.p ? b.p : "", b.len);
-    ifl_sbuf_free(&b);
+    ifl_buf_free(&b);
     return j;
 }

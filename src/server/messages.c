@@ -93,9 +93,9 @@ static int normalize(json_t *messages, json_t **out, char *err)
                            i, role);
         }
         json_t *content = json_object_get(m, "content");
-        struct ifl_sbuf text = {0};
+        struct ifl_buf text = {0};
         if (json_is_string(content)) {
-            ifl_sbuf_add(&text, json_string_value(content), json_string_length(content));
+            ifl_buf_add(&text, json_string_value(content), json_string_length(content));
         } else if (json_is_array(content)) {
             size_t k;
             json_t *part;
@@ -104,7 +104,7 @@ static int normalize(json_t *messages, json_t **out, char *err)
                 const char *type = json_string_value(json_object_get(part, "type"));
                 json_t *t = json_object_get(part, "text");
                 if (!type || strcmp(type, "text") || !json_is_string(t)) {
-                    ifl_sbuf_free(&text);
+                    ifl_buf_free(&text);
                     json_decref(arr);
                     return ifl_err(
                         err, IFL_EINVAL,
@@ -113,8 +113,8 @@ static int normalize(json_t *messages, json_t **out, char *err)
                         i, k);
                 }
                 if (k)
-                    ifl_sbuf_add(&text, "\n", 1);
-                ifl_sbuf_add(&text, json_string_value(t), json_string_length(t));
+                    ifl_buf_add(&text, "\n", 1);
+                ifl_buf_add(&text, json_string_value(t), json_string_length(t));
             }
         } else if (!(json_is_null(content) || !content) || strcmp(role, "assistant")) {
             json_decref(arr);
@@ -122,14 +122,14 @@ static int normalize(json_t *messages, json_t **out, char *err)
                            "messages[%zu].content: must be a string or a list of text parts", i);
         }
         if (text.oom) {
-            ifl_sbuf_free(&text);
+            ifl_buf_free(&text);
             json_decref(arr);
             return ifl_err(err, IFL_ENOMEM, "out of memory");
         }
         json_t *o = json_object();
         json_object_set_new(o, "role", json_string(role));
         json_object_set_new(o, "content", json_stringn(text.p ? text.p : "", text.len));
-        ifl_sbuf_free(&text);
+        ifl_buf_free(&text);
         json_array_append_new(arr, o);
     }
     *out = arr;

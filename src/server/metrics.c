@@ -149,9 +149,9 @@ static long long rd(atomic_llong *a)
     return atomic_load_explicit(a, memory_order_relaxed);
 }
 
-static void head(struct ifl_sbuf *b, const char *name, const char *type, const char *help)
+static void head(struct ifl_buf *b, const char *name, const char *type, const char *help)
 {
-    ifl_sbuf_addf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    ifl_buf_addf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name as a Prometheus label value: backslash, quote and newline escaped
@@ -171,7 +171,7 @@ static char *label_value(const char *name)
     return v;
 }
 
-void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
+void ifl_server_metrics_render(struct ifl_server *s, struct ifl_buf *b)
 {
     struct ifl_server_metrics *m = &s->m;
     char *model = label_value(s->model_name);
@@ -188,49 +188,49 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
     for (int i = 1; i < 8; i++) {
         if (i == 6)
             continue;
-        ifl_sbuf_addf(
+        ifl_buf_addf(
             b, "inflight_request_success_total{model_name=\"%s\",finish_reason=\"%s\"} %lld\n",
             model, reasons[i], rd(&m->finish[i]));
     }
     head(b, "inflight_requests_total", "counter", "Generation requests accepted.");
-    ifl_sbuf_addf(b, "inflight_requests_total{model_name=\"%s\"} %lld\n", model, rd(&m->requests));
+    ifl_buf_addf(b, "inflight_requests_total{model_name=\"%s\"} %lld\n", model, rd(&m->requests));
     head(b, "inflight_requests_rejected_total", "counter",
          "Generation requests refused because the queue was full (429).");
-    ifl_sbuf_addf(b, "inflight_requests_rejected_total{model_name=\"%s\"} %lld\n", model,
-                  rd(&m->rejected_full));
+    ifl_buf_addf(b, "inflight_requests_rejected_total{model_name=\"%s\"} %lld\n", model,
+                 rd(&m->rejected_full));
     head(b, "inflight_client_disconnects_total", "counter",
          "Requests cancelled because their client left before the end.");
-    ifl_sbuf_addf(b, "inflight_client_disconnects_total{model_name=\"%s\"} %lld\n", model,
-                  rd(&m->disconnects));
+    ifl_buf_addf(b, "inflight_client_disconnects_total{model_name=\"%s\"} %lld\n", model,
+                 rd(&m->disconnects));
     head(b, "inflight_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
-    ifl_sbuf_addf(b, "inflight_prompt_tokens_total{model_name=\"%s\"} %lld\n", model,
-                  rd(&m->prompt_tokens));
+    ifl_buf_addf(b, "inflight_prompt_tokens_total{model_name=\"%s\"} %lld\n", model,
+                 rd(&m->prompt_tokens));
     head(b, "inflight_generation_tokens_total", "counter", "Generated tokens.");
-    ifl_sbuf_addf(b, "inflight_generation_tokens_total{model_name=\"%s\"} %lld\n", model,
-                  rd(&m->generated_tokens));
+    ifl_buf_addf(b, "inflight_generation_tokens_total{model_name=\"%s\"} %lld\n", model,
+                 rd(&m->generated_tokens));
     head(b, "inflight_http_responses_total", "counter", "HTTP responses by status class.");
     for (int i = 1; i < 6; i++)
-        ifl_sbuf_addf(b, "inflight_http_responses_total{code=\"%dxx\"} %lld\n", i,
-                      rd(&m->http_status[i]));
+        ifl_buf_addf(b, "inflight_http_responses_total{code=\"%dxx\"} %lld\n", i,
+                     rd(&m->http_status[i]));
     head(b, "inflight_http_requests_in_flight", "gauge", "HTTP requests being handled.");
-    ifl_sbuf_addf(b, "inflight_http_requests_in_flight %d\n",
-                  atomic_load_explicit(&s->in_flight, memory_order_relaxed));
+    ifl_buf_addf(b, "inflight_http_requests_in_flight %d\n",
+                 atomic_load_explicit(&s->in_flight, memory_order_relaxed));
 
     for (int h = 0; h < IFL_HIST_COUNT; h++) {
         head(b, HISTS[h].name, "histogram", HISTS[h].help);
         long long cum = 0;
         for (int i = 0; i < N_BUCKETS; i++) {
             cum += rd(&m->hist_bucket[h][i]);
-            ifl_sbuf_addf(b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %lld\n", HISTS[h].name, model,
-                          BUCKETS[i], cum);
+            ifl_buf_addf(b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %lld\n", HISTS[h].name, model,
+                         BUCKETS[i], cum);
         }
         cum += rd(&m->hist_bucket[h][N_BUCKETS]);
-        ifl_sbuf_addf(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %lld\n", HISTS[h].name, model,
-                      cum);
-        ifl_sbuf_addf(b, "%s_sum{model_name=\"%s\"} %.6f\n", HISTS[h].name, model,
-                      (double)rd(&m->hist_sum_us[h]) * 1e-6);
-        ifl_sbuf_addf(b, "%s_count{model_name=\"%s\"} %lld\n", HISTS[h].name, model,
-                      rd(&m->hist_count[h]));
+        ifl_buf_addf(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %lld\n", HISTS[h].name, model,
+                     cum);
+        ifl_buf_addf(b, "%s_sum{model_name=\"%s\"} %.6f\n", HISTS[h].name, model,
+                     (double)rd(&m->hist_sum_us[h]) * 1e-6);
+        ifl_buf_addf(b, "%s_count{model_name=\"%s\"} %lld\n", HISTS[h].name, model,
+                     rd(&m->hist_count[h]));
     }
 
     ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
@@ -239,61 +239,61 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_sbuf *b)
     if (ex)
         ifl_get_iteration_stats(ex, &st);
     head(b, "inflight_model_loaded", "gauge", "1 once the model is loaded.");
-    ifl_sbuf_addf(b, "inflight_model_loaded %d\n", ex != NULL);
+    ifl_buf_addf(b, "inflight_model_loaded %d\n", ex != NULL);
     head(b, "inflight_num_requests_running", "gauge", "Requests being generated.");
-    ifl_sbuf_addf(b, "inflight_num_requests_running{model_name=\"%s\"} %d\n", model,
-                  st.active_requests);
+    ifl_buf_addf(b, "inflight_num_requests_running{model_name=\"%s\"} %d\n", model,
+                 st.active_requests);
     head(b, "inflight_num_requests_waiting", "gauge", "Requests queued, not yet scheduled.");
-    ifl_sbuf_addf(b, "inflight_num_requests_waiting{model_name=\"%s\"} %d\n", model,
-                  st.queued_requests);
+    ifl_buf_addf(b, "inflight_num_requests_waiting{model_name=\"%s\"} %d\n", model,
+                 st.queued_requests);
     head(b, "inflight_num_requests_paused", "gauge", "Requests preempted, waiting to resume.");
-    ifl_sbuf_addf(b, "inflight_num_requests_paused{model_name=\"%s\"} %d\n", model,
-                  st.paused_requests);
+    ifl_buf_addf(b, "inflight_num_requests_paused{model_name=\"%s\"} %d\n", model,
+                 st.paused_requests);
     head(b, "inflight_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks in use.");
-    ifl_sbuf_addf(b, "inflight_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", model,
-                  st.kv_blocks_max > 0 ? (double)st.kv_blocks_used / st.kv_blocks_max : 0.0);
+    ifl_buf_addf(b, "inflight_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", model,
+                 st.kv_blocks_max > 0 ? (double)st.kv_blocks_used / st.kv_blocks_max : 0.0);
     head(b, "inflight_kv_cache_blocks", "gauge", "KV blocks by state.");
-    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", model,
-                  st.kv_blocks_used);
-    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"free\"} %d\n", model,
-                  st.kv_blocks_free);
-    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"max\"} %d\n", model,
-                  st.kv_blocks_max);
-    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", model,
-                  st.kv_blocks_cached);
-    ifl_sbuf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"peak_used\"} %d\n", model,
-                  st.kv_blocks_peak);
+    ifl_buf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", model,
+                 st.kv_blocks_used);
+    ifl_buf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"free\"} %d\n", model,
+                 st.kv_blocks_free);
+    ifl_buf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"max\"} %d\n", model,
+                 st.kv_blocks_max);
+    ifl_buf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", model,
+                 st.kv_blocks_cached);
+    ifl_buf_addf(b, "inflight_kv_cache_blocks{model_name=\"%s\",state=\"peak_used\"} %d\n", model,
+                 st.kv_blocks_peak);
     head(b, "inflight_kv_cache_bytes", "gauge",
          "KV cache memory: the pool's address space (reserved), what of it is in memory "
          "(resident), what the blocks in use hold (used, peak_used), the bound that sized it.");
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"reserved\"} %lld\n", model,
-                  (long long)st.kv_bytes_reserved);
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"resident\"} %lld\n", model,
-                  (long long)st.kv_bytes_resident);
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"used\"} %lld\n", model,
-                  (long long)st.kv_bytes_used);
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"peak_used\"} %lld\n", model,
-                  (long long)st.kv_blocks_peak * st.kv_block_bytes);
-    ifl_sbuf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"bound\"} %lld\n", model,
-                  (long long)st.kv_bytes_bound);
+    ifl_buf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"reserved\"} %lld\n", model,
+                 (long long)st.kv_bytes_reserved);
+    ifl_buf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"resident\"} %lld\n", model,
+                 (long long)st.kv_bytes_resident);
+    ifl_buf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"used\"} %lld\n", model,
+                 (long long)st.kv_bytes_used);
+    ifl_buf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"peak_used\"} %lld\n", model,
+                 (long long)st.kv_blocks_peak * st.kv_block_bytes);
+    ifl_buf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"bound\"} %lld\n", model,
+                 (long long)st.kv_bytes_bound);
     head(b, "inflight_kv_cache_released_blocks_total", "counter",
          "KV blocks whose memory was given back after staying free.");
-    ifl_sbuf_addf(b, "inflight_kv_cache_released_blocks_total{model_name=\"%s\"} %lld\n", model,
-                  (long long)st.kv_blocks_released);
+    ifl_buf_addf(b, "inflight_kv_cache_released_blocks_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)st.kv_blocks_released);
     head(b, "inflight_process_resident_memory_bytes", "gauge", "The server's resident set.");
-    ifl_sbuf_addf(b, "inflight_process_resident_memory_bytes %lld\n",
-                  (long long)(ex ? st.process_rss_bytes : ifl_sysmem_rss()));
+    ifl_buf_addf(b, "inflight_process_resident_memory_bytes %lld\n",
+                 (long long)(ex ? st.process_rss_bytes : ifl_sysmem_rss()));
     head(b, "inflight_prefix_cache_hits_total", "counter",
          "Prompt KV blocks found in the prefix cache.");
-    ifl_sbuf_addf(b, "inflight_prefix_cache_hits_total{model_name=\"%s\"} %lld\n", model,
-                  (long long)st.kv_blocks_reused);
+    ifl_buf_addf(b, "inflight_prefix_cache_hits_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)st.kv_blocks_reused);
     head(b, "inflight_prefix_cache_queries_total", "counter",
          "Prompt KV blocks looked up in the prefix cache.");
-    ifl_sbuf_addf(b, "inflight_prefix_cache_queries_total{model_name=\"%s\"} %lld\n", model,
-                  (long long)(st.kv_blocks_reused + st.kv_blocks_missed));
+    ifl_buf_addf(b, "inflight_prefix_cache_queries_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)(st.kv_blocks_reused + st.kv_blocks_missed));
     head(b, "inflight_iterations_total", "counter", "Engine steps run.");
-    ifl_sbuf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
-                  (long long)st.iteration);
+    ifl_buf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)st.iteration);
     free(model);
 }
 

@@ -434,12 +434,12 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
                                            : json_null());
         } else {
             int pi = ci / j->n_per;
-            struct ifl_sbuf t = {0};
+            struct ifl_buf t = {0};
             if (q->echo)
-                ifl_sbuf_add(&t, q->echo_text[pi], q->echo_len[pi]);
-            ifl_sbuf_add(&t, ch->text.p ? ch->text.p : "", ch->text.len);
+                ifl_buf_add(&t, q->echo_text[pi], q->echo_len[pi]);
+            ifl_buf_add(&t, ch->text.p ? ch->text.p : "", ch->text.len);
             json_object_set_new(cj, "text", ifl_json_text(t.p ? t.p : "", t.len));
-            ifl_sbuf_free(&t);
+            ifl_buf_free(&t);
             int64_t off = q->echo ? (int64_t)q->echo_len[pi] : 0;
             json_t *lp = json_null();
             if (q->want_lp) {
@@ -472,7 +472,7 @@ struct oai_stream {
     unsigned char *echo_due; /* completions, echo with logprobs: the prompt is still to send */
 };
 
-static void sse(struct ifl_sbuf *out, json_t *o)
+static void sse(struct ifl_buf *out, json_t *o)
 {
     ifl_sse_event(out, "data: ", o);
 }
@@ -565,7 +565,7 @@ static void oai_on_end(struct ifl_stream *st)
         json_object_set_new(o, "usage", usage_json(j));
         sse(&st->out, o);
     }
-    ifl_sbuf_add(&st->out, "data: [DONE]\n\n", 14);
+    ifl_buf_add(&st->out, "data: [DONE]\n\n", 14);
 }
 
 static void oai_stream_free(void *user)
@@ -787,11 +787,11 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
                 ids[k] = (int32_t)id;
             }
             rc = ifl_gen_add_prompt(j, ids, (int32_t)n);
-            struct ifl_sbuf t2 = {0};
+            struct ifl_buf t2 = {0};
             char piece[256];
             for (size_t x = 0; x < n; x++) {
                 size_t pl = ifl_gen_piece(s, ids[x], piece, sizeof piece);
-                ifl_sbuf_add(&t2, piece, pl);
+                ifl_buf_add(&t2, piece, pl);
             }
             q.echo_text[i] = t2.p ? t2.p : strdup("");
             q.echo_len[i] = t2.len;

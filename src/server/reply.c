@@ -239,7 +239,7 @@ void ifl_stream_free(struct ifl_stream *st)
         return;
     if (st->free_user)
         st->free_user(st->user);
-    ifl_sbuf_free(&st->out);
+    ifl_buf_free(&st->out);
     free(st);
 }
 
@@ -288,7 +288,7 @@ int ifl_http_reply_not_allowed(struct ifl_hconn *c, const char *allow, const cha
 
 /* ---- Server-Sent Events ---- */
 
-void ifl_sse_event(struct ifl_sbuf *out, const char *prefix, json_t *o)
+void ifl_sse_event(struct ifl_buf *out, const char *prefix, json_t *o)
 {
     char *t = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -296,8 +296,8 @@ void ifl_sse_event(struct ifl_sbuf *out, const char *prefix, json_t *o)
         out->oom = 1;
         return;
     }
-    ifl_sbuf_add(out, prefix, strlen(prefix));
-    ifl_sbuf_add(out, t, strlen(t));
-    ifl_sbuf_add(out, "\n\n", 2);
+    ifl_buf_add(out, prefix, strlen(prefix));
+    ifl_buf_add(out, t, strlen(t));
+    ifl_buf_add(out, "\n\n", 2);
     free(t);
 }

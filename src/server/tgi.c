@@ -356,12 +356,12 @@ static json_t *details_json(struct ifl_server *s, ifl_executor *ex, struct ifl_g
 
 static json_t *generated_text(struct tgi_req *t, struct ifl_gen_choice *ch)
 {
-    struct ifl_sbuf b = {0};
+    struct ifl_buf b = {0};
     if (t->full_text)
-        ifl_sbuf_add(&b, t->inputs, t->n_inputs);
-    ifl_sbuf_add(&b, ch->text.p ? ch->text.p : "", ch->text.len);
+        ifl_buf_add(&b, t->inputs, t->n_inputs);
+    ifl_buf_add(&b, ch->text.p ? ch->text.p : "", ch->text.len);
     json_t *j = ifl_json_text(b.p ? b.p : "", b.len);
-    ifl_sbuf_free(&b);
+    ifl_buf_free(&b);
     return j;
 }
 
@@ -376,7 +376,7 @@ struct tgi_stream {
 };
 
 /* TGI's events have no space after "data:" */
-static void sse(struct ifl_sbuf *out, json_t *o)
+static void sse(struct ifl_buf *out, json_t *o)
 {
     ifl_sse_event(out, "data:", o);
 }
