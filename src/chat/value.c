@@ -283,30 +283,17 @@ cval ifl_chat_sb_val(struct ifl_chat_arena *a, struct ifl_chat_sb *b)
 uint32_t ifl_chat_utf8_dec(const char *s, size_t n, size_t *adv)
 {
     const unsigned char *p = (const unsigned char *)s;
+    size_t len;
     if (n == 0) {
         *adv = 0;
         return 0;
     }
-    unsigned c = p[0];
-    if (c < 0x80) {
-        *adv = 1;
-        return c;
-    }
-    size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
-    if (need == 0 || need > n) {
-        *adv = 1;
+    if (ifl_utf8_check(p, n, &len) != IFL_UTF8_OK) {
+        *adv = 1; /* one bad byte, one U+FFFD */
         return 0xfffd;
     }
-    uint32_t cp = c & (0x3f >> (need - 1));
-    for (size_t i = 1; i < need; i++) {
-        if ((p[i] & 0xc0) != 0x80) {
-            *adv = 1;
-            return 0xfffd;
-        }
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    *adv = need;
-    return cp;
+    *adv = len;
+    return ifl_utf8_decode(p, len);
 }
 
 size_t ifl_chat_utf8_enc(uint32_t c, char *o)

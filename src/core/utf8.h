@@ -1,9 +1,9 @@
 /*
  * UTF-8, strictly (Unicode table 3-7: no overlong forms, no surrogates,
- * nothing above U+10FFFF), for every module that checks, splits or builds
- * UTF-8 text: the tokenizers, the server's JSON text, chat templates. (The
- * chat interpreter's decoder that replaces bad bytes by U+FFFD, and the
- * guide's, which reports them, keep contracts of their own.)
+ * nothing above U+10FFFF): the one place that decides what a character is,
+ * for the tokenizers, the server's JSON text, chat templates (whose
+ * decoder turns a bad byte into U+FFFD on top of it) and the guide (whose
+ * decoder reports bad and cut-short characters on top of it).
  */
 #ifndef IFL_CORE_UTF8_H
 #define IFL_CORE_UTF8_H

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/utf8.h"
 #include "guide/guide.h"
 
 /* An element is (type << 28) | value. A rule's alternatives are runs of
@@ -93,27 +94,22 @@ static inline int ifl_guide_hexval(int c)
     return -1;
 }
 
-/* Decodes the UTF-8 character at s[*p] (*p < n) and advances *p past it.
- * Returns the code point, -1 for a byte no character starts with, or -2 for
- * a character cut short; *p has moved past the first byte either way. */
+/* Decodes the UTF-8 character at s[*p] (*p < n), strictly (core/utf8.h),
+ * and advances *p past it. Returns the code point, -1 for bytes that are
+ * no character (a stray byte, an overlong form, a surrogate, above
+ * U+10FFFF), or -2 for a character cut short by the end; *p has moved past
+ * the first byte either way. */
 static inline int64_t ifl_guide_utf8_next(const char *s, size_t n, size_t *p)
 {
-    unsigned char c = (unsigned char)s[(*p)++];
-    if (c < 0x80)
-        return c;
-    int need = c >= 0xF0 && c <= 0xF4   ? 3
-               : c >= 0xE0 && c <= 0xEF ? 2
-               : c >= 0xC2 && c <= 0xDF ? 1
-                                        : -1;
-    if (need < 0)
-        return -1;
-    uint32_t cp = c & (0x3F >> need);
-    for (int i = 0; i < need; i++) {
-        if (*p >= n || ((unsigned char)s[*p] & 0xC0) != 0x80)
-            return -2;
-        cp = (cp << 6) | ((unsigned char)s[(*p)++] & 0x3F);
+    const unsigned char *u = (const unsigned char *)s + *p;
+    size_t len;
+    int rc = ifl_utf8_check(u, n - *p, &len);
+    if (rc != IFL_UTF8_OK) {
+        (*p)++;
+        return rc == IFL_UTF8_SHORT ? -2 : -1;
     }
-    return cp;
+    *p += len;
+    return ifl_utf8_decode(u, len);
 }
 
 #endif
