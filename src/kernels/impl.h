@@ -14,8 +14,11 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k);
 /* The 256-bit gemm kernels over x16 groups (x86_avx2_gemm.c), over a
  * filled avx2 table. */
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k);
-/* The 512-bit gemm kernels (x86_avx512_gemm.c), over a filled avx512 table. */
+/* The 512-bit gemm kernels over weights in rows (x86_avx512_gemm.c), over
+ * a filled avx512 table. */
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k);
+/* The 512-bit gemm kernels over x16 groups (x86_avx512_x16.c), likewise. */
+void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k);
 /* F16 attention kernels (x86_avx512_attn.c), likewise. */
 void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k);
 /* The sampler's row passes (x86_avx512_rows.c), likewise. */

@@ -2,7 +2,7 @@
  * 256-bit gemm over x16 groups (kernels.h) for the AVX2 table: Q8_0 and
  * Q4_0 weights against Q8_0 activations, Q4_K, Q5_K and Q6_K against Q8_K,
  * F16 against F32. The AVX-512 table replaces all of them with its own
- * (x86_avx512_gemm.c); on an AVX2-only CPU they are what a model's
+ * (x86_avx512_x16.c); on an AVX2-only CPU they are what a model's
  * matrices run through once the loader has repacked them.
  *
  * Measured on the Zen 3 (AMD EPYC, family 25 model 1), one core, in

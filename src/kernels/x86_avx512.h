@@ -1,7 +1,8 @@
 /*
- * What the 512-bit kernel files share (x86_avx512_gemm.c, _attn.c): the
- * inline marker and the one horizontal-sum order every 512-bit dot product
- * ends with. Included only by files compiled with AVX-512 enabled.
+ * What the 512-bit kernel files share (x86_avx512_gemm.c, _x16.c and
+ * _attn.c): the inline marker and the one horizontal-sum order every
+ * 512-bit dot product ends with. Included only by files compiled with
+ * AVX-512 enabled.
  */
 #ifndef IFL_KERNELS_X86_AVX512_H
 #define IFL_KERNELS_X86_AVX512_H

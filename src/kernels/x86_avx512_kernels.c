@@ -13,6 +13,7 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k)
     k->name = "avx512";
     x86_fill(k);
     ifl_kernels_fill_avx512_gemm(k);
+    ifl_kernels_fill_avx512_x16(k);
     ifl_kernels_fill_avx512_attn(k);
     ifl_kernels_fill_avx512_rows(k);
 }

@@ -1,7 +1,8 @@
 /*
- * What the two x16 gemm files share (x86_avx2_gemm.c, x86_avx512_gemm.c):
- * loads of unaligned scalars, and the per-block activation terms of the
- * Q8_0 / Q4_0 tiles. Uses AVX2 only, so both files may include it.
+ * What the two x16 gemm files share (x86_avx2_gemm.c, x86_avx512_x16.c):
+ * loads of unaligned scalars (x86_avx512_gemm.c takes those too), and the
+ * per-block activation terms of the Q8_0 / Q4_0 tiles. Uses AVX2 only, so
+ * all of them may include it.
  */
 #ifndef IFL_KERNELS_X86_X16_H
 #define IFL_KERNELS_X86_X16_H
