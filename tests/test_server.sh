@@ -22,25 +22,6 @@ trap cleanup EXIT
 
 . "$(dirname "$0")/lib.sh"
 
-# start_server NAME ARGS...: sets PORT and SPID once /health answers 200
-start_server() {
-    local name=$1; shift
-    ( exec "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 "$@" 2>"$tmp/$name.log" ) &
-    SPID=$!
-    pids+=("$SPID")
-    PORT=
-    for _ in $(seq 100); do
-        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-        [ -n "$PORT" ] && break
-        sleep 0.1
-    done
-    for _ in $(seq 100); do
-        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
-        sleep 0.1
-    done
-    echo "server $name did not start:"; cat "$tmp/$name.log"
-    return 1
-}
 # stop_server: SIGTERM, bounded wait, exit status into STOP_RC
 stop_server() {
     kill -TERM "$SPID" 2>/dev/null

@@ -20,29 +20,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+START_ARGS=(--quiet)
 . "$(dirname "$0")/lib.sh"
 truth() { # name, condition (arithmetic), detail
     if (( $2 )); then ok "$1"; else bad "$1"; echo "  $3"; fi
 }
 
-start_server() { # NAME ARGS...: sets PORT and SPID once /health answers 200
-    local name=$1; shift
-    ( exec "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 --quiet "$@" 2>"$tmp/$name.log" ) &
-    SPID=$!
-    pids+=("$SPID")
-    PORT=
-    for _ in $(seq 100); do
-        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-        [ -n "$PORT" ] && break
-        sleep 0.1
-    done
-    for _ in $(seq 100); do
-        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
-        sleep 0.1
-    done
-    echo "server $name did not start:"; cat "$tmp/$name.log"
-    return 1
-}
 stop_server() {
     kill -TERM "$SPID" 2>/dev/null
     for _ in $(seq 150); do kill -0 "$SPID" 2>/dev/null || { wait "$SPID"; return; }; sleep 0.1; done

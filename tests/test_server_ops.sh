@@ -28,26 +28,6 @@ hasnt() { # name, needle, haystack
 }
 ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# start_server NAME ARGS...: sets PORT and SPID once /health answers 200
-# (ARGS may hold -m and --port: the later ones win)
-start_server() {
-    local name=$1; shift
-    ( exec "$BIN" serve -m "$M" --host 127.0.0.1 --port 0 "$@" 2>"$tmp/$name.log" ) &
-    SPID=$!
-    pids+=("$SPID")
-    PORT=
-    for _ in $(seq 100); do
-        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-        [ -n "$PORT" ] && break
-        sleep 0.1
-    done
-    for _ in $(seq 100); do
-        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
-        sleep 0.1
-    done
-    echo "server $name did not start:"; cat "$tmp/$name.log"
-    return 1
-}
 # wait_exit PID TENTHS: exit status into STOP_RC ("timeout" if still running)
 wait_exit() {
     STOP_RC=timeout

@@ -20,30 +20,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+START_ARGS=(--quiet)
 . "$(dirname "$0")/lib.sh"
 
 if ! command -v node >/dev/null; then
     echo "node is needed"; echo "0 passed, 1 failed"; exit 1
 fi
 
-start_server() { # NAME ARGS...: sets PORT and SPID once /health answers 200
-    local name=$1; shift
-    ( exec "$BIN" serve --host 127.0.0.1 --port 0 --quiet "$@" 2>"$tmp/$name.log" ) &
-    SPID=$!
-    pids+=("$SPID")
-    PORT=
-    for _ in $(seq 100); do
-        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-        [ -n "$PORT" ] && break
-        sleep 0.1
-    done
-    for _ in $(seq 100); do
-        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
-        sleep 0.1
-    done
-    echo "server $name did not start:"; cat "$tmp/$name.log"
-    return 1
-}
 stop_server() { # SIGTERM, bounded wait; exit status in STOP_RC, seconds in STOP_S
     local t0=$SECONDS
     kill -TERM "$SPID" 2>/dev/null
