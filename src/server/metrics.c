@@ -47,12 +47,18 @@ void ifl_server_metrics_observe(struct ifl_server *s, int hist, double seconds)
 #define RATE_WINDOW_US 60000000 /* the rate looks back this far */
 #define RETRY_MAX_S 600
 
+/* Whether a sample taken now would be kept: the newest is old enough. */
+static int rate_due(const struct ifl_server_rate *r, int64_t now)
+{
+    int newest = (r->head + IFL_RATE_SAMPLES - 1) % IFL_RATE_SAMPLES;
+    return !r->n || now - r->t_us[newest] >= RATE_SPACING_US;
+}
+
 /* Adds (now, completed) to the ring unless the newest sample is recent.
  * Called with s->rate.mu held. */
 static void rate_sample(struct ifl_server_rate *r, int64_t now, int64_t done)
 {
-    int newest = (r->head + IFL_RATE_SAMPLES - 1) % IFL_RATE_SAMPLES;
-    if (r->n && now - r->t_us[newest] < RATE_SPACING_US)
+    if (!rate_due(r, now))
         return;
     r->t_us[r->head] = now;
     r->done[r->head] = done;
@@ -70,9 +76,7 @@ static void rate_note(struct ifl_server *s)
     if (!ex || pthread_mutex_trylock(&s->rate.mu))
         return;
     int64_t now = ifl_now_us();
-    int newest = (s->rate.head + IFL_RATE_SAMPLES - 1) % IFL_RATE_SAMPLES;
-    if ((!s->rate.n || now - s->rate.t_us[newest] >= RATE_SPACING_US) &&
-        !ifl_get_iteration_stats(ex, &st))
+    if (rate_due(&s->rate, now) && !ifl_get_iteration_stats(ex, &st))
         rate_sample(&s->rate, now, st.completed_requests);
     pthread_mutex_unlock(&s->rate.mu);
 }
