@@ -36,6 +36,9 @@ metric() { # NAME_WITH_LABELS -> value (integer part) from $tmp/metrics
 }
 scrape() { curl -s -m 10 "http://127.0.0.1:$PORT/metrics" >"$tmp/metrics"; }
 rss() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$SPID/status"; }
+# a sanitizer build's shadow memory grows RSS with every page touched: the
+# RSS-against-KV bounds hold only without one (the KV figures hold always)
+case "$BUILD" in *san-*) no_san=0 ;; *) no_san=1 ;; esac
 kvb() { metric "inflight_kv_cache_bytes{model_name=\"llama-f16\",state=\"$1\"}"; }
 
 # ---- --kv-cache-memory: bad values are one line and exit 2 ----
@@ -79,7 +82,7 @@ peak=$(kvb peak_used)
 used=$(kvb used)
 check "no KV in use after the load" 0 "$used"
 truth "peak use: 32 sequences of about 13 blocks" "peak >= 32 * 12 * 16384" "peak $peak"
-truth "RSS grew with the load, not to the pool" "peak_rss - rss0 < peak * 2 + 16 * 1048576" "rss $rss0 -> $peak_rss, peak KV $peak"
+truth "RSS grew with the load, not to the pool" "!no_san || peak_rss - rss0 < peak * 2 + 16 * 1048576" "rss $rss0 -> $peak_rss, peak KV $peak"
 # what stays: the cached prefixes (each request's full blocks; prefix caching is on)
 kept() { echo $(( $(metric 'inflight_kv_cache_blocks{model_name="llama-f16",state="cached"}') * 16384 + 1048576 )); }
 for _ in $(seq 100); do
@@ -92,7 +95,7 @@ truth "resident KV given back after --kv-release-ms, cached prefixes kept" \
 released=$(metric "inflight_kv_cache_released_blocks_total")
 truth "blocks counted as released" "released > 0" "released $released"
 rss1=$(rss)
-truth "RSS back down" "rss1 < rss0 + peak / 2 + 8 * 1048576" "rss $rss0 -> $rss1 (peak KV $peak)"
+truth "RSS back down" "!no_san || rss1 < rss0 + peak / 2 + 8 * 1048576" "rss $rss0 -> $rss1 (peak KV $peak)"
 truth "resident <= reserved, used <= reserved" "$(kvb resident) <= reserved && $(kvb used) <= reserved" "$(grep kv_cache_bytes "$tmp/metrics")"
 stop_server
 
