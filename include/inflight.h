@@ -146,6 +146,52 @@ struct ifl_load_progress {
  * times a second; must not call into the executor being created. */
 typedef void (*ifl_load_progress_fn)(void *user, const struct ifl_load_progress *p);
 
+/* Speculative decoding (docs/api.md "Speculative decoding"): each step a
+ * decoding sequence runs its pending token and up to n_max proposed
+ * tokens ("drafts") after it in one forward pass, which reads the weights
+ * once for all of them, and keeps the drafts the target model would have
+ * picked itself. */
+enum ifl_spec_type {
+    IFL_SPEC_NONE = 0,   /* no proposer (requests may still bring their own drafts) */
+    IFL_SPEC_DRAFT = 1,  /* a smaller model with the target's vocabulary (draft_model) */
+    IFL_SPEC_NGRAM = 2,  /* n-gram lookup in the prompt and the generated text */
+    IFL_SPEC_EAGLE3 = 3, /* an EAGLE-3 head (draft_model) over the target's hidden states */
+};
+
+/* How drafts are accepted. */
+enum ifl_spec_accept {
+    /* every row's token is picked as plain decoding picks it (the argmax,
+     * or the seeded sample), and a draft is kept while it equals that
+     * pick: outputs and log-probs are bitwise those of plain decoding */
+    IFL_SPEC_ACCEPT_EXACT = 0,
+    /* speculative sampling: a draft x is kept with probability
+     * min(1, p(x) / q(x)) (p the target's processed distribution, q the
+     * proposer's; one-hot for n-gram and client drafts), else the token is
+     * drawn from max(0, p - q). Outputs follow the target's distribution
+     * but are not those of plain decoding; greedy requests stay exact. */
+    IFL_SPEC_ACCEPT_REJECTION = 1,
+};
+
+struct ifl_speculative_config {
+    int32_t type;            /* enum ifl_spec_type (default NONE) */
+    const char *draft_model; /* DRAFT and EAGLE3: the GGUF file; copied at creation */
+    int32_t n_max;           /* most drafts a sequence runs per step, 1..32 (default 16) */
+    int32_t n_min;           /* fewer proposed drafts than this are not run (default 0) */
+    float p_min;             /* DRAFT: drafting stops at a token the draft model gives
+                                less than this probability (default 0.75) */
+    int32_t ngram_size;      /* NGRAM: tokens matched before a proposal, 1..8 (default 3) */
+    int32_t ngram_min_hits;  /* NGRAM: earlier occurrences a match needs (default 1) */
+    int32_t tree_budget;     /* EAGLE3: nodes of a draft tree, 1..64 (default 24) */
+    int32_t tree_top_n;      /* EAGLE3: children kept per node, 1..8 (default 4) */
+    int32_t accept;          /* enum ifl_spec_accept (default EXACT) */
+    /* 1 (default): each sequence's draft length follows its acceptance
+     * (halved after a step that kept none, grown after one that kept all),
+     * a sequence whose drafts keep failing decodes plain for a while, and
+     * drafts are cut when a step already carries many rows; 0: always up
+     * to n_max */
+    int32_t adaptive;
+};
+
 struct ifl_executor_config {
     int32_t n_threads;             /* forward-pass threads; 0: the CPUs this process may use */
     int32_t max_batch_size;        /* sequences per step (default 16) */
@@ -199,6 +245,7 @@ struct ifl_executor_config {
      * the weights are repacked in memory, with a notice. Read during
      * ifl_executor_create only. */
     const char *repack_cache_dir;
+    struct ifl_speculative_config speculative;
 };
 
 /* Beam search (beam_width 2..16, at most max_batch_size): each step keeps
@@ -272,6 +319,22 @@ struct ifl_output_config {
     int32_t return_hidden_states;
 };
 
+/* A request's part in speculative decoding. */
+struct ifl_request_speculative {
+    int32_t disable; /* 1: plain decoding for this request */
+    int32_t n_max;   /* -1 (default): the executor's; 0: no drafts */
+    int32_t n_min;   /* -1 (default): the executor's */
+    float p_min;     /* < 0 (default): the executor's */
+    /* Drafts the client brings (TensorRT-LLM's external draft tokens):
+     * the tokens it expects to follow the prompt, e.g. the text being
+     * edited. Copied at enqueue. While the generated tokens follow them
+     * they are proposed at their positions; after a difference, the
+     * proposal resumes after the latest place in them where the last
+     * tokens generated occur. Used instead of the executor's proposer. */
+    const int32_t *draft_tokens;
+    int32_t n_draft_tokens; /* 0..65536 */
+};
+
 struct ifl_request {
     const int32_t *input_ids; /* prompt tokens; copied at enqueue */
     int32_t n_input;
@@ -305,6 +368,7 @@ struct ifl_request {
     int32_t guide_type;                  /* enum ifl_guide_type */
     const char *guide_text;
     const char *lora_name; /* reserved: must be NULL or "" for now */
+    struct ifl_request_speculative speculative;
 };
 
 /* One alternative at a position: token and its log-probability. */
@@ -351,6 +415,8 @@ struct ifl_perf_metrics {
     int32_t kv_blocks_reused; /* prompt blocks found in the prefix cache */
     int32_t kv_blocks_missed;
     int32_t preemptions;
+    int32_t draft_tokens;          /* drafts run for this sequence (speculative decoding) */
+    int32_t accepted_draft_tokens; /* of those, kept */
 };
 
 struct ifl_response {
@@ -400,14 +466,16 @@ struct ifl_iteration_stats {
     int64_t kv_bytes_reserved;
     int64_t kv_bytes_resident;
     int64_t kv_bytes_used;
-    int32_t kv_block_bytes;     /* one block, every layer's keys and values */
-    int32_t kv_blocks_peak;     /* most blocks used at once, since creation */
-    int32_t kv_blocks_cached;   /* unused but kept for prefix reuse (in kv_blocks_free) */
-    int32_t kv_pool_bound;      /* enum ifl_kv_bound: what sized the pool */
-    int64_t kv_bytes_bound;     /* the memory bound the default pool was held to
-                                   (0 with kv_cache_tokens or kv_cache_bytes) */
-    int64_t kv_blocks_released; /* blocks whose memory was given back, since creation */
-    int64_t process_rss_bytes;  /* the process's resident set, measured at the call */
+    int32_t kv_block_bytes;        /* one block, every layer's keys and values */
+    int32_t kv_blocks_peak;        /* most blocks used at once, since creation */
+    int32_t kv_blocks_cached;      /* unused but kept for prefix reuse (in kv_blocks_free) */
+    int32_t kv_pool_bound;         /* enum ifl_kv_bound: what sized the pool */
+    int64_t kv_bytes_bound;        /* the memory bound the default pool was held to
+                                      (0 with kv_cache_tokens or kv_cache_bytes) */
+    int64_t kv_blocks_released;    /* blocks whose memory was given back, since creation */
+    int64_t process_rss_bytes;     /* the process's resident set, measured at the call */
+    int64_t draft_tokens;          /* speculative decoding: drafts run, since creation */
+    int64_t accepted_draft_tokens; /* of those, kept */
 };
 
 struct ifl_request_stats {

@@ -12,22 +12,45 @@
 #include "runtime/engine_internal.h"
 
 #define MAX_DECODINGS 8
+/* Rows a step may reach with drafts under the adaptive policy. */
+#define SPEC_STEP_ROWS 48
 
 /* ---- the registry ---- */
 
-/* Strategies registered at run time (tests), latest last; the built-in
- * ones follow them in an engine's snapshot. A strategy of issue 37 is
- * one line here. */
-static const struct ifl_decoding *const builtin[] = {&ifl_decoding_plain};
+/* Strategies registered at run time (tests), latest last; an engine's
+ * snapshot puts them first, then client drafts, then the strategy of its
+ * config's speculative.type (from this table), then plain decoding. */
+static const struct ifl_decoding *const builtin[] = {&ifl_decoding_ngram};
+static const char *const type_names[] = {"none", "draft", "ngram", "eagle3"};
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct ifl_decoding *registered[MAX_DECODINGS];
 static int32_t n_registered;
 
+const char *ifl_decoding_type_name(int32_t type)
+{
+    return type >= 0 && type < (int32_t)(sizeof type_names / sizeof type_names[0])
+               ? type_names[type]
+               : NULL;
+}
+
+static const struct ifl_decoding *builtin_for(int32_t type)
+{
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (builtin[i]->type == type)
+            return builtin[i];
+    return NULL;
+}
+
+int ifl_decoding_type_built(int32_t type)
+{
+    return type == IFL_SPEC_NONE || builtin_for(type) != NULL;
+}
+
 int ifl_decoding_register(const struct ifl_decoding *d)
 {
-    int32_t n_builtin = (int32_t)(sizeof builtin / sizeof builtin[0]);
     pthread_mutex_lock(&reg_mu);
-    int rc = n_registered + n_builtin >= MAX_DECODINGS ? IFL_EFULL : 0;
+    /* room for client drafts, the configured strategy and plain decoding */
+    int rc = n_registered + 3 >= MAX_DECODINGS ? IFL_EFULL : 0;
     if (!rc)
         registered[n_registered++] = d;
     pthread_mutex_unlock(&reg_mu);
@@ -47,26 +70,66 @@ void ifl_decoding_unregister(const struct ifl_decoding *d)
     pthread_mutex_unlock(&reg_mu);
 }
 
-void ifl_decoding_engine_init(struct ifl_executor *ex)
+int ifl_decoding_engine_init(struct ifl_executor *ex, char *err)
 {
     struct engine *e = ex->eng;
-    int32_t n_builtin = (int32_t)(sizeof builtin / sizeof builtin[0]);
     pthread_mutex_lock(&reg_mu);
     e->n_decs = 0;
     for (int32_t i = n_registered - 1; i >= 0; i--)
         e->decs[e->n_decs++] = registered[i];
-    for (int32_t i = n_builtin - 1; i >= 0; i--)
-        e->decs[e->n_decs++] = builtin[i];
     pthread_mutex_unlock(&reg_mu);
+    e->decs[e->n_decs++] = &ifl_decoding_external;
+    e->spec = builtin_for(ex->cfg.speculative.type);
+    if (ex->cfg.speculative.type == IFL_SPEC_NONE)
+        e->spec = NULL;
+    if (e->spec)
+        e->decs[e->n_decs++] = e->spec;
+    e->decs[e->n_decs++] = &ifl_decoding_plain;
+    if (e->spec && e->spec->engine_init)
+        return e->spec->engine_init(ex, err);
+    return 0;
+}
+
+void ifl_decoding_engine_fini(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    if (e && e->spec && e->spec->engine_fini)
+        e->spec->engine_fini(ex);
 }
 
 const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q)
 {
     const struct engine *e = ex->eng;
-    for (int32_t i = 0; i < e->n_decs; i++)
-        if (!e->decs[i]->wants || e->decs[i]->wants(ex, q))
-            return e->decs[i];
+    /* opted out: plain, unless a test's strategy wants it anyway */
+    int off = q->r.speculative.disable || q->r.speculative.n_max == 0;
+    for (int32_t i = 0; i < e->n_decs; i++) {
+        const struct ifl_decoding *d = e->decs[i];
+        if (off && (d == &ifl_decoding_external || d == e->spec))
+            continue;
+        if (!d->wants || d->wants(ex, q))
+            return d;
+    }
     return &ifl_decoding_plain;
+}
+
+void ifl_decoding_prepare(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    /* Draft rows are nearly free while a step is bound by reading the
+     * weights, and cost their full share once the step's rows make it
+     * compute-bound: adaptively, the drafts of a step are held to what
+     * leaves the step at SPEC_STEP_ROWS rows (bench/README.md,
+     * "Verify cost"). */
+    e->spec_rows = 1 << 30;
+    if (ex->cfg.speculative.adaptive) {
+        int32_t decoding = 0;
+        for (int32_t i = 0; i < e->n_slots; i++)
+            decoding += e->seqs[i].q && !e->seqs[i].finish && !e->seqs[i].paused;
+        e->spec_rows = SPEC_STEP_ROWS - decoding;
+    }
+    for (int32_t i = 0; i < e->n_decs; i++)
+        if (e->decs[i]->prepare)
+            e->decs[i]->prepare(ex);
 }
 
 /* ---- plain decoding ---- */
@@ -110,7 +173,11 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
         float lp = 0;
         int32_t tok = ifl_choose_token(ex, s, e->logits + (size_t)rows[i] * ex->n_vocab, &lp);
         if (tok < 0)
-            return; /* s finished */
+            return;         /* s finished */
+        if (tok == draft) { /* counted before apply, which may end the request */
+            s->q->perf.accepted_draft_tokens++;
+            e->spec_accepted++;
+        }
         ifl_choose_apply(ex, s, tok, lp);
         if (tok != draft)
             return; /* the bonus token: the rows after it saw another history */
@@ -119,7 +186,10 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
 
 int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t max)
 {
+    struct engine *e = ex->eng;
     const struct xreq *q = s->q;
+    const struct ifl_speculative_config *c = &ex->cfg.speculative;
+    const struct ifl_request_speculative *rq = &q->r.speculative;
     s->n_draft = 0;
     /* room in the context and in max_tokens for k drafts and the bonus */
     int32_t room = ex->n_ctx - s->n_tokens;
@@ -127,12 +197,53 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
         room = q->r.max_tokens - s->n_gen - 1;
     if (max > room)
         max = room;
-    if (max < 1 || !q->dec || !q->dec->propose || q->beam || q->post_index != -1 ||
+    int32_t n_max = rq->n_max >= 0 ? rq->n_max : c->n_max;
+    int32_t n_min = rq->n_min >= 0 ? rq->n_min : c->n_min;
+    if (max > n_max)
+        max = n_max;
+    if (c->adaptive) {
+        if (s->spec_pause > 0 && q->dec != &ifl_decoding_plain) {
+            s->spec_pause--;
+            return 0;
+        }
+        if (max > s->spec_cap)
+            max = s->spec_cap;
+        if (max > e->spec_rows)
+            max = e->spec_rows;
+    }
+    if (max < 1 || max < n_min || !q->dec || !q->dec->propose || q->beam || q->post_index != -1 ||
         (q->ctx_logits && q->ctx_captured < q->r.n_input) || ifl_choose_forks_now(s))
         return 0;
     int32_t k = q->dec->propose(ex, s, s->tokens + s->n_tokens, max);
-    s->n_draft = k < 0 ? 0 : k > max ? max : k;
-    return s->n_draft;
+    k = k < 0 ? 0 : k > max ? max : k;
+    if (k < n_min || k < 1)
+        return 0;
+    s->n_draft = k;
+    e->spec_rows -= k;
+    return k;
+}
+
+/* The adaptive draft length after a step that ran k drafts and kept
+ * `kept`: doubled (up to the bound) after keeping all, cut to what was
+ * kept plus one otherwise; three steps in a row that keep none pause
+ * drafting for spec_backoff steps, which doubles at each pause (up to
+ * 256) and resets once a draft is kept again. */
+static void adapt(struct eseq *s, int32_t k, int32_t kept)
+{
+    if (kept == k) {
+        s->spec_cap = s->spec_cap * 2 > IFL_SPEC_MAX_DRAFT ? IFL_SPEC_MAX_DRAFT : s->spec_cap * 2;
+    } else {
+        int32_t half = s->spec_cap / 2;
+        s->spec_cap = kept + 1 > half ? kept + 1 : half > 0 ? half : 1;
+    }
+    if (kept > 0) {
+        s->spec_miss = 0;
+        s->spec_backoff = 8;
+    } else if (++s->spec_miss >= 3) {
+        s->spec_pause = s->spec_backoff;
+        s->spec_backoff = s->spec_backoff * 2 > 256 ? 256 : s->spec_backoff * 2;
+        s->spec_miss = 0;
+    }
 }
 
 /* The KV after accept(): the kept drafts' positions recorded (the
@@ -178,7 +289,15 @@ void ifl_decoding_accept(struct ifl_executor *ex, struct eseq *s, int32_t r, int
         }
     }
     const struct ifl_decoding *d = s->q->dec ? s->q->dec : &ifl_decoding_plain;
+    int32_t k = s->n_draft;
+    int64_t acc0 = e->spec_accepted;
+    if (k) {
+        s->q->perf.draft_tokens += k;
+        e->spec_drafted += k;
+    }
     d->accept(ex, s, e->dec_rows, n);
-    if (s->n_draft)
+    if (k) {
+        adapt(s, k, (int32_t)(e->spec_accepted - acc0));
         settle(ex, s);
+    }
 }

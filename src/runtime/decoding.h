@@ -57,16 +57,29 @@
  *    drop() (when set) is called: anything it keeps per sequence that
  *    mirrors the KV (a draft model's cache) must be forgotten. Drafts were
  *    never part of the tokens, so nothing else is lost.
+ *  - Draft length. The engine's side bounds max further: by the
+ *    request's and the executor's n_max, and, when the executor's
+ *    speculative.adaptive is set, by the sequence's running acceptance
+ *    (spec_cap), a plain-decoding pause after repeated misses, and the
+ *    rows the step already carries. Proposals shorter than n_min are
+ *    dropped. A strategy only proposes what it believes in.
  *  - Threads. Everything here runs on the engine thread, between forward
  *    passes; nothing may allocate per step (STYLE.md): state a strategy
- *    needs is allocated before it is registered (per-engine hooks to size
- *    it by slot, for a draft model's cache, are for the first strategy
- *    that needs them to add to struct ifl_decoding).
+ *    needs is allocated in engine_init (sized by the executor's slots and
+ *    context) or before it is registered.
+ *  - The executor's own strategies. Each request is offered, in order:
+ *    those registered (tests), client drafts (a request that brings
+ *    speculative.draft_tokens), the strategy of the executor's
+ *    speculative.type, plain decoding. A request with speculative.disable
+ *    set, or n_max 0, decodes plain whatever wants() says.
  */
 #ifndef IFL_RUNTIME_DECODING_H
 #define IFL_RUNTIME_DECODING_H
 
 #include <stdint.h>
+
+/* Most drafts one sequence runs in a step (speculative.n_max's bound). */
+#define IFL_SPEC_MAX_DRAFT 32
 
 struct ifl_executor;
 struct eseq;
@@ -90,10 +103,27 @@ struct ifl_decoding {
      * thread before accept() (ROW_PICKED; only plain decoding may say so:
      * the pick sees the sequence as it was when the step began). */
     int parallel_pick;
+    /* The enum ifl_spec_type this strategy serves when an executor's
+     * config names it (0: none; registered strategies leave it 0). */
+    int32_t type;
+    /* Optional: at executor creation (engine_init; it keeps its state in
+     * ex->eng->spec_state and returns a status, err a sentence) and destruction
+     * (engine_fini, also after a failed engine_init), for the strategy of
+     * the executor's speculative.type only. */
+    int (*engine_init)(struct ifl_executor *ex, char *err);
+    void (*engine_fini)(struct ifl_executor *ex);
+    /* Optional: once per step, before the batch is built and any
+     * propose() of the step (a draft model drafts for all its sequences
+     * in one batched pass here). */
+    void (*prepare)(struct ifl_executor *ex);
 };
 
 /* Plain decoding: no drafts; one token sampled from the one row. */
 extern const struct ifl_decoding ifl_decoding_plain;
+/* Client drafts: the request's speculative.draft_tokens (spec_external.c). */
+extern const struct ifl_decoding ifl_decoding_external;
+/* N-gram lookup in the sequence's own tokens (spec_ngram.c). */
+extern const struct ifl_decoding ifl_decoding_ngram;
 
 /* Adds d (static storage, not copied) to the strategies that executors
  * created from now on choose from, ahead of those already there. For
@@ -111,8 +141,16 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
 
 /* ---- the engine's side ---- */
 
-/* Snapshot of the registry for a new engine (engine.c). */
-void ifl_decoding_engine_init(struct ifl_executor *ex);
+/* Snapshot of the registry for a new engine, and the engine_init of the
+ * strategy its config names (engine.c); a status and err on failure. */
+int ifl_decoding_engine_init(struct ifl_executor *ex, char *err);
+void ifl_decoding_engine_fini(struct ifl_executor *ex);
+/* The name of a speculative type ("none", "draft", "ngram", "eagle3"),
+ * or NULL; and whether this build has a strategy for it. */
+const char *ifl_decoding_type_name(int32_t type);
+int ifl_decoding_type_built(int32_t type);
+/* Every strategy's prepare(), once per step (schedule.c). */
+void ifl_decoding_prepare(struct ifl_executor *ex);
 /* The strategy for q, at admission (schedule.c). */
 const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q);
 /* Asks decoding sequence s for drafts to follow its pending token, with

@@ -159,7 +159,6 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     e->pick_tok = malloc(sizeof(int32_t) * (size_t)e->logit_cap);
     e->pick_lp = malloc(sizeof(float) * (size_t)e->logit_cap);
     e->dec_rows = malloc(sizeof(int32_t) * (size_t)e->logit_cap);
-    ifl_decoding_engine_init(ex);
     if (e->eog_ids)
         for (int32_t t = 0; t < ex->n_vocab; t++)
             if (ifl_vocab_is_eog(ex->vocab, t))
@@ -182,6 +181,8 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
             return ifl_err(err, IFL_ENOMEM, "engine: out of memory for %d sequences", e->n_slots);
         e->tables[i] = s->kv.blocks;
     }
+    if ((rc = ifl_decoding_engine_init(ex, err)))
+        return rc;
     publish_stats(ex, 0, 0, 0, 0, 0); /* the pool's size and use from creation on */
     return 0;
 }
@@ -191,6 +192,7 @@ void ifl_engine_free(struct ifl_executor *ex)
     struct engine *e = ex->eng;
     if (!e)
         return;
+    ifl_decoding_engine_fini(ex);
     for (struct xreq *q = e->waiting, *n; q; q = n) {
         n = q->next;
         ifl_xreq_free(q);
@@ -287,6 +289,8 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.kv_pool_bound = e->kv_bound;
     st.kv_bytes_bound = e->kv_bound_bytes;
     st.kv_blocks_released = k.released;
+    st.draft_tokens = e->spec_drafted;
+    st.accepted_draft_tokens = e->spec_accepted;
     pthread_mutex_lock(&ex->out_mu);
     ex->last_stats = st;
     ex->guide_stats = e->ge.stats;

@@ -96,6 +96,12 @@ struct eseq {
     struct ifl_guide_state gst; /* guided requests: the grammar after its generated tokens */
     int g_init;                 /* gst is initialised (for some grammar) */
     int32_t n_draft; /* draft tokens run this step, in tokens[n_tokens, n_tokens + n_draft) */
+    /* speculative decoding, per sequence (decoding.c) */
+    int32_t spec_cap;     /* most drafts it may run next (adaptive) */
+    int32_t spec_miss;    /* steps in a row whose drafts were all rejected */
+    int32_t spec_pause;   /* steps left to decode plain */
+    int32_t spec_backoff; /* the next pause's length */
+    int32_t spec_align;   /* client drafts: draft_tokens[i + spec_align] is generated token i */
 };
 
 /* Beam search state of one request (beam_width > 1). Its W slots: live
@@ -168,10 +174,14 @@ struct engine {
     int64_t release_us;      /* free this long before given back; < 0 never */
     int64_t busy_release_at; /* the next time a step may be followed by a release */
     struct ifl_kvc_stats kst;
-    struct ifl_xguide_engine ge;        /* guided decoding: vocabulary index, masker */
-    const struct ifl_decoding *decs[8]; /* the strategies requests choose from, */
-    int32_t n_decs;                     /* latest registered first (decoding.c) */
-    int32_t *dec_rows;                  /* [logit_cap] one sequence's rows, for accept() */
+    struct ifl_xguide_engine ge;         /* guided decoding: vocabulary index, masker */
+    const struct ifl_decoding *decs[8];  /* the strategies requests choose from, */
+    int32_t n_decs;                      /* latest registered first (decoding.c) */
+    int32_t *dec_rows;                   /* [logit_cap] one sequence's rows, for accept() */
+    const struct ifl_decoding *spec;     /* the strategy of the config's speculative.type */
+    void *spec_state;                    /* that strategy's, from its engine_init */
+    int32_t spec_rows;                   /* draft rows the step being built may still take */
+    int64_t spec_drafted, spec_accepted; /* since creation */
 };
 
 /* Blocks that n_pos positions fill. */

@@ -39,6 +39,7 @@ struct xreq {
     char **stop_strings;
     int32_t *bias_ids;
     float *bias_vals;
+    int32_t *drafts; /* speculative.draft_tokens */
     char *post_name;
     int32_t post_index; /* -1 none, -2 batched, else logits_processors index */
     int64_t arrival_us;

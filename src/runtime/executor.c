@@ -19,6 +19,7 @@
 #include "core/err.h"
 #include "core/sysmem.h"
 #include "core/timeutil.h"
+#include "runtime/decoding.h"
 #include "runtime/exec.h"
 #include "runtime/sampler.h"
 
@@ -33,6 +34,13 @@ void ifl_executor_config_default(struct ifl_executor_config *c)
     c->enable_prefix_caching = 1;
     c->kv_cache_memory_share = 0.4;
     c->kv_release_ms = 5000;
+    c->speculative.n_max = 16;
+    c->speculative.p_min = 0.75f;
+    c->speculative.ngram_size = 3;
+    c->speculative.ngram_min_hits = 1;
+    c->speculative.tree_budget = 24;
+    c->speculative.tree_top_n = 4;
+    c->speculative.adaptive = 1;
 }
 
 void ifl_request_init(struct ifl_request *r)
@@ -45,6 +53,9 @@ void ifl_request_init(struct ifl_request *r)
     r->num_return_sequences = 1;
     r->output.exclude_input_from_output = 1;
     ifl_sampling_default(&r->sampling);
+    r->speculative.n_max = -1;
+    r->speculative.n_min = -1;
+    r->speculative.p_min = -1;
 }
 
 /* ---- requests ---- */
@@ -68,6 +79,33 @@ static int check_words(const struct ifl_executor *ex, const char *what, const in
         }
         *total += len[i];
     }
+    return 0;
+}
+
+static int validate_speculative(const struct ifl_executor *ex,
+                                const struct ifl_request_speculative *sp, char *err)
+{
+    if (sp->disable != 0 && sp->disable != 1)
+        return ifl_err(err, IFL_EINVAL, "speculative.disable: %d (0 or 1)", sp->disable);
+    if (sp->n_max < -1 || sp->n_max > IFL_SPEC_MAX_DRAFT)
+        return ifl_err(err, IFL_EINVAL, "speculative.n_max: %d (-1 for the executor's, 0..%d)",
+                       sp->n_max, IFL_SPEC_MAX_DRAFT);
+    if (sp->n_min < -1 || sp->n_min > IFL_SPEC_MAX_DRAFT)
+        return ifl_err(err, IFL_EINVAL, "speculative.n_min: %d (-1 for the executor's, 0..%d)",
+                       sp->n_min, IFL_SPEC_MAX_DRAFT);
+    if (!(sp->p_min <= 1)) /* NaN too */
+        return ifl_err(err, IFL_EINVAL, "speculative.p_min: %g (below 0 for the executor's, 0..1)",
+                       (double)sp->p_min);
+    if (sp->n_draft_tokens < 0 || sp->n_draft_tokens > 65536 ||
+        (sp->n_draft_tokens && !sp->draft_tokens))
+        return ifl_err(err, IFL_EINVAL,
+                       "speculative.draft_tokens: %d tokens (0..65536, with the array)",
+                       sp->n_draft_tokens);
+    for (int32_t i = 0; i < sp->n_draft_tokens; i++)
+        if (sp->draft_tokens[i] < 0 || sp->draft_tokens[i] >= ex->n_vocab)
+            return ifl_err(err, IFL_EINVAL,
+                           "speculative.draft_tokens[%d]: token %d outside the vocabulary of %d", i,
+                           sp->draft_tokens[i], ex->n_vocab);
     return 0;
 }
 
@@ -179,7 +217,7 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
                        "guided sequence ends where its grammar does");
     if (r->lora_name && r->lora_name[0])
         return ifl_err(err, IFL_EUNSUPPORTED, "lora_name: LoRA adapters are not available yet");
-    return 0;
+    return validate_speculative(ex, &r->speculative, err);
 }
 
 static int copy_request(const struct ifl_executor *ex, const struct ifl_request *r,
@@ -202,7 +240,10 @@ static int copy_request(const struct ifl_executor *ex, const struct ifl_request 
     q->bad_len = ifl_exec_dup(r->bad_words_lens, sizeof(int32_t) * (size_t)r->n_bad_words);
     q->bias_ids = ifl_exec_dup(r->logit_bias_ids, sizeof(int32_t) * (size_t)r->n_logit_bias);
     q->bias_vals = ifl_exec_dup(r->logit_bias_values, sizeof(float) * (size_t)r->n_logit_bias);
+    q->drafts = ifl_exec_dup(r->speculative.draft_tokens,
+                             sizeof(int32_t) * (size_t)r->speculative.n_draft_tokens);
     int ok = q->input && (!stop_total || (q->stop_tok && q->stop_len)) &&
+             (!r->speculative.n_draft_tokens || q->drafts) &&
              (!bad_total || (q->bad_tok && q->bad_len)) &&
              (!r->n_logit_bias || (q->bias_ids && q->bias_vals));
     if (ok && r->n_stop_strings) {
@@ -230,6 +271,7 @@ static int copy_request(const struct ifl_executor *ex, const struct ifl_request 
     q->r.logit_bias_ids = q->bias_ids;
     q->r.logit_bias_values = q->bias_vals;
     q->r.logits_post_processor = q->post_name;
+    q->r.speculative.draft_tokens = q->drafts;
     q->r.guide_text = NULL;
     q->r.lora_name = NULL;
     if (!ok) {
@@ -474,6 +516,42 @@ int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int
 
 /* ---- lifetime ---- */
 
+static int check_speculative(const struct ifl_speculative_config *c, char *err)
+{
+    const char *name = ifl_decoding_type_name(c->type);
+    if (!name)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: speculative.type %d (none = 0, draft = 1, ngram = 2, eagle3 = 3)",
+                       c->type);
+    if (!ifl_decoding_type_built(c->type))
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "config: speculative.type %s: this build has no such proposer", name);
+    if (c->n_max < 1 || c->n_max > IFL_SPEC_MAX_DRAFT || c->n_min < 0 || c->n_min > c->n_max)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: speculative.n_max %d (1..%d) and n_min %d (0..n_max)", c->n_max,
+                       IFL_SPEC_MAX_DRAFT, c->n_min);
+    if (!(c->p_min >= 0 && c->p_min <= 1))
+        return ifl_err(err, IFL_EINVAL, "config: speculative.p_min %g (0..1)", (double)c->p_min);
+    if (c->ngram_size < 1 || c->ngram_size > 8 || c->ngram_min_hits < 1 || c->ngram_min_hits > 1000)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: speculative.ngram_size %d (1..8) and ngram_min_hits %d (1..1000)",
+                       c->ngram_size, c->ngram_min_hits);
+    if (c->tree_budget < 1 || c->tree_budget > 64 || c->tree_top_n < 1 || c->tree_top_n > 8)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: speculative.tree_budget %d (1..64) and tree_top_n %d (1..8)",
+                       c->tree_budget, c->tree_top_n);
+    if (c->accept != IFL_SPEC_ACCEPT_EXACT && c->accept != IFL_SPEC_ACCEPT_REJECTION)
+        return ifl_err(err, IFL_EINVAL, "config: speculative.accept %d (exact = 0, rejection = 1)",
+                       c->accept);
+    if (c->adaptive != 0 && c->adaptive != 1)
+        return ifl_err(err, IFL_EINVAL, "config: speculative.adaptive %d (0 or 1)", c->adaptive);
+    int needs_file = c->type == IFL_SPEC_DRAFT || c->type == IFL_SPEC_EAGLE3;
+    if (needs_file != (c->draft_model && c->draft_model[0]))
+        return ifl_err(err, IFL_EINVAL, "config: speculative.draft_model is %s with type %s",
+                       needs_file ? "required" : "only for draft and eagle3", name);
+    return 0;
+}
+
 int ifl_executor_create(ifl_executor **out, const char *model_path,
                         const struct ifl_executor_config *cfg_in, char *err)
 {
@@ -514,6 +592,9 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         return ifl_err(err, IFL_EINVAL, "config: sched_policy %d", cfg.sched_policy);
     if (cfg.n_logits_processors < 0 || (cfg.n_logits_processors && !cfg.logits_processors))
         return ifl_err(err, IFL_EINVAL, "config: logits_processors");
+    int rc0 = check_speculative(&cfg.speculative, err);
+    if (rc0)
+        return rc0;
     struct ifl_executor *ex = calloc(1, sizeof(*ex));
     if (!ex)
         return ifl_err(err, IFL_ENOMEM, "executor: out of memory");

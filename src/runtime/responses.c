@@ -110,6 +110,7 @@ void ifl_xreq_free(struct xreq *q)
     free(q->stop_strings);
     free(q->bias_ids);
     free(q->bias_vals);
+    free(q->drafts);
     free(q->post_name);
     ifl_xguide_release(q->xg);
     free(q);

@@ -205,6 +205,7 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
     struct engine *e = ex->eng;
     int32_t order[1024];
     int32_t n_order = 0;
+    ifl_decoding_prepare(ex);
     for (int32_t i = 0; i < e->n_slots && n_order < 1024; i++)
         if (e->seqs[i].q && e->seqs[i].started && !e->seqs[i].finish)
             order[n_order++] = i;

@@ -83,6 +83,10 @@ int ifl_seq_start(struct ifl_executor *ex, struct eseq *s, struct xreq *q, int32
     s->paused = 0;
     s->cum_logprob = 0;
     s->n_text = 0;
+    s->spec_cap = IFL_SPEC_MAX_DRAFT;
+    s->spec_miss = s->spec_pause = 0;
+    s->spec_backoff = 8;
+    s->spec_align = 0;
     s->scfg = q->r.sampling;
     s->scfg.seed = q->r.sampling.seed + (uint64_t)index;
     ifl_sampler_reset(&s->st, &s->scfg, q->input, q->r.n_input);
