@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "inflight.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -102,6 +103,30 @@ void cli_session_close(struct cli_session *s);
  * to logits_all (n x n_vocab) when non-NULL, else of the last into last. */
 int cli_session_eval(struct cli_session *s, const int32_t *tokens, int64_t n, int32_t start,
                      float *logits_all, float *last, char *err);
+
+/* Speculative decoding flags, shared by run, serve and bench:
+ * --spec-type, --draft-model (-md), --draft-max, --draft-min,
+ * --draft-p-min, --spec-ngram, --spec-ngram-min-hits, --spec-tree-budget,
+ * --spec-tree-top-n, --spec-accept, --spec-adaptive. cli_spec_option
+ * takes flag a with value v into c: 0 when taken, -1 when a is not one of
+ * them, else an exit status after printing why. cli_spec_finish checks
+ * the whole (--draft-model alone means --spec-type draft). */
+#define CLI_SPEC_HELP                                                                              \
+    "  --spec-type T             speculative decoding: none (default), ngram, draft, eagle3\n"     \
+    "  --draft-model FILE, -md FILE  the draft model (draft) or EAGLE-3 head (eagle3)\n"           \
+    "  --draft-max N             most drafts per step, 1..32 (default 16)\n"                       \
+    "  --draft-min N             run no fewer drafts than this (default 0)\n"                      \
+    "  --draft-p-min P           draft model: stop drafting below this probability (0.75)\n"       \
+    "  --spec-ngram N            ngram: tokens matched, 1..8 (default 3)\n"                        \
+    "  --spec-ngram-min-hits N   ngram: earlier occurrences needed (default 1)\n"                  \
+    "  --spec-tree-budget N      eagle3: nodes per draft tree (default 24)\n"                      \
+    "  --spec-tree-top-n N       eagle3: children per node (default 4)\n"                          \
+    "  --spec-accept MODE        exact (default: outputs as without speculation) or\n"             \
+    "                            rejection (speculative sampling)\n"                               \
+    "  --spec-adaptive on|off    draft length follows acceptance (default on)\n"
+int cli_spec_option(const char *cmd, const char *a, const char *v,
+                    struct ifl_speculative_config *c);
+int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c);
 
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

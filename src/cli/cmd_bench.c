@@ -59,6 +59,7 @@ struct bench_opts {
     int tg[MAX_TESTS], n_tg;
     int batched, bandwidth, json, kv_type;
     const char *repack_cache; /* NULL: repack in memory */
+    struct ifl_speculative_config spec;
 };
 
 /* What llama-bench prints about a model, from the GGUF's tensor table. */
@@ -525,7 +526,9 @@ static const char BENCH_HELP[] =
     "  --repack-cache DIR      map the repacked weights from a cache file there (as serve)\n"
     "  --json                  one JSON object per test instead of tables\n"
     "  --bandwidth             measure memory read bandwidth (no model)\n"
-    "  --bw-mib N              its buffer in MiB (default 512)\n";
+    "  --bw-mib N              its buffer in MiB (default 512)\n"
+    "speculative decoding (the generation tests; acceptance is printed at the "
+    "end):\n" CLI_SPEC_HELP;
 
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
@@ -538,6 +541,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     o->conc[0] = 1;
     o->n_conc = 1;
     o->kv_type = IFL_KV_F16;
+    struct ifl_executor_config dc;
+    ifl_executor_config_default(&dc);
+    o->spec = dc.speculative;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -559,7 +565,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         if (i + 1 >= argc)
             return cli_usage_error("bench", "option '%s' needs a value (or is unknown)", a);
         const char *v = argv[++i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        int sp = cli_spec_option("bench", a, v, &o->spec);
+        if (sp >= 0) {
+            if (sp)
+                return sp;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "--pp")) {
             if ((o->n_pp = cli_parse_int_list(v, 1, 1 << 16, o->pp, MAX_TESTS)) < 0)
@@ -618,7 +628,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     if (!o->model)
         return cli_usage_error("bench", "a model is required (-m FILE)");
     o->batched = batch_flag || !pp_or_tg;
-    return 0;
+    return cli_spec_finish("bench", &o->spec);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -673,6 +683,7 @@ int cmd_bench(int argc, char **argv)
     cfg.kv_cache_tokens = kv_tokens;
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
+    cfg.speculative = o.spec;
     /* no default cache here: a benchmark of many files should not fill the disk */
     cfg.repack_cache_dir = o.repack_cache && strcmp(o.repack_cache, "off") ? o.repack_cache : NULL;
     struct cli_progress progress;
@@ -703,6 +714,11 @@ int cmd_bench(int argc, char **argv)
         rc = run_batched(ex, &o, &mi, threads, &g, err);
     if (rc)
         fprintf(stderr, "inflight bench: %s\n", err);
+    struct ifl_iteration_stats st;
+    if (!rc && !ifl_get_iteration_stats(ex, &st) && st.draft_tokens)
+        fprintf(stderr, "speculation: %lld of %lld drafts kept (%.0f %%)\n",
+                (long long)st.accepted_draft_tokens, (long long)st.draft_tokens,
+                100.0 * (double)st.accepted_draft_tokens / (double)st.draft_tokens);
     ifl_executor_destroy(ex, 1);
     return rc ? 1 : 0;
 }

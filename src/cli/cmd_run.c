@@ -29,6 +29,8 @@ struct run_opts {
     int guide_type;        /* enum ifl_guide_type */
     const char *guide_arg; /* --grammar / --json-schema FILE, or --regex RE */
     const char *guide_flag;
+    struct ifl_speculative_config spec;
+    const char *prediction; /* --prediction FILE: client drafts */
 };
 
 static const char RUN_HELP[] =
@@ -51,7 +53,9 @@ static const char RUN_HELP[] =
     "                       DIR, which later starts map instead of repacking (default,\n"
     "                       for models of 64 MiB or more: ~/.cache/inflight; off: none)\n"
     "  --ids                print generated token ids instead of text\n"
-    "  --ignore-eos         keep generating past end-of-sequence\n";
+    "  --ignore-eos         keep generating past end-of-sequence\n"
+    "  --prediction FILE    text the output is expected to resemble (an edited file):\n"
+    "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP;
 
 static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"
@@ -68,6 +72,9 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
     o->n_predict = 128;
     o->kv_type = IFL_KV_F16;
     ifl_sampling_default(&o->samp); /* the executor's defaults, which the server keeps */
+    struct ifl_executor_config dc;
+    ifl_executor_config_default(&dc);
+    o->spec = dc.speculative;
     int is_run = !strcmp(cmd, "run");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -88,8 +95,14 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
         const char *v = argv[++i];
         int64_t iv;
         double fv;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        int sp = is_run ? cli_spec_option(cmd, a, v, &o->spec) : -1;
+        if (sp >= 0) {
+            if (sp)
+                return sp;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             o->so.model_path = v;
+        } else if (is_run && !strcmp(a, "--prediction")) {
+            o->prediction = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             o->prompt = v;
         } else if (!is_run && !strcmp(a, "--ids")) {
@@ -163,7 +176,7 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
         return cli_usage_error(cmd, "give exactly one of -p TEXT or --ids \"1 2 3\"");
     if (!is_run && !o->logits_path)
         return cli_usage_error(cmd, "an output file is required (--logits OUT.f32)");
-    return 0;
+    return is_run ? cli_spec_finish(cmd, &o->spec) : 0;
 }
 
 /* Tokenizes text with the model's special-token rules into a malloc'd array. */
@@ -212,6 +225,7 @@ int cmd_run(int argc, char **argv)
     cfg.n_ctx = o.so.n_ctx;
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
+    cfg.speculative = o.spec;
     char cache_buf[4096];
     int cache_default;
     cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,
@@ -232,7 +246,7 @@ int cmd_run(int argc, char **argv)
     ifl_executor_model_info(ex, &mi);
     int status = 0;
     int64_t n_prompt = 0, n_gen = 0;
-    int32_t *prompt = NULL;
+    int32_t *prompt = NULL, *drafts = NULL;
     size_t len = strlen(o.prompt);
     rc = ifl_executor_tokenize(ex, o.prompt, (int64_t)len, 1, 1, NULL, 0, &n_prompt);
     if ((rc && rc != IFL_EFULL) || n_prompt == 0) {
@@ -269,6 +283,26 @@ int cmd_run(int argc, char **argv)
     req.output.return_perf_metrics = 1;
     req.guide_type = o.guide_type;
     req.guide_text = guide;
+    if (o.prediction) {
+        const char *why = "";
+        char *text = cli_read_file(o.prediction, (size_t)1 << 24, &why);
+        int64_t nd = 0;
+        if (!text) {
+            status =
+                cli_usage_error("run", "--prediction: cannot read '%s': %s", o.prediction, why);
+            goto done;
+        }
+        /* the predicted continuation: no BOS, special tokens as text */
+        size_t tl = strlen(text);
+        rc = ifl_executor_tokenize(ex, text, (int64_t)tl, 0, 0, NULL, 0, &nd);
+        if (nd > 65536)
+            nd = 65536;
+        if (nd > 0 && (drafts = malloc(sizeof(int32_t) * (size_t)nd)))
+            ifl_executor_tokenize(ex, text, (int64_t)tl, 0, 0, drafts, nd, &nd);
+        free(text);
+        req.speculative.draft_tokens = drafts;
+        req.speculative.n_draft_tokens = drafts ? (int32_t)(nd > 65536 ? 65536 : nd) : 0;
+    }
     ifl_id id;
     if ((rc = ifl_enqueue(ex, &req, &id, err))) {
         if (rc != IFL_ENOMEM) { /* a sampling value or a constraint: the user's */
@@ -336,7 +370,11 @@ int cmd_run(int argc, char **argv)
                 (long long)(n_gen - 1), t_decode * 1e3,
                 t_decode > 0 ? (double)(n_gen - 1) / t_decode : 0.0,
                 o.so.n_threads ? o.so.n_threads : ifl_syscpu_count(256), ifl_kernels_best()->name);
+    if (perf.draft_tokens)
+        fprintf(stderr, "speculation: %d of %d drafts kept (%.0f %%)\n", perf.accepted_draft_tokens,
+                perf.draft_tokens, 100.0 * perf.accepted_draft_tokens / perf.draft_tokens);
 done:
+    free(drafts);
     free(prompt);
     free(guide);
     ifl_executor_destroy(ex, 1);

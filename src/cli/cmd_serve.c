@@ -67,7 +67,7 @@ static const char SERVE_HELP[] =
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
     "  --http-threads N          threads serving HTTP connections (default 4)\n"
     "  --reuse-port              share the port with other servers (SO_REUSEPORT, replicas)\n"
-    "  --quiet                   no access log\n";
+    "  --quiet                   no access log\n" CLI_SPEC_HELP;
 
 /* Says how big the KV pool is and what decided it. */
 static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share, int prefault)
@@ -139,6 +139,9 @@ int cmd_serve(int argc, char **argv)
     size_t names_len = 0;
     int64_t kv_mem_bytes = 0, kv_release_ms = 5000;
     double kv_mem_share = 0.4;
+    struct ifl_executor_config defaults;
+    ifl_executor_config_default(&defaults);
+    struct ifl_speculative_config spec = defaults.speculative;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -171,6 +174,11 @@ int cmd_serve(int argc, char **argv)
             return cli_usage_error("serve", "%s wants %s (%lld to %lld), not '%s'", a, what,       \
                                    (long long)(lo), (long long)(hi), v);                           \
     } while (0)
+        int sp = cli_spec_option("serve", a, v, &spec);
+        if (sp > 0)
+            return sp;
+        if (sp == 0)
+            continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model = v;
         else if (!strcmp(a, "--host"))
@@ -244,6 +252,8 @@ int cmd_serve(int argc, char **argv)
     }
     if (!model)
         return cli_usage_error("serve", "a model is required (-m FILE)");
+    if ((rc0 = cli_spec_finish("serve", &spec)))
+        return rc0;
     FILE *mf = fopen(model, "rb");
     if (!mf)
         return cli_usage_error("serve", "cannot open model '%s': %s", model, strerror(errno));
@@ -305,6 +315,7 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.kv_cache_memory_share = kv_mem_share;
     cfg.exec.kv_release_ms = kv_release_ms ? (int32_t)kv_release_ms : 1; /* 0: once idle */
     cfg.exec.kv_prefault = kv_prefault;
+    cfg.exec.speculative = spec;
     cfg.exec.kv_type = kv_type;
     char cache_buf[4096];
     int cache_default;

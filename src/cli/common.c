@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,4 +371,80 @@ char *cli_read_file(const char *path, size_t max, const char **why)
     }
     buf[n] = 0;
     return buf;
+}
+
+int cli_spec_option(const char *cmd, const char *a, const char *v, struct ifl_speculative_config *c)
+{
+    static const char *const types[] = {"none", "draft", "ngram", "eagle3"};
+    int64_t iv;
+    double fv;
+    if (!strcmp(a, "--spec-type")) {
+        for (int t = 0; t < 4; t++)
+            if (!strcmp(v, types[t])) {
+                c->type = t;
+                return 0;
+            }
+        return cli_usage_error(cmd, "--spec-type wants none, draft, ngram or eagle3, not '%s'", v);
+    }
+    if (!strcmp(a, "--draft-model") || !strcmp(a, "-md")) {
+        c->draft_model = v;
+        return 0;
+    }
+    if (!strcmp(a, "--spec-accept")) {
+        if (!strcmp(v, "exact"))
+            c->accept = IFL_SPEC_ACCEPT_EXACT;
+        else if (!strcmp(v, "rejection"))
+            c->accept = IFL_SPEC_ACCEPT_REJECTION;
+        else
+            return cli_usage_error(cmd, "--spec-accept wants exact or rejection, not '%s'", v);
+        return 0;
+    }
+    if (!strcmp(a, "--spec-adaptive")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return cli_usage_error(cmd, "--spec-adaptive wants on or off, not '%s'", v);
+        c->adaptive = !strcmp(v, "on");
+        return 0;
+    }
+    if (!strcmp(a, "--draft-p-min")) {
+        if (cli_parse_f64(v, 0, 1, &fv))
+            return cli_usage_error(cmd, "--draft-p-min wants a probability from 0 to 1, not '%s'",
+                                   v);
+        c->p_min = (float)fv;
+        return 0;
+    }
+    static const struct {
+        const char *flag;
+        int64_t lo, hi;
+        size_t off;
+    } nums[] = {
+        {"--draft-max", 1, 32, offsetof(struct ifl_speculative_config, n_max)},
+        {"--draft-min", 0, 32, offsetof(struct ifl_speculative_config, n_min)},
+        {"--spec-ngram", 1, 8, offsetof(struct ifl_speculative_config, ngram_size)},
+        {"--spec-ngram-min-hits", 1, 1000, offsetof(struct ifl_speculative_config, ngram_min_hits)},
+        {"--spec-tree-budget", 1, 64, offsetof(struct ifl_speculative_config, tree_budget)},
+        {"--spec-tree-top-n", 1, 8, offsetof(struct ifl_speculative_config, tree_top_n)},
+    };
+    for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
+        if (!strcmp(a, nums[k].flag)) {
+            if (cli_parse_i64(v, nums[k].lo, nums[k].hi, &iv))
+                return cli_usage_error(cmd, "%s wants %lld to %lld, not '%s'", a,
+                                       (long long)nums[k].lo, (long long)nums[k].hi, v);
+            *(int32_t *)((char *)c + nums[k].off) = (int32_t)iv;
+            return 0;
+        }
+    return -1;
+}
+
+int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c)
+{
+    if (c->draft_model && c->type == IFL_SPEC_NONE)
+        c->type = IFL_SPEC_DRAFT; /* --draft-model alone means a draft model */
+    if (c->n_min > c->n_max)
+        return cli_usage_error(cmd, "--draft-min %d exceeds --draft-max %d", c->n_min, c->n_max);
+    if ((c->type == IFL_SPEC_DRAFT || c->type == IFL_SPEC_EAGLE3) && !c->draft_model)
+        return cli_usage_error(cmd, "--spec-type %s needs --draft-model FILE",
+                               c->type == IFL_SPEC_DRAFT ? "draft" : "eagle3");
+    if (c->draft_model && c->type != IFL_SPEC_DRAFT && c->type != IFL_SPEC_EAGLE3)
+        return cli_usage_error(cmd, "--draft-model is for --spec-type draft or eagle3");
+    return 0;
 }

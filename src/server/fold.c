@@ -28,6 +28,7 @@ void ifl_gen_job_destroy(struct ifl_gen_job *j)
     free(j->stops);
     free(j->bias_ids);
     free(j->bias_vals);
+    free(j->drafts);
     free(j->ids);
     free(j->req_final);
     free(j->order);
@@ -106,6 +107,8 @@ static void observe_request(struct ifl_gen_job *j, const struct ifl_response *r,
 {
     struct ifl_server *s = j->srv;
     const struct ifl_perf_metrics *pm = &r->perf;
+    j->drafted += pm->draft_tokens;
+    j->accepted += pm->accepted_draft_tokens;
     if (pm->first_scheduled_us && pm->arrival_us)
         ifl_server_metrics_observe(s, IFL_HIST_QUEUE,
                                    (double)(pm->first_scheduled_us - pm->arrival_us) * 1e-6);

@@ -108,6 +108,25 @@ int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, i
     return rc;
 }
 
+int ifl_gen_set_prediction(struct ifl_gen_job *j, const char *text, size_t n)
+{
+    int64_t cap = (int64_t)n + 8, got = 0;
+    if (cap > 65536)
+        cap = 65536; /* a longer prediction is used up to there */
+    free(j->drafts);
+    j->n_drafts = 0;
+    if (!(j->drafts = malloc(sizeof(int32_t) * (size_t)cap)))
+        return IFL_ENOMEM;
+    /* the continuation's tokens: no BOS, special-token text as text */
+    int rc = ifl_executor_tokenize(j->ex, text, (int64_t)n, 0, 0, j->drafts, cap, &got);
+    if (rc && rc != IFL_EFULL)
+        return rc;
+    j->n_drafts = (int32_t)(got < cap ? got : cap);
+    j->req.speculative.draft_tokens = j->drafts;
+    j->req.speculative.n_draft_tokens = j->n_drafts;
+    return 0;
+}
+
 int ifl_gen_add_stop(struct ifl_gen_job *j, const char *s)
 {
     char **p = realloc(j->stops, sizeof(*p) * (size_t)(j->n_stops + 1));
@@ -267,6 +286,9 @@ int ifl_gen_apply(struct ifl_gen_job *j, const struct ifl_gen_params *p, char *p
     r->n_stop_strings = j->n_stops;
     r->logit_bias_ids = j->bias_ids;
     r->logit_bias_values = j->bias_vals;
+    r->speculative.n_max = (int32_t)p->spec_n_max;
+    r->speculative.n_min = (int32_t)p->spec_n_min;
+    r->speculative.p_min = (float)p->spec_p_min;
     return 0;
 }
 

@@ -316,6 +316,9 @@ struct ifl_gen_job {
     int n_stops;
     int32_t *bias_ids;
     float *bias_vals;
+    int32_t *drafts; /* OpenAI's prediction, tokenized: each prompt's client drafts */
+    int32_t n_drafts;
+    int64_t drafted, accepted; /* from the final responses' perf metrics */
     ifl_id *ids;
     unsigned char *req_final; /* [n_prompts] its final response came */
     struct ifl_gen_choice *ch;
@@ -348,6 +351,9 @@ struct ifl_gen_params {
     int prompt_top;   /* and this many alternatives at each */
     int stream;       /* a response per step */
     double priority;
+    /* speculative decoding (llama-server's speculative.* fields): -1 the server's */
+    int64_t spec_n_max, spec_n_min;
+    double spec_p_min;
 };
 
 struct ifl_gen_job *ifl_gen_job_new(struct ifl_server *s, ifl_executor *ex);
@@ -379,6 +385,9 @@ int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t 
 /* TGI's `grammar` object ({"type": "json" | "json_schema" | "regex",
  * "value"}) as the request's constraint; err names the problem. */
 int ifl_gen_set_tgi_grammar(struct ifl_gen_job *j, json_t *gr, char *err);
+/* The text the output is expected to follow (OpenAI's prediction), given
+ * to every prompt's request as client drafts; 0 or IFL_ENOMEM. */
+int ifl_gen_set_prediction(struct ifl_gen_job *j, const char *text, size_t n);
 /* Applies p to the request template; err gets "param: problem". The
  * max_tokens default (p->max_tokens < 0) fills the context of the longest
  * prompt. Returns 0 or a 400-worthy IFL_EINVAL. */

@@ -295,6 +295,14 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_buf *b)
          "Prompt KV blocks looked up in the prefix cache.");
     ifl_buf_addf(b, "inflight_prefix_cache_queries_total{model_name=\"%s\"} %lld\n", model,
                  (long long)(st.kv_blocks_reused + st.kv_blocks_missed));
+    head(b, "inflight_spec_draft_tokens_total", "counter",
+         "Speculative decoding: draft tokens run (proposed and checked by the model).");
+    ifl_buf_addf(b, "inflight_spec_draft_tokens_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)st.draft_tokens);
+    head(b, "inflight_spec_accepted_tokens_total", "counter",
+         "Speculative decoding: draft tokens kept (equal to the model's own pick).");
+    ifl_buf_addf(b, "inflight_spec_accepted_tokens_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)st.accepted_draft_tokens);
     head(b, "inflight_iterations_total", "counter", "Engine steps run.");
     ifl_buf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
                  (long long)st.iteration);

@@ -98,6 +98,10 @@ static const struct ifl_json_field OAI_FIELDS[] = {
     IFL_FIELD_I64(Q, "min_tokens", 0, 1 << 24, p.min_tokens, 0),
     IFL_FIELD_BOOL(Q, "ignore_eos", p.ignore_eos, 0),
     IFL_FIELD_NUM(Q, "priority", 0, 1, p.priority, 0.5),
+    /* llama-server's speculative decoding fields, dotted names and all */
+    IFL_FIELD_I64(Q, "speculative.n_max", 0, 32, p.spec_n_max, -1),
+    IFL_FIELD_I64(Q, "speculative.n_min", 0, 32, p.spec_n_min, -1),
+    IFL_FIELD_NUM(Q, "speculative.p_min", 0, 1, p.spec_p_min, -1),
 };
 /* completions only: logprobs is the number of alternatives (want_lp when
  * given); echo defaults to return_full_text (applied after reading) */
@@ -178,6 +182,54 @@ static int parse_tgi_fields(json_t *b, struct oai_req *q, uint64_t seen, struct 
 }
 
 /* 0, or fills param/err and returns an HTTP status */
+/* OpenAI's Predicted Outputs: {"type": "content", "content": text or
+ * [{"type": "text", "text": ...}, ...]}, the text the reply is expected to
+ * repeat for the most part (a file being edited). Its tokens become the
+ * requests' client drafts: what matches is checked many tokens per step;
+ * the output is the same as without it. 0, or 400 with param and err. */
+static int parse_prediction(json_t *b, struct ifl_gen_job *j, char *param, char *err)
+{
+    json_t *pr = json_object_get(b, "prediction");
+    if (!pr || json_is_null(pr))
+        return 0;
+    snprintf(param, 64, "prediction");
+    json_t *ty = json_object_get(pr, "type"), *ct = json_object_get(pr, "content");
+    if (!json_is_object(pr) || !json_is_string(ty) || strcmp(json_string_value(ty), "content"))
+        return ifl_err(err, IFL_EINVAL,
+                       "prediction: must be an object with type \"content\" and its content"),
+               400;
+    struct ifl_buf text = {0};
+    if (json_is_string(ct)) {
+        ifl_buf_add(&text, json_string_value(ct), json_string_length(ct));
+    } else if (json_is_array(ct)) {
+        size_t i;
+        json_t *part;
+        json_array_foreach(ct, i, part)
+        {
+            json_t *pt = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+            if (!json_is_string(pt) || strcmp(json_string_value(pt), "text") ||
+                !json_is_string(tx)) {
+                ifl_buf_free(&text);
+                return ifl_err(err, IFL_EINVAL,
+                               "prediction.content[%zu]: must be {\"type\": \"text\", \"text\": "
+                               "string}",
+                               i),
+                       400;
+            }
+            ifl_buf_add(&text, json_string_value(tx), json_string_length(tx));
+        }
+    } else {
+        return ifl_err(err, IFL_EINVAL,
+                       "prediction.content: must be a string or an array of text parts"),
+               400;
+    }
+    int rc = text.oom ? IFL_ENOMEM : text.len ? ifl_gen_set_prediction(j, text.p, text.len) : 0;
+    ifl_buf_free(&text);
+    if (rc)
+        return ifl_err(err, rc, "prediction: %s", ifl_strerror(rc)), 500;
+    return 0;
+}
+
 static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, struct ifl_gen_job *j,
                         char *param, char *err)
 {
@@ -359,8 +411,10 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     st = parse_tgi_fields(b, q, seen, j, param, err);
     if (st)
         return st;
-    static const char *const unsupported[] = {"tools", "tool_choice", "functions",  "function_call",
-                                              "audio", "modalities",  "prediction", "suffix"};
+    if ((st = parse_prediction(b, j, param, err)))
+        return st;
+    static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
+                                              "audio", "modalities",  "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         json_t *x = json_object_get(b, unsupported[i]);
         if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
@@ -386,8 +440,14 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
 static json_t *usage_json(const struct ifl_gen_job *j)
 {
     int64_t pt = ifl_gen_prompt_tokens(j), ct = ifl_gen_completion_tokens(j);
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt, "completion_tokens",
-                     (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
+    json_t *u = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt, "completion_tokens",
+                          (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
+    if (u && j->n_drafts) /* as OpenAI reports a prediction's use */
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:I,s:I}", "accepted_prediction_tokens",
+                                      (json_int_t)j->accepted, "rejected_prediction_tokens",
+                                      (json_int_t)(j->drafted - j->accepted)));
+    return u;
 }
 
 static json_t *envelope(const struct oai_req *q, const char *id, const char *object,

@@ -190,6 +190,8 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     g = tp.g;
     g.n = 1;
     g.priority = 0.5;
+    g.spec_n_max = g.spec_n_min = -1; /* the server's speculative decoding */
+    g.spec_p_min = -1;
     const int has_max = SEEN(TF_MAX_NEW_TOKENS);
     int sampling = (SEEN(TF_TEMPERATURE) && g.temperature != 1.0) || SEEN(TF_TOP_K) ||
                    SEEN(TF_TOP_P) || SEEN(TF_TYPICAL_P) || tp.do_sample;
