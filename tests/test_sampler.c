@@ -1491,9 +1491,96 @@ static void test_stop_random_vs_naive(void)
     CHECK_EQ(failures, 0);
 }
 
+/* Speculative sampling keeps the target distribution. 10^5 draws (draw
+ * numbers 0..99999 of one seed) on a synthetic row at temperature 0.8 and
+ * top-p 0.95: with one-hot proposals (a likely draft, an unlikely one and
+ * one the filters remove), and with drafts sampled from a distribution q
+ * near p, each histogram's chi-square against ifl_sampler_dist's
+ * distribution is below the 0.1 % critical value. With sampled drafts the
+ * share kept is sum min(p, q), above the sum p q that plain decoding's
+ * independent draw would match. */
+static void test_spec_rejection_distribution(void)
+{
+    enum { V = 12, DRAWS = 100000 };
+    const float row[V] = {2.0f, 1.5f, 1.4f, 1.0f, 0.5f, 0.4f, 0.0f, -0.5f, -1.0f, -3, -6, -9};
+    struct ifl_sampling_config c;
+    ifl_sampling_default(&c);
+    c.temperature = 0.8f;
+    c.top_p = 0.95f;
+    c.seed = 1234;
+    struct ifl_sampler_state st;
+    CHECK_EQ(ifl_sampler_state_init(&st, V), 0);
+    int32_t prompt[1] = {0};
+    ifl_sampler_reset(&st, &c, prompt, 1);
+    const struct ifl_sampler_cand *cd;
+    int32_t nc = ifl_sampler_dist(&c, &st, row, &cd);
+    double p[V] = {0}, total = 0;
+    for (int32_t i = 0; i < nc; i++)
+        total += cd[i].p;
+    for (int32_t i = 0; i < nc; i++)
+        p[cd[i].id] = cd[i].p / total;
+    CHECK(nc >= 6 && nc < V); /* top-p removed some */
+    /* q: a softmax of the row, flatter and shifted, over every token */
+    float q[V];
+    double qs = 0, min_sum = 0, prod_sum = 0;
+    for (int32_t t = 0; t < V; t++)
+        qs += (q[t] = expf(0.7f * row[(t + 1) % V]));
+    for (int32_t t = 0; t < V; t++) {
+        q[t] = (float)(q[t] / qs);
+        min_sum += p[t] < q[t] ? p[t] : q[t];
+        prod_sum += p[t] * q[t];
+    }
+    const int32_t drafts[4] = {1, 6, V - 1, -1}; /* -1: sampled from q */
+    uint64_t g = 99;
+    for (int k = 0; k < 4; k++) {
+        long hist[V] = {0}, kept = 0;
+        for (int64_t i = 0; i < DRAWS; i++) {
+            int32_t d = drafts[k];
+            if (d < 0) { /* a draw from q of the test's own */
+                g = g * 6364136223846793005ull + 1442695040888963407ull;
+                double u = (double)(g >> 11) * 0x1p-53, cum = 0;
+                for (d = 0; d < V - 1; d++)
+                    if (u < (cum += q[d]))
+                        break;
+            }
+            st.n_accepted = i; /* draw number i */
+            int32_t t =
+                ifl_sampler_pick_spec(&c, &st, row, d, drafts[k] < 0 ? q : NULL, NULL, NULL, 0);
+            CHECK(t >= 0 && t < V);
+            if (t >= 0 && t < V)
+                hist[t]++;
+            kept += t == d;
+        }
+        double chi = 0;
+        int df = -1;
+        for (int32_t t = 0; t < V; t++) {
+            if (p[t] == 0) {
+                CHECK_MSG(hist[t] == 0, "token %d outside the filters drawn %ld times", t, hist[t]);
+                continue;
+            }
+            double want = p[t] * DRAWS;
+            chi += (hist[t] - want) * (hist[t] - want) / want;
+            df++;
+        }
+        /* 0.1 % critical values of chi-square, df 5..11 */
+        static const double crit[] = {20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26};
+        CHECK_MSG(df >= 5 && df <= 11 && chi < crit[df - 5], "case %d: chi-square %.1f, df %d", k,
+                  chi, df);
+        double share = (double)kept / DRAWS;
+        fprintf(stderr, "  case %d: chi-square %.1f on %d df; drafts kept %.3f\n", k, chi, df,
+                share);
+        if (drafts[k] < 0)
+            CHECK_MSG(fabs(share - min_sum) < 0.01 && share > prod_sum + 0.05,
+                      "sampled drafts kept %.3f; sum min(p,q) %.3f, sum pq %.3f", share, min_sum,
+                      prod_sum);
+    }
+    ifl_sampler_state_deinit(&st);
+}
+
 int main(void)
 {
     T_RUN(test_defaults);
+    T_RUN(test_spec_rejection_distribution);
     T_RUN(test_validate_fields);
     T_RUN(test_check_extras);
     T_RUN(test_bias);

@@ -29,7 +29,7 @@ struct out {
 };
 
 struct exopt {
-    int32_t type, max_batch, max_num_tokens, policy, n_max, no_adapt, ngram, n_ctx;
+    int32_t type, max_batch, max_num_tokens, policy, n_max, no_adapt, ngram, n_ctx, rejection;
     int64_t kv_tokens;
 };
 
@@ -52,6 +52,7 @@ static ifl_executor *open_ex(const char *path, const struct exopt *o)
     if (o->ngram)
         c.speculative.ngram_size = o->ngram;
     c.speculative.adaptive = !o->no_adapt;
+    c.speculative.accept = o->rejection ? IFL_SPEC_ACCEPT_REJECTION : IFL_SPEC_ACCEPT_EXACT;
     ifl_executor *ex = NULL;
     char err[512] = "";
     int rc = ifl_executor_create(&ex, path, &c, err);
@@ -442,6 +443,43 @@ out:
     ifl_executor_destroy(spec, 0);
 }
 
+/* speculative.accept = rejection: greedy requests stay exact; sampled
+ * ones are reproducible from their seed, alone or in a batch of 8, and
+ * still take drafts. */
+static void test_rejection_mode(void)
+{
+    struct exopt po = {.type = IFL_SPEC_NONE}, so = {.type = IFL_SPEC_NGRAM, .rejection = 1};
+    ifl_executor *plain = open_ex(stories, &po), *spec = open_ex(stories, &so);
+    if (!plain || !spec)
+        goto out;
+    struct ifl_request r;
+    struct out a, b, c;
+    mkreq(&r, ONCE, 5, 150, 0, 3);
+    run(plain, &r, &a);
+    run(spec, &r, &b);
+    check_same(&a, &b, "rejection mode, greedy");
+    mkreq(&r, ONCE, 5, 150, 1, 3);
+    run(spec, &r, &b);
+    run(spec, &r, &c);
+    check_same(&b, &c, "rejection mode, sampled, twice");
+    CHECK_MSG(b.drafted > 0 && b.accepted > 0, "%d of %d kept", b.accepted, b.drafted);
+    struct ifl_request rs[8];
+    ifl_id ids[8];
+    for (int i = 0; i < 8; i++)
+        mkreq(&rs[i], ONCE, 5, 150, 1, i == 5 ? 3 : 100 + (uint64_t)i);
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue_many(spec, rs, 8, ids, err), 0);
+    for (int i = 0; i < 8; i++) {
+        collect(spec, ids[i], &c);
+        if (i == 5)
+            check_same(&b, &c, "rejection mode, sampled, in a batch");
+    }
+    CHECK_EQ(used_blocks(spec), 0);
+out:
+    ifl_executor_destroy(plain, 0);
+    ifl_executor_destroy(spec, 0);
+}
+
 /* ---- validation ---- */
 
 static void test_validation(void)
@@ -510,6 +548,7 @@ int main(void)
     T_RUN(test_client_drafts);
     T_RUN(test_not_adaptive);
     T_RUN(test_cancel_storm);
+    T_RUN(test_rejection_mode);
     T_RUN(test_ref_models);
     return t_done();
 }

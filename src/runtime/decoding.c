@@ -167,11 +167,19 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
                                 int32_t n)
 {
     struct engine *e = ex->eng;
+    /* speculative sampling for sampled, unguided requests; greedy ones
+     * (and guided ones, whose rows the grammar masks) stay exact */
+    int rejection = ex->cfg.speculative.accept == IFL_SPEC_ACCEPT_REJECTION &&
+                    s->scfg.temperature > 0 && !s->q->xg;
     for (int32_t i = 0; i < n && s->q && !s->finish; i++) {
         /* the draft row i would confirm, read before applying overwrites it */
         int32_t draft = i < n - 1 ? s->tokens[s->n_tokens] : -1;
         float lp = 0;
-        int32_t tok = ifl_choose_token(ex, s, e->logits + (size_t)rows[i] * ex->n_vocab, &lp);
+        int32_t tok = ifl_choose_token_spec(
+            ex, s, e->logits + (size_t)rows[i] * ex->n_vocab, rejection ? draft : -1,
+            rejection && draft >= 0 && s->q->dec->draft_dist ? s->q->dec->draft_dist(ex, s, i)
+                                                             : NULL,
+            &lp);
         if (tok < 0)
             return;         /* s finished */
         if (tok == draft) { /* counted before apply, which may end the request */

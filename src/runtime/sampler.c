@@ -885,6 +885,25 @@ static void top_logits(const float *logits, int32_t n_vocab, struct ifl_top_logp
     }
 }
 
+/* The chosen token's log-prob and the top alternatives, as pick reports
+ * them (lse: the row's log-sum-exp if known, else NAN). */
+static void report(const float *logits, int32_t n, int32_t tok, double lse, float *logprob,
+                   struct ifl_top_logprob *top, int32_t n_top)
+{
+    if (logprob || (top && n_top > 0)) {
+        if (isnan(lse))
+            lse = ifl_sampler_logsumexp(logits, n);
+        if (logprob)
+            *logprob = lse == -INFINITY ? -INFINITY : (float)((double)logits[tok] - lse);
+        if (top && n_top > 0) {
+            top_logits(logits, n, top, n_top);
+            for (int32_t j = 0; j < n_top; j++)
+                if (top[j].token >= 0)
+                    top[j].logprob = (float)((double)top[j].logprob - lse);
+        }
+    }
+}
+
 int32_t ifl_sampler_pick(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
                          const float *logits, float *logprob, struct ifl_top_logprob *top,
                          int32_t n_top)
@@ -939,17 +958,59 @@ int32_t ifl_sampler_pick(const struct ifl_sampling_config *c, struct ifl_sampler
             }
         }
     }
-    if (logprob || (top && n_top > 0)) {
-        if (isnan(lse))
-            lse = ifl_sampler_logsumexp(logits, n);
-        if (logprob)
-            *logprob = lse == -INFINITY ? -INFINITY : (float)((double)logits[tok] - lse);
-        if (top && n_top > 0) {
-            top_logits(logits, n, top, n_top);
-            for (int32_t j = 0; j < n_top; j++)
-                if (top[j].token >= 0)
-                    top[j].logprob = (float)((double)top[j].logprob - lse);
-        }
+    report(logits, n, tok, lse, logprob, top, n_top);
+    return tok;
+}
+
+int32_t ifl_sampler_pick_spec(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                              const float *logits, int32_t draft, const float *q, float *logprob,
+                              struct ifl_top_logprob *top, int32_t n_top)
+{
+    if (c->temperature <= 0 || draft < 0 || draft >= st->n_vocab)
+        return ifl_sampler_pick(c, st, logits, logprob, top, n_top);
+    const struct ifl_sampler_cand *cd;
+    int32_t nc = ifl_sampler_dist(c, st, logits, &cd);
+    if (nc == 0)
+        return ifl_sampler_pick(c, st, logits, logprob, top, n_top);
+    double total = 0, pd = 0;
+    for (int32_t i = 0; i < nc; i++) {
+        total += cd[i].p;
+        if (cd[i].id == draft)
+            pd = cd[i].p;
     }
+    pd /= total;
+    double qd = q ? (double)q[draft] : 1.0;
+    /* the draw of this token number, from a generator of its own (the
+     * plain draw's stream is not reused: a kept draft consumes none) */
+    uint64_t ctr = (uint64_t)st->n_accepted;
+    ifl_rng_seed(&st->rng, st->seed ^ ifl_splitmix64(&ctr) ^ 0x5bd1e9955bd1e995ull);
+    double u1 = (double)(ifl_rng_next(&st->rng) >> 11) * 0x1p-53;
+    double u2 = (double)(ifl_rng_next(&st->rng) >> 11) * 0x1p-53;
+    int32_t tok = draft;
+    if (!(u1 * qd < pd)) {
+        /* rejected: a draw from max(0, p - q), renormalised (q one-hot at
+         * the draft when NULL); tokens outside p's candidates have none */
+        double rest = 0;
+        for (int32_t i = 0; i < nc; i++) {
+            double qi = q ? (double)q[cd[i].id] : cd[i].id == draft;
+            double r = cd[i].p / total - qi;
+            rest += r > 0 ? r : 0;
+        }
+        double want = u2 * rest, cum = 0;
+        tok = -1;
+        for (int32_t i = 0; i < nc; i++) {
+            double qi = q ? (double)q[cd[i].id] : cd[i].id == draft;
+            double r = cd[i].p / total - qi;
+            if (r <= 0)
+                continue;
+            tok = cd[i].id;
+            cum += r;
+            if (want < cum)
+                break;
+        }
+        if (tok < 0) /* p <= q everywhere, i.e. p == q: the draft stands */
+            tok = draft;
+    }
+    report(logits, st->n_vocab, tok, NAN, logprob, top, n_top);
     return tok;
 }

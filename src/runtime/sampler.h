@@ -196,6 +196,22 @@ int32_t ifl_sampler_pick(const struct ifl_sampling_config *c, struct ifl_sampler
                          const float *logits, float *logprob, struct ifl_top_logprob *top,
                          int32_t n_top);
 
+/* Speculative sampling (speculative.accept = rejection) at a position
+ * where a proposer offered draft, drawn from its distribution q
+ * ([n_vocab], normalised; NULL: a proposal made deterministically, q
+ * one-hot at the draft). With p ifl_sampler_dist's distribution
+ * normalised: the draft is kept with probability min(1, p(d) / q(d)),
+ * else the token is drawn from max(0, p - q) renormalised, so that the
+ * token follows p exactly while drafts are kept with probability
+ * sum min(p, q) (against sum p q for an independent draw: more, when the
+ * drafts were sampled from a q near p). Both uniforms come from a
+ * generator seeded by (seed, draw number) alone: reproducible and
+ * independent of batching. temperature 0, or no candidates:
+ * ifl_sampler_pick. logprob and top as for ifl_sampler_pick. */
+int32_t ifl_sampler_pick_spec(const struct ifl_sampling_config *c, struct ifl_sampler_state *st,
+                              const float *logits, int32_t draft, const float *q, float *logprob,
+                              struct ifl_top_logprob *top, int32_t n_top);
+
 /* Records a generated token: counts for the penalties, the draw counter,
  * and top_p decay: when token == top_p_reset_ids (>= 0) top_p goes back to
  * c->top_p, else when top_p_decay < 1 top_p = max(top_p * decay,
