@@ -147,6 +147,33 @@ check_usage "truncated model" "$BIN" run -m "$tmp/trunc.gguf" -p hi
 check_usage "vocab-only file as a model" "$BIN" run -m "$SHARED/models/vocab/ggml-vocab-gpt-2.gguf" -p hi
 
 # the default thread count is the CPUs this process may use: one under
+# speculative decoding: outputs unchanged, acceptance reported, bad flags refused
+want=$("$BIN" run -m "$M" -p "Once upon a time" -n 120 --temp 0 --ids 2>/dev/null)
+got=$("$BIN" run -m "$M" -p "Once upon a time" -n 120 --temp 0 --ids --spec-type ngram --draft-max 8 2>"$tmp/err")
+check "run --spec-type ngram: the same greedy ids" "$want" "$got"
+has "run --spec-type ngram reports the drafts kept" "speculation: " "$(cat "$tmp/err")"
+want=$("$BIN" run -m "$M" -p "Once upon a time" -n 80 --temp 0.8 --top-p 0.9 --seed 3 --ids 2>/dev/null)
+got=$("$BIN" run -m "$M" -p "Once upon a time" -n 80 --temp 0.8 --top-p 0.9 --seed 3 --ids --spec-type ngram --spec-ngram 2 2>/dev/null)
+check "run --spec-type ngram: the same seeded ids" "$want" "$got"
+"$BIN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 >"$tmp/pred.txt" 2>/dev/null
+want=$("$BIN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 --ids 2>/dev/null)
+got=$("$BIN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 --ids --prediction "$tmp/pred.txt" 2>"$tmp/err")
+check "run --prediction: the same ids" "$want" "$got"
+has "run --prediction: every draft kept" "(100 %)" "$(cat "$tmp/err")"
+"$BIN" run -m "$M" -p x --spec-type bogus 2>"$tmp/err"
+check "run --spec-type bogus: exit 2" 2 "$?"
+has "it names the types" "none, draft, ngram or eagle3" "$(cat "$tmp/err")"
+"$BIN" run -m "$M" -p x --spec-type draft 2>"$tmp/err"
+check "run --spec-type draft without a model: exit 2" 2 "$?"
+has "it asks for --draft-model" "needs --draft-model" "$(cat "$tmp/err")"
+"$BIN" serve -m "$M" --draft-max 40 2>"$tmp/err"
+check "serve --draft-max 40: exit 2" 2 "$?"
+has "it gives the range" "--draft-max wants 1 to 32" "$(cat "$tmp/err")"
+"$BIN" bench -m "$M" --draft-min 9 --draft-max 4 2>"$tmp/err"
+check "bench --draft-min above --draft-max: exit 2" 2 "$?"
+"$BIN" run -m "$M" -p x --prediction "$tmp/missing" 2>"$tmp/err"
+check "run --prediction of a missing file: exit 2" 2 "$?"
+
 # taskset -c 0, whatever the machine has (taskset is util-linux, in Debian's
 # base system; the test says so when it is missing rather than passing)
 if command -v taskset >/dev/null; then

@@ -232,6 +232,10 @@ if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
     run_node "64 clients" tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=clients MAXTOK=200
     stop_server
     check "load server stops cleanly" 0 "$STOP_RC"
+    start_server spec --spec-type ngram -c 512 --quiet || exit 1
+    run_node "speculative decoding" tests/server/spec.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K
+    stop_server
+    check "speculating server stops cleanly" 0 "$STOP_RC"
     start_server queue --parallel 1 --max-queue 1 --quiet || exit 1
     run_node "full queue" tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=queue
     stop_server
