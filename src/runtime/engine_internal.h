@@ -9,8 +9,11 @@
  *   decoding.c    the decoding-strategy seam (decoding.h): what each
  *                 decoding sequence runs in a step and how its tokens are
  *                 taken from the logits; plain decoding is its first entry
+ *   spec_*.c      the speculative proposers (n-gram lookup, client drafts,
+ *                 ...), and spec_accept.c, the verifying acceptor they share
  * Calls go one way, down this order: engine.c -> schedule.c -> beam_slots.c
- * -> decoding.c -> choose.c -> sequence.c -> emit.c -> the response queue
+ * -> decoding.c -> spec_*.c -> spec_accept.c -> choose.c -> sequence.c ->
+ * emit.c -> the response queue
  * (responses.c); tests/test_runtime_calls.sh checks that no two call both ways.
  *
  * Everything here is single-owner: the engine thread's (see exec.h).

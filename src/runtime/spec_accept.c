@@ -1,0 +1,38 @@
+/*
+ * The verifying acceptor that strategies with drafts share
+ * (ifl_decoding_accept_drafts, decoding.h): each row's token is picked as
+ * plain decoding would pick it (or, with speculative.accept = rejection,
+ * by speculative sampling against the draft), and drafts are kept while
+ * they equal the picks. Apart from decoding.c so that the proposers,
+ * which decoding.c's table names, call down to it and never back.
+ */
+#include "runtime/engine_internal.h"
+
+void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const int32_t *rows,
+                                int32_t n)
+{
+    struct engine *e = ex->eng;
+    /* speculative sampling for sampled, unguided requests; greedy ones
+     * (and guided ones, whose rows the grammar masks) stay exact */
+    int rejection = ex->cfg.speculative.accept == IFL_SPEC_ACCEPT_REJECTION &&
+                    s->scfg.temperature > 0 && !s->q->xg;
+    for (int32_t i = 0; i < n && s->q && !s->finish; i++) {
+        /* the draft row i would confirm, read before applying overwrites it */
+        int32_t draft = i < n - 1 ? s->tokens[s->n_tokens] : -1;
+        float lp = 0;
+        int32_t tok = ifl_choose_token_spec(
+            ex, s, e->logits + (size_t)rows[i] * ex->n_vocab, rejection ? draft : -1,
+            rejection && draft >= 0 && s->q->dec->draft_dist ? s->q->dec->draft_dist(ex, s, i)
+                                                             : NULL,
+            &lp);
+        if (tok < 0)
+            return;         /* s finished */
+        if (tok == draft) { /* counted before apply, which may end the request */
+            s->q->perf.accepted_draft_tokens++;
+            e->spec_accepted++;
+        }
+        ifl_choose_apply(ex, s, tok, lp);
+        if (tok != draft)
+            return; /* the bonus token: the rows after it saw another history */
+    }
+}
