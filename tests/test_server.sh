@@ -233,6 +233,7 @@ if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
     stop_server
     check "load server stops cleanly" 0 "$STOP_RC"
     start_server spec --spec-type ngram -c 512 --quiet || exit 1
+    has "serve says speculation is on" "speculative decoding: n-gram lookup, up to 16 drafts" "$(cat "$tmp/spec.log")"
     run_node "speculative decoding" tests/server/spec.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K
     stop_server
     check "speculating server stops cleanly" 0 "$STOP_RC"

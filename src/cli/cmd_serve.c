@@ -378,6 +378,16 @@ int cmd_serve(int argc, char **argv)
     }
     cli_cache_note(&progress, cfg.exec.repack_cache_dir, cache_default);
     log_kv_pool(srv, (int32_t)parallel, kv_mem_share, kv_prefault);
+    if (spec.type != IFL_SPEC_NONE) {
+        static const char *const kinds[] = {"none", "draft model", "n-gram lookup", "EAGLE-3"};
+        fprintf(
+            stderr, "inflight serve: speculative decoding: %s%s%s, up to %d drafts a step%s, %s\n",
+            kinds[spec.type], spec.draft_model ? " " : "", spec.draft_model ? spec.draft_model : "",
+            spec.n_max, spec.adaptive ? " (adaptive)" : "",
+            spec.accept == IFL_SPEC_ACCEPT_REJECTION
+                ? "speculative sampling (sampled outputs follow the model's distribution)"
+                : "outputs as without it");
+    }
     fprintf(stderr, "inflight serve: ready on http://%s:%d\n", host, ifl_server_port(srv));
     int sig = 0;
     sigwait(&set, &sig);
