@@ -481,7 +481,7 @@ static void busy_release(struct ifl_executor *ex)
     int64_t touched_free = (int64_t)(k.n_touched - k.n_used - k.n_cached);
     if (touched_free * 4 < k.n_blocks || touched_free * e->kv_block_bytes < ((int64_t)8 << 20))
         return;
-    ifl_kvc_release_idle(e->kvc, e->release_us); /* the step's stats follow */
+    ifl_kvc_release_idle(e->kvc, e->release_us); /* the step's stats follow it */
 }
 
 void *ifl_engine_main(void *arg)
@@ -540,8 +540,10 @@ void *ifl_engine_main(void *arg)
         int64_t now = ifl_now_us();
         ifl_kvc_set_clock(e->kvc, now);
         expire(ex, now);
-        step(ex);
+        /* before the step, whose stats then show what went back (after
+         * it, a release the engine then idles on was never published) */
         busy_release(ex);
+        step(ex);
     }
     return NULL;
 }
