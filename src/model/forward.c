@@ -41,7 +41,8 @@ void ifl_fwd_free(struct ifl_fwd *f)
 {
     if (!f)
         return;
-    ifl_pool_free(f->pool);
+    if (f->owns_pool)
+        ifl_pool_free(f->pool);
     free(f->inv_freq);
     free(f->x);
     free(f->xn);
@@ -69,6 +70,11 @@ void ifl_fwd_free(struct ifl_fwd *f)
 int ifl_fwd_n_threads(const struct ifl_fwd *f)
 {
     return ifl_pool_size(f->pool);
+}
+
+struct ifl_pool *ifl_fwd_pool(struct ifl_fwd *f)
+{
+    return f->pool;
 }
 
 void ifl_fwd_parallel(struct ifl_fwd *f, void (*fn)(void *arg, int ith, int nth), void *arg)
@@ -110,10 +116,15 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->max_rows = cfg->max_rows;
     f->max_ctx = cfg->max_ctx;
     f->score_floats = cfg->attn_score_floats > 0 ? cfg->attn_score_floats : ATT_SCORE_FLOATS;
-    int rc = ifl_pool_create(&f->pool, cfg->n_threads);
-    if (rc) {
-        free(f);
-        return ifl_err(err, rc, "forward: cannot start %d threads", cfg->n_threads);
+    if (cfg->pool) {
+        f->pool = cfg->pool;
+    } else {
+        int rc = ifl_pool_create(&f->pool, cfg->n_threads);
+        if (rc) {
+            free(f);
+            return ifl_err(err, rc, "forward: cannot start %d threads", cfg->n_threads);
+        }
+        f->owns_pool = 1;
     }
     size_t R = (size_t)cfg->max_rows;
     int32_t q_dim = hp->n_head * hp->head_dim;

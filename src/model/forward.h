@@ -52,6 +52,11 @@ struct ifl_fwd_config {
     int n_threads;             /* 0: the CPUs this process may use (ifl_syscpu_count) */
     int32_t attn_score_floats; /* attention scores one pass over the KV cache keeps
                                   (0: 65536, 256 KiB); results do not depend on it */
+    /* optional: run on this pool (not owned; it must outlive the forward)
+     * instead of starting n_threads threads. Two forwards of one engine (a
+     * target and its draft model) then take turns on the same threads, and
+     * no second set of workers competes for the cores. */
+    struct ifl_pool *pool;
 };
 
 struct ifl_fwd;
@@ -60,6 +65,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
                    const struct ifl_fwd_config *cfg, char *err);
 void ifl_fwd_free(struct ifl_fwd *f);
 int ifl_fwd_n_threads(const struct ifl_fwd *f);
+/* The pool the forward runs on, to share with another forward (above). */
+struct ifl_pool *ifl_fwd_pool(struct ifl_fwd *f);
 /* Runs fn(arg, ith, nth) on each of the forward's nth threads, the caller
  * being ith 0, and returns when all have returned: other per-row work of
  * a step (the executor's sampling) shares the threads the forward pass

@@ -26,6 +26,7 @@ struct ifl_fwd {
     struct ifl_kv_store *kv;
     const struct ifl_kernels *kn;
     struct ifl_pool *pool;
+    int owns_pool; /* 0: the pool is another forward's (ifl_fwd_config.pool) */
     int32_t max_rows;
     int32_t max_ctx;
     int32_t max_in;   /* widest matmul input */
