@@ -25,6 +25,12 @@
  * so it takes the output's type (as llama-quantize does). A matrix whose row
  * length is not a multiple of its type's block falls back to Q8_0 when 32
  * divides the row, else F16, and says so on stderr.
+ *
+ * Draft models for speculative decoding (tests): the same --seed and shape
+ * with another --type gives the same weights quantised differently, a
+ * smaller shape gives a cheaper model over the same vocabulary, and
+ * --swap-tokens A,B exchanges the texts of two tokens of the copied
+ * vocabulary, so that a draft's vocabulary check must fail at id min(A, B).
  */
 #include <errno.h>
 #include <math.h>
@@ -83,6 +89,7 @@ struct opts {
     int rope_freqs;
     double rope_base; /* 0: default */
     uint64_t seed;
+    int64_t swap_a, swap_b; /* --swap-tokens; -1: none */
 };
 
 static const char usage[] =
@@ -90,7 +97,8 @@ static const char usage[] =
     "               [--arch llama|qwen2|qwen3] [--n-embd N] [--n-layer N] [--n-head N]\n"
     "               [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
-    "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n";
+    "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
+    "               [--swap-tokens A,B]\n";
 
 static int bad_arg(const char *fmt, const char *a, const char *b)
 {
@@ -134,6 +142,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     const char *preset = NULL, *arch = NULL, *type = NULL;
     memset(o, 0, sizeof *o);
     o->seed = 1234;
+    o->swap_a = o->swap_b = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -150,8 +159,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",       "--vocab",   "--preset", "--arch",      "--type", "--rope-base", "--seed",
-            "--n-embd", "--n-layer", "--n-head", "--n-head-kv", "--n-ff", "--head-dim",  "--ctx"};
+            "-o",          "--vocab", "--preset",   "--arch",    "--type",
+            "--rope-base", "--seed",  "--n-embd",   "--n-layer", "--n-head",
+            "--n-head-kv", "--n-ff",  "--head-dim", "--ctx",     "--swap-tokens"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -196,6 +206,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (errno || *end || !*v || !(o->rope_base > 1.0) || !isfinite(o->rope_base) ||
                 o->rope_base > 1e12)
                 return bad_arg("--rope-base: bad value '%s' (want a number > 1)%s", v, "");
+        } else if (!strcmp(a, "--swap-tokens")) {
+            char ab[64];
+            const char *comma = strchr(v, ',');
+            if (!comma || strlen(v) >= sizeof ab)
+                return bad_arg("--swap-tokens: bad value '%s' (want A,B: two token ids)%s", v, "");
+            memcpy(ab, v, (size_t)(comma - v));
+            ab[comma - v] = 0;
+            if (parse_int(ab, 0, (1 << 24) - 1, &o->swap_a) ||
+                parse_int(comma + 1, 0, (1 << 24) - 1, &o->swap_b) || o->swap_a == o->swap_b)
+                return bad_arg("--swap-tokens: bad value '%s' (want A,B: two token ids)%s", v, "");
         } else if (!strcmp(a, "--seed")) {
             int64_t s;
             if (parse_int(v, 0, INT64_MAX, &s))
@@ -445,13 +465,45 @@ static void llama3_factors(float *f, int64_t n_pairs, int64_t n_rot, double base
     }
 }
 
-static int copy_tokenizer(struct ifl_gguf_writer *w, const struct ifl_gguf *v)
+/* tokenizer.ggml.tokens with the texts of ids a and b exchanged. */
+static int write_swapped_tokens(struct ifl_gguf_writer *w, const struct ifl_gguf *v, int64_t a,
+                                int64_t b)
+{
+    struct ifl_gguf_value arr;
+    if (ifl_gguf_get_arr(v, "tokenizer.ggml.tokens", &arr, NULL) ||
+        arr.elem_type != IFL_GGUF_STRING)
+        return IFL_EFORMAT;
+    if ((uint64_t)a >= arr.n || (uint64_t)b >= arr.n) {
+        fprintf(stderr, "mkmodel: --swap-tokens %lld,%lld: the vocabulary has %llu tokens\n",
+                (long long)a, (long long)b, (unsigned long long)arr.n);
+        return IFL_EINVAL;
+    }
+    const char **strs = malloc(sizeof(char *) * arr.n);
+    size_t *lens = malloc(sizeof(size_t) * arr.n);
+    int rc = strs && lens ? 0 : IFL_ENOMEM;
+    for (uint64_t i = 0; !rc && i < arr.n; i++)
+        rc = ifl_gguf_arr_str(&arr, i, &strs[i], &lens[i]);
+    if (!rc) {
+        const char *ts = strs[a];
+        size_t tl = lens[a];
+        strs[a] = strs[b], lens[a] = lens[b];
+        strs[b] = ts, lens[b] = tl;
+        rc = ifl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, arr.n);
+    }
+    free(strs);
+    free(lens);
+    return rc;
+}
+
+static int copy_tokenizer(struct ifl_gguf_writer *w, const struct ifl_gguf *v, const struct opts *o)
 {
     int64_t n = ifl_gguf_n_kv(v);
     for (int64_t i = 0; i < n; i++) {
         if (strncmp(ifl_gguf_key(v, i), "tokenizer.", 10))
             continue;
-        int rc = ifl_gguf_writer_copy_kv(w, v, i);
+        int rc = o->swap_a >= 0 && !strcmp(ifl_gguf_key(v, i), "tokenizer.ggml.tokens")
+                     ? write_swapped_tokens(w, v, o->swap_a, o->swap_b)
+                     : ifl_gguf_writer_copy_kv(w, v, i);
         if (rc) {
             fprintf(stderr, "mkmodel: copying %s: %s\n", ifl_gguf_key(v, i), ifl_strerror(rc));
             return -1;
@@ -584,7 +636,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int64_t n_vocab = (int64_t)tokens.n;
-    if (ifl_gguf_writer_create(&w) || write_metadata(w, &o, n_vocab) || copy_tokenizer(w, voc))
+    if (ifl_gguf_writer_create(&w) || write_metadata(w, &o, n_vocab) || copy_tokenizer(w, voc, &o))
         goto out;
 
     if (ifl_pool_create(&g.pool, 0))
