@@ -128,6 +128,8 @@ extern const struct ifl_decoding ifl_decoding_plain;
 extern const struct ifl_decoding ifl_decoding_external;
 /* N-gram lookup in the sequence's own tokens (spec_ngram.c). */
 extern const struct ifl_decoding ifl_decoding_ngram;
+/* A draft model with the target's vocabulary (spec_draft.c). */
+extern const struct ifl_decoding ifl_decoding_draft;
 
 /* Adds d (static storage, not copied) to the strategies that executors
  * created from now on choose from, ahead of those already there. For
@@ -157,6 +159,13 @@ int ifl_decoding_type_built(int32_t type);
 void ifl_decoding_prepare(struct ifl_executor *ex);
 /* The strategy for q, at admission (schedule.c). */
 const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q);
+/* The most drafts the engine would ask decoding sequence s for this
+ * step (0: none), before the rows left in the step bound them: the
+ * context, max_tokens, n_max and n_min, the adaptive cap and pause, and
+ * the requests that decode plain. ifl_decoding_propose applies it; a
+ * prepare() that drafts ahead (a draft model) uses it to draft no more
+ * than will be asked for. */
+int32_t ifl_decoding_draft_limit(const struct ifl_executor *ex, const struct eseq *s);
 /* Asks decoding sequence s for drafts to follow its pending token, with
  * room for max of them; sets and returns s->n_draft (schedule.c). */
 int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t max);

@@ -1,0 +1,523 @@
+/*
+ * Draft-model speculation (speculative.type = IFL_SPEC_DRAFT): a second,
+ * smaller GGUF model with the target's vocabulary guesses the next tokens
+ * greedily, and the target verifies them all in one step (decoding.h).
+ * After llama.cpp's --model-draft and TensorRT-LLM's two-model
+ * speculative decoding; the drafts are checked by the exact acceptor, so
+ * outputs are plain decoding's whatever the draft model says.
+ *
+ * The draft model has its own paged KV store and block manager (one block
+ * table per executor slot, room for max_batch_size full contexts, memory
+ * touched only when written) and its own forward pass, which runs on the
+ * target's thread pool: the two forwards take turns on the engine thread,
+ * so no second set of workers spins beside the first.
+ *
+ * Once per step (prepare), for all the sequences of this strategy at once,
+ * one batched draft forward per depth:
+ *   depth 0: each sequence's draft KV catches up with the tokens it has
+ *            not seen (after a prefill, the whole prompt, in chunks that
+ *            fit max_num_tokens rows; sequences still in their target
+ *            prefill catch up as far as the target has computed, so the
+ *            draft's prefill overlaps the target's); the last row of a
+ *            decoding sequence (its pending token) gives the first draft;
+ *   depth j: the draft of depth j - 1 is run to give the next one.
+ * A draft is the argmax of the draft model's logits; drafting stops at a
+ * pick whose softmax probability is below p_min (that pick is not kept),
+ * or at the number of drafts the engine will ask for
+ * (ifl_decoding_draft_limit). propose() copies them.
+ *
+ * Invariant: a slot's draft KV holds positions [0, kv.n_pos); the first
+ * `real` of them are the sequence's tokens, the rest (only between
+ * prepare and accept) drafts[] from position `at` on. After accept() the
+ * positions of drafts the target did not keep are truncated, so between
+ * steps the draft cache holds real tokens only. drop() (finish or
+ * preemption) gives back every block of the slot.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/timeutil.h"
+#include "runtime/engine_internal.h"
+#include "runtime/spec_draft.h"
+
+/* Per executor slot. */
+struct dslot {
+    struct ifl_kvc_seq kv; /* the draft model's KV for the slot's sequence */
+    ifl_id owner;          /* the request (and sample) the KV is of; 0: none */
+    int32_t owner_index;
+    int32_t real;     /* leading positions of kv known to hold the sequence's tokens */
+    int32_t at;       /* drafts[i] sits at position at + i */
+    int32_t n_drafts; /* drafts made this step */
+    int32_t kmax;     /* this step: most drafts to make (0: catch-up only) */
+    int32_t drafts[IFL_SPEC_MAX_DRAFT];
+    float probs[IFL_SPEC_MAX_DRAFT]; /* the draft model's probability of each
+                                        (for a rejection-sampling acceptor) */
+};
+
+struct dstate {
+    struct ifl_model *m;
+    struct ifl_kv_store *store;
+    struct ifl_kvc *kvc;
+    struct ifl_fwd *fwd;
+    struct dslot *slots;    /* [n_slots] */
+    const int32_t **tables; /* [n_slots] each slot's kv.blocks */
+    int32_t *n_blocks;      /* [n_slots] */
+    int32_t n_slots;
+    int32_t max_rows;                 /* rows of one draft pass (max_num_tokens) */
+    int32_t *b_tok, *b_pos, *b_seq;   /* [max_rows] */
+    uint8_t *b_want;                  /* [max_rows] */
+    int32_t *row_slot;                /* [logit_cap] logits row -> slot */
+    int32_t logit_cap;                /* min(n_slots, max_rows) */
+    float *logits;                    /* [logit_cap][n_vocab] */
+    int64_t release_us, next_release; /* giving idle blocks' memory back */
+};
+
+static int32_t blocks_for(int64_t n_pos, int32_t bs)
+{
+    return (int32_t)((n_pos + bs - 1) / bs);
+}
+
+static void kv_copy(void *user, int32_t dst, int32_t src, int32_t n)
+{
+    ifl_kv_store_copy_block(user, dst, src, n);
+}
+
+static void kv_release(void *user, int32_t first, int32_t n)
+{
+    ifl_kv_store_release(user, first, n);
+}
+
+/* ---- the vocabulary check ---- */
+
+/* A token's text for an error sentence: at most 24 bytes, control bytes
+ * and quotes as '?'. */
+static void show_token(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && i < 24 && n + 1 < cap; i++)
+        out[n++] = (unsigned char)s[i] < 0x20 || s[i] == '\'' || s[i] == 0x7f ? '?' : s[i];
+    out[n] = 0;
+}
+
+/* The draft must give its logits over the target's tokens: the same
+ * number of them, each with the same text. */
+static int check_vocab(const struct ifl_model *target, const struct ifl_model *draft,
+                       const char *path, char *err)
+{
+    struct ifl_gguf_value tt, dt;
+    char e1[IFL_ERR_LEN] = "";
+    if (ifl_gguf_get_arr(draft->gguf, "tokenizer.ggml.tokens", &dt, e1) ||
+        dt.elem_type != IFL_GGUF_STRING)
+        return ifl_err(err, IFL_EFORMAT,
+                       "speculative.draft_model '%s': no tokenizer.ggml.tokens array, so its "
+                       "vocabulary cannot be checked against the target's",
+                       path);
+    if (ifl_gguf_get_arr(target->gguf, "tokenizer.ggml.tokens", &tt, e1) ||
+        tt.elem_type != IFL_GGUF_STRING)
+        return ifl_err(err, IFL_EFORMAT,
+                       "speculative.draft_model: the target has no tokenizer.ggml.tokens array");
+    uint64_t n = tt.n < dt.n ? tt.n : dt.n;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *a, *b;
+        size_t la, lb;
+        if (ifl_gguf_arr_str(&tt, i, &a, &la) || ifl_gguf_arr_str(&dt, i, &b, &lb))
+            return ifl_err(err, IFL_EFORMAT, "speculative.draft_model: token %llu is no string",
+                           (unsigned long long)i);
+        if (la != lb || memcmp(a, b, la)) {
+            char sa[32], sb[32];
+            show_token(sa, sizeof sa, a, la);
+            show_token(sb, sizeof sb, b, lb);
+            return ifl_err(err, IFL_EINVAL,
+                           "speculative.draft_model '%s': its vocabulary differs from the "
+                           "target's at token id %llu ('%s' in the draft, '%s' in the target)",
+                           path, (unsigned long long)i, sb, sa);
+        }
+    }
+    if (tt.n != dt.n || target->hp.n_vocab != draft->hp.n_vocab)
+        return ifl_err(err, IFL_EINVAL,
+                       "speculative.draft_model '%s': its vocabulary differs from the target's "
+                       "at token id %llu (the draft has %llu tokens and %d logits, the target "
+                       "%llu and %d)",
+                       path, (unsigned long long)n, (unsigned long long)dt.n, draft->hp.n_vocab,
+                       (unsigned long long)tt.n, target->hp.n_vocab);
+    return 0;
+}
+
+/* ---- creation ---- */
+
+static void draft_fini(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    struct dstate *d = e->spec_state;
+    if (!d)
+        return;
+    if (d->slots)
+        for (int32_t i = 0; i < d->n_slots; i++)
+            if (d->kvc && d->slots[i].kv.blocks)
+                ifl_kvc_seq_release(d->kvc, &d->slots[i].kv);
+    free(d->slots);
+    ifl_fwd_free(d->fwd); /* before the pool it borrows, which the target's forward owns */
+    ifl_kvc_free(d->kvc);
+    ifl_kv_store_free(d->store);
+    ifl_model_free(d->m);
+    free(d->tables);
+    free(d->n_blocks);
+    free(d->b_tok);
+    free(d->b_pos);
+    free(d->b_seq);
+    free(d->b_want);
+    free(d->row_slot);
+    free(d->logits);
+    free(d);
+    e->spec_state = NULL;
+}
+
+static int draft_init(struct ifl_executor *ex, char *err)
+{
+    struct engine *e = ex->eng;
+    const struct ifl_executor_config *c = &ex->cfg;
+    const char *path = c->speculative.draft_model;
+    struct dstate *d = calloc(1, sizeof(*d));
+    if (!d)
+        return ifl_err(err, IFL_ENOMEM, "speculative: out of memory");
+    e->spec_state = d; /* draft_fini frees what follows, also after a failure */
+    char e1[IFL_ERR_LEN] = "";
+    struct ifl_model_load_opts lo = {.n_threads = c->n_threads,
+                                     .repack_cache_dir = c->repack_cache_dir};
+    int rc = ifl_model_load_with(&d->m, path, &lo, e1);
+    if (rc)
+        return ifl_err(err, rc, "speculative.draft_model '%s': %s", path, e1);
+    if ((rc = check_vocab(ex->model, d->m, path, err)))
+        return rc;
+    int32_t bs = c->kv_block_size;
+    int32_t per_seq = blocks_for(ex->n_ctx, bs);
+    int64_t n_blocks = (int64_t)per_seq * e->n_slots;
+    if (n_blocks > (1 << 30))
+        return ifl_err(err, IFL_EINVAL, "speculative: a draft KV pool of %lld blocks is too large",
+                       (long long)n_blocks);
+    if ((rc = ifl_kv_store_create(&d->store, &d->m->hp, e->store->type, (int32_t)n_blocks, bs, e1)))
+        return ifl_err(err, rc, "speculative.draft_model '%s': %s", path, e1);
+    d->release_us = e->release_us;
+    if (c->kv_prefault) {
+        if ((rc = ifl_kv_store_prefault(d->store, err)))
+            return rc;
+        d->release_us = -1;
+    }
+    /* no prefix caching: its table would take draft tokens for real ones */
+    struct ifl_kvc_config kc = {.n_blocks = (int32_t)n_blocks,
+                                .block_size = bs,
+                                .copy = kv_copy,
+                                .copy_user = d->store,
+                                .release = kv_release,
+                                .release_user = d->store};
+    if (ifl_kvc_create(&d->kvc, &kc))
+        return ifl_err(err, IFL_ENOMEM, "speculative: out of memory for the draft's KV blocks");
+    d->max_rows = c->max_num_tokens;
+    struct ifl_fwd_config fc = {.max_rows = d->max_rows,
+                                .max_ctx = ex->n_ctx,
+                                .n_threads = c->n_threads,
+                                .pool = ifl_fwd_pool(e->fwd)};
+    if ((rc = ifl_fwd_create(&d->fwd, d->m, d->store, &fc, e1)))
+        return ifl_err(err, rc, "speculative.draft_model '%s': %s", path, e1);
+    d->n_slots = e->n_slots;
+    d->logit_cap = d->n_slots < d->max_rows ? d->n_slots : d->max_rows;
+    size_t R = (size_t)d->max_rows;
+    d->slots = calloc((size_t)d->n_slots, sizeof(*d->slots));
+    d->tables = calloc((size_t)d->n_slots, sizeof(*d->tables));
+    d->n_blocks = calloc((size_t)d->n_slots, sizeof(int32_t));
+    d->b_tok = malloc(sizeof(int32_t) * R);
+    d->b_pos = malloc(sizeof(int32_t) * R);
+    d->b_seq = malloc(sizeof(int32_t) * R);
+    d->b_want = malloc(R);
+    d->row_slot = malloc(sizeof(int32_t) * (size_t)d->logit_cap);
+    d->logits = malloc(sizeof(float) * (size_t)d->logit_cap * (size_t)ex->n_vocab);
+    if (!d->slots || !d->tables || !d->n_blocks || !d->b_tok || !d->b_pos || !d->b_seq ||
+        !d->b_want || !d->row_slot || !d->logits)
+        return ifl_err(err, IFL_ENOMEM, "speculative: out of memory");
+    for (int32_t i = 0; i < d->n_slots; i++) {
+        if (ifl_kvc_seq_init(&d->slots[i].kv, per_seq))
+            return ifl_err(err, IFL_ENOMEM, "speculative: out of memory");
+        d->tables[i] = d->slots[i].kv.blocks;
+    }
+    return 0;
+}
+
+/* ---- per sequence ---- */
+
+static struct dslot *slot_of(struct ifl_executor *ex, const struct eseq *s)
+{
+    struct engine *e = ex->eng;
+    return &((struct dstate *)e->spec_state)->slots[s - e->seqs];
+}
+
+static void forget(struct dstate *d, struct dslot *ds)
+{
+    ifl_kvc_seq_reset(d->kvc, &ds->kv);
+    ds->owner = 0;
+    ds->real = ds->at = ds->n_drafts = ds->kmax = 0;
+}
+
+/* Truncates the slot's draft KV to the positions that hold s's tokens:
+ * the real ones, then the drafts s has taken. A slot last used by
+ * another sequence starts empty. */
+static void trim(struct dstate *d, struct dslot *ds, const struct eseq *s)
+{
+    if (ds->owner != s->q->id || ds->owner_index != s->index) {
+        forget(d, ds);
+        ds->owner = s->q->id;
+        ds->owner_index = s->index;
+    }
+    int32_t p = ds->real < s->n_tokens ? ds->real : s->n_tokens;
+    while (p < ds->kv.n_pos && p < s->n_tokens && p - ds->at >= 0 && p - ds->at < ds->n_drafts &&
+           s->tokens[p] == ds->drafts[p - ds->at])
+        p++;
+    if (p < ds->kv.n_pos)
+        ifl_kvc_truncate(d->kvc, &ds->kv, p);
+    ds->real = ds->kv.n_pos;
+}
+
+/* Appends positions [from, to) of s (or of its drafts, from `at` on) to
+ * the pass, the last with logits when `logits`; reserves their blocks.
+ * Returns the rows added (0 when the blocks cannot be had). */
+static int32_t add_rows(struct dstate *d, int32_t slot, const int32_t *toks, int32_t from,
+                        int32_t to, int logits, int32_t *rows, int32_t *nlog)
+{
+    struct dslot *ds = &d->slots[slot];
+    if (ifl_kvc_reserve(d->kvc, &ds->kv, to))
+        return 0;
+    for (int32_t p = from; p < to; p++) {
+        int32_t r = (*rows)++;
+        d->b_tok[r] = toks[p - from];
+        d->b_pos[r] = p;
+        d->b_seq[r] = slot;
+        d->b_want[r] = logits && p == to - 1;
+    }
+    if (logits)
+        d->row_slot[(*nlog)++] = slot;
+    return to - from;
+}
+
+/* Runs the pass and records what the draft KV now holds; 0 on success. */
+static int run_pass(struct ifl_executor *ex, struct dstate *d, int32_t rows)
+{
+    for (int32_t i = 0; i < d->n_slots; i++)
+        d->n_blocks[i] = d->slots[i].kv.n_blocks;
+    struct ifl_batch b = {.n_rows = rows,
+                          .tokens = d->b_tok,
+                          .pos = d->b_pos,
+                          .seq = d->b_seq,
+                          .logits = d->b_want,
+                          .n_seqs = d->n_slots,
+                          .block_tables = d->tables,
+                          .n_blocks = d->n_blocks};
+    char err[IFL_ERR_LEN] = "";
+    if (ifl_forward(d->fwd, &b, d->logits, err))
+        return -1; /* a bug in building the pass: no drafts this step */
+    for (int32_t r = 0; r < rows; r++) {
+        struct dslot *ds = &d->slots[d->b_seq[r]];
+        if (d->b_pos[r] + 1 > ds->kv.n_pos)
+            ifl_kvc_commit(d->kvc, &ds->kv, NULL, d->b_pos[r] + 1);
+    }
+    (void)ex;
+    return 0;
+}
+
+/* The draft model's pick from its logits row: the argmax (the lowest id
+ * among equals) and its softmax probability. */
+static int32_t pick(const float *row, int32_t n, float *prob)
+{
+    int32_t best = 0;
+    for (int32_t t = 1; t < n; t++)
+        if (row[t] > row[best])
+            best = t;
+    double sum = 0, mx = row[best];
+    for (int32_t t = 0; t < n; t++)
+        sum += exp((double)row[t] - mx);
+    *prob = (float)(1.0 / sum);
+    return best;
+}
+
+/* Takes each logits row of the pass just run as the next draft of its
+ * sequence, unless less likely than p_min. Returns how many sequences
+ * go on drafting. */
+static int32_t take_picks(struct ifl_executor *ex, struct dstate *d, int32_t nlog)
+{
+    struct engine *e = ex->eng;
+    int32_t going = 0;
+    for (int32_t k = 0; k < nlog; k++) {
+        struct dslot *ds = &d->slots[d->row_slot[k]];
+        const struct xreq *q = e->seqs[d->row_slot[k]].q;
+        float p_min =
+            q->r.speculative.p_min >= 0 ? q->r.speculative.p_min : ex->cfg.speculative.p_min;
+        float prob;
+        int32_t tok = pick(d->logits + (size_t)k * ex->n_vocab, ex->n_vocab, &prob);
+        if (prob < p_min || !(prob == prob)) {
+            ds->kmax = ds->n_drafts; /* this sequence is done */
+            continue;
+        }
+        ds->probs[ds->n_drafts] = prob;
+        ds->drafts[ds->n_drafts++] = tok;
+        going += ds->n_drafts < ds->kmax;
+    }
+    return going;
+}
+
+/* Whether s, of this strategy, is decoding (one pending token) or
+ * prefilling (more) with its slot's tokens in place. */
+static int of_ours(const struct eseq *s)
+{
+    return s->q && s->started && !s->finish && !s->paused && s->q->dec == &ifl_decoding_draft;
+}
+
+static void draft_prepare(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    struct dstate *d = e->spec_state;
+    if (!d)
+        return;
+    int64_t now = ifl_now_us();
+    ifl_kvc_set_clock(d->kvc, now);
+    /* draft rows the step can take (adaptive: what leaves it memory-bound) */
+    int32_t budget = ex->cfg.speculative.adaptive ? e->spec_rows : 1 << 30;
+    int32_t rows = 0, nlog = 0;
+    /* depth 0, decoding sequences first: their catch-up ends in the row
+     * that gives their first draft */
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < e->n_slots; i++) {
+            struct eseq *s = &e->seqs[i];
+            struct dslot *ds = &d->slots[i];
+            if (pass == 0)
+                ds->kmax = ds->n_drafts = 0;
+            if (!of_ours(s))
+                continue;
+            int32_t pending = s->n_tokens - s->kv.n_pos;
+            if ((pass == 0) != (pending == 1))
+                continue;
+            trim(d, ds, s);
+            ds->n_drafts = 0;
+            int32_t end = s->n_tokens, k = 0;
+            if (pass == 0) {
+                k = ifl_decoding_draft_limit(ex, s);
+                if (k > budget)
+                    k = budget;
+                if (k > IFL_SPEC_MAX_DRAFT)
+                    k = IFL_SPEC_MAX_DRAFT;
+                if (k < 1)
+                    continue; /* no drafts asked for: catch up when they are */
+                /* the pending token's logits give the first draft: if the
+                 * cache already holds it (a draft the target then took
+                 * alone), run it again */
+                if (ds->kv.n_pos >= end) {
+                    ifl_kvc_truncate(d->kvc, &ds->kv, end - 1);
+                    ds->real = ds->kv.n_pos;
+                }
+            } else {
+                end = s->kv.n_pos; /* as far as the target's prefill has come */
+            }
+            int32_t from = ds->kv.n_pos, to = end;
+            if (to - from > d->max_rows - rows)
+                to = from + (d->max_rows - rows);
+            if (to <= from || (k && to == end && nlog >= d->logit_cap))
+                continue;
+            int want = k > 0 && to == end;
+            if (!add_rows(d, i, s->tokens + from, from, to, want, &rows, &nlog))
+                continue;
+            if (want) {
+                ds->kmax = k;
+                ds->at = end;
+                budget -= k;
+            }
+        }
+    if (rows == 0 || run_pass(ex, d, rows))
+        goto out;
+    for (int32_t i = 0; i < d->n_slots; i++)
+        if (of_ours(&e->seqs[i]))
+            d->slots[i].real = d->slots[i].kv.n_pos;
+    /* depth j: each sequence still drafting runs its last draft */
+    for (int32_t going = take_picks(ex, d, nlog); going > 0;) {
+        rows = nlog = 0;
+        for (int32_t i = 0; i < d->n_slots && rows < d->logit_cap; i++) {
+            struct dslot *ds = &d->slots[i];
+            if (ds->n_drafts == 0 || ds->n_drafts >= ds->kmax)
+                continue;
+            int32_t p = ds->at + ds->n_drafts - 1;
+            if (!add_rows(d, i, &ds->drafts[ds->n_drafts - 1], p, p + 1, 1, &rows, &nlog))
+                ds->kmax = ds->n_drafts;
+        }
+        if (rows == 0 || run_pass(ex, d, rows))
+            break;
+        going = take_picks(ex, d, nlog);
+    }
+out:
+    if (d->release_us >= 0 && now >= d->next_release) {
+        /* at most once a second: blocks free for release_us give their
+         * memory back (the engine's idle release knows only its own pool) */
+        d->next_release = now + 1000000;
+        ifl_kvc_release_idle(d->kvc, d->release_us);
+    }
+}
+
+/* Requests whose rows never take drafts (a logits processor runs on them)
+ * decode plain, so the draft model does not prefill them for nothing. */
+static int draft_wants(const struct ifl_executor *ex, const struct xreq *q)
+{
+    (void)ex;
+    return q->post_index == -1 && q->r.sampling.beam_width <= 1;
+}
+
+static int32_t draft_propose(struct ifl_executor *ex, struct eseq *s, int32_t *draft, int32_t max)
+{
+    struct dslot *ds = slot_of(ex, s);
+    if (ds->owner != s->q->id || ds->owner_index != s->index || ds->at != s->n_tokens)
+        return 0;
+    int32_t k = ds->n_drafts < max ? ds->n_drafts : max;
+    memcpy(draft, ds->drafts, sizeof(int32_t) * (size_t)k);
+    return k;
+}
+
+/* The verifying acceptor (plain decoding's when no drafts ran: it also
+ * forks the samples of a request of several), then the draft cache
+ * forgets the drafts the target did not keep. */
+static void draft_accept(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n)
+{
+    if (s->n_draft == 0)
+        ifl_decoding_plain.accept(ex, s, rows, n);
+    else
+        ifl_decoding_accept_drafts(ex, s, rows, n);
+    if (s->q && !s->finish) {
+        struct dstate *d = ex->eng->spec_state;
+        struct dslot *ds = slot_of(ex, s);
+        trim(d, ds, s);
+        ds->n_drafts = 0;
+    }
+}
+
+static void draft_drop(struct ifl_executor *ex, struct eseq *s)
+{
+    struct dstate *d = ex->eng->spec_state;
+    if (d)
+        forget(d, slot_of(ex, s));
+}
+
+const struct ifl_decoding ifl_decoding_draft = {
+    .name = "draft",
+    .wants = draft_wants,
+    .propose = draft_propose,
+    .accept = draft_accept,
+    .drop = draft_drop,
+    .type = IFL_SPEC_DRAFT,
+    .engine_init = draft_init,
+    .engine_fini = draft_fini,
+    .prepare = draft_prepare,
+};
+
+int ifl_spec_draft_stats(struct ifl_executor *ex, struct ifl_kvc_stats *out)
+{
+    struct engine *e = ex->eng;
+    if (!e || e->spec != &ifl_decoding_draft || !e->spec_state)
+        return IFL_EINVAL;
+    ifl_kvc_get_stats(((struct dstate *)e->spec_state)->kvc, out);
+    return 0;
+}
