@@ -8,15 +8,17 @@
  * plain run's token for token and log-prob for log-prob (greedy and seeded
  * sampling; alone, among 15 other requests with chunked prefill, after a
  * preemption); drafts must be kept and rejected; a draft whose vocabulary
- * differs is refused naming the first differing token id; and no KV block
- * of either pool stays in use after a storm of cancels.
+ * differs is refused naming the first differing token id; no KV block
+ * of either pool stays in use after a storm of cancels; and the adaptive
+ * draft length weighs the draft model's cost (its statics: the file is
+ * included).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "inflight.h"
 #include "model/gguf.h"
-#include "runtime/spec_draft.h"
+#include "runtime/spec_draft.c"
 #include "t.h"
 
 #define MAX_LEN 160
@@ -171,6 +173,22 @@ static void prompt(int32_t *p, int32_t n, uint32_t seed)
 
 /* ---- tests ---- */
 
+/* The cost model: k drafts kept with probability a each, a draft pass
+ * costing r target steps. */
+static void test_best_drafts(void)
+{
+    CHECK_EQ(best_drafts(1.0, 0.0, 8), 8);  /* free and always right: all */
+    CHECK_EQ(best_drafts(0.0, 0.0, 8), 0);  /* never right: none */
+    CHECK_EQ(best_drafts(0.99, 1.0, 8), 0); /* as dear as the target: never pays */
+    CHECK_EQ(best_drafts(0.3, 0.5, 8), 0);  /* 1.3 tokens for 1.5 steps */
+    CHECK_EQ(best_drafts(0.8, 0.1, 16), 6); /* (1 - 0.8^(k+1)) / 0.2 / (1 + 0.1 k) peaks at 6 */
+    CHECK_EQ(best_drafts(0.5, 0.05, 8), 3);
+    CHECK_EQ(best_drafts(0.9, 0.1, 3), 3); /* bounded by kmax */
+    /* 1.02 tokens per step at least: a = 0.02 with free drafts is not enough */
+    CHECK_EQ(best_drafts(0.019, 0.0, 8), 0);
+    CHECK(best_drafts(0.021, 0.0, 8) > 0);
+}
+
 /* One request, greedy and seeded-sampled, with the Q4_0 draft: the plain
  * run's output bitwise; some drafts kept, some not. Then the target's own
  * file as its draft: greedy keeps every draft. */
@@ -261,7 +279,7 @@ static void test_crowd_chunked(void)
         r[k].speculative.disable = k % 4 == 3; /* a few plain ones among them */
     }
     run_alone(r, N, alone);
-    struct spec sp = {q4_path, 6, 0.0f, 1};
+    struct spec sp = {q4_path, 6, 0.0f, 0};
     ifl_executor *ex = open_ok(&sp, N, 16, 0, IFL_SCHED_GUARANTEED_NO_EVICT);
     if (!ex)
         return;
@@ -300,7 +318,7 @@ static void test_preempted(void)
         r[k].priority = k == 0 ? 0.1f : 0.9f;
     }
     run_alone(r, N, alone);
-    struct spec sp = {q4_path, 4, 0.0f, 1};
+    struct spec sp = {q4_path, 4, 0.0f, 0};
     ifl_executor *ex = open_ok(&sp, N, 64, 256, IFL_SCHED_MAX_UTILIZATION);
     if (!ex)
         return;
@@ -320,6 +338,39 @@ static void test_preempted(void)
     CHECK(got[0].drafted > 0 && drafted > got[0].drafted);
     check_no_blocks_used(ex);
     ifl_executor_destroy(ex, 0);
+}
+
+/* Adaptive drafting with a draft model that is never right: it soon
+ * stops drafting (and running at all) for most steps; the output is
+ * still the plain one. Then the drafts of a request that follows start
+ * from what the first one learnt. */
+static void test_adaptive(void)
+{
+    struct out o[2][3];
+    for (int adaptive = 0; adaptive < 2; adaptive++) {
+        struct spec sp = {small_path, 8, 0.0f, adaptive};
+        ifl_executor *ex = open_ok(&sp, 2, 512, 0, IFL_SCHED_GUARANTEED_NO_EVICT);
+        if (!ex)
+            return;
+        struct ifl_request r;
+        req(&r, ONCE, 5, 150, 0, 0);
+        r.speculative.disable = 1;
+        run_one(ex, &r, &o[adaptive][0]);
+        r.speculative.disable = 0;
+        run_one(ex, &r, &o[adaptive][1]);
+        run_one(ex, &r, &o[adaptive][2]);
+        check_same(&o[adaptive][1], &o[adaptive][0], "first");
+        check_same(&o[adaptive][2], &o[adaptive][0], "second");
+        printf("  adaptive %d: %d and then %d drafts\n", adaptive, o[adaptive][1].drafted,
+               o[adaptive][2].drafted);
+        check_no_blocks_used(ex);
+        ifl_executor_destroy(ex, 0);
+    }
+    CHECK_EQ(o[0][1].accepted, 0);
+    CHECK(o[0][1].drafted >= 500);
+    CHECK_MSG(o[1][1].drafted * 5 < o[0][1].drafted, "adaptive: %d drafts, %d without",
+              o[1][1].drafted, o[0][1].drafted);
+    CHECK(o[1][2].drafted <= o[1][1].drafted);
 }
 
 /* Sixteen drafting requests cancelled while they decode (some at once,
@@ -455,9 +506,11 @@ int main(void)
              spm_path, shared);
     ok = ok && mkmodel(args) == 0;
     if (ok) {
+        T_RUN(test_best_drafts);
         T_RUN(test_vocab_mismatch);
         T_RUN(test_alone);
         T_RUN(test_p_min);
+        T_RUN(test_adaptive);
         T_RUN(test_crowd_chunked);
         T_RUN(test_preempted);
         T_RUN(test_cancel_storm);

@@ -26,6 +26,20 @@
  * or at the number of drafts the engine will ask for
  * (ifl_decoding_draft_limit). propose() copies them.
  *
+ * Cost (with speculative.adaptive): a draft pass is not free, as n-gram
+ * lookup is; a draft model of half the target's size drafting 4 tokens
+ * costs two target steps. Each sequence keeps a decayed count of drafts
+ * kept and of misses (a rejected draft or a pick below p_min), hence a
+ * per-draft acceptance a; the engine's timings give r, a draft pass's time
+ * over a target step's. k drafts then yield (1 - a^(k+1)) / (1 - a) tokens
+ * for 1 + k r steps' time, and the sequence drafts the k that does best,
+ * or nothing when none beats plain decoding by 2 %. Not drafting, it skips
+ * the draft model entirely (no catch-up) for a backoff of 8 steps, doubling
+ * up to 256, then probes again hopeful, with one draft at least (the draft
+ * KV catches up in one pass): a draft model too slow or too often wrong
+ * costs little. A new
+ * sequence starts from the counts and the backoff of all sequences so far.
+ *
  * Invariant: a slot's draft KV holds positions [0, kv.n_pos); the first
  * `real` of them are the sequence's tokens, the rest (only between
  * prepare and accept) drafts[] from position `at` on. After accept() the
@@ -54,6 +68,11 @@ struct dslot {
     int32_t drafts[IFL_SPEC_MAX_DRAFT];
     float probs[IFL_SPEC_MAX_DRAFT]; /* the draft model's probability of each
                                         (for a rejection-sampling acceptor) */
+    /* adaptive: decayed counts of drafts kept and of misses, steps left
+     * without drafting and the next such pause */
+    float kept, missed;
+    int32_t skip, backoff;
+    int32_t probe; /* 1: the next drafting step is a probe (after a pause) */
 };
 
 struct dstate {
@@ -72,7 +91,24 @@ struct dstate {
     int32_t logit_cap;                /* min(n_slots, max_rows) */
     float *logits;                    /* [logit_cap][n_vocab] */
     int64_t release_us, next_release; /* giving idle blocks' memory back */
+    /* adaptive: running means (us) of a draft pass of one row per
+     * sequence and of a target step (from one prepare's end to the next
+     * one's start), and when the last prepare ended */
+    double t_draft, t_step;
+    int64_t prep_end;
+    /* adaptive: the same counts over every sequence, and the latest
+     * pause, which a new sequence starts from: what was learnt of the
+     * pair carries over to the next requests */
+    float kept, missed;
+    int32_t backoff;
 };
+
+/* Weight of the past in the running acceptance and timings. */
+#define DECAY 0.8f
+/* Drafting must beat plain decoding's tokens per second by this much. */
+#define GAIN_MIN 1.02
+#define BACKOFF_MIN 8
+#define BACKOFF_MAX 256
 
 static int32_t blocks_for(int64_t n_pos, int32_t bs)
 {
@@ -221,6 +257,8 @@ static int draft_init(struct ifl_executor *ex, char *err)
                                 .pool = ifl_fwd_pool(e->fwd)};
     if ((rc = ifl_fwd_create(&d->fwd, d->m, d->store, &fc, e1)))
         return ifl_err(err, rc, "speculative.draft_model '%s': %s", path, e1);
+    d->kept = 3; /* hopeful at first (hope()) */
+    d->backoff = BACKOFF_MIN;
     d->n_slots = e->n_slots;
     d->logit_cap = d->n_slots < d->max_rows ? d->n_slots : d->max_rows;
     size_t R = (size_t)d->max_rows;
@@ -252,11 +290,93 @@ static struct dslot *slot_of(struct ifl_executor *ex, const struct eseq *s)
     return &((struct dstate *)e->spec_state)->slots[s - e->seqs];
 }
 
+/* A fresh start of the acceptance estimate: hopeful (a = 0.8), so that
+ * a new sequence, or one back from a pause, drafts. */
+static void hope(struct dslot *ds)
+{
+    ds->kept = 3;
+    ds->missed = 0;
+    ds->probe = 1;
+}
+
 static void forget(struct dstate *d, struct dslot *ds)
 {
     ifl_kvc_seq_reset(d->kvc, &ds->kv);
     ds->owner = 0;
     ds->real = ds->at = ds->n_drafts = ds->kmax = 0;
+    ds->skip = 0;
+    ds->backoff = d->backoff;
+    ds->kept = d->kept;
+    ds->missed = d->missed;
+    ds->probe = 0;
+}
+
+/* A step's outcome for the acceptance estimates: `kept` drafts kept, and
+ * whether the drafting then missed. */
+static void learn(struct dstate *d, struct dslot *ds, int32_t kept, int missed)
+{
+    ds->kept = ds->kept * DECAY + (float)kept;
+    ds->missed = ds->missed * DECAY + (float)(missed != 0);
+    d->kept = d->kept * DECAY + (float)kept;
+    d->missed = d->missed * DECAY + (float)(missed != 0);
+}
+
+/* The number of drafts, up to kmax, that gives the most tokens per unit
+ * of time when each is kept with probability a (while the ones before it
+ * were) and a draft pass takes r target steps: k drafts yield
+ * 1 + a + ... + a^k tokens in 1 + k r steps' time. 0 when no k beats
+ * plain decoding's one token a step by GAIN_MIN. */
+static int32_t best_drafts(double a, double r, int32_t kmax)
+{
+    double tokens = 1, ak = 1, best = GAIN_MIN;
+    int32_t best_k = 0;
+    for (int32_t k = 1; k <= kmax; k++) {
+        ak *= a;
+        tokens += ak;
+        double v = tokens / (1 + k * r);
+        if (v > best) {
+            best = v;
+            best_k = k;
+        }
+    }
+    return best_k;
+}
+
+/* How many drafts sequence ds should make this step, up to kmax, by its
+ * acceptance and the measured costs; 0 (and a pause) when drafting does
+ * not pay. */
+static int32_t worth(struct dstate *d, struct dslot *ds, int32_t kmax)
+{
+    if (ds->skip > 0) {
+        ds->skip--;
+        if (ds->skip == 0)
+            hope(ds);
+        return 0;
+    }
+    double a = (ds->kept + 1.0) / (ds->kept + ds->missed + 2.0);
+    double r = d->t_step > 0 ? d->t_draft / d->t_step : 0;
+    int32_t best_k = best_drafts(a, r, kmax);
+    if (ds->probe) {
+        /* at least one draft, which measures the costs and the acceptance
+         * again (either may have changed while paused) */
+        ds->probe = 0;
+        if (best_k == 0)
+            best_k = 1;
+    } else if (best_k > 0) { /* drafting pays on evidence: pauses short again */
+        ds->backoff = d->backoff = BACKOFF_MIN;
+    } else {
+        ds->skip = ds->backoff;
+        ds->backoff = ds->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : ds->backoff * 2;
+        if (d->backoff < ds->backoff)
+            d->backoff = ds->backoff;
+    }
+    return best_k;
+}
+
+/* Adds a timing sample to a running mean (the first sets it). */
+static void average(double *mean, double sample)
+{
+    *mean = *mean > 0 ? *mean * DECAY + sample * (1 - DECAY) : sample;
 }
 
 /* Truncates the slot's draft KV to the positions that hold s's tokens:
@@ -354,6 +474,8 @@ static int32_t take_picks(struct ifl_executor *ex, struct dstate *d, int32_t nlo
         float prob;
         int32_t tok = pick(d->logits + (size_t)k * ex->n_vocab, ex->n_vocab, &prob);
         if (prob < p_min || !(prob == prob)) {
+            if (ds->n_drafts == 0) /* a pass for nothing */
+                learn(d, ds, 0, 1);
             ds->kmax = ds->n_drafts; /* this sequence is done */
             continue;
         }
@@ -379,8 +501,14 @@ static void draft_prepare(struct ifl_executor *ex)
         return;
     int64_t now = ifl_now_us();
     ifl_kvc_set_clock(d->kvc, now);
+    /* the target's step since the last prepare; a gap far longer than the
+     * usual is the engine having been idle */
+    double gap = (double)(now - d->prep_end);
+    if (d->prep_end > 0 && (d->t_step == 0 || gap < 4 * d->t_step))
+        average(&d->t_step, gap);
+    int adaptive = ex->cfg.speculative.adaptive;
     /* draft rows the step can take (adaptive: what leaves it memory-bound) */
-    int32_t budget = ex->cfg.speculative.adaptive ? e->spec_rows : 1 << 30;
+    int32_t budget = adaptive ? e->spec_rows : 1 << 30;
     int32_t rows = 0, nlog = 0;
     /* depth 0, decoding sequences first: their catch-up ends in the row
      * that gives their first draft */
@@ -404,6 +532,8 @@ static void draft_prepare(struct ifl_executor *ex)
                     k = budget;
                 if (k > IFL_SPEC_MAX_DRAFT)
                     k = IFL_SPEC_MAX_DRAFT;
+                if (k >= 1 && adaptive)
+                    k = worth(d, ds, k);
                 if (k < 1)
                     continue; /* no drafts asked for: catch up when they are */
                 /* the pending token's logits give the first draft: if the
@@ -430,8 +560,12 @@ static void draft_prepare(struct ifl_executor *ex)
                 budget -= k;
             }
         }
+    int64_t t0 = ifl_now_us();
     if (rows == 0 || run_pass(ex, d, rows))
         goto out;
+    /* a catch-up of a token or two a sequence costs what a draft pass does */
+    if (nlog > 0 && rows <= 2 * nlog)
+        average(&d->t_draft, (double)(ifl_now_us() - t0));
     for (int32_t i = 0; i < d->n_slots; i++)
         if (of_ours(&e->seqs[i]))
             d->slots[i].real = d->slots[i].kv.n_pos;
@@ -446,8 +580,10 @@ static void draft_prepare(struct ifl_executor *ex)
             if (!add_rows(d, i, &ds->drafts[ds->n_drafts - 1], p, p + 1, 1, &rows, &nlog))
                 ds->kmax = ds->n_drafts;
         }
+        t0 = ifl_now_us();
         if (rows == 0 || run_pass(ex, d, rows))
             break;
+        average(&d->t_draft, (double)(ifl_now_us() - t0));
         going = take_picks(ex, d, nlog);
     }
 out:
@@ -457,6 +593,7 @@ out:
         d->next_release = now + 1000000;
         ifl_kvc_release_idle(d->kvc, d->release_us);
     }
+    d->prep_end = ifl_now_us();
 }
 
 /* Requests whose rows never take drafts (a logits processor runs on them)
@@ -482,13 +619,17 @@ static int32_t draft_propose(struct ifl_executor *ex, struct eseq *s, int32_t *d
  * forgets the drafts the target did not keep. */
 static void draft_accept(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n)
 {
-    if (s->n_draft == 0)
+    int32_t k = s->n_draft, n0 = s->n_tokens;
+    if (k == 0)
         ifl_decoding_plain.accept(ex, s, rows, n);
     else
         ifl_decoding_accept_drafts(ex, s, rows, n);
     if (s->q && !s->finish) {
         struct dstate *d = ex->eng->spec_state;
         struct dslot *ds = slot_of(ex, s);
+        /* all tokens taken but the last were drafts kept */
+        if (k)
+            learn(d, ds, s->n_tokens - n0 - 1, s->n_tokens - n0 - 1 < k);
         trim(d, ds, s);
         ds->n_drafts = 0;
     }
