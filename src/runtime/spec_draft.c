@@ -21,10 +21,16 @@
  *            draft's prefill overlaps the target's); the last row of a
  *            decoding sequence (its pending token) gives the first draft;
  *   depth j: the draft of depth j - 1 is run to give the next one.
- * A draft is the argmax of the draft model's logits; drafting stops at a
- * pick whose softmax probability is below p_min (that pick is not kept),
- * or at the number of drafts the engine will ask for
- * (ifl_decoding_draft_limit). propose() copies them.
+ * A draft is what the request's own sampler picks from the draft model's
+ * logits: the argmax when greedy (llama.cpp drafts so), and when sampling
+ * the draw of the seeded generator the target's pick of that token will
+ * use, after the same penalties and filters; the exact acceptor keeps a
+ * draft where it equals the target's pick, so a draft model close to the
+ * target is kept as often when sampling as when greedy. Drafting stops at
+ * a pick whose probability (softmax after the request's processing) is
+ * below p_min (that pick is not kept), after an end token, or at the
+ * number of drafts the engine will ask for (ifl_decoding_draft_limit).
+ * propose() copies them.
  *
  * Cost (with speculative.adaptive): a draft pass is not free, as n-gram
  * lookup is; a draft model of half the target's size drafting 4 tokens
@@ -33,12 +39,15 @@
  * per-draft acceptance a; the engine's timings give r, a draft pass's time
  * over a target step's. k drafts then yield (1 - a^(k+1)) / (1 - a) tokens
  * for 1 + k r steps' time, and the sequence drafts the k that does best,
- * or nothing when none beats plain decoding by 2 %. Not drafting, it skips
- * the draft model entirely (no catch-up) for a backoff of 8 steps, doubling
- * up to 256, then probes again hopeful, with one draft at least (the draft
- * KV catches up in one pass): a draft model too slow or too often wrong
- * costs little. A new
- * sequence starts from the counts and the backoff of all sequences so far.
+ * or nothing when none beats plain decoding by 2 %. A pause would not
+ * save much: the draft cache must catch up with every token it missed
+ * before it drafts again, and catching up costs about half a draft pass a
+ * token on this hardware. So a sequence whose drafting does not pay stops
+ * drafting for good: its draft KV is freed and the draft model does not
+ * run for it again. A new sequence starts from the counts of all
+ * sequences so far; when they say drafting does not pay, it does not
+ * draft either, except one new sequence in `probe_every` (8, doubling up
+ * to 256 while the probes fail), which starts hopeful (a = 0.8).
  *
  * Invariant: a slot's draft KV holds positions [0, kv.n_pos); the first
  * `real` of them are the sequence's tokens, the rest (only between
@@ -66,13 +75,14 @@ struct dslot {
     int32_t n_drafts; /* drafts made this step */
     int32_t kmax;     /* this step: most drafts to make (0: catch-up only) */
     int32_t drafts[IFL_SPEC_MAX_DRAFT];
-    float probs[IFL_SPEC_MAX_DRAFT]; /* the draft model's probability of each
-                                        (for a rejection-sampling acceptor) */
+    float probs[IFL_SPEC_MAX_DRAFT]; /* the draft model's probability of each,
+                                        after the request's processing, at
+                                        temperature 1 (see pick()) */
     /* adaptive: decayed counts of drafts kept and of misses, steps left
      * without drafting and the next such pause */
     float kept, missed;
-    int32_t skip, backoff;
-    int32_t probe; /* 1: the next drafting step is a probe (after a pause) */
+    int off;   /* drafting does not pay: the draft model no longer runs for it */
+    int probe; /* it started hopeful against the counts of all sequences */
 };
 
 struct dstate {
@@ -90,25 +100,26 @@ struct dstate {
     int32_t *row_slot;                /* [logit_cap] logits row -> slot */
     int32_t logit_cap;                /* min(n_slots, max_rows) */
     float *logits;                    /* [logit_cap][n_vocab] */
+    struct ifl_sampler_state st;      /* a sequence's sampler, rebuilt for its drafts */
     int64_t release_us, next_release; /* giving idle blocks' memory back */
     /* adaptive: running means (us) of a draft pass of one row per
      * sequence and of a target step (from one prepare's end to the next
      * one's start), and when the last prepare ended */
     double t_draft, t_step;
     int64_t prep_end;
-    /* adaptive: the same counts over every sequence, and the latest
-     * pause, which a new sequence starts from: what was learnt of the
-     * pair carries over to the next requests */
+    /* adaptive: the same counts over every sequence, which a new one
+     * starts from (what was learnt of the pair carries over to the next
+     * requests), and the probes among new sequences */
     float kept, missed;
-    int32_t backoff;
+    int32_t probe_every, since_probe;
 };
 
 /* Weight of the past in the running acceptance and timings. */
 #define DECAY 0.8f
 /* Drafting must beat plain decoding's tokens per second by this much. */
 #define GAIN_MIN 1.02
-#define BACKOFF_MIN 8
-#define BACKOFF_MAX 256
+#define PROBE_MIN 8
+#define PROBE_MAX 256
 
 static int32_t blocks_for(int64_t n_pos, int32_t bs)
 {
@@ -206,6 +217,7 @@ static void draft_fini(struct ifl_executor *ex)
     free(d->b_want);
     free(d->row_slot);
     free(d->logits);
+    ifl_sampler_state_deinit(&d->st);
     free(d);
     e->spec_state = NULL;
 }
@@ -258,7 +270,7 @@ static int draft_init(struct ifl_executor *ex, char *err)
     if ((rc = ifl_fwd_create(&d->fwd, d->m, d->store, &fc, e1)))
         return ifl_err(err, rc, "speculative.draft_model '%s': %s", path, e1);
     d->kept = 3; /* hopeful at first (hope()) */
-    d->backoff = BACKOFF_MIN;
+    d->probe_every = PROBE_MIN;
     d->n_slots = e->n_slots;
     d->logit_cap = d->n_slots < d->max_rows ? d->n_slots : d->max_rows;
     size_t R = (size_t)d->max_rows;
@@ -272,7 +284,7 @@ static int draft_init(struct ifl_executor *ex, char *err)
     d->row_slot = malloc(sizeof(int32_t) * (size_t)d->logit_cap);
     d->logits = malloc(sizeof(float) * (size_t)d->logit_cap * (size_t)ex->n_vocab);
     if (!d->slots || !d->tables || !d->n_blocks || !d->b_tok || !d->b_pos || !d->b_seq ||
-        !d->b_want || !d->row_slot || !d->logits)
+        !d->b_want || !d->row_slot || !d->logits || ifl_sampler_state_init(&d->st, ex->n_vocab))
         return ifl_err(err, IFL_ENOMEM, "speculative: out of memory");
     for (int32_t i = 0; i < d->n_slots; i++) {
         if (ifl_kvc_seq_init(&d->slots[i].kv, per_seq))
@@ -290,13 +302,11 @@ static struct dslot *slot_of(struct ifl_executor *ex, const struct eseq *s)
     return &((struct dstate *)e->spec_state)->slots[s - e->seqs];
 }
 
-/* A fresh start of the acceptance estimate: hopeful (a = 0.8), so that
- * a new sequence, or one back from a pause, drafts. */
+/* A fresh start of the acceptance estimate: hopeful (a = 0.8). */
 static void hope(struct dslot *ds)
 {
     ds->kept = 3;
     ds->missed = 0;
-    ds->probe = 1;
 }
 
 static void forget(struct dstate *d, struct dslot *ds)
@@ -304,11 +314,12 @@ static void forget(struct dstate *d, struct dslot *ds)
     ifl_kvc_seq_reset(d->kvc, &ds->kv);
     ds->owner = 0;
     ds->real = ds->at = ds->n_drafts = ds->kmax = 0;
-    ds->skip = 0;
-    ds->backoff = d->backoff;
-    ds->kept = d->kept;
-    ds->missed = d->missed;
-    ds->probe = 0;
+    ds->off = ds->probe = 0;
+}
+
+static double ratio(const struct dstate *d)
+{
+    return d->t_step > 0 ? d->t_draft / d->t_step : 0;
 }
 
 /* A step's outcome for the acceptance estimates: `kept` drafts kept, and
@@ -342,33 +353,42 @@ static int32_t best_drafts(double a, double r, int32_t kmax)
     return best_k;
 }
 
+/* A new sequence's start: the counts of all sequences so far, or, when
+ * by them drafting does not pay, no drafting (but for one probe in
+ * probe_every). */
+static void start(struct dstate *d, struct dslot *ds, int32_t kmax)
+{
+    ds->kept = d->kept;
+    ds->missed = d->missed;
+    double a = (d->kept + 1.0) / (d->kept + d->missed + 2.0);
+    if (best_drafts(a, ratio(d), kmax) > 0)
+        return;
+    if (++d->since_probe >= d->probe_every) {
+        d->since_probe = 0;
+        ds->probe = 1;
+        hope(ds);
+    } else {
+        ds->off = 1;
+    }
+}
+
 /* How many drafts sequence ds should make this step, up to kmax, by its
- * acceptance and the measured costs; 0 (and a pause) when drafting does
- * not pay. */
+ * acceptance and the measured costs; 0, and no drafting from then on,
+ * when drafting does not pay. */
 static int32_t worth(struct dstate *d, struct dslot *ds, int32_t kmax)
 {
-    if (ds->skip > 0) {
-        ds->skip--;
-        if (ds->skip == 0)
-            hope(ds);
+    if (ds->off)
         return 0;
-    }
     double a = (ds->kept + 1.0) / (ds->kept + ds->missed + 2.0);
-    double r = d->t_step > 0 ? d->t_draft / d->t_step : 0;
-    int32_t best_k = best_drafts(a, r, kmax);
-    if (ds->probe) {
-        /* at least one draft, which measures the costs and the acceptance
-         * again (either may have changed while paused) */
-        ds->probe = 0;
-        if (best_k == 0)
-            best_k = 1;
-    } else if (best_k > 0) { /* drafting pays on evidence: pauses short again */
-        ds->backoff = d->backoff = BACKOFF_MIN;
-    } else {
-        ds->skip = ds->backoff;
-        ds->backoff = ds->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : ds->backoff * 2;
-        if (d->backoff < ds->backoff)
-            d->backoff = ds->backoff;
+    int32_t best_k = best_drafts(a, ratio(d), kmax);
+    if (best_k == 0) {
+        ds->off = 1;
+        ifl_kvc_seq_reset(d->kvc, &ds->kv);
+        ds->real = 0;
+        if (ds->probe) /* a probe that failed: the next one comes later */
+            d->probe_every = d->probe_every * 2 > PROBE_MAX ? PROBE_MAX : d->probe_every * 2;
+    } else if (!ds->probe) {
+        d->probe_every = PROBE_MIN; /* drafting pays on the counts */
     }
     return best_k;
 }
@@ -382,12 +402,15 @@ static void average(double *mean, double sample)
 /* Truncates the slot's draft KV to the positions that hold s's tokens:
  * the real ones, then the drafts s has taken. A slot last used by
  * another sequence starts empty. */
-static void trim(struct dstate *d, struct dslot *ds, const struct eseq *s)
+static void trim(struct ifl_executor *ex, struct dstate *d, struct dslot *ds, const struct eseq *s)
 {
     if (ds->owner != s->q->id || ds->owner_index != s->index) {
         forget(d, ds);
         ds->owner = s->q->id;
         ds->owner_index = s->index;
+        const struct ifl_request_speculative *rq = &s->q->r.speculative;
+        if (ex->cfg.speculative.adaptive)
+            start(d, ds, rq->n_max >= 0 ? rq->n_max : ex->cfg.speculative.n_max);
     }
     int32_t p = ds->real < s->n_tokens ? ds->real : s->n_tokens;
     while (p < ds->kv.n_pos && p < s->n_tokens && p - ds->at >= 0 && p - ds->at < ds->n_drafts &&
@@ -444,19 +467,37 @@ static int run_pass(struct ifl_executor *ex, struct dstate *d, int32_t rows)
     return 0;
 }
 
-/* The draft model's pick from its logits row: the argmax (the lowest id
- * among equals) and its softmax probability. */
-static int32_t pick(const float *row, int32_t n, float *prob)
+/* The draft model's pick for s's next draft from its logits row: the
+ * token s's own sampler would pick from that row after s's tokens and the
+ * drafts so far (the argmax when greedy; when sampling, the draw of the
+ * same seeded generator the target's pick will use, after the same
+ * penalties and filters), so a draft model that agrees with the target
+ * agrees with its samples too. *prob: the draft's probability of the
+ * pick (after the request's processing, at temperature 1). -1 when
+ * nothing can be picked. The drafts are written after s's tokens, where
+ * propose() will put them; d->st is rebuilt from s's own sampler. */
+static int32_t pick(struct ifl_executor *ex, struct dstate *d, struct eseq *s,
+                    const struct dslot *ds, float *row, float *prob)
 {
-    int32_t best = 0;
-    for (int32_t t = 1; t < n; t++)
-        if (row[t] > row[best])
-            best = t;
-    double sum = 0, mx = row[best];
-    for (int32_t t = 0; t < n; t++)
-        sum += exp((double)row[t] - mx);
-    *prob = (float)(1.0 / sum);
-    return best;
+    struct ifl_sampler_state *st = &d->st;
+    int32_t j = ds->n_drafts;
+    const int32_t *gen = s->tokens + s->n_prompt;
+    memcpy(s->tokens + s->n_tokens, ds->drafts, sizeof(int32_t) * (size_t)j);
+    ifl_sampler_reset(st, &s->scfg, s->tokens, s->n_prompt);
+    ifl_sampler_recount(st, gen, s->n_gen);
+    st->n_accepted = s->st.n_accepted;
+    st->top_p = s->st.top_p;
+    for (int32_t i = 0; i < j; i++)
+        ifl_sampler_accept(&s->scfg, st, ds->drafts[i]);
+    struct ifl_sampler_extras x = ifl_choose_extras(ex->eng, s->q);
+    ifl_sampler_process(&s->scfg, st, row, ex->n_vocab, s->tokens, s->n_prompt, gen, s->n_gen + j,
+                        &x);
+    float lp = -INFINITY;
+    int32_t tok = ifl_sampler_pick(&s->scfg, st, row, &lp, NULL, 0);
+    if (!(row[tok] > -INFINITY))
+        return -1;
+    *prob = expf(lp);
+    return tok;
 }
 
 /* Takes each logits row of the pass just run as the next draft of its
@@ -468,12 +509,13 @@ static int32_t take_picks(struct ifl_executor *ex, struct dstate *d, int32_t nlo
     int32_t going = 0;
     for (int32_t k = 0; k < nlog; k++) {
         struct dslot *ds = &d->slots[d->row_slot[k]];
-        const struct xreq *q = e->seqs[d->row_slot[k]].q;
+        struct eseq *s = &e->seqs[d->row_slot[k]];
+        const struct xreq *q = s->q;
         float p_min =
             q->r.speculative.p_min >= 0 ? q->r.speculative.p_min : ex->cfg.speculative.p_min;
-        float prob;
-        int32_t tok = pick(d->logits + (size_t)k * ex->n_vocab, ex->n_vocab, &prob);
-        if (prob < p_min || !(prob == prob)) {
+        float prob = 0;
+        int32_t tok = pick(ex, d, s, ds, d->logits + (size_t)k * ex->n_vocab, &prob);
+        if (tok < 0 || prob < p_min || !(prob == prob)) {
             if (ds->n_drafts == 0) /* a pass for nothing */
                 learn(d, ds, 0, 1);
             ds->kmax = ds->n_drafts; /* this sequence is done */
@@ -481,6 +523,10 @@ static int32_t take_picks(struct ifl_executor *ex, struct dstate *d, int32_t nlo
         }
         ds->probs[ds->n_drafts] = prob;
         ds->drafts[ds->n_drafts++] = tok;
+        /* nothing follows an end token */
+        if (!q->r.sampling.ignore_eos &&
+            (q->r.end_id >= 0 ? tok == q->r.end_id : ifl_vocab_is_eog(ex->vocab, tok)))
+            ds->kmax = ds->n_drafts;
         going += ds->n_drafts < ds->kmax;
     }
     return going;
@@ -504,7 +550,9 @@ static void draft_prepare(struct ifl_executor *ex)
     /* the target's step since the last prepare; a gap far longer than the
      * usual is the engine having been idle */
     double gap = (double)(now - d->prep_end);
-    if (d->prep_end > 0 && (d->t_step == 0 || gap < 4 * d->t_step))
+    if (d->prep_end > 0 && gap * 4 < d->t_step)
+        d->t_step = gap; /* the mean began with an idle gap: start again */
+    else if (d->prep_end > 0 && (d->t_step == 0 || gap < 4 * d->t_step))
         average(&d->t_step, gap);
     int adaptive = ex->cfg.speculative.adaptive;
     /* draft rows the step can take (adaptive: what leaves it memory-bound) */
@@ -523,8 +571,10 @@ static void draft_prepare(struct ifl_executor *ex)
             int32_t pending = s->n_tokens - s->kv.n_pos;
             if ((pass == 0) != (pending == 1))
                 continue;
-            trim(d, ds, s);
+            trim(ex, d, ds, s);
             ds->n_drafts = 0;
+            if (ds->off)
+                continue; /* the draft model no longer runs for it */
             int32_t end = s->n_tokens, k = 0;
             if (pass == 0) {
                 k = ifl_decoding_draft_limit(ex, s);
@@ -630,7 +680,7 @@ static void draft_accept(struct ifl_executor *ex, struct eseq *s, const int32_t 
         /* all tokens taken but the last were drafts kept */
         if (k)
             learn(d, ds, s->n_tokens - n0 - 1, s->n_tokens - n0 - 1 < k);
-        trim(d, ds, s);
+        trim(ex, d, ds, s);
         ds->n_drafts = 0;
     }
 }
