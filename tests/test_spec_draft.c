@@ -233,6 +233,61 @@ static void test_alone(void)
     }
 }
 
+/* Three samples of one request: each forks from the primary's first row
+ * and then drafts on its own; every sample's tokens and log-probs as
+ * without speculation (the same file drafts, so each keeps all). */
+static void test_samples(void)
+{
+    struct spec sp = {target_path, 6, 0.0f, 0};
+    ifl_executor *ex = open_ok(&sp, 4, 512, 0, IFL_SCHED_GUARANTEED_NO_EVICT);
+    if (!ex)
+        return;
+    static struct out o[2][3];
+    int64_t drafted = 0;
+    for (int on = 0; on < 2; on++) {
+        struct ifl_request r;
+        req(&r, ONCE, 5, 60, 1, 21);
+        r.num_return_sequences = 3;
+        r.speculative.disable = !on;
+        struct ifl_iteration_stats st0, st1;
+        CHECK_EQ(ifl_get_iteration_stats(ex, &st0), 0);
+        ifl_id id = 0;
+        char err[512] = "";
+        CHECK_MSG(ifl_enqueue(ex, &r, &id, err) == 0, "enqueue: %s", err);
+        memset(o[on], 0, sizeof o[on]);
+        for (int final = 0; !final;) {
+            struct ifl_response *resp = NULL;
+            int32_t got = 0;
+            if (ifl_await(ex, &id, 1, 60000, &resp, 1, &got)) {
+                CHECK(0);
+                break;
+            }
+            CHECK_EQ(resp->status, 0);
+            struct out *so = &o[on][resp->sequence_index % 3];
+            struct ifl_sequence_result *sr = &resp->results[0];
+            if (sr->n_tokens > 0 && so->n + sr->n_tokens <= MAX_LEN) {
+                memcpy(so->tok + so->n, sr->tokens, sizeof(int32_t) * (size_t)sr->n_tokens);
+                memcpy(so->lp + so->n, sr->log_probs, sizeof(float) * (size_t)sr->n_tokens);
+                so->n += sr->n_tokens;
+            }
+            final = resp->is_final;
+            ifl_response_free(resp);
+        }
+        CHECK_EQ(ifl_executor_wait_idle(ex, 60000), 0);
+        CHECK_EQ(ifl_get_iteration_stats(ex, &st1), 0);
+        if (on)
+            drafted = st1.draft_tokens - st0.draft_tokens;
+    }
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ(o[0][k].n, 60);
+        check_same(&o[1][k], &o[0][k], "a sample");
+    }
+    CHECK_MSG(memcmp(o[0][0].tok, o[0][1].tok, sizeof(int32_t) * 60), "samples 0 and 1 agree");
+    CHECK_MSG(drafted > 0, "no drafts for the samples");
+    check_no_blocks_used(ex);
+    ifl_executor_destroy(ex, 0);
+}
+
 /* p_min: a draft model sure of nothing proposes nothing; a request's own
  * p_min overrides the executor's. */
 static void test_p_min(void)
@@ -513,6 +568,7 @@ int main(void)
         T_RUN(test_vocab_mismatch);
         T_RUN(test_alone);
         T_RUN(test_p_min);
+        T_RUN(test_samples);
         T_RUN(test_adaptive);
         T_RUN(test_crowd_chunked);
         T_RUN(test_preempted);

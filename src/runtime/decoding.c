@@ -161,29 +161,6 @@ const struct ifl_decoding ifl_decoding_plain = {
     .parallel_pick = 1,
 };
 
-int32_t ifl_decoding_draft_limit(const struct ifl_executor *ex, const struct eseq *s)
-{
-    const struct xreq *q = s->q;
-    const struct ifl_speculative_config *c = &ex->cfg.speculative;
-    const struct ifl_request_speculative *rq = &q->r.speculative;
-    if (!q->dec || !q->dec->propose || q->beam || q->post_index != -1 ||
-        (q->ctx_logits && q->ctx_captured < q->r.n_input) || ifl_choose_forks_now(s))
-        return 0;
-    if (c->adaptive && s->spec_pause > 0 && q->dec != &ifl_decoding_plain)
-        return 0;
-    /* room in the context and in max_tokens for k drafts and the bonus */
-    int32_t max = ex->n_ctx - s->n_tokens;
-    if (max > q->r.max_tokens - s->n_gen - 1)
-        max = q->r.max_tokens - s->n_gen - 1;
-    int32_t n_max = rq->n_max >= 0 ? rq->n_max : c->n_max;
-    int32_t n_min = rq->n_min >= 0 ? rq->n_min : c->n_min;
-    if (max > n_max)
-        max = n_max;
-    if (c->adaptive && max > s->spec_cap)
-        max = s->spec_cap;
-    return max < 1 || max < n_min ? 0 : max;
-}
-
 int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t max)
 {
     struct engine *e = ex->eng;

@@ -3,8 +3,10 @@
  * (ifl_decoding_accept_drafts, decoding.h): each row's token is picked as
  * plain decoding would pick it (or, with speculative.accept = rejection,
  * by speculative sampling against the draft), and drafts are kept while
- * they equal the picks. Apart from decoding.c so that the proposers,
- * which decoding.c's table names, call down to it and never back.
+ * they equal the picks; and the bound on a sequence's drafts
+ * (ifl_decoding_draft_limit), which a proposer that drafts ahead needs.
+ * Apart from decoding.c so that the proposers, which decoding.c's table
+ * names, call down to them and never back.
  */
 #include "runtime/engine_internal.h"
 
@@ -35,4 +37,27 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
         if (tok != draft)
             return; /* the bonus token: the rows after it saw another history */
     }
+}
+
+int32_t ifl_decoding_draft_limit(const struct ifl_executor *ex, const struct eseq *s)
+{
+    const struct xreq *q = s->q;
+    const struct ifl_speculative_config *c = &ex->cfg.speculative;
+    const struct ifl_request_speculative *rq = &q->r.speculative;
+    if (!q->dec || !q->dec->propose || q->beam || q->post_index != -1 ||
+        (q->ctx_logits && q->ctx_captured < q->r.n_input) || ifl_choose_forks_now(s))
+        return 0;
+    if (c->adaptive && s->spec_pause > 0) /* (q->dec proposes, so is not plain decoding) */
+        return 0;
+    /* room in the context and in max_tokens for k drafts and the bonus */
+    int32_t max = ex->n_ctx - s->n_tokens;
+    if (max > q->r.max_tokens - s->n_gen - 1)
+        max = q->r.max_tokens - s->n_gen - 1;
+    int32_t n_max = rq->n_max >= 0 ? rq->n_max : c->n_max;
+    int32_t n_min = rq->n_min >= 0 ? rq->n_min : c->n_min;
+    if (max > n_max)
+        max = n_max;
+    if (c->adaptive && max > s->spec_cap)
+        max = s->spec_cap;
+    return max < 1 || max < n_min ? 0 : max;
 }

@@ -26,7 +26,8 @@
  * the draw of the seeded generator the target's pick of that token will
  * use, after the same penalties and filters; the exact acceptor keeps a
  * draft where it equals the target's pick, so a draft model close to the
- * target is kept as often when sampling as when greedy. Drafting stops at
+ * target is kept as often when sampling as when greedy (with
+ * speculative.accept = rejection, the argmax: see pick()). Drafting stops at
  * a pick whose probability (softmax after the request's processing) is
  * below p_min (that pick is not kept), after an end token, or at the
  * number of drafts the engine will ask for (ifl_decoding_draft_limit).
@@ -492,8 +493,15 @@ static int32_t pick(struct ifl_executor *ex, struct dstate *d, struct eseq *s,
     struct ifl_sampler_extras x = ifl_choose_extras(ex->eng, s->q);
     ifl_sampler_process(&s->scfg, st, row, ex->n_vocab, s->tokens, s->n_prompt, gen, s->n_gen + j,
                         &x);
+    /* speculative sampling draws its uniforms from the generator a sampled
+     * draft would come from: a draft drawn from it would not be independent
+     * of its own test, so under rejection the draft is the argmax (one-hot,
+     * as draft_dist NULL says) */
+    struct ifl_sampling_config c = s->scfg;
+    if (ex->cfg.speculative.accept == IFL_SPEC_ACCEPT_REJECTION)
+        c.temperature = 0;
     float lp = -INFINITY;
-    int32_t tok = ifl_sampler_pick(&s->scfg, st, row, &lp, NULL, 0);
+    int32_t tok = ifl_sampler_pick(&c, st, row, &lp, NULL, 0);
     if (!(row[tok] > -INFINITY))
         return -1;
     *prob = expf(lp);
@@ -664,16 +672,21 @@ static int32_t draft_propose(struct ifl_executor *ex, struct eseq *s, int32_t *d
     return k;
 }
 
-/* The verifying acceptor (plain decoding's when no drafts ran: it also
- * forks the samples of a request of several), then the draft cache
+/* The verifying acceptor (the first token of a request of several
+ * samples forks them, as plain decoding does), then the draft cache
  * forgets the drafts the target did not keep. */
 static void draft_accept(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n)
 {
     int32_t k = s->n_draft, n0 = s->n_tokens;
-    if (k == 0)
-        ifl_decoding_plain.accept(ex, s, rows, n);
-    else
+    if (k == 0 && ifl_choose_forks_now(s)) {
+        /* as plain decoding: the other samples fork from this row first */
+        float *row = ex->eng->logits + (size_t)rows[0] * ex->n_vocab;
+        ifl_choose_fork_samples(ex, s, row, ex->eng->scratch);
+        if (s->q)
+            ifl_choose_sample(ex, s, row);
+    } else {
         ifl_decoding_accept_drafts(ex, s, rows, n);
+    }
     if (s->q && !s->finish) {
         struct dstate *d = ex->eng->spec_state;
         struct dslot *ds = slot_of(ex, s);
