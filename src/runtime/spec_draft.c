@@ -1,7 +1,7 @@
 /*
  * Draft-model speculation (speculative.type = IFL_SPEC_DRAFT): a second,
- * smaller GGUF model with the target's vocabulary guesses the next tokens
- * greedily, and the target verifies them all in one step (decoding.h).
+ * smaller GGUF model with the target's vocabulary guesses the next tokens,
+ * and the target verifies them all in one step (decoding.h).
  * After llama.cpp's --model-draft and TensorRT-LLM's two-model
  * speculative decoding; the drafts are checked by the exact acceptor, so
  * outputs are plain decoding's whatever the draft model says.
@@ -79,8 +79,7 @@ struct dslot {
     float probs[IFL_SPEC_MAX_DRAFT]; /* the draft model's probability of each,
                                         after the request's processing, at
                                         temperature 1 (see pick()) */
-    /* adaptive: decayed counts of drafts kept and of misses, steps left
-     * without drafting and the next such pause */
+    /* adaptive: decayed counts of drafts kept and of misses */
     float kept, missed;
     int off;   /* drafting does not pay: the draft model no longer runs for it */
     int probe; /* it started hopeful against the counts of all sequences */
@@ -362,8 +361,11 @@ static void start(struct dstate *d, struct dslot *ds, int32_t kmax)
     ds->kept = d->kept;
     ds->missed = d->missed;
     double a = (d->kept + 1.0) / (d->kept + d->missed + 2.0);
-    if (best_drafts(a, ratio(d), kmax) > 0)
+    if (best_drafts(a, ratio(d), kmax) > 0) {
+        d->probe_every = PROBE_MIN; /* drafting pays again (or still) */
+        d->since_probe = 0;
         return;
+    }
     if (++d->since_probe >= d->probe_every) {
         d->since_probe = 0;
         ds->probe = 1;
@@ -388,8 +390,6 @@ static int32_t worth(struct dstate *d, struct dslot *ds, int32_t kmax)
         ds->real = 0;
         if (ds->probe) /* a probe that failed: the next one comes later */
             d->probe_every = d->probe_every * 2 > PROBE_MAX ? PROBE_MAX : d->probe_every * 2;
-    } else if (!ds->probe) {
-        d->probe_every = PROBE_MIN; /* drafting pays on the counts */
     }
     return best_k;
 }
