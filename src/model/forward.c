@@ -557,6 +557,13 @@ static void step(void *arg, int ith, int nth)
 
     for (int il = 0; il < hp->n_layer; il++) {
         const struct ifl_layer_weights *w = &m->layers[il];
+        if (b->n_extract) /* this thread's rows' residual stream, as it enters layer il */
+            for (int i = 0; i < b->n_extract; i++)
+                if (b->extract_layers[i] == il)
+                    for (long r = lo; r < hi; r++)
+                        if (b->extract_rows[r])
+                            memcpy(b->extract_out + ((size_t)r * b->n_extract + i) * n_embd,
+                                   f->x + r * n_embd, sizeof(float) * (size_t)n_embd);
         for (long r = lo; r < hi; r++)
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
         memo.src = NULL;
@@ -631,6 +638,14 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
     const struct ifl_hparams *hp = &f->m->hp;
     if (b->n_rows < 1 || b->n_rows > f->max_rows)
         return ifl_err(err, IFL_EINVAL, "forward: %d rows, expected 1..%d", b->n_rows, f->max_rows);
+    if (b->n_extract < 0 || b->n_extract > 8 ||
+        (b->n_extract && (!b->extract_layers || !b->extract_rows || !b->extract_out)))
+        return ifl_err(err, IFL_EINVAL, "forward: %d extract layers (0..8, with their arrays)",
+                       b->n_extract);
+    for (int32_t i = 0; i < b->n_extract; i++)
+        if (b->extract_layers[i] < 0 || b->extract_layers[i] >= hp->n_layer)
+            return ifl_err(err, IFL_EINVAL, "forward: extract layer %d outside 0..%d",
+                           b->extract_layers[i], hp->n_layer - 1);
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= hp->n_vocab)

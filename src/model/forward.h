@@ -41,6 +41,16 @@ struct ifl_batch {
      * LM head multiplies) of each row with logits[r] set, in row order like
      * the logits */
     float *hidden;
+    /* optional capture of intermediate states (an EAGLE-3 head's input),
+     * n_extract 0 for none: for each row with extract_rows[r] set, the
+     * residual stream entering layer extract_layers[i] (layer 0: the token
+     * embedding; 0 <= layer < n_layer) is written to
+     * extract_out + ((size_t)r * n_extract + i) * n_embd, for i < n_extract;
+     * other rows' places are left alone. Off, it costs a test per layer. */
+    int32_t n_extract;
+    const int32_t *extract_layers; /* [n_extract] */
+    const uint8_t *extract_rows;   /* [n_rows] */
+    float *extract_out;            /* [n_rows][n_extract][n_embd] */
     int32_t n_seqs;
     const int32_t *const *block_tables; /* [n_seqs] -> block ids */
     const int32_t *n_blocks;            /* [n_seqs] length of each table */
