@@ -20,7 +20,7 @@
 /* Strategies registered at run time (tests), latest last; an engine's
  * snapshot puts them first, then client drafts, then the strategy of its
  * config's speculative.type (from this table), then plain decoding. */
-static const struct ifl_decoding *const builtin[] = {&ifl_decoding_ngram};
+static const struct ifl_decoding *const builtin[] = {&ifl_decoding_ngram, &ifl_decoding_eagle3};
 static const char *const type_names[] = {"none", "draft", "ngram", "eagle3"};
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct ifl_decoding *registered[MAX_DECODINGS];
@@ -130,6 +130,14 @@ void ifl_decoding_prepare(struct ifl_executor *ex)
     for (int32_t i = 0; i < e->n_decs; i++)
         if (e->decs[i]->prepare)
             e->decs[i]->prepare(ex);
+}
+
+void ifl_decoding_observe(struct ifl_executor *ex, int32_t rows)
+{
+    struct engine *e = ex->eng;
+    for (int32_t i = 0; i < e->n_decs; i++)
+        if (e->decs[i]->observe)
+            e->decs[i]->observe(ex, rows);
 }
 
 /* ---- plain decoding ---- */

@@ -120,6 +120,14 @@ struct ifl_decoding {
      * ([n_vocab], normalised) draft i of s's latest proposal was sampled
      * from, or NULL when it was chosen deterministically (then one-hot). */
     const float *(*draft_dist)(struct ifl_executor *ex, struct eseq *s, int32_t i);
+    /* Optional: once per step that ran a forward pass, after every
+     * sequence's tokens were taken and its KV settled, with the step's
+     * batch still in the engine's arrays (rows of b_tok, b_pos, b_seq and,
+     * when the strategy asked for them, extract_out): a strategy that
+     * mirrors what the target computed (an EAGLE-3 head's own cache)
+     * catches up here. Positions below a sequence's kv.n_pos are its
+     * tokens'; rows at or past it were rejected drafts. */
+    void (*observe)(struct ifl_executor *ex, int32_t rows);
 };
 
 /* Plain decoding: no drafts; one token sampled from the one row. */
@@ -128,6 +136,8 @@ extern const struct ifl_decoding ifl_decoding_plain;
 extern const struct ifl_decoding ifl_decoding_external;
 /* N-gram lookup in the sequence's own tokens (spec_ngram.c). */
 extern const struct ifl_decoding ifl_decoding_ngram;
+/* An EAGLE-3 head over the target's states (spec_eagle3.c). */
+extern const struct ifl_decoding ifl_decoding_eagle3;
 
 /* Adds d (static storage, not copied) to the strategies that executors
  * created from now on choose from, ahead of those already there. For
@@ -155,6 +165,9 @@ const char *ifl_decoding_type_name(int32_t type);
 int ifl_decoding_type_built(int32_t type);
 /* Every strategy's prepare(), once per step (schedule.c). */
 void ifl_decoding_prepare(struct ifl_executor *ex);
+/* Every strategy's observe(), after a step's forward pass of `rows` rows
+ * and its tokens (engine.c). */
+void ifl_decoding_observe(struct ifl_executor *ex, int32_t rows);
 /* The strategy for q, at admission (schedule.c). */
 const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q);
 /* Asks decoding sequence s for drafts to follow its pending token, with

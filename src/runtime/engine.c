@@ -382,6 +382,21 @@ static void step(struct ifl_executor *ex)
                           .block_tables = e->tables,
                           .n_blocks = e->n_blocks,
                           .hidden = e->want_hidden ? e->hidden : NULL};
+    if (e->n_extract) {
+        /* the configured strategy's sequences have their states captured */
+        int any = 0;
+        for (int32_t r = 0; r < rows; r++) {
+            const struct xreq *q = e->seqs[e->b_seq[r]].q;
+            e->extract_rows[r] = q && q->dec == e->spec;
+            any |= e->extract_rows[r];
+        }
+        if (any) {
+            b.n_extract = e->n_extract;
+            b.extract_layers = e->extract_layers;
+            b.extract_rows = e->extract_rows;
+            b.extract_out = e->extract_out;
+        }
+    }
     char err[IFL_ERR_LEN] = "";
     int rc = ifl_forward(e->fwd, &b, e->logits, err);
     if (rc) {
@@ -441,6 +456,7 @@ static void step(struct ifl_executor *ex)
         if ((e->row_flag[r] & ROW_SAMPLE) && s->q && s->q->beam)
             ifl_beamslot_advance(ex, s->q);
     }
+    ifl_decoding_observe(ex, rows);
     publish_stats(ex, (ifl_now_s() - t0) * 1e3, ctx_reqs, ctx_rows, gen_reqs, gen_rows);
 }
 

@@ -185,6 +185,13 @@ struct engine {
     void *spec_state;                    /* that strategy's, from its engine_init */
     int32_t spec_rows;                   /* draft rows the step being built may still take */
     int64_t spec_drafted, spec_accepted; /* since creation */
+    /* states the configured strategy has the forward pass capture (an
+     * EAGLE-3 head's input, forward.h), set up by its engine_init and
+     * owned by it; n_extract 0: none. Rows of its sequences ask. */
+    int32_t n_extract;
+    const int32_t *extract_layers; /* [n_extract] */
+    uint8_t *extract_rows;         /* [max_rows] */
+    float *extract_out;            /* [max_rows][n_extract][n_embd] */
 };
 
 /* Blocks that n_pos positions fill. */
