@@ -357,6 +357,169 @@ static void test_capture(void)
     ifl_model_free(m);
 }
 
+/* ---- tree rows in the forward pass ---- */
+
+/* Runs n rows of one batch, every row wanting logits; tree arrays optional. */
+static int fwd(struct ifl_fwd *f, int32_t n, const int32_t *tok, const int32_t *pos,
+               const int32_t *seq, const int32_t *const *tables, const int32_t *nblk,
+               const int32_t *kvp, const int32_t *pre, const int32_t *off, const int32_t *path,
+               int32_t n_path, float *logits)
+{
+    uint8_t want[64];
+    for (int32_t i = 0; i < n; i++)
+        want[i] = 1;
+    struct ifl_batch b = {.n_rows = n,
+                          .tokens = tok,
+                          .pos = pos,
+                          .seq = seq,
+                          .logits = want,
+                          .kv_pos = kvp,
+                          .att_prefix = pre,
+                          .tree_off = off,
+                          .tree_path = path,
+                          .n_tree_path = n_path,
+                          .n_seqs = 3,
+                          .block_tables = tables,
+                          .n_blocks = nblk};
+    char err[IFL_ERR_LEN] = "";
+    int rc = ifl_forward(f, &b, logits, err);
+    if (rc)
+        fprintf(stderr, "  forward: %s\n", err);
+    return rc;
+}
+
+/* A draft tree verified in one pass: each node's logits equal, bit for
+ * bit, those of a one-token step at its depth after its ancestors were
+ * decoded one by one, for F16, Q8_0 and F32 caches, one and two threads,
+ * with another sequence's decode row in the same batch. */
+static void tree_forward_on(const char *model, enum ifl_type kvt, int nth)
+{
+    struct ifl_model *m = load_model(model);
+    if (!m)
+        return;
+    enum { BS = 16, NB = 4, P = 13, K = 9 };
+    const int32_t nv = m->hp.n_vocab;
+    struct ifl_kv_store *kv = NULL;
+    struct ifl_fwd *f = NULL;
+    char err[IFL_ERR_LEN] = "";
+    if (ifl_kv_store_create(&kv, &m->hp, kvt, 3 * NB, BS, err)) {
+        fprintf(stderr, "  kv: %s\n", err);
+        ifl_model_free(m);
+        return;
+    }
+    struct ifl_fwd_config fc = {.max_rows = 64, .max_ctx = BS * NB, .n_threads = nth};
+    CHECK_EQ(ifl_fwd_create(&f, m, kv, &fc, err), 0);
+    int32_t tb[3][NB];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < NB; i++)
+            tb[s][i] = (NB - 1 - i) * 3 + s; /* scattered */
+    const int32_t *tables[3] = {tb[0], tb[1], tb[2]};
+    int32_t nblk[3] = {NB, NB, NB};
+    /* the prompt, the pending token, and a tree: node i's parent (-1: the pending token) */
+    int32_t prompt[P + 1];
+    for (int i = 0; i <= P; i++)
+        prompt[i] = i ? 260 + (i * 31) % 200 : 1;
+    const int32_t parent[K] = {-1, -1, 0, 0, 1, 2, 5, 4, 6};
+    int32_t ntok[K], depth[K];
+    for (int i = 0; i < K; i++) {
+        ntok[i] = 300 + (i * 47) % 150;
+        depth[i] = parent[i] < 0 ? 1 : depth[parent[i]] + 1;
+    }
+    float *lg = malloc(sizeof(float) * 64 * (size_t)nv);
+    float *ref = malloc(sizeof(float) * 64 * (size_t)nv);
+    int32_t tok[64], pos[64], seq[64], kvp[64], pre[64], off[64], path[256];
+    if (!f || !lg || !ref)
+        goto out;
+    /* prefill the prompt (positions 0 .. P - 1) of sequences 0 and 2 */
+    int32_t n = 0;
+    for (int s = 0; s < 3; s += 2)
+        for (int i = 0; i < P; i++, n++)
+            tok[n] = prompt[i], pos[n] = i, seq[n] = s;
+    if (fwd(f, n, tok, pos, seq, tables, nblk, NULL, NULL, NULL, NULL, 0, lg))
+        goto out;
+    /* the tree step: sequence 2's pending token, then 0's with its tree */
+    int32_t np = 0;
+    n = 0;
+    tok[n] = prompt[P], pos[n] = P, seq[n] = 2, kvp[n] = P, pre[n] = P + 1, off[n] = 0, n++;
+    tok[n] = prompt[P], pos[n] = P, seq[n] = 0, kvp[n] = P, pre[n] = P + 1, off[n] = 0, n++;
+    for (int i = 0; i < K; i++, n++) {
+        tok[n] = ntok[i], pos[n] = P + depth[i], seq[n] = 0, kvp[n] = P + 1 + i, pre[n] = P + 1;
+        off[n] = np;
+        int32_t chain[K], d = 0;
+        for (int a = i; a >= 0; a = parent[a])
+            chain[d++] = a;
+        while (d > 0)
+            path[np++] = P + 1 + chain[--d];
+    }
+    if (fwd(f, n, tok, pos, seq, tables, nblk, kvp, pre, off, path, np, lg))
+        goto out;
+    /* sequence 2's row is an ordinary decode row: as alone */
+    /* references on sequence 1: the prompt, then each node's path one token a step */
+    int32_t m1 = 0;
+    for (int i = 0; i <= P; i++, m1++)
+        tok[m1] = prompt[i], pos[m1] = i, seq[m1] = 1;
+    if (fwd(f, m1, tok, pos, seq, tables, nblk, NULL, NULL, NULL, NULL, 0, ref))
+        goto out;
+    CHECK_MSG(!memcmp(ref + (size_t)P * nv, lg + (size_t)1 * nv, sizeof(float) * (size_t)nv),
+              "%s kv %d nth %d: the pending row", model, kvt, nth);
+    CHECK(!memcmp(ref + (size_t)P * nv, lg, sizeof(float) * (size_t)nv));
+    for (int i = 0; i < K; i++) {
+        int32_t chain[K], d = 0;
+        for (int a = i; a >= 0; a = parent[a])
+            chain[d++] = a;
+        for (int e = d - 1; e >= 0; e--) { /* one token a step, nearest ancestor last */
+            int32_t t1 = ntok[chain[e]], p1 = P + (d - e), s1 = 1;
+            if (fwd(f, 1, &t1, &p1, &s1, tables, nblk, NULL, NULL, NULL, NULL, 0, ref))
+                goto out;
+        }
+        CHECK_MSG(!memcmp(ref, lg + (size_t)(2 + i) * nv, sizeof(float) * (size_t)nv),
+                  "%s kv %d nth %d: node %d (depth %d) differs from a one-token step", model, kvt,
+                  nth, i, depth[i]);
+    }
+    /* a tree row whose path does not end at its own place is refused */
+    path[off[2 + 3] + depth[3] - 1] = P + 1;
+    err[0] = 0;
+    uint8_t want[64];
+    memset(want, 1, sizeof want);
+    struct ifl_batch bad = {.n_rows = n,
+                            .tokens = tok,
+                            .pos = pos,
+                            .seq = seq,
+                            .logits = want,
+                            .kv_pos = kvp,
+                            .att_prefix = pre,
+                            .tree_off = off,
+                            .tree_path = path,
+                            .n_tree_path = np,
+                            .n_seqs = 3,
+                            .block_tables = tables,
+                            .n_blocks = nblk};
+    for (int i = 0; i < n; i++) /* the tree step's rows again (tok was reused) */
+        tok[i] = i < 2 ? prompt[P] : ntok[i - 2], pos[i] = i < 2 ? P : P + depth[i - 2],
+        seq[i] = i == 0 ? 2 : 0;
+    CHECK(ifl_forward(f, &bad, lg, err) == IFL_EINVAL && strstr(err, "tree path"));
+out:
+    free(lg);
+    free(ref);
+    ifl_fwd_free(f);
+    ifl_kv_store_free(kv);
+    ifl_model_free(m);
+}
+
+static void test_tree_forward(void)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/models/ref/llama-f16.gguf", t_shared());
+    const enum ifl_type kvt[3] = {IFL_TYPE_F16, IFL_TYPE_Q8_0, IFL_TYPE_F32};
+    for (int k = 0; k < 3; k++)
+        for (int nth = 1; nth <= 2; nth++) {
+            tree_forward_on(p, kvt[k], nth);
+            tree_forward_on(stories, kvt[k], nth);
+        }
+    snprintf(p, sizeof p, "%s/models/ref/qwen3-hd64-f16.gguf", t_shared());
+    tree_forward_on(p, IFL_TYPE_F16, 2);
+}
+
 /* ---- outputs with EAGLE-3 equal plain decoding's ---- */
 
 #define MAX_LEN 160
@@ -720,6 +883,7 @@ int main(void)
     T_RUN(test_validation);
     T_RUN(test_mkmodel_head);
     T_RUN(test_capture);
+    T_RUN(test_tree_forward);
     T_RUN(test_equal_plain_stories);
     T_RUN(test_equal_plain_ref_models);
     T_RUN(test_crowd_chunked_preempted);

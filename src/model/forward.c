@@ -656,11 +656,29 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
                            f->max_ctx - 1);
         if (s < 0 || s >= b->n_seqs)
             return ifl_err(err, IFL_EINVAL, "forward: row %d: sequence %d of %d", r, s, b->n_seqs);
-        int32_t need = p / f->kv->block_size + 1;
+        int32_t last = p; /* the last cache place the row reads or writes */
+        if (b->kv_pos) {
+            int32_t kp = b->kv_pos[r], c = b->att_prefix[r], o = b->tree_off[r];
+            if (kp < 0 || kp >= f->max_ctx || c < 1 || c > p + 1 || (c == p + 1 && kp != p) ||
+                (c <= p && (o < 0 || o > b->n_tree_path - (p + 1 - c))))
+                return ifl_err(err, IFL_EINVAL,
+                               "forward: row %d: cache place %d, prefix %d, path at %d of %d do "
+                               "not fit position %d",
+                               r, kp, c, o, b->n_tree_path, p);
+            for (int32_t u = c; u <= p; u++) {
+                int32_t pl = b->tree_path[o + u - c];
+                if (pl < c || pl >= f->max_ctx || (u == p && pl != kp))
+                    return ifl_err(err, IFL_EINVAL,
+                                   "forward: row %d: tree path place %d for position %d", r, pl, u);
+                last = pl > last ? pl : last;
+            }
+            last = kp > last ? kp : last;
+        }
+        int32_t need = last / f->kv->block_size + 1;
         if (need > b->n_blocks[s])
             return ifl_err(err, IFL_EINVAL,
-                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r, p,
-                           need, s, b->n_blocks[s]);
+                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r,
+                           last, need, s, b->n_blocks[s]);
         for (int32_t i = 0; i < need; i++) {
             int32_t blk = b->block_tables[s][i];
             if (blk < 0 || blk >= f->kv->n_blocks)
