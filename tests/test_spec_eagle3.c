@@ -29,6 +29,7 @@
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/kv_store.h"
+#include "runtime/engine_internal.h"
 #include "t.h"
 
 static char dir[256];
@@ -583,6 +584,7 @@ static void check_same(const struct out *a, const struct out *b, int32_t nv, con
 struct excfg {
     const char *head; /* NULL: plain */
     int32_t max_batch, max_tokens, n_max, adaptive;
+    int32_t top_n, budget; /* 0: the defaults (4, 24) */
     int64_t kv_tokens;
     int policy;
 };
@@ -602,6 +604,10 @@ static ifl_executor *open_ex(const char *model, const struct excfg *x)
         c.speculative.draft_model = x->head;
         c.speculative.n_max = x->n_max ? x->n_max : 6;
         c.speculative.adaptive = x->adaptive;
+        if (x->top_n)
+            c.speculative.tree_top_n = x->top_n;
+        if (x->budget)
+            c.speculative.tree_budget = x->budget;
     }
     ifl_executor *ex = NULL;
     char err[IFL_ERR_LEN] = "";
@@ -675,6 +681,59 @@ static int make_narrow(const char *path, const struct ifl_model *m, const struct
 
 static const int32_t ONCE[] = {1, 403, 407, 261, 378}; /* "Once upon a time" with BOS */
 
+/* ---- the tree seam, with an oracle ---- */
+
+/* A test strategy (registered, so it takes requests with client_id
+ * ORACLE) that proposes, each step, a tree around a plain run's next
+ * tokens: at each depth the right token sits among wrong siblings, not
+ * first, so the kept path's K/V must move; a right token also hangs
+ * under a wrong node (it must not be taken); and every fifth right
+ * token is spoiled, so paths end early too. */
+#define ORACLE 4242
+static int32_t oracle_tok[MAX_LEN], oracle_n;
+static atomic_long oracle_trees;
+
+static int oracle_wants(const struct ifl_executor *ex, const struct xreq *q)
+{
+    (void)ex;
+    return q->r.client_id == ORACLE;
+}
+
+static int32_t oracle_propose(struct ifl_executor *ex, struct eseq *s, int32_t *draft,
+                              int32_t *parent, int32_t max)
+{
+    int32_t g = s->n_gen, nv = ex->n_vocab, k = 0;
+    if (g + 4 > oracle_n)
+        return 0;
+    int32_t r[4];
+    for (int i = 0; i < 4; i++)
+        r[i] = (g + i) % 5 == 3 ? (oracle_tok[g + i] + 7) % nv : oracle_tok[g + i];
+    /* node: token, parent */
+    const int32_t tree[10][2] = {{(r[0] + 1) % nv, -1},
+                                 {r[0], -1},
+                                 {(r[0] + 2) % nv, -1},
+                                 {(r[1] + 1) % nv, 1},
+                                 {r[1], 1},
+                                 {r[2], 4},
+                                 {(r[2] + 3) % nv, 4},
+                                 {r[1], 0},
+                                 {r[3], 5},
+                                 {r[2], 3}};
+    for (; k < max && k < 10; k++) {
+        draft[k] = tree[k][0];
+        parent[k] = tree[k][1];
+    }
+    atomic_fetch_add(&oracle_trees, 1);
+    return k;
+}
+
+static const struct ifl_decoding oracle = {
+    .name = "test-oracle-tree",
+    .wants = oracle_wants,
+    .propose_tree = oracle_propose,
+    .accept = ifl_decoding_accept_drafts,
+};
+
 /* One model: greedy and seeded sampling, with generation logits, alone;
  * the wide head and the narrow one. */
 static void equal_plain_on(const char *model)
@@ -704,15 +763,24 @@ static void equal_plain_on(const char *model)
             break;
         CHECK_EQ(p.n, 120);
         CHECK_EQ(make_narrow(narrow, m, &p), 0);
-        for (int which = 0; which < 2; which++) {
-            struct excfg sc = {.head = which ? narrow : wide, .adaptive = which == 0};
+        /* the wide head adaptive, with trees; the narrow one as chains of
+         * 6 and as trees of 16, always drafting */
+        for (int which = 0; which < 3; which++) {
+            struct excfg sc = {.head = which ? narrow : wide,
+                               .adaptive = which == 0,
+                               .top_n = which == 1 ? 1 : 4,
+                               .n_max = which == 2 ? 16 : 6,
+                               .budget = 16};
             ifl_executor *ex = open_ex(model, &sc);
             if (!ex)
                 continue;
             struct out s;
             if (!run_one(ex, &r, nv, &s)) {
                 char what[400];
-                snprintf(what, sizeof what, "%s %s head %s", model, which ? "narrow" : "wide",
+                snprintf(what, sizeof what, "%s %s head %s", model,
+                         which == 0   ? "wide, trees"
+                         : which == 1 ? "narrow, chains"
+                                      : "narrow, trees",
                          sampled ? "sampled" : "greedy");
                 check_same(&s, &p, nv, what);
                 printf("  %s: %d drafts, %d kept\n", what, s.drafted, s.kept);
@@ -729,6 +797,48 @@ static void equal_plain_on(const char *model)
     }
     ifl_executor_destroy(plain, 0);
     ifl_model_free(m);
+}
+
+/* The tree seam alone: outputs (tokens, log-probs, generation logits) as
+ * plain decoding's, greedy and sampled, alone and with preemption; deep
+ * paths kept; no block left used. */
+static void test_oracle_trees(void)
+{
+    struct ifl_model *m = load_model(stories);
+    if (!m)
+        return;
+    const int32_t nv = m->hp.n_vocab;
+    ifl_model_free(m);
+    struct excfg pc = {0};
+    ifl_executor *ex = open_ex(stories, &pc);
+    if (!ex)
+        return;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        struct ifl_request r;
+        req(&r, ONCE, 5, 100, sampled, 3);
+        r.output.return_generation_logits = 1;
+        struct out p, t;
+        if (run_one(ex, &r, nv, &p))
+            break;
+        memcpy(oracle_tok, p.tok, sizeof(int32_t) * (size_t)p.n);
+        oracle_n = p.n;
+        long t0 = atomic_load(&oracle_trees);
+        r.client_id = ORACLE;
+        if (!run_one(ex, &r, nv, &t)) {
+            check_same(&t, &p, nv, sampled ? "oracle sampled" : "oracle greedy");
+            long trees = atomic_load(&oracle_trees) - t0;
+            printf("  oracle %s: %ld trees, %d drafts, %d kept\n", sampled ? "sampled" : "greedy",
+                   trees, t.drafted, t.kept);
+            /* each tree keeps its path up to the first spoiled token: on
+             * average well over one node a tree */
+            CHECK_MSG(trees > 0 && t.kept > trees && t.kept < 4 * trees, "%ld trees, %d kept",
+                      trees, t.kept);
+            free(t.glog);
+        }
+        free(p.glog);
+    }
+    check_idle_no_blocks(ex);
+    ifl_executor_destroy(ex, 0);
 }
 
 static void test_equal_plain_stories(void)
@@ -845,24 +955,27 @@ static void test_cancel_storm(void)
         }
         char err[IFL_ERR_LEN] = "";
         CHECK_EQ(ifl_enqueue_many(ex, r, N, ids, err), 0);
-        /* cancel each after its first streamed response (some still wait) */
+        /* a third cancelled at once (some still wait), a third after their
+         * first streamed response, a third after their fourth (drafting by then) */
+        int done[N] = {0};
         for (int k = 0; k < N; k++) {
-            if (k % 3 == 0) {
-                CHECK_EQ(ifl_cancel(ex, ids[k]), 0);
-                continue;
-            }
-            struct ifl_response *resp = NULL;
-            int32_t got = 0;
-            if (ifl_await(ex, &ids[k], 1, 60000, &resp, 1, &got) == 0) {
-                int fin = resp->is_final;
+            int fin = 0;
+            for (int i = 0; i < (k % 3 == 2 ? 4 : k % 3) && !fin; i++) {
+                struct ifl_response *resp = NULL;
+                int32_t got = 0;
+                if (ifl_await(ex, &ids[k], 1, 60000, &resp, 1, &got))
+                    break;
+                fin = resp->is_final;
                 ifl_response_free(resp);
-                if (!fin)
-                    CHECK_EQ(ifl_cancel(ex, ids[k]), 0);
             }
+            if (!fin)
+                CHECK_EQ(ifl_cancel(ex, ids[k]), 0);
+            done[k] = fin;
         }
         for (int k = 0; k < N; k++) {
             struct out o;
-            collect(ex, ids[k], 0, &o);
+            if (!done[k])
+                collect(ex, ids[k], 0, &o);
         }
         check_idle_no_blocks(ex);
     }
@@ -884,6 +997,9 @@ int main(void)
     T_RUN(test_mkmodel_head);
     T_RUN(test_capture);
     T_RUN(test_tree_forward);
+    CHECK_EQ(ifl_decoding_register(&oracle), 0);
+    T_RUN(test_oracle_trees);
+    ifl_decoding_unregister(&oracle);
     T_RUN(test_equal_plain_stories);
     T_RUN(test_equal_plain_ref_models);
     T_RUN(test_crowd_chunked_preempted);

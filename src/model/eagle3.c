@@ -432,7 +432,8 @@ void ifl_eagle3_fuse(const struct ifl_eagle3 *h, struct ifl_eagle3_work *w, cons
 }
 
 void ifl_eagle3_row(const struct ifl_eagle3 *h, struct ifl_eagle3_work *w, int32_t token,
-                    const float *g, int32_t pos, float *kc, float *vc, int32_t lo, float *y)
+                    const float *g, int32_t pos, float *kc, float *vc, int32_t lo, int32_t end,
+                    const int32_t *anc, int32_t n_anc, int32_t at, float *y)
 {
     const struct ifl_kernels *kn = ifl_kernels_best();
     const struct ifl_mat *te = &h->target->tok_embd;
@@ -452,36 +453,40 @@ void ifl_eagle3_row(const struct ifl_eagle3 *h, struct ifl_eagle3_work *w, int32
     }
     rope(w->q, w->cs, hd, h->n_head);
     rope(w->k, w->cs, hd, h->n_head_kv);
-    memcpy(kc + (size_t)pos * kv_dim, w->k, sizeof(float) * (size_t)kv_dim);
-    memcpy(vc + (size_t)pos * kv_dim, w->v, sizeof(float) * (size_t)kv_dim);
+    memcpy(kc + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)kv_dim);
+    memcpy(vc + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)kv_dim);
+    /* the cache indices attended, in order: [lo, end), the ancestors, itself */
+    const int32_t n = end - lo + n_anc + 1;
+#define IDX(u) ((u) < end - lo ? lo + (u) : (u) < n - 1 ? anc[(u) - (end - lo)] : at)
     const float scale = 1.0f / sqrtf((float)hd);
     for (int hq = 0; hq < h->n_head; hq++) {
         const int hk = hq / group;
         const float *q = w->q + (size_t)hq * hd;
         float mx = -INFINITY;
-        for (int32_t t = lo; t <= pos; t++) {
-            const float *k = kc + (size_t)t * kv_dim + (size_t)hk * hd;
+        for (int32_t u = 0; u < n; u++) {
+            const float *k = kc + (size_t)IDX(u) * kv_dim + (size_t)hk * hd;
             float s = 0;
             for (int i = 0; i < hd; i++)
                 s += q[i] * k[i];
             s *= scale;
-            w->scores[t - lo] = s;
+            w->scores[u] = s;
             mx = s > mx ? s : mx;
         }
         double sum = 0;
-        for (int32_t t = lo; t <= pos; t++) {
-            w->scores[t - lo] = expf(w->scores[t - lo] - mx);
-            sum += w->scores[t - lo];
+        for (int32_t u = 0; u < n; u++) {
+            w->scores[u] = expf(w->scores[u] - mx);
+            sum += w->scores[u];
         }
         float *o = w->att + (size_t)hq * hd;
         memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int32_t t = lo; t <= pos; t++) {
-            const float *v = vc + (size_t)t * kv_dim + (size_t)hk * hd;
-            float p = (float)(w->scores[t - lo] / sum);
+        for (int32_t u = 0; u < n; u++) {
+            const float *v = vc + (size_t)IDX(u) * kv_dim + (size_t)hk * hd;
+            float p = (float)(w->scores[u] / sum);
             for (int i = 0; i < hd; i++)
                 o[i] += p * v[i];
         }
     }
+#undef IDX
     matvec(w, &h->wo, w->att, w->tmp);
     for (int i = 0; i < E; i++)
         w->x[i] = g[i] + w->tmp[i];

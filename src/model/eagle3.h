@@ -109,11 +109,15 @@ void ifl_eagle3_work_free(struct ifl_eagle3_work *w);
 /* g = fc(feat): feat is the target's three states side by side [3 * n_embd_t]. */
 void ifl_eagle3_fuse(const struct ifl_eagle3 *h, struct ifl_eagle3_work *w, const float *feat,
                      float *g);
-/* One head row (see above) at position pos < max_ctx: writes its K and V at
- * kc/vc + pos * kv_dim, attends over the cached positions [lo, pos] and
- * writes the output hidden state y [n_embd] (y may be g). */
+/* One head row (see above) at RoPE position pos: writes its K and V at
+ * cache index `at` (kc/vc + at * kv_dim), attends over the cached indices
+ * [lo, end), then anc[0 .. n_anc) (a draft tree node's ancestors), then
+ * `at`, in that order (end - lo + n_anc < max_ctx), and writes the output
+ * hidden state y [n_embd] (y may be g). A row of the sequence itself:
+ * end = at = pos, no ancestors. */
 void ifl_eagle3_row(const struct ifl_eagle3 *h, struct ifl_eagle3_work *w, int32_t token,
-                    const float *g, int32_t pos, float *kc, float *vc, int32_t lo, float *y);
+                    const float *g, int32_t pos, float *kc, float *vc, int32_t lo, int32_t end,
+                    const int32_t *anc, int32_t n_anc, int32_t at, float *y);
 /* The n (<= 8) most likely next tokens from hidden state y, as target ids,
  * best first (ties: lower draft id first), with their draft log-probs;
  * returns how many (n, or the draft vocabulary if smaller). */
