@@ -271,7 +271,7 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
             s->paused = 0;
             /* a decoding sequence's strategy may add drafts after its
              * pending token, each a logits row, if their blocks are free */
-            s->n_draft = 0;
+            s->n_draft = s->spec_tree = 0;
             if (pass == 0 && n_ctx_rows == 0) {
                 int32_t room = e->max_rows - rows - 1;
                 if (room > e->logit_cap - nlog - 1)
