@@ -545,7 +545,7 @@ static void collect(ifl_executor *ex, ifl_id id, int32_t nv, struct out *o)
         }
         CHECK_EQ(r->status, 0);
         const struct ifl_sequence_result *s = &r->results[0];
-        if (o->n + s->n_tokens <= MAX_LEN) {
+        if (s->n_tokens > 0 && o->n + s->n_tokens <= MAX_LEN) {
             memcpy(o->tok + o->n, s->tokens, sizeof(int32_t) * (size_t)s->n_tokens);
             if (s->log_probs)
                 memcpy(o->lp + o->n, s->log_probs, sizeof(float) * (size_t)s->n_tokens);
