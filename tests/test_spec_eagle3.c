@@ -657,13 +657,15 @@ static void check_idle_no_blocks(ifl_executor *ex)
 /* A head whose draft vocabulary is the (up to) 4 tokens that o emits most,
  * written to path: random weights choose among likely tokens, so the
  * target takes some drafts, not all. */
-static int make_narrow(const char *path, const struct ifl_model *m, const struct out *o)
+static int make_narrow_of(const char *path, const struct ifl_model *m, const struct out *o,
+                          int n_out)
 {
     int32_t cnt[4096] = {0}, map[4];
     int32_t n = 0;
-    for (int32_t i = 0; i < o->n; i++)
-        if (o->tok[i] >= 0 && o->tok[i] < 4096)
-            cnt[o->tok[i]]++;
+    for (int k = 0; k < n_out; k++)
+        for (int32_t i = 0; i < o[k].n; i++)
+            if (o[k].tok[i] >= 0 && o[k].tok[i] < 4096)
+                cnt[o[k].tok[i]]++;
     for (; n < 4; n++) {
         int32_t best = -1;
         for (int32_t t = 0; t < 4096 && t < m->hp.n_vocab; t++)
@@ -677,6 +679,11 @@ static int make_narrow(const char *path, const struct ifl_model *m, const struct
     struct hspec h = {.n_draft = n, .map = map, .seed = 5};
     default_extract(&h, m->hp.n_layer);
     return n ? write_head(path, m, &h) : -1;
+}
+
+static int make_narrow(const char *path, const struct ifl_model *m, const struct out *o)
+{
+    return make_narrow_of(path, m, o, 1);
 }
 
 static const int32_t ONCE[] = {1, 403, 407, 261, 378}; /* "Once upon a time" with BOS */
@@ -860,10 +867,10 @@ static void test_equal_plain_ref_models(void)
 /* 16 requests at once, half of them opted out (plain), half sampled, long
  * prompts cut into chunks of 16 rows, in a pool so small that requests are
  * preempted and recomputed: every output as the plain executor's alone. */
-static void test_crowd_chunked_preempted(void)
+static void crowd_on(const char *model)
 {
     enum { N = 16, PL = 40 };
-    struct ifl_model *m = load_model(stories);
+    struct ifl_model *m = load_model(model);
     if (!m)
         return;
     const int32_t nv = m->hp.n_vocab;
@@ -879,7 +886,7 @@ static void test_crowd_chunked_preempted(void)
         r[k].speculative.disable = k % 4 == 3;
     }
     struct excfg pc = {.max_tokens = 16};
-    ifl_executor *plain = open_ex(stories, &pc);
+    ifl_executor *plain = open_ex(model, &pc);
     if (!plain) {
         ifl_model_free(m);
         return;
@@ -890,40 +897,54 @@ static void test_crowd_chunked_preempted(void)
     ifl_executor_destroy(plain, 0);
     char narrow[300];
     snprintf(narrow, sizeof narrow, "%s/narrow.gguf", dir);
-    CHECK_EQ(make_narrow(narrow, m, &alone[0]), 0);
-    /* 16 sequences of up to 110 positions in 640: preemption is certain */
-    struct excfg sc = {.head = narrow,
-                       .max_tokens = 16,
-                       .kv_tokens = 640,
-                       .policy = IFL_SCHED_MAX_UTILIZATION,
-                       .adaptive = 1};
-    ifl_executor *ex = open_ex(stories, &sc);
-    if (!ex) {
-        ifl_model_free(m);
-        return;
-    }
-    ifl_id ids[N];
-    char err[IFL_ERR_LEN] = "";
-    CHECK_EQ(ifl_enqueue_many(ex, r, N, ids, err), 0);
+    CHECK_EQ(make_narrow_of(narrow, m, alone, N), 0);
+    /* 16 sequences of up to 110 positions in 640: with the adaptive
+     * draft length, preemption is certain; drafting always, fewer
+     * sequences share a step and none is preempted, but many more drafts
+     * are run (and kept) */
     int32_t preempted = 0, drafted = 0, kept = 0;
-    for (int k = 0; k < N; k++) {
-        struct out o;
-        collect(ex, ids[k], nv, &o);
-        char what[64];
-        snprintf(what, sizeof what, "request %d", k);
-        check_same(&o, &alone[k], nv, what);
-        preempted += o.preemptions;
-        drafted += o.drafted;
-        kept += o.kept;
-        if (r[k].speculative.disable)
-            CHECK_EQ(o.drafted, 0);
+    for (int adaptive = 1; adaptive >= 0; adaptive--) {
+        struct excfg sc = {.head = narrow,
+                           .max_tokens = 16,
+                           .kv_tokens = 640,
+                           .policy = IFL_SCHED_MAX_UTILIZATION,
+                           .adaptive = adaptive};
+        ifl_executor *ex = open_ex(model, &sc);
+        if (!ex)
+            break;
+        ifl_id ids[N];
+        char err[IFL_ERR_LEN] = "";
+        CHECK_EQ(ifl_enqueue_many(ex, r, N, ids, err), 0);
+        for (int k = 0; k < N; k++) {
+            struct out o;
+            collect(ex, ids[k], nv, &o);
+            char what[700];
+            snprintf(what, sizeof what, "%s request %d adaptive %d", model, k, adaptive);
+            check_same(&o, &alone[k], nv, what);
+            preempted += o.preemptions;
+            drafted += o.drafted;
+            kept += o.kept;
+            if (r[k].speculative.disable)
+                CHECK_EQ(o.drafted, 0);
+        }
+        if (adaptive)
+            CHECK_MSG(preempted > 0, "%s: no preemption", model);
+        check_idle_no_blocks(ex);
+        ifl_executor_destroy(ex, 0);
     }
-    printf("  %d preemptions, %d drafts, %d kept\n", preempted, drafted, kept);
-    CHECK_MSG(preempted > 0, "no preemption");
+    printf("  %s: %d preemptions, %d drafts, %d kept\n", model, preempted, drafted, kept);
     CHECK(drafted > 0 && kept > 0);
-    check_idle_no_blocks(ex);
-    ifl_executor_destroy(ex, 0);
     ifl_model_free(m);
+}
+
+static void test_crowd_chunked_preempted(void)
+{
+    char p[600];
+    crowd_on(stories);
+    snprintf(p, sizeof p, "%s/models/ref/llama-q8_0.gguf", t_shared());
+    crowd_on(p);
+    snprintf(p, sizeof p, "%s/models/ref/qwen2-f16.gguf", t_shared());
+    crowd_on(p);
 }
 
 /* Requests cancelled while they draft, many at a time, more than once:
