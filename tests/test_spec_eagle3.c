@@ -6,6 +6,10 @@
  *    refuses to start with it, saying so;
  *  - the forward pass captures the residual stream entering the asked
  *    layers for the rows that ask, and nothing else changes (logits bitwise);
+ *  - a draft tree verified in one pass gives each node the logits of a
+ *    one-token step, bit for bit; a test strategy proposing trees around
+ *    a plain run's tokens (the oracle) keeps deep paths and changes no
+ *    output;
  *  - with a synthetic head, outputs (tokens, log-probs, generation logits)
  *    are bitwise those of plain decoding, greedy and seeded sampling, alone,
  *    among 15 other requests (some plain), with chunked prefill, and after
