@@ -533,12 +533,16 @@ struct out {
     int32_t tok[MAX_LEN], n;
     float lp[MAX_LEN];
     float *glog;
+    float *hid; /* [n][n_embd] with return_hidden_states */
+    int32_t n_embd;
     int32_t drafted, kept, preemptions, finish;
 };
 
 static void collect(ifl_executor *ex, ifl_id id, int32_t nv, struct out *o)
 {
+    int32_t ne = o->n_embd; /* set by the caller to collect hidden states */
     memset(o, 0, sizeof(*o));
+    o->n_embd = ne;
     for (int final = 0; !final;) {
         struct ifl_response *r = NULL;
         int32_t got = 0;
@@ -559,6 +563,15 @@ static void collect(ifl_executor *ex, ifl_id id, int32_t nv, struct out *o)
                     memcpy(g + (size_t)o->n * nv, s->generation_logits,
                            sizeof(float) * (size_t)s->n_tokens * nv);
                     o->glog = g;
+                }
+            }
+            if (s->hidden_states && o->n_embd > 0) {
+                size_t w = (size_t)o->n_embd;
+                float *h = realloc(o->hid, sizeof(float) * (size_t)(o->n + s->n_tokens) * w);
+                if (h) {
+                    memcpy(h + (size_t)o->n * w, s->hidden_states,
+                           sizeof(float) * (size_t)s->n_tokens * w);
+                    o->hid = h;
                 }
             }
             o->n += s->n_tokens;
@@ -583,6 +596,10 @@ static void check_same(const struct out *a, const struct out *b, int32_t nv, con
         CHECK_MSG(a->glog && b->glog &&
                       !memcmp(a->glog, b->glog, sizeof(float) * (size_t)n * (size_t)nv),
                   "%s: generation logits differ", what);
+    if (a->hid || b->hid)
+        CHECK_MSG(a->hid && b->hid && a->n_embd == b->n_embd &&
+                      !memcmp(a->hid, b->hid, sizeof(float) * (size_t)n * (size_t)a->n_embd),
+                  "%s: hidden states differ", what);
 }
 
 struct excfg {
@@ -769,7 +786,7 @@ static void equal_plain_on(const char *model)
         struct ifl_request r;
         req(&r, ONCE, 5, 120, sampled, 11);
         r.output.return_generation_logits = 1;
-        struct out p;
+        struct out p = {0};
         if (run_one(plain, &r, nv, &p))
             break;
         CHECK_EQ(p.n, 120);
@@ -785,7 +802,7 @@ static void equal_plain_on(const char *model)
             ifl_executor *ex = open_ex(model, &sc);
             if (!ex)
                 continue;
-            struct out s;
+            struct out s = {0};
             if (!run_one(ex, &r, nv, &s)) {
                 char what[400];
                 snprintf(what, sizeof what, "%s %s head %s", model,
@@ -818,7 +835,7 @@ static void test_oracle_trees(void)
     struct ifl_model *m = load_model(stories);
     if (!m)
         return;
-    const int32_t nv = m->hp.n_vocab;
+    const int32_t nv = m->hp.n_vocab, ne = m->hp.n_embd;
     ifl_model_free(m);
     struct excfg pc = {0};
     ifl_executor *ex = open_ex(stories, &pc);
@@ -828,11 +845,23 @@ static void test_oracle_trees(void)
         struct ifl_request r;
         req(&r, ONCE, 5, 100, sampled, 3);
         r.output.return_generation_logits = 1;
-        struct out p, t;
+        r.output.return_hidden_states = 1;
+        struct out p = {.n_embd = ne}, t = {.n_embd = ne};
         if (run_one(ex, &r, nv, &p))
             break;
         memcpy(oracle_tok, p.tok, sizeof(int32_t) * (size_t)p.n);
         oracle_n = p.n;
+        /* a decoy of the same shape just before, so that output buffers
+         * the tree run does not fill hold another run's values, not these */
+        struct out d = {.n_embd = ne};
+        const int32_t other[] = {1, 300, 301, 302};
+        struct ifl_request rd = r;
+        rd.input_ids = other;
+        rd.n_input = 4;
+        if (!run_one(ex, &rd, nv, &d))
+            CHECK(memcmp(d.tok, p.tok, sizeof(int32_t) * 8) != 0);
+        free(d.glog);
+        free(d.hid);
         long t0 = atomic_load(&oracle_trees);
         r.client_id = ORACLE;
         if (!run_one(ex, &r, nv, &t)) {
@@ -844,9 +873,12 @@ static void test_oracle_trees(void)
              * average well over one node a tree */
             CHECK_MSG(trees > 0 && t.kept > trees && t.kept < 4 * trees, "%ld trees, %d kept",
                       trees, t.kept);
+            CHECK(t.hid != NULL);
             free(t.glog);
+            free(t.hid);
         }
         free(p.glog);
+        free(p.hid);
     }
     check_idle_no_blocks(ex);
     ifl_executor_destroy(ex, 0);
@@ -881,6 +913,7 @@ static void crowd_on(const char *model)
     int32_t prompts[N][PL];
     struct ifl_request r[N];
     struct out alone[N];
+    memset(alone, 0, sizeof alone);
     for (int k = 0; k < N; k++) {
         prompts[k][0] = 1;
         for (int i = 1; i < PL; i++)
@@ -920,7 +953,7 @@ static void crowd_on(const char *model)
         char err[IFL_ERR_LEN] = "";
         CHECK_EQ(ifl_enqueue_many(ex, r, N, ids, err), 0);
         for (int k = 0; k < N; k++) {
-            struct out o;
+            struct out o = {0};
             collect(ex, ids[k], nv, &o);
             char what[700];
             snprintf(what, sizeof what, "%s request %d adaptive %d", model, k, adaptive);
@@ -998,7 +1031,7 @@ static void test_cancel_storm(void)
             done[k] = fin;
         }
         for (int k = 0; k < N; k++) {
-            struct out o;
+            struct out o = {0};
             if (!done[k])
                 collect(ex, ids[k], 0, &o);
         }
