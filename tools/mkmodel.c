@@ -46,6 +46,7 @@
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "model/gguf.h"
+#include "model/model.h"
 
 #define W_STD 0.02f   /* matrices */
 #define NORM_STD 0.1f /* norm weights around 1 */
@@ -90,6 +91,12 @@ struct opts {
     double rope_base; /* 0: default */
     uint64_t seed;
     int64_t swap_a, swap_b; /* --swap-tokens; -1: none */
+    /* --eagle3 TARGET: an EAGLE-3 head for that model instead */
+    const char *eagle3;
+    int64_t extract[3];
+    int n_extract;      /* given with --extract, else 0 */
+    int32_t *draft_map; /* --draft-map: the target id of each draft id */
+    int64_t n_draft;    /* --draft-vocab or the map's length; 0: the target's vocabulary */
 };
 
 static const char usage[] =
@@ -98,7 +105,10 @@ static const char usage[] =
     "               [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
-    "               [--swap-tokens A,B]\n";
+    "               [--swap-tokens A,B]\n"
+    "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"
+    "               [--draft-vocab N | --draft-map T0,T1,...] [--n-head N] [--n-head-kv N]\n"
+    "               [--n-ff N] [--type f32|f16|bf16|q8_0] [--seed S]\n";
 
 static int bad_arg(const char *fmt, const char *a, const char *b)
 {
@@ -159,9 +169,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab", "--preset",   "--arch",    "--type",
-            "--rope-base", "--seed",  "--n-embd",   "--n-layer", "--n-head",
-            "--n-head-kv", "--n-ff",  "--head-dim", "--ctx",     "--swap-tokens"};
+            "-o",          "--vocab",   "--preset",      "--arch",      "--type",
+            "--rope-base", "--seed",    "--n-embd",      "--n-layer",   "--n-head",
+            "--n-head-kv", "--n-ff",    "--head-dim",    "--ctx",       "--swap-tokens",
+            "--eagle3",    "--extract", "--draft-vocab", "--draft-map"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -216,6 +227,42 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (parse_int(ab, 0, (1 << 24) - 1, &o->swap_a) ||
                 parse_int(comma + 1, 0, (1 << 24) - 1, &o->swap_b) || o->swap_a == o->swap_b)
                 return bad_arg("--swap-tokens: bad value '%s' (want A,B: two token ids)%s", v, "");
+        } else if (!strcmp(a, "--eagle3")) {
+            o->eagle3 = v;
+        } else if (!strcmp(a, "--extract")) {
+            char *end = NULL;
+            const char *p = v;
+            for (o->n_extract = 0; o->n_extract < 3; o->n_extract++) {
+                errno = 0;
+                o->extract[o->n_extract] = strtoll(p, &end, 10);
+                if (errno || end == p || (o->n_extract < 2 ? *end != ',' : *end != 0))
+                    return bad_arg("--extract: bad value '%s' (want three layers, L0,L1,L2)%s", v,
+                                   "");
+                p = end + 1;
+            }
+        } else if (!strcmp(a, "--draft-vocab")) {
+            if (parse_int(v, 1, 1 << 24, &o->n_draft))
+                return bad_arg("--draft-vocab: bad value '%s' (want 1..16777216)%s", v, "");
+        } else if (!strcmp(a, "--draft-map")) {
+            int64_t n = 1;
+            for (const char *c = v; *c; c++)
+                n += *c == ',';
+            free(o->draft_map);
+            o->draft_map = malloc(sizeof(int32_t) * (size_t)n);
+            if (!o->draft_map)
+                return bad_arg("out of memory%s%s", "", "");
+            const char *p = v;
+            for (int64_t k = 0; k < n; k++) {
+                char *end;
+                errno = 0;
+                long long t = strtoll(p, &end, 10);
+                if (errno || end == p || t < 0 || t > INT32_MAX || (*end && *end != ','))
+                    return bad_arg("--draft-map: bad value '%s' (want token ids, T0,T1,...)%s", v,
+                                   "");
+                o->draft_map[k] = (int32_t)t;
+                p = end + 1;
+            }
+            o->n_draft = n;
         } else if (!strcmp(a, "--seed")) {
             int64_t s;
             if (parse_int(v, 0, INT64_MAX, &s))
@@ -225,8 +272,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->out || !*o->out)
         return bad_arg("missing -o OUT.gguf%s%s", "", "");
-    if (!o->vocab || !*o->vocab)
+    if ((!o->vocab || !*o->vocab) && !o->eagle3)
         return bad_arg("missing --vocab FROM.gguf%s%s", "", "");
+    if (o->eagle3) { /* the rest is the target's */
+        o->mix = &mixes[1];
+        for (size_t k = 0; type && k < N_MIXES; k++)
+            if (!strcmp(type, mixes[k].name))
+                o->mix = &mixes[k];
+        if (type && strcmp(o->mix->name, type))
+            return bad_arg("--type: unknown type '%s'%s", type, "");
+        o->n_head = given[O_HEAD] ? val[O_HEAD] : 0;
+        o->n_head_kv = given[O_HEAD_KV] ? val[O_HEAD_KV] : 0;
+        o->n_ff = given[O_FF] ? val[O_FF] : 0;
+        return 0;
+    }
 
     /* Defaults, then the preset, then explicit options. */
     int64_t d[O_COUNT] = {256, 2, 4, 2, 512, 0, 512};
@@ -607,12 +666,129 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
     return 0;
 }
 
+/* ---- EAGLE-3 heads ------------------------------------------------ */
+
+/* An EAGLE-3 head in llama.cpp's layout (src/model/eagle3.h) for target t:
+ * its widths are the target's (heads and FFN unless given), random
+ * weights as above, extract layers 2, n/2 and n-3 (clamped into the
+ * target's, as the EAGLE-3 reference picks them) unless given, and d2t
+ * the identity over the first n_draft ids, or --draft-map's ids. */
+static int write_eagle3(struct gen *g, const struct opts *o, const struct ifl_model *t)
+{
+    const struct ifl_hparams *hp = &t->hp;
+    const int64_t E = hp->n_embd, nl = hp->n_layer;
+    const int64_t n_head = o->n_head ? o->n_head : hp->n_head;
+    const int64_t n_kv = o->n_head_kv           ? o->n_head_kv
+                         : n_head == hp->n_head ? hp->n_head_kv
+                                                : n_head;
+    const int64_t n_ff = o->n_ff ? o->n_ff : hp->n_ff;
+    const int64_t hd = E / n_head;
+    const int64_t n_draft = o->n_draft ? o->n_draft : hp->n_vocab;
+    if (E % n_head || hd % 2 || n_head % n_kv || n_draft > hp->n_vocab) {
+        fprintf(stderr,
+                "mkmodel: --eagle3: %lld heads (%lld KV) and %lld draft tokens do not fit "
+                "the target (n_embd %lld, vocabulary %d)\n",
+                (long long)n_head, (long long)n_kv, (long long)n_draft, (long long)E, hp->n_vocab);
+        return -1;
+    }
+    int32_t ex[3];
+    for (int i = 0; i < 3; i++) {
+        int64_t d = i == 0 ? 2 : i == 1 ? nl / 2 : nl - 3;
+        ex[i] = (int32_t)(o->n_extract ? o->extract[i] : d < 0 ? 0 : d >= nl ? nl - 1 : d);
+    }
+    struct ifl_gguf_writer *w = g->w;
+    const char *an = "eagle3";
+    int rc = 0;
+    rc |= ifl_gguf_writer_set_str(w, "general.architecture", an, strlen(an));
+    rc |= ifl_gguf_writer_set_str(w, "general.name", "mkmodel-eagle3", 14);
+    rc |= ifl_gguf_writer_set_arr(w, "eagle3.extract_layers", IFL_GGUF_INT32, ex, 3);
+    rc |= set_key_u32(w, an, "context_length", (uint32_t)hp->n_ctx_train);
+    rc |= set_key_u32(w, an, "embedding_length", (uint32_t)E);
+    rc |= set_key_u32(w, an, "block_count", 1);
+    rc |= set_key_u32(w, an, "feed_forward_length", (uint32_t)n_ff);
+    rc |= set_key_u32(w, an, "attention.head_count", (uint32_t)n_head);
+    rc |= set_key_u32(w, an, "attention.head_count_kv", (uint32_t)n_kv);
+    rc |= set_key_f32(w, an, "rope.freq_base", hp->rope_base);
+    rc |= set_key_f32(w, an, "attention.layer_norm_rms_epsilon", hp->rms_eps);
+    rc |= set_key_u32(w, an, "vocab_size", (uint32_t)n_draft);
+    if (rc)
+        return -1;
+    const enum ifl_type T = o->mix->main;
+    if (add_matrix(g, "fc.weight", T, 3 * E, E) ||
+        add_vector(g, "blk.0.attn_norm.weight", E, 1.0f, NORM_STD) ||
+        add_vector(g, "blk.0.hidden_norm.weight", E, 1.0f, NORM_STD) ||
+        add_matrix(g, "blk.0.attn_q.weight", T, 2 * E, n_head * hd) ||
+        add_matrix(g, "blk.0.attn_k.weight", T, 2 * E, n_kv * hd) ||
+        add_matrix(g, "blk.0.attn_v.weight", T, 2 * E, n_kv * hd) ||
+        add_matrix(g, "blk.0.attn_output.weight", T, n_head * hd, E) ||
+        add_vector(g, "blk.0.ffn_norm.weight", E, 1.0f, NORM_STD) ||
+        add_matrix(g, "blk.0.ffn_gate.weight", T, E, n_ff) ||
+        add_matrix(g, "blk.0.ffn_up.weight", T, E, n_ff) ||
+        add_matrix(g, "blk.0.ffn_down.weight", T, n_ff, E) ||
+        add_vector(g, "output_norm.weight", E, 1.0f, NORM_STD) ||
+        add_matrix(g, "output.weight", T, E, n_draft))
+        return -1;
+    int64_t *d2t = malloc(sizeof(int64_t) * (size_t)n_draft);
+    if (!d2t)
+        return -1;
+    for (int64_t d = 0; d < n_draft; d++)
+        d2t[d] = o->draft_map ? o->draft_map[d] - d : 0;
+    int64_t ne[1] = {n_draft};
+    rc = ifl_gguf_writer_add_tensor(w, "d2t", IFL_TYPE_I64, 1, ne, d2t,
+                                    sizeof(int64_t) * (size_t)n_draft);
+    free(d2t);
+    return rc ? -1 : 0;
+}
+
+static int main_eagle3(const struct opts *o)
+{
+    char err[IFL_ERR_LEN] = "";
+    struct ifl_model *t = NULL;
+    struct gen g = {0};
+    int status = 1;
+    if (ifl_model_load(&t, o->eagle3, err)) {
+        fprintf(stderr, "mkmodel: --eagle3: %s\n", err);
+        return 2;
+    }
+    uint64_t seed = o->seed;
+    if (ifl_gguf_writer_create(&g.w) || ifl_pool_create(&g.pool, 0))
+        goto out;
+    g.nth = ifl_pool_size(g.pool);
+    g.seed = ifl_splitmix64(&seed);
+    g.scratch = calloc((size_t)g.nth, sizeof(float *));
+    if (!g.scratch || write_eagle3(&g, o, t))
+        goto out;
+    if (ifl_gguf_writer_write(g.w, o->out, err)) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        goto out;
+    }
+    fprintf(stderr, "mkmodel: wrote %s: eagle3 head for %s, %.1f MiB\n", o->out, o->eagle3,
+            (double)g.bytes / (1024.0 * 1024.0));
+    status = 0;
+out:
+    if (status && !*err)
+        fprintf(stderr, "mkmodel: failed to build %s\n", o->out);
+    if (g.scratch)
+        for (int i = 0; i < g.nth; i++)
+            free(g.scratch[i]);
+    free(g.scratch);
+    ifl_pool_free(g.pool);
+    ifl_gguf_writer_free(g.w);
+    ifl_model_free(t);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.eagle3) {
+        rc = main_eagle3(&o);
+        free(o.draft_map);
+        return rc;
+    }
 
     char err[IFL_ERR_LEN] = "";
     struct ifl_gguf *voc = NULL;

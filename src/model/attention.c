@@ -38,7 +38,7 @@ void ifl_fwd_store_kv(struct job *j, int il, long r0, long r1, int h0, int h1)
     const int hd = hp->head_dim, hdv = hp->head_dim_v;
     const int nk = (h1 - h0) * hd, nv = (h1 - h0) * hdv;
     for (long r = r0; r < r1; r++) {
-        int32_t p = b->pos[r];
+        int32_t p = b->kv_pos ? b->kv_pos[r] : b->pos[r];
         int32_t blk = b->block_tables[b->seq[r]][p / kv->block_size];
         int32_t slot = p % kv->block_size;
         char *kd = (char *)kv_at(kv, kv->k, il, blk, slot, kv->k_row);
@@ -102,8 +102,10 @@ static int32_t take_run(struct ifl_fwd *f, int il, int t, int thief)
 long ifl_fwd_attn_run(const struct ifl_fwd *f, const struct ifl_batch *b, long r)
 {
     long e = r + 1;
+    if (ifl_fwd_tree_row(b, r))
+        return 1; /* a tree row reads its own places: alone */
     while (e < b->n_rows && e - r < f->run_rows && b->seq[e] == b->seq[r] &&
-           b->pos[e] == b->pos[e - 1] + 1)
+           b->pos[e] == b->pos[e - 1] + 1 && !ifl_fwd_tree_row(b, e))
         e++;
     return e - r;
 }
@@ -164,6 +166,71 @@ static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_m
 #define HEAD_OFS(h, d) (q8 ? (size_t)(h) * (d) / 32 * 34 : (size_t)(h) * (d) * 2)
 /* clang-format on */
 
+/* A tree row's attention (forward.h) over an F16 or Q8_0 cache, KV heads
+ * [kh0, kh1): ifl_fwd_attention_blocks' arithmetic for a lone row (the
+ * same kernels, queries, softmax and normalisation), its keys and values
+ * taken at their places: the prefix a block at a time, then each
+ * ancestor's and its own one at a time. The kernels score each key alone
+ * and add the values position by position in order, so cutting a block's
+ * call into single positions changes nothing. */
+static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const struct ifl_hparams *hp = &f->m->hp;
+    const struct ifl_kv_store *kv = f->kv;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v, bs = kv->block_size;
+    const int group = hp->n_head / hp->n_head_kv;
+    const int q8 = kv->type == IFL_TYPE_Q8_0;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t lds = f->score_ld;
+    float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
+    const int32_t *table = b->block_tables[b->seq[r]];
+    const int32_t n_pos = b->pos[r] + 1, c = b->att_prefix[r];
+#define HOFS(h, d) (q8 ? (size_t)(h) * (d) / 32 * 34 : (size_t)(h) * (d)*2)
+    for (int hk = kh0; hk < kh1; hk++) {
+        const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)hk * group * hd;
+        float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)hk * group * hdv;
+        for (int32_t t0 = 0; t0 < n_pos;) {
+            int32_t pl = ifl_fwd_place(b, r, t0),
+                    nt = t0 < c ? (c - t0 < bs - t0 % bs ? c - t0 : bs - t0 % bs) : 1;
+            const char *kh =
+                (const char *)kv_at(kv, kv->k, il, table[pl / bs], pl % bs, kv->k_row) +
+                HOFS(hk, hd);
+            if (q8)
+                f->kn->attn_qk_q8_0(hd, group, q, kh, kv->k_row, nt, scale, sc + t0, lds);
+            else
+                f->kn->attn_qk_f16(hd, group, q, (const uint16_t *)kh, kv->k_row / 2, nt, scale,
+                                   sc + t0, lds);
+            t0 += nt;
+        }
+        double sum[ATT_QHEADS];
+        for (int g = 0; g < group; g++)
+            sum[g] = f->kn->softmax_exp(n_pos, sc + (size_t)g * lds,
+                                        row_max(sc + (size_t)g * lds, n_pos));
+        memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
+        for (int32_t t0 = 0; t0 < n_pos;) {
+            int32_t pl = ifl_fwd_place(b, r, t0),
+                    nt = t0 < c ? (c - t0 < bs - t0 % bs ? c - t0 : bs - t0 % bs) : 1;
+            const char *vh =
+                (const char *)kv_at(kv, kv->v, il, table[pl / bs], pl % bs, kv->v_row) +
+                HOFS(hk, hdv);
+            if (q8)
+                f->kn->attn_pv_q8_0(hdv, group, sc + t0, lds, vh, kv->v_row, nt, o);
+            else
+                f->kn->attn_pv_f16(hdv, group, sc + t0, lds, (const uint16_t *)vh, kv->v_row / 2,
+                                   nt, o);
+            t0 += nt;
+        }
+        for (int g = 0; g < group; g++) {
+            float inv = (float)(1.0 / sum[g]);
+            for (int i = 0; i < hdv; i++)
+                o[(size_t)g * hdv + i] *= inv;
+        }
+    }
+#undef HOFS
+}
+
 /* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
  * (read in place, no dequantised copy). One item is a run of a sequence's
  * consecutive rows (ifl_fwd_attn_run; one row when decoding) with all their heads:
@@ -214,6 +281,12 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
             break;
         }
         const long r = f->run_start[run], nr = f->run_start[run + 1] - r;
+        if (ifl_fwd_tree_row(b, r)) {
+            tree_attend(j, ith, il, r, kh0, kh1);
+            if (!split)
+                ifl_fwd_quant_rows(j, memo, wo, f->att, b->n_rows, r, r + 1);
+            continue;
+        }
         const int32_t *table = b->block_tables[b->seq[r]];
         /* the run's rows read positions [0, pos + 1): the first the fewest */
         const int32_t n_min = b->pos[r] + 1, n_max = b->pos[r + nr - 1] + 1;
@@ -376,7 +449,8 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
         int32_t n_pos = b->pos[r] + 1;
         float mx = -INFINITY;
         for (int32_t t = 0; t < n_pos; t++) {
-            int32_t blk = table[t / kv->block_size], slot = t % kv->block_size;
+            int32_t pl = ifl_fwd_place(b, r, t);
+            int32_t blk = table[pl / kv->block_size], slot = pl % kv->block_size;
             const void *kp = kv_at(kv, kv->k, il, blk, slot, kv->k_row);
             float s;
             if (kv->type == IFL_TYPE_F16) {
@@ -397,7 +471,8 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
         float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
         memset(o, 0, sizeof(float) * (size_t)hdv);
         for (int32_t t = 0; t < n_pos; t++) {
-            int32_t blk = table[t / kv->block_size], slot = t % kv->block_size;
+            int32_t pl = ifl_fwd_place(b, r, t);
+            int32_t blk = table[pl / kv->block_size], slot = pl % kv->block_size;
             const void *vp = kv_at(kv, kv->v, il, blk, slot, kv->v_row);
             if (kv->type == IFL_TYPE_F16) {
                 f->kn->axpy_f16(hdv, sc[t], (const uint16_t *)vp + (size_t)hk * hdv, o);

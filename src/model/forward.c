@@ -568,6 +568,13 @@ static void step(void *arg, int ith, int nth)
 
     for (int il = 0; il < hp->n_layer; il++) {
         const struct ifl_layer_weights *w = &m->layers[il];
+        if (b->n_extract) /* this thread's rows' residual stream, as it enters layer il */
+            for (int i = 0; i < b->n_extract; i++)
+                if (b->extract_layers[i] == il)
+                    for (long r = lo; r < hi; r++)
+                        if (b->extract_rows[r])
+                            memcpy(b->extract_out + ((size_t)r * b->n_extract + i) * n_embd,
+                                   f->x + r * n_embd, sizeof(float) * (size_t)n_embd);
         for (long r = lo; r < hi; r++)
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
         memo.src = NULL;
@@ -642,6 +649,14 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
     const struct ifl_hparams *hp = &f->m->hp;
     if (b->n_rows < 1 || b->n_rows > f->max_rows)
         return ifl_err(err, IFL_EINVAL, "forward: %d rows, expected 1..%d", b->n_rows, f->max_rows);
+    if (b->n_extract < 0 || b->n_extract > 8 ||
+        (b->n_extract && (!b->extract_layers || !b->extract_rows || !b->extract_out)))
+        return ifl_err(err, IFL_EINVAL, "forward: %d extract layers (0..8, with their arrays)",
+                       b->n_extract);
+    for (int32_t i = 0; i < b->n_extract; i++)
+        if (b->extract_layers[i] < 0 || b->extract_layers[i] >= hp->n_layer)
+            return ifl_err(err, IFL_EINVAL, "forward: extract layer %d outside 0..%d",
+                           b->extract_layers[i], hp->n_layer - 1);
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= hp->n_vocab)
@@ -652,11 +667,29 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
                            f->max_ctx - 1);
         if (s < 0 || s >= b->n_seqs)
             return ifl_err(err, IFL_EINVAL, "forward: row %d: sequence %d of %d", r, s, b->n_seqs);
-        int32_t need = p / f->kv->block_size + 1;
+        int32_t last = p; /* the last cache place the row reads or writes */
+        if (b->kv_pos) {
+            int32_t kp = b->kv_pos[r], c = b->att_prefix[r], o = b->tree_off[r];
+            if (kp < 0 || kp >= f->max_ctx || c < 1 || c > p + 1 || (c == p + 1 && kp != p) ||
+                (c <= p && (o < 0 || o > b->n_tree_path - (p + 1 - c))))
+                return ifl_err(err, IFL_EINVAL,
+                               "forward: row %d: cache place %d, prefix %d, path at %d of %d do "
+                               "not fit position %d",
+                               r, kp, c, o, b->n_tree_path, p);
+            for (int32_t u = c; u <= p; u++) {
+                int32_t pl = b->tree_path[o + u - c];
+                if (pl < c || pl >= f->max_ctx || (u == p && pl != kp))
+                    return ifl_err(err, IFL_EINVAL,
+                                   "forward: row %d: tree path place %d for position %d", r, pl, u);
+                last = pl > last ? pl : last;
+            }
+            last = kp > last ? kp : last;
+        }
+        int32_t need = last / f->kv->block_size + 1;
         if (need > b->n_blocks[s])
             return ifl_err(err, IFL_EINVAL,
-                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r, p,
-                           need, s, b->n_blocks[s]);
+                           "forward: row %d: position %d needs %d blocks, sequence %d has %d", r,
+                           last, need, s, b->n_blocks[s]);
         for (int32_t i = 0; i < need; i++) {
             int32_t blk = b->block_tables[s][i];
             if (blk < 0 || blk >= f->kv->n_blocks)

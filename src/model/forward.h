@@ -41,6 +41,32 @@ struct ifl_batch {
      * LM head multiplies) of each row with logits[r] set, in row order like
      * the logits */
     float *hidden;
+    /* optional capture of intermediate states (an EAGLE-3 head's input),
+     * n_extract 0 for none: for each row with extract_rows[r] set, the
+     * residual stream entering layer extract_layers[i] (layer 0: the token
+     * embedding; 0 <= layer < n_layer) is written to
+     * extract_out + ((size_t)r * n_extract + i) * n_embd, for i < n_extract;
+     * other rows' places are left alone. Off, it costs a test per layer. */
+    int32_t n_extract;
+    const int32_t *extract_layers; /* [n_extract] */
+    const uint8_t *extract_rows;   /* [n_rows] */
+    float *extract_out;            /* [n_rows][n_extract][n_embd] */
+    /* optional tree rows (a speculative draft tree verified in one pass),
+     * NULL for none, else all four set: row r stores its K and V at cache
+     * position kv_pos[r] of its sequence (its RoPE position stays pos[r])
+     * and attends to pos[r] + 1 positions, the first att_prefix[r] of them
+     * at their own places 0 .. att_prefix[r] - 1, the others at the places
+     * tree_path[tree_off[r] + i] (its ancestors, nearest last, then itself:
+     * kv_pos[r]). A row with att_prefix[r] = pos[r] + 1 and kv_pos[r] =
+     * pos[r] is an ordinary one. A tree row's attention goes over those
+     * positions in that order with the blocking of an ordinary row, so its
+     * result equals, bit for bit, that of an ordinary row at pos[r] whose
+     * cache holds the same keys and values at places 0 .. pos[r]. */
+    const int32_t *kv_pos;     /* [n_rows] */
+    const int32_t *att_prefix; /* [n_rows] */
+    const int32_t *tree_off;   /* [n_rows] */
+    const int32_t *tree_path;  /* [n_tree_path] */
+    int32_t n_tree_path;
     int32_t n_seqs;
     const int32_t *const *block_tables; /* [n_seqs] -> block ids */
     const int32_t *n_blocks;            /* [n_seqs] length of each table */

@@ -92,6 +92,20 @@ struct act_memo {
 #define ATT_TILE_QUERIES 4
 #define ATT_SCORE_FLOATS 65536L
 
+/* Whether row r of b is a tree row (forward.h), and the cache place of
+ * the position t (<= pos[r]) it attends to. */
+static inline int ifl_fwd_tree_row(const struct ifl_batch *b, long r)
+{
+    return b->kv_pos && b->att_prefix[r] <= b->pos[r];
+}
+
+static inline int32_t ifl_fwd_place(const struct ifl_batch *b, long r, int32_t t)
+{
+    return b->kv_pos && t >= b->att_prefix[r]
+               ? b->tree_path[b->tree_off[r] + (t - b->att_prefix[r])]
+               : t;
+}
+
 /* forward.c */
 
 void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,

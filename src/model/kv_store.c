@@ -141,6 +141,21 @@ void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, 
     }
 }
 
+void ifl_kv_store_copy_pos(struct ifl_kv_store *kv, int32_t dst, int32_t dst_slot, int32_t src,
+                           int32_t src_slot)
+{
+    IFL_ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
+    IFL_ASSERT(dst_slot >= 0 && dst_slot < kv->block_size && src_slot >= 0 &&
+               src_slot < kv->block_size);
+    size_t d = (size_t)dst * (size_t)kv->block_size + (size_t)dst_slot;
+    size_t s = (size_t)src * (size_t)kv->block_size + (size_t)src_slot;
+    for (int il = 0; il < kv->n_layer; il++) {
+        char *k = kv->k[il], *v = kv->v[il];
+        memmove(k + d * kv->k_row, k + s * kv->k_row, kv->k_row);
+        memmove(v + d * kv->v_row, v + s * kv->v_row, kv->v_row);
+    }
+}
+
 /* Gives back the pages of [lo, hi) of one array, rounded inwards so that
  * no page a neighbouring block uses is dropped. */
 static size_t release_range(const struct ifl_kv_store *kv, char *lo, char *hi)

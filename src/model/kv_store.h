@@ -46,6 +46,11 @@ void ifl_kv_store_free(struct ifl_kv_store *kv);
 int ifl_kv_store_prefault(struct ifl_kv_store *kv, char *err);
 /* Copies positions [0, n) of one block into another (copy-on-write forks). */
 void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, int32_t n);
+/* Copies one position's keys and values, in every layer, from slot
+ * src_slot of block src to slot dst_slot of block dst (a tree draft's kept
+ * node moved to its place in the sequence). */
+void ifl_kv_store_copy_pos(struct ifl_kv_store *kv, int32_t dst, int32_t dst_slot, int32_t src,
+                           int32_t src_slot);
 /* Gives the memory of blocks [first, first + n) back to the system
  * (madvise MADV_DONTNEED on the whole pages that lie inside them in each
  * layer's keys and values; a huge page only partly inside is split); they

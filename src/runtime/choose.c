@@ -276,14 +276,26 @@ void ifl_choose_capture_rows(struct ifl_executor *ex, int32_t nlog)
              * a draft row i positions on, token n_gen + i if the drafts
              * before it are kept (else a later step writes it again) */
             int32_t g = s->n_gen + (p - (s->n_tokens - 1));
-            if (g >= q->r.max_tokens)
-                continue;
+            if (g >= q->r.max_tokens || (s->spec_tree && p >= s->n_tokens))
+                continue; /* a tree draft's row: its acceptor captures it if reached */
             if (s->glog)
                 memcpy(s->glog + (size_t)g * nv, lg, sizeof(float) * nv);
             if (s->ghid && hd)
                 memcpy(s->ghid + (size_t)g * ne, hd, sizeof(float) * ne);
         }
     }
+}
+
+void ifl_choose_capture_gen(struct ifl_executor *ex, struct eseq *s, int32_t r)
+{
+    struct engine *e = ex->eng;
+    size_t nv = (size_t)ex->n_vocab, ne = (size_t)e->n_embd;
+    if (s->n_gen >= s->q->r.max_tokens)
+        return;
+    if (s->glog)
+        memcpy(s->glog + (size_t)s->n_gen * nv, e->logits + (size_t)r * nv, sizeof(float) * nv);
+    if (s->ghid && e->want_hidden)
+        memcpy(s->ghid + (size_t)s->n_gen * ne, e->hidden + (size_t)r * ne, sizeof(float) * ne);
 }
 
 void ifl_choose_run_processors(struct ifl_executor *ex, int32_t nlog)

@@ -20,7 +20,8 @@
 /* Strategies registered at run time (tests), latest last; an engine's
  * snapshot puts them first, then client drafts, then the strategy of its
  * config's speculative.type (from this table), then plain decoding. */
-static const struct ifl_decoding *const builtin[] = {&ifl_decoding_ngram, &ifl_decoding_draft};
+static const struct ifl_decoding *const builtin[] = {&ifl_decoding_ngram, &ifl_decoding_draft,
+                                                     &ifl_decoding_eagle3};
 static const char *const type_names[] = {"none", "draft", "ngram", "eagle3"};
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct ifl_decoding *registered[MAX_DECODINGS];
@@ -132,6 +133,14 @@ void ifl_decoding_prepare(struct ifl_executor *ex)
             e->decs[i]->prepare(ex);
 }
 
+void ifl_decoding_observe(struct ifl_executor *ex, int32_t rows)
+{
+    struct engine *e = ex->eng;
+    for (int32_t i = 0; i < e->n_decs; i++)
+        if (e->decs[i]->observe)
+            e->decs[i]->observe(ex, rows);
+}
+
 /* ---- plain decoding ---- */
 
 /* One row: its token, picked ahead on every thread (ROW_PICKED) or here;
@@ -177,12 +186,38 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
     if (c->adaptive && max > e->spec_rows)
         max = e->spec_rows;
     int32_t n_min = q->r.speculative.n_min >= 0 ? q->r.speculative.n_min : c->n_min;
+    s->spec_tree = 0;
     if (max < 1 || max < n_min)
         return 0;
-    int32_t k = q->dec->propose(ex, s, s->tokens + s->n_tokens, max);
-    k = k < 0 ? 0 : k > max ? max : k;
+    if (max > IFL_SPEC_MAX_DRAFT)
+        max = IFL_SPEC_MAX_DRAFT;
+    int32_t k, tree = 0;
+    if (q->dec->propose_tree) {
+        k = q->dec->propose_tree(ex, s, s->tokens + s->n_tokens, s->spec_parent, max);
+        k = k < 0 ? 0 : k > max ? max : k;
+        /* a tree ends at its first node whose parent is not before it */
+        for (int32_t i = 0; i < k; i++) {
+            int32_t p = s->spec_parent[i];
+            if (p < -1 || p >= i) {
+                k = i;
+                break;
+            }
+            s->spec_depth[i] = p < 0 ? 1 : s->spec_depth[p] + 1;
+            tree |= p != i - 1;
+        }
+    } else {
+        k = q->dec->propose(ex, s, s->tokens + s->n_tokens, max);
+        k = k < 0 ? 0 : k > max ? max : k;
+    }
     if (k < n_min || k < 1)
         return 0;
+    s->spec_tree = tree;
+    s->spec_base = s->n_tokens - 1;
+    s->spec_kept = 0;
+    s->spec_depth_max = k;
+    if (tree)
+        for (int32_t i = 0, d = 0; i < k; i++)
+            s->spec_depth_max = d = s->spec_depth[i] > d ? s->spec_depth[i] : d;
     s->n_draft = k;
     e->spec_rows -= k;
     return k;
@@ -221,6 +256,18 @@ static void settle(struct ifl_executor *ex, struct eseq *s)
     if (!s->q || s->finish)
         return; /* finished: its KV is already gone */
     int32_t end = s->n_tokens - 1;
+    if (s->spec_tree) {
+        /* the kept path's K/V, from its nodes' places to its positions (a
+         * node's place is at or after its position, and the path's places
+         * grow, so no move overwrites one still to come) */
+        int32_t bs = ifl_kvc_block_size(e->kvc);
+        for (int32_t d = 1; d <= s->spec_kept; d++) {
+            int32_t from = s->spec_base + 1 + s->spec_path[d - 1], to = s->spec_base + d;
+            if (from != to)
+                ifl_kv_store_copy_pos(e->store, s->kv.blocks[to / bs], to % bs,
+                                      s->kv.blocks[from / bs], from % bs);
+        }
+    }
     if (end > s->kv.n_pos)
         ifl_kvc_commit(e->kvc, &s->kv, s->tokens, end);
     int32_t avail0 = ifl_kvc_available(e->kvc);
@@ -262,7 +309,8 @@ void ifl_decoding_accept(struct ifl_executor *ex, struct eseq *s, int32_t r, int
     }
     d->accept(ex, s, e->dec_rows, n);
     if (k) {
-        adapt(s, k, (int32_t)(e->spec_accepted - acc0));
+        /* a tree's reach is its depth: that is what a step could keep */
+        adapt(s, s->spec_depth_max, (int32_t)(e->spec_accepted - acc0));
         settle(ex, s);
     }
 }

@@ -42,6 +42,11 @@
  *    gives back what the others held (ifl_kvc_truncate), and returns
  *    blocks so freed to a guaranteed_no_evict reservation. A strategy never
  *    touches s->kv.
+ *  - Trees. A strategy with propose_tree proposes drafts with parents
+ *    instead; rows[1 + i] is then draft i's, and the verifying acceptor
+ *    walks from the pending token down the children that equal each pick
+ *    (s->spec_path); settling moves the kept path's K/V to its positions
+ *    before truncating (see propose_tree below).
  *  - Acceptance. accept() gets the sequence's logits rows of this step in
  *    position order: rows[0] predicts the token after the pending one,
  *    rows[i] the one after draft i - 1. It must apply tokens through
@@ -94,6 +99,18 @@ struct ifl_decoding {
      * draft (= s->tokens + s->n_tokens) and returns how many; 0 or a
      * NULL propose: plain decoding this step. max >= 1. */
     int32_t (*propose)(struct ifl_executor *ex, struct eseq *s, int32_t *draft, int32_t max);
+    /* Optional, used instead of propose: a tree of up to max drafts, in an
+     * order where each comes after its parent: parent[i] is -1 (the
+     * pending token) or an earlier draft. The engine runs every draft in
+     * one pass, each at a cache place of its own after the pending token
+     * (its RoPE position its depth), attending to the sequence and its
+     * ancestors only (forward.h's tree rows). The verifying acceptor walks
+     * it: at each node it picks the target's token as plain decoding does
+     * and goes down to the child that drafted it; the kept path's K/V is
+     * then moved to its positions and the rest given back. A chain
+     * (parent[i] = i - 1) runs as plain drafts. */
+    int32_t (*propose_tree)(struct ifl_executor *ex, struct eseq *s, int32_t *draft,
+                            int32_t *parent, int32_t max);
     /* Takes s's tokens from its n logits rows (indices into the step's
      * logits, in position order), as the contract above says. */
     void (*accept)(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n);
@@ -120,6 +137,14 @@ struct ifl_decoding {
      * ([n_vocab], normalised) draft i of s's latest proposal was sampled
      * from, or NULL when it was chosen deterministically (then one-hot). */
     const float *(*draft_dist)(struct ifl_executor *ex, struct eseq *s, int32_t i);
+    /* Optional: once per step that ran a forward pass, after every
+     * sequence's tokens were taken and its KV settled, with the step's
+     * batch still in the engine's arrays (rows of b_tok, b_pos, b_seq and,
+     * when the strategy asked for them, extract_out): a strategy that
+     * mirrors what the target computed (an EAGLE-3 head's own cache)
+     * catches up here. Positions below a sequence's kv.n_pos are its
+     * tokens'; rows at or past it were rejected drafts. */
+    void (*observe)(struct ifl_executor *ex, int32_t rows);
 };
 
 /* Plain decoding: no drafts; one token sampled from the one row. */
@@ -130,6 +155,8 @@ extern const struct ifl_decoding ifl_decoding_external;
 extern const struct ifl_decoding ifl_decoding_ngram;
 /* A draft model with the target's vocabulary (spec_draft.c). */
 extern const struct ifl_decoding ifl_decoding_draft;
+/* An EAGLE-3 head over the target's states (spec_eagle3.c). */
+extern const struct ifl_decoding ifl_decoding_eagle3;
 
 /* Adds d (static storage, not copied) to the strategies that executors
  * created from now on choose from, ahead of those already there. For
@@ -157,6 +184,9 @@ const char *ifl_decoding_type_name(int32_t type);
 int ifl_decoding_type_built(int32_t type);
 /* Every strategy's prepare(), once per step (schedule.c). */
 void ifl_decoding_prepare(struct ifl_executor *ex);
+/* Every strategy's observe(), after a step's forward pass of `rows` rows
+ * and its tokens (engine.c). */
+void ifl_decoding_observe(struct ifl_executor *ex, int32_t rows);
 /* The strategy for q, at admission (schedule.c). */
 const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q);
 /* The most drafts the engine would ask decoding sequence s for this

@@ -142,6 +142,10 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     e->b_pos = malloc(sizeof(int32_t) * R);
     e->b_seq = malloc(sizeof(int32_t) * R);
     e->b_want = malloc(R);
+    e->b_kvpos = malloc(sizeof(int32_t) * R);
+    e->b_pre = malloc(sizeof(int32_t) * R);
+    e->b_off = malloc(sizeof(int32_t) * R);
+    e->b_path = malloc(sizeof(int32_t) * (size_t)c->max_batch_size * TREE_PATH_MAX);
     e->row_slot = malloc(sizeof(int32_t) * R);
     e->tables = calloc((size_t)e->n_slots, sizeof(*e->tables));
     e->n_blocks = calloc((size_t)e->n_slots, sizeof(int32_t));
@@ -163,10 +167,10 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
         for (int32_t t = 0; t < ex->n_vocab; t++)
             if (ifl_vocab_is_eog(ex->vocab, t))
                 e->eog_ids[e->n_eog++] = t;
-    if (!e->seqs || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->row_slot ||
-        !e->tables || !e->n_blocks || !e->logits || !e->scratch || !e->hidden || !e->row_flag ||
-        !e->row_pos || !e->piece || !e->stopbuf || !e->eog_ids || !e->pick_rows || !e->pick_tok ||
-        !e->pick_lp || !e->dec_rows)
+    if (!e->seqs || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->b_kvpos || !e->b_pre ||
+        !e->b_off || !e->b_path || !e->row_slot || !e->tables || !e->n_blocks || !e->logits ||
+        !e->scratch || !e->hidden || !e->row_flag || !e->row_pos || !e->piece || !e->stopbuf ||
+        !e->eog_ids || !e->pick_rows || !e->pick_tok || !e->pick_lp || !e->dec_rows)
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory");
     int32_t max_blocks = blocks_for_n(ex->n_ctx, bs) + 1;
     for (int32_t i = 0; i < e->n_slots; i++) {
@@ -233,6 +237,10 @@ void ifl_engine_free(struct ifl_executor *ex)
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_want);
+    free(e->b_kvpos);
+    free(e->b_pre);
+    free(e->b_off);
+    free(e->b_path);
     free(e->row_slot);
     free(e->tables);
     free(e->n_blocks);
@@ -382,6 +390,28 @@ static void step(struct ifl_executor *ex)
                           .block_tables = e->tables,
                           .n_blocks = e->n_blocks,
                           .hidden = e->want_hidden ? e->hidden : NULL};
+    if (e->tree_rows) { /* some sequence verifies a draft tree (decoding.h) */
+        b.kv_pos = e->b_kvpos;
+        b.att_prefix = e->b_pre;
+        b.tree_off = e->b_off;
+        b.tree_path = e->b_path;
+        b.n_tree_path = e->n_path;
+    }
+    if (e->n_extract) {
+        /* the configured strategy's sequences have their states captured */
+        int any = 0;
+        for (int32_t r = 0; r < rows; r++) {
+            const struct xreq *q = e->seqs[e->b_seq[r]].q;
+            e->extract_rows[r] = q && q->dec == e->spec;
+            any |= e->extract_rows[r];
+        }
+        if (any) {
+            b.n_extract = e->n_extract;
+            b.extract_layers = e->extract_layers;
+            b.extract_rows = e->extract_rows;
+            b.extract_out = e->extract_out;
+        }
+    }
     char err[IFL_ERR_LEN] = "";
     int rc = ifl_forward(e->fwd, &b, e->logits, err);
     if (rc) {
@@ -441,6 +471,7 @@ static void step(struct ifl_executor *ex)
         if ((e->row_flag[r] & ROW_SAMPLE) && s->q && s->q->beam)
             ifl_beamslot_advance(ex, s->q);
     }
+    ifl_decoding_observe(ex, rows);
     publish_stats(ex, (ifl_now_s() - t0) * 1e3, ctx_reqs, ctx_rows, gen_reqs, gen_rows);
 }
 

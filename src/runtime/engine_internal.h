@@ -105,6 +105,14 @@ struct eseq {
     int32_t spec_pause;   /* steps left to decode plain */
     int32_t spec_backoff; /* the next pause's length */
     int32_t spec_align;   /* client drafts: draft_tokens[i + spec_align] is generated token i */
+    /* tree drafts (decoding.h propose_tree), this step's: draft i's parent
+     * (-1: the pending token) and depth, spec_tree when they are not a
+     * chain; spec_base the pending token's position; after accept(), the
+     * nodes kept, spec_path[0 .. spec_kept) by depth */
+    int32_t spec_parent[IFL_SPEC_MAX_DRAFT];
+    int32_t spec_depth[IFL_SPEC_MAX_DRAFT];
+    int32_t spec_path[IFL_SPEC_MAX_DRAFT];
+    int32_t spec_tree, spec_base, spec_kept, spec_depth_max;
 };
 
 /* Beam search state of one request (beam_width > 1). Its W slots: live
@@ -149,6 +157,12 @@ struct engine {
     int32_t max_rows;
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
+    /* tree rows (forward.h): each row's cache place, attended prefix and
+     * path; used in a step only when tree_rows is set */
+    int32_t *b_kvpos, *b_pre, *b_off; /* [max_rows] */
+    int32_t *b_path;                  /* [n_slots * TREE_PATH_MAX] */
+    int32_t n_path;
+    int tree_rows;
     int32_t *row_slot;      /* logits row -> slot */
     const int32_t **tables; /* [n_slots] */
     int32_t *n_blocks;      /* [n_slots] */
@@ -185,7 +199,17 @@ struct engine {
     void *spec_state;                    /* that strategy's, from its engine_init */
     int32_t spec_rows;                   /* draft rows the step being built may still take */
     int64_t spec_drafted, spec_accepted; /* since creation */
+    /* states the configured strategy has the forward pass capture (an
+     * EAGLE-3 head's input, forward.h), set up by its engine_init and
+     * owned by it; n_extract 0: none. Rows of its sequences ask. */
+    int32_t n_extract;
+    const int32_t *extract_layers; /* [n_extract] */
+    uint8_t *extract_rows;         /* [max_rows] */
+    float *extract_out;            /* [max_rows][n_extract][n_embd] */
 };
+
+/* Path entries one sequence's tree rows take at most (depths 1 .. 32). */
+#define TREE_PATH_MAX (IFL_SPEC_MAX_DRAFT * (IFL_SPEC_MAX_DRAFT + 1) / 2)
 
 /* Blocks that n_pos positions fill. */
 static inline int32_t ifl_eng_blocks_for(const struct engine *e, int64_t n_pos)
@@ -227,6 +251,10 @@ void ifl_choose_pick_rows(void *arg, int ith, int nth);
 void ifl_choose_fork_samples(struct ifl_executor *ex, struct eseq *prim, const float *row,
                              float *scratch);
 void ifl_choose_capture_rows(struct ifl_executor *ex, int32_t nlog);
+/* Row r's raw logits (and hidden state) as those of s's next generated
+ * token, when s asked for them (tree drafts: the row is known only when
+ * its node is reached). */
+void ifl_choose_capture_gen(struct ifl_executor *ex, struct eseq *s, int32_t r);
 void ifl_choose_run_processors(struct ifl_executor *ex, int32_t nlog);
 
 /* sequence.c */

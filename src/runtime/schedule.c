@@ -221,6 +221,8 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
     int32_t rows = 0, nlog = 0;
     *ctx_rows = *ctx_reqs = *gen_rows = 0;
     e->want_hidden = 0;
+    e->tree_rows = 0;
+    e->n_path = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t oi = 0; oi < n_order; oi++) {
             struct eseq *s = &e->seqs[order[oi]];
@@ -269,25 +271,41 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
             s->paused = 0;
             /* a decoding sequence's strategy may add drafts after its
              * pending token, each a logits row, if their blocks are free */
-            s->n_draft = 0;
+            s->n_draft = s->spec_tree = 0;
             if (pass == 0 && n_ctx_rows == 0) {
                 int32_t room = e->max_rows - rows - 1;
                 if (room > e->logit_cap - nlog - 1)
                     room = e->logit_cap - nlog - 1;
                 if (room > 0 && ifl_decoding_propose(ex, s, room) > 0 &&
                     ifl_seq_reserve(e, s, s->kv.n_pos + 1 + s->n_draft))
-                    s->n_draft = 0;
+                    s->n_draft = s->spec_tree = 0;
                 chunk += s->n_draft;
             }
             int32_t slot = (int32_t)(s - e->seqs);
             for (int32_t k = 0; k < chunk; k++) {
-                int32_t p = s->kv.n_pos + k;
+                int32_t p = s->kv.n_pos + k, rp = p; /* its cache place, its RoPE position */
+                e->b_kvpos[rows] = p;
+                e->b_pre[rows] = p + 1;
+                e->b_off[rows] = 0;
+                if (s->spec_tree && k >= pending) {
+                    /* tree draft i: its place after the pending token's,
+                     * its position that token's plus its depth, and it
+                     * reads the sequence, then its ancestors and itself */
+                    int32_t i = k - pending, d = s->spec_depth[i], base = s->spec_base;
+                    rp = base + d;
+                    e->b_pre[rows] = base + 1;
+                    e->b_off[rows] = e->n_path;
+                    for (int32_t a = i, at = d - 1; a >= 0; a = s->spec_parent[a], at--)
+                        e->b_path[e->n_path + at] = base + 1 + a;
+                    e->n_path += d;
+                    e->tree_rows = 1;
+                }
                 /* the last pending row and every draft row are sampled */
                 uint8_t flag =
                     (uint8_t)((n_ctx_rows && p >= ctx_from && p < s->q->r.n_input ? ROW_CTX : 0) |
                               (k >= pending - 1 && chunk >= pending ? ROW_SAMPLE : 0));
                 e->b_tok[rows] = s->tokens[p];
-                e->b_pos[rows] = p;
+                e->b_pos[rows] = rp;
                 e->b_seq[rows] = slot;
                 e->b_want[rows] = flag != 0;
                 if (flag) {

@@ -213,7 +213,7 @@ void ifl_seq_preempt(struct ifl_executor *ex, struct xreq *q)
             if (q->dec && q->dec->drop)
                 q->dec->drop(ex, s);
             ifl_kvc_seq_reset(e->kvc, &s->kv);
-            s->n_draft = 0;
+            s->n_draft = s->spec_tree = 0;
             s->paused = 1;
         }
     }

@@ -8,12 +8,55 @@
  * Apart from decoding.c so that the proposers, which decoding.c's table
  * names, call down to them and never back.
  */
+#include <string.h>
+
 #include "runtime/engine_internal.h"
+
+/* A tree's rows (decoding.h, propose_tree): rows[0] the pending token's,
+ * rows[1 + i] draft i's. From the pending token down: the row's token
+ * picked as plain decoding picks it, and the child that drafted it (if
+ * any) is the next node. Always exact, with speculative.accept =
+ * rejection too (speculative sampling over a tree's siblings is not done:
+ * the outputs are plain decoding's). */
+static void accept_tree(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n)
+{
+    struct engine *e = ex->eng;
+    int32_t k = n - 1, dt[IFL_SPEC_MAX_DRAFT];
+    /* the drafts, read before applying tokens overwrites them */
+    memcpy(dt, s->tokens + s->n_tokens, sizeof(int32_t) * (size_t)k);
+    s->spec_kept = 0;
+    for (int32_t cur = -1, r = rows[0]; s->q && !s->finish;) {
+        if (cur >= 0) /* the pending row's outputs were captured with the step's */
+            ifl_choose_capture_gen(ex, s, r);
+        float lp = 0;
+        int32_t tok = ifl_choose_token(ex, s, e->logits + (size_t)r * ex->n_vocab, &lp);
+        if (tok < 0)
+            return; /* s finished */
+        int32_t next = -1;
+        for (int32_t i = cur + 1; i < k && next < 0; i++) /* children follow their parent */
+            if (s->spec_parent[i] == cur && dt[i] == tok)
+                next = i;
+        if (next >= 0) {
+            s->q->perf.accepted_draft_tokens++;
+            e->spec_accepted++;
+            s->spec_path[s->spec_kept++] = next;
+        }
+        ifl_choose_apply(ex, s, tok, lp);
+        if (next < 0)
+            return; /* the bonus token */
+        cur = next;
+        r = rows[1 + next];
+    }
+}
 
 void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const int32_t *rows,
                                 int32_t n)
 {
     struct engine *e = ex->eng;
+    if (s->spec_tree && n > 1) {
+        accept_tree(ex, s, rows, n);
+        return;
+    }
     /* speculative sampling for sampled, unguided requests; greedy ones
      * (and guided ones, whose rows the grammar masks) stay exact */
     int rejection = ex->cfg.speculative.accept == IFL_SPEC_ACCEPT_REJECTION &&
@@ -44,7 +87,7 @@ int32_t ifl_decoding_draft_limit(const struct ifl_executor *ex, const struct ese
     const struct xreq *q = s->q;
     const struct ifl_speculative_config *c = &ex->cfg.speculative;
     const struct ifl_request_speculative *rq = &q->r.speculative;
-    if (!q->dec || !q->dec->propose || q->beam || q->post_index != -1 ||
+    if (!q->dec || (!q->dec->propose && !q->dec->propose_tree) || q->beam || q->post_index != -1 ||
         (q->ctx_logits && q->ctx_captured < q->r.n_input) || ifl_choose_forks_now(s))
         return 0;
     if (c->adaptive && s->spec_pause > 0) /* (q->dec proposes, so is not plain decoding) */
