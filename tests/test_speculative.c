@@ -480,6 +480,67 @@ out:
     ifl_executor_destroy(spec, 0);
 }
 
+/* A request of 3 samples with n-gram lookup and with client drafts: the
+ * first token forks the samples (as plain decoding does) and each sample
+ * equals its plain run. */
+static void test_samples(void)
+{
+    struct exopt po = {.type = IFL_SPEC_NONE}, so = {.type = IFL_SPEC_NGRAM};
+    ifl_executor *plain = open_ex(stories, &po), *spec = open_ex(stories, &so);
+    if (!plain || !spec)
+        goto out;
+    for (int client = 0; client <= 1; client++) {
+        struct ifl_request r;
+        mkreq(&r, ONCE, 5, 80, 1, 11);
+        r.num_return_sequences = 3;
+        int32_t seen[2][3] = {{0}};
+        static struct out o[2][3];
+        for (int which = 0; which < 2; which++) {
+            ifl_executor *ex = which ? spec : plain;
+            if (which && client) {
+                r.speculative.draft_tokens = o[0][0].tok;
+                r.speculative.n_draft_tokens = o[0][0].n;
+            }
+            ifl_id id = 0;
+            char err[512] = "";
+            CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+            memset(o[which], 0, sizeof(o[which]));
+            for (int final = 0; !final;) {
+                struct ifl_response *resp = NULL;
+                int32_t got = 0;
+                if (ifl_await(ex, &id, 1, 60000, &resp, 1, &got)) {
+                    CHECK_MSG(0, "await timed out (samples never forked?)");
+                    break;
+                }
+                int si = resp->sequence_index;
+                if (resp->n_results && si >= 0 && si < 3) {
+                    struct ifl_sequence_result *sr = &resp->results[0];
+                    struct out *x = &o[which][si];
+                    if (x->n + sr->n_tokens <= MAXN) {
+                        memcpy(x->tok + x->n, sr->tokens, sizeof(int32_t) * (size_t)sr->n_tokens);
+                        if (sr->log_probs)
+                            memcpy(x->lp + x->n, sr->log_probs,
+                                   sizeof(float) * (size_t)sr->n_tokens);
+                        x->n += sr->n_tokens;
+                    }
+                    seen[which][si] = 1;
+                }
+                final = resp->is_final;
+                ifl_response_free(resp);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK(seen[0][i] && seen[1][i]);
+            check_same(&o[0][i], &o[1][i], client ? "sample, client drafts" : "sample, ngram");
+            CHECK_EQ(o[1][i].n, 80);
+        }
+    }
+    CHECK_EQ(used_blocks(spec), 0);
+out:
+    ifl_executor_destroy(plain, 0);
+    ifl_executor_destroy(spec, 0);
+}
+
 /* ---- validation ---- */
 
 static void test_validation(void)
@@ -549,6 +610,7 @@ int main(void)
     T_RUN(test_not_adaptive);
     T_RUN(test_cancel_storm);
     T_RUN(test_rejection_mode);
+    T_RUN(test_samples);
     T_RUN(test_ref_models);
     return t_done();
 }

@@ -53,6 +53,16 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
                                 int32_t n)
 {
     struct engine *e = ex->eng;
+    if (n == 1 && ifl_choose_forks_now(s)) {
+        /* the first token of a request of several samples (no drafts are
+         * asked for then): the other samples fork from this row first, as
+         * in plain decoding, or they would never start */
+        float *row = e->logits + (size_t)rows[0] * ex->n_vocab;
+        ifl_choose_fork_samples(ex, s, row, e->scratch);
+        if (s->q)
+            ifl_choose_sample(ex, s, row);
+        return;
+    }
     if (s->spec_tree && n > 1) {
         accept_tree(ex, s, rows, n);
         return;

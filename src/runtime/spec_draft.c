@@ -672,21 +672,12 @@ static int32_t draft_propose(struct ifl_executor *ex, struct eseq *s, int32_t *d
     return k;
 }
 
-/* The verifying acceptor (the first token of a request of several
- * samples forks them, as plain decoding does), then the draft cache
- * forgets the drafts the target did not keep. */
+/* The verifying acceptor, then the draft cache forgets the drafts the
+ * target did not keep. */
 static void draft_accept(struct ifl_executor *ex, struct eseq *s, const int32_t *rows, int32_t n)
 {
     int32_t k = s->n_draft, n0 = s->n_tokens;
-    if (k == 0 && ifl_choose_forks_now(s)) {
-        /* as plain decoding: the other samples fork from this row first */
-        float *row = ex->eng->logits + (size_t)rows[0] * ex->n_vocab;
-        ifl_choose_fork_samples(ex, s, row, ex->eng->scratch);
-        if (s->q)
-            ifl_choose_sample(ex, s, row);
-    } else {
-        ifl_decoding_accept_drafts(ex, s, rows, n);
-    }
+    ifl_decoding_accept_drafts(ex, s, rows, n);
     if (s->q && !s->finish) {
         struct dstate *d = ex->eng->spec_state;
         struct dslot *ds = slot_of(ex, s);

@@ -32,8 +32,16 @@ await test('prediction: same text, and the usage says what was kept', async () =
   const det = withPred.usage.completion_tokens_details;
   check('usage.completion_tokens_details.accepted_prediction_tokens > 0', det && det.accepted_prediction_tokens > 50, det);
   check('usage.completion_tokens_details.rejected_prediction_tokens >= 0', det && det.rejected_prediction_tokens >= 0, det);
-  const d1 = await metric('inflight_spec_draft_tokens_total');
-  const a1 = await metric('inflight_spec_accepted_tokens_total');
+  // the engine publishes its counters after the step that sent the last
+  // response: give it a moment
+  let d1 = 0, a1 = 0;
+  for (let t = 0; t < 50; t++) {
+    d1 = await metric('inflight_spec_draft_tokens_total');
+    a1 = await metric('inflight_spec_accepted_tokens_total');
+    if (det && d1 - d0 >= det.accepted_prediction_tokens + det.rejected_prediction_tokens &&
+        a1 - a0 >= det.accepted_prediction_tokens) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
   check('/metrics counts the drafts', d1 - d0 >= det.accepted_prediction_tokens + det.rejected_prediction_tokens, { d0, d1, det });
   check('/metrics counts the kept drafts', a1 - a0 >= det.accepted_prediction_tokens && a1 - a0 <= d1 - d0, { a0, a1 });
   // a prediction as text parts, half wrong: the same output
