@@ -78,8 +78,16 @@ await test('server n-gram speculation: same output, greedy and seeded', async ()
       JSON.stringify(on.choices[0].logprobs.token_logprobs) === JSON.stringify(off.choices[0].logprobs.token_logprobs));
     if (!sampling.temperature) check('ngram drafts were run', d1 > d0, { d0, d1 });
   }
-  const d0 = await metric('inflight_spec_draft_tokens_total');
+  // once the counter has settled (the last request's step published)
+  let d0 = await metric('inflight_spec_draft_tokens_total');
+  for (let t = 0; t < 20; t++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const d = await metric('inflight_spec_draft_tokens_total');
+    if (d === d0) break;
+    d0 = d;
+  }
   await client.completions.create({ ...base, prompt, 'speculative.n_max': 0 });
+  await new Promise((r) => setTimeout(r, 300));
   check('speculative.n_max 0 runs no drafts', (await metric('inflight_spec_draft_tokens_total')) === d0);
 });
 
