@@ -688,7 +688,9 @@ static void test_baseline_and_wait_idle(void)
     }
     /* a cancelled request counts as done too */
     CHECK_EQ(ifl_enqueue(ex, &r, &ids[0], NULL), 0);
-    CHECK_EQ(ifl_cancel(ex, ids[0]), 0);
+    /* (on a loaded machine the request may be over before the cancel) */
+    int crc = ifl_cancel(ex, ids[0]);
+    CHECK(crc == 0 || crc == IFL_ENOTFOUND);
     CHECK_EQ(ifl_executor_wait_idle(ex, 300000), 0);
     ifl_executor_destroy(ex, 0);
 }
