@@ -99,12 +99,71 @@ static const struct ifl_decoding fixed_drafts = {
     .drop = fixed_drop,
 };
 
+/* ---- the probe: what the adaptive policy lets a strategy draft ---- */
+
+#define PROBE_RIGHT 8000 /* client_id PROBE_RIGHT + i: drafts from ref_tok[i], all right */
+#define PROBE_WRONG 8100 /* client_id PROBE_WRONG + i: drafts from ref_tok[i], all wrong */
+#define MAX_CALLS 1024
+
+/* Each propose() call: the max it was given, the sequences decoding and
+ * whether a sequence had prompt rows still to run (both seen from the
+ * engine's slots when the call came). */
+static struct probe_call {
+    int32_t max, n_decoding, prefill;
+} calls[MAX_CALLS];
+static int32_t n_calls;
+
+static int probe_wants(const struct ifl_executor *ex, const struct xreq *q)
+{
+    (void)ex;
+    return q->r.client_id >= PROBE_RIGHT && q->r.client_id < PROBE_WRONG + MAX_REFS;
+}
+
+static int32_t probe_propose(struct ifl_executor *ex, struct eseq *s, int32_t *draft, int32_t max)
+{
+    const struct engine *e = ex->eng;
+    uint64_t c = s->q->r.client_id;
+    int wrong = c >= PROBE_WRONG;
+    int32_t i = (int32_t)(c - (wrong ? PROBE_WRONG : PROBE_RIGHT)), k = 0;
+    if (n_calls < MAX_CALLS) {
+        struct probe_call *pc = &calls[n_calls++];
+        pc->max = max;
+        pc->n_decoding = pc->prefill = 0;
+        for (int32_t j = 0; j < e->n_slots; j++) {
+            const struct eseq *o = &e->seqs[j];
+            if (!o->q || !o->started || o->finish)
+                continue;
+            pc->n_decoding += o->n_tokens - o->kv.n_pos == 1;
+            pc->prefill |= o->n_tokens - o->kv.n_pos > 1;
+        }
+    }
+    for (; k < max && s->n_gen + k < ref_n[i]; k++) {
+        int32_t t = ref_tok[i][s->n_gen + k];
+        draft[k] = wrong ? (t + 1) % ex->n_vocab : t;
+    }
+    return k;
+}
+
+static const struct ifl_decoding probe_drafts = {
+    .name = "test-probe",
+    .wants = probe_wants,
+    .propose = probe_propose,
+    .accept = ifl_decoding_accept_drafts,
+};
+
 /* ---- helpers ---- */
 
-static ifl_executor *open_ex(int32_t max_batch, int64_t kv_tokens, int policy)
+/* An executor with the speculative config's defaults but adaptive and
+ * n_max, and max_num_tokens rows a step (0: the default). */
+static ifl_executor *open_ex_spec(int32_t max_batch, int64_t kv_tokens, int policy, int adaptive,
+                                  int32_t n_max, int32_t max_num_tokens)
 {
     struct ifl_executor_config c;
     ifl_executor_config_default(&c);
+    c.speculative.adaptive = adaptive;
+    c.speculative.n_max = n_max;
+    if (max_num_tokens)
+        c.max_num_tokens = max_num_tokens;
     c.max_batch_size = max_batch;
     c.kv_cache_tokens = kv_tokens;
     c.sched_policy = policy;
@@ -116,6 +175,11 @@ static ifl_executor *open_ex(int32_t max_batch, int64_t kv_tokens, int policy)
     int rc = ifl_executor_create(&ex, model_path, &c, err);
     CHECK_MSG(rc == 0, "create: %s", err);
     return ex;
+}
+
+static ifl_executor *open_ex(int32_t max_batch, int64_t kv_tokens, int policy)
+{
+    return open_ex_spec(max_batch, kv_tokens, policy, 1, 16, 0);
 }
 
 static void req(struct ifl_request *r, const int32_t *ids, int32_t n, int32_t max_tokens)
@@ -238,7 +302,8 @@ static void test_plain_unchanged(void)
  * rejected. */
 static void test_drafts_equal_plain(void)
 {
-    ifl_executor *ex = open_ex(8, 0, IFL_SCHED_GUARANTEED_NO_EVICT);
+    /* not adaptive: the step count below assumes DRAFT_K drafts each step */
+    ifl_executor *ex = open_ex_spec(8, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0, 16, 0);
     if (!ex)
         return;
     for (int sampled = 0; sampled < 2; sampled++)
@@ -336,6 +401,107 @@ static void test_drafts_in_a_crowd_and_preempted(void)
     ifl_executor_destroy(ex, 0);
 }
 
+/* Drafts that all fail: the adaptive draft length halves from the length
+ * that ran (8, 4, 2: not 8 three times because the cap of 32 halves to
+ * 16, then 8), then drafting pauses; the output is plain decoding's. */
+static void test_adaptive_backs_off_from_what_ran(void)
+{
+    ifl_executor *ex = open_ex_spec(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 1, 8, 0);
+    if (!ex)
+        return;
+    struct ifl_request r;
+    req(&r, ONCE, 5, 32);
+    memcpy(ref_tok[0], GREEDY, sizeof GREEDY);
+    ref_n[0] = 32;
+    r.client_id = PROBE_WRONG;
+    n_calls = 0;
+    struct out o;
+    if (!run_one(ex, &r, &o))
+        CHECK(o.n == 32 && !memcmp(o.tok, GREEDY, sizeof GREEDY));
+    CHECK(n_calls >= 4);
+    if (n_calls >= 4) {
+        CHECK_MSG(calls[0].max == 8 && calls[1].max == 4 && calls[2].max == 2,
+                  "draft lengths %d, %d, %d (want 8, 4, 2)", calls[0].max, calls[1].max,
+                  calls[2].max);
+        CHECK_EQ(calls[3].max, 1);
+    }
+    /* 8 + 4 + 2, then ones after the first pause of 8 steps */
+    int32_t drafted = 0;
+    for (int32_t i = 0; i < n_calls; i++)
+        drafted += calls[i].max;
+    CHECK_MSG(drafted <= 8 + 4 + 2 + 3 + 3, "%d drafts run for 32 tokens", drafted);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Four sequences decoding together share the step's draft rows evenly
+ * (16 rows in all: 3 drafts each, where 8 each made 36 rows), and no
+ * sequence drafts while another's prompt is in the step (a prefill chunk
+ * makes the step compute-bound); outputs stay plain decoding's. */
+static void test_adaptive_step_rows(void)
+{
+    enum { N = 4 };
+    int32_t prompts[N][4];
+    struct ifl_request r[N];
+    struct out alone[N];
+    ifl_executor *ex = open_ex_spec(N + 1, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 1, 8, 64);
+    if (!ex)
+        return;
+    for (int k = 0; k < N; k++) {
+        prompts[k][0] = 1, prompts[k][1] = 403 + k, prompts[k][2] = 261, prompts[k][3] = 300 + k;
+        req(&r[k], prompts[k], 4, 60);
+        if (run_one(ex, &r[k], &alone[k])) {
+            ifl_executor_destroy(ex, 0);
+            return;
+        }
+        memcpy(ref_tok[k], alone[k].tok, sizeof(int32_t) * (size_t)alone[k].n);
+        ref_n[k] = alone[k].n;
+        r[k].client_id = PROBE_RIGHT + (uint64_t)k;
+    }
+    n_calls = 0;
+    ifl_id ids[N];
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue_many(ex, r, N, ids, err), 0);
+    for (int k = 0; k < N; k++) {
+        struct out o;
+        collect(ex, ids[k], 512, &o);
+        check_same(&o, &alone[k], 512);
+    }
+    CHECK_EQ(ifl_executor_wait_idle(ex, 30000), 0);
+    int32_t four = 0;
+    for (int32_t i = 0; i < n_calls; i++)
+        if (calls[i].n_decoding == N) {
+            four++;
+            CHECK_MSG(calls[i].max <= 3, "call %d: max %d with 4 sequences decoding", i,
+                      calls[i].max);
+        }
+    CHECK_MSG(four > 0, "no step had 4 sequences drafting");
+    /* one drafting request beside a 300-token prompt that takes five
+     * steps of 64 rows: no drafts while that prompt runs */
+    static int32_t longp[300];
+    longp[0] = 1;
+    for (int i = 1; i < 300; i++)
+        longp[i] = 3 + (i * 37) % 500;
+    struct ifl_request two[2];
+    two[0] = r[0];
+    req(&two[1], longp, 300, 4);
+    n_calls = 0;
+    CHECK_EQ(ifl_enqueue_many(ex, two, 2, ids, err), 0);
+    for (int k = 0; k < 2; k++) {
+        struct out o;
+        collect(ex, ids[k], 512, &o);
+        if (k == 0)
+            check_same(&o, &alone[0], 512);
+    }
+    CHECK_EQ(ifl_executor_wait_idle(ex, 30000), 0);
+    int32_t beside = 0;
+    for (int32_t i = 0; i < n_calls; i++)
+        beside += calls[i].prefill;
+    CHECK_MSG(beside == 0, "%d of %d proposals beside a prefill", beside, n_calls);
+    CHECK(n_calls > 0);
+    check_no_blocks_used(ex);
+    ifl_executor_destroy(ex, 0);
+}
+
 /* The registry: a strategy is chosen only by executors created after it
  * was registered, and no longer after it was removed. */
 static void test_registry(void)
@@ -362,10 +528,14 @@ int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
     CHECK_EQ(ifl_decoding_register(&fixed_drafts), 0);
+    CHECK_EQ(ifl_decoding_register(&probe_drafts), 0);
     T_RUN(test_plain_unchanged);
     T_RUN(test_drafts_equal_plain);
     T_RUN(test_drafts_in_a_crowd_and_preempted);
+    T_RUN(test_adaptive_backs_off_from_what_ran);
+    T_RUN(test_adaptive_step_rows);
     T_RUN(test_registry);
+    ifl_decoding_unregister(&probe_drafts);
     ifl_decoding_unregister(&fixed_drafts);
     return t_done();
 }

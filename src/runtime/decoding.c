@@ -12,8 +12,15 @@
 #include "runtime/engine_internal.h"
 
 #define MAX_DECODINGS 8
-/* Rows a step may reach with drafts under the adaptive policy. */
-#define SPEC_STEP_ROWS 48
+/* Rows a step may reach with drafts under the adaptive policy: about where
+ * a step stops being bound by reading the weights. On the 2-core Zen 5 of
+ * bench/README.md ("Verify cost", tinyllama-1.1b Q8_0 at 256 positions) a
+ * step of 8 rows costs 1.28 times one of 1 row, 16 rows 2.0 times, and each
+ * row after that its full share (4.3 ms against 39 for the one-row step):
+ * past 16 rows a draft pays only if it is nearly sure to be kept, and at 16
+ * decoding sequences one draft each costs 1.7 times for at most twice the
+ * tokens. */
+#define SPEC_STEP_ROWS 16
 
 /* ---- the registry ---- */
 
@@ -122,11 +129,26 @@ void ifl_decoding_prepare(struct ifl_executor *ex)
      * leaves the step at SPEC_STEP_ROWS rows (bench/README.md,
      * "Verify cost"). */
     e->spec_rows = 1 << 30;
+    e->spec_seqs = 0;
     if (ex->cfg.speculative.adaptive) {
-        int32_t decoding = 0;
-        for (int32_t i = 0; i < e->n_slots; i++)
-            decoding += e->seqs[i].q && !e->seqs[i].finish && !e->seqs[i].paused;
-        e->spec_rows = SPEC_STEP_ROWS - decoding;
+        /* the rows the step will carry without drafts: a decode row per
+         * decoding sequence and the prompt rows still to run (a prefill
+         * chunk makes the step compute-bound: no drafts beside it; a
+         * preempted sequence waiting for blocks does not count, so that
+         * it does not hold everyone's drafts while it waits) */
+        int32_t decoding = 0, prefill = 0;
+        for (int32_t i = 0; i < e->n_slots; i++) {
+            const struct eseq *s = &e->seqs[i];
+            if (!s->q || !s->started || s->finish || s->paused)
+                continue;
+            int32_t pending = s->n_tokens - s->kv.n_pos;
+            if (pending == 1)
+                decoding++;
+            else if (pending > 1 && prefill < e->max_rows)
+                prefill += pending;
+        }
+        e->spec_rows = SPEC_STEP_ROWS - decoding - prefill;
+        e->spec_seqs = decoding;
     }
     for (int32_t i = 0; i < e->n_decs; i++)
         if (e->decs[i]->prepare)
@@ -176,6 +198,9 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
     const struct xreq *q = s->q;
     const struct ifl_speculative_config *c = &ex->cfg.speculative;
     s->n_draft = 0;
+    /* this sequence's turn: the ones after it share what it leaves */
+    int32_t left = e->spec_seqs > 1 ? e->spec_seqs : 1;
+    e->spec_seqs = left - 1;
     if (c->adaptive && s->spec_pause > 0 && q->dec != &ifl_decoding_plain) {
         s->spec_pause--;
         return 0;
@@ -183,8 +208,15 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
     int32_t lim = ifl_decoding_draft_limit(ex, s);
     if (max > lim)
         max = lim;
-    if (c->adaptive && max > e->spec_rows)
-        max = e->spec_rows;
+    if (c->adaptive) {
+        /* an even share of the rows left among the decoding sequences not
+         * asked yet: more drafts for one sequence are worth less than the
+         * first ones of another (the chance that draft i is kept falls
+         * with i); what a sequence leaves goes to those after it */
+        int32_t share = e->spec_rows > 0 ? (e->spec_rows + left - 1) / left : 0;
+        if (max > share)
+            max = share;
+    }
     int32_t n_min = q->r.speculative.n_min >= 0 ? q->r.speculative.n_min : c->n_min;
     s->spec_tree = 0;
     if (max < 1 || max < n_min)
@@ -224,17 +256,20 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
 }
 
 /* The adaptive draft length after a step that ran k drafts and kept
- * `kept`: doubled (up to the bound) after keeping all, cut to what was
- * kept plus one otherwise; three steps in a row that keep none pause
- * drafting for spec_backoff steps, which doubles at each pause (up to
- * 256) and resets once a draft is kept again. */
+ * `kept`: doubled (up to the bound) after keeping all, else cut to half of
+ * the k that ran (not of the cap, which n_max or the step's rows may have
+ * held far above k: a sequence whose drafts all fail at n_max 8 would run
+ * 8 three times before its first pause) or to what was kept plus one if
+ * more; three steps in a row that keep none pause drafting for
+ * spec_backoff steps, which doubles at each pause (up to 256) and resets
+ * once a draft is kept again. */
 static void adapt(struct eseq *s, int32_t k, int32_t kept)
 {
     if (kept == k) {
         s->spec_cap = s->spec_cap * 2 > IFL_SPEC_MAX_DRAFT ? IFL_SPEC_MAX_DRAFT : s->spec_cap * 2;
     } else {
-        int32_t half = s->spec_cap / 2;
-        s->spec_cap = kept + 1 > half ? kept + 1 : half > 0 ? half : 1;
+        int32_t half = k / 2;
+        s->spec_cap = kept + 1 > half ? kept + 1 : half;
     }
     if (kept > 0) {
         s->spec_miss = 0;

@@ -65,9 +65,11 @@
  *  - Draft length. The engine's side bounds max further: by the
  *    request's and the executor's n_max, and, when the executor's
  *    speculative.adaptive is set, by the sequence's running acceptance
- *    (spec_cap), a plain-decoding pause after repeated misses, and the
- *    rows the step already carries. Proposals shorter than n_min are
- *    dropped. A strategy only proposes what it believes in.
+ *    (spec_cap), a plain-decoding pause after repeated misses, and an
+ *    even share, among the step's decoding sequences, of the rows left
+ *    under the step's budget (decoding.c's SPEC_STEP_ROWS, past which a
+ *    step is compute-bound; none beside a prompt chunk). Proposals
+ *    shorter than n_min are dropped. A strategy only proposes what it believes in.
  *  - Threads. Everything here runs on the engine thread, between forward
  *    passes; nothing may allocate per step (STYLE.md): state a strategy
  *    needs is allocated in engine_init (sized by the executor's slots and

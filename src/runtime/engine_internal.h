@@ -198,6 +198,7 @@ struct engine {
     const struct ifl_decoding *spec;     /* the strategy of the config's speculative.type */
     void *spec_state;                    /* that strategy's, from its engine_init */
     int32_t spec_rows;                   /* draft rows the step being built may still take */
+    int32_t spec_seqs;                   /* decoding sequences the step has not asked yet */
     int64_t spec_drafted, spec_accepted; /* since creation */
     /* states the configured strategy has the forward pass capture (an
      * EAGLE-3 head's input, forward.h), set up by its engine_init and
