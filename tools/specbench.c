@@ -3,7 +3,8 @@
  *
  *   build/tools/specbench verify MODEL [-t N] [--ctx N] [--rounds N] [--ks LIST] [--batches LIST]
  *   build/tools/specbench accept MODEL [-t N] [--gen N] [--rounds N] [--adaptive 0|1|both]
- *                                      [--only ext,ngram] [--prompt TEXT]
+ *                                      [--only ext,ngram] [--prompt TEXT] [--streams N]
+ *                                      [--pcts 0,25,50,100] [--nmax 8,16]
  *
  * verify: the cost of checking drafts. B sequences (--batches, default
  * 1,4,16) each hold --ctx positions (default 256) of random tokens in a
@@ -21,7 +22,9 @@
  * speculation off; that output, with 0, 25, 50 and 100 % of its tokens
  * replaced by other tokens (positions and tokens from a fixed seed), is
  * given back as the request's speculative.draft_tokens with n_max 8 and
- * 16. N-gram lookup (speculative.type NGRAM, n_max 8 and 16) runs on the
+ * 16 (--pcts and --nmax pick others). With --streams N (up to 16), N
+ * copies of each request run together and the rate is theirs in all.
+ * N-gram lookup (speculative.type NGRAM, n_max 8 and 16) runs on the
  * same greedy request and on a seeded sampled one (temperature 1), each
  * against plain decoding of the same request. Whether the lookup finds
  * anything depends on the prompt (--prompt): the default, a paragraph to
@@ -55,6 +58,7 @@
 #include "model/model.h"
 
 #define MAX_LIST 16
+#define MAX_STREAMS 16
 #define BLOCK 16
 
 static double now_s(void)
@@ -80,14 +84,14 @@ static double median(const double *v, int n, double *tmp)
     return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
 }
 
-/* "1,2,4" into v (at most MAX_LIST); the count, or -1. */
-static int parse_list(const char *s, int *v)
+/* "1,2,4" into v (at most MAX_LIST, each lo..1024); the count, or -1. */
+static int parse_list(const char *s, int *v, long lo)
 {
     int n = 0;
     while (*s) {
         char *end;
         long x = strtol(s, &end, 10);
-        if (end == s || x < 1 || x > 1024 || n == MAX_LIST)
+        if (end == s || x < lo || x > 1024 || n == MAX_LIST)
             return -1;
         v[n++] = (int)x;
         s = *end == ',' ? end + 1 : end;
@@ -252,10 +256,6 @@ out:
 
 /* ---- accept ---- */
 
-#define N_CORRUPT 4
-static const int corrupt_pct[N_CORRUPT] = {0, 25, 50, 100};
-static const int nmax_list[2] = {8, 16};
-
 enum ckind { C_PLAIN, C_EXT, C_NGRAM };
 
 /* One case: a request shape run once a round on one executor. */
@@ -263,7 +263,8 @@ struct scase {
     int ex; /* which executor (0: adaptive as first listed) */
     enum ckind kind;
     int sampled;         /* 0: greedy; 1: seeded sampling at temperature 1 */
-    int pct, n_max;      /* C_EXT: corrupted share and the request's n_max */
+    int pct, ci;         /* C_EXT: corrupted share, and which drafts those are */
+    int n_max;           /* the request's n_max */
     int base;            /* the case whose rate this one is compared with */
     double *rate;        /* [rounds] decode tokens/s */
     double *prate;       /* [rounds] tokens/s of the plain run paired with it */
@@ -275,54 +276,84 @@ struct scase {
 
 struct aopts {
     const char *model, *prompt;
-    int threads, gen, rounds;
+    int threads, gen, rounds, streams;
+    int pcts[MAX_LIST], n_pcts, nmaxs[MAX_LIST], n_nmaxs;
     int adaptive[2], n_ex;
     int want_plain, want_ext, want_ngram;
 };
 
-/* Runs one request to its end; decode tokens/s (first token to last) in
- * *rate, its tokens (at most cap) in out, their count returned; -1 on error. */
-static int32_t run_request(ifl_executor *ex, const struct ifl_request *req, int32_t *out,
-                           int32_t cap, double *rate, int64_t *drafted, int64_t *accepted)
+/* Runs n copies of a request together to their ends: the decode rate (each
+ * copy's tokens after its first, over the time from the first first token
+ * to the last last one) in *rate, copy i's tokens (at most cap) in
+ * out[i * cap ..), the drafts run and kept by all in *drafted, *accepted.
+ * Returns the fewest tokens a copy got, -1 on error. */
+static int32_t run_request(ifl_executor *ex, const struct ifl_request *req, int n_copies,
+                           int32_t *out, int32_t cap, double *rate, int64_t *drafted,
+                           int64_t *accepted)
 {
     char err[IFL_ERR_LEN] = "";
-    ifl_id id;
-    if (ifl_enqueue(ex, req, &id, err)) {
+    struct ifl_request reqs[MAX_STREAMS];
+    ifl_id ids[MAX_STREAMS];
+    int32_t n[MAX_STREAMS] = {0};
+    int64_t first = INT64_MAX, last = 0;
+    if (n_copies < 1 || n_copies > MAX_STREAMS)
+        return -1;
+    for (int i = 0; i < n_copies; i++)
+        reqs[i] = *req;
+    if (ifl_enqueue_many(ex, reqs, n_copies, ids, err)) {
         fprintf(stderr, "specbench: enqueue: %s\n", err);
         return -1;
     }
-    int32_t n = 0;
-    for (int fin = 0; !fin;) {
-        struct ifl_response *r[4];
+    *drafted = *accepted = 0;
+    for (int left = n_copies, failed = 0; left > 0;) {
+        struct ifl_response *r[16];
         int32_t got = 0;
-        if (ifl_await(ex, &id, 1, 600000, r, 4, &got) || got == 0) {
+        if (ifl_await(ex, ids, n_copies, 600000, r, 16, &got) || got == 0) {
             fprintf(stderr, "specbench: no response\n");
             return -1;
         }
         for (int32_t i = 0; i < got; i++) {
+            int c = 0;
+            while (c < n_copies - 1 && ids[c] != r[i]->request_id)
+                c++;
             if (r[i]->status) {
                 fprintf(stderr, "specbench: request failed: %s\n",
                         r[i]->error_msg ? r[i]->error_msg : ifl_strerror(r[i]->status));
-                fin = -1;
+                failed = 1;
             } else if (r[i]->n_results > 0) {
                 const struct ifl_sequence_result *res = &r[i]->results[0];
-                for (int32_t k = 0; k < res->n_tokens && n < cap; k++)
-                    out[n++] = res->tokens[k];
+                for (int32_t k = 0; k < res->n_tokens && n[c] < cap; k++)
+                    out[(size_t)c * (size_t)cap + (size_t)n[c]++] = res->tokens[k];
             }
-            if (r[i]->is_final && fin >= 0) {
+            if (r[i]->is_final) {
                 const struct ifl_perf_metrics *p = &r[i]->perf;
-                double us = (double)(p->last_token_us - p->first_token_us);
-                *rate = us > 0 ? (n - 1) / us * 1e6 : 0;
-                *drafted = p->draft_tokens;
-                *accepted = p->accepted_draft_tokens;
-                fin = 1;
+                first = p->first_token_us < first ? p->first_token_us : first;
+                last = p->last_token_us > last ? p->last_token_us : last;
+                *drafted += p->draft_tokens;
+                *accepted += p->accepted_draft_tokens;
+                left--;
             }
             ifl_response_free(r[i]);
         }
-        if (fin < 0)
+        if (failed && left == 0)
             return -1;
     }
-    return n;
+    int32_t fewest = cap, total = 0;
+    for (int c = 0; c < n_copies; c++) {
+        fewest = n[c] < fewest ? n[c] : fewest;
+        total += n[c] - 1;
+    }
+    *rate = last > first ? total / ((double)(last - first) * 1e-6) : 0;
+    return fewest;
+}
+
+/* Whether every one of n copies' tokens (cap apart in got) equals ref. */
+static int all_equal(const int32_t *got, int n, int32_t cap, const int32_t *ref)
+{
+    for (int c = 0; c < n; c++)
+        if (memcmp(got + (size_t)c * (size_t)cap, ref, sizeof(int32_t) * (size_t)cap))
+            return 0;
+    return 1;
 }
 
 static const char *prompt_text =
@@ -347,10 +378,7 @@ static void make_request(const struct ifl_request *base, const struct scase *c,
     else
         q->speculative.n_max = c->n_max;
     if (c->kind == C_EXT) {
-        int ci = 0;
-        while (corrupt_pct[ci] != c->pct)
-            ci++;
-        q->speculative.draft_tokens = drafts + (size_t)ci * (size_t)G;
+        q->speculative.draft_tokens = drafts + (size_t)c->ci * (size_t)G;
         q->speculative.n_draft_tokens = G;
     }
 }
@@ -362,8 +390,8 @@ static int run_accept(const struct aopts *o)
     int rc = 1, n_cs = 0;
     struct scase cs[64];
     int32_t G = o->gen;
-    int32_t *got = malloc(sizeof(int32_t) * (size_t)G);
-    int32_t *drafts = malloc(sizeof(int32_t) * (size_t)G * N_CORRUPT);
+    int32_t *got = malloc(sizeof(int32_t) * (size_t)G * MAX_STREAMS);
+    int32_t *drafts = malloc(sizeof(int32_t) * (size_t)G * MAX_LIST);
     int32_t *ref[2] = {malloc(sizeof(int32_t) * (size_t)G), malloc(sizeof(int32_t) * (size_t)G)};
     double *tmp = malloc(sizeof(double) * (size_t)o->rounds);
     double *allp = malloc(sizeof(double) * (size_t)o->rounds * 64 * 2);
@@ -373,7 +401,7 @@ static int run_accept(const struct aopts *o)
         struct ifl_executor_config cfg;
         ifl_executor_config_default(&cfg);
         cfg.n_threads = o->threads;
-        cfg.max_batch_size = 4;
+        cfg.max_batch_size = o->streams > 4 ? o->streams : 4;
         cfg.speculative.type = IFL_SPEC_NGRAM;
         cfg.speculative.n_max = 16;
         cfg.speculative.adaptive = o->adaptive[e];
@@ -409,7 +437,7 @@ static int run_accept(const struct aopts *o)
         }
         double rate;
         int64_t d, a;
-        if (run_request(ex[0], &r, ref[smp], G, &rate, &d, &a) != G) {
+        if (run_request(ex[0], &r, 1, ref[smp], G, &rate, &d, &a) != G) {
             fprintf(stderr, "specbench: the reference run did not give %d tokens\n", G);
             goto out;
         }
@@ -428,7 +456,7 @@ static int run_accept(const struct aopts *o)
     ifl_rng_seed(&rng, 42);
     struct ifl_model_info mi;
     ifl_executor_model_info(ex[0], &mi);
-    for (int c = 0; c < N_CORRUPT; c++) {
+    for (int c = 0; c < o->n_pcts; c++) {
         int32_t *d = drafts + (size_t)c * (size_t)G;
         memcpy(d, ref[0], sizeof(int32_t) * (size_t)G);
         int32_t *idx = got; /* a shuffled index, reusing got */
@@ -439,7 +467,7 @@ static int run_accept(const struct aopts *o)
             idx[i] = idx[j];
             idx[j] = x;
         }
-        int32_t n_bad = (int32_t)((int64_t)G * corrupt_pct[c] / 100);
+        int32_t n_bad = (int32_t)((int64_t)G * o->pcts[c] / 100);
         for (int32_t i = 0; i < n_bad; i++) {
             int32_t p = idx[i], t;
             do
@@ -453,22 +481,23 @@ static int run_accept(const struct aopts *o)
         int plain_g = n_cs, plain_s = -1;
         cs[n_cs++] = (struct scase){.ex = e, .kind = C_PLAIN, .base = plain_g};
         if (o->want_ext)
-            for (int c = 0; c < N_CORRUPT; c++)
-                for (int nm = 0; nm < 2; nm++)
+            for (int c = 0; c < o->n_pcts; c++)
+                for (int nm = 0; nm < o->n_nmaxs; nm++)
                     cs[n_cs++] = (struct scase){.ex = e,
                                                 .kind = C_EXT,
-                                                .pct = corrupt_pct[c],
-                                                .n_max = nmax_list[nm],
+                                                .pct = o->pcts[c],
+                                                .ci = c,
+                                                .n_max = o->nmaxs[nm],
                                                 .base = plain_g};
         if (o->want_ngram) {
-            cs[n_cs++] = (struct scase){.ex = e, .kind = C_NGRAM, .n_max = 8, .base = plain_g};
-            cs[n_cs++] = (struct scase){.ex = e, .kind = C_NGRAM, .n_max = 16, .base = plain_g};
+            for (int nm = 0; nm < o->n_nmaxs; nm++)
+                cs[n_cs++] = (struct scase){
+                    .ex = e, .kind = C_NGRAM, .n_max = o->nmaxs[nm], .base = plain_g};
             plain_s = n_cs;
             cs[n_cs++] = (struct scase){.ex = e, .kind = C_PLAIN, .sampled = 1, .base = plain_s};
-            cs[n_cs++] =
-                (struct scase){.ex = e, .kind = C_NGRAM, .sampled = 1, .n_max = 8, .base = plain_s};
-            cs[n_cs++] = (struct scase){
-                .ex = e, .kind = C_NGRAM, .sampled = 1, .n_max = 16, .base = plain_s};
+            for (int nm = 0; nm < o->n_nmaxs; nm++)
+                cs[n_cs++] = (struct scase){
+                    .ex = e, .kind = C_NGRAM, .sampled = 1, .n_max = o->nmaxs[nm], .base = plain_s};
         }
     }
     for (int i = 0; i < n_cs; i++) {
@@ -494,8 +523,8 @@ static int run_accept(const struct aopts *o)
                 make_request(&base, run, drafts, G, &q);
                 int64_t d = 0, a = 0;
                 double rate = 0;
-                if (run_request(ex[c->ex], &q, got, G, &rate, &d, &a) != G ||
-                    memcmp(got, ref[c->sampled], sizeof(int32_t) * (size_t)G)) {
+                if (run_request(ex[c->ex], &q, o->streams, got, G, &rate, &d, &a) != G ||
+                    !all_equal(got, o->streams, G, ref[c->sampled])) {
                     fprintf(stderr, "specbench: a run's tokens differ from plain decoding's\n");
                     goto out;
                 }
@@ -523,9 +552,9 @@ static int run_accept(const struct aopts *o)
         cs[i].plain_median = median(allp, n, allp + n);
         cs[i].n_plain = n;
     }
-    printf("\nsingle stream, %d tokens after a %lld-token prompt, decode tokens/s (first token "
-           "to last), median of %d rounds; every output equal to plain decoding's\n\n",
-           G, (long long)np, o->rounds);
+    printf("\n%d stream%s of %d tokens after a %lld-token prompt, decode tokens/s (all streams, "
+           "first token to last), median of %d rounds; every output equal to plain decoding's\n\n",
+           o->streams, o->streams > 1 ? "s" : "", G, (long long)np, o->rounds);
     printf("| adaptive | case | n_max | drafts corrupted | drafted per run | "
            "of them kept | tok/s | vs plain |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n_cs; i++) {
@@ -576,7 +605,8 @@ static void usage(void)
             "usage: specbench verify MODEL [-t N] [--ctx N] [--rounds N] [--ks 1,2,4] "
             "[--batches 1,4,16]\n"
             "       specbench accept MODEL [-t N] [--gen N] [--rounds N] [--adaptive 0|1|both] "
-            "[--only ext,ngram] [--prompt TEXT]\n");
+            "[--only ext,ngram] [--prompt TEXT]\n"
+            "                            [--streams N] [--pcts 0,25,50,100] [--nmax 8,16]\n");
 }
 
 int main(int argc, char **argv)
@@ -603,6 +633,11 @@ int main(int argc, char **argv)
                       .threads = 2,
                       .gen = 128,
                       .rounds = 5,
+                      .streams = 1,
+                      .pcts = {0, 25, 50, 100},
+                      .n_pcts = 4,
+                      .nmaxs = {8, 16},
+                      .n_nmaxs = 2,
                       .adaptive = {1, 0},
                       .n_ex = 2,
                       .want_plain = 1,
@@ -627,10 +662,20 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--gen"))
             bad = (a.gen = atoi(val)) < 2 || a.gen > 900;
         else if (!strcmp(k, "--ks"))
-            bad = (v.n_ks = parse_list(val, v.ks)) < 1 || v.ks[0] != 1;
+            bad = (v.n_ks = parse_list(val, v.ks, 1)) < 1 || v.ks[0] != 1;
         else if (!strcmp(k, "--batches"))
-            bad = (v.n_bs = parse_list(val, v.bs)) < 1;
-        else if (!strcmp(k, "--adaptive")) {
+            bad = (v.n_bs = parse_list(val, v.bs, 1)) < 1;
+        else if (!strcmp(k, "--streams"))
+            bad = (a.streams = atoi(val)) < 1 || a.streams > MAX_STREAMS;
+        else if (!strcmp(k, "--nmax")) {
+            bad = (a.n_nmaxs = parse_list(val, a.nmaxs, 1)) < 1;
+            for (int j = 0; !bad && j < a.n_nmaxs; j++)
+                bad = a.nmaxs[j] > 16;
+        } else if (!strcmp(k, "--pcts")) {
+            bad = (a.n_pcts = parse_list(val, a.pcts, 0)) < 1;
+            for (int j = 0; !bad && j < a.n_pcts; j++)
+                bad = a.pcts[j] > 100;
+        } else if (!strcmp(k, "--adaptive")) {
             if (!strcmp(val, "both"))
                 a.n_ex = 2;
             else if (!strcmp(val, "0") || !strcmp(val, "1")) {
