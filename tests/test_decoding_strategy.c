@@ -103,6 +103,7 @@ static const struct ifl_decoding fixed_drafts = {
 
 #define PROBE_RIGHT 8000 /* client_id PROBE_RIGHT + i: drafts from ref_tok[i], all right */
 #define PROBE_WRONG 8100 /* client_id PROBE_WRONG + i: drafts from ref_tok[i], all wrong */
+#define PROBE_ONE 8200   /* client_id PROBE_ONE + i: the first draft right, the rest wrong */
 #define MAX_CALLS 1024
 
 /* Each propose() call: the max it was given, the sequences decoding and
@@ -116,15 +117,15 @@ static int32_t n_calls;
 static int probe_wants(const struct ifl_executor *ex, const struct xreq *q)
 {
     (void)ex;
-    return q->r.client_id >= PROBE_RIGHT && q->r.client_id < PROBE_WRONG + MAX_REFS;
+    return q->r.client_id >= PROBE_RIGHT && q->r.client_id < PROBE_ONE + MAX_REFS;
 }
 
 static int32_t probe_propose(struct ifl_executor *ex, struct eseq *s, int32_t *draft, int32_t max)
 {
     const struct engine *e = ex->eng;
     uint64_t c = s->q->r.client_id;
-    int wrong = c >= PROBE_WRONG;
-    int32_t i = (int32_t)(c - (wrong ? PROBE_WRONG : PROBE_RIGHT)), k = 0;
+    int one = c >= PROBE_ONE, wrong = !one && c >= PROBE_WRONG;
+    int32_t i = (int32_t)(c - (one ? PROBE_ONE : wrong ? PROBE_WRONG : PROBE_RIGHT)), k = 0;
     if (n_calls < MAX_CALLS) {
         struct probe_call *pc = &calls[n_calls++];
         pc->max = max;
@@ -139,7 +140,7 @@ static int32_t probe_propose(struct ifl_executor *ex, struct eseq *s, int32_t *d
     }
     for (; k < max && s->n_gen + k < ref_n[i]; k++) {
         int32_t t = ref_tok[i][s->n_gen + k];
-        draft[k] = wrong ? (t + 1) % ex->n_vocab : t;
+        draft[k] = wrong || (one && k > 0) ? (t + 1) % ex->n_vocab : t;
     }
     return k;
 }
@@ -433,6 +434,33 @@ static void test_adaptive_backs_off_from_what_ran(void)
     ifl_executor_destroy(ex, 0);
 }
 
+/* Drafts of which only the first is kept: the draft length stays at the
+ * 7 drafts that cost little (the old rule cut it to what was kept plus one
+ * or half: 8, 4, 2, 2, ...); the output is plain decoding's. */
+static void test_adaptive_keeps_cheap_drafts(void)
+{
+    ifl_executor *ex = open_ex_spec(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 1, 8, 0);
+    if (!ex)
+        return;
+    struct ifl_request r;
+    req(&r, ONCE, 5, 32);
+    memcpy(ref_tok[0], GREEDY, sizeof GREEDY);
+    ref_n[0] = 32;
+    r.client_id = PROBE_ONE;
+    n_calls = 0;
+    struct out o;
+    if (!run_one(ex, &r, &o))
+        CHECK(o.n == 32 && !memcmp(o.tok, GREEDY, sizeof GREEDY));
+    /* two tokens a step: 15 steps after the first token, the last few
+     * held by max_tokens */
+    CHECK(n_calls >= 8);
+    if (n_calls >= 8)
+        for (int32_t i = 0; i < 8; i++)
+            CHECK_MSG(calls[i].max == (i == 0 ? 8 : 7), "call %d: %d drafts (want %d)", i,
+                      calls[i].max, i == 0 ? 8 : 7);
+    ifl_executor_destroy(ex, 0);
+}
+
 /* Four sequences decoding together share the step's draft rows evenly
  * (16 rows in all: 3 drafts each, where 8 each made 36 rows), and no
  * sequence drafts while another's prompt is in the step (a prefill chunk
@@ -533,6 +561,7 @@ int main(void)
     T_RUN(test_drafts_equal_plain);
     T_RUN(test_drafts_in_a_crowd_and_preempted);
     T_RUN(test_adaptive_backs_off_from_what_ran);
+    T_RUN(test_adaptive_keeps_cheap_drafts);
     T_RUN(test_adaptive_step_rows);
     T_RUN(test_registry);
     ifl_decoding_unregister(&probe_drafts);
