@@ -402,41 +402,46 @@ static void test_drafts_in_a_crowd_and_preempted(void)
     ifl_executor_destroy(ex, 0);
 }
 
-/* Drafts that all fail: the adaptive draft length halves from the length
- * that ran (8, 4, 2: not 8 three times because the cap of 32 halves to
- * 16, then 8), then drafting pauses; the output is plain decoding's. */
+/* Drafts that all fail: the adaptive draft length starts at the 7 drafts
+ * that cost little (not at n_max: 15 at n_max 16, with the step's rows)
+ * and halves from the length that ran (7, 3, 1: not from the cap, which
+ * ran 8 three times at n_max 8), then drafting pauses; the output is
+ * plain decoding's. */
 static void test_adaptive_backs_off_from_what_ran(void)
 {
-    ifl_executor *ex = open_ex_spec(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 1, 8, 0);
-    if (!ex)
-        return;
-    struct ifl_request r;
-    req(&r, ONCE, 5, 32);
-    memcpy(ref_tok[0], GREEDY, sizeof GREEDY);
-    ref_n[0] = 32;
-    r.client_id = PROBE_WRONG;
-    n_calls = 0;
-    struct out o;
-    if (!run_one(ex, &r, &o))
-        CHECK(o.n == 32 && !memcmp(o.tok, GREEDY, sizeof GREEDY));
-    CHECK(n_calls >= 4);
-    if (n_calls >= 4) {
-        CHECK_MSG(calls[0].max == 8 && calls[1].max == 4 && calls[2].max == 2,
-                  "draft lengths %d, %d, %d (want 8, 4, 2)", calls[0].max, calls[1].max,
-                  calls[2].max);
-        CHECK_EQ(calls[3].max, 1);
+    for (int32_t n_max = 8; n_max <= 16; n_max += 8) {
+        ifl_executor *ex = open_ex_spec(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 1, n_max, 0);
+        if (!ex)
+            return;
+        struct ifl_request r;
+        req(&r, ONCE, 5, 32);
+        memcpy(ref_tok[0], GREEDY, sizeof GREEDY);
+        ref_n[0] = 32;
+        r.client_id = PROBE_WRONG;
+        n_calls = 0;
+        struct out o;
+        if (!run_one(ex, &r, &o))
+            CHECK(o.n == 32 && !memcmp(o.tok, GREEDY, sizeof GREEDY));
+        CHECK(n_calls >= 4);
+        if (n_calls >= 4) {
+            CHECK_MSG(calls[0].max == 7 && calls[1].max == 3 && calls[2].max == 1,
+                      "n_max %d: draft lengths %d, %d, %d (want 7, 3, 1)", n_max, calls[0].max,
+                      calls[1].max, calls[2].max);
+            CHECK_EQ(calls[3].max, 1);
+        }
+        /* 7 + 3 + 1, then ones after the first pause of 8 steps */
+        int32_t drafted = 0;
+        for (int32_t i = 0; i < n_calls; i++)
+            drafted += calls[i].max;
+        CHECK_MSG(drafted <= 7 + 3 + 1 + 3 + 3, "n_max %d: %d drafts run for 32 tokens", n_max,
+                  drafted);
+        ifl_executor_destroy(ex, 0);
     }
-    /* 8 + 4 + 2, then ones after the first pause of 8 steps */
-    int32_t drafted = 0;
-    for (int32_t i = 0; i < n_calls; i++)
-        drafted += calls[i].max;
-    CHECK_MSG(drafted <= 8 + 4 + 2 + 3 + 3, "%d drafts run for 32 tokens", drafted);
-    ifl_executor_destroy(ex, 0);
 }
 
 /* Drafts of which only the first is kept: the draft length stays at the
  * 7 drafts that cost little (the old rule cut it to what was kept plus one
- * or half: 8, 4, 2, 2, ...); the output is plain decoding's. */
+ * or half: 8, 4, 2, 2, ... at n_max 8); the output is plain decoding's. */
 static void test_adaptive_keeps_cheap_drafts(void)
 {
     ifl_executor *ex = open_ex_spec(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 1, 8, 0);
@@ -456,8 +461,7 @@ static void test_adaptive_keeps_cheap_drafts(void)
     CHECK(n_calls >= 8);
     if (n_calls >= 8)
         for (int32_t i = 0; i < 8; i++)
-            CHECK_MSG(calls[i].max == (i == 0 ? 8 : 7), "call %d: %d drafts (want %d)", i,
-                      calls[i].max, i == 0 ? 8 : 7);
+            CHECK_MSG(calls[i].max == 7, "call %d: %d drafts (want 7)", i, calls[i].max);
     ifl_executor_destroy(ex, 0);
 }
 

@@ -21,10 +21,6 @@
  * decoding sequences one draft each costs 1.7 times for at most twice the
  * tokens. */
 #define SPEC_STEP_ROWS 16
-/* Drafts a sequence may keep running while only some of them are kept:
- * with the pending token, a step of 8 rows (1.28 times one row, where 16
- * rows cost 2.0 times: "Verify cost" as above). */
-#define SPEC_FREE_DRAFTS 7
 
 /* ---- the registry ---- */
 
@@ -262,8 +258,8 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
 /* The adaptive draft length after a step that ran k drafts and kept
  * `kept`:
  *  - all kept: doubled (up to the bound);
- *  - some kept: unchanged up to SPEC_FREE_DRAFTS, above that cut to
- *    SPEC_FREE_DRAFTS, or to what was kept plus one if more. Drafts up to that
+ *  - some kept: unchanged up to IFL_SPEC_FREE_DRAFTS, above that cut to
+ *    IFL_SPEC_FREE_DRAFTS, or to what was kept plus one if more. Drafts up to that
  *    many cost little, so while some are kept they pay for themselves
  *    (at a quarter of the tokens wrong, 7 drafts make 2.8 times the
  *    tokens of one-token steps against 2.4 for 3), where past it each row
@@ -279,7 +275,7 @@ static void adapt(struct eseq *s, int32_t k, int32_t kept)
     if (kept == k) {
         s->spec_cap = s->spec_cap * 2 > IFL_SPEC_MAX_DRAFT ? IFL_SPEC_MAX_DRAFT : s->spec_cap * 2;
     } else if (kept > 0) {
-        int32_t c = s->spec_cap < SPEC_FREE_DRAFTS ? s->spec_cap : SPEC_FREE_DRAFTS;
+        int32_t c = s->spec_cap < IFL_SPEC_FREE_DRAFTS ? s->spec_cap : IFL_SPEC_FREE_DRAFTS;
         s->spec_cap = kept + 1 > c ? kept + 1 : c;
     } else {
         s->spec_cap = k / 2 > 1 ? k / 2 : 1;

@@ -87,6 +87,13 @@
 
 /* Most drafts one sequence runs in a step (speculative.n_max's bound). */
 #define IFL_SPEC_MAX_DRAFT 32
+/* Drafts that cost little beside the pending token: on the 2-core Zen 5 of
+ * bench/README.md a step of 8 rows costs 1.28 times a step of one and 16
+ * rows 2.0 times (tinyllama-1.1b Q8_0, "Verify cost"). The adaptive draft
+ * length starts here (a first step whose drafts all fail then costs 1.28
+ * steps, not 2) and stays here while only some drafts are kept
+ * (decoding.c). */
+#define IFL_SPEC_FREE_DRAFTS 7
 
 struct ifl_executor;
 struct eseq;

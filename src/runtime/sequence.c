@@ -83,7 +83,7 @@ int ifl_seq_start(struct ifl_executor *ex, struct eseq *s, struct xreq *q, int32
     s->paused = 0;
     s->cum_logprob = 0;
     s->n_text = 0;
-    s->spec_cap = IFL_SPEC_MAX_DRAFT;
+    s->spec_cap = IFL_SPEC_FREE_DRAFTS;
     s->spec_miss = s->spec_pause = 0;
     s->spec_backoff = 8;
     s->spec_align = 0;
