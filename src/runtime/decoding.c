@@ -264,9 +264,9 @@ int32_t ifl_decoding_propose(struct ifl_executor *ex, struct eseq *s, int32_t ma
  *    (at a quarter of the tokens wrong, 7 drafts make 2.8 times the
  *    tokens of one-token steps against 2.4 for 3), where past it each row
  *    costs its full share;
- *  - none kept: cut to half of the k that ran (not of the cap, which n_max
- *    or the step's rows may have held far above k: a sequence whose drafts
- *    all fail at n_max 8 would run 8 three times before its first pause).
+ *  - none kept: unchanged if the step before kept some and k was at most
+ *    IFL_SPEC_FREE_DRAFTS, else cut to half of the k that ran (not of the
+ *    cap, which n_max or the step's rows may have held far above k).
  * Three steps in a row that keep none pause drafting for spec_backoff
  * steps, which doubles at each pause (up to 256) and resets once a draft
  * is kept again. */
@@ -277,7 +277,9 @@ static void adapt(struct eseq *s, int32_t k, int32_t kept)
     } else if (kept > 0) {
         int32_t c = s->spec_cap < IFL_SPEC_FREE_DRAFTS ? s->spec_cap : IFL_SPEC_FREE_DRAFTS;
         s->spec_cap = kept + 1 > c ? kept + 1 : c;
-    } else {
+    } else if (s->spec_miss > 0 || k > IFL_SPEC_FREE_DRAFTS) {
+        /* (a single miss among hits keeps cheap drafts: with a quarter of
+         * the tokens wrong, the first draft fails one step in four) */
         s->spec_cap = k / 2 > 1 ? k / 2 : 1;
     }
     if (kept > 0) {
