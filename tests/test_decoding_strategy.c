@@ -152,6 +152,84 @@ static const struct ifl_decoding probe_drafts = {
     .accept = ifl_decoding_accept_drafts,
 };
 
+/* ---- the KV after each rejection: a strategy that looks at it ---- */
+
+/* client_id KV_RECORD: proposes nothing, and at each step records the
+ * keys and values of every position its sequence has in the cache (plain
+ * decoding's KV); KV_CHECK: at each step (after the previous step's
+ * drafts were settled) checks that the sequence holds exactly its tokens'
+ * positions, in as many blocks as they need, with the keys and values
+ * plain decoding had there, byte for byte; then proposes the plain run's
+ * next tokens with every third one wrong. */
+#define KV_RECORD 7100
+#define KV_CHECK 7101
+static unsigned char *kv_ref; /* [MAX_LEN + 8][layer][k_row + v_row] */
+static int32_t kv_ref_pos;    /* positions recorded */
+static atomic_long kv_checked, kv_bad;
+
+static size_t kv_pos_bytes(const struct ifl_kv_store *kv)
+{
+    return (size_t)kv->n_layer * (kv->k_row + kv->v_row);
+}
+
+static void kv_read(const struct ifl_kv_store *kv, const struct eseq *s, int32_t p,
+                    unsigned char *out)
+{
+    int32_t b = s->kv.blocks[p / kv->block_size], slot = p % kv->block_size;
+    size_t at = (size_t)b * (size_t)kv->block_size + (size_t)slot;
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        memcpy(out, (const char *)kv->k[l] + at * kv->k_row, kv->k_row);
+        out += kv->k_row;
+        memcpy(out, (const char *)kv->v[l] + at * kv->v_row, kv->v_row);
+        out += kv->v_row;
+    }
+}
+
+static int kv_wants(const struct ifl_executor *ex, const struct xreq *q)
+{
+    (void)ex;
+    return q->r.client_id == KV_RECORD || q->r.client_id == KV_CHECK;
+}
+
+static int32_t kv_propose(struct ifl_executor *ex, struct eseq *s, int32_t *draft, int32_t max)
+{
+    const struct ifl_kv_store *kv = ex->eng->store;
+    size_t pb = kv_pos_bytes(kv);
+    int32_t n_pos = s->kv.n_pos, bs = kv->block_size;
+    if (s->q->r.client_id == KV_RECORD) {
+        for (int32_t p = 0; p < n_pos && p < MAX_LEN + 8; p++)
+            kv_read(kv, s, p, kv_ref + (size_t)p * pb);
+        kv_ref_pos = n_pos;
+        return 0;
+    }
+    unsigned char *buf = malloc(pb);
+    /* (the step being built has already reserved the pending token's
+     * position: its block, and no other, may follow the committed ones) */
+    int bad = !buf || n_pos != s->n_tokens - 1 || s->kv.n_blocks != (n_pos + bs) / bs ||
+              n_pos > kv_ref_pos;
+    for (int32_t p = 0; !bad && p < n_pos; p++) {
+        kv_read(kv, s, p, buf);
+        bad = memcmp(buf, kv_ref + (size_t)p * pb, pb) != 0;
+    }
+    free(buf);
+    atomic_fetch_add(&kv_checked, 1);
+    if (bad)
+        atomic_fetch_add(&kv_bad, 1);
+    int32_t k = 0;
+    for (; k < max && k < DRAFT_K && s->n_gen + k < ref_n[0]; k++) {
+        int32_t g = s->n_gen + k;
+        draft[k] = g % 3 == 2 ? (ref_tok[0][g] + 1) % ex->n_vocab : ref_tok[0][g];
+    }
+    return k;
+}
+
+static const struct ifl_decoding kv_drafts = {
+    .name = "test-kv-check",
+    .wants = kv_wants,
+    .propose = kv_propose,
+    .accept = ifl_decoding_accept_drafts,
+};
+
 /* ---- helpers ---- */
 
 /* An executor with the speculative config's defaults but adaptive and
@@ -536,6 +614,55 @@ static void test_adaptive_step_rows(void)
 
 /* The registry: a strategy is chosen only by executors created after it
  * was registered, and no longer after it was removed. */
+
+/* After every step of a request whose drafts are kept and rejected in
+ * turn, its KV is what plain decoding's was: its block table holds its
+ * committed positions exactly (rejected positions truncated), and every
+ * position's keys and values equal plain decoding's byte for byte. */
+static void test_kv_after_rejections(void)
+{
+    ifl_executor *ex = open_ex_spec(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0, 16, 0);
+    if (!ex)
+        return;
+    const struct ifl_kv_store *kv = ex->eng->store;
+    kv_ref = calloc((size_t)(MAX_LEN + 8), kv_pos_bytes(kv));
+    CHECK(kv_ref != NULL);
+    if (!kv_ref)
+        goto out;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        struct ifl_request r;
+        req(&r, ONCE, 5, 100);
+        if (sampled) {
+            r.sampling.temperature = 0.8f;
+            r.sampling.top_p = 0.9f;
+            r.sampling.seed = 5;
+        }
+        struct out plain, spec;
+        r.client_id = KV_RECORD;
+        if (run_one(ex, &r, &plain))
+            break;
+        memcpy(ref_tok[0], plain.tok, sizeof(int32_t) * (size_t)plain.n);
+        ref_n[0] = plain.n;
+        /* drafts are asked for while a draft and the bonus still fit:
+         * the last time with 98 tokens generated, 102 positions cached */
+        CHECK_EQ(kv_ref_pos, 5 + 98 - 1);
+        long c0 = atomic_load(&kv_checked), b0 = atomic_load(&kv_bad);
+        r.client_id = KV_CHECK;
+        if (!run_one(ex, &r, &spec))
+            check_same(&spec, &plain, 512);
+        long checked = atomic_load(&kv_checked) - c0, bad = atomic_load(&kv_bad) - b0;
+        CHECK_MSG(checked > 20 && bad == 0, "sampled %d: %ld steps checked, %ld wrong", sampled,
+                  checked, bad);
+        free(plain.glog);
+        free(spec.glog);
+    }
+    check_no_blocks_used(ex);
+out:
+    free(kv_ref);
+    kv_ref = NULL;
+    ifl_executor_destroy(ex, 0);
+}
+
 static void test_registry(void)
 {
     ifl_decoding_unregister(&fixed_drafts);
@@ -561,13 +688,16 @@ int main(void)
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
     CHECK_EQ(ifl_decoding_register(&fixed_drafts), 0);
     CHECK_EQ(ifl_decoding_register(&probe_drafts), 0);
+    CHECK_EQ(ifl_decoding_register(&kv_drafts), 0);
     T_RUN(test_plain_unchanged);
     T_RUN(test_drafts_equal_plain);
     T_RUN(test_drafts_in_a_crowd_and_preempted);
     T_RUN(test_adaptive_backs_off_from_what_ran);
     T_RUN(test_adaptive_keeps_cheap_drafts);
     T_RUN(test_adaptive_step_rows);
+    T_RUN(test_kv_after_rejections);
     T_RUN(test_registry);
+    ifl_decoding_unregister(&kv_drafts);
     ifl_decoding_unregister(&probe_drafts);
     ifl_decoding_unregister(&fixed_drafts);
     return t_done();

@@ -169,9 +169,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab",   "--preset",      "--arch",      "--type",
-            "--rope-base", "--seed",    "--n-embd",      "--n-layer",   "--n-head",
-            "--n-head-kv", "--n-ff",    "--head-dim",    "--ctx",       "--swap-tokens",
+            "-o",          "--vocab",   "--preset",      "--arch",     "--type",
+            "--rope-base", "--seed",    "--n-embd",      "--n-layer",  "--n-head",
+            "--n-head-kv", "--n-ff",    "--head-dim",    "--ctx",      "--swap-tokens",
             "--eagle3",    "--extract", "--draft-vocab", "--draft-map"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
