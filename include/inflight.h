@@ -185,9 +185,10 @@ struct ifl_speculative_config {
     int32_t tree_top_n;      /* EAGLE3: children kept per node, 1..8 (default 4) */
     int32_t accept;          /* enum ifl_spec_accept (default EXACT) */
     /* 1 (default): each sequence's draft length follows its acceptance
-     * (halved after a step that kept none, grown after one that kept all),
-     * a sequence whose drafts keep failing decodes plain for a while, and
-     * drafts are cut when a step already carries many rows; 0: always up
+     * (it starts at 7, grows after a step that kept all, halves after
+     * repeated misses), a sequence whose drafts keep failing decodes
+     * plain for a while, a step's drafts are shared out under a budget of
+     * rows and none run beside a prompt chunk (docs/api.md); 0: always up
      * to n_max */
     int32_t adaptive;
 };

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "core/timeutil.h"
+#include "runtime/decoding.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -375,12 +376,11 @@ char *cli_read_file(const char *path, size_t max, const char **why)
 
 int cli_spec_option(const char *cmd, const char *a, const char *v, struct ifl_speculative_config *c)
 {
-    static const char *const types[] = {"none", "draft", "ngram", "eagle3"};
     int64_t iv;
     double fv;
     if (!strcmp(a, "--spec-type")) {
-        for (int t = 0; t < 4; t++)
-            if (!strcmp(v, types[t])) {
+        for (int32_t t = 0; ifl_decoding_type_name(t); t++)
+            if (!strcmp(v, ifl_decoding_type_name(t))) {
                 c->type = t;
                 return 0;
             }

@@ -59,14 +59,14 @@ static void process_row(struct ifl_executor *ex, struct eseq *s, float *row,
                         s->tokens + s->n_prompt, s->n_gen, x);
 }
 
-/* draft >= 0: speculative sampling against that proposal (q: its
- * distribution, NULL for one-hot) */
-static int32_t pick_row(struct eseq *s, const float *row, float *lp, int32_t draft, const float *q)
+/* draft >= 0: speculative sampling against that proposal (one-hot: every
+ * proposer here chooses its drafts deterministically) */
+static int32_t pick_row(struct eseq *s, const float *row, float *lp, int32_t draft)
 {
     int32_t n_top = s->q->r.output.top_log_probs;
     struct ifl_top_logprob *top = n_top ? s->tops + (size_t)s->n_gen * IFL_MAX_TOP : NULL;
     int32_t tok = draft >= 0
-                      ? ifl_sampler_pick_spec(&s->scfg, &s->st, row, draft, q, lp, top, n_top)
+                      ? ifl_sampler_pick_spec(&s->scfg, &s->st, row, draft, NULL, lp, top, n_top)
                       : ifl_sampler_pick(&s->scfg, &s->st, row, lp, top, n_top);
     /* the sampler falls back to token 0 when no logit is left above -inf
      * (all banned by bias, bad words or min_tokens, or NaN): -1, not a
@@ -83,11 +83,11 @@ void ifl_choose_end_unpickable(struct ifl_executor *ex, struct eseq *s)
 
 int32_t ifl_choose_token(struct ifl_executor *ex, struct eseq *s, float *row, float *lp)
 {
-    return ifl_choose_token_spec(ex, s, row, -1, NULL, lp);
+    return ifl_choose_token_spec(ex, s, row, -1, lp);
 }
 
 int32_t ifl_choose_token_spec(struct ifl_executor *ex, struct eseq *s, float *row, int32_t draft,
-                              const float *qd, float *lp)
+                              float *lp)
 {
     struct engine *e = ex->eng;
     struct xreq *q = s->q;
@@ -99,7 +99,7 @@ int32_t ifl_choose_token_spec(struct ifl_executor *ex, struct eseq *s, float *ro
         return -1;
     }
     *lp = 0;
-    int32_t tok = pick_row(s, row, lp, draft, qd);
+    int32_t tok = pick_row(s, row, lp, draft);
     if (tok < 0 && !q->xg) {
         ifl_choose_end_unpickable(ex, s);
         return -1;
@@ -206,7 +206,7 @@ void ifl_choose_pick_rows(void *arg, int ith, int nth)
         struct ifl_sampler_extras x;
         process_row(ex, s, row, &x);
         e->pick_lp[r] = 0;
-        e->pick_tok[r] = pick_row(s, row, &e->pick_lp[r], -1, NULL);
+        e->pick_tok[r] = pick_row(s, row, &e->pick_lp[r], -1);
     }
 }
 

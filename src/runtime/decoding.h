@@ -142,10 +142,6 @@ struct ifl_decoding {
      * propose() of the step (a draft model drafts for all its sequences
      * in one batched pass here). */
     void (*prepare)(struct ifl_executor *ex);
-    /* Optional, for speculative.accept = rejection: the distribution
-     * ([n_vocab], normalised) draft i of s's latest proposal was sampled
-     * from, or NULL when it was chosen deterministically (then one-hot). */
-    const float *(*draft_dist)(struct ifl_executor *ex, struct eseq *s, int32_t i);
     /* Optional: once per step that ran a forward pass, after every
      * sequence's tokens were taken and its KV settled, with the step's
      * batch still in the engine's arrays (rows of b_tok, b_pos, b_seq and,

@@ -238,11 +238,11 @@ void ifl_choose_end_unpickable(struct ifl_executor *ex, struct eseq *s);
  * without taking it; -1 when there is none to take (s is then finished,
  * its request failed or, guided, complete). */
 int32_t ifl_choose_token(struct ifl_executor *ex, struct eseq *s, float *row, float *lp);
-/* The same, speculative sampling against draft (drawn from q, NULL:
- * one-hot) when draft >= 0 (the executor's speculative.accept =
- * rejection; ifl_sampler_pick_spec). */
+/* The same, speculative sampling against draft (a one-hot proposal) when
+ * draft >= 0 (the executor's speculative.accept = rejection;
+ * ifl_sampler_pick_spec). */
 int32_t ifl_choose_token_spec(struct ifl_executor *ex, struct eseq *s, float *row, int32_t draft,
-                              const float *q, float *lp);
+                              float *lp);
 /* ifl_choose_token, then ifl_choose_apply. */
 void ifl_choose_sample(struct ifl_executor *ex, struct eseq *s, float *row);
 void ifl_choose_apply(struct ifl_executor *ex, struct eseq *s, int32_t tok, float lp);

@@ -75,11 +75,8 @@ void ifl_decoding_accept_drafts(struct ifl_executor *ex, struct eseq *s, const i
         /* the draft row i would confirm, read before applying overwrites it */
         int32_t draft = i < n - 1 ? s->tokens[s->n_tokens] : -1;
         float lp = 0;
-        int32_t tok = ifl_choose_token_spec(
-            ex, s, e->logits + (size_t)rows[i] * ex->n_vocab, rejection ? draft : -1,
-            rejection && draft >= 0 && s->q->dec->draft_dist ? s->q->dec->draft_dist(ex, s, i)
-                                                             : NULL,
-            &lp);
+        int32_t tok = ifl_choose_token_spec(ex, s, e->logits + (size_t)rows[i] * ex->n_vocab,
+                                            rejection ? draft : -1, &lp);
         if (tok < 0)
             return;         /* s finished */
         if (tok == draft) { /* counted before apply, which may end the request */

@@ -495,8 +495,8 @@ static int32_t pick(struct ifl_executor *ex, struct dstate *d, struct eseq *s,
                         &x);
     /* speculative sampling draws its uniforms from the generator a sampled
      * draft would come from: a draft drawn from it would not be independent
-     * of its own test, so under rejection the draft is the argmax (one-hot,
-     * as draft_dist NULL says) */
+     * of its own test, so under rejection the draft is the argmax (a
+     * one-hot proposal, which is how the acceptor counts every draft) */
     struct ifl_sampling_config c = s->scfg;
     if (ex->cfg.speculative.accept == IFL_SPEC_ACCEPT_REJECTION)
         c.temperature = 0;
