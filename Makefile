@@ -64,7 +64,7 @@ ifeq ($(V),)
 Q := @
 endif
 
-.PHONY: all test check-test run deps fuzz fuzz-deps format format-check clean tests tools examples
+.PHONY: all test check-test run deps fuzz fuzz-deps format format-check clean tests tools examples python
 all: $(BIN) $(LIB_A) $(LIB_SO) $(TOOLS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c
@@ -79,7 +79,7 @@ $(LIB_A): $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(LIB_SO): $(LIB_OBJ)
-	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libinflight.so -o $@ $^ $(LDLIBS)
 
 # only the command line uses libcurl (the load generator of inflight bench --url)
 $(BIN): $(CLI_OBJ) $(LIB_A)
@@ -101,6 +101,40 @@ $(BUILD)/tests/test_fuzz_replay: $(BUILD)/tests/test_fuzz_replay.o \
   $(BUILD)/tests/fuzz/fuzz_guide_diff.o $(TEST_HELPER_OBJ) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LDLIBS)
 
+# The Python package (python/): the extension inflight._core, built against
+# Debian's python3-dev, linked to a copy of libinflight.so beside it (found
+# through $ORIGIN), so python/ is importable from the repository root and
+# `pip install ./python` packs the same files. A sanitized build goes to
+# $(BUILD)/python/inflight instead, with links to the package's .py files.
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+PY_INC := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+PY_EXT := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+ifeq ($(SANITIZE),)
+PY_DEST := python/inflight
+else
+PY_DEST := $(BUILD)/python/inflight
+endif
+PY_CORE := $(PY_DEST)/_core$(PY_EXT)
+PY_SRC := $(wildcard python/inflight/*.py)
+python: $(PY_CORE) $(PY_DEST)/libinflight.so $(if $(SANITIZE),$(PY_SRC:python/inflight/%=$(PY_DEST)/%))
+
+$(PY_DEST)/libinflight.so: $(LIB_SO)
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+
+$(BUILD)/python/%.o: python/src/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC $<")
+	$(Q)$(CC) $(CPPFLAGS) -I$(PY_INC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
+
+$(PY_CORE): $(BUILD)/python/core.o $(PY_DEST)/libinflight.so
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $(BUILD)/python/core.o -L$(PY_DEST) -linflight \
+	  -Wl,-rpath,'$$ORIGIN' -pthread -lm
+
+$(BUILD)/python/inflight/%.py: python/inflight/%.py
+	@mkdir -p $(@D)
+	$(Q)ln -sf $(abspath $<) $@
+
 tests: $(TESTS)
 tools: $(TOOLS)
 examples: $(EXAMPLES)
@@ -109,7 +143,7 @@ examples: $(EXAMPLES)
 test: deps
 	$(Q)$(MAKE) --no-print-directory check-test
 
-check-test: all $(TESTS)
+check-test: all $(TESTS) python
 	$(Q)BUILD=$(BUILD) bash tests/run.sh
 
 run: deps
@@ -173,13 +207,13 @@ $(GUIDE_FUZZERS): $(FUZZ_OUT)/%: tests/fuzz/%.c $(FUZZ_GUIDE_LIB)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  $(FUZZ_GUIDE_LIB) $(LDLIBS)
 
-FORMAT_FILES = $(shell find include src tests tools examples -name '*.[ch]' 2>/dev/null)
+FORMAT_FILES = $(shell find include src tests tools examples python/src -name '*.[ch]' 2>/dev/null)
 format:
 	clang-format -i $(FORMAT_FILES)
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_FILES)
 
 clean:
-	rm -rf build
+	rm -rf build python/inflight/_core*.so python/inflight/libinflight.so python/build
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

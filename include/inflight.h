@@ -499,6 +499,17 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
  * waiting caller is woken and everything is freed, including responses never
  * awaited. */
 void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight);
+/* The first half of destroy, without freeing: stops accepting requests
+ * (ifl_enqueue then returns IFL_ESTATE), finishes (cancel_in_flight 0) or
+ * cancels (1) every accepted request, stops the engine thread and wakes
+ * every waiting caller. Afterwards ifl_await still hands out the responses
+ * already queued, then returns IFL_ESTATE at once; tokenize, detokenize,
+ * model info and stats keep working until ifl_executor_destroy. Blocks
+ * until the engine has stopped. Thread-safe: a second call (from any
+ * thread) waits for the first to finish, and may turn its drain into a
+ * cancel. For a binding whose own thread waits in ifl_await: shut down,
+ * let that thread return, then destroy. */
+int ifl_executor_shutdown(ifl_executor *ex, int cancel_in_flight);
 
 /* Validates and queues a request (the request's arrays are copied). Returns
  * IFL_EINVAL with a message naming the field, IFL_EFULL when the queue is

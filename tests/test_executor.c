@@ -706,6 +706,66 @@ static void test_destroy_wakes_waiters(void)
     ifl_executor_destroy(ex, 1); /* cancels all: nothing leaks, no hang */
 }
 
+/* A thread waiting in ifl_await for any request, as a binding's response
+ * thread does: ifl_executor_shutdown cancels what runs, the thread takes
+ * every final response and then gets IFL_ESTATE at once; enqueue is
+ * refused, tokenize still works, a second shutdown returns, then destroy
+ * frees with no caller left inside. */
+struct shut_waiter {
+    ifl_executor *ex;
+    int finals;
+    int rc;
+};
+
+static void *shut_wait_main(void *arg)
+{
+    struct shut_waiter *w = arg;
+    for (;;) {
+        struct ifl_response *r[8];
+        int32_t got = 0;
+        int rc = ifl_await(w->ex, NULL, 0, -1, r, 8, &got);
+        for (int32_t i = 0; i < got; i++) {
+            w->finals += r[i]->is_final && r[i]->results[0].finish_reason == IFL_FINISH_CANCELLED;
+            ifl_response_free(r[i]);
+        }
+        if (rc) {
+            w->rc = rc;
+            return NULL;
+        }
+    }
+}
+
+static void test_shutdown_then_destroy(void)
+{
+    ifl_executor *ex = open_ex(2, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, 400);
+    ifl_id ids[4];
+    struct ifl_request rs[4] = {r, r, r, r};
+    CHECK_EQ(ifl_enqueue_many(ex, rs, 4, ids, NULL), 0);
+    struct shut_waiter w = {.ex = ex};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, shut_wait_main, &w), 0);
+    CHECK_EQ(ifl_executor_shutdown(ex, 1), 0);
+    pthread_join(th, NULL);
+    CHECK_EQ(w.rc, IFL_ESTATE);
+    CHECK_EQ(w.finals, 4);
+    ifl_id id;
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_ESTATE);
+    int32_t toks[16];
+    int64_t n = 0;
+    CHECK_EQ(ifl_executor_tokenize(ex, "Once upon", 9, 1, 0, toks, 16, &n), 0);
+    CHECK(n >= 2);
+    CHECK_EQ(ifl_executor_shutdown(ex, 0), 0);
+    struct ifl_response *out;
+    int32_t got = 1;
+    CHECK_EQ(ifl_await(ex, NULL, 0, -1, &out, 1, &got), IFL_ESTATE);
+    CHECK_EQ(got, 0);
+    CHECK_EQ(ifl_executor_shutdown(NULL, 0), IFL_EINVAL);
+    ifl_executor_destroy(ex, 0);
+}
+
 /* Stop strings never leak into the text, even across tokens; the finish
  * reason says stop; stop words (token sequences) end generation too. */
 static void test_stops(void)
@@ -1655,6 +1715,7 @@ int main(void)
     T_RUN(test_generation_and_context_logits);
     T_RUN(test_hidden_states);
     T_RUN(test_destroy_wakes_waiters);
+    T_RUN(test_shutdown_then_destroy);
     T_RUN(test_baseline_and_wait_idle);
     T_RUN(test_stress);
     T_RUN(test_null_executor);

@@ -658,24 +658,48 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
     return 0;
 }
 
-void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
+int ifl_executor_shutdown(ifl_executor *ex, int cancel_in_flight)
 {
     if (!ex)
-        return;
+        return IFL_EINVAL;
     pthread_mutex_lock(&ex->in_mu);
+    int first = !ex->stop;
     ex->accepting = 0;
     ex->stop = 1;
-    ex->cancel_all = cancel_in_flight != 0;
+    /* a later call may turn a drain into a cancel, never the reverse */
+    if (cancel_in_flight)
+        ex->cancel_all = 1;
     pthread_cond_broadcast(&ex->in_cv);
     pthread_mutex_unlock(&ex->in_mu);
+    if (!first) {
+        /* another thread joins the engine: wait until it has */
+        pthread_mutex_lock(&ex->out_mu);
+        while (!ex->engine_done)
+            pthread_cond_wait(&ex->out_cv, &ex->out_mu);
+        pthread_mutex_unlock(&ex->out_mu);
+        return 0;
+    }
     if (ex->thread_started)
         pthread_join(ex->thread, NULL);
-    /* wake every waiting caller and wait until they have left */
+    /* every final response is queued: wake every waiting caller, so each
+     * takes what is left for it and then sees that nothing more comes */
     pthread_mutex_lock(&ex->out_mu);
     ex->engine_done = 1;
     for (struct xwaiter *w = ex->waiters; w; w = w->next)
         pthread_cond_signal(&w->cv);
     pthread_cond_broadcast(&ex->idle_cv);
+    pthread_cond_broadcast(&ex->out_cv);
+    pthread_mutex_unlock(&ex->out_mu);
+    return 0;
+}
+
+void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
+{
+    if (!ex)
+        return;
+    ifl_executor_shutdown(ex, cancel_in_flight);
+    /* wait until every caller has left */
+    pthread_mutex_lock(&ex->out_mu);
     while (ex->n_callers > 0)
         pthread_cond_wait(&ex->out_cv, &ex->out_mu);
     pthread_mutex_unlock(&ex->out_mu);

@@ -318,7 +318,7 @@ int ifl_executor_wait_idle(ifl_executor *ex, int64_t timeout_ms)
     }
     ex->n_idle_waiters--;
     if (--ex->n_callers == 0 && ex->engine_done)
-        pthread_cond_signal(&ex->out_cv);
+        pthread_cond_broadcast(&ex->out_cv);
     pthread_mutex_unlock(&ex->out_mu);
     return rc;
 }

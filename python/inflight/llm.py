@@ -1,0 +1,122 @@
+"""LLM: TensorRT-LLM's high-level API (LLM(model).generate(...)) over
+GenerationExecutor, taking prompts as text or token ids."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from .executor import (GenerationExecutor, GenerationRequest, GenerationResult, RequestOutput,
+                       _per_prompt, _wait_all)
+from .sampling_params import SamplingParams
+
+__all__ = ["LLM", "Tokenizer"]
+
+Prompt = Union[str, Sequence[int]]
+
+
+class Tokenizer:
+    """The model's own tokenizer (from its GGUF metadata)."""
+
+    def __init__(self, executor: GenerationExecutor):
+        self._core = executor._core
+        info = executor.model_info
+        self.vocab_size: int = info["n_vocab"]
+        self.bos_token_id: Optional[int] = info["bos_id"] if info["bos_id"] >= 0 else None
+        self.eos_token_id: int = info["eos_id"]
+
+    def encode(self, text: str, add_special_tokens: bool = True,
+               parse_special: bool = False) -> List[int]:
+        """Token ids of text; add_special_tokens adds BOS (and EOS) as the
+        model's metadata asks; parse_special turns special-token text such
+        as "<|im_start|>" into those tokens."""
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected a str, got {type(text).__name__}")
+        return self._core.tokenize(text, add_special_tokens, parse_special)
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of token ids (control tokens left out when
+        skip_special_tokens). A SentencePiece vocabulary's word-start
+        marker is a space, so a text that began with a word decodes with a
+        space in front, as llama.cpp's detokenizer gives it."""
+        return self._core.detokenize(list(token_ids), not skip_special_tokens)
+
+
+def _is_ids(p: Any) -> bool:
+    return isinstance(p, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                for t in p)
+
+
+class LLM:
+    """A model served by an in-flight batching executor.
+
+    LLM(model, **executor_config): model is a GGUF file; the options are
+    GenerationExecutor's (n_threads, max_batch_size, n_ctx, kv_type, ...).
+    Use it as a context manager, or call shutdown().
+    """
+
+    def __init__(self, model: str, **executor_config: Any):
+        self._executor = GenerationExecutor(model, **executor_config)
+        self.tokenizer = Tokenizer(self._executor)
+
+    @property
+    def executor(self) -> GenerationExecutor:
+        return self._executor
+
+    def _request(self, prompt: Prompt, sp: SamplingParams, streaming: bool) -> GenerationRequest:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special_tokens=sp.add_special_tokens)
+            return GenerationRequest(ids, sp, streaming, prompt=prompt)
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return GenerationRequest(list(prompt["prompt_token_ids"]), sp, streaming)
+            if "prompt" in prompt:
+                return self._request(prompt["prompt"], sp, streaming)
+        if _is_ids(prompt):
+            return GenerationRequest(list(prompt), sp, streaming)
+        raise ValueError("prompt: expected a str, a list of token ids, or a dict with 'prompt' "
+                         "or 'prompt_token_ids'")
+
+    def generate(self, inputs: Union[Prompt, Sequence[Prompt]],
+                 sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None
+                 ) -> List[RequestOutput]:
+        """Generates for one prompt or many (text or token ids) in one
+        batch and waits: a list of RequestOutput in the prompts' order.
+        sampling_params: one for all, or one per prompt. Ctrl-C aborts the
+        requests still running."""
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            return []
+        single = isinstance(inputs, (str, dict)) or _is_ids(inputs)
+        prompts = [inputs] if single else list(inputs)
+        if not prompts:
+            return []
+        params = _per_prompt(sampling_params, len(prompts))
+        reqs = [self._request(p, sp, False) for p, sp in zip(prompts, params)]
+        results = self._executor.submit_many(reqs)
+        _wait_all(results)
+        return list(results)
+
+    def generate_async(self, inputs: Prompt, sampling_params: Optional[SamplingParams] = None,
+                       streaming: bool = False) -> GenerationResult:
+        """Submits one prompt and returns at once: wait with result(),
+        `await` it, or iterate it for streamed updates."""
+        sp = sampling_params or SamplingParams()
+        if not isinstance(sp, SamplingParams):
+            raise ValueError("sampling_params: expected a SamplingParams")
+        return self._executor.submit(self._request(inputs, sp, streaming))
+
+    def abort_request(self, request_id: int) -> bool:
+        return self._executor.abort_request(request_id)
+
+    def get_stats(self) -> Dict[str, Any]:
+        """The engine's iteration statistics as of its last step (see
+        GenerationExecutor.get_stats)."""
+        return self._executor.get_stats()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
