@@ -127,8 +127,9 @@ $(BUILD)/python/%.o: python/src/%.c
 	@$(if $(Q),echo "  CC $<")
 	$(Q)$(CC) $(CPPFLAGS) -I$(PY_INC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
 
-$(PY_CORE): $(BUILD)/python/core.o $(PY_DEST)/libinflight.so
-	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $(BUILD)/python/core.o -L$(PY_DEST) -linflight \
+PY_OBJ := $(patsubst python/src/%.c,$(BUILD)/python/%.o,$(wildcard python/src/*.c))
+$(PY_CORE): $(PY_OBJ) $(PY_DEST)/libinflight.so
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $(PY_OBJ) -L$(PY_DEST) -linflight \
 	  -Wl,-rpath,'$$ORIGIN' -pthread -lm
 
 $(BUILD)/python/inflight/%.py: python/inflight/%.py

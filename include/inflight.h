@@ -584,6 +584,14 @@ int ifl_executor_detokenize(ifl_executor *ex, const int32_t *ids, int64_t n, int
  * process_rss_bytes are measured during the call (about a millisecond for
  * a pool of gigabytes). Thread-safe. */
 int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
+/* Every step's figures, not only the last (TensorRT-LLM's
+ * getLatestIterationStats): the executor keeps those of its last 1024
+ * steps. Copies, oldest first, up to max of the kept ones whose iteration
+ * is greater than after_iteration (0: all kept), and sets *n_out; pass
+ * the last iteration seen to get only newer ones. kv_bytes_resident and
+ * process_rss_bytes are measured once, during the call. Thread-safe. */
+int ifl_get_iteration_stats_since(ifl_executor *ex, int64_t after_iteration,
+                                  struct ifl_iteration_stats *out, int32_t max, int32_t *n_out);
 /* Waits until the executor is idle: every request enqueued so far has had
  * its final response queued (none active, queued or paused) and the engine
  * has published its stats since, so ifl_get_iteration_stats shows the

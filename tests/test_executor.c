@@ -1691,6 +1691,52 @@ static void test_null_executor(void)
     ifl_executor_destroy(ex, 0);
 }
 
+/* Every step's stats are kept: consecutive iterations, the newest equal
+ * to ifl_get_iteration_stats', rows adding up to the work done, and
+ * `after_iteration` returns only newer ones. */
+static void test_stats_history(void)
+{
+    ifl_executor *ex = open_ex(4, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    struct ifl_iteration_stats *h = calloc(2048, sizeof(*h));
+    int32_t n = -1;
+    CHECK_EQ(ifl_get_iteration_stats_since(ex, 0, h, 2048, &n), 0);
+    int32_t n0 = n;
+    int64_t last0 = n0 ? h[n0 - 1].iteration : 0;
+    struct ifl_request r;
+    greedy_req(&r, ONCE, 5, 20);
+    struct ifl_request rs[3] = {r, r, r};
+    ifl_id ids[3];
+    CHECK_EQ(ifl_enqueue_many(ex, rs, 3, ids, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        ifl_response_free(await_final(ex, ids[i]));
+    CHECK_EQ(ifl_executor_wait_idle(ex, 60000), 0);
+    CHECK_EQ(ifl_get_iteration_stats_since(ex, last0, h, 2048, &n), 0);
+    CHECK(n >= 20);
+    int64_t ctx = 0, gen = 0;
+    for (int32_t i = 0; i < n; i++) {
+        CHECK(h[i].iteration > last0);
+        if (i)
+            CHECK_EQ(h[i].iteration, h[i - 1].iteration + 1);
+        ctx += h[i].context_tokens;
+        gen += h[i].generation_tokens;
+    }
+    CHECK_EQ(ctx, 15);     /* three prompts of 5 */
+    CHECK_EQ(gen, 3 * 19); /* the first token of each comes with its prompt */
+    struct ifl_iteration_stats now;
+    CHECK_EQ(ifl_get_iteration_stats(ex, &now), 0);
+    CHECK_EQ(h[n - 1].iteration, now.iteration);
+    CHECK_EQ(h[n - 1].completed_requests, now.completed_requests);
+    int32_t m = -1;
+    CHECK_EQ(ifl_get_iteration_stats_since(ex, now.iteration, h, 2048, &m), 0);
+    CHECK_EQ(m, 0);
+    CHECK_EQ(ifl_get_iteration_stats_since(ex, 0, h, 2, &m), 0);
+    CHECK_EQ(m, 2);
+    CHECK_EQ(ifl_get_iteration_stats_since(ex, 0, h, 0, &m), IFL_EINVAL);
+    CHECK_EQ(ifl_get_iteration_stats_since(NULL, 0, h, 2, &m), IFL_EINVAL);
+    free(h);
+    ifl_executor_destroy(ex, 0);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
@@ -1716,6 +1762,7 @@ int main(void)
     T_RUN(test_hidden_states);
     T_RUN(test_destroy_wakes_waiters);
     T_RUN(test_shutdown_then_destroy);
+    T_RUN(test_stats_history);
     T_RUN(test_baseline_and_wait_idle);
     T_RUN(test_stress);
     T_RUN(test_null_executor);

@@ -16,7 +16,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 export BUILD
 if [ "$BUILD" != build ]; then
-    export INFLIGHT_PYTHONPATH=$BUILD/python
+    export INFLIGHT_PYTHONPATH=$BUILD/python INFLIGHT_SANITIZED=1
     case "$BUILD" in
     *address*) pre=$(gcc -print-file-name=libasan.so) ;;
     *thread*) pre=$(gcc -print-file-name=libtsan.so) ;;
@@ -29,7 +29,9 @@ if [ "$BUILD" != build ]; then
 fi
 
 log=$(mktemp)
-$PY -m pytest -q -p no:cacheprovider python/tests >"$log" 2>&1
+# -s: a sanitizer's report goes straight to stderr, not into a capture
+# that an abort would lose
+$PY -m pytest -q -s -p no:cacheprovider python/tests >"$log" 2>&1
 rc=$?
 unset LD_PRELOAD
 tail -n 40 "$log"

@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _core
 from .sampling_params import _FINISH, SamplingParams, _py_message
@@ -192,7 +192,7 @@ class GenerationResult(RequestOutput):
         self._final_received = False
         self._consume = threading.Lock()
         self._error: Optional[BaseException] = None
-        n = self._params.n if self._params.beam_width == 1 else 0
+        n = self._params._n_samples() if self._params._beam_width() == 1 else 0
         self.outputs = [CompletionOutput(index=i) for i in range(n)]
 
     @property
@@ -349,7 +349,7 @@ class GenerationResult(RequestOutput):
         if resp.get("context_hidden_states") is not None and p.return_hidden_states:
             self.context_hidden_states = _floats(resp["context_hidden_states"], resp["n_embd"])
         results = resp["results"]
-        if p.beam_width > 1:
+        if p._beam_width() > 1:
             # one final response with every hypothesis, best first
             self.outputs = [CompletionOutput(index=i) for i in range(len(results))]
             for i, r in enumerate(results):
@@ -363,6 +363,12 @@ class GenerationResult(RequestOutput):
         if resp["is_final"]:
             if not self.outputs and resp["status"] == 0:
                 self._error = RequestError(f"request {self.request_id}: ended with no output")
+            if len(self.outputs) > p.n:
+                # best_of: the n most likely samples, renumbered
+                best = sorted(self.outputs, key=lambda o: -(o.cumulative_logprob or 0.0))[:p.n]
+                for i, o in enumerate(best):
+                    o.index = i
+                self.outputs = best
             self.finished = True
 
     def _merge(self, o: CompletionOutput, r: Dict[str, Any], resp: Dict[str, Any],
@@ -393,7 +399,7 @@ class GenerationResult(RequestOutput):
             o._hidden += r["hidden_states"]
             o.hidden_states = _floats(bytes(o._hidden), resp["n_embd"])
         o.cumulative_logprob = r["cum_log_prob"]
-        if p.beam_width > 1:
+        if p._beam_width() > 1:
             o.score = r["score"]
         fr = r["finish_reason"]
         if fr and (resp["is_sequence_final"] or resp["is_final"]):
@@ -506,6 +512,7 @@ class GenerationExecutor:
         self._results: Dict[int, GenerationResult] = {}
         self._early: Dict[int, List[Dict[str, Any]]] = {}
         self._shut = False
+        self._stats_after = 0
         self._thread = threading.Thread(target=self._loop, name="inflight-responses", daemon=True)
         self._thread.start()
         _live.add(self)
@@ -604,10 +611,23 @@ class GenerationExecutor:
             return False
 
     # ---------------------------------------------------------- the rest
-    def get_stats(self) -> Dict[str, Any]:
-        """The engine's iteration statistics as of its last step: requests
-        active, queued and completed; tokens in the step; KV blocks and
-        bytes; speculative drafts (struct ifl_iteration_stats)."""
+    def get_stats(self) -> Iterator[Dict[str, Any]]:
+        """Yields the statistics of each engine step since the previous
+        call (of the last 1024 steps, which the executor keeps), oldest
+        first, as dicts of struct ifl_iteration_stats' fields: requests
+        active, queued and completed; prompt and generation tokens in the
+        step; its latency; KV blocks and bytes; speculative drafts."""
+        with self._lock:
+            after = self._stats_after
+        hist = self._core.iteration_stats_since(after)
+        with self._lock:
+            if hist and hist[-1]["iteration"] > self._stats_after:
+                self._stats_after = hist[-1]["iteration"]
+        return iter(hist)
+
+    def get_latest_stats(self) -> Dict[str, Any]:
+        """The figures as of the engine's last step (or its creation), with
+        kv_bytes_resident and process_rss_bytes measured now."""
         return self._core.iteration_stats()
 
     def get_request_stats(self, request_id: int) -> Optional[Dict[str, Any]]:

@@ -3,7 +3,7 @@ GenerationExecutor, taking prompts as text or token ids."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from .executor import (GenerationExecutor, GenerationRequest, GenerationResult, RequestOutput,
                        _per_prompt, _wait_all)
@@ -107,10 +107,15 @@ class LLM:
     def abort_request(self, request_id: int) -> bool:
         return self._executor.abort_request(request_id)
 
-    def get_stats(self) -> Dict[str, Any]:
-        """The engine's iteration statistics as of its last step (see
-        GenerationExecutor.get_stats)."""
+    def get_stats(self) -> Iterator[Dict[str, Any]]:
+        """Yields each engine step's statistics since the previous call
+        (see GenerationExecutor.get_stats)."""
         return self._executor.get_stats()
+
+    def get_latest_stats(self) -> Dict[str, Any]:
+        """The figures as of the engine's last step, KV memory and RSS
+        measured now."""
+        return self._executor.get_latest_stats()
 
     def shutdown(self) -> None:
         self._executor.shutdown()

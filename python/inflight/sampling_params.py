@@ -139,8 +139,10 @@ class SamplingParams:
     top_p, top_p_min, top_p_decay, top_p_reset_ids, min_p, typical_p,
     seed (None: a fresh random seed per request), repetition_penalty,
     presence_penalty, frequency_penalty, no_repeat_ngram_size.
-    n: independent samples; beam_width > 1: beam search (n of the best
-    hypotheses, 1..beam_width; length_penalty, early_stopping).
+    n: independent samples (best_of: run that many and return the n with
+    the highest cumulative log-probability); beam_width > 1, or
+    use_beam_search with best_of (else n) beams: beam search (n of the
+    best hypotheses; length_penalty, early_stopping).
     Stopping: max_tokens, min_tokens, ignore_eos, end_id, pad_id, stop
     (strings), stop_token_ids, stop_words (token sequences),
     include_stop_str_in_output. Bans and bias: bad (strings), bad_token_ids,
@@ -158,6 +160,8 @@ class SamplingParams:
 
     max_tokens: int = 32
     n: int = 1
+    best_of: Optional[int] = None
+    use_beam_search: bool = False
     beam_width: int = 1
     temperature: float = 1.0
     top_k: int = 0
@@ -206,9 +210,19 @@ class SamplingParams:
     def __post_init__(self) -> None:
         self._validate()
 
-    @property
-    def use_beam_search(self) -> bool:
-        return self.beam_width > 1
+    def _beam_width(self) -> int:
+        """beam_width, or with use_beam_search best_of (else n) beams, as
+        TensorRT-LLM takes best_of for the beam width."""
+        if self.beam_width > 1 or not self.use_beam_search:
+            return self.beam_width
+        return self.best_of or self.n
+
+    def _n_samples(self) -> int:
+        """Sequences the executor runs: best_of samples, of which the n
+        with the highest cumulative log-probability are returned."""
+        if self._beam_width() > 1:
+            return self.n
+        return self.best_of or self.n
 
     def _validate(self) -> None:
         """Every check that needs no model; the executor checks the rest
@@ -218,8 +232,17 @@ class SamplingParams:
         _check_int(p + "max_tokens", self.max_tokens, 1, 2**31 - 1)
         _check_int(p + "n", self.n, 1, 64)
         _check_int(p + "beam_width", self.beam_width, 1, 16)
-        if self.beam_width > 1 and self.n > self.beam_width:
-            raise _bad(p + "n", f"{self.n} exceeds beam_width {self.beam_width} (beam search "
+        if not isinstance(self.use_beam_search, bool):
+            raise _bad(p + "use_beam_search", "expected a bool")
+        if self.best_of is not None:
+            _check_int(p + "best_of", self.best_of, 1, 64)
+            if self.best_of < self.n:
+                raise _bad(p + "best_of", f"{self.best_of} is below n ({self.n})")
+        bw = self._beam_width()
+        if bw > 16:
+            raise _bad(p + "best_of", f"{bw} beams (16 at most)")
+        if bw > 1 and self.n > bw:
+            raise _bad(p + "n", f"{self.n} exceeds beam_width {bw} (beam search "
                        "returns its n best hypotheses)")
         _check_float(p + "temperature", self.temperature, 0.0, math.inf, hi_open=True)
         _check_int(p + "top_k", self.top_k, 0, 2**31 - 1)
@@ -281,7 +304,7 @@ class SamplingParams:
                 _check_ids(f"{p}{k}[{i}]", w, 64)
                 if not w:
                     raise _bad(f"{p}{k}[{i}]", "an empty sequence")
-        if self.beam_width > 1 and (self.stop or self.stop_token_ids or self.stop_words):
+        if bw > 1 and (self.stop or self.stop_token_ids or self.stop_words):
             raise _bad(p + "stop", "stop strings and stop words are not supported with beam "
                        "search (beam_width > 1); beams end on the end token or max_tokens")
         if self.logit_bias is not None:
@@ -297,7 +320,7 @@ class SamplingParams:
             v = getattr(self, k)
             if v is not None:
                 _check_int(p + k, v, 0, 20)
-        if self.beam_width > 1 and self.logprobs:
+        if bw > 1 and self.logprobs:
             raise _bad(p + "logprobs", "top alternatives are not supported with beam search; "
                        "logprobs=0 (each chosen token's) is")
         if self.guided_decoding is not None:
@@ -328,8 +351,11 @@ class SamplingParams:
         tokenize(text) turns stop/bad strings and drafts into ids."""
         self._validate()
         seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(8), "little")
+        if streaming and self._n_samples() > self.n:
+            raise _bad("SamplingParams.best_of", "best_of above n needs the whole outputs to "
+                       "choose from: not with streaming")
         sampling = {
-            "beam_width": self.beam_width, "top_k": self.top_k, "top_p": self.top_p,
+            "beam_width": self._beam_width(), "top_k": self.top_k, "top_p": self.top_p,
             "top_p_min": self.top_p_min, "top_p_decay": self.top_p_decay,
             "top_p_reset_ids": -1 if self.top_p_reset_ids is None else self.top_p_reset_ids,
             "min_p": self.min_p, "typical_p": self.typical_p, "temperature": self.temperature,
@@ -358,7 +384,7 @@ class SamplingParams:
             "output": output,
             "end_id": -1 if self.end_id is None else self.end_id,
             "pad_id": -1 if self.pad_id is None else self.pad_id,
-            "num_return_sequences": self.n,
+            "num_return_sequences": self._n_samples(),
             "priority": self.priority,
             "allotted_time_ms": self.allotted_time_ms,
             "client_id": self.client_id,

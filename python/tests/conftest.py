@@ -17,6 +17,9 @@ MODELS = os.path.join(ROOT, "..", "shared", "models")
 STORIES = os.path.join(MODELS, "stories260K.gguf")
 LARGER = os.path.join(MODELS, "ref", "llama-f32.gguf")  # about 12x stories260K's work a token
 BUILD = os.environ.get("BUILD", "build")
+# under a sanitizer (tests/test_python.sh sets this), freed memory sits in
+# its quarantine: RSS says nothing about leaks there
+SANITIZED = os.environ.get("INFLIGHT_SANITIZED") == "1"
 INFLIGHT_BIN = os.path.join(ROOT, BUILD, "inflight")
 
 

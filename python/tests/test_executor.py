@@ -4,6 +4,7 @@ timeouts, Ctrl-C, the GIL, memory, shutdown and bad values."""
 import asyncio
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 
 import inflight
 from inflight import GenerationExecutor, GenerationRequest, SamplingParams
-from conftest import LARGER, STORIES, rss_bytes
+from conftest import LARGER, SANITIZED, STORIES, rss_bytes
 
 PROMPT = [1, 403, 407, 261, 378]
 
@@ -75,7 +76,7 @@ def test_abort_mid_stream_returns_kv_to_baseline():
     with GenerationExecutor(STORIES, n_threads=1, kv_type="f32",
                             logits_processors={"slow": _slow}) as ex:
         assert ex.wait_idle(30)
-        base = ex.get_stats()["kv_blocks_used"]
+        base = ex.get_latest_stats()["kv_blocks_used"]
         r = ex.generate_async(PROMPT, SamplingParams(max_tokens=100, temperature=0,
                                                      ignore_eos=True, logits_processor="slow"),
                               streaming=True)
@@ -83,13 +84,13 @@ def test_abort_mid_stream_returns_kv_to_baseline():
         for step in r:
             seen += len(step.outputs[0].token_ids_diff)
             if seen >= 3 and not aborted:
-                assert ex.get_stats()["kv_blocks_used"] > base
+                assert ex.get_latest_stats()["kv_blocks_used"] > base
                 r.abort()
                 aborted = True
         assert r.finished and r.outputs[0].finish_reason == "cancelled" and r.cancelled
         assert len(r.outputs[0].token_ids) < 100
         assert ex.wait_idle(30)
-        assert ex.get_stats()["kv_blocks_used"] == base
+        assert ex.get_latest_stats()["kv_blocks_used"] == base
         # awaiting after the cancel returns at once, and aborting again is harmless
         assert r.result(timeout=5) is r
         assert asyncio.run(r.aresult()) is r
@@ -140,7 +141,7 @@ def test_ctrl_c_aborts_generate():
         timer.join()
         # the aborted requests end quickly: the executor is idle again
         assert llm.executor.wait_idle(60)
-        s = llm.get_stats()
+        s = llm.get_latest_stats()
         assert s["active_requests"] == 0 and s["queued_requests"] == 0
         assert time.monotonic() - t0 < 60
         # and it still serves
@@ -154,11 +155,29 @@ def _count_for(seconds):
     return n
 
 
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def test_gil_is_released_during_generate():
     """A Python thread counting during a long generate() keeps at least
-    half its idle rate (with one engine thread, a core is left for it)."""
+    half the rate it has when this process is idle. The engine runs one
+    thread, so a core is left for the counter; "idle" is measured with one
+    core kept busy by another process, so that CPU contention from other
+    work on the machine weighs on both figures alike and only the GIL
+    makes a difference (held, the counter would all but stop)."""
     with inflight.LLM(LARGER, n_threads=1, n_ctx=256) as llm:
-        idle = _count_for(0.5)
+        def idle_rate():
+            spin = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+            try:
+                return [_count_for(0.5) for _ in range(2)]
+            finally:
+                spin.kill()
+                spin.wait()
+
+        idle_runs = idle_rate()
+        quiet = [_count_for(0.5) for _ in range(2)]
         counts = []
         stop = threading.Event()
 
@@ -170,17 +189,23 @@ def test_gil_is_released_during_generate():
         sp = SamplingParams(max_tokens=200, ignore_eos=True, temperature=0.8, seed=1)
         t0 = time.perf_counter()
         th.start()
-        llm.generate(["Once upon a time"] * 128, sp)
+        llm.generate(["Once upon a time"] * (16 if SANITIZED else 128), sp)
         busy_s = time.perf_counter() - t0
         stop.set()
         th.join()
         assert busy_s > 1.0, "generate() was too short to measure"
-        full = sorted(counts[:-1])  # the last window ran past generate()
-        rate = full[len(full) // 2]
-        print(f"idle {idle}/0.5 s, during generate {counts} (best {rate}), {busy_s:.1f} s")
+        idle_runs += idle_rate()
+        quiet += [_count_for(0.5) for _ in range(2)]
+        rate, idle = _median(counts[:-1]), _median(idle_runs)  # the last window ran past
+        print(f"counting per 0.5 s: idle with a core busy elsewhere {idle_runs} (median {idle}), "
+              f"idle {quiet} (median {_median(quiet)}), during generate {counts} (median "
+              f"{rate}) = {rate / idle:.2f} and {rate / _median(quiet):.2f}; {busy_s:.1f} s")
+        if SANITIZED:
+            return  # a timing, not a memory check: not under a sanitizer
         assert rate >= 0.5 * idle
 
 
+@pytest.mark.skipif(SANITIZED, reason="a sanitizer's quarantine holds freed memory")
 def test_rss_stays_flat_over_2000_requests():
     with GenerationExecutor(STORIES, n_threads=2) as ex:
         sp = SamplingParams(max_tokens=8, temperature=0.8, logprobs=2)
@@ -241,6 +266,8 @@ BAD = [
     (dict(max_tokens="10"), "max_tokens"),
     (dict(n=0), "SamplingParams.n"),
     (dict(beam_width=17), "beam_width"),
+    (dict(best_of=1, n=2), "best_of"),
+    (dict(use_beam_search=True, best_of=20), "best_of"),
     (dict(beam_width=2, n=3), "SamplingParams.n"),
     (dict(seed=-1), "seed"),
     (dict(repetition_penalty=0.0), "repetition_penalty"),
@@ -276,7 +303,7 @@ def test_bad_value_names_its_field(kw, name):
 
 
 def test_bad_values_the_executor_finds_enqueue_nothing(llm):
-    before = llm.get_stats()["completed_requests"]
+    before = llm.get_latest_stats()["completed_requests"]
     n_vocab = llm.tokenizer.vocab_size
     cases = [
         (SamplingParams(logit_bias={n_vocab + 5: 1.0}), "logit_bias"),
@@ -298,7 +325,7 @@ def test_bad_values_the_executor_finds_enqueue_nothing(llm):
     with pytest.raises(ValueError, match="prompt"):
         llm.generate([[]], SamplingParams(max_tokens=2))
     llm.executor.wait_idle(30)
-    assert llm.get_stats()["completed_requests"] == before
+    assert llm.get_latest_stats()["completed_requests"] == before
     # a value changed after construction is caught at submit
     sp = SamplingParams()
     sp.top_k = -3

@@ -80,6 +80,18 @@ def test_n_and_beams(llm):
     assert len(b.outputs) == 2
     assert b.outputs[0].score >= b.outputs[1].score
     assert all(c.finish_reason in ("stop", "length") for c in b.outputs)
+    u = llm.generate("Once upon a time", SamplingParams(max_tokens=16, use_beam_search=True,
+                                                        best_of=4, n=2, logprobs=0))[0]
+    assert [c.token_ids for c in u.outputs] == [c.token_ids for c in b.outputs]
+    # best_of: the n most likely of best_of samples
+    four = llm.generate("Once upon a time", SamplingParams(max_tokens=16, n=4, seed=5))[0]
+    two = llm.generate("Once upon a time", SamplingParams(max_tokens=16, n=2, best_of=4,
+                                                          seed=5))[0]
+    ranked = sorted(four.outputs, key=lambda c: -c.cumulative_logprob)[:2]
+    assert [c.token_ids for c in two.outputs] == [c.token_ids for c in ranked]
+    assert [c.index for c in two.outputs] == [0, 1]
+    with pytest.raises(ValueError, match="best_of"):
+        llm.generate_async("Once", SamplingParams(n=1, best_of=3), streaming=True)
 
 
 def test_stop_strings_and_reasons(llm):
@@ -181,3 +193,21 @@ def test_logits_processor_from_python():
         assert len(calls) == 5 and calls[0][2] == 77 and calls[1][1] == calls[0][1] + 1
         with pytest.raises(ValueError, match="logits_processor"):
             m.generate("Once", SamplingParams(logits_processor="nope"))
+
+
+def test_get_stats_yields_each_step():
+    with inflight.LLM(STORIES, n_threads=1) as m:
+        list(m.get_stats())  # whatever creation published
+        outs = m.generate(["Once upon a time"] * 3, SamplingParams(max_tokens=20,
+                                                                 **GREEDY_PARAMS))
+        assert m.executor.wait_idle(30)
+        steps = list(m.get_stats())
+        its = [s["iteration"] for s in steps]
+        assert its == list(range(its[0], its[0] + len(its)))
+        assert sum(s["context_tokens"] for s in steps) == 15
+        assert sum(s["generation_tokens"] for s in steps) == 3 * 19
+        assert steps[-1]["completed_requests"] == 3
+        assert all(len(o.outputs[0].token_ids) == 20 for o in outs)
+        assert list(m.get_stats()) == []  # nothing new since
+        latest = m.get_latest_stats()
+        assert latest["iteration"] == its[-1] and latest["process_rss_bytes"] > 0

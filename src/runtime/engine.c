@@ -301,6 +301,16 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.accepted_draft_tokens = e->spec_accepted;
     pthread_mutex_lock(&ex->out_mu);
     ex->last_stats = st;
+    if (ex->hist) {
+        /* a step publishes once; a second publication of the same
+         * iteration (an idle release) replaces the first */
+        struct ifl_iteration_stats *prev =
+            ex->n_hist ? &ex->hist[(ex->n_hist - 1) % IFL_STATS_HISTORY] : NULL;
+        if (prev && prev->iteration == st.iteration)
+            *prev = st;
+        else
+            ex->hist[ex->n_hist++ % IFL_STATS_HISTORY] = st;
+    }
     ex->guide_stats = e->ge.stats;
     ex->stats_seq++;
     if (ex->n_idle_waiters && ex->n_unfinished == 0)

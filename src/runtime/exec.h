@@ -90,6 +90,8 @@ struct xlive {
 
 struct engine;
 
+#define IFL_STATS_HISTORY 1024
+
 struct ifl_executor {
     struct ifl_executor_config cfg;
     struct ifl_logits_processor *procs; /* copied, names owned */
@@ -127,6 +129,10 @@ struct ifl_executor {
     int32_t n_callers; /* threads inside await */
     struct xwaiter *waiters;
     struct ifl_iteration_stats last_stats;
+    /* the last IFL_STATS_HISTORY publications, a ring: entry k % size
+     * holds publication k; n_hist counts them all (under out_mu) */
+    struct ifl_iteration_stats *hist;
+    int64_t n_hist;
     /* ifl_executor_wait_idle: requests enqueued whose final response is not
      * yet queued; stats_seq counts publications of last_stats, idle_seq is
      * its value when n_unfinished last fell to 0 (idle once stats_seq has

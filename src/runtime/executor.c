@@ -434,6 +434,34 @@ int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out)
     return 0;
 }
 
+int ifl_get_iteration_stats_since(ifl_executor *ex, int64_t after_iteration,
+                                  struct ifl_iteration_stats *out, int32_t max, int32_t *n_out)
+{
+    if (n_out)
+        *n_out = 0;
+    if (!ex || !out || !n_out || max < 1)
+        return IFL_EINVAL;
+    int32_t n = 0;
+    pthread_mutex_lock(&ex->out_mu);
+    int64_t first = ex->n_hist > IFL_STATS_HISTORY ? ex->n_hist - IFL_STATS_HISTORY : 0;
+    /* the oldest kept entry past after_iteration: iterations only grow */
+    int64_t k = ex->n_hist;
+    while (k > first && ex->hist[(k - 1) % IFL_STATS_HISTORY].iteration > after_iteration)
+        k--;
+    for (; k < ex->n_hist && n < max; k++)
+        out[n++] = ex->hist[k % IFL_STATS_HISTORY];
+    pthread_mutex_unlock(&ex->out_mu);
+    if (n > 0) {
+        int64_t resident = ifl_engine_kv_resident(ex), rss = ifl_sysmem_rss();
+        for (int32_t i = 0; i < n; i++) {
+            out[i].kv_bytes_resident = resident;
+            out[i].process_rss_bytes = rss;
+        }
+    }
+    *n_out = n;
+    return 0;
+}
+
 /* ---- model and vocabulary ---- */
 
 int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
@@ -607,7 +635,10 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
     pthread_cond_init(&ex->idle_cv, NULL);
     ifl_xguide_cache_init(&ex->guides);
     int rc = 0;
-    if (cfg.n_logits_processors) {
+    ex->hist = calloc(IFL_STATS_HISTORY, sizeof(*ex->hist));
+    if (!ex->hist)
+        rc = ifl_err(err, IFL_ENOMEM, "executor: out of memory");
+    if (!rc && cfg.n_logits_processors) {
         ex->procs = calloc((size_t)cfg.n_logits_processors, sizeof(*ex->procs));
         if (!ex->procs)
             rc = ifl_err(err, IFL_ENOMEM, "executor: out of memory");
@@ -716,6 +747,7 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     for (int32_t i = 0; ex->procs && i < ex->cfg.n_logits_processors; i++)
         free((char *)ex->procs[i].name);
     free(ex->procs);
+    free(ex->hist);
     free(ex->cancels);
     free(ex->live);
     ifl_xguide_cache_deinit(&ex->guides);
