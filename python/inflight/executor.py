@@ -378,16 +378,17 @@ class GenerationResult(RequestOutput):
         text = r["text"] if p.detokenize else ""
         if replace:
             o.token_ids = list(toks)
-            o.text = text
             o.logprobs = list(r["log_probs"]) if "log_probs" in r else o.logprobs
             o.top_logprobs = list(r["top_log_probs"]) if "top_log_probs" in r else o.top_logprobs
         else:
             o.token_ids.extend(toks)
-            o.text += text
             if "log_probs" in r:
                 o.logprobs = (o.logprobs or []) + r["log_probs"]
             if "top_log_probs" in r:
                 o.top_logprobs = (o.top_logprobs or []) + r["top_log_probs"]
+        # a beam hypothesis comes whole; otherwise the text is always what
+        # this response added (return_all_generated_tokens repeats tokens only)
+        o.text = text if p._beam_width() > 1 else o.text + text
         if "generation_logits" in r:
             if replace or o._gen_logits is None:
                 o._gen_logits = bytearray()
@@ -501,7 +502,8 @@ class GenerationExecutor:
     kv_cache_memory_share, kv_cache_memory_limit, kv_release_ms,
     kv_prefault, repack_cache_dir, speculative={type, draft_model, n_max,
     ...}), plus logits_processors={name: fn(request_id, logits, token_ids,
-    client_id)} and load_progress=fn(done, total, stage, notice).
+    client_id)}, batched_logits_processor=fn(request_ids, logits [rows][vocab],
+    token_id lists, client_ids) and load_progress=fn(done, total, stage, notice).
     """
 
     def __init__(self, model: str, **config: Any):

@@ -154,8 +154,9 @@ class SamplingParams:
     add_special_tokens (for text prompts), return_all_generated_tokens.
     Guided decoding: guided_decoding=GuidedDecodingParams(...).
     Scheduling: priority (0..1), allotted_time_ms (0: none), client_id.
-    Others: logits_processor (a name registered with the executor, or
-    "batched"), speculative=SpeculativeParams(...).
+    Others: logits_processor (a name registered with the executor's
+    logits_processors), apply_batched_logits_processor (its
+    batched_logits_processor), speculative=SpeculativeParams(...).
     """
 
     max_tokens: int = 32
@@ -202,6 +203,7 @@ class SamplingParams:
     add_special_tokens: bool = True
     guided_decoding: Optional[GuidedDecodingParams] = None
     logits_processor: Optional[str] = None
+    apply_batched_logits_processor: bool = False
     priority: float = 0.5
     allotted_time_ms: int = 0
     client_id: int = 0
@@ -333,6 +335,11 @@ class SamplingParams:
         if self.logits_processor is not None and (not isinstance(self.logits_processor, str)
                                                   or not self.logits_processor):
             raise _bad(p + "logits_processor", "expected the name of a registered processor")
+        if not isinstance(self.apply_batched_logits_processor, bool):
+            raise _bad(p + "apply_batched_logits_processor", "expected a bool")
+        if self.apply_batched_logits_processor and self.logits_processor:
+            raise _bad(p + "apply_batched_logits_processor", "a request runs one processor: "
+                       "not with logits_processor")
         _check_float(p + "priority", self.priority, 0.0, 1.0)
         _check_int(p + "allotted_time_ms", self.allotted_time_ms, 0, 2**63 - 1)
         _check_int(p + "client_id", self.client_id, 0, 2**64 - 1)
@@ -412,6 +419,8 @@ class SamplingParams:
             r.update(self.guided_decoding._c_fields())
         if self.logits_processor:
             r["logits_post_processor"] = self.logits_processor
+        elif self.apply_batched_logits_processor:
+            r["logits_post_processor"] = "batched"
         sp = self.speculative
         if sp is not None:
             r["speculative"] = {

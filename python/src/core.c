@@ -47,6 +47,7 @@ typedef struct {
     int32_t n_procs;
     struct proc_slot *procs;
     PyObject *progress; /* load-progress callable during create, else NULL */
+    PyObject *batched;  /* the batched logits processor (owned), or NULL */
     int32_t n_vocab;
     int32_t n_embd;
     /* prompts' lengths of requests whose first response brings context
@@ -79,55 +80,104 @@ static void leave(ExecutorObject *self)
     pthread_mutex_unlock(&self->mu);
 }
 
-/* Runs a Python logits processor on the engine thread: the row is lent as
- * a writable float32 memoryview for the duration of the call. An
+/* Rows of logits as a writable float32 memoryview (2-D [n_rows][n_vocab]
+ * when two_d, else flat) over a bytearray holding a copy: a view the
+ * callable keeps after the call stays valid (it keeps the bytearray
+ * alive), and only a copy of the right size goes back to the engine. */
+static PyObject *rows_view(const float *logits, int64_t n_rows, int32_t n_vocab, int two_d,
+                           PyObject **buf)
+{
+    *buf = PyByteArray_FromStringAndSize((const char *)logits,
+                                         (Py_ssize_t)(n_rows * n_vocab * (int64_t)sizeof(float)));
+    if (!*buf)
+        return NULL;
+    PyObject *raw = PyMemoryView_FromObject(*buf);
+    if (!raw)
+        return NULL;
+    PyObject *mv =
+        two_d ? PyObject_CallMethod(raw, "cast", "s(Li)", "f", (long long)n_rows, (int)n_vocab)
+              : PyObject_CallMethod(raw, "cast", "s", "f");
+    Py_DECREF(raw);
+    return mv;
+}
+
+static void rows_back(float *logits, int64_t n_rows, int32_t n_vocab, PyObject *buf)
+{
+    size_t bytes = (size_t)(n_rows * n_vocab) * sizeof(float);
+    if (buf && (size_t)PyByteArray_GET_SIZE(buf) == bytes)
+        memcpy(logits, PyByteArray_AS_STRING(buf), bytes);
+}
+
+static PyObject *ids_list(const int32_t *x, int32_t n)
+{
+    return ifl_py_ints(x, n);
+}
+
+/* Runs a Python logits processor on the engine thread (see rows_view). An
  * exception is reported as unraisable and the row is left as it was. */
 static void py_logits_proc(void *user, ifl_id id, float *logits, int32_t n_vocab,
                            const int32_t *tokens, int32_t n_tokens, uint64_t client_id)
 {
     struct proc_slot *s = user;
     PyGILState_STATE g = PyGILState_Ensure();
-    float *copy = malloc(sizeof(float) * (size_t)n_vocab);
-    PyObject *mv = NULL, *toks = NULL, *res = NULL;
-    if (!copy)
-        goto out;
-    memcpy(copy, logits, sizeof(float) * (size_t)n_vocab);
-    PyObject *raw = PyMemoryView_FromMemory((char *)copy, (Py_ssize_t)n_vocab * 4, PyBUF_WRITE);
-    if (raw) {
-        mv = PyObject_CallMethod(raw, "cast", "s", "f");
-        Py_DECREF(raw);
-    }
-    toks = PyList_New(n_tokens);
-    if (!mv || !toks)
-        goto out;
-    for (int32_t i = 0; i < n_tokens; i++) {
-        PyObject *t = PyLong_FromLong(tokens[i]);
-        if (!t)
-            goto out;
-        PyList_SET_ITEM(toks, i, t);
-    }
-    res = PyObject_CallFunction(s->fn, "KOOK", (unsigned long long)id, mv, toks,
-                                (unsigned long long)client_id);
+    PyObject *buf = NULL, *mv = rows_view(logits, 1, n_vocab, 0, &buf);
+    PyObject *toks = mv ? ids_list(tokens, n_tokens) : NULL;
+    PyObject *res = toks ? PyObject_CallFunction(s->fn, "KOOK", (unsigned long long)id, mv, toks,
+                                                 (unsigned long long)client_id)
+                         : NULL;
     if (res)
-        memcpy(logits, copy, sizeof(float) * (size_t)n_vocab);
-out:
-    if (PyErr_Occurred())
+        rows_back(logits, 1, n_vocab, buf);
+    else
         PyErr_WriteUnraisable(s->fn);
-    if (mv) {
-        /* a view the callable kept must not reach freed memory */
-        PyObject *rr = PyObject_CallMethod(mv, "release", NULL);
-        if (!rr)
-            PyErr_WriteUnraisable(s->fn);
-        Py_XDECREF(rr);
-        if (!rr) {
-            /* still exported (e.g. a numpy view): leak the copy rather than free it */
-            copy = NULL;
+    Py_XDECREF(res);
+    Py_XDECREF(toks);
+    Py_XDECREF(mv);
+    Py_XDECREF(buf);
+    PyGILState_Release(g);
+}
+
+/* The batched processor: every row of a step that asked for "batched", in
+ * one call: fn(request_ids, logits [n_rows][n_vocab], token_id lists,
+ * client_ids). */
+static void py_batched_proc(void *user, int32_t n_rows, const ifl_id *ids, float *logits,
+                            int32_t n_vocab, const int32_t *const *tokens, const int32_t *n_tokens,
+                            const uint64_t *client_ids)
+{
+    PyObject *fn = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *buf = NULL, *mv = NULL, *rid = PyList_New(n_rows), *toks = PyList_New(n_rows),
+             *cid = PyList_New(n_rows), *res = NULL;
+    int ok = rid && toks && cid;
+    for (int32_t i = 0; ok && i < n_rows; i++) {
+        PyObject *a = PyLong_FromUnsignedLongLong(ids[i]);
+        PyObject *t = ids_list(tokens[i], n_tokens[i]);
+        PyObject *c = PyLong_FromUnsignedLongLong(client_ids[i]);
+        ok = a && t && c;
+        if (ok) {
+            PyList_SET_ITEM(rid, i, a);
+            PyList_SET_ITEM(toks, i, t);
+            PyList_SET_ITEM(cid, i, c);
+        } else {
+            Py_XDECREF(a);
+            Py_XDECREF(t);
+            Py_XDECREF(c);
         }
     }
-    Py_XDECREF(mv);
-    Py_XDECREF(toks);
+    /* one row is still a 2-D view: the callable always indexes [row, token] */
+    if (ok)
+        mv = rows_view(logits, n_rows, n_vocab, 1, &buf);
+    if (mv)
+        res = PyObject_CallFunctionObjArgs(fn, rid, mv, toks, cid, NULL);
+    if (res)
+        rows_back(logits, n_rows, n_vocab, buf);
+    else
+        PyErr_WriteUnraisable(fn);
     Py_XDECREF(res);
-    free(copy);
+    Py_XDECREF(mv);
+    Py_XDECREF(buf);
+    Py_XDECREF(rid);
+    Py_XDECREF(toks);
+    Py_XDECREF(cid);
     PyGILState_Release(g);
 }
 
@@ -146,6 +196,7 @@ static void py_progress(void *user, const struct ifl_load_progress *p)
 
 static void exec_free_procs(ExecutorObject *self)
 {
+    Py_CLEAR(self->batched);
     for (int32_t i = 0; i < self->n_procs; i++)
         Py_XDECREF(self->procs[i].fn);
     free(self->procs);
@@ -232,6 +283,16 @@ static int Executor_init(ExecutorObject *self, PyObject *args, PyObject *kw)
                 }
                 c.logits_processors = lp;
                 c.n_logits_processors = self->n_procs;
+            } else if (!strcmp(name, "batched_logits_processor")) {
+                if (v != Py_None) {
+                    if (!PyCallable_Check(v)) {
+                        PyErr_SetString(PyExc_TypeError, "batched_logits_processor: not callable");
+                        goto done;
+                    }
+                    Py_XSETREF(self->batched, Py_NewRef(v));
+                    c.batched_logits_processor = py_batched_proc;
+                    c.batched_logits_user = self->batched;
+                }
             } else if (!strcmp(name, "load_progress")) {
                 if (v != Py_None) {
                     if (!PyCallable_Check(v)) {

@@ -211,3 +211,66 @@ def test_get_stats_yields_each_step():
         assert list(m.get_stats()) == []  # nothing new since
         latest = m.get_latest_stats()
         assert latest["iteration"] == its[-1] and latest["process_rss_bytes"] > 0
+
+
+def test_batched_logits_processor():
+    seen_rows = []
+
+    def batched(request_ids, logits, token_ids, client_ids):
+        seen_rows.append(len(request_ids))
+        assert logits.shape == (len(request_ids), 512) and len(token_ids) == len(request_ids)
+        for r in range(len(request_ids)):
+            for t in range(logits.shape[1]):
+                logits[r, t] = -1e30
+            logits[r, 200 + (client_ids[r] % 10)] = 0.0
+
+    with inflight.LLM(STORIES, n_threads=1, batched_logits_processor=batched) as m:
+        sps = [SamplingParams(max_tokens=6, temperature=0.7, seed=i, client_id=i,
+                              apply_batched_logits_processor=True) for i in range(3)]
+        outs = m.generate(["Once upon a time"] * 3, sps)
+        assert [o.outputs[0].token_ids for o in outs] == [[200 + i] * 6 for i in range(3)]
+        assert max(seen_rows) >= 2  # rows of several requests in one call
+        with pytest.raises(ValueError, match="apply_batched_logits_processor"):
+            SamplingParams(apply_batched_logits_processor=True, logits_processor="x")
+
+
+def _slow(request_id, logits, token_ids, client_id):
+    import time
+    time.sleep(0.02)
+
+
+def test_time_limit_ends_as_timeout():
+    with inflight.LLM(STORIES, n_threads=1, logits_processors={"slow": _slow}) as m:
+        o = m.generate("Once", SamplingParams(max_tokens=100, ignore_eos=True, temperature=0,
+                                              allotted_time_ms=200,
+                                              logits_processor="slow"))[0].outputs[0]
+        assert o.finish_reason == "timeout"
+        assert 0 < len(o.token_ids) < 100
+
+
+def test_return_all_generated_tokens_streams_whole_texts(llm):
+    whole = llm.generate("Once upon a time", SamplingParams(max_tokens=20, temperature=0))[0]
+    r = llm.generate_async("Once upon a time",
+                           SamplingParams(max_tokens=20, temperature=0,
+                                          return_all_generated_tokens=True), streaming=True)
+    lens = []
+    for step in r:
+        o = step.outputs[0]
+        lens.append(len(o.token_ids))
+        assert o.token_ids == whole.outputs[0].token_ids[:len(o.token_ids)]
+    assert lens == sorted(lens) and lens[-1] == 20
+    assert r.outputs[0].text == whole.outputs[0].text
+
+
+def test_client_drafts_keep_outputs_exact(llm):
+    plain = llm.generate("Once upon a time", SamplingParams(max_tokens=40, **GREEDY_PARAMS))[0]
+    before = llm.get_latest_stats()
+    sp = SamplingParams(max_tokens=40, **GREEDY_PARAMS, logprobs=0,
+                        speculative=inflight.SpeculativeParams(draft_tokens=GREEDY[:40]))
+    spec = llm.generate("Once upon a time", sp)[0]
+    assert spec.outputs[0].token_ids == plain.outputs[0].token_ids
+    after = llm.get_latest_stats()
+    assert after["accepted_draft_tokens"] - before["accepted_draft_tokens"] > 10
+    text = llm.tokenizer.decode(GREEDY[:40])
+    sp.speculative = inflight.SpeculativeParams(draft_tokens=text)
+    assert llm.generate("Once upon a time", sp)[0].outputs[0].token_ids == GREEDY[:40]
