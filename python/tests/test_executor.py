@@ -50,6 +50,28 @@ def test_gather_16_equals_each_alone():
         assert _key(a) == _key(t)
 
 
+def test_threads_generate_at_once():
+    """8 Python threads calling generate() together (llama-cpp-python's
+    freeze): every call returns what it returns alone."""
+    with inflight.LLM(STORIES, n_threads=2, kv_type="f32") as llm:
+        sps = [SamplingParams(max_tokens=30 + i, temperature=0.8, seed=i) for i in range(8)]
+        alone = [llm.generate(["Once upon a time", "The dog"], sp) for sp in sps]
+        got = [None] * 8
+
+        def worker(i):
+            for _ in range(3):
+                got[i] = llm.generate(["Once upon a time", "The dog"], sps[i])
+
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not any(t.is_alive() for t in ts)
+        for a, g in zip(alone, got):
+            assert [_key(x) for x in a] == [_key(x) for x in g]
+
+
 def test_async_iteration_streams():
     async def main(llm):
         r = llm.generate_async("Once upon a time", SamplingParams(max_tokens=20, temperature=0),
