@@ -243,8 +243,10 @@ struct ifl_executor_config {
      * time, inode) and a checksum of each matrix, all checked at each
      * start: a stale or corrupt file is rebuilt, with a notice through
      * load_progress. If the file cannot be written (no space, no access)
-     * the weights are repacked in memory, with a notice. Read during
-     * ifl_executor_create only. */
+     * the weights are repacked in memory, with a notice. A file is built
+     * under a temporary name and renamed when whole; a temporary file a
+     * crashed build left (its process gone) is removed by the next build.
+     * Read during ifl_executor_create only. */
     const char *repack_cache_dir;
     struct ifl_speculative_config speculative;
 };

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -226,6 +227,22 @@ static void check_model(const char *type)
     CHECK(stat(cf, &st) == 0);
     CHECK_EQ((size_t)st.st_size, mapped->x16_bytes);
 
+    /* what a crashed build left ("<cache>.tmp.<pid>", its process gone)
+     * is removed by the next build; a live writer's file is not */
+    char dead[700], live[700];
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0); /* a pid that no process has now */
+    snprintf(dead, sizeof dead, "%s.tmp.%ld", cf, (long)child);
+    snprintf(live, sizeof live, "%s.tmp.%ld", cf, (long)getppid());
+    FILE *f1 = fopen(dead, "w"), *f2 = fopen(live, "w");
+    CHECK(f1 && f2);
+    if (f1)
+        fclose(f1);
+    if (f2)
+        fclose(f2);
+
     /* one byte of the data flipped: corrupt, rebuilt, equal, then clean */
     long off = (long)st.st_size - 1000;
     char b;
@@ -243,6 +260,9 @@ static void check_model(const char *type)
     m = load(path, g_cache, 1, &s);
     CHECK_EQ(s.n_notices, 0);
     ifl_model_free(m);
+    CHECK_MSG(access(dead, F_OK) != 0, "a dead writer's %s is still there", dead);
+    CHECK_MSG(access(live, F_OK) == 0, "a live writer's %s was removed", live);
+    unlink(live);
 
     /* a damaged header */
     patch(cf, 0, "NOTACACHE", 8);

@@ -38,9 +38,11 @@
  */
 #include "model/model.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,6 +364,43 @@ static int cache_path(char *out, size_t cap, const char *dir, const char *model_
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
+/* Removes what crashed builds of this cache file left: "<path>.tmp.<pid>"
+ * files whose process is gone. A live writer's file is left alone (two
+ * processes may build the same cache at once; the last rename wins). */
+static void sweep_stale_tmp(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return;
+    char dir[PATH_MAX];
+    size_t dl = (size_t)(slash - path);
+    if (dl == 0 || dl >= sizeof dir)
+        return;
+    memcpy(dir, path, dl);
+    dir[dl] = 0;
+    char prefix[PATH_MAX];
+    int pl = snprintf(prefix, sizeof prefix, "%s.tmp.", slash + 1);
+    if (pl <= 0 || (size_t)pl >= sizeof prefix)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)pl))
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + pl, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive, or not ours to judge */
+        char full[PATH_MAX + 256];
+        if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) < (int)sizeof full)
+            unlink(full);
+    }
+    closedir(d);
+}
+
 /* Maps an existing cache read-only and checks it; 0 when it can be used
  * (m->x16 then owns the map). Else a notice says why it is rebuilt, or
  * notice stays empty when there is no cache file. */
@@ -542,6 +581,7 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
     size_t hb = use_cache ? header_bytes(J.n_mats) : 0, bytes = hb + data_bytes;
     void *arena = NULL;
     if (use_cache) {
+        sweep_stale_tmp(path);
         snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
         notice[0] = 0;
         arena = create_cache(tmp, bytes, notice, sizeof notice);
