@@ -594,6 +594,26 @@ int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out);
  * process_rss_bytes are measured once, during the call. Thread-safe. */
 int ifl_get_iteration_stats_since(ifl_executor *ex, int64_t after_iteration,
                                   struct ifl_iteration_stats *out, int32_t max, int32_t *n_out);
+/* Renders a conversation with a chat template, as Hugging Face
+ * transformers' apply_chat_template does (the Jinja subset of docs/api.md
+ * "Chat templates"). template_src: NULL for the model's
+ * tokenizer.chat_template (ChatML when it has none or it does not
+ * compile), or a template's text. context_json: a JSON object of the
+ * template's variables: "messages" (required: [{"role", "content"}, ...]),
+ * "add_generation_prompt" (default false), "tools", "documents", anything
+ * else the template reads; "bos_token" and "eos_token" default to the
+ * model's. On success *out is the text, NUL-terminated, *out_len bytes
+ * (optional); free it with ifl_free. IFL_EINVAL for bad JSON or a
+ * conversation the template refuses (its message in err), IFL_EFORMAT for
+ * a template_src that does not compile, IFL_EFULL when rendering hit its
+ * limits. Thread-safe. */
+int ifl_executor_apply_chat_template(ifl_executor *ex, const char *template_src,
+                                     const char *context_json, char **out, int64_t *out_len,
+                                     char *err);
+/* Frees memory the library handed out (ifl_executor_apply_chat_template's
+ * text). */
+void ifl_free(void *p);
+
 /* Waits until the executor is idle: every request enqueued so far has had
  * its final response queued (none active, queued or paused) and the engine
  * has published its stats since, so ifl_get_iteration_stats shows the

@@ -1737,6 +1737,48 @@ static void test_stats_history(void)
     ifl_executor_destroy(ex, 0);
 }
 
+/* The public chat-template call: ChatML for a model without a template,
+ * a template given with the call, the model's special tokens as defaults,
+ * and each kind of error with its status. */
+static void test_apply_chat_template(void)
+{
+    ifl_executor *ex = open_ex(2, 0, IFL_SCHED_GUARANTEED_NO_EVICT, 0);
+    char *out = NULL, err[512] = "";
+    int64_t n = -1;
+    const char *ctx = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                      "\"add_generation_prompt\": true}";
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, NULL, ctx, &out, &n, err), 0);
+    const char *chatml = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    CHECK(out && !strcmp(out, chatml) && n == (int64_t)strlen(chatml));
+    ifl_free(out);
+    CHECK_EQ(ifl_executor_apply_chat_template(
+                 ex,
+                 "{{ bos_token }}|{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}|"
+                 "{{ eos_token }}|{{ add_generation_prompt }}",
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", &out, NULL, err),
+             0);
+    CHECK_MSG(out && !strcmp(out, "<s>|user:x|</s>|False"), "got %s", out ? out : "(null)");
+    ifl_free(out);
+    out = (char *)1;
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, NULL, "{\"messages\": ", &out, NULL, err),
+             IFL_EINVAL);
+    CHECK(out == NULL && strstr(err, "context: line 1"));
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, NULL, "[1]", &out, NULL, err), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, NULL, "{\"messages\": 3}", &out, NULL, err),
+             IFL_EINVAL);
+    CHECK(strstr(err, "context.messages"));
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, "{% if %}", ctx, &out, NULL, err), IFL_EFORMAT);
+    CHECK(strstr(err, "TemplateSyntaxError"));
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, "{{ raise_exception('no system role') }}", ctx,
+                                              &out, NULL, err),
+             IFL_EINVAL);
+    CHECK(strstr(err, "no system role"));
+    CHECK_EQ(ifl_executor_apply_chat_template(NULL, NULL, ctx, &out, NULL, err), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_apply_chat_template(ex, NULL, NULL, &out, NULL, err), IFL_EINVAL);
+    ifl_free(NULL);
+    ifl_executor_destroy(ex, 0);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", t_shared());
@@ -1763,6 +1805,7 @@ int main(void)
     T_RUN(test_destroy_wakes_waiters);
     T_RUN(test_shutdown_then_destroy);
     T_RUN(test_stats_history);
+    T_RUN(test_apply_chat_template);
     T_RUN(test_baseline_and_wait_idle);
     T_RUN(test_stress);
     T_RUN(test_null_executor);

@@ -3,6 +3,8 @@ GenerationExecutor, taking prompts as text or token ids."""
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from .executor import (GenerationExecutor, GenerationRequest, GenerationResult, RequestOutput,
@@ -32,6 +34,31 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
         return self._core.tokenize(text, add_special_tokens, parse_special)
+
+    def apply_chat_template(self, conversation: Sequence[Dict[str, Any]],
+                            add_generation_prompt: bool = False, tokenize: bool = False,
+                            chat_template: Optional[str] = None, tools: Optional[list] = None,
+                            documents: Optional[list] = None, **kwargs: Any):
+        """A conversation rendered as transformers' apply_chat_template
+        renders it: with the model's tokenizer.chat_template (ChatML when
+        it has none), or chat_template's text. Extra keyword arguments are
+        template variables; bos_token and eos_token default to the
+        model's. tokenize=True returns the token ids (special-token text
+        parsed, BOS added unless the text begins with it). A template that
+        refuses the conversation raises ValueError with its message."""
+        ctx = dict(kwargs)
+        ctx["messages"] = list(conversation)
+        ctx["add_generation_prompt"] = bool(add_generation_prompt)
+        ctx["tools"] = tools
+        ctx["documents"] = documents
+        text = self._core.apply_chat_template(json.dumps(ctx), chat_template)
+        return self._chat_ids(text) if tokenize else text
+
+    def _chat_ids(self, text: str) -> List[int]:
+        bos = self.decode([self.bos_token_id], skip_special_tokens=False) \
+            if self.bos_token_id is not None else ""
+        add = not (bos and text.startswith(bos))
+        return self._core.tokenize(text, add, True)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """The text of token ids (control tokens left out when
@@ -103,6 +130,25 @@ class LLM:
         if not isinstance(sp, SamplingParams):
             raise ValueError("sampling_params: expected a SamplingParams")
         return self._executor.submit(self._request(inputs, sp, streaming))
+
+    def chat(self, messages, sampling_params: Optional[Union[SamplingParams,
+                                                             Sequence[SamplingParams]]] = None,
+             chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+             **template_kwargs: Any) -> List[RequestOutput]:
+        """Generates replies to one conversation (a list of {"role",
+        "content"} messages) or a list of them: each rendered with the chat
+        template (tokenizer.apply_chat_template), then generated as
+        generate() does."""
+        convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        prompts = [{"prompt_token_ids": self.tokenizer.apply_chat_template(
+            c, add_generation_prompt=add_generation_prompt, tokenize=True,
+            chat_template=chat_template, **template_kwargs)} for c in convs]
+        outs = self.generate(prompts, sampling_params)
+        for o, c in zip(outs, convs):
+            o.prompt = self.tokenizer.apply_chat_template(
+                c, add_generation_prompt=add_generation_prompt, chat_template=chat_template,
+                **template_kwargs)
+        return outs
 
     def abort_request(self, request_id: int) -> bool:
         return self._executor.abort_request(request_id)

@@ -687,6 +687,28 @@ static PyObject *Executor_model_meta(ExecutorObject *self, PyObject *arg)
     return out;
 }
 
+/* apply_chat_template(context_json, template=None) -> str */
+static PyObject *Executor_chat(ExecutorObject *self, PyObject *args)
+{
+    const char *ctx, *tmpl = NULL;
+    if (!PyArg_ParseTuple(args, "s|z", &ctx, &tmpl))
+        return NULL;
+    if (enter(self))
+        return NULL;
+    char err[512] = "", *text = NULL;
+    int64_t len = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = ifl_executor_apply_chat_template(self->ex, tmpl, ctx, &text, &len, err);
+    Py_END_ALLOW_THREADS;
+    leave(self);
+    if (rc)
+        return ifl_py_raise(rc, err);
+    PyObject *out = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+    ifl_free(text);
+    return out;
+}
+
 static PyObject *Executor_iteration_stats(ExecutorObject *self, PyObject *noarg)
 {
     (void)noarg;
@@ -839,6 +861,8 @@ static PyMethodDef Executor_methods[] = {
     {"detokenize", (PyCFunction)(void (*)(void))Executor_detokenize, METH_VARARGS | METH_KEYWORDS,
      "detokenize(ids, show_special=False) -> str"},
     {"model_info", (PyCFunction)Executor_model_info, METH_NOARGS, "the model and context"},
+    {"apply_chat_template", (PyCFunction)Executor_chat, METH_VARARGS,
+     "apply_chat_template(context_json, template=None) -> the rendered text"},
     {"model_meta", (PyCFunction)Executor_model_meta, METH_O,
      "model_meta(key) -> the GGUF string value, or None"},
     {"iteration_stats", (PyCFunction)Executor_iteration_stats, METH_NOARGS,

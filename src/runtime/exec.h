@@ -89,6 +89,7 @@ struct xlive {
 };
 
 struct engine;
+struct ifl_chat_template;
 
 #define IFL_STATS_HISTORY 1024
 
@@ -144,6 +145,11 @@ struct ifl_executor {
 
     struct engine *eng;             /* engine-owned */
     struct ifl_xguide_cache guides; /* compiled guides by text (own lock) */
+    /* the model's chat template (or ChatML), compiled at its first use by
+     * ifl_executor_apply_chat_template (chat_apply.c), under chat_mu */
+    struct ifl_chat_template *chat;
+    int chat_is_default;
+    pthread_mutex_t chat_mu;
     /* guided-decoding mask statistics, published by the engine (out_mu) */
     struct ifl_xguide_stats guide_stats;
 };

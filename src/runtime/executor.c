@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/chat.h"
 #include "core/err.h"
 #include "core/sysmem.h"
 #include "core/timeutil.h"
@@ -633,6 +634,7 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
     pthread_mutex_init(&ex->out_mu, NULL);
     pthread_cond_init(&ex->out_cv, NULL);
     pthread_cond_init(&ex->idle_cv, NULL);
+    pthread_mutex_init(&ex->chat_mu, NULL);
     ifl_xguide_cache_init(&ex->guides);
     int rc = 0;
     ex->hist = calloc(IFL_STATS_HISTORY, sizeof(*ex->hist));
@@ -751,6 +753,8 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     free(ex->cancels);
     free(ex->live);
     ifl_xguide_cache_deinit(&ex->guides);
+    ifl_chat_template_free(ex->chat);
+    pthread_mutex_destroy(&ex->chat_mu);
     ifl_vocab_free(ex->vocab);
     ifl_model_free(ex->model);
     pthread_mutex_destroy(&ex->in_mu);
