@@ -55,7 +55,7 @@ def _files():
     ext = sysconfig.get_config_var("EXT_SUFFIX")
     out = []
     for name in sorted(os.listdir(PKG)):
-        if name.endswith(".py") or name == "libinflight.so" or name == "_core" + ext:
+        if name.endswith(".py") or name in ("libinflight.so", "py.typed", "_core" + ext):
             out.append(name)
     if "_core" + ext not in out or "libinflight.so" not in out:
         raise RuntimeError(f"inflight: make python did not produce _core{ext} and "
