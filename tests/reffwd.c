@@ -22,6 +22,12 @@
  *
  * Weight matrices are stored as ggml lays them out: ne[0] is the input
  * width, so row o of a [n_in, n_out] tensor holds the weights of output o.
+ *
+ * LoRA adapters (ref_forward_lora): an adapted matrix W with lora_a
+ * [n_in, r] and lora_b [r, n_out] computes W x + s B (A x) in double; the
+ * embedding's lora_a is stored transposed, [r, n_vocab], so token t adds
+ * s B a[t]. The product B A is never formed: the adapter stays a separate
+ * term, as a runtime adapter is, and nothing is rounded to float.
  */
 #include "reffwd.h"
 
@@ -35,10 +41,20 @@
 #include "kernels/types.h"
 #include "model/gguf.h"
 
+/* One adapter's term on a matrix: a [r][n_in] (token_embd: [n_vocab][r]),
+ * b [n_out][r] (token_embd: [n_embd][r]), times s. */
+struct rlora {
+    float *a, *b;
+    int64_t r;
+    double s;
+    struct rlora *next;
+};
+
 /* A weight dequantised to float: rows of n_in values, one per output. */
 struct rmat {
     float *w; /* [n_out][n_in] */
     int64_t n_in, n_out;
+    struct rlora *lora; /* adapters, applied in this order */
 };
 
 struct rlayer {
@@ -60,14 +76,22 @@ static void rmat_free(struct rmat *m)
 {
     free(m->w);
     m->w = NULL;
+    while (m->lora) {
+        struct rlora *nx = m->lora->next;
+        free(m->lora->a);
+        free(m->lora->b);
+        free(m->lora);
+        m->lora = nx;
+    }
 }
 
 static void rmodel_free(struct rmodel *m)
 {
     if (!m)
         return;
-    if (m->output.w != m->tok.w) /* tied models share the table */
-        rmat_free(&m->output);
+    if (m->output.w == m->tok.w) /* tied models share the table */
+        m->output.w = NULL;
+    rmat_free(&m->output);
     rmat_free(&m->tok);
     rmat_free(&m->out_norm);
     rmat_free(&m->rope_freqs);
@@ -241,7 +265,8 @@ done:
 
 /* ---- the pass --------------------------------------------------------- */
 
-/* y[o] = sum_i W[o][i] x[i] (+ b[o]) for o < n_out. */
+/* y[o] = sum_i W[o][i] x[i] (+ b[o]) for o < n_out, plus every adapter's
+ * s B (A x). */
 static void matvec(const struct rmat *W, const struct rmat *b, const double *x, double *y)
 {
     for (int64_t o = 0; o < W->n_out; o++) {
@@ -250,6 +275,19 @@ static void matvec(const struct rmat *W, const struct rmat *b, const double *x, 
         for (int64_t i = 0; i < W->n_in; i++)
             s += (double)w[i] * x[i];
         y[o] = s + (b && b->w ? (double)b->w[o] : 0.0);
+    }
+    for (const struct rlora *l = W->lora; l; l = l->next) {
+        for (int64_t o = 0; o < W->n_out; o++) {
+            double s = 0.0;
+            for (int64_t k = 0; k < l->r; k++) {
+                const float *a = l->a + k * W->n_in;
+                double ax = 0.0;
+                for (int64_t i = 0; i < W->n_in; i++)
+                    ax += (double)a[i] * x[i];
+                s += (double)l->b[o * l->r + k] * ax;
+            }
+            y[o] += l->s * s;
+        }
     }
 }
 
@@ -280,13 +318,128 @@ static void rope(const struct rmodel *m, double *v, int64_t pos)
     }
 }
 
-int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
-                int *n_vocab_out, char *err)
+/* ---- adapters ----------------------------------------------------- */
+
+/* Tensor `name` of shape [ne0, ne1], any dequantisable type, as floats. */
+static int load_lora_tensor(const struct ifl_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                            float **out, char *err)
+{
+    *out = NULL;
+    const struct ifl_gguf_tensor *t = ifl_gguf_find_tensor(g, name);
+    if (!t)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: adapter tensor '%s' missing", name);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return ifl_err(err, IFL_EFORMAT,
+                       "reffwd: adapter tensor '%s' has shape [%lld, %lld], want [%lld, %lld]",
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0,
+                       (long long)ne1);
+    ifl_dequant_fn dq = t->type < IFL_TYPE_COUNT ? ifl_kernels_ref()->dequant[t->type] : NULL;
+    if (!dq)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: adapter tensor '%s': type %u not supported",
+                       name, t->type);
+    *out = malloc((size_t)(ne0 * ne1) * sizeof(float));
+    if (!*out)
+        return ifl_err(err, IFL_ENOMEM, "reffwd: out of memory for '%s'", name);
+    dq(t->data, *out, ne0 * ne1);
+    return 0;
+}
+
+/* The matrix of m that base tensor `name` is, or NULL. */
+static struct rmat *find_rmat(struct rmodel *m, const char *name)
+{
+    if (!strcmp(name, "token_embd.weight"))
+        return &m->tok;
+    if (!strcmp(name, "output.weight"))
+        return &m->output;
+    long long l;
+    char what[64];
+    int used = 0;
+    if (sscanf(name, "blk.%lld.%63[a-z_].weight%n", &l, what, &used) != 2 ||
+        used != (int)strlen(name) || l < 0 || l >= m->n_layer)
+        return NULL;
+    struct rlayer *L = &m->layers[l];
+    const char *names[] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                           "ffn_gate", "ffn_up", "ffn_down"};
+    struct rmat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(what, names[i]))
+            return mats[i];
+    return NULL;
+}
+
+static int add_lora(struct rmodel *m, const struct ref_lora *rl, int tied, char *err)
+{
+    struct ifl_gguf *g = NULL;
+    int rc = ifl_gguf_open(&g, rl->path, err);
+    if (rc)
+        return rc;
+    const char *s;
+    size_t len;
+    rc = ifl_gguf_get_str(g, "general.architecture", &s, &len, err);
+    if (!rc && (len != strlen(m->arch) || memcmp(s, m->arch, len)))
+        rc = ifl_err(err, IFL_EFORMAT, "reffwd: adapter %s is for another architecture",
+                     rl->path);
+    double alpha = 0.0;
+    int arc = rc ? 0 : ifl_gguf_get_float(g, "adapter.lora.alpha", &alpha, err);
+    if (arc && arc != IFL_ENOTFOUND)
+        rc = arc;
+    for (int64_t i = 0; !rc && i < ifl_gguf_n_tensors(g); i++) {
+        const char *tn = ifl_gguf_tensor(g, i)->name;
+        size_t n = strlen(tn);
+        if (n < 8 || strcmp(tn + n - 7, ".lora_a"))
+            continue;
+        char base[128], nb[140];
+        snprintf(base, sizeof base, "%.*s", (int)(n - 7), tn);
+        snprintf(nb, sizeof nb, "%s.lora_b", base);
+        int embd = !strcmp(base, "token_embd.weight");
+        if (!strcmp(base, "output.weight") && tied) {
+            rc = ifl_err(err, IFL_EFORMAT, "reffwd: adapter adapts output.weight of a tied base");
+            break;
+        }
+        struct rmat *W = find_rmat(m, base);
+        if (!W) {
+            rc = ifl_err(err, IFL_EFORMAT, "reffwd: adapter tensor '%s' adapts nothing", tn);
+            break;
+        }
+        struct rlora *l = calloc(1, sizeof *l);
+        if (!l) {
+            rc = ifl_err(err, IFL_ENOMEM, "reffwd: out of memory");
+            break;
+        }
+        const struct ifl_gguf_tensor *ta = ifl_gguf_tensor(g, i);
+        l->r = embd ? ta->ne[0] : ta->ne[1];
+        l->s = alpha != 0.0 ? rl->scale * alpha / (double)l->r : rl->scale;
+        /* W is [n_out][n_in]: the embedding's n_in is n_embd, n_out n_vocab */
+        if (embd)
+            rc = load_lora_tensor(g, tn, l->r, W->n_out, &l->a, err);
+        else
+            rc = load_lora_tensor(g, tn, W->n_in, l->r, &l->a, err);
+        if (!rc)
+            rc = load_lora_tensor(g, nb, l->r, embd ? W->n_in : W->n_out, &l->b, err);
+        /* appended, so adapters apply in the order given */
+        struct rlora **tail = &W->lora;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = l;
+    }
+    ifl_gguf_free(g);
+    return rc;
+}
+
+int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_loras,
+                     const int32_t *tokens, int n, float *logits, int *n_vocab_out, char *err)
 {
     struct rmodel m;
     int rc = rmodel_load(&m, gguf_path, err);
     if (rc)
         return rc;
+    int tied = m.output.w == m.tok.w;
+    for (int i = 0; !rc && i < n_loras; i++)
+        rc = add_lora(&m, &loras[i], tied, err);
+    if (rc) {
+        rmodel_free(&m);
+        return rc;
+    }
     if (n_vocab_out)
         *n_vocab_out = (int)m.n_vocab;
     if (!logits) {
@@ -320,9 +473,19 @@ int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logi
         goto out;
     }
 
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         for (int64_t e = 0; e < E; e++)
             x[i * E + e] = (double)m.tok.w[(int64_t)tokens[i] * E + e];
+        for (const struct rlora *l = m.tok.lora; l; l = l->next) {
+            const float *a = l->a + (int64_t)tokens[i] * l->r; /* a[token], r values */
+            for (int64_t e = 0; e < E; e++) {
+                double d = 0.0;
+                for (int64_t k = 0; k < l->r; k++)
+                    d += (double)l->b[e * l->r + k] * (double)a[k];
+                x[i * E + e] += l->s * d;
+            }
+        }
+    }
 
     for (int64_t l = 0; l < m.n_layer; l++) {
         const struct rlayer *L = &m.layers[l];
@@ -406,4 +569,10 @@ out:
     free(p);
     rmodel_free(&m);
     return rc;
+}
+
+int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
+                int *n_vocab_out, char *err)
+{
+    return ref_forward_lora(gguf_path, NULL, 0, tokens, n, logits, n_vocab_out, err);
 }

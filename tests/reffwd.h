@@ -22,4 +22,20 @@
 int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
                 int *n_vocab_out, char *err);
 
+/* A LoRA adapter (llama.cpp's GGUF adapter file) and its user scale. */
+struct ref_lora {
+    const char *path;
+    double scale;
+};
+
+/* ref_forward with adapters applied at run time, in double: each adapted
+ * matrix computes y = W x + sum over adapters of s (B (A x)), where
+ * s = scale * alpha / r, or scale alone when the adapter's alpha is 0; the
+ * embedding adds s B a[token]. A tied base's LM head is not adapted by a
+ * token_embd adapter (only the lookup is). The adapter files are read by
+ * code of this file's own, not src/model/lora.c, so the two check each
+ * other; errors name the tensor. */
+int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_loras,
+                     const int32_t *tokens, int n, float *logits, int *n_vocab_out, char *err);
+
 #endif

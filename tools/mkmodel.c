@@ -31,6 +31,16 @@
  * smaller shape gives a cheaper model over the same vocabulary, and
  * --swap-tokens A,B exchanges the texts of two tokens of the copied
  * vocabulary, so that a draft's vocabulary check must fail at id min(A, B).
+ *
+ * LoRA adapters (--lora-of BASE): llama.cpp's GGUF adapter layout (see
+ * src/model/lora.c) over the chosen projections of every layer (all seven
+ * unless --lora-targets says), and token_embd / output when named. Random
+ * A ~ N(0, 1/sqrt(n_in)) (token_embd's transposed lora_a: N(0, 1/sqrt(r)),
+ * its input being one-hot), so each entry of A x is about N(0, 1) for an
+ * input of unit rms, and B ~ N(0, 0.02), never all zero: the adapter
+ * always changes the output. Rows whose length the chosen --lora-type's
+ * block does not divide (a q8_0 lora_b of a rank that is not a multiple
+ * of 32) fall back to F16, with a notice.
  */
 #include <errno.h>
 #include <math.h>
@@ -97,7 +107,23 @@ struct opts {
     int n_extract;      /* given with --extract, else 0 */
     int32_t *draft_map; /* --draft-map: the target id of each draft id */
     int64_t n_draft;    /* --draft-vocab or the map's length; 0: the target's vocabulary */
+    /* --lora-of BASE: an adapter for that model instead */
+    const char *lora_of;
+    int64_t rank;
+    double alpha;
+    unsigned lora_targets; /* bit i: LORA_T_* */
+    enum ifl_type lora_type;
 };
+
+/* --lora-targets names, in bit order: the seven per-layer projections (in
+ * enum ifl_lora_target's order), then token_embd and output. */
+static const char *const lora_target_flags[] = {"q",  "k",    "v",    "o",     "gate",
+                                                "up", "down", "embd", "output"};
+static const char *const lora_layer_names[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                               "ffn_gate", "ffn_up", "ffn_down"};
+#define LORA_T_EMBD 7
+#define LORA_T_OUTPUT 8
+#define LORA_T_DEFAULT 0x7fu
 
 static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
@@ -108,7 +134,11 @@ static const char usage[] =
     "               [--swap-tokens A,B]\n"
     "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"
     "               [--draft-vocab N | --draft-map T0,T1,...] [--n-head N] [--n-head-kv N]\n"
-    "               [--n-ff N] [--type f32|f16|bf16|q8_0] [--seed S]\n";
+    "               [--n-ff N] [--type f32|f16|bf16|q8_0] [--seed S]\n"
+    "       mkmodel -o ADAPTER.gguf --lora-of BASE.gguf [--rank R] [--alpha A]\n"
+    "               [--lora-targets q,k,v,o,gate,up,down,embd,output]\n"
+    "               [--lora-type f32|f16|bf16|q8_0] [--seed S]\n"
+    "               (a LoRA adapter: rank 8, alpha 8, the seven projections, f32 by default)\n";
 
 static int bad_arg(const char *fmt, const char *a, const char *b)
 {
@@ -153,6 +183,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     memset(o, 0, sizeof *o);
     o->seed = 1234;
     o->swap_a = o->swap_b = -1;
+    o->rank = 8;
+    o->alpha = -1; /* the rank unless given */
+    o->lora_targets = LORA_T_DEFAULT;
+    o->lora_type = IFL_TYPE_F32;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -172,7 +206,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             "-o",          "--vocab",   "--preset",      "--arch",     "--type",
             "--rope-base", "--seed",    "--n-embd",      "--n-layer",  "--n-head",
             "--n-head-kv", "--n-ff",    "--head-dim",    "--ctx",      "--swap-tokens",
-            "--eagle3",    "--extract", "--draft-vocab", "--draft-map"};
+            "--eagle3",    "--extract", "--draft-vocab", "--draft-map", "--lora-of",
+            "--rank",      "--alpha",   "--lora-targets", "--lora-type"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -229,6 +264,47 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return bad_arg("--swap-tokens: bad value '%s' (want A,B: two token ids)%s", v, "");
         } else if (!strcmp(a, "--eagle3")) {
             o->eagle3 = v;
+        } else if (!strcmp(a, "--lora-of")) {
+            o->lora_of = v;
+        } else if (!strcmp(a, "--rank")) {
+            if (parse_int(v, 1, 4096, &o->rank))
+                return bad_arg("--rank: bad value '%s' (want 1..4096)%s", v, "");
+        } else if (!strcmp(a, "--alpha")) {
+            char *end;
+            errno = 0;
+            o->alpha = strtod(v, &end);
+            if (errno || *end || !*v || !isfinite(o->alpha) || o->alpha < 0 || o->alpha > 1e6)
+                return bad_arg("--alpha: bad value '%s' (want a number in 0..1e6)%s", v, "");
+        } else if (!strcmp(a, "--lora-targets")) {
+            o->lora_targets = 0;
+            for (const char *p = v; *p;) {
+                size_t n = strcspn(p, ",");
+                int hit = 0;
+                for (unsigned k = 0; k < sizeof lora_target_flags / sizeof *lora_target_flags; k++)
+                    if (strlen(lora_target_flags[k]) == n && !memcmp(p, lora_target_flags[k], n)) {
+                        o->lora_targets |= 1u << k;
+                        hit = 1;
+                    }
+                if (!hit)
+                    return bad_arg("--lora-targets: bad value '%s' (want a comma-separated list "
+                                   "of q,k,v,o,gate,up,down,embd,output)%s",
+                                   v, "");
+                p += n + (p[n] == ',');
+            }
+            if (!o->lora_targets)
+                return bad_arg("--lora-targets: bad value '%s' (empty)%s", v, "");
+        } else if (!strcmp(a, "--lora-type")) {
+            static const enum ifl_type lt[] = {IFL_TYPE_F32, IFL_TYPE_F16, IFL_TYPE_BF16,
+                                               IFL_TYPE_Q8_0};
+            int hit = 0;
+            for (size_t k = 0; k < 4; k++)
+                if (!strcmp(v, ifl_type_info(lt[k])->name)) {
+                    o->lora_type = lt[k];
+                    hit = 1;
+                }
+            if (!hit)
+                return bad_arg("--lora-type: unknown type '%s' (want f32, f16, bf16 or q8_0)%s", v,
+                               "");
         } else if (!strcmp(a, "--extract")) {
             char *end = NULL;
             const char *p = v;
@@ -272,8 +348,17 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->out || !*o->out)
         return bad_arg("missing -o OUT.gguf%s%s", "", "");
-    if ((!o->vocab || !*o->vocab) && !o->eagle3)
+    if ((!o->vocab || !*o->vocab) && !o->eagle3 && !o->lora_of)
         return bad_arg("missing --vocab FROM.gguf%s%s", "", "");
+    if (o->lora_of) {
+        if (o->eagle3 || o->vocab || preset || arch || type)
+            return bad_arg("--lora-of takes no --vocab, --eagle3, --preset, --arch or --type (the "
+                           "base fixes them)%s%s",
+                           "", "");
+        if (o->alpha < 0)
+            o->alpha = (double)o->rank;
+        return 0;
+    }
     if (o->eagle3) { /* the rest is the target's */
         o->mix = &mixes[1];
         for (size_t k = 0; type && k < N_MIXES; k++)
@@ -740,6 +825,125 @@ static int write_eagle3(struct gen *g, const struct opts *o, const struct ifl_mo
     return rc ? -1 : 0;
 }
 
+/* ---- LoRA adapters ----------------------------------------------- */
+
+/* The adapter's type for a row of row_len values: --lora-type, or F16
+ * when its block does not divide the row (said once per file). */
+static enum ifl_type lora_fit(const struct opts *o, int64_t row_len, int *warned)
+{
+    if (row_len % ifl_type_info(o->lora_type)->blck == 0)
+        return o->lora_type;
+    if (!*warned)
+        fprintf(stderr,
+                "mkmodel: rows of %lld values are not a multiple of %s's block of %lld; those "
+                "tensors are f16\n",
+                (long long)row_len, ifl_type_info(o->lora_type)->name,
+                (long long)ifl_type_info(o->lora_type)->blck);
+    *warned = 1;
+    return IFL_TYPE_F16;
+}
+
+/* One adapted matrix of base shape [n_in, n_out] (ggml order): lora_a
+ * [n_in, r] (token_embd: [r, n_vocab], transposed) and lora_b [r, n_out]. */
+static int add_lora_pair(struct gen *g, const struct opts *o, const char *base_name, int64_t n_in,
+                         int64_t n_out, int embd, int *warned)
+{
+    char na[128], nb[128];
+    snprintf(na, sizeof na, "%s.lora_a", base_name);
+    snprintf(nb, sizeof nb, "%s.lora_b", base_name);
+    const int64_t r = o->rank;
+    if (embd) /* n_in is n_embd, n_out n_vocab: a row of r per token */
+        return add_random(g, na, lora_fit(o, r, warned), 2, r, n_out, 0.0f,
+                          1.0f / sqrtf((float)r)) ||
+               add_random(g, nb, lora_fit(o, r, warned), 2, r, n_in, 0.0f, W_STD);
+    return add_random(g, na, lora_fit(o, n_in, warned), 2, n_in, r, 0.0f,
+                      1.0f / sqrtf((float)n_in)) ||
+           add_random(g, nb, lora_fit(o, r, warned), 2, r, n_out, 0.0f, W_STD);
+}
+
+static int write_lora(struct gen *g, const struct opts *o, const struct ifl_model *b)
+{
+    const struct ifl_hparams *hp = &b->hp;
+    struct ifl_gguf_writer *w = g->w;
+    int warned = 0;
+    char name[128];
+    snprintf(name, sizeof name, "mkmodel-lora-r%lld", (long long)o->rank);
+    int rc = 0;
+    rc |= ifl_gguf_writer_set_str(w, "general.architecture", hp->arch_name,
+                                  strlen(hp->arch_name));
+    rc |= ifl_gguf_writer_set_str(w, "general.type", "adapter", 7);
+    rc |= ifl_gguf_writer_set_str(w, "general.name", name, strlen(name));
+    rc |= ifl_gguf_writer_set_str(w, "adapter.type", "lora", 4);
+    rc |= ifl_gguf_writer_set_f32(w, "adapter.lora.alpha", (float)o->alpha);
+    if (rc)
+        return -1;
+    if ((o->lora_targets & (1u << LORA_T_OUTPUT)) && b->tied_output) {
+        fprintf(stderr, "mkmodel: --lora-targets output: %s has no output.weight (its output is "
+                        "tied to token_embd.weight)\n",
+                o->lora_of);
+        return -1;
+    }
+    if ((o->lora_targets & (1u << LORA_T_EMBD)) &&
+        add_lora_pair(g, o, "token_embd.weight", b->tok_embd.n_in, b->tok_embd.n_out, 1, &warned))
+        return -1;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct ifl_layer_weights *L = &b->layers[il];
+        const struct ifl_mat *mats[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                        &L->w_gate, &L->w_up, &L->w_down};
+        for (int t = 0; t < 7; t++) {
+            if (!(o->lora_targets & (1u << t)))
+                continue;
+            char bn[96];
+            snprintf(bn, sizeof bn, "blk.%d.%s.weight", il, lora_layer_names[t]);
+            if (add_lora_pair(g, o, bn, mats[t]->n_in, mats[t]->n_out, 0, &warned))
+                return -1;
+        }
+    }
+    if ((o->lora_targets & (1u << LORA_T_OUTPUT)) &&
+        add_lora_pair(g, o, "output.weight", b->output.n_in, b->output.n_out, 0, &warned))
+        return -1;
+    return 0;
+}
+
+static int main_lora(const struct opts *o)
+{
+    char err[IFL_ERR_LEN] = "";
+    struct ifl_model *b = NULL;
+    struct gen g = {0};
+    int status = 1;
+    if (ifl_model_load(&b, o->lora_of, err)) {
+        fprintf(stderr, "mkmodel: --lora-of: %s\n", err);
+        return 2;
+    }
+    uint64_t seed = o->seed;
+    if (ifl_gguf_writer_create(&g.w) || ifl_pool_create(&g.pool, 0))
+        goto out;
+    g.nth = ifl_pool_size(g.pool);
+    g.seed = ifl_splitmix64(&seed);
+    g.scratch = calloc((size_t)g.nth, sizeof(float *));
+    if (!g.scratch || write_lora(&g, o, b))
+        goto out;
+    if (ifl_gguf_writer_write(g.w, o->out, err)) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        goto out;
+    }
+    fprintf(stderr, "mkmodel: wrote %s: LoRA adapter for %s, rank %lld, alpha %g, %.1f MiB\n",
+            o->out, o->lora_of, (long long)o->rank, o->alpha,
+            (double)g.bytes / (1024.0 * 1024.0));
+    status = 0;
+out:
+    if (status && !*err)
+        fprintf(stderr, "mkmodel: failed to build %s\n", o->out);
+    if (g.scratch)
+        for (int i = 0; i < g.nth; i++)
+            free(g.scratch[i]);
+    free(g.scratch);
+    ifl_pool_free(g.pool);
+    ifl_gguf_writer_free(g.w);
+    ifl_model_free(b);
+    return status;
+}
+
 static int main_eagle3(const struct opts *o)
 {
     char err[IFL_ERR_LEN] = "";
@@ -784,6 +988,8 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.lora_of)
+        return main_lora(&o);
     if (o.eagle3) {
         rc = main_eagle3(&o);
         free(o.draft_map);

@@ -135,5 +135,6 @@ int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_loadgen(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_lora(int argc, char **argv);
 
 #endif

@@ -4,6 +4,7 @@
  *   eval      teacher-forced logits of a whole sequence, to a file
  *   tokenize  stdin -> token ids
  *   info      what a GGUF model holds
+ *   lora      LoRA adapter tools (merge)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ static void usage(FILE *f)
         "  bench     -m FILE [--pp N] [--tg N] [-c 1,4,8,16 [-p N] [-n N]] [-r N] [-t N] [--json]\n"
         "            --bandwidth [-t N]   |   --url URL (HTTP load generator)\n"
         "  serve     -m FILE [--host H] [--port N] [--parallel N] [--api-key KEY] ...\n"
+        "  lora merge -m FILE --lora ADAPTER[:SCALE] ... -o OUT   (an adapter merged in)\n"
         "  version\n\n"
         "Run 'inflight COMMAND --help' for a command's options.\n",
         ifl_version());
@@ -54,6 +56,8 @@ static int dispatch(int argc, char **argv)
         return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))
         return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "lora"))
+        return cmd_lora(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("inflight %s\n", ifl_version());
         /* the default thread count, and what it was taken from */
