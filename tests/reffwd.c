@@ -335,8 +335,8 @@ static int load_lora_tensor(const struct ifl_gguf *g, const char *name, int64_t 
                        (long long)ne1);
     ifl_dequant_fn dq = t->type < IFL_TYPE_COUNT ? ifl_kernels_ref()->dequant[t->type] : NULL;
     if (!dq)
-        return ifl_err(err, IFL_EFORMAT, "reffwd: adapter tensor '%s': type %u not supported",
-                       name, t->type);
+        return ifl_err(err, IFL_EFORMAT, "reffwd: adapter tensor '%s': type %u not supported", name,
+                       t->type);
     *out = malloc((size_t)(ne0 * ne1) * sizeof(float));
     if (!*out)
         return ifl_err(err, IFL_ENOMEM, "reffwd: out of memory for '%s'", name);
@@ -358,7 +358,7 @@ static struct rmat *find_rmat(struct rmodel *m, const char *name)
         used != (int)strlen(name) || l < 0 || l >= m->n_layer)
         return NULL;
     struct rlayer *L = &m->layers[l];
-    const char *names[] = {"attn_q", "attn_k", "attn_v", "attn_output",
+    const char *names[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                            "ffn_gate", "ffn_up", "ffn_down"};
     struct rmat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
     for (int i = 0; i < 7; i++)
@@ -377,8 +377,7 @@ static int add_lora(struct rmodel *m, const struct ref_lora *rl, int tied, char 
     size_t len;
     rc = ifl_gguf_get_str(g, "general.architecture", &s, &len, err);
     if (!rc && (len != strlen(m->arch) || memcmp(s, m->arch, len)))
-        rc = ifl_err(err, IFL_EFORMAT, "reffwd: adapter %s is for another architecture",
-                     rl->path);
+        rc = ifl_err(err, IFL_EFORMAT, "reffwd: adapter %s is for another architecture", rl->path);
     double alpha = 0.0;
     int arc = rc ? 0 : ifl_gguf_get_float(g, "adapter.lora.alpha", &alpha, err);
     if (arc && arc != IFL_ENOTFOUND)

@@ -1,78 +1,14 @@
 /* Replays the checked-in corpus of the differential guide fuzzer
  * (tests/fuzz/corpus/fuzz_guide_diff/) through its entry point, built by
- * the ordinary compiler without libFuzzer, so CI re-checks every input
- * the fuzzer kept: a regex whose automaton disagrees with PCRE2, or a
- * schema whose grammar takes a document the validator rejects, aborts
- * with the constraint and the sample. Run from the repository root (as
- * tests/run.sh does); IFL_FUZZ_CORPUS names another directory. */
-#include <dirent.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "t.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+ * the ordinary compiler without libFuzzer (tests/fuzz/replay.h), so CI
+ * re-checks every input the fuzzer kept: a regex whose automaton disagrees
+ * with PCRE2, or a schema whose grammar takes a document the validator
+ * rejects, aborts with the constraint and the sample. */
+#include "fuzz/replay.h"
 
 static void test_corpus(void)
 {
-    const char *dir = getenv("IFL_FUZZ_CORPUS");
-    if (!dir)
-        dir = "tests/fuzz/corpus/fuzz_guide_diff";
-    DIR *d = opendir(dir);
-    CHECK_MSG(d != NULL, "cannot open %s", dir);
-    if (!d)
-        return;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 256;
-            names = realloc(names, cap * sizeof *names);
-            CHECK(names != NULL);
-            if (!names)
-                break;
-        }
-        names[n++] = strdup(e->d_name);
-    }
-    closedir(d);
-    if (names)
-        qsort(names, n, sizeof *names, by_name);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    size_t ran = 0, bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        FILE *f = fopen(path, "rb");
-        CHECK_MSG(f != NULL, "cannot open %s", path);
-        if (f) {
-            static uint8_t buf[1 << 16];
-            size_t k = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            /* an abort here is a finding: the message above it names it */
-            LLVMFuzzerTestOneInput(buf, k);
-            ran++;
-            bytes += k;
-        }
-        free(names[i]);
-    }
-    free(names);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    fprintf(stderr, "  %zu corpus inputs (%zu bytes) replayed in %.2f s\n", ran, bytes,
-            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
-    /* an empty or missing corpus would make this test pass for nothing */
-    CHECK_MSG(ran >= 50, "only %zu corpus inputs in %s", ran, dir);
+    replay_corpus("tests/fuzz/corpus/fuzz_guide_diff", 50);
 }
 
 int main(void)

@@ -71,8 +71,8 @@ static int run(const char *cmd)
 /* Runs the engine over tokens[0..n) as one sequence, whole, or one row at
  * a time when `greedy` (then tokens[n_fixed..n) are chosen by argmax and
  * written back). logits: [n][n_vocab], may be NULL. */
-static int engine(const char *path, int32_t *tokens, int n, int n_fixed, int greedy,
-                  float *logits, char *err)
+static int engine(const char *path, int32_t *tokens, int n, int n_fixed, int greedy, float *logits,
+                  char *err)
 {
     struct ifl_model *m = NULL;
     struct ifl_kv_store *kv = NULL;
@@ -136,8 +136,7 @@ static int engine(const char *path, int32_t *tokens, int n, int n_fixed, int gre
 static int mk_adapter(const char *out, const char *base, const char *flags)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' --lora-of '%s' -o '%s' %s 2>/dev/null", g_mk, base, out,
-             flags);
+    snprintf(cmd, sizeof cmd, "'%s' --lora-of '%s' -o '%s' %s 2>/dev/null", g_mk, base, out, flags);
     int rc = run(cmd);
     CHECK_MSG(rc == 0, "mkmodel failed (%d): %s", rc, cmd);
     return rc;
@@ -146,8 +145,8 @@ static int mk_adapter(const char *out, const char *base, const char *flags)
 static int merge(const char *base, const char *loras, const char *out)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' lora merge -m '%s' %s -o '%s' 2>/dev/null", g_bin, base,
-             loras, out);
+    snprintf(cmd, sizeof cmd, "'%s' lora merge -m '%s' %s -o '%s' 2>/dev/null", g_bin, base, loras,
+             out);
     int rc = run(cmd);
     CHECK_MSG(rc == 0, "merge failed (%d): %s", rc, cmd);
     return rc;
@@ -535,18 +534,19 @@ static void test_bad_adapters(void)
                U, NEEDLES("adapter.alora.invocation_tokens"));
     const int64_t n_embd = g_base->hp.n_embd;
     expect_bad("shape of lora_a",
-               &(struct edit){.reshape = "blk.1.attn_k.weight.lora_a", .ne0 = n_embd / 2,
-                              .ne1 = 8},
+               &(struct edit){.reshape = "blk.1.attn_k.weight.lora_a", .ne0 = n_embd / 2, .ne1 = 8},
                E, NEEDLES("'blk.1.attn_k.weight.lora_a'", "expected [64, r]"));
     expect_bad("rank of lora_b",
-               &(struct edit){.reshape = "blk.2.ffn_up.weight.lora_b", .ne0 = 2,
+               &(struct edit){.reshape = "blk.2.ffn_up.weight.lora_b",
+                              .ne0 = 2,
                               .ne1 = 2 * g_base->layers[2].w_up.n_out},
                E, NEEDLES("'blk.2.ffn_up.weight.lora_b'", "r = 4"));
-    expect_bad("q4_0", &(struct edit){.retype = "blk.0.attn_v.weight.lora_a", .type = IFL_TYPE_Q4_0},
-               U, NEEDLES("'blk.0.attn_v.weight.lora_a'", "q4_0"));
-    expect_bad("lora_a alone", &(struct edit){.drop = "blk.4.ffn_gate.weight.lora_b"}, E,
-               NEEDLES("'blk.4.ffn_gate.weight.lora_a'", "no matching",
-                       "blk.4.ffn_gate.weight.lora_b"));
+    expect_bad("q4_0",
+               &(struct edit){.retype = "blk.0.attn_v.weight.lora_a", .type = IFL_TYPE_Q4_0}, U,
+               NEEDLES("'blk.0.attn_v.weight.lora_a'", "q4_0"));
+    expect_bad(
+        "lora_a alone", &(struct edit){.drop = "blk.4.ffn_gate.weight.lora_b"}, E,
+        NEEDLES("'blk.4.ffn_gate.weight.lora_a'", "no matching", "blk.4.ffn_gate.weight.lora_b"));
     expect_bad("lora_b alone", &(struct edit){.drop = "blk.0.attn_q.weight.lora_a"}, E,
                NEEDLES("'blk.0.attn_q.weight.lora_b'", "blk.0.attn_q.weight.lora_a"));
     expect_bad("unknown tensor", &(struct edit){.add = "rope_scale.weight", .add_ne0 = 4}, E,
@@ -554,14 +554,14 @@ static void test_bad_adapters(void)
     expect_bad("layer past the base",
                &(struct edit){.add = "blk.9.attn_q.weight.lora_a", .add_ne0 = n_embd, .add_ne1 = 4},
                E, NEEDLES("'blk.9.attn_q.weight.lora_a'", "no tensor 'blk.9.attn_q.weight'"));
-    expect_bad("non-canonical name",
-               &(struct edit){.add = "blk.01.attn_q.weight.lora_a", .add_ne0 = n_embd,
-                              .add_ne1 = 4},
-               E, NEEDLES("'blk.01.attn_q.weight.lora_a'"));
-    expect_bad("norm adapted",
-               &(struct edit){.add = "blk.0.attn_norm.weight.lora_a", .add_ne0 = n_embd,
-                              .add_ne1 = 4},
-               U, NEEDLES("'blk.0.attn_norm.weight.lora_a'", "cannot adapt"));
+    expect_bad(
+        "non-canonical name",
+        &(struct edit){.add = "blk.01.attn_q.weight.lora_a", .add_ne0 = n_embd, .add_ne1 = 4}, E,
+        NEEDLES("'blk.01.attn_q.weight.lora_a'"));
+    expect_bad(
+        "norm adapted",
+        &(struct edit){.add = "blk.0.attn_norm.weight.lora_a", .add_ne0 = n_embd, .add_ne1 = 4}, U,
+        NEEDLES("'blk.0.attn_norm.weight.lora_a'", "cannot adapt"));
     expect_bad("NaN", &(struct edit){.nan = "blk.3.attn_output.weight.lora_b"}, E,
                NEEDLES("'blk.3.attn_output.weight.lora_b'", "not finite"));
 
@@ -593,8 +593,7 @@ static void test_bad_adapters(void)
     if (!mk_adapter(other, base, "--rank 4 --lora-targets v")) {
         struct ifl_lora *l = NULL;
         CHECK_EQ(ifl_lora_load(&l, other, g_base, err), IFL_EFORMAT);
-        CHECK_MSG(strstr(err, "'blk.0.attn_v.weight.lora_a'") && strstr(err, "[256, 4"), "%s",
-                  err);
+        CHECK_MSG(strstr(err, "'blk.0.attn_v.weight.lora_a'") && strstr(err, "[256, 4"), "%s", err);
         fprintf(stderr, "  %-22s %s\n", "another model", err);
     }
     /* output.weight of a tied base */
@@ -683,8 +682,7 @@ static void test_merge_cli_errors(void)
     snprintf(cmd, sizeof cmd, "'%s' lora merge -m '%s' --lora '%s:x1' -o '%s' 2>/dev/null", g_bin,
              g_stories, g_good, out);
     CHECK_EQ(run(cmd), 2); /* not a number, and no file named "...:x1" */
-    snprintf(cmd, sizeof cmd, "'%s' lora merge -m '%s' -o '%s' 2>/dev/null", g_bin, g_stories,
-             out);
+    snprintf(cmd, sizeof cmd, "'%s' lora merge -m '%s' -o '%s' 2>/dev/null", g_bin, g_stories, out);
     CHECK_EQ(run(cmd), 2);
     snprintf(cmd, sizeof cmd, "'%s' lora 2>/dev/null", g_bin);
     CHECK_EQ(run(cmd), 2);

@@ -203,10 +203,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab",   "--preset",      "--arch",     "--type",
-            "--rope-base", "--seed",    "--n-embd",      "--n-layer",  "--n-head",
-            "--n-head-kv", "--n-ff",    "--head-dim",    "--ctx",      "--swap-tokens",
-            "--eagle3",    "--extract", "--draft-vocab", "--draft-map", "--lora-of",
+            "-o",          "--vocab",   "--preset",       "--arch",      "--type",
+            "--rope-base", "--seed",    "--n-embd",       "--n-layer",   "--n-head",
+            "--n-head-kv", "--n-ff",    "--head-dim",     "--ctx",       "--swap-tokens",
+            "--eagle3",    "--extract", "--draft-vocab",  "--draft-map", "--lora-of",
             "--rank",      "--alpha",   "--lora-targets", "--lora-type"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
@@ -869,8 +869,7 @@ static int write_lora(struct gen *g, const struct opts *o, const struct ifl_mode
     char name[128];
     snprintf(name, sizeof name, "mkmodel-lora-r%lld", (long long)o->rank);
     int rc = 0;
-    rc |= ifl_gguf_writer_set_str(w, "general.architecture", hp->arch_name,
-                                  strlen(hp->arch_name));
+    rc |= ifl_gguf_writer_set_str(w, "general.architecture", hp->arch_name, strlen(hp->arch_name));
     rc |= ifl_gguf_writer_set_str(w, "general.type", "adapter", 7);
     rc |= ifl_gguf_writer_set_str(w, "general.name", name, strlen(name));
     rc |= ifl_gguf_writer_set_str(w, "adapter.type", "lora", 4);
@@ -878,8 +877,9 @@ static int write_lora(struct gen *g, const struct opts *o, const struct ifl_mode
     if (rc)
         return -1;
     if ((o->lora_targets & (1u << LORA_T_OUTPUT)) && b->tied_output) {
-        fprintf(stderr, "mkmodel: --lora-targets output: %s has no output.weight (its output is "
-                        "tied to token_embd.weight)\n",
+        fprintf(stderr,
+                "mkmodel: --lora-targets output: %s has no output.weight (its output is "
+                "tied to token_embd.weight)\n",
                 o->lora_of);
         return -1;
     }
@@ -928,8 +928,7 @@ static int main_lora(const struct opts *o)
         goto out;
     }
     fprintf(stderr, "mkmodel: wrote %s: LoRA adapter for %s, rank %lld, alpha %g, %.1f MiB\n",
-            o->out, o->lora_of, (long long)o->rank, o->alpha,
-            (double)g.bytes / (1024.0 * 1024.0));
+            o->out, o->lora_of, (long long)o->rank, o->alpha, (double)g.bytes / (1024.0 * 1024.0));
     status = 0;
 out:
     if (status && !*err)

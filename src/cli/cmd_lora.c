@@ -89,8 +89,8 @@ static int merge_tensor(const struct merge *M, struct ifl_gguf_writer *w,
     uint8_t *out = malloc(out_row * (size_t)n_rows);
     int rc = 0;
     if (!row || !acc || !out || !dq || !q) {
-        rc = !dq || !q ? ifl_err(err, IFL_EUNSUPPORTED, "lora merge: tensor '%s': type %s",
-                                 t->name, ti && ti->name ? ti->name : "?")
+        rc = !dq || !q ? ifl_err(err, IFL_EUNSUPPORTED, "lora merge: tensor '%s': type %s", t->name,
+                                 ti && ti->name ? ti->name : "?")
                        : ifl_err(err, IFL_ENOMEM, "lora merge: out of memory for '%s'", t->name);
         goto done;
     }
@@ -175,8 +175,9 @@ static int cmd_lora_merge(int argc, char **argv)
             return 0;
         }
         if (i + 1 >= argc)
-            return cli_usage_error("lora merge", "unknown option or missing value '%s' (see "
-                                                 "--help)",
+            return cli_usage_error("lora merge",
+                                   "unknown option or missing value '%s' (see "
+                                   "--help)",
                                    a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {

@@ -164,8 +164,8 @@ static int read_meta(struct ld *L)
         char shown[64];
         show_text(shown, sizeof shown, s, n);
         return ifl_err(L->err, IFL_EFORMAT,
-                       "lora: the adapter's architecture '%s' is not the base model's '%s'",
-                       shown, arch);
+                       "lora: the adapter's architecture '%s' is not the base model's '%s'", shown,
+                       arch);
     }
     snprintf(L->l->arch, sizeof L->l->arch, "%s", arch);
     double alpha = 0.0;
@@ -271,8 +271,8 @@ static int load_slot(struct ld *L, int64_t s, struct ifl_lora_mat *m)
     snprintf(base_name, sizeof base_name, "%.*s", (int)(strlen(one->name) - strlen(".lora_a")),
              one->name);
     if (!p->a || !p->b)
-        return ifl_err(L->err, IFL_EFORMAT, "lora: tensor '%s' has no matching '%s.%s'",
-                       one->name, base_name, p->a ? "lora_b" : "lora_a");
+        return ifl_err(L->err, IFL_EFORMAT, "lora: tensor '%s' has no matching '%s.%s'", one->name,
+                       base_name, p->a ? "lora_b" : "lora_a");
     const struct ifl_gguf_tensor *ta = p->a, *tb = p->b;
     const struct ifl_gguf_tensor *pair[2] = {ta, tb};
     for (int k = 0; k < 2; k++)
