@@ -89,6 +89,37 @@ else
     bad "block-size fallback to q8_0"; head -3 "$tmp/err"
 fi
 
+# LoRA adapters: deterministic in the seed, loadable (a merge reads them
+# with the runtime's loader), the block-size fallback said once
+F32=$SHARED/models/ref/llama-f32.gguf
+"$MK" --lora-of "$F32" -o "$tmp/l1.gguf" --rank 4 --seed 3 2>/dev/null
+"$MK" --lora-of "$F32" -o "$tmp/l2.gguf" --rank 4 --seed 3 2>/dev/null
+"$MK" --lora-of "$F32" -o "$tmp/l3.gguf" --rank 4 --seed 4 2>/dev/null
+cmp -s "$tmp/l1.gguf" "$tmp/l2.gguf" && ok "lora: same seed, same file" ||
+    bad "lora: same seed, same file"
+cmp -s "$tmp/l1.gguf" "$tmp/l3.gguf" && bad "lora: other seed, other file" ||
+    ok "lora: other seed, other file"
+if "$MK" --lora-of "$F32" -o "$tmp/lq.gguf" --rank 8 --lora-type q8_0 \
+    --lora-targets q,embd,output 2>"$tmp/err" &&
+    [ "$(grep -c 'those tensors are f16' "$tmp/err")" = 1 ] &&
+    "$BIN" lora merge -m "$F32" --lora "$tmp/lq.gguf" --lora "$tmp/l1.gguf:0.5" \
+        -o "$tmp/lm.gguf" 2>"$tmp/merr" && grep -q "30 matrices merged" "$tmp/merr"; then
+    check_info "lora: q8_0 adapter with f16 fallback, merged" "$tmp/lm.gguf" "f32 x"
+else
+    bad "lora: q8_0 adapter with f16 fallback, merged"; head -3 "$tmp/err" "$tmp/merr"
+fi
+rm -f "$tmp"/l?.gguf
+L="--lora-of $F32 -o $tmp/bad.gguf"
+check_usage "lora: bad target" "$MK" $L --lora-targets q,x
+check_usage "lora: empty targets" "$MK" $L --lora-targets ,
+check_usage "lora: unsupported type" "$MK" $L --lora-type q4_0
+check_usage "lora: rank 0" "$MK" $L --rank 0
+check_usage "lora: negative alpha" "$MK" $L --alpha -1
+check_usage "lora: with --vocab" "$MK" $L --vocab "$VOCAB"
+check_usage "lora: base missing" "$MK" --lora-of "$tmp/nonexistent.gguf" -o "$tmp/bad.gguf"
+check_usage "lora: output of a tied base" "$MK" \
+    --lora-of "$SHARED/models/ref/llama-tied-f16.gguf" -o "$tmp/bad.gguf" --lora-targets output
+
 # bad arguments
 o="-o $tmp/bad.gguf"
 check_usage "no arguments" "$MK"

@@ -876,13 +876,6 @@ static int write_lora(struct gen *g, const struct opts *o, const struct ifl_mode
     rc |= ifl_gguf_writer_set_f32(w, "adapter.lora.alpha", (float)o->alpha);
     if (rc)
         return -1;
-    if ((o->lora_targets & (1u << LORA_T_OUTPUT)) && b->tied_output) {
-        fprintf(stderr,
-                "mkmodel: --lora-targets output: %s has no output.weight (its output is "
-                "tied to token_embd.weight)\n",
-                o->lora_of);
-        return -1;
-    }
     if ((o->lora_targets & (1u << LORA_T_EMBD)) &&
         add_lora_pair(g, o, "token_embd.weight", b->tok_embd.n_in, b->tok_embd.n_out, 1, &warned))
         return -1;
@@ -913,6 +906,14 @@ static int main_lora(const struct opts *o)
     int status = 1;
     if (ifl_model_load(&b, o->lora_of, err)) {
         fprintf(stderr, "mkmodel: --lora-of: %s\n", err);
+        return 2;
+    }
+    if ((o->lora_targets & (1u << LORA_T_OUTPUT)) && b->tied_output) {
+        fprintf(stderr,
+                "mkmodel: --lora-targets output: %s has no output.weight (its output is tied to "
+                "token_embd.weight)\n",
+                o->lora_of);
+        ifl_model_free(b);
         return 2;
     }
     uint64_t seed = o->seed;
