@@ -46,7 +46,16 @@
  * tinyllama decode, builds alternating, 6 pairs: Q4_0 +2 %, Q8_0 +3.5 %,
  * Q4_K_M +2 % (medians); small-110m decode level. Wider tiles keep the
  * column block in L2 for the row tiles after them. */
-#define PF_HINT(R) ((R) <= 2 ? _MM_HINT_NTA : _MM_HINT_T0)
+/* (A branch, not a hint chosen by an expression: clang wants the hint
+ * constant before inlining; R is constant in every caller, so either way
+ * one prefetch instruction remains.) */
+#define PF_X16(p, R)                                                                               \
+    do {                                                                                           \
+        if ((R) <= 2)                                                                              \
+            _mm_prefetch((p), _MM_HINT_NTA);                                                       \
+        else                                                                                       \
+            _mm_prefetch((p), _MM_HINT_T0);                                                        \
+    } while (0)
 
 /* ---- x16 groups of Q8_0 / Q4_0 weights (kernels.h) ------------------ */
 
@@ -133,7 +142,7 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
     UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
     for (int64_t b = 0; b < nbs; b++, g += gbs) {
         for (size_t l = 0; pf && l < gbs; l += 64)
-            _mm_prefetch(g + X16_PF_OF(q4, R) * gbs + l, PF_HINT(R));
+            PF_X16(g + X16_PF_OF(q4, R) * gbs + l, R);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         __m512i wq[8];
         if (q4) {
@@ -272,7 +281,7 @@ AI void x16k4_tile(int q5, int R, int64_t nsb, const char *x, size_t xs, const c
     UNROLL FOR_R acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++, g += gbs) {
         for (size_t l = 0; l < gbs; l += 64)
-            _mm_prefetch(g + K_PF_R(R) * gbs + l, PF_HINT(R));
+            PF_X16(g + K_PF_R(R) * gbs + l, R);
         const char *xb[XMR];
         UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
         /* runs 0..2 of the scale bytes: bytes 0..3, 4..7, 8..11 of each row */
@@ -425,7 +434,7 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     UNROLL FOR_R acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++, g += K6GB) {
         for (size_t l = 0; l < K6GB; l += 64)
-            _mm_prefetch(g + K_PF_R(R) * K6GB + l, PF_HINT(R));
+            PF_X16(g + K_PF_R(R) * K6GB + l, R);
         const char *xb[XMR];
         UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
         /* os: sum sc[j] * bsums[j], by word pairs (sc[2u], sc[2u + 1]) */
