@@ -815,6 +815,67 @@ static void test_exp(void)
     CHECK(ifl_kernels_exp(0.0f) == 1.0f);
 }
 
+/* lora_a and lora_b against ref, bit for bit: widths with and without a
+ * tail of the 16 lanes, ranks and column counts with ragged ends, rows
+ * picked out of order; and each row alone gives its bits in the batch. */
+static void check_table_lora(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    if (k != ref)
+        CHECK(k->lora_a != ref->lora_a && k->lora_b != ref->lora_b);
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 39);
+    static const int64_t ns[] = {1, 7, 15, 16, 17, 40, 768, 771};
+    static const int nks[] = {1, 3, 16, 17};
+    enum { NR = 7, LDX = 800, LDT = 24, NC = 45, LDY = 50 };
+    static const int32_t rows[NR] = {5, 0, 3, 6, 1, 2, 4};
+    float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * 17 * 771);
+    float ta[NR * LDT], tb[NR * LDT], one[LDT];
+    float *bt = xmalloc(sizeof(float) * 17 * 64), scale[NR];
+    float *ya = xmalloc(sizeof(float) * NR * LDY), *yb = xmalloc(sizeof(float) * NR * LDY);
+    float *y0 = xmalloc(sizeof(float) * NR * LDY);
+    fill_normal(&r, x, NR * LDX, 1.0f);
+    fill_normal(&r, a, 17 * 771, 0.1f);
+    fill_normal(&r, bt, 17 * 64, 0.5f);
+    fill_normal(&r, y0, NR * LDY, 1.0f);
+    for (int i = 0; i < NR; i++)
+        scale[i] = 0.25f + 0.5f * (float)i;
+    x[3] = 0.0f; /* zeros and signed zeros reach the lanes too */
+    x[LDX + 2] = -0.0f;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t ki = 0; ki < sizeof nks / sizeof nks[0]; ki++) {
+            int64_t n = ns[ni];
+            int nk = nks[ki];
+            memset(ta, 0, sizeof ta);
+            memset(tb, 0, sizeof tb);
+            k->lora_a(n, nk, a, NR, rows, x, LDX, ta, LDT);
+            ref->lora_a(n, nk, a, NR, rows, x, LDX, tb, LDT);
+            CHECK_MSG(bits_equal(ta, tb, sizeof ta), "%s lora_a n=%lld nk=%d differs from ref",
+                      k->name, (long long)n, nk);
+            for (int i = 0; i < NR; i++) {
+                k->lora_a(n, nk, a, 1, rows + i, x, LDX, one, LDT);
+                CHECK_MSG(bits_equal(one, ta + i * LDT, sizeof(float) * (size_t)nk),
+                          "%s lora_a n=%lld nk=%d: row %d alone differs", k->name, (long long)n,
+                          nk, i);
+            }
+            for (int nc = 1; nc <= NC; nc += 11) {
+                memcpy(ya, y0, sizeof(float) * NR * LDY);
+                memcpy(yb, y0, sizeof(float) * NR * LDY);
+                k->lora_b(nk, nc, bt, 64, NR, rows, scale, ta, LDT, ya, LDY);
+                ref->lora_b(nk, nc, bt, 64, NR, rows, scale, ta, LDT, yb, LDY);
+                CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
+                          "%s lora_b nk=%d nc=%d differs from ref (or wrote outside)", k->name,
+                          nk, nc);
+            }
+        }
+    free(x);
+    free(a);
+    free(bt);
+    free(ya);
+    free(yb);
+    free(y0);
+}
+
 static void test_tables(void)
 {
     CHECK(ifl_kernels_ref() != NULL);
@@ -855,6 +916,7 @@ static void test_each_table(void)
         check_table_swiglu(k);
         check_table_softmax(k);
         check_table_rows(k);
+        check_table_lora(k);
         fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
     }
 }

@@ -23,6 +23,10 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k);
 /* The sampler's row passes (x86_avx512_rows.c), likewise. */
 void ifl_kernels_fill_avx512_rows(struct ifl_kernels *k);
+/* LoRA's products (x86_avx2_lora.c, x86_avx512_lora.c), over a filled
+ * avx2 or avx512 table. */
+void ifl_kernels_fill_avx2_lora(struct ifl_kernels *k);
+void ifl_kernels_fill_avx512_lora(struct ifl_kernels *k);
 
 /* Where a Q6_K x16 block group (kernels.h) keeps ql run 16h + 8hi + m and
  * qh run 8h + m (h: the block's half, m < 8): after d (32 bytes) and the

@@ -131,6 +131,22 @@ struct ifl_kernels {
     void (*attn_pv_q8_0)(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
                          int nt, float *o);
 
+    /* LoRA's two low-rank products (model/forward_lora.c), over F32.
+     * lora_a: t[i * ldt + k] = dot16(n, a + k * n, x + rows[i] * ldx) for
+     * i < nr, k < nk, where dot16 keeps 16 lanes, lane l adding
+     * fmaf(a[e], x[e], .) for the elements e = l (mod 16) in order from
+     * 0.0f, then folds them: lane l += lane l + h for h = 8, 4, 2, 1; the
+     * result is lane 0.
+     * lora_b: for i < nr, c < nc, with acc = 0.0f and then
+     * acc = fmaf(bt[k * ldb + c], t[i * ldt + k], acc) for k = 0 .. nk-1:
+     * y[rows[i] * ldy + c] = fmaf(scale[i], acc, y[rows[i] * ldy + c]).
+     * Both fix every operation of each output whatever nr and nc are, and
+     * every table gives exactly ref's bits. */
+    void (*lora_a)(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
+                   size_t ldx, float *t, size_t ldt);
+    void (*lora_b)(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
+                   const float *scale, const float *t, size_t ldt, float *y, size_t ldy);
+
     /* The sampler's passes over a row of logits (runtime/sampler.c), which
      * run once per generated token over the whole vocabulary. Every table
      * gives exactly ref's results, bits of the sums included, so what a

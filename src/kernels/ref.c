@@ -937,6 +937,44 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
                           a->count != NULL, sum, sev, cnt);
 }
 
+/* LoRA's products (kernels.h lora_a, lora_b): the 16-lane dot product and
+ * a sequential fused sum over the rank, which the x86 tables repeat
+ * operation for operation. */
+static float lora_dot16(int64_t n, const float *a, const float *x)
+{
+    float s[16] = {0};
+    for (int64_t e = 0; e < n; e++)
+        s[e & 15] = fmaf(a[e], x[e], s[e & 15]);
+    for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++)
+            s[l] = s[l] + s[l + h];
+    return s[0];
+}
+
+static void lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
+                   size_t ldx, float *t, size_t ldt)
+{
+    for (int i = 0; i < nr; i++)
+        for (int k = 0; k < nk; k++)
+            t[(size_t)i * ldt + (size_t)k] =
+                lora_dot16(n, a + (size_t)k * (size_t)n, x + (size_t)rows[i] * ldx);
+}
+
+static void lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
+                   const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
+{
+    for (int i = 0; i < nr; i++) {
+        float *yr = y + (size_t)rows[i] * ldy;
+        const float *ti = t + (size_t)i * ldt;
+        for (int64_t c = 0; c < nc; c++) {
+            float acc = 0.0f;
+            for (int k = 0; k < nk; k++)
+                acc = fmaf(bt[(size_t)k * ldb + (size_t)c], ti[k], acc);
+            yr[c] = fmaf(scale[i], acc, yr[c]);
+        }
+    }
+}
+
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
 {
     memset(k, 0, sizeof(*k));
@@ -988,4 +1026,6 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->max_f32 = max_f32;
     k->find_f32 = find_f32;
     k->exp_pass = exp_pass;
+    k->lora_a = lora_a;
+    k->lora_b = lora_b;
 }

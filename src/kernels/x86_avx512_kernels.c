@@ -16,4 +16,5 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k)
     ifl_kernels_fill_avx512_x16(k);
     ifl_kernels_fill_avx512_attn(k);
     ifl_kernels_fill_avx512_rows(k);
+    ifl_kernels_fill_avx512_lora(k);
 }

@@ -1,0 +1,123 @@
+/*
+ * LoRA's products (kernels.h lora_a, lora_b) in 256-bit AVX2 + FMA. Equal
+ * to ref.c's lora_a and lora_b bit for bit: dot16's 16 lanes are two
+ * vectors of 8 (lanes 0-7, 8-15), a tail element goes to its own lane by a
+ * blend (so untouched lanes keep their exact bits), the fold adds the same
+ * pairs in the same order; lora_b runs 8 columns per vector, each with
+ * ref's sequence of fused multiply-adds.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/impl.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* Lanes [0, n) set, n <= 8. */
+AI __m256i mask8(int n)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+/* lanes 0-7 in lo, 8-15 in hi, folded as ref folds its 16 */
+AI float fold16(__m256 lo, __m256 hi)
+{
+    __m256 s8 = _mm256_add_ps(lo, hi); /* l + l+8 */
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
+
+/* acc lanes of a partial vector of m (< 8) elements: fma where set, else kept */
+AI __m256 fma_part(__m256 a, __m256 x, __m256 acc, __m256 m)
+{
+    return _mm256_blendv_ps(acc, _mm256_fmadd_ps(a, x, acc), m);
+}
+
+static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows,
+                        const float *x, size_t ldx, float *t, size_t ldt)
+{
+    const int64_t n16 = n & ~(int64_t)15;
+    const int rem = (int)(n - n16);
+    const __m256i mi0 = mask8(rem < 8 ? rem : 8), mi1 = mask8(rem > 8 ? rem - 8 : 0);
+    const __m256 m0 = _mm256_castsi256_ps(mi0), m1 = _mm256_castsi256_ps(mi1);
+    for (int k = 0; k < nk; k++) {
+        const float *ak = a + (size_t)k * (size_t)n;
+        int i = 0;
+        /* two rows at a time share the loads of a */
+        for (; i + 2 <= nr; i += 2) {
+            const float *x0 = x + (size_t)rows[i] * ldx, *x1 = x + (size_t)rows[i + 1] * ldx;
+            __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
+            __m256 q0 = _mm256_setzero_ps(), q1 = _mm256_setzero_ps();
+            for (int64_t e = 0; e < n16; e += 16) {
+                __m256 al = _mm256_loadu_ps(ak + e), ah = _mm256_loadu_ps(ak + e + 8);
+                p0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x0 + e), p0);
+                p1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x0 + e + 8), p1);
+                q0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x1 + e), q0);
+                q1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x1 + e + 8), q1);
+            }
+            if (rem) {
+                __m256 al = _mm256_maskload_ps(ak + n16, mi0);
+                __m256 ah = _mm256_maskload_ps(ak + n16 + 8, mi1);
+                p0 = fma_part(al, _mm256_maskload_ps(x0 + n16, mi0), p0, m0);
+                p1 = fma_part(ah, _mm256_maskload_ps(x0 + n16 + 8, mi1), p1, m1);
+                q0 = fma_part(al, _mm256_maskload_ps(x1 + n16, mi0), q0, m0);
+                q1 = fma_part(ah, _mm256_maskload_ps(x1 + n16 + 8, mi1), q1, m1);
+            }
+            t[(size_t)i * ldt + (size_t)k] = fold16(p0, p1);
+            t[(size_t)(i + 1) * ldt + (size_t)k] = fold16(q0, q1);
+        }
+        for (; i < nr; i++) {
+            const float *x0 = x + (size_t)rows[i] * ldx;
+            __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
+            for (int64_t e = 0; e < n16; e += 16) {
+                p0 = _mm256_fmadd_ps(_mm256_loadu_ps(ak + e), _mm256_loadu_ps(x0 + e), p0);
+                p1 = _mm256_fmadd_ps(_mm256_loadu_ps(ak + e + 8), _mm256_loadu_ps(x0 + e + 8), p1);
+            }
+            if (rem) {
+                p0 = fma_part(_mm256_maskload_ps(ak + n16, mi0), _mm256_maskload_ps(x0 + n16, mi0),
+                              p0, m0);
+                p1 = fma_part(_mm256_maskload_ps(ak + n16 + 8, mi1),
+                              _mm256_maskload_ps(x0 + n16 + 8, mi1), p1, m1);
+            }
+            t[(size_t)i * ldt + (size_t)k] = fold16(p0, p1);
+        }
+    }
+}
+
+static void avx2_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr,
+                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                        float *y, size_t ldy)
+{
+    for (int64_t c = 0; c < nc; c += 8) {
+        const int w = nc - c < 8 ? (int)(nc - c) : 8;
+        const __m256i m = mask8(w);
+        for (int i = 0; i < nr; i++) {
+            const float *ti = t + (size_t)i * ldt;
+            __m256 acc = _mm256_setzero_ps();
+            if (w == 8)
+                for (int k = 0; k < nk; k++)
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(bt + (size_t)k * ldb + (size_t)c),
+                                          _mm256_set1_ps(ti[k]), acc);
+            else
+                for (int k = 0; k < nk; k++)
+                    acc = _mm256_fmadd_ps(_mm256_maskload_ps(bt + (size_t)k * ldb + (size_t)c, m),
+                                          _mm256_set1_ps(ti[k]), acc);
+            float *yr = y + (size_t)rows[i] * ldy + (size_t)c;
+            __m256 yv = w == 8 ? _mm256_loadu_ps(yr) : _mm256_maskload_ps(yr, m);
+            yv = _mm256_fmadd_ps(_mm256_set1_ps(scale[i]), acc, yv);
+            if (w == 8)
+                _mm256_storeu_ps(yr, yv);
+            else
+                _mm256_maskstore_ps(yr, m, yv);
+        }
+    }
+}
+
+void ifl_kernels_fill_avx2_lora(struct ifl_kernels *k)
+{
+    k->lora_a = avx2_lora_a;
+    k->lora_b = avx2_lora_b;
+}

@@ -1,0 +1,94 @@
+/*
+ * LoRA's products (kernels.h lora_a, lora_b) in 512-bit AVX-512F. Equal to
+ * ref.c's lora_a and lora_b bit for bit: dot16's 16 lanes are one vector,
+ * a tail goes in under a mask (lanes outside it keep their bits), the fold
+ * adds ref's pairs in ref's order; lora_b runs 16 columns per vector, each
+ * with ref's sequence of fused multiply-adds.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/impl.h"
+
+#define AI static inline __attribute__((always_inline))
+
+AI float fold16(__m512 v)
+{
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
+
+static void z_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
+                     size_t ldx, float *t, size_t ldt)
+{
+    const int64_t n16 = n & ~(int64_t)15;
+    const __mmask16 mt = (__mmask16)((1u << (n - n16)) - 1);
+    for (int k = 0; k < nk; k++) {
+        const float *ak = a + (size_t)k * (size_t)n;
+        int i = 0;
+        /* four rows at a time share the loads of a */
+        for (; i + 4 <= nr; i += 4) {
+            const float *x0 = x + (size_t)rows[i] * ldx, *x1 = x + (size_t)rows[i + 1] * ldx;
+            const float *x2 = x + (size_t)rows[i + 2] * ldx, *x3 = x + (size_t)rows[i + 3] * ldx;
+            __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+            __m512 p2 = _mm512_setzero_ps(), p3 = _mm512_setzero_ps();
+            for (int64_t e = 0; e < n16; e += 16) {
+                __m512 av = _mm512_loadu_ps(ak + e);
+                p0 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x0 + e), p0);
+                p1 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x1 + e), p1);
+                p2 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x2 + e), p2);
+                p3 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x3 + e), p3);
+            }
+            if (mt) {
+                __m512 av = _mm512_maskz_loadu_ps(mt, ak + n16);
+                p0 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x0 + n16), p0, mt);
+                p1 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x1 + n16), p1, mt);
+                p2 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x2 + n16), p2, mt);
+                p3 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x3 + n16), p3, mt);
+            }
+            t[(size_t)i * ldt + (size_t)k] = fold16(p0);
+            t[(size_t)(i + 1) * ldt + (size_t)k] = fold16(p1);
+            t[(size_t)(i + 2) * ldt + (size_t)k] = fold16(p2);
+            t[(size_t)(i + 3) * ldt + (size_t)k] = fold16(p3);
+        }
+        for (; i < nr; i++) {
+            const float *x0 = x + (size_t)rows[i] * ldx;
+            __m512 p0 = _mm512_setzero_ps();
+            for (int64_t e = 0; e < n16; e += 16)
+                p0 = _mm512_fmadd_ps(_mm512_loadu_ps(ak + e), _mm512_loadu_ps(x0 + e), p0);
+            if (mt)
+                p0 = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(mt, ak + n16),
+                                           _mm512_maskz_loadu_ps(mt, x0 + n16), p0, mt);
+            t[(size_t)i * ldt + (size_t)k] = fold16(p0);
+        }
+    }
+}
+
+static void z_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
+                     const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
+{
+    for (int64_t c = 0; c < nc; c += 16) {
+        const int w = nc - c < 16 ? (int)(nc - c) : 16;
+        const __mmask16 m = (__mmask16)(w == 16 ? 0xffffu : (1u << w) - 1);
+        for (int i = 0; i < nr; i++) {
+            const float *ti = t + (size_t)i * ldt;
+            __m512 acc = _mm512_setzero_ps();
+            for (int k = 0; k < nk; k++)
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, bt + (size_t)k * ldb + (size_t)c),
+                                      _mm512_set1_ps(ti[k]), acc);
+            float *yr = y + (size_t)rows[i] * ldy + (size_t)c;
+            __m512 yv = _mm512_maskz_loadu_ps(m, yr);
+            yv = _mm512_fmadd_ps(_mm512_set1_ps(scale[i]), acc, yv);
+            _mm512_mask_storeu_ps(yr, m, yv);
+        }
+    }
+}
+
+void ifl_kernels_fill_avx512_lora(struct ifl_kernels *k)
+{
+    k->lora_a = z_lora_a;
+    k->lora_b = z_lora_b;
+}
