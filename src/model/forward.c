@@ -31,6 +31,7 @@
 #include "core/fp16.h"
 #include "kernels/kernels.h"
 #include "model/forward_internal.h"
+#include "model/lora_rt.h"
 
 static void *alloc_floats(size_t n)
 {
@@ -64,6 +65,11 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->run_start);
     free(f->run_share);
     free(f->att_claim);
+    free(f->lora_n);
+    free(f->lora_rows);
+    free(f->lora_user);
+    free(f->lora_t);
+    free(f->lora_sc);
     free(f);
 }
 
@@ -172,10 +178,11 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->run_start = malloc((R + 1) * sizeof(int32_t));
     f->run_share = malloc(((size_t)nth + 1) * sizeof(int32_t));
     f->att_claim = aligned_alloc(64, sizeof(struct mm_region) * (size_t)hp->n_layer * (size_t)nth);
+    f->lora_sc = malloc(sizeof(float) * R * (size_t)nth);
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
         !f->kvtmp || !f->out_rows || !f->mm_reg || !f->run_start || !f->run_share ||
-        !f->att_claim) {
+        !f->att_claim || !f->lora_sc) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
@@ -533,6 +540,13 @@ static void qkv_ready(struct job *j, const struct ifl_layer_weights *w, long r, 
     rope(k + h0 * hd, cs, hp->n_rot, hd, h1 - h0, hp->rope_neox);
 }
 
+/* The adapted matrices of each matmul group (enum ifl_lora_target); the
+ * output's group passes one entry, which lmat ignores for il -1. */
+static const int T_QKV[3] = {IFL_LORA_WQ, IFL_LORA_WK, IFL_LORA_WV};
+static const int T_O[1] = {IFL_LORA_WO};
+static const int T_GU[2] = {IFL_LORA_GATE, IFL_LORA_UP};
+static const int T_D[1] = {IFL_LORA_DOWN};
+
 static void step(void *arg, int ith, int nth)
 {
     struct job *j = arg;
@@ -558,6 +572,8 @@ static void step(void *arg, int ith, int nth)
         const struct ifl_mat *te = &m->tok_embd;
         f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
                                  f->x + r * n_embd, n_embd);
+        if (b->n_lora)
+            ifl_fwd_lora_embed(j, r);
         float *cs = f->rope_cs + r * half * 2;
         for (int i = 0; i < half; i++) {
             double th = (double)b->pos[r] * f->inv_freq[i];
@@ -583,8 +599,17 @@ static void step(void *arg, int ith, int nth)
                                        {&w->wk, f->k, (size_t)k_dim},
                                        {&w->wv, f->v, (size_t)v_dim}};
         mm_barrier(j, ith, nth, qkv, 3);
+        const int lqkv = b->n_lora && ifl_fwd_lora_any(f, b, il, T_QKV, 3);
+        if (lqkv)
+            ifl_fwd_lora_a(j, ith, nth, il, T_QKV, 3, f->xn, (size_t)n_embd);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, qkv, 3);
         ifl_pool_barrier(f->pool);
+        if (lqkv) {
+            float *const y[3] = {f->q, f->k, f->v};
+            const size_t ld[3] = {(size_t)q_dim, (size_t)k_dim, (size_t)v_dim};
+            ifl_fwd_lora_b(j, ith, nth, il, T_QKV, 3, y, ld);
+            ifl_pool_barrier(f->pool);
+        }
         if (heads_split) {
             /* this thread's KV heads of every row, from q, k and v to att:
              * it reads only the heads it stored, so no barrier between */
@@ -602,8 +627,17 @@ static void step(void *arg, int ith, int nth)
         }
         const struct mm_task o = {&w->wo, f->tmp, (size_t)n_embd};
         mm_barrier(j, ith, nth, &o, 1);
+        const int lo_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_O, 1);
+        if (lo_)
+            ifl_fwd_lora_a(j, ith, nth, il, T_O, 1, f->att, (size_t)w->wo.n_in);
         mm_group(j, ith, nth, &memo, &grp, f->att, nr, &o, 1);
         ifl_pool_barrier(f->pool);
+        if (lo_) {
+            float *const y[1] = {f->tmp};
+            const size_t ld[1] = {(size_t)n_embd};
+            ifl_fwd_lora_b(j, ith, nth, il, T_O, 1, y, ld);
+            ifl_pool_barrier(f->pool);
+        }
         for (long r = lo; r < hi; r++) {
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
@@ -613,15 +647,33 @@ static void step(void *arg, int ith, int nth)
         const struct mm_task gu[2] = {{&w->w_gate, f->gate, (size_t)n_ff},
                                       {&w->w_up, f->up, (size_t)n_ff}};
         mm_barrier(j, ith, nth, gu, 2);
+        const int lgu = b->n_lora && ifl_fwd_lora_any(f, b, il, T_GU, 2);
+        if (lgu)
+            ifl_fwd_lora_a(j, ith, nth, il, T_GU, 2, f->xn, (size_t)n_embd);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, gu, 2);
         ifl_pool_barrier(f->pool);
+        if (lgu) {
+            float *const y[2] = {f->gate, f->up};
+            const size_t ld[2] = {(size_t)n_ff, (size_t)n_ff};
+            ifl_fwd_lora_b(j, ith, nth, il, T_GU, 2, y, ld);
+            ifl_pool_barrier(f->pool);
+        }
         for (long r = lo; r < hi; r++)
             f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
         ifl_fwd_quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
         const struct mm_task d = {&w->w_down, f->tmp, (size_t)n_embd};
         mm_barrier(j, ith, nth, &d, 1);
+        const int ld_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_D, 1);
+        if (ld_)
+            ifl_fwd_lora_a(j, ith, nth, il, T_D, 1, f->gate, (size_t)n_ff);
         mm_group(j, ith, nth, &memo, &grp, f->gate, nr, &d, 1);
         ifl_pool_barrier(f->pool);
+        if (ld_) {
+            float *const y[1] = {f->tmp};
+            const size_t ld[1] = {(size_t)n_embd};
+            ifl_fwd_lora_b(j, ith, nth, il, T_D, 1, y, ld);
+            ifl_pool_barrier(f->pool);
+        }
         for (long r = lo; r < hi; r++)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
     }
@@ -641,7 +693,16 @@ static void step(void *arg, int ith, int nth)
     ifl_fwd_quant_rows(j, &memo, &m->output, f->xn, j->n_out, olo, ohi);
     const struct mm_task out = {&m->output, j->logits, (size_t)m->output.n_out};
     mm_barrier(j, ith, nth, &out, 1);
+    const int lout = b->n_lora && ifl_fwd_lora_any(f, b, -1, T_D, 1);
+    if (lout)
+        ifl_fwd_lora_a(j, ith, nth, -1, T_D, 1, f->xn, (size_t)n_embd);
     mm_group(j, ith, nth, &memo, &grp, f->xn, j->n_out, &out, 1);
+    if (lout) {
+        ifl_pool_barrier(f->pool);
+        float *const y[1] = {j->logits};
+        const size_t ld[1] = {(size_t)m->output.n_out};
+        ifl_fwd_lora_b(j, ith, nth, -1, T_D, 1, y, ld);
+    }
 }
 
 static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char *err)
@@ -657,6 +718,15 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
         if (b->extract_layers[i] < 0 || b->extract_layers[i] >= hp->n_layer)
             return ifl_err(err, IFL_EINVAL, "forward: extract layer %d outside 0..%d",
                            b->extract_layers[i], hp->n_layer - 1);
+    if (b->n_lora < 0 || (b->n_lora && (!b->lora || !b->lora_scale)))
+        return ifl_err(err, IFL_EINVAL, "forward: %d adapters (with their arrays)", b->n_lora);
+    for (int32_t i = 0; i < b->n_lora; i++)
+        if (!b->lora[i] || b->lora[i]->base != f->m)
+            return ifl_err(err, IFL_EINVAL, "forward: adapter %d was not made for this model", i);
+    for (size_t i = 0; i < (size_t)b->n_lora * (size_t)b->n_rows; i++)
+        if (!isfinite(b->lora_scale[i]))
+            return ifl_err(err, IFL_EINVAL, "forward: row %zu: adapter %zu's scale is not finite",
+                           i / (size_t)b->n_lora, i % (size_t)b->n_lora);
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= hp->n_vocab)
@@ -709,6 +779,8 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     for (int32_t r = 0; r < b->n_rows; r++)
         if (b->logits && b->logits[r])
             f->out_rows[j.n_out++] = r;
+    if (b->n_lora && (rc = ifl_fwd_lora_segments(f, b, j.n_out, err)))
+        return rc;
     /* the attention runs, and each thread's share of them: contiguous,
      * cut where the cost (positions attended, plus a fixed part per row)
      * crosses a thread's fraction */

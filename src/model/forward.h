@@ -30,6 +30,8 @@
 #include "model/kv_store.h"
 #include "model/model.h"
 
+struct ifl_lora_rt;
+
 struct ifl_batch {
     int32_t n_rows;
     const int32_t *tokens; /* [n_rows] */
@@ -67,6 +69,16 @@ struct ifl_batch {
     const int32_t *tree_off;   /* [n_rows] */
     const int32_t *tree_path;  /* [n_tree_path] */
     int32_t n_tree_path;
+    /* optional LoRA adapters (model/lora_rt.h), n_lora 0 for none: row r
+     * applies adapter i with user scale lora_scale[r * n_lora + i], 0 for
+     * not at all (so a scale of 0 is bitwise the base). A row's adapters are
+     * added in order of i: list a step's adapters in an order that does not
+     * depend on the step (the executor: by id) and every row's result is
+     * the same whatever shares its step. Each must be made for this
+     * forward's model. */
+    int32_t n_lora;
+    const struct ifl_lora_rt *const *lora; /* [n_lora] */
+    const float *lora_scale;               /* [n_rows][n_lora] */
     int32_t n_seqs;
     const int32_t *const *block_tables; /* [n_seqs] -> block ids */
     const int32_t *n_blocks;            /* [n_seqs] length of each table */
@@ -101,8 +113,11 @@ void ifl_fwd_parallel(struct ifl_fwd *f, void (*fn)(void *arg, int ith, int nth)
 
 /* Runs one step. logits receives, in row order, n_vocab floats for each row
  * with logits[r] set. Returns IFL_EINVAL (and a message) for an invalid
- * batch: a token, position, sequence or block out of range, or a row whose
- * block is missing from its table. The cache is untouched on error. */
+ * batch: a token, position, sequence or block out of range, a row whose
+ * block is missing from its table, or an adapter made for another model
+ * or with a non-finite scale. The cache is untouched on error. A step with
+ * more adapters, or adapter rows times ranks, than any before grows the
+ * forward's adapter scratch first (IFL_ENOMEM if it cannot). */
 int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, char *err);
 
 #endif

@@ -64,6 +64,18 @@ struct ifl_fwd {
     /* [n_threads + 1] thread t's share: runs [run_share[t], run_share[t + 1]) */
     int32_t *run_share;
     struct mm_region *att_claim; /* [n_layer][n_threads] runs taken from each share */
+    /* LoRA (forward_lora.c): the step's rows grouped by adapter, grown
+     * when a step needs more. List s (0: the batch's rows, 1: the logits
+     * rows) of adapter i < lora_cap: lora_n[s * lora_cap + i] rows, at
+     * lora_rows + (s * lora_cap + i) * R, with their user scales at the
+     * same place of lora_user. */
+    int32_t lora_cap;
+    int32_t *lora_n;
+    int32_t *lora_rows;
+    float *lora_user;
+    float *lora_t;     /* [lora_t_cap] a matmul group's A x, per matrix, adapter, row */
+    size_t lora_t_cap;
+    float *lora_sc;    /* [n_threads][R] the scales of one lora_b call */
 };
 
 /* What one step's threads share. */
@@ -110,6 +122,20 @@ static inline int32_t ifl_fwd_place(const struct ifl_batch *b, long r, int32_t t
 
 void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
                         const float *x, int32_t nr, long lo, long hi);
+
+/* forward_lora.c: the groups' targets tg[0..nt) (enum ifl_lora_target)
+ * of layer il, or il -1 for the output (nt 1). segments runs before the
+ * step; lora_a after the barrier that completes x (rows ldx apart); lora_b
+ * after the base matmul's barrier (y[m] rows ldy[m] apart), and a barrier
+ * must follow it; lora_embed on a row after its embedding lookup. */
+int ifl_fwd_lora_segments(struct ifl_fwd *f, const struct ifl_batch *b, int32_t n_out, char *err);
+int ifl_fwd_lora_any(const struct ifl_fwd *f, const struct ifl_batch *b, int il, const int *tg,
+                     int nt);
+void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt,
+                    const float *x, size_t ldx);
+void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt,
+                    float *const *y, const size_t *ldy);
+void ifl_fwd_lora_embed(struct job *j, long r);
 
 /* attention.c */
 

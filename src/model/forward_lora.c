@@ -1,0 +1,346 @@
+/*
+ * LoRA adapters in the forward pass: for each adapted matrix W of a row
+ * that uses adapters i (user scale u_i), y = W x + sum_i s_i B_i (A_i x),
+ * s_i = ifl_lora_rt_scale(matrix, u_i). The base product W x is the
+ * ordinary matmul over the quantised, repacked weights, untouched; the
+ * low-rank products are added after it.
+ *
+ * Segmented, as punica's SGMV: the step's rows are grouped by adapter
+ * (ifl_fwd_lora_segments, before the step), and each adapter's A and B
+ * are read once for all the rows that use it. Per matrix group (q, k, v;
+ * o; gate, up; down; the output):
+ *   phase A  t = A x for every (matrix, adapter, row), the units being the
+ *            rank rows of every A, shared out between the threads by
+ *            count; it reads only x, so it runs before the base matmul,
+ *            after the barrier that made x whole;
+ *   phase B  after the base matmul's barrier: y += s B t, the units being
+ *            16-column slices of every y, a thread's share contiguous;
+ *            for a slice, the adapters in the batch's order.
+ * Then a barrier, as the next phase reads y. A step without adapters runs
+ * none of this.
+ *
+ * Batch invariance: every t element is one lora_a dot product and every
+ * y element gets, per adapter of its row in the batch's order, one
+ * lora_b sum (kernels.h fixes both, operation for operation), whatever
+ * other rows share the step or which thread computes it. A row's
+ * adapters are added in the order the batch lists the step's adapters; the
+ * executor lists them by id, so a row's order is its own.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "model/forward_internal.h"
+#include "model/lora_rt.h"
+
+/* ---- the applied form ---- */
+
+static void rt_mat_free(struct ifl_lora_rt_mat *m)
+{
+    free(m->a);
+    free(m->bt);
+    m->a = m->bt = NULL;
+}
+
+void ifl_lora_rt_free(struct ifl_lora_rt *r)
+{
+    if (!r)
+        return;
+    if (r->layers)
+        for (int32_t i = 0; i < r->n_layer * IFL_LORA_N_TARGETS; i++)
+            rt_mat_free(&r->layers[i]);
+    free(r->layers);
+    rt_mat_free(&r->tok_embd);
+    rt_mat_free(&r->output);
+    free(r);
+}
+
+static int all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* Copies src into dst, checked against the base matrix n_in -> n_out.
+ * embd: the token embedding, whose a is [n_in][rank] and is kept so. */
+static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
+                       const struct ifl_lora_mat *src, int64_t n_in, int64_t n_out, int embd,
+                       const char *name, char *err)
+{
+    memset(dst, 0, sizeof(*dst));
+    if (src->rank == 0)
+        return 0;
+    if (src->rank < 0 || src->rank > 4096 || !src->a || !src->b)
+        return ifl_err(err, IFL_EINVAL, "lora: %s: rank %d (1..4096, with A and B)", name,
+                       src->rank);
+    if (src->n_in != n_in || src->n_out != n_out)
+        return ifl_err(err, IFL_EINVAL,
+                       "lora: %s: adapts %lld -> %lld, the base matrix is %lld -> %lld", name,
+                       (long long)src->n_in, (long long)src->n_out, (long long)n_in,
+                       (long long)n_out);
+    if (!isfinite(src->alpha))
+        return ifl_err(err, IFL_EINVAL, "lora: %s: alpha is not finite", name);
+    size_t rank = (size_t)src->rank, na = rank * (size_t)n_in, nb = rank * (size_t)n_out;
+    if (!all_finite(src->a, na) || !all_finite(src->b, nb))
+        return ifl_err(err, IFL_EINVAL, "lora: %s: a value is not finite", name);
+    dst->rank = src->rank;
+    dst->n_in = n_in;
+    dst->n_out = n_out;
+    dst->alpha = src->alpha;
+    dst->a = malloc(sizeof(float) * na);
+    dst->bt = malloc(sizeof(float) * nb);
+    if (!dst->a || !dst->bt)
+        return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
+    memcpy(dst->a, src->a, sizeof(float) * na);
+    (void)embd; /* the embedding's a is [n_vocab][rank] in both forms */
+    for (size_t c = 0; c < (size_t)n_out; c++)
+        for (size_t k = 0; k < rank; k++)
+            dst->bt[k * (size_t)n_out + c] = src->b[c * rank + k];
+    r->bytes += sizeof(float) * (na + nb);
+    r->max_rank = dst->rank > r->max_rank ? dst->rank : r->max_rank;
+    r->n_adapted++;
+    return 0;
+}
+
+static const char *const target_names[IFL_LORA_N_TARGETS] = {
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+
+static const struct ifl_mat *base_mat(const struct ifl_model *m, int il, int t)
+{
+    const struct ifl_layer_weights *w = &m->layers[il];
+    const struct ifl_mat *mats[IFL_LORA_N_TARGETS] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
+                                                      &w->w_gate, &w->w_up, &w->w_down};
+    return mats[t];
+}
+
+int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
+                       const struct ifl_model *base, char *err)
+{
+    *out = NULL;
+    const struct ifl_hparams *hp = &base->hp;
+    if (l->n_layer != hp->n_layer || (l->n_layer > 0 && !l->layers))
+        return ifl_err(err, IFL_EINVAL, "lora: the adapter has %d layers, the model %d",
+                       l->n_layer, hp->n_layer);
+    struct ifl_lora_rt *r = calloc(1, sizeof(*r));
+    if (!r)
+        return ifl_err(err, IFL_ENOMEM, "lora: out of memory");
+    r->base = base;
+    r->n_layer = l->n_layer;
+    r->layers = calloc((size_t)l->n_layer * IFL_LORA_N_TARGETS + 1, sizeof(*r->layers));
+    int rc = r->layers ? 0 : ifl_err(err, IFL_ENOMEM, "lora: out of memory");
+    for (int il = 0; il < l->n_layer && !rc; il++)
+        for (int t = 0; t < IFL_LORA_N_TARGETS && !rc; t++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", il, target_names[t]);
+            const struct ifl_mat *bm = base_mat(base, il, t);
+            rc = rt_mat_make(r, &r->layers[(size_t)il * IFL_LORA_N_TARGETS + (size_t)t],
+                             ifl_lora_layer_mat(l, il, (enum ifl_lora_target)t), bm->n_in,
+                             bm->n_out, 0, name, err);
+        }
+    if (!rc)
+        rc = rt_mat_make(r, &r->tok_embd, &l->tok_embd, hp->n_vocab, hp->n_embd, 1,
+                         "token_embd.weight", err);
+    if (!rc)
+        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0,
+                         "output.weight", err);
+    if (rc) {
+        ifl_lora_rt_free(r);
+        return rc;
+    }
+    r->bytes += sizeof(*r) + sizeof(*r->layers) * (size_t)l->n_layer * IFL_LORA_N_TARGETS;
+    *out = r;
+    return 0;
+}
+
+/* ---- the step ---- */
+
+static const struct ifl_lora_rt_mat *lmat(const struct ifl_lora_rt *l, int il, int t)
+{
+    return il < 0 ? &l->output : &l->layers[(size_t)il * IFL_LORA_N_TARGETS + (size_t)t];
+}
+
+int ifl_fwd_lora_segments(struct ifl_fwd *f, const struct ifl_batch *b, int32_t n_out, char *err)
+{
+    const int32_t nl = b->n_lora, R = f->max_rows;
+    if (nl > f->lora_cap) {
+        /* the only allocation of a step: the first with more adapters than any before */
+        int32_t cap = nl < 8 ? 8 : nl;
+        int32_t *n = calloc((size_t)cap * 2, sizeof(int32_t));
+        int32_t *rows = malloc(sizeof(int32_t) * (size_t)cap * 2 * (size_t)R);
+        float *user = malloc(sizeof(float) * (size_t)cap * 2 * (size_t)R);
+        if (!n || !rows || !user) {
+            free(n);
+            free(rows);
+            free(user);
+            return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d adapters", nl);
+        }
+        free(f->lora_n);
+        free(f->lora_rows);
+        free(f->lora_user);
+        f->lora_n = n;
+        f->lora_rows = rows;
+        f->lora_user = user;
+        f->lora_cap = cap;
+    }
+    /* list s (0: the batch's rows, 1: the logits rows) of adapter i */
+    const size_t cap = (size_t)f->lora_cap;
+    size_t need = 0;
+    for (int32_t i = 0; i < nl; i++) {
+        int32_t *rows = f->lora_rows + (size_t)i * (size_t)R, n = 0;
+        float *user = f->lora_user + (size_t)i * (size_t)R;
+        for (int32_t r = 0; r < b->n_rows; r++) {
+            float u = b->lora_scale[(size_t)r * (size_t)nl + (size_t)i];
+            if (u != 0.0f) {
+                rows[n] = r;
+                user[n++] = u;
+            }
+        }
+        f->lora_n[i] = n;
+        int32_t *orows = f->lora_rows + (cap + (size_t)i) * (size_t)R, on = 0;
+        float *ouser = f->lora_user + (cap + (size_t)i) * (size_t)R;
+        for (int32_t o = 0; o < n_out; o++) {
+            float u = b->lora_scale[(size_t)f->out_rows[o] * (size_t)nl + (size_t)i];
+            if (u != 0.0f) {
+                orows[on] = o;
+                ouser[on++] = u;
+            }
+        }
+        f->lora_n[cap + (size_t)i] = on;
+        need += (size_t)n * (size_t)b->lora[i]->max_rank;
+    }
+    need *= 3; /* q, k and v share a phase */
+    if (need > f->lora_t_cap) {
+        float *t = malloc(sizeof(float) * need);
+        if (!t)
+            return ifl_err(err, IFL_ENOMEM, "forward: out of memory for adapters' products");
+        free(f->lora_t);
+        f->lora_t = t;
+        f->lora_t_cap = need;
+    }
+    return 0;
+}
+
+/* Adapter i's rows in list s (0: batch rows, 1: logits rows). */
+static int32_t seg_n(const struct ifl_fwd *f, int s, int32_t i)
+{
+    return f->lora_n[(size_t)s * (size_t)f->lora_cap + (size_t)i];
+}
+
+static const int32_t *seg_rows(const struct ifl_fwd *f, int s, int32_t i)
+{
+    return f->lora_rows + ((size_t)s * (size_t)f->lora_cap + (size_t)i) * (size_t)f->max_rows;
+}
+
+static const float *seg_user(const struct ifl_fwd *f, int s, int32_t i)
+{
+    return f->lora_user + ((size_t)s * (size_t)f->lora_cap + (size_t)i) * (size_t)f->max_rows;
+}
+
+void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt,
+                    const float *x, size_t ldx)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const int s = il < 0;
+    int64_t total = 0;
+    for (int m = 0; m < nt; m++)
+        for (int32_t i = 0; i < b->n_lora; i++)
+            if (seg_n(f, s, i))
+                total += lmat(b->lora[i], il, tg[m])->rank;
+    const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
+    int64_t base = 0;
+    size_t off = 0;
+    for (int m = 0; m < nt; m++)
+        for (int32_t i = 0; i < b->n_lora; i++) {
+            const int32_t n = seg_n(f, s, i);
+            const struct ifl_lora_rt_mat *lm = lmat(b->lora[i], il, tg[m]);
+            if (!n || !lm->rank)
+                continue;
+            int64_t k0 = u0 - base, k1 = u1 - base;
+            k0 = k0 < 0 ? 0 : k0;
+            k1 = k1 > lm->rank ? lm->rank : k1;
+            if (k0 < k1)
+                f->kn->lora_a(lm->n_in, (int)(k1 - k0), lm->a + (size_t)k0 * (size_t)lm->n_in, n,
+                              seg_rows(f, s, i), x, ldx, f->lora_t + off + (size_t)k0,
+                              (size_t)lm->rank);
+            base += lm->rank;
+            off += (size_t)n * (size_t)lm->rank;
+        }
+}
+
+void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt,
+                    float *const *y, const size_t *ldy)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const int s = il < 0;
+    float *sc = f->lora_sc + (size_t)ith * (size_t)f->max_rows;
+    /* the group's columns in 16-column units, matrix after matrix */
+    int64_t total = 0;
+    for (int m = 0; m < nt; m++) {
+        int64_t n_out = 0;
+        for (int32_t i = 0; i < b->n_lora && !n_out; i++)
+            if (seg_n(f, s, i) && lmat(b->lora[i], il, tg[m])->rank)
+                n_out = lmat(b->lora[i], il, tg[m])->n_out;
+        total += (n_out + 15) / 16;
+    }
+    const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
+    int64_t base = 0;
+    size_t off = 0;
+    for (int m = 0; m < nt; m++) {
+        int64_t n_out = 0, units;
+        for (int32_t i = 0; i < b->n_lora && !n_out; i++)
+            if (seg_n(f, s, i) && lmat(b->lora[i], il, tg[m])->rank)
+                n_out = lmat(b->lora[i], il, tg[m])->n_out;
+        units = (n_out + 15) / 16;
+        int64_t c0 = (u0 - base) * 16, c1 = (u1 - base) * 16;
+        c0 = c0 < 0 ? 0 : c0;
+        c1 = c1 > n_out ? n_out : c1;
+        for (int32_t i = 0; i < b->n_lora; i++) {
+            const int32_t n = seg_n(f, s, i);
+            const struct ifl_lora_rt_mat *lm = lmat(b->lora[i], il, tg[m]);
+            if (!n || !lm->rank)
+                continue;
+            if (c0 < c1) {
+                const float *user = seg_user(f, s, i);
+                for (int32_t r = 0; r < n; r++)
+                    sc[r] = ifl_lora_rt_scale(lm, user[r]);
+                f->kn->lora_b(lm->rank, c1 - c0, lm->bt + c0, (size_t)n_out, n, seg_rows(f, s, i),
+                              sc, f->lora_t + off, (size_t)lm->rank, y[m] + c0, ldy[m]);
+            }
+            off += (size_t)n * (size_t)lm->rank;
+        }
+        base += units;
+    }
+}
+
+int ifl_fwd_lora_any(const struct ifl_fwd *f, const struct ifl_batch *b, int il, const int *tg,
+                     int nt)
+{
+    const int s = il < 0;
+    for (int m = 0; m < nt; m++)
+        for (int32_t i = 0; i < b->n_lora; i++)
+            if (seg_n(f, s, i) && lmat(b->lora[i], il, tg[m])->rank)
+                return 1;
+    return 0;
+}
+
+void ifl_fwd_lora_embed(struct job *j, long r)
+{
+    const struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const int32_t zero = 0, n_embd = f->m->hp.n_embd;
+    for (int32_t i = 0; i < b->n_lora; i++) {
+        float u = b->lora_scale[(size_t)r * (size_t)b->n_lora + (size_t)i];
+        const struct ifl_lora_rt_mat *lm = &b->lora[i]->tok_embd;
+        if (u == 0.0f || !lm->rank)
+            continue;
+        float s = ifl_lora_rt_scale(lm, u);
+        f->kn->lora_b(lm->rank, n_embd, lm->bt, (size_t)n_embd, 1, &zero, &s,
+                      lm->a + (size_t)b->tokens[r] * (size_t)lm->rank, (size_t)lm->rank,
+                      f->x + r * n_embd, (size_t)n_embd);
+    }
+}

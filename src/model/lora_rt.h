@@ -1,0 +1,56 @@
+/*
+ * An adapter in the form the forward pass applies it (forward_lora.c):
+ * made from a loaded struct ifl_lora (model/lora.h) by copying A as it is
+ * and B transposed, [rank][n_out], so that one vector of the lora_b kernel
+ * takes consecutive output columns for one rank index. The base model's
+ * weights are not touched: they stay quantised and repacked.
+ *
+ * Immutable once made: any number of forward passes may read it at once.
+ * Its owner (the executor's adapter registry) frees it only when no
+ * request uses it.
+ */
+#ifndef IFL_MODEL_LORA_RT_H
+#define IFL_MODEL_LORA_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/lora.h"
+#include "model/model.h"
+
+/* One adapted matrix (rank 0: not adapted; a and bt NULL). */
+struct ifl_lora_rt_mat {
+    int32_t rank;
+    int64_t n_in;
+    int64_t n_out;
+    float alpha;
+    float *a;  /* [rank][n_in]; the embedding's: [n_vocab][rank] */
+    float *bt; /* [rank][n_out]: B transposed */
+};
+
+struct ifl_lora_rt {
+    const struct ifl_model *base; /* the model it was checked against */
+    int32_t n_layer;
+    struct ifl_lora_rt_mat *layers; /* [n_layer * IFL_LORA_N_TARGETS], layer-major */
+    struct ifl_lora_rt_mat tok_embd;
+    struct ifl_lora_rt_mat output;
+    int32_t max_rank;  /* the largest rank of any matrix */
+    int32_t n_adapted; /* matrices with rank > 0 */
+    size_t bytes;      /* heap bytes held */
+};
+
+/* Makes the applied form of l for base, checking every adapted matrix's
+ * shape against the base's matrix (an error names it). l is only read;
+ * its owner frees it. IFL_EINVAL (a mismatch, a rank outside 1..4096 or a
+ * non-finite value), IFL_ENOMEM. */
+int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
+                       const struct ifl_model *base, char *err);
+void ifl_lora_rt_free(struct ifl_lora_rt *r);
+
+/* The user scale a matrix's product is multiplied by (ifl_lora_scale). */
+static inline float ifl_lora_rt_scale(const struct ifl_lora_rt_mat *m, float user_scale)
+{
+    return m->alpha != 0.0f ? user_scale * m->alpha / (float)m->rank : user_scale;
+}
+
+#endif
