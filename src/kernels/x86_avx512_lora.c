@@ -67,23 +67,64 @@ static void z_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *r
     }
 }
 
+/* rr rows (1..4) by cb blocks of 16 columns (1..2), the last block under
+ * mask m1: rr * cb accumulators in flight, so the fused sums over the rank
+ * overlap instead of waiting on each other; each output still gets ref's
+ * sequence of operations. */
+AI void z_lora_b_tile(int rr, int cb, int nk, const float *bt, size_t ldb, const int32_t *rows,
+                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy,
+                      __mmask16 m1)
+{
+    __m512 acc[4][2];
+    for (int i = 0; i < 4; i++)
+        for (int q = 0; q < 2; q++)
+            acc[i][q] = _mm512_setzero_ps();
+    for (int k = 0; k < nk; k++) {
+        __m512 bv[2];
+        for (int q = 0; q < cb; q++)
+            bv[q] = _mm512_maskz_loadu_ps(q == cb - 1 ? m1 : 0xffff, bt + (size_t)k * ldb + 16 * q);
+        for (int i = 0; i < rr; i++) {
+            __m512 tv = _mm512_set1_ps(t[(size_t)i * ldt + (size_t)k]);
+            for (int q = 0; q < cb; q++)
+                acc[i][q] = _mm512_fmadd_ps(bv[q], tv, acc[i][q]);
+        }
+    }
+    for (int i = 0; i < rr; i++) {
+        float *yr = y + (size_t)rows[i] * ldy;
+        __m512 sv = _mm512_set1_ps(scale[i]);
+        for (int q = 0; q < cb; q++) {
+            __mmask16 m = q == cb - 1 ? m1 : 0xffff;
+            __m512 yv = _mm512_maskz_loadu_ps(m, yr + 16 * q);
+            _mm512_mask_storeu_ps(yr + 16 * q, m, _mm512_fmadd_ps(sv, acc[i][q], yv));
+        }
+    }
+}
+
 static void z_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
 {
-    for (int64_t c = 0; c < nc; c += 16) {
-        const int w = nc - c < 16 ? (int)(nc - c) : 16;
-        const __mmask16 m = (__mmask16)(w == 16 ? 0xffffu : (1u << w) - 1);
-        for (int i = 0; i < nr; i++) {
-            const float *ti = t + (size_t)i * ldt;
-            __m512 acc = _mm512_setzero_ps();
-            for (int k = 0; k < nk; k++)
-                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, bt + (size_t)k * ldb + (size_t)c),
-                                      _mm512_set1_ps(ti[k]), acc);
-            float *yr = y + (size_t)rows[i] * ldy + (size_t)c;
-            __m512 yv = _mm512_maskz_loadu_ps(m, yr);
-            yv = _mm512_fmadd_ps(_mm512_set1_ps(scale[i]), acc, yv);
-            _mm512_mask_storeu_ps(yr, m, yv);
-        }
+    for (int64_t c = 0; c < nc; c += 32) {
+        const int64_t w = nc - c < 32 ? nc - c : 32;
+        const int cb = w > 16 ? 2 : 1;
+        const int last = (int)(w - 16 * (cb - 1));
+        const __mmask16 m1 = (__mmask16)(last == 16 ? 0xffffu : (1u << last) - 1);
+        const float *bc = bt + (size_t)c;
+        float *yc = y + (size_t)c;
+        int i = 0;
+        for (; i + 4 <= nr; i += 4)
+            if (cb == 2)
+                z_lora_b_tile(4, 2, nk, bc, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt,
+                              yc, ldy, m1);
+            else
+                z_lora_b_tile(4, 1, nk, bc, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt,
+                              yc, ldy, m1);
+        for (; i < nr; i++)
+            if (cb == 2)
+                z_lora_b_tile(1, 2, nk, bc, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt,
+                              yc, ldy, m1);
+            else
+                z_lora_b_tile(1, 1, nk, bc, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt,
+                              yc, ldy, m1);
     }
 }
 
