@@ -249,6 +249,11 @@ struct ifl_executor_config {
      * Read during ifl_executor_create only. */
     const char *repack_cache_dir;
     struct ifl_speculative_config speculative;
+    /* LoRA adapters' host cache: when the adapters in memory take more
+     * than this many bytes, idle ones loaded from files (used by no
+     * queued or running request) are dropped, least recently used first,
+     * and read again when a request names them. 0: no limit. */
+    int64_t lora_cache_bytes;
 };
 
 /* Beam search (beam_width 2..16, at most max_batch_size): each step keeps
@@ -370,7 +375,13 @@ struct ifl_request {
     const char *logits_post_processor;   /* a registered name, "batched", or NULL */
     int32_t guide_type;                  /* enum ifl_guide_type */
     const char *guide_text;
-    const char *lora_name; /* reserved: must be NULL or "" for now */
+    /* LoRA adapters (see "LoRA adapters" below): n_lora (id, scale) pairs,
+     * copied at enqueue. n_lora 0: every loaded adapter at its global
+     * scale as of enqueue (none, unless some adapter has a nonzero global
+     * scale); otherwise exactly those listed (scale 0: not applied, so a
+     * list of one adapter at 0 asks for the base model alone). */
+    const struct ifl_lora_ref *lora;
+    int32_t n_lora; /* 0..IFL_LORA_MAX_PER_REQUEST */
     struct ifl_request_speculative speculative;
 };
 
@@ -626,6 +637,63 @@ int ifl_executor_wait_idle(ifl_executor *ex, int64_t timeout_ms);
 /* IFL_ENOTFOUND once a request's final response was awaited, and for ids
  * never issued (0 among them). */
 int ifl_get_request_stats(ifl_executor *ex, ifl_id id, struct ifl_request_stats *out);
+
+/* ======================================================================
+ * LoRA adapters (docs/api.md "LoRA adapters").
+ *
+ * llama.cpp's GGUF LoRA adapters for the executor's model, loaded and
+ * unloaded while it runs. Requests name them by id in struct ifl_request's
+ * lora list; rows with different adapters, or none, share each forward
+ * pass, and a request's tokens and log-probs do not depend on what else
+ * shares it. The prefix cache is keyed by a request's adapters and scales:
+ * KV computed under one adapter set is never reused under another.
+ *
+ * Every function here is thread-safe.
+ * ====================================================================== */
+
+#define IFL_LORA_MAX_PER_REQUEST 8
+
+/* One adapter a request applies: its id (ifl_executor_load_lora) and the
+ * user scale s of y = W x + s * alpha / rank * B (A x) (alpha / rank
+ * left out when the adapter has no alpha). */
+struct ifl_lora_ref {
+    int32_t id;
+    float scale;
+};
+
+struct ifl_lora_info {
+    int32_t id;
+    char name[128];
+    char path[1024];
+    float scale;       /* the global scale (requests with n_lora 0 use it) */
+    int32_t rank;      /* the largest rank of its matrices */
+    int32_t n_adapted; /* matrices it adapts */
+    int64_t bytes;     /* host memory it takes while loaded */
+    int32_t in_use;    /* queued and running requests that use it */
+    int32_t loaded;    /* 1: in memory; 0: dropped from the host cache (read again on use) */
+};
+
+/* Loads the adapter file at path (checked against the model: architecture,
+ * every tensor's name and shape), registers it as name (NULL or "": the
+ * file's name without .gguf) with global scale `scale`, and sets *id (ids
+ * start at 1 and are never reused). IFL_EINVAL for a name in use, a
+ * non-finite scale; the loader's codes (IFL_EFORMAT, IFL_EUNSUPPORTED,
+ * IFL_EIO, IFL_ENOMEM) with a message naming the tensor or key. */
+int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name, float scale,
+                           int32_t *id, char *err);
+/* Unregisters an adapter: new requests can no longer name it; requests
+ * already queued or running keep it until they finish, and its memory goes
+ * with the last of them. IFL_ENOTFOUND for an unknown id. */
+int ifl_executor_unload_lora(ifl_executor *ex, int32_t id, char *err);
+/* Sets an adapter's global scale. Requests already enqueued keep the scales
+ * they took. IFL_ENOTFOUND, IFL_EINVAL (not finite). */
+int ifl_executor_set_lora_scale(ifl_executor *ex, int32_t id, float scale, char *err);
+/* The registered adapters by id: up to cap into out, *n_out the count of
+ * all (IFL_EFULL when more than cap). */
+int ifl_executor_list_lora(ifl_executor *ex, struct ifl_lora_info *out, int32_t cap,
+                           int32_t *n_out);
+/* The id of the adapter registered as name; IFL_ENOTFOUND. */
+int ifl_executor_find_lora(ifl_executor *ex, const char *name, int32_t *id);
 
 #ifdef __cplusplus
 }

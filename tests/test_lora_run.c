@@ -19,6 +19,7 @@
 #include "model/lora.h"
 #include "model/lora_rt.h"
 #include "model/model.h"
+#include "runtime/exec.h"
 #include "t.h"
 
 /* ---- adapters in memory ---- */
@@ -420,10 +421,489 @@ static void test_rt_checks(void)
     ifl_model_free(m);
 }
 
+/* ---- the executor ---- */
+
+static ifl_executor *open_ex(const char *model, int32_t max_batch, int64_t cache_bytes,
+                             int spec_ngram)
+{
+    char p[512], err[512] = "";
+    snprintf(p, sizeof p, "%s/models/%s", t_shared(), model);
+    struct ifl_executor_config c;
+    ifl_executor_config_default(&c);
+    c.max_batch_size = max_batch;
+    c.n_threads = 2;
+    c.n_ctx = 256;
+    c.lora_cache_bytes = cache_bytes;
+    if (spec_ngram) {
+        c.speculative.type = IFL_SPEC_NGRAM;
+        c.speculative.ngram_size = 2;
+    }
+    ifl_executor *ex = NULL;
+    int rc = ifl_executor_create(&ex, p, &c, err);
+    CHECK_MSG(rc == 0, "create: %s", err);
+    return ex;
+}
+
+/* Registers an in-memory adapter (make_rt's) as name; its id. */
+static int32_t add_rt(ifl_executor *ex, uint64_t seed, int rank, float alpha, const char *name,
+                      float global)
+{
+    struct ifl_lora_rt *rt = make_rt(ex->model, seed, rank, alpha, ALL_TARGETS, 1, 0);
+    int32_t id = -1;
+    char err[512] = "";
+    int rc = ifl_lora_reg_add(&ex->lora, rt, NULL, "", name, global, &id, err);
+    CHECK_MSG(rc == 0, "add: %s", err);
+    return id;
+}
+
+struct run {
+    int32_t tok[64];
+    float lp[64];
+    int32_t n;
+    int32_t reused;
+};
+
+static void req_init(struct ifl_request *r, const int32_t *ids, int32_t n, int32_t max_tokens,
+                     uint64_t seed)
+{
+    ifl_request_init(r);
+    r->input_ids = ids;
+    r->n_input = n;
+    r->max_tokens = max_tokens;
+    r->sampling.temperature = 0.9f;
+    r->sampling.seed = seed;
+    r->sampling.ignore_eos = 1;
+    r->output.return_log_probs = 1;
+    r->output.return_perf_metrics = 1;
+}
+
+/* Awaits id's responses into run. */
+static void collect(ifl_executor *ex, ifl_id id, struct run *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (int final = 0; !final;) {
+        struct ifl_response *r = NULL;
+        int32_t got = 0;
+        int rc = ifl_await(ex, &id, 1, 60000, &r, 1, &got);
+        if (rc || !got) {
+            T_FAIL_("await %llu: %s", (unsigned long long)id, ifl_strerror(rc));
+            return;
+        }
+        CHECK_MSG(r->status == 0, "response: %s", r->error_msg ? r->error_msg : "");
+        for (int32_t i = 0; i < r->n_results; i++) {
+            struct ifl_sequence_result *sr = &r->results[i];
+            for (int32_t k = 0; k < sr->n_tokens && out->n < 64; k++) {
+                out->lp[out->n] = sr->log_probs ? sr->log_probs[k] : 0;
+                out->tok[out->n++] = sr->tokens[k];
+            }
+        }
+        if (r->is_final)
+            out->reused = r->perf.kv_blocks_reused;
+        final = r->is_final;
+        ifl_response_free(r);
+    }
+}
+
+static int run_req(ifl_executor *ex, const struct ifl_request *r, struct run *out)
+{
+    ifl_id id;
+    char err[512] = "";
+    int rc = ifl_enqueue(ex, r, &id, err);
+    CHECK_MSG(rc == 0, "enqueue: %s", err);
+    if (!rc)
+        collect(ex, id, out);
+    return rc;
+}
+
+static int same_run(const struct run *a, const struct run *b)
+{
+    return a->n == b->n && memcmp(a->tok, b->tok, sizeof(int32_t) * (size_t)a->n) == 0 &&
+           memcmp(a->lp, b->lp, sizeof(float) * (size_t)a->n) == 0;
+}
+
+enum { NREQ = 16, PLEN = 21, GEN = 12 };
+
+static void prompt_of(int i, int32_t *ids)
+{
+    for (int p = 0; p < PLEN; p++)
+        ids[p] = tok_of(i + 20, p);
+}
+
+/* 16 requests over 4 adapters and the base, sampled with log-probs: each
+ * alone, then all enqueued at once (so they share steps), then again in
+ * reverse order: every request's tokens and log-probs bitwise the same. */
+static void test_exec_mixed_batch(void)
+{
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 16, 0, 0);
+    if (!ex)
+        return;
+    int32_t ids[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "ad%d", i);
+        ids[i] = add_rt(ex, 200 + (uint64_t)i, 16, 16.0f, name, 0.0f);
+    }
+    int32_t prompts[NREQ][PLEN];
+    struct ifl_lora_ref refs[NREQ][2];
+    struct ifl_request rq[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        prompt_of(i, prompts[i]);
+        req_init(&rq[i], prompts[i], PLEN, GEN, 1000 + (uint64_t)i);
+        int a = i % 5;
+        if (a < 4) {
+            refs[i][0] = (struct ifl_lora_ref){ids[a], 0.5f + 0.25f * (float)(i % 3)};
+            rq[i].lora = refs[i];
+            rq[i].n_lora = 1;
+        }
+        if (i == 7) { /* two adapters, listed against id order */
+            refs[i][1] = refs[i][0];
+            refs[i][0] = (struct ifl_lora_ref){ids[3], -0.5f};
+            rq[i].n_lora = 2;
+        }
+    }
+    struct run alone[NREQ], mixed[NREQ], rev[NREQ];
+    for (int i = 0; i < NREQ; i++)
+        run_req(ex, &rq[i], &alone[i]);
+    ifl_id qid[NREQ];
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue_many(ex, rq, NREQ, qid, err), 0);
+    for (int i = 0; i < NREQ; i++)
+        collect(ex, qid[i], &mixed[i]);
+    struct ifl_request rr[NREQ];
+    for (int i = 0; i < NREQ; i++)
+        rr[i] = rq[NREQ - 1 - i];
+    CHECK_EQ(ifl_enqueue_many(ex, rr, NREQ, qid, err), 0);
+    for (int i = 0; i < NREQ; i++)
+        collect(ex, qid[i], &rev[NREQ - 1 - i]);
+    for (int i = 0; i < NREQ; i++) {
+        CHECK_EQ(alone[i].n, GEN);
+        CHECK_MSG(same_run(&alone[i], &mixed[i]), "request %d: mixed batch differs from alone", i);
+        CHECK_MSG(same_run(&alone[i], &rev[i]), "request %d: reversed batch differs from alone",
+                  i);
+    }
+    /* the adapters matter: request 0 (adapter 0) without it */
+    struct run base;
+    rq[0].lora = NULL;
+    rq[0].n_lora = 0;
+    run_req(ex, &rq[0], &base);
+    CHECK(!same_run(&base, &alone[0]));
+    /* scale 0 is the base, bit for bit */
+    struct ifl_lora_ref zero[2] = {{ids[1], 0.0f}, {ids[2], 0.0f}};
+    struct run z;
+    rq[0].lora = zero;
+    rq[0].n_lora = 2;
+    run_req(ex, &rq[0], &z);
+    CHECK(same_run(&base, &z));
+    ifl_executor_destroy(ex, 0);
+}
+
+/* The prefix cache is keyed by the adapter set: one prompt under two
+ * adapters, two scales and the base never reuses the other's blocks; each
+ * reuses its own. */
+static void test_exec_cache_keys(void)
+{
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 4, 0, 0);
+    if (!ex)
+        return;
+    int32_t a = add_rt(ex, 300, 8, 0.0f, "a", 0.0f), b = add_rt(ex, 301, 8, 0.0f, "b", 0.0f);
+    int32_t prompt[49]; /* 48 computed before the last: 3 blocks of 16 */
+    for (int p = 0; p < 49; p++)
+        prompt[p] = tok_of(3, p);
+    struct ifl_lora_ref la = {a, 1.0f}, lb = {b, 1.0f}, la2 = {a, 0.5f}, ab[2] = {{a, 1}, {b, 1}};
+    struct {
+        const struct ifl_lora_ref *l;
+        int32_t n;
+        int32_t reused;
+    } steps[] = {{&la, 1, 0}, {&lb, 1, 0}, {&la2, 1, 0}, {NULL, 0, 0}, {ab, 2, 0},
+                 {&la, 1, 3}, {&lb, 1, 3}, {&la2, 1, 3}, {NULL, 0, 3}, {ab, 2, 3}};
+    struct run first[5], again;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        struct ifl_request r;
+        req_init(&r, prompt, 49, 4, 9);
+        r.lora = steps[i].l;
+        r.n_lora = steps[i].n;
+        struct run *o = i < 5 ? &first[i] : &again;
+        run_req(ex, &r, o);
+        CHECK_MSG(o->reused == steps[i].reused, "step %zu: %d blocks reused, expected %d", i,
+                  o->reused, steps[i].reused);
+        if (i >= 5) /* what reused KV gives is what computing it gave */
+            CHECK_MSG(same_run(o, &first[i - 5]), "step %zu: differs with its reused prefix", i);
+    }
+    ifl_executor_destroy(ex, 0);
+}
+
+/* An adapter unloaded while a request runs with it: the request finishes
+ * as it would have; new requests can no longer name it; its memory goes
+ * with the request (the sanitizer builds check that). */
+static void test_exec_unload_while_running(void)
+{
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 4, 0, 0);
+    if (!ex)
+        return;
+    int32_t a = add_rt(ex, 400, 16, 32.0f, "gone", 0.0f);
+    int32_t prompt[PLEN];
+    prompt_of(1, prompt);
+    struct ifl_lora_ref l = {a, 1.0f};
+    struct ifl_request r;
+    req_init(&r, prompt, PLEN, 40, 5);
+    r.lora = &l;
+    r.n_lora = 1;
+    r.streaming = 1;
+    struct run ref, got;
+    run_req(ex, &r, &ref);
+    ifl_id id;
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+    /* its first token is out: it is running */
+    struct ifl_response *first = NULL;
+    int32_t n = 0;
+    CHECK_EQ(ifl_await(ex, &id, 1, 60000, &first, 1, &n), 0);
+    CHECK_EQ(ifl_executor_unload_lora(ex, a, err), 0);
+    CHECK_EQ(ifl_executor_unload_lora(ex, a, err), IFL_ENOTFOUND);
+    int32_t found = 0;
+    CHECK_EQ(ifl_executor_find_lora(ex, "gone", &found), IFL_ENOTFOUND);
+    ifl_id id2;
+    CHECK_EQ(ifl_enqueue(ex, &r, &id2, err), IFL_EINVAL);
+    CHECK(strstr(err, "lora[0].id") != NULL);
+    collect(ex, id, &got);
+    /* the first response's tokens come before the rest */
+    struct run all = {0};
+    if (first && first->n_results == 1) {
+        struct ifl_sequence_result *sr = &first->results[0];
+        for (int32_t k = 0; k < sr->n_tokens; k++) {
+            all.tok[all.n] = sr->tokens[k];
+            all.lp[all.n++] = sr->log_probs[k];
+        }
+    }
+    ifl_response_free(first);
+    for (int32_t k = 0; k < got.n && all.n < 64; k++) {
+        all.tok[all.n] = got.tok[k];
+        all.lp[all.n++] = got.lp[k];
+    }
+    CHECK_EQ(all.n, 40);
+    CHECK(same_run(&all, &ref));
+    int32_t n_ad = -1;
+    CHECK_EQ(ifl_executor_list_lora(ex, NULL, 0, &n_ad), 0);
+    CHECK_EQ(n_ad, 0);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Global scales: a request that names no adapter takes them at enqueue;
+ * changing them later does not change it. */
+static void test_exec_global_scales(void)
+{
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 4, 0, 0);
+    if (!ex)
+        return;
+    int32_t a = add_rt(ex, 500, 8, 8.0f, "g", 0.75f);
+    int32_t prompt[PLEN];
+    prompt_of(2, prompt);
+    struct ifl_request r;
+    req_init(&r, prompt, PLEN, 16, 3);
+    struct ifl_lora_ref l = {a, 0.75f};
+    struct run explicit_, global, after, base;
+    r.lora = &l;
+    r.n_lora = 1;
+    run_req(ex, &r, &explicit_);
+    r.lora = NULL;
+    r.n_lora = 0;
+    ifl_id id;
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue(ex, &r, &id, err), 0);
+    CHECK_EQ(ifl_executor_set_lora_scale(ex, a, 0.0f, err), 0);
+    collect(ex, id, &global);
+    CHECK(same_run(&global, &explicit_));
+    run_req(ex, &r, &after); /* now at scale 0: the base */
+    l.scale = 0;
+    r.lora = &l;
+    r.n_lora = 1;
+    run_req(ex, &r, &base);
+    CHECK(same_run(&after, &base));
+    CHECK(!same_run(&after, &global));
+    CHECK_EQ(ifl_executor_set_lora_scale(ex, a, NAN, err), IFL_EINVAL);
+    CHECK_EQ(ifl_executor_set_lora_scale(ex, a + 7, 1.0f, err), IFL_ENOTFOUND);
+    struct ifl_lora_info info[2];
+    int32_t n = 0;
+    CHECK_EQ(ifl_executor_list_lora(ex, info, 2, &n), 0);
+    CHECK_EQ(n, 1);
+    CHECK(info[0].id == a && !strcmp(info[0].name, "g") && info[0].scale == 0.0f &&
+          info[0].rank == 8 && info[0].loaded == 1 && info[0].in_use == 0 && info[0].bytes > 0);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Bad lists: each error names the field, and nothing is queued. */
+static void test_exec_validation(void)
+{
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 4, 0, 0);
+    if (!ex)
+        return;
+    int32_t a = add_rt(ex, 600, 4, 0.0f, "v", 0.0f);
+    int32_t prompt[4] = {5, 6, 7, 8};
+    struct ifl_request r;
+    req_init(&r, prompt, 4, 2, 1);
+    struct ifl_lora_ref l[IFL_LORA_MAX_PER_REQUEST + 1];
+    for (int i = 0; i <= IFL_LORA_MAX_PER_REQUEST; i++)
+        l[i] = (struct ifl_lora_ref){a, 1.0f};
+    r.lora = l;
+    struct {
+        int32_t n, id1;
+        float s1;
+        const char *field;
+    } cases[] = {{2, a + 5, 1.0f, "lora[1].id"},
+                 {2, a, 1.0f, "lora[1].id"}, /* twice */
+                 {2, a + 1, NAN, "lora[1].scale"},
+                 {2, a + 1, INFINITY, "lora[1].scale"},
+                 {IFL_LORA_MAX_PER_REQUEST + 1, a, 1.0f, "lora:"},
+                 {-1, a, 1.0f, "lora:"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        l[1].id = cases[i].id1;
+        l[1].scale = cases[i].s1;
+        r.n_lora = cases[i].n;
+        ifl_id id;
+        char err[512] = "";
+        CHECK_EQ(ifl_enqueue(ex, &r, &id, err), IFL_EINVAL);
+        CHECK_MSG(strstr(err, cases[i].field) != NULL, "case %zu: '%s' does not name %s", i, err,
+                  cases[i].field);
+    }
+    struct ifl_lora_info info;
+    int32_t n = 0;
+    CHECK_EQ(ifl_executor_list_lora(ex, &info, 1, &n), 0);
+    CHECK_EQ(info.in_use, 0);
+    /* registering: a name in use, a foreign adapter */
+    char err[512] = "";
+    int32_t id2 = 0;
+    struct ifl_lora_rt *rt = make_rt(ex->model, 601, 4, 0, ALL_TARGETS, 0, 0);
+    CHECK_EQ(ifl_lora_reg_add(&ex->lora, rt, NULL, "", "v", 0.0f, &id2, err), IFL_EINVAL);
+    CHECK(strstr(err, "name") != NULL);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* The host cache: over its byte limit, idle adapters that can be read
+ * again are dropped least recently used first, and come back (the same)
+ * when a request names them; an adapter in use is never dropped. */
+static int reload_seed(void *user, const struct ifl_model *m, struct ifl_lora_rt **out, char *err)
+{
+    (void)err;
+    *out = make_rt(m, (uint64_t)(uintptr_t)user, 16, 16.0f, ALL_TARGETS, 1, 0);
+    return *out ? 0 : IFL_ENOMEM;
+}
+
+static void test_exec_host_cache(void)
+{
+    /* about two of the three adapters fit */
+    struct ifl_model *m = load_model("ref/llama-q8_0.gguf");
+    if (!m)
+        return;
+    struct ifl_lora_rt *probe = make_rt(m, 700, 16, 16.0f, ALL_TARGETS, 1, 0);
+    int64_t one = probe ? (int64_t)probe->bytes : 0;
+    ifl_lora_rt_free(probe);
+    ifl_model_free(m);
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 4, one * 2 + one / 2, 0);
+    if (!ex)
+        return;
+    int32_t id[3];
+    char err[512] = "";
+    for (int i = 0; i < 3; i++) {
+        struct ifl_lora_source src = {reload_seed, NULL, (void *)(uintptr_t)(700 + i)};
+        struct ifl_lora_rt *rt = NULL;
+        reload_seed(src.user, ex->model, &rt, err);
+        char name[8];
+        snprintf(name, sizeof name, "c%d", i);
+        CHECK_EQ(ifl_lora_reg_add(&ex->lora, rt, &src, "", name, 0.0f, &id[i], err), 0);
+    }
+    struct ifl_lora_info info[3];
+    int32_t n = 0;
+    ifl_executor_list_lora(ex, info, 3, &n);
+    CHECK(n == 3 && info[0].loaded == 0 && info[1].loaded == 1 && info[2].loaded == 1);
+    /* c0 comes back and gives what it gave before it was dropped */
+    int32_t prompt[PLEN];
+    prompt_of(4, prompt);
+    struct ifl_request r;
+    req_init(&r, prompt, PLEN, 8, 2);
+    struct ifl_lora_ref l = {id[0], 1.0f};
+    r.lora = &l;
+    r.n_lora = 1;
+    struct run x1, x2;
+    run_req(ex, &r, &x1);
+    ifl_executor_list_lora(ex, info, 3, &n);
+    CHECK(info[0].loaded == 1 && info[1].loaded == 0 && info[2].loaded == 1); /* c1 was least recent */
+    CHECK(ex->lora.n_reloaded == 1 && ex->lora.n_dropped == 2);
+    l.id = id[1];
+    run_req(ex, &r, &x2); /* c1 back, c2 out */
+    l.id = id[0];
+    struct run x3;
+    run_req(ex, &r, &x3);
+    CHECK(same_run(&x1, &x3));
+    CHECK(!same_run(&x1, &x2));
+    /* held adapters stay: three requests holding all three go over the limit */
+    struct ifl_request rs[3];
+    struct ifl_lora_ref ls[3];
+    for (int i = 0; i < 3; i++) {
+        rs[i] = r;
+        ls[i] = (struct ifl_lora_ref){id[i], 1.0f};
+        rs[i].lora = &ls[i];
+        rs[i].max_tokens = 30;
+    }
+    ifl_id q[3];
+    CHECK_EQ(ifl_enqueue_many(ex, rs, 3, q, err), 0);
+    ifl_executor_list_lora(ex, info, 3, &n);
+    CHECK(info[0].loaded && info[1].loaded && info[2].loaded);
+    for (int i = 0; i < 3; i++) {
+        struct run o;
+        collect(ex, q[i], &o);
+    }
+    ifl_executor_wait_idle(ex, 10000);
+    int32_t nl, nres;
+    int64_t bytes;
+    ifl_lora_reg_counts(&ex->lora, &nl, &nres, &bytes);
+    CHECK(nl == 3 && nres == 2 && bytes <= one * 2 + one / 2);
+    ifl_executor_destroy(ex, 0);
+}
+
+/* Speculative decoding (n-gram drafts, exact acceptance) and adapters: the
+ * verify rows carry the sequence's adapters, so the output is plain
+ * decoding's with the adapter. */
+static void test_exec_speculative(void)
+{
+    ifl_executor *plain = open_ex("ref/llama-q8_0.gguf", 4, 0, 0);
+    ifl_executor *spec = open_ex("ref/llama-q8_0.gguf", 4, 0, 1);
+    if (!plain || !spec)
+        return;
+    int32_t a1 = add_rt(plain, 800, 8, 0.0f, "s", 0.0f), a2 = add_rt(spec, 800, 8, 0.0f, "s", 0.0f);
+    int32_t prompt[40];
+    for (int p = 0; p < 40; p++)
+        prompt[p] = 10 + p % 5; /* repetitive: the n-gram proposer drafts */
+    struct ifl_request r;
+    req_init(&r, prompt, 40, 32, 1);
+    r.sampling.temperature = 0;
+    struct ifl_lora_ref l = {a1, 0.4f};
+    r.lora = &l;
+    r.n_lora = 1;
+    struct run x, y;
+    run_req(plain, &r, &x);
+    l.id = a2;
+    run_req(spec, &r, &y);
+    CHECK(same_run(&x, &y));
+    struct ifl_iteration_stats st;
+    ifl_get_iteration_stats(spec, &st);
+    fprintf(stderr, "  n-gram drafts with the adapter: %lld run, %lld kept\n",
+            (long long)st.draft_tokens, (long long)st.accepted_draft_tokens);
+    CHECK(st.draft_tokens > 0);
+    ifl_executor_destroy(plain, 0);
+    ifl_executor_destroy(spec, 0);
+}
+
 int main(void)
 {
     T_RUN(test_rt_checks);
     T_RUN(test_forward_vs_merged_f32);
     T_RUN(test_forward_mixed_batch);
+    T_RUN(test_exec_mixed_batch);
+    T_RUN(test_exec_cache_keys);
+    T_RUN(test_exec_unload_while_running);
+    T_RUN(test_exec_global_scales);
+    T_RUN(test_exec_validation);
+    T_RUN(test_exec_host_cache);
+    T_RUN(test_exec_speculative);
     return t_done();
 }

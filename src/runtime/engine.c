@@ -234,6 +234,9 @@ void ifl_engine_free(struct ifl_executor *ex)
     ifl_kvc_free(e->kvc);
     ifl_kv_store_free(e->store);
     free(e->b_tok);
+    free(e->l_ad);
+    free(e->l_rt);
+    free(e->l_scale);
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_want);
@@ -379,6 +382,64 @@ static void expire(struct ifl_executor *ex, int64_t now)
     }
 }
 
+/* The step's adapters (model/forward.h): every adapter some row's request
+ * holds, in order of id, so that each row adds its adapters in the order
+ * of their ids whatever else shares the step; and each row's scales.
+ * IFL_ENOMEM when the arrays cannot grow (a step with more adapters than
+ * any before). */
+static int step_adapters(struct engine *e, int32_t rows, struct ifl_batch *b)
+{
+    int32_t n = 0;
+    for (int32_t r = 0; r < rows; r++) {
+        const struct xreq *q = e->seqs[e->b_seq[r]].q;
+        if (!q || !q->lora.n || (r > 0 && e->seqs[e->b_seq[r - 1]].q == q))
+            continue;
+        for (int32_t k = 0; k < q->lora.n; k++) {
+            struct xlora *a = q->lora.a[k];
+            int32_t i = 0;
+            while (i < n && e->l_ad[i]->id < a->id)
+                i++;
+            if (i < n && e->l_ad[i] == a)
+                continue;
+            if (n == e->l_cap) {
+                int32_t cap = e->l_cap ? 2 * e->l_cap : 8;
+                struct xlora **ad = realloc(e->l_ad, sizeof(*ad) * (size_t)cap);
+                if (ad)
+                    e->l_ad = ad;
+                const struct ifl_lora_rt **rt = realloc(e->l_rt, sizeof(*rt) * (size_t)cap);
+                if (rt)
+                    e->l_rt = rt;
+                float *sc = realloc(e->l_scale, sizeof(float) * (size_t)cap * (size_t)e->max_rows);
+                if (sc)
+                    e->l_scale = sc;
+                if (!ad || !rt || !sc)
+                    return IFL_ENOMEM;
+                e->l_cap = cap;
+            }
+            memmove(e->l_ad + i + 1, e->l_ad + i, sizeof(*e->l_ad) * (size_t)(n - i));
+            e->l_ad[i] = a;
+            n++;
+        }
+    }
+    if (!n)
+        return 0;
+    memset(e->l_scale, 0, sizeof(float) * (size_t)rows * (size_t)n);
+    for (int32_t r = 0; r < rows; r++) {
+        const struct xreq *q = e->seqs[e->b_seq[r]].q;
+        for (int32_t k = 0, i = 0; q && k < q->lora.n; k++) {
+            while (e->l_ad[i] != q->lora.a[k]) /* both by id */
+                i++;
+            e->l_scale[(size_t)r * (size_t)n + (size_t)i] = q->lora.scale[k];
+        }
+    }
+    for (int32_t i = 0; i < n; i++)
+        e->l_rt[i] = e->l_ad[i]->rt;
+    b->n_lora = n;
+    b->lora = e->l_rt;
+    b->lora_scale = e->l_scale;
+    return 0;
+}
+
 static void step(struct ifl_executor *ex)
 {
     struct engine *e = ex->eng;
@@ -423,14 +484,19 @@ static void step(struct ifl_executor *ex)
         }
     }
     char err[IFL_ERR_LEN] = "";
-    int rc = ifl_forward(e->fwd, &b, e->logits, err);
+    int rc = step_adapters(e, rows, &b);
+    if (!rc)
+        rc = ifl_forward(e->fwd, &b, e->logits, err);
     if (rc) {
         /* the batch is built by the engine: this is a bug, not bad input;
          * fail the requests involved rather than spin on them */
         for (int32_t r = 0; r < rows; r++) {
             struct eseq *s = &e->seqs[e->b_seq[r]];
-            if (s->q)
+            if (s->q) {
+                if (rc == IFL_ENOMEM) /* adapters' scratch; its final response says so */
+                    s->q->status = IFL_ENOMEM;
                 ifl_seq_finish_request(ex, s->q, IFL_FINISH_CANCELLED);
+            }
         }
         return;
     }

@@ -207,6 +207,13 @@ struct engine {
     const int32_t *extract_layers; /* [n_extract] */
     uint8_t *extract_rows;         /* [max_rows] */
     float *extract_out;            /* [max_rows][n_extract][n_embd] */
+    /* LoRA: a step's adapters by id, and each row's scales for them (the
+     * batch's lora and lora_scale), grown when a step has more adapters
+     * than any before */
+    struct xlora **l_ad;             /* [l_cap] */
+    const struct ifl_lora_rt **l_rt; /* [l_cap] their applied forms */
+    float *l_scale;                  /* [max_rows][l_cap] */
+    int32_t l_cap;
 };
 
 /* Path entries one sequence's tree rows take at most (depths 1 .. 32). */

@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "runtime/guided.h"
 #include "runtime/kvcache.h"
+#include "runtime/lora_reg.h"
 #include "tokenizer/tokenizer.h"
 
 /* A request as the executor keeps it: a deep copy of the client's. */
@@ -46,6 +47,9 @@ struct xreq {
     int64_t deadline_us;   /* 0: none */
     uint64_t seq_no;       /* arrival order */
     struct ifl_xguide *xg; /* compiled guide (a reference), NULL: unguided */
+    /* LoRA adapters, resolved and held at enqueue (lora_reg.h); released
+     * with the request */
+    struct ifl_lora_set lora;
     struct xreq *next;     /* incoming / waiting list link */
 
     /* engine-owned */
@@ -150,6 +154,8 @@ struct ifl_executor {
     struct ifl_chat_template *chat;
     int chat_is_default;
     pthread_mutex_t chat_mu;
+    struct ifl_lora_reg lora;       /* LoRA adapters (own lock) */
+    int lora_ready;                 /* lora is initialised */
     /* guided-decoding mask statistics, published by the engine (out_mu) */
     struct ifl_xguide_stats guide_stats;
 };

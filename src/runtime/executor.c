@@ -216,8 +216,6 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "sampling.ignore_eos: not supported with a guide (guide_type); a "
                        "guided sequence ends where its grammar does");
-    if (r->lora_name && r->lora_name[0])
-        return ifl_err(err, IFL_EUNSUPPORTED, "lora_name: LoRA adapters are not available yet");
     return validate_speculative(ex, &r->speculative, err);
 }
 
@@ -274,7 +272,8 @@ static int copy_request(const struct ifl_executor *ex, const struct ifl_request 
     q->r.logits_post_processor = q->post_name;
     q->r.speculative.draft_tokens = q->drafts;
     q->r.guide_text = NULL;
-    q->r.lora_name = NULL;
+    q->r.lora = NULL; /* resolved into q->lora at enqueue */
+    q->r.n_lora = 0;
     if (!ok) {
         if (!r->n_stop_strings)
             q->r.n_stop_strings = 0;
@@ -309,6 +308,13 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
                 ifl_err(err, rc, "%s", e2);
         } else if ((rc = copy_request(ex, &reqs[i], &qs[i]))) {
             ifl_err(err, rc, "enqueue: out of memory");
+        } else if ((rc = ifl_lora_reg_acquire(&ex->lora, reqs[i].lora, reqs[i].n_lora,
+                                              &qs[i]->lora, e2))) {
+            /* the adapters and their scales are taken here, once */
+            if (n > 1)
+                ifl_err(err, rc, "request %d: %s", i, e2);
+            else
+                ifl_err(err, rc, "%s", e2);
         } else if (reqs[i].guide_type != IFL_GUIDE_NONE &&
                    (rc = ifl_xguide_acquire(&ex->guides, reqs[i].guide_type, reqs[i].guide_text,
                                             &qs[i]->xg, e2))) {
@@ -606,6 +612,9 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
                        "config: kv_cache_memory_share %g (0..1) and kv_cache_memory_limit %lld "
                        "(>= 0)",
                        cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
+    if (cfg.lora_cache_bytes < 0)
+        return ifl_err(err, IFL_EINVAL, "config: lora_cache_bytes %lld (>= 0; 0: no limit)",
+                       (long long)cfg.lora_cache_bytes);
     if (cfg.kv_prefault != 0 && cfg.kv_prefault != 1)
         return ifl_err(err, IFL_EINVAL, "config: kv_prefault %d (0 or 1)", cfg.kv_prefault);
     if (cfg.kv_release_ms < -1)
@@ -665,8 +674,11 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
                                          .progress_user = cfg.load_progress_user};
         rc = ifl_model_load_with(&ex->model, model_path, &lo, err);
     }
-    if (!rc)
+    if (!rc) {
+        ifl_lora_reg_init(&ex->lora, ex->model, cfg.lora_cache_bytes);
+        ex->lora_ready = 1;
         rc = ifl_vocab_load(&ex->vocab, ex->model->gguf, err);
+    }
     if (!rc) {
         ex->n_vocab = ex->model->hp.n_vocab;
         int32_t n_ctx = cfg.n_ctx;
@@ -755,6 +767,8 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     ifl_xguide_cache_deinit(&ex->guides);
     ifl_chat_template_free(ex->chat);
     pthread_mutex_destroy(&ex->chat_mu);
+    if (ex->lora_ready) /* after every request that could hold an adapter */
+        ifl_lora_reg_deinit(&ex->lora);
     ifl_vocab_free(ex->vocab);
     ifl_model_free(ex->model);
     pthread_mutex_destroy(&ex->in_mu);

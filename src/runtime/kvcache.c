@@ -498,12 +498,19 @@ static void seq_drop_from(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t keep
     s->n_blocks = keep;
 }
 
+void ifl_kvc_seq_set_salt(struct ifl_kvc_seq *s, uint64_t salt)
+{
+    IFL_ASSERT(s->n_blocks == 0 && s->n_pos == 0);
+    s->salt = salt;
+    s->last_key = salt;
+}
+
 void ifl_kvc_seq_reset(struct ifl_kvc *c, struct ifl_kvc_seq *s)
 {
     seq_drop_from(c, s, 0);
     s->n_pos = 0;
     s->n_hashed = 0;
-    s->last_key = 0;
+    s->last_key = s->salt; /* kept: a preempted sequence recomputes under its own key */
     s->chain_block = KVC_NONE;
     s->chain_gen = 0;
 }
@@ -524,7 +531,7 @@ int32_t ifl_kvc_match_prefix(struct ifl_kvc *c, struct ifl_kvc_seq *s, const int
         return 0;
     int32_t bs = c->block_size;
     int32_t n_full = n / bs;
-    uint64_t last = 0;
+    uint64_t last = s->salt;
     struct kvc_node node = kvc_root;
     int32_t i = 0;
     for (; i < n_full && i < s->cap; i++) {
@@ -661,6 +668,7 @@ int ifl_kvc_fork(struct ifl_kvc *c, const struct ifl_kvc_seq *parent, struct ifl
     child->n_pos = parent->n_pos;
     child->n_hashed = parent->n_hashed;
     child->last_key = parent->last_key;
+    child->salt = parent->salt;
     child->chain_block = parent->chain_block;
     child->chain_gen = parent->chain_gen;
     return 0;
@@ -677,7 +685,7 @@ void ifl_kvc_truncate(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t n_pos)
     if (s->n_hashed > n_pos / bs) {
         s->n_hashed = n_pos / bs;
         int32_t last = s->n_hashed ? s->blocks[s->n_hashed - 1] : KVC_NONE;
-        s->last_key = last != KVC_NONE ? c->key[last] : 0;
+        s->last_key = last != KVC_NONE ? c->key[last] : s->salt;
         s->chain_block = last != KVC_NONE ? c->canon[last] : KVC_NONE;
         s->chain_gen = last != KVC_NONE ? c->canon_gen[last] : 0;
     }

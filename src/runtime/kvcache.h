@@ -64,6 +64,12 @@ struct ifl_kvc_seq {
      * registered. Ignored while n_hashed == 0. */
     int32_t chain_block;
     uint32_t chain_gen;
+    /* The parent key of the sequence's first block (0 by default): what
+     * else than its tokens decides its K and V, e.g. its LoRA adapters and
+     * their scales. Blocks are shared only between sequences with the same
+     * salt, as a lookup matches parent keys. Kept by reset and copied by
+     * fork. */
+    uint64_t salt;
 };
 
 struct ifl_kvc_stats {
@@ -116,6 +122,9 @@ void ifl_kvc_seq_release(struct ifl_kvc *c, struct ifl_kvc_seq *s);
 /* Drops every block reference but keeps the array, leaving an empty
  * sequence (preemption, restart). */
 void ifl_kvc_seq_reset(struct ifl_kvc *c, struct ifl_kvc_seq *s);
+
+/* Sets an empty sequence's salt (above), before ifl_kvc_match_prefix. */
+void ifl_kvc_seq_set_salt(struct ifl_kvc_seq *s, uint64_t salt);
 
 /* For an empty sequence: shares the cached blocks that hold tokens[0..n),
  * whole blocks only, and sets n_pos to the positions covered. Callers pass

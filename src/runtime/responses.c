@@ -113,6 +113,7 @@ void ifl_xreq_free(struct xreq *q)
     free(q->drafts);
     free(q->post_name);
     ifl_xguide_release(q->xg);
+    ifl_lora_set_release(&q->lora);
     free(q);
 }
 

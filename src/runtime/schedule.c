@@ -105,6 +105,8 @@ void ifl_sched_admit(struct ifl_executor *ex)
         int32_t before_avail = ifl_kvc_available(e->kvc);
         struct ifl_kvc_stats k0;
         ifl_kvc_get_stats(e->kvc, &k0);
+        /* KV is shared only between requests of the same adapter set */
+        ifl_kvc_seq_set_salt(&prim->kv, q->lora.salt);
         /* context logits need every prompt row computed: no prefix reuse */
         int32_t reused = q->r.output.return_context_logits
                              ? 0
