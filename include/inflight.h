@@ -378,8 +378,9 @@ struct ifl_request {
     /* LoRA adapters (see "LoRA adapters" below): n_lora (id, scale) pairs,
      * copied at enqueue. n_lora 0: every loaded adapter at its global
      * scale as of enqueue (none, unless some adapter has a nonzero global
-     * scale); otherwise exactly those listed (scale 0: not applied, so a
-     * list of one adapter at 0 asks for the base model alone). */
+     * scale); otherwise exactly those listed (scale 0: not applied). Id 0
+     * names no adapter: a list of just {0, 0} asks for the base model
+     * alone, whatever the global scales. */
     const struct ifl_lora_ref *lora;
     int32_t n_lora; /* 0..IFL_LORA_MAX_PER_REQUEST */
     struct ifl_request_speculative speculative;

@@ -720,13 +720,25 @@ static void test_exec_global_scales(void)
     run_req(ex, &r, &base);
     CHECK(same_run(&after, &base));
     CHECK(!same_run(&after, &global));
+    /* id 0 names no adapter: {0, 0} is the base whatever the global scales */
+    CHECK_EQ(ifl_executor_set_lora_scale(ex, a, 0.75f, err), 0);
+    struct ifl_lora_ref none = {0, 0.0f};
+    struct run nothing, glob2;
+    r.lora = &none;
+    run_req(ex, &r, &nothing);
+    CHECK(same_run(&nothing, &base));
+    r.lora = NULL;
+    r.n_lora = 0;
+    run_req(ex, &r, &glob2);
+    CHECK(same_run(&glob2, &explicit_));
     CHECK_EQ(ifl_executor_set_lora_scale(ex, a, NAN, err), IFL_EINVAL);
     CHECK_EQ(ifl_executor_set_lora_scale(ex, a + 7, 1.0f, err), IFL_ENOTFOUND);
     struct ifl_lora_info info[2];
     int32_t n = 0;
+    CHECK_EQ(ifl_executor_wait_idle(ex, 10000), 0); /* the last request let go of it */
     CHECK_EQ(ifl_executor_list_lora(ex, info, 2, &n), 0);
     CHECK_EQ(n, 1);
-    CHECK(info[0].id == a && !strcmp(info[0].name, "g") && info[0].scale == 0.0f &&
+    CHECK(info[0].id == a && !strcmp(info[0].name, "g") && info[0].scale == 0.75f &&
           info[0].rank == 8 && info[0].loaded == 1 && info[0].in_use == 0 && info[0].bytes > 0);
     ifl_executor_destroy(ex, 0);
 }

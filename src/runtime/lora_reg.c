@@ -258,7 +258,7 @@ int ifl_lora_reg_acquire(struct ifl_lora_reg *g, const struct ifl_lora_ref *list
     for (int32_t i = 0; i < n; i++) {
         if (!isfinite(list[i].scale))
             return ifl_err(err, IFL_EINVAL, "lora[%d].scale: not a finite number", i);
-        for (int32_t k = 0; k < i; k++)
+        for (int32_t k = 0; k < i && list[i].id; k++)
             if (list[k].id == list[i].id)
                 return ifl_err(err, IFL_EINVAL, "lora[%d].id: adapter %d is listed twice", i,
                                list[i].id);
@@ -268,6 +268,8 @@ int ifl_lora_reg_acquire(struct ifl_lora_reg *g, const struct ifl_lora_ref *list
     if (n) {
         for (int32_t i = 0; i < n && !rc; i++) {
             struct xlora *e = find_id(g, list[i].id);
+            if (list[i].id == 0) /* no adapter: only makes the list explicit */
+                continue;
             if (!e)
                 rc = ifl_err(err, IFL_EINVAL, "lora[%d].id: no adapter %d is loaded", i,
                              list[i].id);

@@ -108,6 +108,51 @@ int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, i
     return rc;
 }
 
+int ifl_gen_set_lora_json(struct ifl_gen_job *j, json_t *v, char *param, char *err)
+{
+    snprintf(param, 64, "lora");
+    if (!json_is_array(v))
+        return ifl_err(err, IFL_EINVAL, "lora: must be a list of {\"id\", \"scale\"} objects");
+    size_t n = json_array_size(v);
+    if (n > IFL_LORA_MAX_PER_REQUEST)
+        return ifl_err(err, IFL_EINVAL, "lora: %zu adapters, at most %d", n,
+                       IFL_LORA_MAX_PER_REQUEST);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        char e2[IFL_ERR_LEN] = "";
+        int64_t id = 0;
+        double sc = 1.0;
+        if (!json_is_object(e))
+            return ifl_err(err, IFL_EINVAL, "lora[%zu]: must be an object with id and scale", i);
+        int got = ifl_json_get_int(e, "id", 0, INT32_MAX, &id, e2);
+        if (got <= 0) {
+            snprintf(param, 64, "lora[%zu].id", i);
+            return ifl_err(err, IFL_EINVAL, "lora[%zu].id: %s", i,
+                           got ? "must be an adapter id (an integer >= 0)" : "is required");
+        }
+        if (ifl_json_get_num(e, "scale", -1e6, 1e6, &sc, e2) < 0) {
+            snprintf(param, 64, "lora[%zu].scale", i);
+            return ifl_err(err, IFL_EINVAL, "lora[%zu].scale: must be a number from -1e6 to 1e6",
+                           i);
+        }
+        j->lora[i] = (struct ifl_lora_ref){(int32_t)id, (float)sc};
+    }
+    j->n_lora = (int32_t)n;
+    if (n == 0) /* none listed: the base alone, whatever the global scales (id 0: none) */
+        j->lora[j->n_lora++] = (struct ifl_lora_ref){0, 0.0f};
+    j->req.lora = j->lora;
+    j->req.n_lora = j->n_lora;
+    return 0;
+}
+
+void ifl_gen_set_lora_one(struct ifl_gen_job *j, int32_t id, float scale)
+{
+    j->lora[0] = (struct ifl_lora_ref){id, scale};
+    j->n_lora = 1;
+    j->req.lora = j->lora;
+    j->req.n_lora = 1;
+}
+
 int ifl_gen_set_prediction(struct ifl_gen_job *j, const char *text, size_t n)
 {
     int64_t cap = (int64_t)n + 8, got = 0;

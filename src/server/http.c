@@ -47,6 +47,7 @@ enum {
     ROUTE_MODEL = 1 << 2, /* 503 until the model is loaded */
     ROUTE_JSON = 1 << 3,  /* the body is a JSON object, prescanned then parsed */
     ROUTE_TGI = 1 << 4,   /* errors in TGI's shape; a body that is no JSON object is a 422 */
+    ROUTE_LIST = 1 << 5,  /* with ROUTE_JSON: the body may be a JSON array too */
 };
 
 struct route {
@@ -71,6 +72,9 @@ static const struct route ROUTES[] = {
     {"POST", "/tokenize",            ROUTE_MODEL | ROUTE_JSON | ROUTE_TGI, ifl_tgi_tokenize},
     {"POST", "/detokenize",          ROUTE_MODEL | ROUTE_JSON | ROUTE_TGI, ifl_tgi_detokenize},
     {"GET",  "/info",                ROUTE_HEAD | ROUTE_MODEL | ROUTE_TGI, ifl_tgi_info},
+    /* llama-server's LoRA adapter list and global scales */
+    {"GET",  "/lora-adapters",       ROUTE_HEAD | ROUTE_MODEL,        ifl_lora_list},
+    {"POST", "/lora-adapters",       ROUTE_MODEL | ROUTE_JSON | ROUTE_LIST, ifl_lora_set_scales},
     /* TGI's compat routes (huggingface_hub's InferenceClient posts to the
      * base URL; SageMaker to /invocations): /generate or /generate_stream
      * as the body's "stream" says */
@@ -79,15 +83,30 @@ static const struct route ROUTES[] = {
 };
 /* clang-format on */
 
-static const struct route *find_route(const char *url)
+static int path_is(const struct route *r, const char *url, size_t n)
+{
+    return strlen(r->path) == n && !strncmp(r->path, url, n);
+}
+
+/* The route of url for method (HEAD counts as GET where a route serves
+ * it), else the path's first route (whose method then gets a 405), else
+ * NULL. */
+static const struct route *find_route(const char *url, const char *method)
 {
     size_t n = strlen(url);
     while (n > 1 && url[n - 1] == '/')
         n--; /* "/v1/models/" is "/v1/models" */
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (strlen(ROUTES[i].path) == n && !strncmp(ROUTES[i].path, url, n))
-            return &ROUTES[i];
-    return NULL;
+    const struct route *first = NULL;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const struct route *r = &ROUTES[i];
+        if (!path_is(r, url, n))
+            continue;
+        if (!strcmp(method, r->method) ||
+            ((r->flags & ROUTE_HEAD) && !strcmp(method, "HEAD")))
+            return r;
+        first = first ? first : r;
+    }
+    return first;
 }
 
 static int reply_error(struct ifl_hconn *c, const struct route *rt, int status, const char *param,
@@ -230,7 +249,7 @@ static int dispatch(struct ifl_hconn *c, const struct route *rt)
                  je.line, je.column);
         return reply_error(c, rt, bad_body, NULL, msg);
     }
-    if (!json_is_object(body)) {
+    if (!json_is_object(body) && !((rt->flags & ROUTE_LIST) && json_is_array(body))) {
         json_decref(body);
         return reply_error(c, rt, bad_body, NULL, "the body must be a JSON object");
     }
@@ -245,7 +264,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     struct ifl_server *s = cls;
     struct ifl_hconn *c = *con_cls;
-    const struct route *rt = find_route(url);
+    const struct route *rt = find_route(url, method);
     if (!c || !c->srv) { /* the first call (c may come from on_uri) */
         if (!c)
             c = calloc(1, sizeof(*c));
@@ -283,11 +302,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* HEAD is GET without the body (libmicrohttpd leaves it out) */
         const int head = (rt->flags & ROUTE_HEAD) && !strcmp(method, "HEAD");
         if (strcmp(method, rt->method) && !head) {
-            char msg[160], allow[32];
-            snprintf(allow, sizeof allow, "%s%s", rt->method,
-                     rt->flags & ROUTE_HEAD ? ", HEAD" : "");
-            snprintf(msg, sizeof msg, "%s is not allowed on %s (use %s%s)", method, rt->path,
-                     rt->method, rt->flags & ROUTE_HEAD ? " or HEAD" : "");
+            /* every method the path takes */
+            char msg[160], allow[32] = "";
+            size_t at = 0;
+            for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+                if (!strcmp(ROUTES[i].path, rt->path) && at < sizeof allow)
+                    at += (size_t)snprintf(allow + at, sizeof allow - at, "%s%s%s",
+                                           at ? ", " : "", ROUTES[i].method,
+                                           ROUTES[i].flags & ROUTE_HEAD ? ", HEAD" : "");
+            snprintf(msg, sizeof msg, "%s is not allowed on %s (use %s)", method, rt->path,
+                     allow);
             return (enum MHD_Result)ifl_http_reply_not_allowed(c, allow, msg);
         }
         if (atomic_load_explicit(&s->draining, memory_order_relaxed))

@@ -4,6 +4,7 @@
  *   http.c      transport: libmicrohttpd's callbacks, the route table
  *   reply.c     replies, errors, streams and SSE events
  *   openai.c, tgi.c    the two protocols' routes
+ *   adapters.c  llama-server's /lora-adapters: the LoRA adapters and their global scales
  *   logprobs.c  log-probs in OpenAI's two shapes
  *   gen.c       one generation over the executor: parameters, start, poll
  *   fold.c      a job's results: responses folded into choices; freeing
@@ -317,6 +318,9 @@ struct ifl_gen_job {
     int32_t *bias_ids;
     float *bias_vals;
     int32_t *drafts; /* OpenAI's prediction, tokenized: each prompt's client drafts */
+    struct ifl_lora_ref lora[IFL_LORA_MAX_PER_REQUEST]; /* the request's adapters */
+    int32_t n_lora;
+    char lora_model[128]; /* the adapter OpenAI's `model` named (responses echo it), or "" */
     int32_t n_drafts;
     int64_t drafted, accepted; /* from the final responses' perf metrics */
     ifl_id *ids;
@@ -385,6 +389,15 @@ int ifl_gen_set_guide(struct ifl_gen_job *j, int type, const char *text, size_t 
 /* TGI's `grammar` object ({"type": "json" | "json_schema" | "regex",
  * "value"}) as the request's constraint; err names the problem. */
 int ifl_gen_set_tgi_grammar(struct ifl_gen_job *j, json_t *gr, char *err);
+/* llama.cpp's per-request `lora`: a list of {"id", "scale"} (scale
+ * defaults to 1), up to IFL_LORA_MAX_PER_REQUEST, as the request's
+ * adapters; an empty list asks for the base model alone. Ids are checked
+ * by the executor at start. IFL_EINVAL with param and err naming the
+ * field (e.g. "lora[1].scale"). */
+int ifl_gen_set_lora_json(struct ifl_gen_job *j, json_t *v, char *param, char *err);
+/* One adapter, by id, at scale (TGI's adapter_id, OpenAI's model naming
+ * an adapter); replaces any earlier list. */
+void ifl_gen_set_lora_one(struct ifl_gen_job *j, int32_t id, float scale);
 /* The text the output is expected to follow (OpenAI's prediction), given
  * to every prompt's request as client drafts; 0 or IFL_ENOMEM. */
 int ifl_gen_set_prediction(struct ifl_gen_job *j, const char *text, size_t n);
@@ -513,6 +526,9 @@ int ifl_tgi_generate_any(struct ifl_hconn *c, json_t *body);
 int ifl_tgi_tokenize(struct ifl_hconn *c, json_t *body);
 int ifl_tgi_detokenize(struct ifl_hconn *c, json_t *body);
 int ifl_tgi_info(struct ifl_hconn *c, json_t *body);
+/* llama-server's GET and POST /lora-adapters (adapters.c). */
+int ifl_lora_list(struct ifl_hconn *c, json_t *body);
+int ifl_lora_set_scales(struct ifl_hconn *c, json_t *body);
 
 /* ---- chat templates (messages.c) ---- */
 

@@ -306,6 +306,32 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_buf *b)
     head(b, "inflight_iterations_total", "counter", "Engine steps run.");
     ifl_buf_addf(b, "inflight_iterations_total{model_name=\"%s\"} %lld\n", model,
                  (long long)st.iteration);
+    /* LoRA adapters: registered, in memory (the host cache may drop idle
+     * ones), held by queued or running requests; their host bytes */
+    int32_t la[3] = {0, 0, 0};
+    int64_t lbytes = 0;
+    struct ifl_lora_info *li = NULL;
+    int32_t n = 0;
+    if (ex && ifl_executor_list_lora(ex, NULL, 0, &n) == IFL_EFULL &&
+        (li = calloc((size_t)n, sizeof(*li)))) {
+        int32_t cap = n;
+        ifl_executor_list_lora(ex, li, cap, &n);
+        for (int32_t i = 0; i < n && i < cap; i++) {
+            la[0]++;
+            la[1] += li[i].loaded;
+            la[2] += li[i].in_use > 0;
+            lbytes += li[i].loaded ? li[i].bytes : 0;
+        }
+        free(li);
+    }
+    head(b, "inflight_lora_adapters", "gauge",
+         "LoRA adapters: registered, in memory, in use by queued or running requests.");
+    static const char *const lstate[3] = {"registered", "loaded", "in_use"};
+    for (int i = 0; i < 3; i++)
+        ifl_buf_addf(b, "inflight_lora_adapters{model_name=\"%s\",state=\"%s\"} %d\n", model,
+                     lstate[i], la[i]);
+    head(b, "inflight_lora_bytes", "gauge", "Host memory the LoRA adapters in memory take.");
+    ifl_buf_addf(b, "inflight_lora_bytes{model_name=\"%s\"} %lld\n", model, (long long)lbytes);
     free(model);
 }
 

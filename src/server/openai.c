@@ -251,14 +251,26 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
      * Hugging Face's client sending its endpoint URL, work), unless
      * --strict-model-name asks for vLLM's 404. A name the server answers to
      * is echoed back; any other shows the served name, which is what
-     * answered. LoRA adapters will be looked up here first. */
+     * answered. A LoRA adapter's name (vLLM's --lora-modules) is looked up
+     * first: it selects the adapter at scale 1, unless `lora` lists the
+     * adapters itself, and is echoed back. */
     q->model = s->model_name;
     int named = 0;
+    int32_t lid = 0;
+    if (model && ifl_executor_find_lora(j->ex, model, &lid) == 0) {
+        snprintf(j->lora_model, sizeof j->lora_model, "%s", model);
+        q->model = j->lora_model;
+        ifl_gen_set_lora_one(j, lid, 1.0f);
+        named = 1;
+    }
     for (int i = 0; model && i < s->n_names; i++)
         if (!strcmp(model, s->names[i])) {
             q->model = s->names[i];
             named = 1;
         }
+    json_t *lo = json_object_get(b, "lora"); /* llama.cpp's per-request adapters */
+    if (lo && !json_is_null(lo) && ifl_gen_set_lora_json(j, lo, param, err))
+        return 400;
     if (model && !named && s->cfg.strict_model_name) {
         snprintf(param, 64, "model");
         char list[512] = "";
@@ -725,6 +737,9 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
             j->guide_param && (rc == IFL_EINVAL || rc == IFL_EFORMAT || rc == IFL_EUNSUPPORTED)
                 ? j->guide_param
                 : NULL;
+        /* the executor checks adapter ids: its sentence names lora[i].id */
+        if (!param && rc == IFL_EINVAL && !strncmp(err, "lora", 4))
+            param = "lora";
         ifl_gen_job_free(j);
         oai_req_free(q, n);
         if (rc == IFL_EFULL)
@@ -929,8 +944,8 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
 
 /* One entry per name the server answers to: the served name, then its
  * aliases, each with root (the model it serves) and parent (null for the
- * base model; a LoRA adapter, once supported, is listed after them with
- * parent = the served name). */
+ * base model); then each LoRA adapter (vLLM's way: root its file, parent
+ * the served name). */
 int ifl_oai_models(struct ifl_hconn *c, json_t *body)
 {
     (void)body;
@@ -941,6 +956,20 @@ int ifl_oai_models(struct ifl_hconn *c, json_t *body)
                                               "object", "model", "created", (json_int_t)s->created,
                                               "owned_by", "inflight", "root", s->model_name,
                                               "parent", "max_model_len", s->info.n_ctx));
+    ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
+    struct ifl_lora_info *ad = NULL;
+    int32_t n = 0;
+    if (ifl_executor_list_lora(ex, NULL, 0, &n) == IFL_EFULL && (ad = calloc((size_t)n, sizeof(*ad)))) {
+        int32_t cap = n; /* one loaded meanwhile waits for the next listing */
+        ifl_executor_list_lora(ex, ad, cap, &n);
+        n = n < cap ? n : cap;
+    }
+    for (int32_t i = 0; ad && i < n; i++)
+        json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:i}", "id", ad[i].name,
+                                              "object", "model", "created", (json_int_t)s->created,
+                                              "owned_by", "inflight", "root", ad[i].path, "parent",
+                                              s->model_name, "max_model_len", s->info.n_ctx));
+    free(ad);
     json_t *o = json_pack("{s:s,s:o}", "object", "list", "data", data);
     return ifl_http_reply_json(c, 200, o);
 }

@@ -235,8 +235,31 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     if (gr && !json_is_null(gr) && ifl_gen_set_tgi_grammar(j, gr, e2))
         BAD("%s", e2);
     json_t *ad = json_object_get(p, "adapter_id");
-    if (ad && !json_is_null(ad))
-        BAD("`adapter_id` is not supported");
+    if (ad && !json_is_null(ad)) {
+        /* a LoRA adapter by name (or by the path it was loaded from), at
+         * scale 1; "" is the base model */
+        if (!json_is_string(ad))
+            BAD("`adapter_id` must be a string");
+        const char *name = json_string_value(ad);
+        int32_t id = 0;
+        if (name[0] && ifl_executor_find_lora(j->ex, name, &id)) {
+            struct ifl_lora_info *li = NULL;
+            int32_t n = 0, cap;
+            if (ifl_executor_list_lora(j->ex, NULL, 0, &n) == IFL_EFULL &&
+                (li = calloc((size_t)n, sizeof(*li)))) {
+                cap = n;
+                ifl_executor_list_lora(j->ex, li, cap, &n);
+                for (int32_t i = 0; i < n && i < cap && !id; i++)
+                    if (!strcmp(li[i].path, name))
+                        id = li[i].id;
+            }
+            free(li);
+            if (!id)
+                BAD("`adapter_id` '%.100s' is not a loaded adapter (GET /lora-adapters lists them)",
+                    name);
+        }
+        ifl_gen_set_lora_one(j, id, id ? 1.0f : 0.0f);
+    }
     const int64_t truncate = tp.truncate;
 
     /* with truncate the input may be any length: its last tokens are kept */
