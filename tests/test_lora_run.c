@@ -905,6 +905,52 @@ static void test_exec_speculative(void)
     ifl_executor_destroy(spec, 0);
 }
 
+/* Beam search with an adapter: every beam's row carries it; the result is
+ * the same alone and beside other requests, and differs from the base's. */
+static void test_exec_beams(void)
+{
+    ifl_executor *ex = open_ex("ref/llama-q8_0.gguf", 8, 0, 0);
+    if (!ex)
+        return;
+    int32_t a = add_rt(ex, 900, 8, 16.0f, "beam", 0.0f);
+    int32_t prompt[PLEN];
+    prompt_of(6, prompt);
+    struct ifl_request r;
+    req_init(&r, prompt, PLEN, 10, 1);
+    r.sampling.temperature = 0;
+    r.sampling.beam_width = 3;
+    r.num_return_sequences = 3;
+    struct ifl_lora_ref l = {a, 1.0f};
+    r.lora = &l;
+    r.n_lora = 1;
+    struct run alone, shared, base;
+    run_req(ex, &r, &alone);
+    /* again, beside two sampled requests on other adapters' sets */
+    struct ifl_request rs[3] = {r, r, r};
+    int32_t p1[PLEN], p2[PLEN];
+    prompt_of(7, p1);
+    prompt_of(8, p2);
+    req_init(&rs[1], p1, PLEN, 10, 5);
+    req_init(&rs[2], p2, PLEN, 10, 6);
+    rs[2].lora = &l;
+    rs[2].n_lora = 1;
+    ifl_id q[3];
+    char err[512] = "";
+    CHECK_EQ(ifl_enqueue_many(ex, rs, 3, q, err), 0);
+    collect(ex, q[0], &shared);
+    for (int i = 1; i < 3; i++) {
+        struct run o;
+        collect(ex, q[i], &o);
+    }
+    CHECK_EQ(alone.n, 30); /* three hypotheses of 10 */
+    CHECK(same_run(&alone, &shared));
+    r.lora = NULL;
+    r.n_lora = 0;
+    run_req(ex, &r, &base);
+    CHECK(!same_run(&alone, &base));
+    ifl_executor_destroy(ex, 0);
+}
+
 int main(void)
 {
     T_RUN(test_rt_checks);
@@ -917,5 +963,6 @@ int main(void)
     T_RUN(test_exec_validation);
     T_RUN(test_exec_host_cache);
     T_RUN(test_exec_speculative);
+    T_RUN(test_exec_beams);
     return t_done();
 }
