@@ -254,6 +254,11 @@ struct ifl_executor_config {
      * queued or running request) are dropped, least recently used first,
      * and read again when a request names them. 0: no limit. */
     int64_t lora_cache_bytes;
+    /* 1: LoRA adapters are held in F16 (their values rounded to 11
+     * significant bits): half the memory, and half the bytes each step
+     * reads for them, which is what their cost follows. 0 (default): F32,
+     * the values as loaded. */
+    int32_t lora_f16;
 };
 
 /* Beam search (beam_width 2..16, at most max_batch_size): each step keeps

@@ -815,29 +815,37 @@ static void test_exp(void)
     CHECK(ifl_kernels_exp(0.0f) == 1.0f);
 }
 
-/* lora_a and lora_b against ref, bit for bit: widths with and without a
- * tail of the 16 lanes, ranks and column counts with ragged ends, rows
- * picked out of order; and each row alone gives its bits in the batch. */
+/* lora_a and lora_b (and their F16 forms) against ref, bit for bit:
+ * widths with and without a tail of the 16 lanes, ranks and column counts
+ * with ragged ends, rows picked out of order; each row alone gives its
+ * bits in the batch; F16 equals F32 on the widened values. */
 static void check_table_lora(const struct ifl_kernels *k)
 {
     const struct ifl_kernels *ref = ifl_kernels_ref();
     if (k != ref)
-        CHECK(k->lora_a != ref->lora_a && k->lora_b != ref->lora_b);
+        CHECK(k->lora_a != ref->lora_a && k->lora_b != ref->lora_b &&
+              k->lora_a_f16 != ref->lora_a_f16 && k->lora_b_f16 != ref->lora_b_f16);
     struct ifl_rng r;
     ifl_rng_seed(&r, 39);
     static const int64_t ns[] = {1, 7, 15, 16, 17, 40, 768, 771};
     static const int nks[] = {1, 3, 16, 17};
-    enum { NR = 7, LDX = 800, LDT = 24, NC = 45, LDY = 50 };
+    enum { NR = 7, LDX = 800, LDT = 24, NC = 45, LDY = 50, NA = 17 * 771, NB = 17 * 64 };
     static const int32_t rows[NR] = {5, 0, 3, 6, 1, 2, 4};
-    float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * 17 * 771);
-    float ta[NR * LDT], tb[NR * LDT], one[LDT];
-    float *bt = xmalloc(sizeof(float) * 17 * 64), scale[NR];
+    float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * NA);
+    float ta[NR * LDT], tb[NR * LDT], tc[NR * LDT], one[LDT];
+    float *bt = xmalloc(sizeof(float) * NB), scale[NR];
+    uint16_t *a16 = xmalloc(sizeof(uint16_t) * NA), *b16 = xmalloc(sizeof(uint16_t) * NB);
+    float *aw = xmalloc(sizeof(float) * NA), *bw = xmalloc(sizeof(float) * NB);
     float *ya = xmalloc(sizeof(float) * NR * LDY), *yb = xmalloc(sizeof(float) * NR * LDY);
     float *y0 = xmalloc(sizeof(float) * NR * LDY);
     fill_normal(&r, x, NR * LDX, 1.0f);
-    fill_normal(&r, a, 17 * 771, 0.1f);
-    fill_normal(&r, bt, 17 * 64, 0.5f);
+    fill_normal(&r, a, NA, 0.1f);
+    fill_normal(&r, bt, NB, 0.5f);
     fill_normal(&r, y0, NR * LDY, 1.0f);
+    for (int i = 0; i < NA; i++)
+        aw[i] = ifl_f16_to_f32(a16[i] = ifl_f32_to_f16(a[i]));
+    for (int i = 0; i < NB; i++)
+        bw[i] = ifl_f16_to_f32(b16[i] = ifl_f32_to_f16(bt[i]));
     for (int i = 0; i < NR; i++)
         scale[i] = 0.25f + 0.5f * (float)i;
     x[3] = 0.0f; /* zeros and signed zeros reach the lanes too */
@@ -848,9 +856,15 @@ static void check_table_lora(const struct ifl_kernels *k)
             int nk = nks[ki];
             memset(ta, 0, sizeof ta);
             memset(tb, 0, sizeof tb);
+            memset(tc, 0, sizeof tc);
             k->lora_a(n, nk, a, NR, rows, x, LDX, ta, LDT);
             ref->lora_a(n, nk, a, NR, rows, x, LDX, tb, LDT);
             CHECK_MSG(bits_equal(ta, tb, sizeof ta), "%s lora_a n=%lld nk=%d differs from ref",
+                      k->name, (long long)n, nk);
+            k->lora_a_f16(n, nk, a16, NR, rows, x, LDX, tc, LDT);
+            ref->lora_a(n, nk, aw, NR, rows, x, LDX, tb, LDT);
+            CHECK_MSG(bits_equal(tc, tb, sizeof tc),
+                      "%s lora_a_f16 n=%lld nk=%d differs from lora_a on the widened values",
                       k->name, (long long)n, nk);
             for (int i = 0; i < NR; i++) {
                 k->lora_a(n, nk, a, 1, rows + i, x, LDX, one, LDT);
@@ -866,11 +880,22 @@ static void check_table_lora(const struct ifl_kernels *k)
                 CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
                           "%s lora_b nk=%d nc=%d differs from ref (or wrote outside)", k->name,
                           nk, nc);
+                memcpy(ya, y0, sizeof(float) * NR * LDY);
+                memcpy(yb, y0, sizeof(float) * NR * LDY);
+                k->lora_b_f16(nk, nc, b16, 64, NR, rows, scale, ta, LDT, ya, LDY);
+                ref->lora_b(nk, nc, bw, 64, NR, rows, scale, ta, LDT, yb, LDY);
+                CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
+                          "%s lora_b_f16 nk=%d nc=%d differs from lora_b on the widened values",
+                          k->name, nk, nc);
             }
         }
     free(x);
     free(a);
     free(bt);
+    free(a16);
+    free(b16);
+    free(aw);
+    free(bw);
     free(ya);
     free(yb);
     free(y0);

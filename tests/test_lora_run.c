@@ -93,16 +93,22 @@ static void drop_lora(struct ifl_lora *l)
     free(l);
 }
 
-static struct ifl_lora_rt *make_rt(const struct ifl_model *m, uint64_t seed, int rank, float alpha,
-                                   unsigned mask, int embd, int output)
+static struct ifl_lora_rt *make_rt_as(const struct ifl_model *m, uint64_t seed, int rank,
+                                      float alpha, unsigned mask, int embd, int output, int f16)
 {
     struct ifl_lora *l = make_lora(m, seed, rank, alpha, mask, embd, output);
     struct ifl_lora_rt *rt = NULL;
     char err[IFL_ERR_LEN] = "";
-    int rc = ifl_lora_rt_create(&rt, l, m, err);
+    int rc = ifl_lora_rt_create(&rt, l, m, f16, err);
     CHECK_MSG(rc == 0, "ifl_lora_rt_create: %s", err);
     drop_lora(l);
     return rt;
+}
+
+static struct ifl_lora_rt *make_rt(const struct ifl_model *m, uint64_t seed, int rank, float alpha,
+                                   unsigned mask, int embd, int output)
+{
+    return make_rt_as(m, seed, rank, alpha, mask, embd, output, 0);
 }
 
 static struct ifl_model *load_model(const char *name)
@@ -200,7 +206,9 @@ static void test_forward_vs_merged_f32(void)
     struct ifl_lora *l = make_lora(m, 7, 8, 16.0f, ALL_TARGETS, 1, 1);
     struct ifl_lora_rt *rt = NULL;
     char err[IFL_ERR_LEN] = "";
-    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, err), 0);
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), 0);
+    struct ifl_lora_rt *rt16 = NULL; /* the same in F16 */
+    CHECK_EQ(ifl_lora_rt_create(&rt16, l, m, 1, err), 0);
     /* the merged model: the same struct, its matrices replaced */
     struct ifl_model mm = *m;
     mm.layers = malloc(sizeof(*mm.layers) * (size_t)hp->n_layer);
@@ -264,8 +272,14 @@ static void test_forward_vs_merged_f32(void)
     for (int i = 0; i < N; i++)
         seq[i] = 1; /* the base, in another sequence */
     CHECK_EQ(rig_step(&ga, N, tok, pos, seq, 0, NULL, NULL, l0), 0);
-    double mx = 0, moved = 0, big = 0;
+    float *lh = malloc(sizeof(float) * N * nv);
+    const struct ifl_lora_rt *lr16[1] = {rt16};
+    for (int i = 0; i < N; i++)
+        seq[i] = 2;
+    CHECK_EQ(rig_step(&ga, N, tok, pos, seq, 1, lr16, sc, lh), 0);
+    double mx = 0, moved = 0, big = 0, mx16 = 0;
     for (size_t i = 0; i < N * nv; i++) {
+        mx16 = fabs((double)lh[i] - lb[i]) > mx16 ? fabs((double)lh[i] - lb[i]) : mx16;
         big = fabs((double)lb[i]) > big ? fabs((double)lb[i]) : big;
         double d = fabs((double)la[i] - lb[i]);
         mx = d > mx ? d : mx;
@@ -279,6 +293,11 @@ static void test_forward_vs_merged_f32(void)
     /* float rounding of the merged weights and of the two orders of sums,
      * through 4 layers and 24 positions */
     CHECK(mx < 1e-4 * big);
+    /* F16: A and B rounded to 11 significant bits */
+    fprintf(stderr, "  f16: runtime vs merged max |diff| %.3g; %zu bytes against %zu\n", mx16,
+            rt16->bytes, rt->bytes);
+    CHECK(mx16 > mx && mx16 < 1e-2 * big);
+    CHECK(rt16->bytes < rt->bytes * 6 / 10);
     CHECK(moved > 0.05);
     rig_close(&ga);
     rig_close(&gb);
@@ -288,6 +307,8 @@ static void test_forward_vs_merged_f32(void)
     free(la);
     free(lb);
     free(l0);
+    free(lh);
+    ifl_lora_rt_free(rt16);
     ifl_lora_rt_free(rt);
     drop_lora(l);
     ifl_model_free(m);
@@ -303,9 +324,9 @@ static void test_forward_mixed_batch(void)
     if (!m)
         return;
     struct ifl_lora_rt *rts[4];
-    for (int i = 0; i < 4; i++)
-        rts[i] = make_rt(m, 100 + (uint64_t)i, i == 3 ? 4 : 16, i == 1 ? 0.0f : 32.0f,
-                         i == 2 ? 0x11 : ALL_TARGETS, i == 0, i == 3);
+    for (int i = 0; i < 4; i++) /* adapter 2 held in F16 */
+        rts[i] = make_rt_as(m, 100 + (uint64_t)i, i == 3 ? 4 : 16, i == 1 ? 0.0f : 32.0f,
+                            i == 2 ? 0x11 : ALL_TARGETS, i == 0, i == 3, i == 2);
     const struct ifl_lora_rt *const *lr = (const struct ifl_lora_rt *const *)rts;
     struct fwd_rig g;
     CHECK_EQ(rig_open(&g, m, 2), 0);
@@ -406,15 +427,20 @@ static void test_rt_checks(void)
     l->layers[2 * IFL_LORA_N_TARGETS + IFL_LORA_WK].n_out += 1;
     struct ifl_lora_rt *rt = NULL;
     char err[IFL_ERR_LEN] = "";
-    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, err), IFL_EINVAL);
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), IFL_EINVAL);
     CHECK(strstr(err, "blk.2.attn_k.weight") != NULL);
     CHECK(rt == NULL);
     l->layers[2 * IFL_LORA_N_TARGETS + IFL_LORA_WK].n_out -= 1;
     l->layers[0 * IFL_LORA_N_TARGETS + IFL_LORA_WK].a[5] = INFINITY;
-    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, err), IFL_EINVAL);
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), IFL_EINVAL);
     CHECK(strstr(err, "blk.0.attn_k.weight") != NULL);
+    l->layers[0 * IFL_LORA_N_TARGETS + IFL_LORA_WK].a[5] = 1e5f; /* beyond F16 */
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 1, err), IFL_EINVAL);
+    CHECK(strstr(err, "blk.0.attn_k.weight") && strstr(err, "F16"));
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), 0); /* fine in F32 */
+    ifl_lora_rt_free(rt);
     l->layers[0 * IFL_LORA_N_TARGETS + IFL_LORA_WK].a[5] = 0;
-    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, err), 0);
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), 0);
     CHECK(rt && rt->n_adapted == m->hp.n_layer && rt->max_rank == 4 && rt->bytes > 0);
     ifl_lora_rt_free(rt);
     drop_lora(l);

@@ -146,6 +146,13 @@ struct ifl_kernels {
                    size_t ldx, float *t, size_t ldt);
     void (*lora_b)(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
                    const float *scale, const float *t, size_t ldt, float *y, size_t ldy);
+    /* The same over A and B held in F16: each value converted to float
+     * (exact), then lora_a's and lora_b's very operations. */
+    void (*lora_a_f16)(int64_t n, int nk, const uint16_t *a, int nr, const int32_t *rows,
+                       const float *x, size_t ldx, float *t, size_t ldt);
+    void (*lora_b_f16)(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int nr,
+                       const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                       float *y, size_t ldy);
 
     /* The sampler's passes over a row of logits (runtime/sampler.c), which
      * run once per generated token over the whole vocabulary. Every table

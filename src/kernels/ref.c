@@ -937,31 +937,39 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
                           a->count != NULL, sum, sev, cnt);
 }
 
-/* LoRA's products (kernels.h lora_a, lora_b): the 16-lane dot product and
- * a sequential fused sum over the rank, which the x86 tables repeat
- * operation for operation. */
-static float lora_dot16(int64_t n, const float *a, const float *x)
+/* LoRA's products (kernels.h lora_a, lora_b, and their F16 forms): the
+ * 16-lane dot product and a sequential fused sum over the rank, which the
+ * x86 tables repeat operation for operation. ld(p, i) reads element i of
+ * A or B as float. */
+static inline float lora_ld(const void *p, size_t i, int f16)
+{
+    return f16 ? ifl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static float lora_dot16(int64_t n, const void *a, int f16, const float *x)
 {
     float s[16] = {0};
     for (int64_t e = 0; e < n; e++)
-        s[e & 15] = fmaf(a[e], x[e], s[e & 15]);
+        s[e & 15] = fmaf(lora_ld(a, (size_t)e, f16), x[e], s[e & 15]);
     for (int h = 8; h >= 1; h /= 2)
         for (int l = 0; l < h; l++)
             s[l] = s[l] + s[l + h];
     return s[0];
 }
 
-static void lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
-                   size_t ldx, float *t, size_t ldt)
+static void lora_a_any(int64_t n, int nk, const void *a, int f16, int nr, const int32_t *rows,
+                       const float *x, size_t ldx, float *t, size_t ldt)
 {
+    const size_t es = f16 ? 2 : 4;
     for (int i = 0; i < nr; i++)
         for (int k = 0; k < nk; k++)
-            t[(size_t)i * ldt + (size_t)k] =
-                lora_dot16(n, a + (size_t)k * (size_t)n, x + (size_t)rows[i] * ldx);
+            t[(size_t)i * ldt + (size_t)k] = lora_dot16(
+                n, (const char *)a + (size_t)k * (size_t)n * es, f16, x + (size_t)rows[i] * ldx);
 }
 
-static void lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
-                   const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
+static void lora_b_any(int nk, int64_t nc, const void *bt, int f16, size_t ldb, int nr,
+                       const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                       float *y, size_t ldy)
 {
     for (int i = 0; i < nr; i++) {
         float *yr = y + (size_t)rows[i] * ldy;
@@ -969,10 +977,35 @@ static void lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, cons
         for (int64_t c = 0; c < nc; c++) {
             float acc = 0.0f;
             for (int k = 0; k < nk; k++)
-                acc = fmaf(bt[(size_t)k * ldb + (size_t)c], ti[k], acc);
+                acc = fmaf(lora_ld(bt, (size_t)k * ldb + (size_t)c, f16), ti[k], acc);
             yr[c] = fmaf(scale[i], acc, yr[c]);
         }
     }
+}
+
+static void lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
+                   size_t ldx, float *t, size_t ldt)
+{
+    lora_a_any(n, nk, a, 0, nr, rows, x, ldx, t, ldt);
+}
+
+static void lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
+                   const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
+{
+    lora_b_any(nk, nc, bt, 0, ldb, nr, rows, scale, t, ldt, y, ldy);
+}
+
+static void lora_a_f16(int64_t n, int nk, const uint16_t *a, int nr, const int32_t *rows,
+                       const float *x, size_t ldx, float *t, size_t ldt)
+{
+    lora_a_any(n, nk, a, 1, nr, rows, x, ldx, t, ldt);
+}
+
+static void lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int nr,
+                       const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                       float *y, size_t ldy)
+{
+    lora_b_any(nk, nc, bt, 1, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
@@ -1028,4 +1061,6 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->exp_pass = exp_pass;
     k->lora_a = lora_a;
     k->lora_b = lora_b;
+    k->lora_a_f16 = lora_a_f16;
+    k->lora_b_f16 = lora_b_f16;
 }

@@ -1,13 +1,16 @@
 /*
- * LoRA's products (kernels.h lora_a, lora_b) in 256-bit AVX2 + FMA. Equal
- * to ref.c's lora_a and lora_b bit for bit: dot16's 16 lanes are two
- * vectors of 8 (lanes 0-7, 8-15), a tail element goes to its own lane by a
- * blend (so untouched lanes keep their exact bits), the fold adds the same
- * pairs in the same order; lora_b runs 8 columns per vector, each with
- * ref's sequence of fused multiply-adds.
+ * LoRA's products (kernels.h lora_a, lora_b, and their F16 forms) in
+ * 256-bit AVX2 + FMA + F16C. Equal to ref.c's bit for bit: dot16's 16
+ * lanes are two vectors of 8 (lanes 0-7, 8-15), a tail element goes to its
+ * own lane by a blend (so untouched lanes keep their exact bits), the fold
+ * adds the same pairs in the same order; lora_b runs 8 columns per vector,
+ * each with ref's sequence of fused multiply-adds. F16 values are widened
+ * exactly (vcvtph2ps). Each function is written once for both element
+ * types (f16 a constant after inlining).
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/impl.h"
 
@@ -30,21 +33,40 @@ AI float fold16(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(s1);
 }
 
-/* acc lanes of a partial vector of m (< 8) elements: fma where set, else kept */
+/* acc lanes of a partial vector: fma where m is set, else kept */
 AI __m256 fma_part(__m256 a, __m256 x, __m256 acc, __m256 m)
 {
     return _mm256_blendv_ps(acc, _mm256_fmadd_ps(a, x, acc), m);
 }
 
-static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows,
-                        const float *x, size_t ldx, float *t, size_t ldt)
+/* 8 elements from i of an F32 or F16 array */
+AI __m256 ld8(const void *p, size_t i, int f16)
+{
+    if (f16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    return _mm256_loadu_ps((const float *)p + i);
+}
+
+/* the first w (0..8) of them, zeros after: nothing past them is read */
+AI __m256 ld8_part(const void *p, size_t i, int f16, int w, __m256i m)
+{
+    if (f16) {
+        uint16_t b[8] = {0};
+        memcpy(b, (const uint16_t *)p + i, sizeof(uint16_t) * (size_t)w);
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+    }
+    return _mm256_maskload_ps((const float *)p + i, m);
+}
+
+AI void lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                 const float *x, size_t ldx, float *t, size_t ldt)
 {
     const int64_t n16 = n & ~(int64_t)15;
-    const int rem = (int)(n - n16);
-    const __m256i mi0 = mask8(rem < 8 ? rem : 8), mi1 = mask8(rem > 8 ? rem - 8 : 0);
+    const int rem = (int)(n - n16), r0 = rem < 8 ? rem : 8, r1 = rem > 8 ? rem - 8 : 0;
+    const __m256i mi0 = mask8(r0), mi1 = mask8(r1);
     const __m256 m0 = _mm256_castsi256_ps(mi0), m1 = _mm256_castsi256_ps(mi1);
     for (int k = 0; k < nk; k++) {
-        const float *ak = a + (size_t)k * (size_t)n;
+        const size_t ak = (size_t)k * (size_t)n;
         int i = 0;
         /* two rows at a time share the loads of a */
         for (; i + 2 <= nr; i += 2) {
@@ -52,15 +74,15 @@ static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t
             __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
             __m256 q0 = _mm256_setzero_ps(), q1 = _mm256_setzero_ps();
             for (int64_t e = 0; e < n16; e += 16) {
-                __m256 al = _mm256_loadu_ps(ak + e), ah = _mm256_loadu_ps(ak + e + 8);
+                __m256 al = ld8(a, ak + (size_t)e, f16), ah = ld8(a, ak + (size_t)e + 8, f16);
                 p0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x0 + e), p0);
                 p1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x0 + e + 8), p1);
                 q0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x1 + e), q0);
                 q1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x1 + e + 8), q1);
             }
             if (rem) {
-                __m256 al = _mm256_maskload_ps(ak + n16, mi0);
-                __m256 ah = _mm256_maskload_ps(ak + n16 + 8, mi1);
+                __m256 al = ld8_part(a, ak + (size_t)n16, f16, r0, mi0);
+                __m256 ah = ld8_part(a, ak + (size_t)n16 + 8, f16, r1, mi1);
                 p0 = fma_part(al, _mm256_maskload_ps(x0 + n16, mi0), p0, m0);
                 p1 = fma_part(ah, _mm256_maskload_ps(x0 + n16 + 8, mi1), p1, m1);
                 q0 = fma_part(al, _mm256_maskload_ps(x1 + n16, mi0), q0, m0);
@@ -73,13 +95,14 @@ static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t
             const float *x0 = x + (size_t)rows[i] * ldx;
             __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
             for (int64_t e = 0; e < n16; e += 16) {
-                p0 = _mm256_fmadd_ps(_mm256_loadu_ps(ak + e), _mm256_loadu_ps(x0 + e), p0);
-                p1 = _mm256_fmadd_ps(_mm256_loadu_ps(ak + e + 8), _mm256_loadu_ps(x0 + e + 8), p1);
+                p0 = _mm256_fmadd_ps(ld8(a, ak + (size_t)e, f16), _mm256_loadu_ps(x0 + e), p0);
+                p1 = _mm256_fmadd_ps(ld8(a, ak + (size_t)e + 8, f16), _mm256_loadu_ps(x0 + e + 8),
+                                     p1);
             }
             if (rem) {
-                p0 = fma_part(_mm256_maskload_ps(ak + n16, mi0), _mm256_maskload_ps(x0 + n16, mi0),
-                              p0, m0);
-                p1 = fma_part(_mm256_maskload_ps(ak + n16 + 8, mi1),
+                p0 = fma_part(ld8_part(a, ak + (size_t)n16, f16, r0, mi0),
+                              _mm256_maskload_ps(x0 + n16, mi0), p0, m0);
+                p1 = fma_part(ld8_part(a, ak + (size_t)n16 + 8, f16, r1, mi1),
                               _mm256_maskload_ps(x0 + n16 + 8, mi1), p1, m1);
             }
             t[(size_t)i * ldt + (size_t)k] = fold16(p0, p1);
@@ -87,9 +110,9 @@ static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t
     }
 }
 
-static void avx2_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr,
-                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
-                        float *y, size_t ldy)
+AI void lora_b_t(int f16, int nk, int64_t nc, const void *bt, size_t ldb, int nr,
+                 const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
+                 size_t ldy)
 {
     for (int64_t c = 0; c < nc; c += 8) {
         const int w = nc - c < 8 ? (int)(nc - c) : 8;
@@ -99,11 +122,11 @@ static void avx2_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr,
             __m256 acc = _mm256_setzero_ps();
             if (w == 8)
                 for (int k = 0; k < nk; k++)
-                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(bt + (size_t)k * ldb + (size_t)c),
+                    acc = _mm256_fmadd_ps(ld8(bt, (size_t)k * ldb + (size_t)c, f16),
                                           _mm256_set1_ps(ti[k]), acc);
             else
                 for (int k = 0; k < nk; k++)
-                    acc = _mm256_fmadd_ps(_mm256_maskload_ps(bt + (size_t)k * ldb + (size_t)c, m),
+                    acc = _mm256_fmadd_ps(ld8_part(bt, (size_t)k * ldb + (size_t)c, f16, w, m),
                                           _mm256_set1_ps(ti[k]), acc);
             float *yr = y + (size_t)rows[i] * ldy + (size_t)c;
             __m256 yv = w == 8 ? _mm256_loadu_ps(yr) : _mm256_maskload_ps(yr, m);
@@ -116,8 +139,36 @@ static void avx2_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr,
     }
 }
 
+static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows,
+                        const float *x, size_t ldx, float *t, size_t ldt)
+{
+    lora_a_t(0, n, nk, a, nr, rows, x, ldx, t, ldt);
+}
+
+static void avx2_lora_a_f16(int64_t n, int nk, const uint16_t *a, int nr, const int32_t *rows,
+                            const float *x, size_t ldx, float *t, size_t ldt)
+{
+    lora_a_t(1, n, nk, a, nr, rows, x, ldx, t, ldt);
+}
+
+static void avx2_lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr,
+                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                        float *y, size_t ldy)
+{
+    lora_b_t(0, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
+}
+
+static void avx2_lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int nr,
+                            const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                            float *y, size_t ldy)
+{
+    lora_b_t(1, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
+}
+
 void ifl_kernels_fill_avx2_lora(struct ifl_kernels *k)
 {
     k->lora_a = avx2_lora_a;
     k->lora_b = avx2_lora_b;
+    k->lora_a_f16 = avx2_lora_a_f16;
+    k->lora_b_f16 = avx2_lora_b_f16;
 }

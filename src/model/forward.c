@@ -607,8 +607,9 @@ static void step(void *arg, int ith, int nth)
         if (lqkv) {
             float *const y[3] = {f->q, f->k, f->v};
             const size_t ld[3] = {(size_t)q_dim, (size_t)k_dim, (size_t)v_dim};
-            ifl_fwd_lora_b(j, ith, nth, il, T_QKV, 3, y, ld);
-            ifl_pool_barrier(f->pool);
+            ifl_fwd_lora_b_rows(j, ith, il, T_QKV, 3, y, ld, lo, hi);
+            if (heads_split) /* the heads of every row are next */
+                ifl_pool_barrier(f->pool);
         }
         if (heads_split) {
             /* this thread's KV heads of every row, from q, k and v to att:
@@ -635,8 +636,7 @@ static void step(void *arg, int ith, int nth)
         if (lo_) {
             float *const y[1] = {f->tmp};
             const size_t ld[1] = {(size_t)n_embd};
-            ifl_fwd_lora_b(j, ith, nth, il, T_O, 1, y, ld);
-            ifl_pool_barrier(f->pool);
+            ifl_fwd_lora_b_rows(j, ith, il, T_O, 1, y, ld, lo, hi);
         }
         for (long r = lo; r < hi; r++) {
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
@@ -655,8 +655,7 @@ static void step(void *arg, int ith, int nth)
         if (lgu) {
             float *const y[2] = {f->gate, f->up};
             const size_t ld[2] = {(size_t)n_ff, (size_t)n_ff};
-            ifl_fwd_lora_b(j, ith, nth, il, T_GU, 2, y, ld);
-            ifl_pool_barrier(f->pool);
+            ifl_fwd_lora_b_rows(j, ith, il, T_GU, 2, y, ld, lo, hi);
         }
         for (long r = lo; r < hi; r++)
             f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
@@ -671,8 +670,7 @@ static void step(void *arg, int ith, int nth)
         if (ld_) {
             float *const y[1] = {f->tmp};
             const size_t ld[1] = {(size_t)n_embd};
-            ifl_fwd_lora_b(j, ith, nth, il, T_D, 1, y, ld);
-            ifl_pool_barrier(f->pool);
+            ifl_fwd_lora_b_rows(j, ith, il, T_D, 1, y, ld, lo, hi);
         }
         for (long r = lo; r < hi; r++)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);

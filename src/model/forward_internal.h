@@ -135,6 +135,10 @@ void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int 
                     const float *x, size_t ldx);
 void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt,
                     float *const *y, const size_t *ldy);
+/* lora_b over this thread's rows [lo, hi) only, every column: a thread
+ * that goes on with its own rows needs no barrier after it. */
+void ifl_fwd_lora_b_rows(struct job *j, int ith, int il, const int *tg, int nt, float *const *y,
+                         const size_t *ldy, long lo, long hi);
 void ifl_fwd_lora_embed(struct job *j, long r);
 
 /* attention.c */

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/fp16.h"
 #include "model/forward_internal.h"
 #include "model/lora_rt.h"
 
@@ -40,7 +41,10 @@ static void rt_mat_free(struct ifl_lora_rt_mat *m)
 {
     free(m->a);
     free(m->bt);
+    free(m->a16);
+    free(m->bt16);
     m->a = m->bt = NULL;
+    m->a16 = m->bt16 = NULL;
 }
 
 void ifl_lora_rt_free(struct ifl_lora_rt *r)
@@ -64,11 +68,12 @@ static int all_finite(const float *x, size_t n)
     return 1;
 }
 
-/* Copies src into dst, checked against the base matrix n_in -> n_out.
- * embd: the token embedding, whose a is [n_in][rank] and is kept so. */
+/* Copies src into dst, checked against the base matrix n_in -> n_out,
+ * in F16 when f16 is set. embd: the token embedding, whose a is
+ * [n_in][rank] and is kept so (and in F32). */
 static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
                        const struct ifl_lora_mat *src, int64_t n_in, int64_t n_out, int embd,
-                       const char *name, char *err)
+                       int f16, const char *name, char *err)
 {
     memset(dst, 0, sizeof(*dst));
     if (src->rank == 0)
@@ -90,16 +95,35 @@ static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
     dst->n_in = n_in;
     dst->n_out = n_out;
     dst->alpha = src->alpha;
-    dst->a = malloc(sizeof(float) * na);
-    dst->bt = malloc(sizeof(float) * nb);
-    if (!dst->a || !dst->bt)
-        return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
-    memcpy(dst->a, src->a, sizeof(float) * na);
-    (void)embd; /* the embedding's a is [n_vocab][rank] in both forms */
-    for (size_t c = 0; c < (size_t)n_out; c++)
-        for (size_t k = 0; k < rank; k++)
-            dst->bt[k * (size_t)n_out + c] = src->b[c * rank + k];
-    r->bytes += sizeof(float) * (na + nb);
+    if (f16 && !embd) {
+        dst->a16 = malloc(sizeof(uint16_t) * na);
+        dst->bt16 = malloc(sizeof(uint16_t) * nb);
+        if (!dst->a16 || !dst->bt16)
+            return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
+        for (size_t i = 0; i < na; i++)
+            dst->a16[i] = ifl_f32_to_f16(src->a[i]);
+        for (size_t c = 0; c < (size_t)n_out; c++)
+            for (size_t k = 0; k < rank; k++)
+                dst->bt16[k * (size_t)n_out + c] = ifl_f32_to_f16(src->b[c * rank + k]);
+        for (size_t i = 0; i < na; i++)
+            if (!isfinite(ifl_f16_to_f32(dst->a16[i])))
+                return ifl_err(err, IFL_EINVAL, "lora: %s: a value of A does not fit F16", name);
+        for (size_t i = 0; i < nb; i++)
+            if (!isfinite(ifl_f16_to_f32(dst->bt16[i])))
+                return ifl_err(err, IFL_EINVAL, "lora: %s: a value of B does not fit F16", name);
+        r->bytes += sizeof(uint16_t) * (na + nb);
+    } else {
+        dst->a = malloc(sizeof(float) * na);
+        dst->bt = malloc(sizeof(float) * nb);
+        if (!dst->a || !dst->bt)
+            return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
+        /* the embedding's a is [n_vocab][rank] in both forms */
+        memcpy(dst->a, src->a, sizeof(float) * na);
+        for (size_t c = 0; c < (size_t)n_out; c++)
+            for (size_t k = 0; k < rank; k++)
+                dst->bt[k * (size_t)n_out + c] = src->b[c * rank + k];
+        r->bytes += sizeof(float) * (na + nb);
+    }
     r->max_rank = dst->rank > r->max_rank ? dst->rank : r->max_rank;
     r->n_adapted++;
     return 0;
@@ -117,7 +141,7 @@ static const struct ifl_mat *base_mat(const struct ifl_model *m, int il, int t)
 }
 
 int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
-                       const struct ifl_model *base, char *err)
+                       const struct ifl_model *base, int f16, char *err)
 {
     *out = NULL;
     const struct ifl_hparams *hp = &base->hp;
@@ -138,14 +162,14 @@ int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
             const struct ifl_mat *bm = base_mat(base, il, t);
             rc = rt_mat_make(r, &r->layers[(size_t)il * IFL_LORA_N_TARGETS + (size_t)t],
                              ifl_lora_layer_mat(l, il, (enum ifl_lora_target)t), bm->n_in,
-                             bm->n_out, 0, name, err);
+                             bm->n_out, 0, f16, name, err);
         }
     if (!rc)
-        rc = rt_mat_make(r, &r->tok_embd, &l->tok_embd, hp->n_vocab, hp->n_embd, 1,
+        rc = rt_mat_make(r, &r->tok_embd, &l->tok_embd, hp->n_vocab, hp->n_embd, 1, 0,
                          "token_embd.weight", err);
     if (!rc)
         rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0,
-                         "output.weight", err);
+                         f16, "output.weight", err);
     if (rc) {
         ifl_lora_rt_free(r);
         return rc;
@@ -262,10 +286,13 @@ void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int 
             int64_t k0 = u0 - base, k1 = u1 - base;
             k0 = k0 < 0 ? 0 : k0;
             k1 = k1 > lm->rank ? lm->rank : k1;
-            if (k0 < k1)
-                f->kn->lora_a(lm->n_in, (int)(k1 - k0), lm->a + (size_t)k0 * (size_t)lm->n_in, n,
-                              seg_rows(f, s, i), x, ldx, f->lora_t + off + (size_t)k0,
-                              (size_t)lm->rank);
+            const size_t a0 = (size_t)k0 * (size_t)lm->n_in;
+            if (k0 < k1 && lm->a16)
+                f->kn->lora_a_f16(lm->n_in, (int)(k1 - k0), lm->a16 + a0, n, seg_rows(f, s, i), x,
+                                  ldx, f->lora_t + off + (size_t)k0, (size_t)lm->rank);
+            else if (k0 < k1)
+                f->kn->lora_a(lm->n_in, (int)(k1 - k0), lm->a + a0, n, seg_rows(f, s, i), x, ldx,
+                              f->lora_t + off + (size_t)k0, (size_t)lm->rank);
             base += lm->rank;
             off += (size_t)n * (size_t)lm->rank;
         }
@@ -308,13 +335,50 @@ void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int 
                 const float *user = seg_user(f, s, i);
                 for (int32_t r = 0; r < n; r++)
                     sc[r] = ifl_lora_rt_scale(lm, user[r]);
-                f->kn->lora_b(lm->rank, c1 - c0, lm->bt + c0, (size_t)n_out, n, seg_rows(f, s, i),
-                              sc, f->lora_t + off, (size_t)lm->rank, y[m] + c0, ldy[m]);
+                if (lm->bt16)
+                    f->kn->lora_b_f16(lm->rank, c1 - c0, lm->bt16 + c0, (size_t)n_out, n,
+                                      seg_rows(f, s, i), sc, f->lora_t + off, (size_t)lm->rank,
+                                      y[m] + c0, ldy[m]);
+                else
+                    f->kn->lora_b(lm->rank, c1 - c0, lm->bt + c0, (size_t)n_out, n,
+                                  seg_rows(f, s, i), sc, f->lora_t + off, (size_t)lm->rank,
+                                  y[m] + c0, ldy[m]);
             }
             off += (size_t)n * (size_t)lm->rank;
         }
         base += units;
     }
+}
+
+void ifl_fwd_lora_b_rows(struct job *j, int ith, int il, const int *tg, int nt, float *const *y,
+                         const size_t *ldy, long lo, long hi)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    float *sc = f->lora_sc + (size_t)ith * (size_t)f->max_rows;
+    size_t off = 0;
+    for (int m = 0; m < nt; m++)
+        for (int32_t i = 0; i < b->n_lora; i++) {
+            const int32_t n = seg_n(f, 0, i);
+            const struct ifl_lora_rt_mat *lm = lmat(b->lora[i], il, tg[m]);
+            if (!n || !lm->rank)
+                continue;
+            /* the list is in row order: this thread's rows are a run of it */
+            const int32_t *rows = seg_rows(f, 0, i);
+            int32_t p0 = 0, p1;
+            while (p0 < n && rows[p0] < lo)
+                p0++;
+            for (p1 = p0; p1 < n && rows[p1] < hi; p1++)
+                sc[p1 - p0] = ifl_lora_rt_scale(lm, seg_user(f, 0, i)[p1]);
+            const float *t = f->lora_t + off + (size_t)p0 * (size_t)lm->rank;
+            if (p1 > p0 && lm->bt16)
+                f->kn->lora_b_f16(lm->rank, lm->n_out, lm->bt16, (size_t)lm->n_out, p1 - p0,
+                                  rows + p0, sc, t, (size_t)lm->rank, y[m], ldy[m]);
+            else if (p1 > p0)
+                f->kn->lora_b(lm->rank, lm->n_out, lm->bt, (size_t)lm->n_out, p1 - p0, rows + p0,
+                              sc, t, (size_t)lm->rank, y[m], ldy[m]);
+            off += (size_t)n * (size_t)lm->rank;
+        }
 }
 
 int ifl_fwd_lora_any(const struct ifl_fwd *f, const struct ifl_batch *b, int il, const int *tg,

@@ -2,7 +2,10 @@
  * An adapter in the form the forward pass applies it (forward_lora.c):
  * made from a loaded struct ifl_lora (model/lora.h) by copying A as it is
  * and B transposed, [rank][n_out], so that one vector of the lora_b kernel
- * takes consecutive output columns for one rank index. The base model's
+ * takes consecutive output columns for one rank index. In F32, or on
+ * request in F16 (half the memory, and half the bytes a step reads, which
+ * bound its cost: values rounded to 11 significant bits; the embedding's,
+ * read one row a token, stays F32). The base model's
  * weights are not touched: they stay quantised and repacked.
  *
  * Immutable once made: any number of forward passes may read it at once.
@@ -26,6 +29,9 @@ struct ifl_lora_rt_mat {
     float alpha;
     float *a;  /* [rank][n_in]; the embedding's: [n_vocab][rank] */
     float *bt; /* [rank][n_out]: B transposed */
+    /* held in F16 instead (a and bt NULL): the same layouts */
+    uint16_t *a16;
+    uint16_t *bt16;
 };
 
 struct ifl_lora_rt {
@@ -39,12 +45,13 @@ struct ifl_lora_rt {
     size_t bytes;      /* heap bytes held */
 };
 
-/* Makes the applied form of l for base, checking every adapted matrix's
- * shape against the base's matrix (an error names it). l is only read;
- * its owner frees it. IFL_EINVAL (a mismatch, a rank outside 1..4096 or a
- * non-finite value), IFL_ENOMEM. */
+/* Makes the applied form of l for base (f16: A and B held in F16),
+ * checking every adapted matrix's shape against the base's matrix (an
+ * error names it). l is only read; its owner frees it. IFL_EINVAL (a
+ * mismatch, a rank outside 1..4096, a non-finite value or, in F16, one
+ * beyond its range), IFL_ENOMEM. */
 int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
-                       const struct ifl_model *base, char *err);
+                       const struct ifl_model *base, int f16, char *err);
 void ifl_lora_rt_free(struct ifl_lora_rt *r);
 
 /* The user scale a matrix's product is multiplied by (ifl_lora_scale). */

@@ -612,6 +612,8 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
                        "config: kv_cache_memory_share %g (0..1) and kv_cache_memory_limit %lld "
                        "(>= 0)",
                        cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
+    if (cfg.lora_f16 != 0 && cfg.lora_f16 != 1)
+        return ifl_err(err, IFL_EINVAL, "config: lora_f16 %d (0 or 1)", cfg.lora_f16);
     if (cfg.lora_cache_bytes < 0)
         return ifl_err(err, IFL_EINVAL, "config: lora_cache_bytes %lld (>= 0; 0: no limit)",
                        (long long)cfg.lora_cache_bytes);
