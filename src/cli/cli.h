@@ -36,6 +36,33 @@ char *cli_read_file(const char *path, size_t max, const char **why);
 /* enum ifl_kv_type to the weight-type id the KV store uses. */
 enum ifl_type cli_kv_store_type(int kv_type);
 
+/* LoRA adapters named on a command line (serve, run, bench):
+ *   --lora FILE             global scale 1 (every request takes it, as
+ *                           llama.cpp applies --lora)
+ *   --lora-scaled FILE:S    global scale S
+ *   --lora-modules NAME=FILE   (serve) global scale 0: requests select it
+ *                           by name (OpenAI's model, TGI's adapter_id)
+ *   --lora-cache-bytes N    the executor's lora_cache_bytes
+ *   --lora-type f32|f16     how adapters are held (the executor's lora_f16)
+ * each repeatable up to CLI_MAX_LORA adapters. */
+#define CLI_MAX_LORA 64
+struct cli_lora {
+    int n;
+    const char *path[CLI_MAX_LORA];
+    char name[CLI_MAX_LORA][128]; /* "": the file's */
+    float scale[CLI_MAX_LORA];
+    int32_t id[CLI_MAX_LORA]; /* set by cli_lora_load */
+    char pbuf[CLI_MAX_LORA][1024]; /* --lora-scaled's paths, cut from their scale */
+    int64_t cache_bytes;
+    int f16; /* --lora-type f16: the executor's lora_f16 */
+};
+/* 0 when a (with value v) was a LoRA option and is taken, an exit status
+ * when it was one with a bad value, -1 when it is none. */
+int cli_lora_option(const char *cmd, const char *a, const char *v, struct cli_lora *l);
+/* Loads l's adapters into ex, in order (ids into l->id); 0, or an exit
+ * status after printing "inflight CMD: --lora FILE: why". */
+int cli_lora_load(const char *cmd, ifl_executor *ex, struct cli_lora *l);
+
 /* One sequence: the model, its vocabulary, a KV store of n_ctx positions and
  * a forward context. */
 struct cli_session {
@@ -127,6 +154,14 @@ int cli_session_eval(struct cli_session *s, const int32_t *tokens, int64_t n, in
 int cli_spec_option(const char *cmd, const char *a, const char *v,
                     struct ifl_speculative_config *c);
 int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c);
+/* The LoRA flags' help, shared likewise. */
+#define CLI_LORA_HELP                                                                              \
+    "LoRA adapters (repeatable; docs/cli.md):\n"                                                   \
+    "  --lora FILE               an adapter at global scale 1 (applied to every request)\n"       \
+    "  --lora-scaled FILE:SCALE  an adapter at global scale SCALE\n"                               \
+    "  --lora-modules NAME=FILE  an adapter at scale 0, chosen per request by name or id\n"       \
+    "  --lora-cache-bytes N      drop idle adapters over N bytes (read again when named)\n"     \
+    "  --lora-type f32|f16       hold adapters in F16: half the memory and bandwidth (f32)\n"
 
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -60,6 +60,10 @@ struct bench_opts {
     int batched, bandwidth, json, kv_type;
     const char *repack_cache; /* NULL: repack in memory */
     struct ifl_speculative_config spec;
+    struct cli_lora lora; /* --lora, --lora-scaled */
+    int lora_spread;      /* --lora-spread: request c of a wave takes adapter c mod n alone */
+    struct ifl_lora_ref spread[CLI_MAX_LORA]; /* those adapters, once loaded */
+    int n_spread;
 };
 
 /* What llama-bench prints about a model, from the GGUF's tensor table. */
@@ -244,6 +248,8 @@ struct wave_result {
     double *ttft; /* [C] seconds */
     double *itl;  /* [C * (G-1)] seconds */
     int64_t n_itl;
+    const struct ifl_lora_ref *spread; /* request c names spread[c % n_spread] (n_spread > 0) */
+    int n_spread;
 };
 
 static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct ifl_rng *g,
@@ -281,6 +287,10 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
         reqs[c].streaming = 1;
         reqs[c].sampling.temperature = 0;
         reqs[c].sampling.ignore_eos = 1;
+        if (w->n_spread) {
+            reqs[c].lora = &w->spread[c % w->n_spread];
+            reqs[c].n_lora = 1;
+        }
         got_tokens[c] = 0;
         final[c] = 0;
     }
@@ -357,7 +367,7 @@ static int run_batched(ifl_executor *ex, const struct bench_opts *o,
                        const struct ifl_model_info *mi, int threads, struct ifl_rng *g, char *err)
 {
     int64_t reps = o->reps, n_prompt = o->n_prompt, n_gen = o->n_gen;
-    struct wave_result w = {0};
+    struct wave_result w = {.spread = o->spread, .n_spread = o->n_spread};
     double *ttft_all = malloc(sizeof(double) * MAX_CONC * (size_t)reps);
     double *itl_all = malloc(sizeof(double) * MAX_CONC * (size_t)n_gen * (size_t)reps);
     int rc = ttft_all && itl_all ? 0 : ifl_err(err, IFL_ENOMEM, "out of memory");
@@ -528,7 +538,8 @@ static const char BENCH_HELP[] =
     "  --bandwidth             measure memory read bandwidth (no model)\n"
     "  --bw-mib N              its buffer in MiB (default 512)\n"
     "speculative decoding (the generation tests; acceptance is printed at the "
-    "end):\n" CLI_SPEC_HELP;
+    "end):\n" CLI_SPEC_HELP CLI_LORA_HELP
+    "  --lora-spread             request c of a wave takes adapter c mod n alone\n";
 
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
@@ -562,10 +573,16 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             o->bandwidth = 1;
             continue;
         }
+        if (!strcmp(a, "--lora-spread")) {
+            o->lora_spread = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             return cli_usage_error("bench", "option '%s' needs a value (or is unknown)", a);
         const char *v = argv[++i];
         int sp = cli_spec_option("bench", a, v, &o->spec);
+        if (sp < 0)
+            sp = cli_lora_option("bench", a, v, &o->lora);
         if (sp >= 0) {
             if (sp)
                 return sp;
@@ -684,6 +701,8 @@ int cmd_bench(int argc, char **argv)
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
     cfg.speculative = o.spec;
+    cfg.lora_cache_bytes = o.lora.cache_bytes;
+    cfg.lora_f16 = o.lora.f16;
     /* no default cache here: a benchmark of many files should not fill the disk */
     cfg.repack_cache_dir = o.repack_cache && strcmp(o.repack_cache, "off") ? o.repack_cache : NULL;
     struct cli_progress progress;
@@ -695,10 +714,18 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "inflight bench: %s\n", err);
         return CLI_EXIT_USAGE;
     }
+    if ((rc = cli_lora_load("bench", ex, &o.lora))) {
+        ifl_executor_destroy(ex, 1);
+        return rc;
+    }
     struct ifl_model_info mi;
     ifl_executor_model_info(ex, &mi);
     struct ifl_rng g;
     ifl_rng_seed(&g, 1);
+    /* --lora-spread: each request names one adapter (at its scale); else
+     * every request takes the adapters' global scales */
+    for (int i = 0; o.lora_spread && i < o.lora.n; i++)
+        o.spread[o.n_spread++] = (struct ifl_lora_ref){o.lora.id[i], o.lora.scale[i]};
 
     if ((o.n_pp || o.n_tg) && !o.json)
         printf("| model | size | params | threads | test | t/s |\n"

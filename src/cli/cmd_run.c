@@ -31,6 +31,7 @@ struct run_opts {
     const char *guide_flag;
     struct ifl_speculative_config spec;
     const char *prediction; /* --prediction FILE: client drafts */
+    struct cli_lora lora;   /* --lora, --lora-scaled */
 };
 
 static const char RUN_HELP[] =
@@ -55,7 +56,7 @@ static const char RUN_HELP[] =
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n"
     "  --prediction FILE    text the output is expected to resemble (an edited file):\n"
-    "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP;
+    "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP CLI_LORA_HELP;
 
 static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"
@@ -96,6 +97,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
         int64_t iv;
         double fv;
         int sp = is_run ? cli_spec_option(cmd, a, v, &o->spec) : -1;
+        if (sp < 0 && is_run)
+            sp = cli_lora_option(cmd, a, v, &o->lora);
         if (sp >= 0) {
             if (sp)
                 return sp;
@@ -226,6 +229,8 @@ int cmd_run(int argc, char **argv)
     cfg.kv_type = o.kv_type;
     cfg.enable_prefix_caching = 0;
     cfg.speculative = o.spec;
+    cfg.lora_cache_bytes = o.lora.cache_bytes;
+    cfg.lora_f16 = o.lora.f16;
     char cache_buf[4096];
     int cache_default;
     cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,
@@ -242,6 +247,11 @@ int cmd_run(int argc, char **argv)
         return rc == IFL_ENOMEM ? 1 : CLI_EXIT_USAGE; /* the model file or an argument */
     }
     cli_cache_note(&progress, cfg.repack_cache_dir, cache_default);
+    if ((rc = cli_lora_load("run", ex, &o.lora))) { /* applied to the request at their scales */
+        ifl_executor_destroy(ex, 1);
+        free(guide);
+        return rc;
+    }
     struct ifl_model_info mi;
     ifl_executor_model_info(ex, &mi);
     int status = 0;

@@ -67,7 +67,7 @@ static const char SERVE_HELP[] =
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
     "  --http-threads N          threads serving HTTP connections (default 4)\n"
     "  --reuse-port              share the port with other servers (SO_REUSEPORT, replicas)\n"
-    "  --quiet                   no access log\n" CLI_SPEC_HELP;
+    "  --quiet                   no access log\n" CLI_SPEC_HELP CLI_LORA_HELP;
 
 /* Says how big the KV pool is and what decided it. */
 static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share, int prefault)
@@ -123,8 +123,27 @@ static void *drain_main(void *arg)
     return NULL;
 }
 
+/* The server's on_load: the command line's LoRA adapters, loaded before
+ * the server answers with its executor. */
+static int load_adapters(void *user, ifl_executor *ex, char *err)
+{
+    struct cli_lora *l = user;
+    for (int i = 0; i < l->n; i++) {
+        char e2[IFL_ERR_LEN] = "";
+        int rc = ifl_executor_load_lora(ex, l->path[i], l->name[i][0] ? l->name[i] : NULL,
+                                        l->scale[i], &l->id[i], e2);
+        if (rc)
+            return ifl_err(err, rc, "LoRA adapter '%s': %s", l->path[i], e2);
+        fprintf(stderr, "inflight serve: LoRA adapter %d '%s' (global scale %g)\n", l->id[i],
+                l->path[i], (double)l->scale[i]);
+    }
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
+    struct cli_lora lora_opts = {0};
+    struct cli_lora *lora = &lora_opts;
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
     const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
     const char *repack_cache = NULL;
@@ -175,6 +194,8 @@ int cmd_serve(int argc, char **argv)
                                    (long long)(lo), (long long)(hi), v);                           \
     } while (0)
         int sp = cli_spec_option("serve", a, v, &spec);
+        if (sp < 0)
+            sp = cli_lora_option("serve", a, v, lora);
         if (sp > 0)
             return sp;
         if (sp == 0)
@@ -316,6 +337,10 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.kv_release_ms = kv_release_ms ? (int32_t)kv_release_ms : 1; /* 0: once idle */
     cfg.exec.kv_prefault = kv_prefault;
     cfg.exec.speculative = spec;
+    cfg.exec.lora_cache_bytes = lora->cache_bytes;
+    cfg.exec.lora_f16 = lora->f16;
+    cfg.on_load = load_adapters;
+    cfg.on_load_user = lora;
     cfg.exec.kv_type = kv_type;
     char cache_buf[4096];
     int cache_default;

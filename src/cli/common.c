@@ -435,6 +435,69 @@ int cli_spec_option(const char *cmd, const char *a, const char *v, struct ifl_sp
     return -1;
 }
 
+int cli_lora_option(const char *cmd, const char *a, const char *v, struct cli_lora *l)
+{
+    int64_t iv;
+    double fv;
+    if (!strcmp(a, "--lora-type")) {
+        if (strcmp(v, "f32") && strcmp(v, "f16"))
+            return cli_usage_error(cmd, "--lora-type wants f32 or f16, not '%s'", v);
+        l->f16 = !strcmp(v, "f16");
+        return 0;
+    }
+    if (!strcmp(a, "--lora-cache-bytes")) {
+        if (cli_parse_i64(v, 0, INT64_MAX, &iv))
+            return cli_usage_error(cmd, "--lora-cache-bytes wants a byte count, not '%s'", v);
+        l->cache_bytes = iv;
+        return 0;
+    }
+    int plain = !strcmp(a, "--lora"), scaled = !strcmp(a, "--lora-scaled"),
+        module = !strcmp(a, "--lora-modules");
+    if (!plain && !scaled && !module)
+        return -1;
+    if (l->n == CLI_MAX_LORA)
+        return cli_usage_error(cmd, "at most %d LoRA adapters", CLI_MAX_LORA);
+    int i = l->n;
+    l->name[i][0] = 0;
+    l->scale[i] = module ? 0.0f : 1.0f;
+    l->path[i] = v;
+    if (scaled) {
+        /* FILE:SCALE, split at the last colon (a path may hold colons) */
+        const char *c = strrchr(v, ':');
+        if (!c || c == v || cli_parse_f64(c + 1, -1e6, 1e6, &fv))
+            return cli_usage_error(cmd, "--lora-scaled wants FILE:SCALE, not '%s'", v);
+        l->scale[i] = (float)fv;
+        if ((size_t)(c - v) >= sizeof l->pbuf[i])
+            return cli_usage_error(cmd, "--lora-scaled: the path is too long");
+        snprintf(l->pbuf[i], sizeof l->pbuf[i], "%.*s", (int)(c - v), v);
+        l->path[i] = l->pbuf[i];
+    } else if (module) {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v || !eq[1] || (size_t)(eq - v) >= sizeof l->name[i])
+            return cli_usage_error(cmd, "--lora-modules wants NAME=FILE, not '%s'", v);
+        snprintf(l->name[i], sizeof l->name[i], "%.*s", (int)(eq - v), v);
+        l->path[i] = eq + 1;
+    }
+    if (!l->path[i][0])
+        return cli_usage_error(cmd, "%s wants a file", a);
+    l->n++;
+    return 0;
+}
+
+int cli_lora_load(const char *cmd, ifl_executor *ex, struct cli_lora *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        char err[IFL_ERR_LEN] = "";
+        int rc = ifl_executor_load_lora(ex, l->path[i], l->name[i][0] ? l->name[i] : NULL,
+                                        l->scale[i], &l->id[i], err);
+        if (rc) {
+            fprintf(stderr, "inflight %s: LoRA adapter '%s': %s\n", cmd, l->path[i], err);
+            return rc == IFL_ENOMEM ? 1 : CLI_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
 int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c)
 {
     if (c->draft_model && c->type == IFL_SPEC_NONE)

@@ -184,6 +184,12 @@ int ifl_server_load(struct ifl_server *s, char *err)
         ifl_executor_destroy(ex, 1);
         return rc;
     }
+    /* e.g. LoRA adapters, loaded before any request can name them */
+    if (s->cfg.on_load && (rc = s->cfg.on_load(s->cfg.on_load_user, ex, err))) {
+        ifl_server_chat_free(s);
+        ifl_executor_destroy(ex, 1);
+        return rc;
+    }
     /* last: a request that sees the executor sees all of the above */
     atomic_store_explicit(&s->ex, ex, memory_order_release);
     return 0;
