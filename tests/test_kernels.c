@@ -869,8 +869,8 @@ static void check_table_lora(const struct ifl_kernels *k)
             for (int i = 0; i < NR; i++) {
                 k->lora_a(n, nk, a, 1, rows + i, x, LDX, one, LDT);
                 CHECK_MSG(bits_equal(one, ta + i * LDT, sizeof(float) * (size_t)nk),
-                          "%s lora_a n=%lld nk=%d: row %d alone differs", k->name, (long long)n,
-                          nk, i);
+                          "%s lora_a n=%lld nk=%d: row %d alone differs", k->name, (long long)n, nk,
+                          i);
             }
             for (int nc = 1; nc <= NC; nc += 11) {
                 memcpy(ya, y0, sizeof(float) * NR * LDY);
@@ -878,8 +878,8 @@ static void check_table_lora(const struct ifl_kernels *k)
                 k->lora_b(nk, nc, bt, 64, NR, rows, scale, ta, LDT, ya, LDY);
                 ref->lora_b(nk, nc, bt, 64, NR, rows, scale, ta, LDT, yb, LDY);
                 CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
-                          "%s lora_b nk=%d nc=%d differs from ref (or wrote outside)", k->name,
-                          nk, nc);
+                          "%s lora_b nk=%d nc=%d differs from ref (or wrote outside)", k->name, nk,
+                          nc);
                 memcpy(ya, y0, sizeof(float) * NR * LDY);
                 memcpy(yb, y0, sizeof(float) * NR * LDY);
                 k->lora_b_f16(nk, nc, b16, 64, NR, rows, scale, ta, LDT, ya, LDY);

@@ -344,7 +344,7 @@ static void test_forward_mixed_batch(void)
     int32_t tok[256], pos[256], seq[256];
     float sc[256 * 4];
     for (int s = 0; s < NSEQ; s++) {
-        int len = LEN - s % 4; /* ragged */
+        int len = LEN - s % 4;             /* ragged */
         for (int c = 0; c < len; c += 4) { /* chunks of 4 */
             int n = len - c < 4 ? len - c : 4;
             for (int i = 0; i < n; i++) {
@@ -604,8 +604,7 @@ static void test_exec_mixed_batch(void)
     for (int i = 0; i < NREQ; i++) {
         CHECK_EQ(alone[i].n, GEN);
         CHECK_MSG(same_run(&alone[i], &mixed[i]), "request %d: mixed batch differs from alone", i);
-        CHECK_MSG(same_run(&alone[i], &rev[i]), "request %d: reversed batch differs from alone",
-                  i);
+        CHECK_MSG(same_run(&alone[i], &rev[i]), "request %d: reversed batch differs from alone", i);
     }
     /* the adapters matter: request 0 (adapter 0) without it */
     struct run base;
@@ -864,7 +863,8 @@ static void test_exec_host_cache(void)
     struct run x1, x2;
     run_req(ex, &r, &x1);
     ifl_executor_list_lora(ex, info, 3, &n);
-    CHECK(info[0].loaded == 1 && info[1].loaded == 0 && info[2].loaded == 1); /* c1 was least recent */
+    CHECK(info[0].loaded == 1 && info[1].loaded == 0 &&
+          info[2].loaded == 1); /* c1 was least recent */
     CHECK(ex->lora.n_reloaded == 1 && ex->lora.n_dropped == 2);
     l.id = id[1];
     run_req(ex, &r, &x2); /* c1 back, c2 out */

@@ -72,9 +72,8 @@ static struct ifl_lora_rt *random_adapter(const struct ifl_model *m, uint64_t se
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr,
-                "usage: lorabench MODEL.gguf [n_seq] [n_adapters] [rank] [steps] [threads] "
-                "[f32|f16]\n");
+        fprintf(stderr, "usage: lorabench MODEL.gguf [n_seq] [n_adapters] [rank] [steps] [threads] "
+                        "[f32|f16]\n");
         return 2;
     }
     int n_seq = argc > 2 ? atoi(argv[2]) : 16, n_ad = argc > 3 ? atoi(argv[3]) : 4;
@@ -93,9 +92,8 @@ int main(int argc, char **argv)
     const int ctx = PROMPT + steps * 2 + 1, bps = (ctx + BS - 1) / BS;
     struct ifl_kv_store *kv = NULL;
     struct ifl_fwd *f = NULL;
-    struct ifl_fwd_config fc = {.max_rows = PROMPT * 2 > n_seq ? PROMPT * 2 : n_seq,
-                                .max_ctx = ctx,
-                                .n_threads = nth};
+    struct ifl_fwd_config fc = {
+        .max_rows = PROMPT * 2 > n_seq ? PROMPT * 2 : n_seq, .max_ctx = ctx, .n_threads = nth};
     if (ifl_kv_store_create(&kv, &m->hp, IFL_TYPE_F16, n_seq * bps, BS, err) ||
         ifl_fwd_create(&f, m, kv, &fc, err)) {
         fprintf(stderr, "lorabench: %s\n", err);
@@ -132,8 +130,14 @@ int main(int argc, char **argv)
             seq[p] = s;
             want[p] = p == PROMPT - 1;
         }
-        struct ifl_batch b = {.n_rows = PROMPT, .tokens = tok, .pos = pos, .seq = seq,
-                              .logits = want, .n_seqs = n_seq, .block_tables = tp, .n_blocks = nb};
+        struct ifl_batch b = {.n_rows = PROMPT,
+                              .tokens = tok,
+                              .pos = pos,
+                              .seq = seq,
+                              .logits = want,
+                              .n_seqs = n_seq,
+                              .block_tables = tp,
+                              .n_blocks = nb};
         if (ifl_forward(f, &b, logits, err)) {
             fprintf(stderr, "lorabench: %s\n", err);
             return 1;
@@ -150,9 +154,16 @@ int main(int argc, char **argv)
             for (int i = 0; i < n_ad; i++)
                 sc[s * n_ad + i] = with && s % n_ad == i ? 1.0f : 0.0f;
         }
-        struct ifl_batch b = {.n_rows = n_seq, .tokens = tok, .pos = pos, .seq = seq,
-                              .logits = want, .n_seqs = n_seq, .block_tables = tp, .n_blocks = nb,
-                              .n_lora = with ? n_ad : 0, .lora = (const struct ifl_lora_rt *const *)ad,
+        struct ifl_batch b = {.n_rows = n_seq,
+                              .tokens = tok,
+                              .pos = pos,
+                              .seq = seq,
+                              .logits = want,
+                              .n_seqs = n_seq,
+                              .block_tables = tp,
+                              .n_blocks = nb,
+                              .n_lora = with ? n_ad : 0,
+                              .lora = (const struct ifl_lora_rt *const *)ad,
                               .lora_scale = sc};
         double t0 = now();
         if (ifl_forward(f, &b, logits, err)) {

@@ -51,7 +51,7 @@ struct cli_lora {
     const char *path[CLI_MAX_LORA];
     char name[CLI_MAX_LORA][128]; /* "": the file's */
     float scale[CLI_MAX_LORA];
-    int32_t id[CLI_MAX_LORA]; /* set by cli_lora_load */
+    int32_t id[CLI_MAX_LORA];      /* set by cli_lora_load */
     char pbuf[CLI_MAX_LORA][1024]; /* --lora-scaled's paths, cut from their scale */
     int64_t cache_bytes;
     int f16; /* --lora-type f16: the executor's lora_f16 */
@@ -157,10 +157,10 @@ int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c);
 /* The LoRA flags' help, shared likewise. */
 #define CLI_LORA_HELP                                                                              \
     "LoRA adapters (repeatable; docs/cli.md):\n"                                                   \
-    "  --lora FILE               an adapter at global scale 1 (applied to every request)\n"       \
+    "  --lora FILE               an adapter at global scale 1 (applied to every request)\n"        \
     "  --lora-scaled FILE:SCALE  an adapter at global scale SCALE\n"                               \
-    "  --lora-modules NAME=FILE  an adapter at scale 0, chosen per request by name or id\n"       \
-    "  --lora-cache-bytes N      drop idle adapters over N bytes (read again when named)\n"     \
+    "  --lora-modules NAME=FILE  an adapter at scale 0, chosen per request by name or id\n"        \
+    "  --lora-cache-bytes N      drop idle adapters over N bytes (read again when named)\n"        \
     "  --lora-type f32|f16       hold adapters in F16: half the memory and bandwidth (f32)\n"
 
 int cmd_run(int argc, char **argv);

@@ -56,7 +56,8 @@ static const char RUN_HELP[] =
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n"
     "  --prediction FILE    text the output is expected to resemble (an edited file):\n"
-    "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP CLI_LORA_HELP;
+    "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP
+        CLI_LORA_HELP;
 
 static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"

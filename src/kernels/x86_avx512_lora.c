@@ -68,8 +68,8 @@ AI void z_lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int3
             const float *x0 = x + (size_t)rows[i] * ldx;
             __m512 p0 = _mm512_setzero_ps();
             for (int64_t e = 0; e < n16; e += 16)
-                p0 = _mm512_fmadd_ps(ld16(a, ak + (size_t)e, f16, 0xffff),
-                                     _mm512_loadu_ps(x0 + e), p0);
+                p0 = _mm512_fmadd_ps(ld16(a, ak + (size_t)e, f16, 0xffff), _mm512_loadu_ps(x0 + e),
+                                     p0);
             if (mt)
                 p0 = _mm512_mask3_fmadd_ps(ld16(a, ak + (size_t)n16, f16, mt),
                                            _mm512_maskz_loadu_ps(mt, x0 + n16), p0, mt);
@@ -83,8 +83,8 @@ AI void z_lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int3
  * overlap instead of waiting on each other; each output still gets ref's
  * sequence of operations. bt points at the tile's first column. */
 AI void z_lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0, size_t ldb,
-                      const int32_t *rows, const float *scale, const float *t, size_t ldt,
-                      float *y, size_t ldy, __mmask16 m1)
+                      const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
+                      size_t ldy, __mmask16 m1)
 {
     __m512 acc[4][2];
     for (int i = 0; i < 4; i++)
@@ -93,8 +93,7 @@ AI void z_lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0
     for (int k = 0; k < nk; k++) {
         __m512 bv[2];
         for (int q = 0; q < cb; q++)
-            bv[q] = ld16(bt, (size_t)k * ldb + c0 + 16 * (size_t)q, f16,
-                         q == cb - 1 ? m1 : 0xffff);
+            bv[q] = ld16(bt, (size_t)k * ldb + c0 + 16 * (size_t)q, f16, q == cb - 1 ? m1 : 0xffff);
         for (int i = 0; i < rr; i++) {
             __m512 tv = _mm512_set1_ps(t[(size_t)i * ldt + (size_t)k]);
             for (int q = 0; q < cb; q++)

@@ -73,9 +73,9 @@ struct ifl_fwd {
     int32_t *lora_n;
     int32_t *lora_rows;
     float *lora_user;
-    float *lora_t;     /* [lora_t_cap] a matmul group's A x, per matrix, adapter, row */
+    float *lora_t; /* [lora_t_cap] a matmul group's A x, per matrix, adapter, row */
     size_t lora_t_cap;
-    float *lora_sc;    /* [n_threads][R] the scales of one lora_b call */
+    float *lora_sc; /* [n_threads][R] the scales of one lora_b call */
 };
 
 /* What one step's threads share. */
@@ -131,10 +131,10 @@ void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_m
 int ifl_fwd_lora_segments(struct ifl_fwd *f, const struct ifl_batch *b, int32_t n_out, char *err);
 int ifl_fwd_lora_any(const struct ifl_fwd *f, const struct ifl_batch *b, int il, const int *tg,
                      int nt);
-void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt,
-                    const float *x, size_t ldx);
-void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt,
-                    float *const *y, const size_t *ldy);
+void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt, const float *x,
+                    size_t ldx);
+void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt, float *const *y,
+                    const size_t *ldy);
 /* lora_b over this thread's rows [lo, hi) only, every column: a thread
  * that goes on with its own rows needs no barrier after it. */
 void ifl_fwd_lora_b_rows(struct job *j, int ith, int il, const int *tg, int nt, float *const *y,

@@ -82,10 +82,9 @@ static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
         return ifl_err(err, IFL_EINVAL, "lora: %s: rank %d (1..4096, with A and B)", name,
                        src->rank);
     if (src->n_in != n_in || src->n_out != n_out)
-        return ifl_err(err, IFL_EINVAL,
-                       "lora: %s: adapts %lld -> %lld, the base matrix is %lld -> %lld", name,
-                       (long long)src->n_in, (long long)src->n_out, (long long)n_in,
-                       (long long)n_out);
+        return ifl_err(
+            err, IFL_EINVAL, "lora: %s: adapts %lld -> %lld, the base matrix is %lld -> %lld", name,
+            (long long)src->n_in, (long long)src->n_out, (long long)n_in, (long long)n_out);
     if (!isfinite(src->alpha))
         return ifl_err(err, IFL_EINVAL, "lora: %s: alpha is not finite", name);
     size_t rank = (size_t)src->rank, na = rank * (size_t)n_in, nb = rank * (size_t)n_out;
@@ -146,8 +145,8 @@ int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
     *out = NULL;
     const struct ifl_hparams *hp = &base->hp;
     if (l->n_layer != hp->n_layer || (l->n_layer > 0 && !l->layers))
-        return ifl_err(err, IFL_EINVAL, "lora: the adapter has %d layers, the model %d",
-                       l->n_layer, hp->n_layer);
+        return ifl_err(err, IFL_EINVAL, "lora: the adapter has %d layers, the model %d", l->n_layer,
+                       hp->n_layer);
     struct ifl_lora_rt *r = calloc(1, sizeof(*r));
     if (!r)
         return ifl_err(err, IFL_ENOMEM, "lora: out of memory");
@@ -168,8 +167,8 @@ int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
         rc = rt_mat_make(r, &r->tok_embd, &l->tok_embd, hp->n_vocab, hp->n_embd, 1, 0,
                          "token_embd.weight", err);
     if (!rc)
-        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0,
-                         f16, "output.weight", err);
+        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0, f16,
+                         "output.weight", err);
     if (rc) {
         ifl_lora_rt_free(r);
         return rc;
@@ -263,8 +262,8 @@ static const float *seg_user(const struct ifl_fwd *f, int s, int32_t i)
     return f->lora_user + ((size_t)s * (size_t)f->lora_cap + (size_t)i) * (size_t)f->max_rows;
 }
 
-void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt,
-                    const float *x, size_t ldx)
+void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt, const float *x,
+                    size_t ldx)
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;
@@ -298,8 +297,8 @@ void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int 
         }
 }
 
-void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt,
-                    float *const *y, const size_t *ldy)
+void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt, float *const *y,
+                    const size_t *ldy)
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_batch *b = j->b;

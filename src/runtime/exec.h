@@ -50,7 +50,7 @@ struct xreq {
     /* LoRA adapters, resolved and held at enqueue (lora_reg.h); released
      * with the request */
     struct ifl_lora_set lora;
-    struct xreq *next;     /* incoming / waiting list link */
+    struct xreq *next; /* incoming / waiting list link */
 
     /* engine-owned */
     int cancelled;
@@ -154,8 +154,8 @@ struct ifl_executor {
     struct ifl_chat_template *chat;
     int chat_is_default;
     pthread_mutex_t chat_mu;
-    struct ifl_lora_reg lora;       /* LoRA adapters (own lock) */
-    int lora_ready;                 /* lora is initialised */
+    struct ifl_lora_reg lora; /* LoRA adapters (own lock) */
+    int lora_ready;           /* lora is initialised */
     /* guided-decoding mask statistics, published by the engine (out_mu) */
     struct ifl_xguide_stats guide_stats;
 };

@@ -308,8 +308,8 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
                 ifl_err(err, rc, "%s", e2);
         } else if ((rc = copy_request(ex, &reqs[i], &qs[i]))) {
             ifl_err(err, rc, "enqueue: out of memory");
-        } else if ((rc = ifl_lora_reg_acquire(&ex->lora, reqs[i].lora, reqs[i].n_lora,
-                                              &qs[i]->lora, e2))) {
+        } else if ((rc = ifl_lora_reg_acquire(&ex->lora, reqs[i].lora, reqs[i].n_lora, &qs[i]->lora,
+                                              e2))) {
             /* the adapters and their scales are taken here, once */
             if (n > 1)
                 ifl_err(err, rc, "request %d: %s", i, e2);

@@ -19,8 +19,7 @@ int ifl_executor_set_lora_scale(ifl_executor *ex, int32_t id, float scale, char 
     return ifl_lora_reg_set_scale(&ex->lora, id, scale, err);
 }
 
-int ifl_executor_list_lora(ifl_executor *ex, struct ifl_lora_info *out, int32_t cap,
-                           int32_t *n_out)
+int ifl_executor_list_lora(ifl_executor *ex, struct ifl_lora_info *out, int32_t cap, int32_t *n_out)
 {
     if (!ex || !n_out || cap < 0 || (cap && !out))
         return IFL_EINVAL;

@@ -42,7 +42,9 @@ int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name,
 {
     if (!ex || !path || !path[0] || !id)
         return ifl_err(err, IFL_EINVAL, "load_lora: %s is missing",
-                       !ex ? "the executor" : !id ? "the id pointer" : "the path");
+                       !ex   ? "the executor"
+                       : !id ? "the id pointer"
+                             : "the path");
     struct ifl_lora_rt *rt = NULL;
     int rc = read_adapter(path, ex->cfg.lora_f16, ex->model, &rt, err);
     if (rc)

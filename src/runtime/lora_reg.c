@@ -271,8 +271,8 @@ int ifl_lora_reg_acquire(struct ifl_lora_reg *g, const struct ifl_lora_ref *list
             if (list[i].id == 0) /* no adapter: only makes the list explicit */
                 continue;
             if (!e)
-                rc = ifl_err(err, IFL_EINVAL, "lora[%d].id: no adapter %d is loaded", i,
-                             list[i].id);
+                rc =
+                    ifl_err(err, IFL_EINVAL, "lora[%d].id: no adapter %d is loaded", i, list[i].id);
             else if (list[i].scale != 0.0f) {
                 set->a[set->n] = e;
                 set->scale[set->n++] = list[i].scale;
@@ -310,8 +310,8 @@ int ifl_lora_reg_acquire(struct ifl_lora_reg *g, const struct ifl_lora_ref *list
             continue;
         char e2[IFL_ERR_LEN] = "";
         if ((rc = e->src.load(e->src.user, g->model, &e->rt, e2)))
-            ifl_err(err, rc, "lora: adapter %d ('%s') could not be read again: %s", e->id,
-                    e->name, e2);
+            ifl_err(err, rc, "lora: adapter %d ('%s') could not be read again: %s", e->id, e->name,
+                    e2);
         else {
             e->bytes = e->rt->bytes;
             g->resident += (int64_t)e->bytes;

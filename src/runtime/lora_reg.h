@@ -67,7 +67,7 @@ struct ifl_lora_set {
     int32_t n;
     struct xlora *a[IFL_LORA_MAX_PER_REQUEST]; /* by id */
     float scale[IFL_LORA_MAX_PER_REQUEST];
-    uint64_t salt; /* the prefix cache's key for this set; 0: none (the base) */
+    uint64_t salt;            /* the prefix cache's key for this set; 0: none (the base) */
     struct ifl_lora_reg *reg; /* where the adapters are held; NULL: nothing held */
 };
 

@@ -51,8 +51,8 @@ int ifl_lora_list(struct ifl_hconn *c, json_t *body)
     struct ifl_lora_info *li = listing(executor(c), &n);
     json_t *a = json_array();
     for (int32_t i = 0; i < n; i++)
-        json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:f,s:i,s:b,s:i}", "id", li[i].id,
-                                           "name", li[i].name, "path", li[i].path, "scale",
+        json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:f,s:i,s:b,s:i}", "id", li[i].id, "name",
+                                           li[i].name, "path", li[i].path, "scale",
                                            (double)li[i].scale, "rank", li[i].rank, "loaded",
                                            li[i].loaded, "in_use", li[i].in_use));
     free(li);
@@ -100,8 +100,7 @@ int ifl_lora_set_scales(struct ifl_hconn *c, json_t *body)
                 k++;
             if (k == n) {
                 snprintf(param, sizeof param, "[%zu].id", i);
-                snprintf(err, sizeof err, "[%zu].id: no adapter %lld is loaded", i,
-                         (long long)id);
+                snprintf(err, sizeof err, "[%zu].id: no adapter %lld is loaded", i, (long long)id);
                 bad = 1;
             } else {
                 scale[k] = (float)sc;

@@ -101,8 +101,7 @@ static const struct route *find_route(const char *url, const char *method)
         const struct route *r = &ROUTES[i];
         if (!path_is(r, url, n))
             continue;
-        if (!strcmp(method, r->method) ||
-            ((r->flags & ROUTE_HEAD) && !strcmp(method, "HEAD")))
+        if (!strcmp(method, r->method) || ((r->flags & ROUTE_HEAD) && !strcmp(method, "HEAD")))
             return r;
         first = first ? first : r;
     }
@@ -307,11 +306,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             size_t at = 0;
             for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
                 if (!strcmp(ROUTES[i].path, rt->path) && at < sizeof allow)
-                    at += (size_t)snprintf(allow + at, sizeof allow - at, "%s%s%s",
-                                           at ? ", " : "", ROUTES[i].method,
+                    at += (size_t)snprintf(allow + at, sizeof allow - at, "%s%s%s", at ? ", " : "",
+                                           ROUTES[i].method,
                                            ROUTES[i].flags & ROUTE_HEAD ? ", HEAD" : "");
-            snprintf(msg, sizeof msg, "%s is not allowed on %s (use %s)", method, rt->path,
-                     allow);
+            snprintf(msg, sizeof msg, "%s is not allowed on %s (use %s)", method, rt->path, allow);
             return (enum MHD_Result)ifl_http_reply_not_allowed(c, allow, msg);
         }
         if (atomic_load_explicit(&s->draining, memory_order_relaxed))

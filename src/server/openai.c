@@ -959,7 +959,8 @@ int ifl_oai_models(struct ifl_hconn *c, json_t *body)
     ifl_executor *ex = atomic_load_explicit(&s->ex, memory_order_acquire);
     struct ifl_lora_info *ad = NULL;
     int32_t n = 0;
-    if (ifl_executor_list_lora(ex, NULL, 0, &n) == IFL_EFULL && (ad = calloc((size_t)n, sizeof(*ad)))) {
+    if (ifl_executor_list_lora(ex, NULL, 0, &n) == IFL_EFULL &&
+        (ad = calloc((size_t)n, sizeof(*ad)))) {
         int32_t cap = n; /* one loaded meanwhile waits for the next listing */
         ifl_executor_list_lora(ex, ad, cap, &n);
         n = n < cap ? n : cap;
