@@ -40,16 +40,16 @@ struct ifl_lora_mat {
 struct ifl_lora {
     char path[1024];
     char arch[32];
-    float alpha;                  /* adapter.lora.alpha; 0 when absent */
-    int32_t n_layer;              /* the base's */
-    struct ifl_lora_mat *layers;  /* [n_layer * IFL_LORA_N_TARGETS], layer-major */
+    float alpha;                 /* adapter.lora.alpha; 0 when absent */
+    int32_t n_layer;             /* the base's */
+    struct ifl_lora_mat *layers; /* [n_layer * IFL_LORA_N_TARGETS], layer-major */
     /* the embedding: n_in is n_vocab, n_out n_embd; a is [n_vocab][rank]
      * (the file's lora_a is stored transposed), so token t adds
      * s * B a[t]; b is [n_embd][rank] */
     struct ifl_lora_mat tok_embd;
-    struct ifl_lora_mat output;   /* the LM head, n_embd -> n_vocab */
-    int32_t n_adapted;            /* matrices with rank > 0 */
-    size_t bytes;                 /* heap bytes this adapter holds */
+    struct ifl_lora_mat output; /* the LM head, n_embd -> n_vocab */
+    int32_t n_adapted;          /* matrices with rank > 0 */
+    size_t bytes;               /* heap bytes this adapter holds */
 };
 
 /* Reads path, checks it against base (architecture, every name and shape,
