@@ -10,8 +10,8 @@ python/README.md.
 """
 
 from . import _core
-from .executor import (CompletionOutput, FloatRows, GenerationExecutor, GenerationRequest, GenerationResult,
-                       QueueFullError, RequestError, RequestOutput)
+from .executor import (CompletionOutput, FloatRows, GenerationExecutor, GenerationRequest,
+                       GenerationResult, LoRARequest, QueueFullError, RequestError, RequestOutput)
 from .llm import LLM, Tokenizer
 from .sampling_params import GuidedDecodingParams, SamplingParams, SpeculativeParams
 
@@ -20,5 +20,5 @@ __version__ = _core.version()
 __all__ = [
     "LLM", "Tokenizer", "SamplingParams", "GuidedDecodingParams", "SpeculativeParams",
     "GenerationExecutor", "GenerationRequest", "GenerationResult", "RequestOutput",
-    "CompletionOutput", "FloatRows", "RequestError", "QueueFullError", "__version__",
+    "CompletionOutput", "FloatRows", "RequestError", "LoRARequest", "QueueFullError", "__version__",
 ]

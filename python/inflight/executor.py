@@ -25,7 +25,7 @@ from .sampling_params import _FINISH, SamplingParams, _py_message
 
 __all__ = [
     "CompletionOutput", "RequestOutput", "FloatRows", "GenerationRequest", "GenerationResult",
-    "GenerationExecutor", "RequestError", "QueueFullError",
+    "GenerationExecutor", "RequestError", "QueueFullError", "LoRARequest",
 ]
 
 QueueFullError = _core.QueueFullError
@@ -158,15 +158,39 @@ class RequestOutput:
 
 
 @dataclass
+class LoRARequest:
+    """A LoRA adapter for a request (TensorRT-LLM's LoRARequest): by
+    lora_int_id when it is registered, else by lora_name, else loaded from
+    lora_path (registered as lora_name) at its first use. scale is the
+    user scale s of W x + s * alpha / rank * B (A x)."""
+
+    lora_name: str = ""
+    lora_int_id: int = 0
+    lora_path: str = ""
+    scale: float = 1.0
+
+    @property
+    def adapter_id(self) -> int:
+        return self.lora_int_id
+
+
+LoRASpec = Union[None, LoRARequest, Sequence[LoRARequest]]
+
+
+@dataclass
 class GenerationRequest:
     """A prompt (token ids; prompt keeps its text for the output when it
-    came as text), its sampling parameters, and whether to stream."""
+    came as text), its sampling parameters, whether to stream, and its
+    LoRA adapters: None for the executor's global scales (none unless an
+    adapter was loaded with one), a LoRARequest, a list of them (applied
+    together), or an empty list for the base model alone."""
 
     prompt_token_ids: List[int]
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     streaming: bool = False
     prompt: Optional[str] = None
     id: Optional[int] = None  # set by submit
+    lora_request: LoRASpec = None
 
 
 def _wake(fut: "asyncio.Future[None]") -> None:
@@ -501,12 +525,18 @@ class GenerationExecutor:
     kv_block_size, kv_type, sched_policy, enable_prefix_caching,
     kv_cache_memory_share, kv_cache_memory_limit, kv_release_ms,
     kv_prefault, repack_cache_dir, speculative={type, draft_model, n_max,
-    ...}), plus logits_processors={name: fn(request_id, logits, token_ids,
+    ...}, lora_cache_bytes, lora_f16), plus lora=[path or (path, scale), ...]
+    (adapters loaded at start, global scale 1 unless given),
+    lora_modules={name: path} (loaded at start, applied only when named), logits_processors={name: fn(request_id, logits, token_ids,
     client_id)}, batched_logits_processor=fn(request_ids, logits [rows][vocab],
     token_id lists, client_ids) and load_progress=fn(done, total, stage, notice).
     """
 
     def __init__(self, model: str, **config: Any):
+        lora = config.pop("lora", None) or []
+        lora_modules = config.pop("lora_modules", None) or {}
+        if "lora_f16" in config and isinstance(config["lora_f16"], bool):
+            config["lora_f16"] = int(config["lora_f16"])
         self._core = _core.Executor(str(model), _c_config(config))
         self.model_path = str(model)
         self._info = self._core.model_info()
@@ -518,6 +548,15 @@ class GenerationExecutor:
         self._thread = threading.Thread(target=self._loop, name="inflight-responses", daemon=True)
         self._thread.start()
         _live.add(self)
+        try:
+            for item in ([lora] if isinstance(lora, str) else lora):
+                path, scale = (item, 1.0) if isinstance(item, str) else item
+                self.load_lora(path, None, scale)
+            for name, path in dict(lora_modules).items():
+                self.load_lora(path, name, 0.0)
+        except BaseException:
+            self.shutdown()
+            raise
 
     # -------------------------------------------------- the response thread
     def _loop(self) -> None:
@@ -562,8 +601,11 @@ class GenerationExecutor:
                 raise ValueError("sampling_params: expected a SamplingParams")
             if isinstance(r.prompt_token_ids, (str, bytes)):
                 raise ValueError("prompt_token_ids: expected token ids (LLM.generate takes text)")
-            dicts.append(r.sampling_params._to_c(list(r.prompt_token_ids), bool(r.streaming),
-                                                 self._tokenize))
+            d = r.sampling_params._to_c(list(r.prompt_token_ids), bool(r.streaming),
+                                        self._tokenize)
+            if r.lora_request is not None:
+                d["lora"] = self._lora_refs(r.lora_request)
+            dicts.append(d)
         try:
             ids = self._core.enqueue(dicts)
         except ValueError as e:
@@ -587,11 +629,58 @@ class GenerationExecutor:
     def submit(self, request: GenerationRequest) -> GenerationResult:
         return self.submit_many([request])[0]
 
+    # ---------------------------------------------------------- LoRA
+    def load_lora(self, path: str, name: Optional[str] = None, scale: float = 0.0) -> LoRARequest:
+        """Loads a llama.cpp GGUF LoRA adapter for this model and registers
+        it as name (default: the file's name); scale is its global scale,
+        applied to requests that name no adapters (0: only when named).
+        Returns a LoRARequest for it (scale 1)."""
+        aid = self._core.load_lora(str(path), name, float(scale))
+        info = next(i for i in self._core.list_loras() if i["id"] == aid)
+        return LoRARequest(info["name"], aid, info["path"])
+
+    def unload_lora(self, lora: Union[int, LoRARequest]) -> None:
+        """Unregisters an adapter; requests already using it finish with it."""
+        self._core.unload_lora(lora.lora_int_id if isinstance(lora, LoRARequest) else int(lora))
+
+    def set_lora_scale(self, lora: Union[int, LoRARequest], scale: float) -> None:
+        """Sets an adapter's global scale (requests already queued keep theirs)."""
+        aid = lora.lora_int_id if isinstance(lora, LoRARequest) else int(lora)
+        self._core.set_lora_scale(aid, float(scale))
+
+    def list_loras(self) -> List[Dict[str, Any]]:
+        """The registered adapters: id, name, path, scale (global), rank,
+        n_adapted, bytes, in_use, loaded."""
+        return self._core.list_loras()
+
+    def _lora_refs(self, spec: LoRASpec) -> List[Tuple[int, float]]:
+        reqs = [spec] if isinstance(spec, LoRARequest) else list(spec or [])
+        if not reqs:
+            return [(0, 0.0)]  # the base model alone, whatever the global scales
+        if len(reqs) > 8:
+            raise ValueError(f"lora_request: {len(reqs)} adapters (8 at most)")
+        refs = []
+        for i, lr in enumerate(reqs):
+            if not isinstance(lr, LoRARequest):
+                raise ValueError(f"lora_request[{i}]: expected a LoRARequest")
+            aid = lr.lora_int_id
+            if aid <= 0 and lr.lora_name:
+                aid = self._core.find_lora(lr.lora_name) or 0
+            if aid <= 0 and lr.lora_path:
+                aid = self.load_lora(lr.lora_path, lr.lora_name or None).lora_int_id
+            if aid <= 0:
+                raise ValueError(f"lora_request[{i}]: no adapter named {lr.lora_name!r} is "
+                                 "loaded, and no lora_path to load it from")
+            refs.append((aid, float(lr.scale)))
+        return refs
+
     def generate_async(self, prompt_token_ids: Sequence[int],
                        sampling_params: Optional[SamplingParams] = None,
-                       streaming: bool = False) -> GenerationResult:
+                       streaming: bool = False,
+                       lora_request: LoRASpec = None) -> GenerationResult:
         return self.submit(GenerationRequest(list(prompt_token_ids),
-                                             sampling_params or SamplingParams(), streaming))
+                                             sampling_params or SamplingParams(), streaming,
+                                             lora_request=lora_request))
 
     def generate(self, prompt_token_ids, sampling_params=None):
         """Token ids of one prompt (-> one GenerationResult) or a list of

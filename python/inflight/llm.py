@@ -7,8 +7,8 @@ import json
 
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
-from .executor import (GenerationExecutor, GenerationRequest, GenerationResult, RequestOutput,
-                       _per_prompt, _wait_all)
+from .executor import (GenerationExecutor, GenerationRequest, GenerationResult, LoRARequest,
+                       LoRASpec, RequestOutput, _per_prompt, _wait_all)
 from .sampling_params import SamplingParams
 
 __all__ = ["LLM", "Tokenizer"]
@@ -73,6 +73,16 @@ def _is_ids(p: Any) -> bool:
                                                 for t in p)
 
 
+def _per_prompt_lora(spec, n: int) -> List[LoRASpec]:
+    if spec is None or isinstance(spec, LoRARequest):
+        return [spec] * n
+    specs = list(spec)
+    if len(specs) != n:
+        raise ValueError(f"lora_request: one LoRARequest for all, or a list of {n} (one per "
+                         "prompt)")
+    return specs
+
+
 class LLM:
     """A model served by an in-flight batching executor.
 
@@ -89,27 +99,33 @@ class LLM:
     def executor(self) -> GenerationExecutor:
         return self._executor
 
-    def _request(self, prompt: Prompt, sp: SamplingParams, streaming: bool) -> GenerationRequest:
+    def _request(self, prompt: Prompt, sp: SamplingParams, streaming: bool,
+                 lora: LoRASpec = None) -> GenerationRequest:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt, add_special_tokens=sp.add_special_tokens)
-            return GenerationRequest(ids, sp, streaming, prompt=prompt)
+            return GenerationRequest(ids, sp, streaming, prompt=prompt, lora_request=lora)
         if isinstance(prompt, dict):
             if "prompt_token_ids" in prompt:
-                return GenerationRequest(list(prompt["prompt_token_ids"]), sp, streaming)
+                return GenerationRequest(list(prompt["prompt_token_ids"]), sp, streaming,
+                                         lora_request=lora)
             if "prompt" in prompt:
-                return self._request(prompt["prompt"], sp, streaming)
+                return self._request(prompt["prompt"], sp, streaming, lora)
         if _is_ids(prompt):
-            return GenerationRequest(list(prompt), sp, streaming)
+            return GenerationRequest(list(prompt), sp, streaming, lora_request=lora)
         raise ValueError("prompt: expected a str, a list of token ids, or a dict with 'prompt' "
                          "or 'prompt_token_ids'")
 
     def generate(self, inputs: Union[Prompt, Sequence[Prompt]],
-                 sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None
+                 sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+                 lora_request: Optional[Union[LoRARequest, Sequence[LoRASpec]]] = None
                  ) -> List[RequestOutput]:
         """Generates for one prompt or many (text or token ids) in one
         batch and waits: a list of RequestOutput in the prompts' order.
-        sampling_params: one for all, or one per prompt. Ctrl-C aborts the
-        requests still running."""
+        sampling_params: one for all, or one per prompt. lora_request: for
+        one prompt, a LoRARequest, a list of them applied together, [] for
+        the base alone, or None (the global scales); for several, one
+        LoRARequest for all, or a list with one such entry per prompt.
+        Ctrl-C aborts the requests still running."""
         if isinstance(inputs, (list, tuple)) and not inputs:
             return []
         single = isinstance(inputs, (str, dict)) or _is_ids(inputs)
@@ -117,19 +133,36 @@ class LLM:
         if not prompts:
             return []
         params = _per_prompt(sampling_params, len(prompts))
-        reqs = [self._request(p, sp, False) for p, sp in zip(prompts, params)]
+        # one prompt: lora_request is its own (a list is applied together);
+        # several: one for all, or a list with an entry per prompt
+        loras = [lora_request] if single else _per_prompt_lora(lora_request, len(prompts))
+        reqs = [self._request(p, sp, False, lr) for p, sp, lr in zip(prompts, params, loras)]
         results = self._executor.submit_many(reqs)
         _wait_all(results)
         return list(results)
 
     def generate_async(self, inputs: Prompt, sampling_params: Optional[SamplingParams] = None,
-                       streaming: bool = False) -> GenerationResult:
+                       streaming: bool = False,
+                       lora_request: LoRASpec = None) -> GenerationResult:
         """Submits one prompt and returns at once: wait with result(),
         `await` it, or iterate it for streamed updates."""
         sp = sampling_params or SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError("sampling_params: expected a SamplingParams")
-        return self._executor.submit(self._request(inputs, sp, streaming))
+        return self._executor.submit(self._request(inputs, sp, streaming, lora_request))
+
+    def load_lora(self, path: str, name: Optional[str] = None, scale: float = 0.0) -> LoRARequest:
+        """See GenerationExecutor.load_lora."""
+        return self._executor.load_lora(path, name, scale)
+
+    def unload_lora(self, lora) -> None:
+        self._executor.unload_lora(lora)
+
+    def set_lora_scale(self, lora, scale: float) -> None:
+        self._executor.set_lora_scale(lora, scale)
+
+    def list_loras(self) -> List[Dict[str, Any]]:
+        return self._executor.list_loras()
 
     def chat(self, messages, sampling_params: Optional[Union[SamplingParams,
                                                              Sequence[SamplingParams]]] = None,

@@ -366,6 +366,8 @@ const struct ifl_py_field ifl_py_config_fields[] = {
     FLD(struct ifl_executor_config, kv_cache_memory_limit, F_I64),
     FLD(struct ifl_executor_config, kv_release_ms, F_I32),
     FLD(struct ifl_executor_config, kv_prefault, F_I32),
+    FLD(struct ifl_executor_config, lora_cache_bytes, F_I64),
+    FLD(struct ifl_executor_config, lora_f16, F_I32),
     {NULL, F_I32, 0},
 };
 
@@ -451,6 +453,29 @@ int ifl_py_to_request(PyObject *d, struct ifl_request *r, struct ifl_py_arena *a
             r->logit_bias_ids = ids;
             r->logit_bias_values = vals;
             r->n_logit_bias = (int32_t)n;
+        } else if (!strcmp(name, "lora")) {
+            /* [(id, scale), ...] */
+            PyObject *seq = PySequence_Fast(v, "lora: expected a list of (id, scale) pairs");
+            if (!seq)
+                return -1;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+            struct ifl_lora_ref *refs = ifl_py_arena_alloc(a, sizeof(*refs) * (size_t)n);
+            rc = refs ? 0 : (PyErr_NoMemory(), -1);
+            static const struct ifl_py_field idf = {"lora id", F_I32, 0};
+            static const struct ifl_py_field sf = {"lora scale", F_F32, 0};
+            for (Py_ssize_t i = 0; !rc && i < n; i++) {
+                PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                    PyErr_Format(PyExc_TypeError, "lora[%zd]: expected an (id, scale) pair", i);
+                    rc = -1;
+                    break;
+                }
+                rc = ifl_py_set_number(&refs[i].id, &idf, PyTuple_GET_ITEM(pair, 0), "") ||
+                     ifl_py_set_number(&refs[i].scale, &sf, PyTuple_GET_ITEM(pair, 1), "");
+            }
+            Py_DECREF(seq);
+            r->lora = refs;
+            r->n_lora = (int32_t)n;
         } else if (!strcmp(name, "logits_post_processor")) {
             rc = ifl_py_to_cstr(v, name, a, &r->logits_post_processor);
         } else if (!strcmp(name, "guide_text")) {

@@ -687,6 +687,111 @@ static PyObject *Executor_model_meta(ExecutorObject *self, PyObject *arg)
     return out;
 }
 
+/* load_lora(path, name=None, scale=0.0) -> id */
+static PyObject *Executor_load_lora(ExecutorObject *self, PyObject *args)
+{
+    PyObject *path;
+    const char *name = NULL;
+    float scale = 0.0f;
+    if (!PyArg_ParseTuple(args, "O&|zf", PyUnicode_FSConverter, &path, &name, &scale))
+        return NULL;
+    if (enter(self)) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    char err[512] = "";
+    int32_t id = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = ifl_executor_load_lora(self->ex, PyBytes_AS_STRING(path), name, scale, &id, err);
+    Py_END_ALLOW_THREADS;
+    leave(self);
+    Py_DECREF(path);
+    return rc ? ifl_py_raise(rc, err) : PyLong_FromLong(id);
+}
+
+/* unload_lora(id) / set_lora_scale(id, scale) */
+static PyObject *Executor_unload_lora(ExecutorObject *self, PyObject *args)
+{
+    int id;
+    if (!PyArg_ParseTuple(args, "i", &id) || enter(self))
+        return NULL;
+    char err[512] = "";
+    int rc = ifl_executor_unload_lora(self->ex, id, err);
+    leave(self);
+    if (rc)
+        return ifl_py_raise(rc, err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Executor_set_lora_scale(ExecutorObject *self, PyObject *args)
+{
+    int id;
+    float scale;
+    if (!PyArg_ParseTuple(args, "if", &id, &scale) || enter(self))
+        return NULL;
+    char err[512] = "";
+    int rc = ifl_executor_set_lora_scale(self->ex, id, scale, err);
+    leave(self);
+    if (rc)
+        return ifl_py_raise(rc, err);
+    Py_RETURN_NONE;
+}
+
+/* list_loras() -> [dict] ; find_lora(name) -> id or None */
+static PyObject *Executor_list_loras(ExecutorObject *self, PyObject *noarg)
+{
+    (void)noarg;
+    if (enter(self))
+        return NULL;
+    int32_t n = 0, cap = 16;
+    struct ifl_lora_info *info = NULL;
+    int rc;
+    for (;;) {
+        free(info);
+        info = calloc((size_t)cap, sizeof(*info));
+        if (!info) {
+            rc = IFL_ENOMEM;
+            break;
+        }
+        rc = ifl_executor_list_lora(self->ex, info, cap, &n);
+        if (rc != IFL_EFULL)
+            break;
+        cap = n + 16;
+    }
+    leave(self);
+    PyObject *list = rc ? ifl_py_raise(rc, NULL) : PyList_New(n);
+    for (int32_t i = 0; list && i < n; i++) {
+        const struct ifl_lora_info *l = &info[i];
+        PyObject *d = Py_BuildValue(
+            "{s:i,s:s,s:s,s:f,s:i,s:i,s:L,s:i,s:O}", "id", l->id, "name", l->name, "path", l->path,
+            "scale", (double)l->scale, "rank", l->rank, "n_adapted", l->n_adapted, "bytes",
+            (long long)l->bytes, "in_use", l->in_use, "loaded", l->loaded ? Py_True : Py_False);
+        if (!d) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, d);
+    }
+    free(info);
+    return list;
+}
+
+static PyObject *Executor_find_lora(ExecutorObject *self, PyObject *arg)
+{
+    const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (!name)
+        return PyErr_Format(PyExc_TypeError, "name: expected a str");
+    if (enter(self))
+        return NULL;
+    int32_t id = 0;
+    int rc = ifl_executor_find_lora(self->ex, name, &id);
+    leave(self);
+    if (rc == IFL_ENOTFOUND)
+        Py_RETURN_NONE;
+    return rc ? ifl_py_raise(rc, NULL) : PyLong_FromLong(id);
+}
+
 /* apply_chat_template(context_json, template=None) -> str */
 static PyObject *Executor_chat(ExecutorObject *self, PyObject *args)
 {
@@ -861,6 +966,13 @@ static PyMethodDef Executor_methods[] = {
     {"detokenize", (PyCFunction)(void (*)(void))Executor_detokenize, METH_VARARGS | METH_KEYWORDS,
      "detokenize(ids, show_special=False) -> str"},
     {"model_info", (PyCFunction)Executor_model_info, METH_NOARGS, "the model and context"},
+    {"load_lora", (PyCFunction)Executor_load_lora, METH_VARARGS,
+     "load_lora(path, name=None, scale=0.0) -> id"},
+    {"unload_lora", (PyCFunction)Executor_unload_lora, METH_VARARGS, "unload_lora(id)"},
+    {"set_lora_scale", (PyCFunction)Executor_set_lora_scale, METH_VARARGS,
+     "set_lora_scale(id, scale)"},
+    {"list_loras", (PyCFunction)Executor_list_loras, METH_NOARGS, "the registered adapters"},
+    {"find_lora", (PyCFunction)Executor_find_lora, METH_O, "find_lora(name) -> id or None"},
     {"apply_chat_template", (PyCFunction)Executor_chat, METH_VARARGS,
      "apply_chat_template(context_json, template=None) -> the rendered text"},
     {"model_meta", (PyCFunction)Executor_model_meta, METH_O,
