@@ -539,7 +539,8 @@ static const char BENCH_HELP[] =
     "  --bw-mib N              its buffer in MiB (default 512)\n"
     "speculative decoding (the generation tests; acceptance is printed at the "
     "end):\n" CLI_SPEC_HELP CLI_LORA_HELP
-    "  --lora-spread             request c of a wave takes adapter c mod n alone\n";
+    "  --lora-spread             request c of a wave takes adapter c mod n alone (scale 1 for\n"
+    "                            --lora-modules adapters)\n";
 
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
@@ -722,10 +723,12 @@ int cmd_bench(int argc, char **argv)
     ifl_executor_model_info(ex, &mi);
     struct ifl_rng g;
     ifl_rng_seed(&g, 1);
-    /* --lora-spread: each request names one adapter (at its scale); else
-     * every request takes the adapters' global scales */
+    /* --lora-spread: each request names one adapter, at its scale (1 for
+     * an adapter of --lora-modules, whose scale 0 would apply nothing);
+     * else every request takes the adapters' global scales */
     for (int i = 0; o.lora_spread && i < o.lora.n; i++)
-        o.spread[o.n_spread++] = (struct ifl_lora_ref){o.lora.id[i], o.lora.scale[i]};
+        o.spread[o.n_spread++] =
+            (struct ifl_lora_ref){o.lora.id[i], o.lora.scale[i] != 0.0f ? o.lora.scale[i] : 1.0f};
 
     if ((o.n_pp || o.n_tg) && !o.json)
         printf("| model | size | params | threads | test | t/s |\n"
