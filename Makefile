@@ -5,7 +5,7 @@
 #   make run             the README's main job
 #   make fuzz            libFuzzer targets (clang)
 #   make format / format-check
-# Knobs: DEBUG=1, SANITIZE=address,undefined | SANITIZE=thread, CC=clang, V=1
+# Knobs: DEBUG=1, SANITIZE=address,undefined | SANITIZE=thread, CC=clang, V=1, MPI=0
 
 CC ?= cc
 SANITIZE ?=
@@ -42,9 +42,38 @@ endif
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c -mavx2
 
+# MPI (src/dist/comm.c, tools/commbench.c): on when $(MPICC) is found, off
+# with MPI=0 or without it (then every communicator is one rank; see
+# docs/distributed.md). The flags come from the wrapper: Open MPI's answers
+# --showme:compile/--showme:link, MPICH's -compile_info/-link_info (whose
+# first word, the compiler, is dropped). Only comm.c and commbench.c see
+# mpi.h; --as-needed links libmpi only into what calls the layer.
+MPICC ?= mpicc
+ifeq ($(origin MPI),undefined)
+MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),1,0)
+endif
+ifeq ($(MPI),1)
+ifeq ($(origin MPI_CFLAGS),undefined)
+MPI_CFLAGS := $(filter -I% -D%,$(shell $(MPICC) --showme:compile 2>/dev/null || \
+  $(MPICC) -compile_info 2>/dev/null))
+endif
+ifeq ($(origin MPI_LIBS),undefined)
+MPI_LIBS := $(filter -L% -l% -Wl% -pthread,$(shell $(MPICC) --showme:link 2>/dev/null || \
+  $(MPICC) -link_info 2>/dev/null))
+endif
+LDLIBS += -Wl,--as-needed $(MPI_LIBS) -Wl,--no-as-needed
+endif
+# a change of MPI or its flags rebuilds what they reach
+MPI_STAMP := $(BUILD)/mpi.flags
+$(shell mkdir -p $(BUILD) && echo '$(MPI) $(MPI_CFLAGS) $(MPI_LIBS)' | cmp -s - $(MPI_STAMP) || \
+  echo '$(MPI) $(MPI_CFLAGS) $(MPI_LIBS)' > $(MPI_STAMP))
+
 LIB_SRC := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
 TOOL_SRC := $(wildcard tools/*.c)
+ifneq ($(MPI),1)
+TOOL_SRC := $(filter-out tools/commbench.c,$(TOOL_SRC))
+endif
 TEST_SRC := $(wildcard tests/test_*.c)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 TEST_HELPER_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -74,6 +103,10 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/src/kernels/x86_avx2%.o: XFLAGS := $(AVX2_FLAGS)
 $(BUILD)/src/kernels/x86_avx512%.o: XFLAGS := $(AVX512_FLAGS)
+ifeq ($(MPI),1)
+$(BUILD)/src/dist/comm.o $(BUILD)/tools/commbench.o: XFLAGS := -DIFL_HAVE_MPI=1 $(MPI_CFLAGS)
+endif
+$(BUILD)/src/dist/comm.o $(BUILD)/tools/commbench.o: $(MPI_STAMP)
 
 $(LIB_A): $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^

@@ -1,0 +1,366 @@
+/*
+ * The communication layer (comm.h) on MPI-3: non-blocking collectives
+ * (MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) completed by polling MPI_Test
+ * against a deadline, on a duplicate of MPI_COMM_WORLD whose errors are
+ * returned rather than fatal. Only standard MPI-3 calls: it builds against
+ * Open MPI and MPICH alike.
+ *
+ * Why polling a non-blocking collective rather than the blocking call: a
+ * blocking MPI_Allreduce whose peer died never returns (Open MPI over
+ * shared memory just waits; nothing in MPI-3 times a collective out), and
+ * the only ways out of it, a watchdog thread calling MPI_Abort or a
+ * heartbeat on a second communicator, either kill rank 0 before it can
+ * answer its clients or need MPI_THREAD_MULTIPLE and still leave the
+ * engine thread stuck in the call. MPI_Test hands control back between
+ * polls, so the caller sees IFL_ETIMEDOUT and decides. The price is MPI's
+ * non-blocking algorithms (Open MPI's libnbc) instead of its tuned
+ * blocking ones; tools/commbench.c measures both (docs/distributed.md).
+ *
+ * The wait spins first (a collective between two ranks on one machine
+ * takes microseconds, and a sleep would add tens), then yields the CPU
+ * (another rank or a kernel thread may need this core), then sleeps in
+ * short naps (a wait this long is a rank far behind or a fault; a nap adds
+ * well under 1% to it).
+ */
+#include "dist/comm.h"
+
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/err.h"
+#include "core/timeutil.h"
+
+#ifdef IFL_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* The wait's phases, in seconds since the collective started. */
+#define SPIN_S 0.002  /* poll without pause */
+#define YIELD_S 0.020 /* poll, yielding the CPU between polls */
+#define NAP_NS 50000L /* then poll every 50 us */
+
+struct ifl_comm {
+    int rank, size;
+    int broken;      /* a collective timed out or failed: see why */
+    int mpi_started; /* ifl_comm_init called MPI_Init_thread */
+    int use_mpi;     /* size > 1 or MPI in use: the collectives go through mc */
+#ifdef IFL_HAVE_MPI
+    MPI_Comm mc; /* MPI_COMM_WORLD duplicated, errors returned */
+#endif
+    char why[IFL_ERR_LEN]; /* the sentence of the failure that broke it */
+    struct ifl_comm_stats st;
+};
+
+/* One live communicator per process: MPI has one world. Set by init,
+ * cleared by finalize; seq_cst is plenty for a flag taken twice a run. */
+static atomic_int g_live;
+
+int ifl_comm_have_mpi(void)
+{
+#ifdef IFL_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* The launcher's word on this process: its rank and the job's size, -1
+ * where it says nothing. Open MPI sets OMPI_COMM_WORLD_*, MPICH's hydra
+ * and Slurm's PMI-2 PMI_*, PMIx launchers PMIX_RANK. */
+static long env_long(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end == '\0' && v >= 0 ? v : -1;
+}
+
+static int launched(long *size, long *rank)
+{
+    *size = env_long("OMPI_COMM_WORLD_SIZE");
+    if (*size < 0)
+        *size = env_long("PMI_SIZE");
+    *rank = env_long("OMPI_COMM_WORLD_RANK");
+    if (*rank < 0)
+        *rank = env_long("PMI_RANK");
+    if (*rank < 0)
+        *rank = env_long("PMIX_RANK");
+    return *size >= 0 || *rank >= 0;
+}
+
+#ifndef IFL_HAVE_MPI
+static int single_rank(char *err)
+{
+    long size, rank;
+    if (launched(&size, &rank) && (size > 1 || rank > 0))
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "dist: started by a launcher as rank %ld of %ld, but this build has no "
+                       "MPI (install libopenmpi-dev, rebuild with make, run again)",
+                       rank, size);
+    return 0;
+}
+#endif
+
+#ifdef IFL_HAVE_MPI
+static int mpi_fail(struct ifl_comm *c, char *err, int mrc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(mrc, msg, &len) != MPI_SUCCESS)
+        len = 0;
+    msg[len] = '\0';
+    if (c) {
+        c->broken = 1;
+        ifl_err(c->why, IFL_EIO, "dist: %s failed on rank %d of %d: %s", what, c->rank, c->size,
+                msg);
+        return ifl_err(err, IFL_EIO, "%s", c->why);
+    }
+    return ifl_err(err, IFL_EIO, "dist: %s failed: %s", what, msg);
+}
+
+static int init_mpi(struct ifl_comm *c, char *err)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return ifl_err(err, IFL_ESTATE,
+                       "dist: MPI was finalised in this process and cannot "
+                       "start again");
+    long size, rank;
+    if (!inited && !launched(&size, &rank))
+        return 0; /* not started by mpirun: one rank, MPI left alone */
+    int provided = 0, mrc;
+    if (!inited) {
+        mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (mrc != MPI_SUCCESS)
+            return mpi_fail(NULL, err, mrc, "MPI_Init_thread");
+        c->mpi_started = 1;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    /* the engine thread calls, but not the thread that initialised */
+    if (provided < MPI_THREAD_SERIALIZED) {
+        if (c->mpi_started)
+            MPI_Finalize();
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "dist: this MPI offers thread level %d; inflight needs "
+                       "MPI_THREAD_SERIALIZED (%d)",
+                       provided, MPI_THREAD_SERIALIZED);
+    }
+    mrc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mc);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_rank(c->mc, &c->rank);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_size(c->mc, &c->size);
+    if (mrc != MPI_SUCCESS) {
+        int rc = mpi_fail(NULL, err, mrc, "creating the communicator");
+        if (c->mpi_started)
+            MPI_Finalize();
+        return rc;
+    }
+    c->use_mpi = 1;
+    return 0;
+}
+#endif
+
+int ifl_comm_init(struct ifl_comm **out, char *err)
+{
+    if (!out)
+        return ifl_err(err, IFL_EINVAL, "dist: ifl_comm_init needs an out pointer");
+    *out = NULL;
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&g_live, &expect, 1))
+        return ifl_err(err, IFL_ESTATE, "dist: a communicator is already live in this process");
+    struct ifl_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        atomic_store(&g_live, 0);
+        return ifl_err(err, IFL_ENOMEM, "dist: out of memory for the communicator");
+    }
+    c->rank = 0;
+    c->size = 1;
+#ifdef IFL_HAVE_MPI
+    int rc = init_mpi(c, err);
+#else
+    int rc = single_rank(err);
+#endif
+    if (rc != 0) {
+        free(c);
+        atomic_store(&g_live, 0);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void ifl_comm_finalize(struct ifl_comm *comm)
+{
+    if (!comm)
+        return;
+#ifdef IFL_HAVE_MPI
+    /* a broken communicator has a collective pending that a dead or stuck
+     * rank will never finish: freeing it or MPI_Finalize could wait on it */
+    if (comm->use_mpi && !comm->broken) {
+        MPI_Comm_free(&comm->mc);
+        if (comm->mpi_started)
+            MPI_Finalize();
+    }
+#endif
+    free(comm);
+    atomic_store(&g_live, 0);
+}
+
+int ifl_comm_rank(const struct ifl_comm *comm)
+{
+    return comm->rank;
+}
+
+int ifl_comm_size(const struct ifl_comm *comm)
+{
+    return comm->size;
+}
+
+void ifl_comm_stats(const struct ifl_comm *comm, struct ifl_comm_stats *out)
+{
+    *out = comm->st;
+}
+
+/* The checks every collective shares; 1 means "done, nothing to send". */
+static int precheck(struct ifl_comm *c, const void *buf, size_t n, double timeout_s,
+                    const char *what, char *err)
+{
+    if (!c)
+        return ifl_err(err, IFL_EINVAL, "dist: %s on no communicator", what);
+    if (c->broken)
+        return ifl_err(err, IFL_ESTATE, "dist: %s refused: the communicator broke earlier (%s)",
+                       what, c->why);
+    if (n > INT_MAX)
+        return ifl_err(err, IFL_EINVAL, "dist: %s of %zu elements: at most %d at once", what, n,
+                       INT_MAX);
+    if (!buf && n > 0)
+        return ifl_err(err, IFL_EINVAL, "dist: %s of %zu elements from a NULL buffer", what, n);
+    if (isnan(timeout_s) || (timeout_s < 0 && timeout_s != IFL_COMM_FOREVER))
+        return ifl_err(err, IFL_EINVAL,
+                       "dist: %s: timeout %g s is neither >= 0 nor IFL_COMM_FOREVER", what,
+                       timeout_s);
+    return 0;
+}
+
+#ifdef IFL_HAVE_MPI
+static void account(struct ifl_comm *c, size_t bytes, double t0)
+{
+    double dt = ifl_now_s() - t0;
+    c->st.calls++;
+    c->st.bytes += (long long)bytes;
+    c->st.seconds += dt;
+    if (dt > c->st.max_seconds)
+        c->st.max_seconds = dt;
+}
+
+/* Polls req to completion or the deadline (see the top of the file). */
+static int wait_req(struct ifl_comm *c, MPI_Request *req, double t0, double timeout_s,
+                    const char *what, char *err)
+{
+    for (;;) {
+        int done = 0;
+        int mrc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (mrc != MPI_SUCCESS)
+            return mpi_fail(c, err, mrc, what);
+        if (done)
+            return 0;
+        double waited = ifl_now_s() - t0;
+        if (timeout_s >= 0 && waited >= timeout_s) {
+            c->broken = 1;
+            ifl_err(c->why, IFL_ETIMEDOUT,
+                    "dist: %s on rank %d of %d: the other ranks did not all join within %.3f s "
+                    "(a rank died or stopped answering)",
+                    what, c->rank, c->size, timeout_s);
+            return ifl_err(err, IFL_ETIMEDOUT, "%s", c->why);
+        }
+        if (waited < SPIN_S)
+            continue;
+        if (waited < YIELD_S) {
+            sched_yield();
+            continue;
+        }
+        struct timespec nap = {0, NAP_NS};
+        nanosleep(&nap, NULL);
+    }
+}
+#endif
+
+int ifl_comm_allreduce_sum(struct ifl_comm *comm, float *buf, size_t n, double timeout_s, char *err)
+{
+    int rc = precheck(comm, buf, n, timeout_s, "allreduce", err);
+    if (rc != 0 || comm->size == 1 || n == 0)
+        return rc;
+#ifdef IFL_HAVE_MPI
+    double t0 = ifl_now_s();
+    MPI_Request req;
+    int mrc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, comm->mc, &req);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(comm, err, mrc, "allreduce");
+    rc = wait_req(comm, &req, t0, timeout_s, "allreduce", err);
+    if (rc == 0)
+        account(comm, n * sizeof(float), t0);
+    return rc;
+#else
+    return 0;
+#endif
+}
+
+int ifl_comm_broadcast(struct ifl_comm *comm, void *buf, size_t nbytes, int root, double timeout_s,
+                       char *err)
+{
+    int rc = precheck(comm, buf, nbytes, timeout_s, "broadcast", err);
+    if (rc != 0)
+        return rc;
+    if (root < 0 || root >= comm->size)
+        return ifl_err(err, IFL_EINVAL, "dist: broadcast from rank %d of a job of %d", root,
+                       comm->size);
+    if (comm->size == 1 || nbytes == 0)
+        return 0;
+#ifdef IFL_HAVE_MPI
+    double t0 = ifl_now_s();
+    MPI_Request req;
+    int mrc = MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, comm->mc, &req);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(comm, err, mrc, "broadcast");
+    rc = wait_req(comm, &req, t0, timeout_s, "broadcast", err);
+    if (rc == 0)
+        account(comm, nbytes, t0);
+    return rc;
+#else
+    return 0;
+#endif
+}
+
+int ifl_comm_barrier(struct ifl_comm *comm, double timeout_s, char *err)
+{
+    static const char dummy = 0;
+    int rc = precheck(comm, &dummy, 0, timeout_s, "barrier", err);
+    if (rc != 0 || comm->size == 1)
+        return rc;
+#ifdef IFL_HAVE_MPI
+    double t0 = ifl_now_s();
+    MPI_Request req;
+    int mrc = MPI_Ibarrier(comm->mc, &req);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(comm, err, mrc, "barrier");
+    rc = wait_req(comm, &req, t0, timeout_s, "barrier", err);
+    if (rc == 0)
+        account(comm, 0, t0);
+    return rc;
+#else
+    return 0;
+#endif
+}
