@@ -139,6 +139,13 @@ static int init_mpi(struct ifl_comm *c, char *err)
         return 0; /* not started by mpirun: one rank, MPI left alone */
     int provided = 0, mrc;
     if (!inited) {
+        /* Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial
+         * tree whenever there are fewer than 4 ranks: 5-10 times slower
+         * than its blocking one at 1 M floats between two ranks here.
+         * Rabenseifner's reduce-scatter + all-gather (algorithm 3) matches
+         * the blocking call at every size measured (docs/distributed.md).
+         * A value the user set wins; other MPIs ignore the variable. */
+        setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
         mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (mrc != MPI_SUCCESS)
             return mpi_fail(NULL, err, mrc, "MPI_Init_thread");
