@@ -55,10 +55,10 @@ mpi_run() {
     RC=$?
     TOOK=$((($(date +%s%N) - t0) / 1000000))
 }
-ranks_ok() { # name, n_ranks: each rank's closing line says "3 passed, 0 failed"
+ranks_ok() { # name, n_ranks: each rank's closing line says "4 passed, 0 failed"
     local r
     for r in $(seq 0 $(($2 - 1))); do
-        check "$1: rank $r passed all" "rank $r: 3 passed, 0 failed" \
+        check "$1: rank $r passed all" "rank $r: 4 passed, 0 failed" \
             "$(grep -a "^rank $r: .* passed" "$tmp/$1" | tail -1)"
     done
     check "$1: mpirun exit" 0 "$RC"

@@ -59,6 +59,10 @@ struct ifl_comm {
 /* One live communicator per process: MPI has one world. Set by init,
  * cleared by finalize; seq_cst is plenty for a flag taken twice a run. */
 static atomic_int g_live;
+/* A communicator broke in this process: MPI still holds its pending
+ * collective, and a new communicator (MPI_Comm_dup is collective) would
+ * wait on the dead rank. Set by finalize of a broken one. */
+static atomic_int g_broken;
 
 int ifl_comm_have_mpi(void)
 {
@@ -127,6 +131,10 @@ static int mpi_fail(struct ifl_comm *c, char *err, int mrc, const char *what)
 
 static int init_mpi(struct ifl_comm *c, char *err)
 {
+    if (atomic_load(&g_broken))
+        return ifl_err(err, IFL_ESTATE,
+                       "dist: an earlier communicator of this process broke; MPI cannot "
+                       "be used again until the process restarts");
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
@@ -221,6 +229,8 @@ void ifl_comm_finalize(struct ifl_comm *comm)
         if (comm->mpi_started)
             MPI_Finalize();
     }
+    if (comm->broken)
+        atomic_store(&g_broken, 1);
 #endif
     free(comm);
     atomic_store(&g_live, 0);

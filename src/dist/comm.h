@@ -42,9 +42,10 @@ int ifl_comm_have_mpi(void);
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) and MPI
  * is not initialised yet, else one rank without touching MPI. An MPI that
  * the application initialised itself is used and left to it. One live
- * communicator per process; MPI cannot start again after it finalised.
+ * communicator per process; MPI cannot start again after it finalised,
+ * nor after a communicator broke.
  * Returns 0, IFL_EUNSUPPORTED (several ranks, no MPI in this build),
- * IFL_ESTATE (one is live, or MPI finalised), IFL_EIO (MPI failed),
+ * IFL_ESTATE (one is live, MPI finalised, or one broke), IFL_EIO (MPI failed),
  * IFL_ENOMEM; err (IFL_ERR_LEN bytes, may be NULL) says which. */
 int ifl_comm_init(struct ifl_comm **out, char *err);
 /* Leaves the job (MPI_Finalize if init started MPI and the communicator is
