@@ -156,50 +156,53 @@ check "debug level: every line JSON or the CLI's own" "" "$(grep -v '^{' "$tmp/d
 check "--log-level loud: exit 2" "2 1" "$? $(wc -l <"$tmp/err")"
 
 # ---- Retry-After ----
-# one sequence at a time and a queue of 24: a request of 500 tokens takes
-# a few tenths of a second on the slow reference model, so 24 waiting are
-# seconds of work, which the 429 says
-start_server queue -m "$SLOW" -t 1 --parallel 1 --max-queue 24 --quiet || exit 1
-LONG='{"prompt":"Once","max_tokens":500,"ignore_eos":true}'
-check "a first request (the service time)" 200 "$(req POST /v1/completions -d "$LONG")"
-# fill_queue: 25 long requests, one running and 24 waiting (a request sent
-# before the queue is full would wait its turn); each probe gets a fresh
-# fill, since the queue shrinks as soon as the running request ends
-fill_queue() {
-    loaders=()
-    for _ in $(seq 25); do
-        curl -s -m 120 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" -d "$LONG" >/dev/null &
-        loaders+=($!)
+# one sequence at a time and a queue of 24. The running request must outlast
+# the filling of the queue and both probes on any CPU: a request of 500
+# tokens takes 0.07 s on a fast core, less than 24 curls take to arrive, so
+# the one that holds the slot asks for 30000 tokens of a 32768-token model
+# (tens of seconds), and is cancelled by its client leaving once the probes
+# are done. The first request's 2000 tokens give the service time that the
+# 429 multiplies by the 24 waiting.
+"$BUILD/tools/mkmodel" -o "$tmp/long.gguf" --vocab "$M" --n-embd 256 --n-layer 4 \
+    --n-head 8 --n-head-kv 2 --n-ff 768 --ctx 32768 --type f32 >/dev/null 2>&1 ||
+    bad "mkmodel a 32768-token model"
+start_server queue -m "$tmp/long.gguf" -c 32768 -t 1 --parallel 1 --max-queue 24 --quiet || exit 1
+check "a first request (the service time)" 200 \
+    "$(req POST /v1/completions -d '{"prompt":"Once","max_tokens":2000,"ignore_eos":true}')"
+metric() { curl -s -m 5 "http://127.0.0.1:$PORT/metrics" | grep "^inflight_num_requests_$1{" | cut -d' ' -f2; }
+wait_metric() { # NAME VALUE: until the gauge reads VALUE (bounded: 20 s)
+    for _ in $(seq 200); do
+        [ "$(metric "$1")" = "$2" ] && return 0
+        sleep 0.1
     done
-    for _ in $(seq 100); do
-        curl -s -m 5 "http://127.0.0.1:$PORT/metrics" | grep -q '^inflight_num_requests_waiting{.*} 24$' && break
-        sleep 0.05
-    done
+    return 1
 }
-# probe PATH BODY: the status of a request sent into a full queue; should
-# the running request end between the check and the probe (the queue then
-# has room), the probe waits its turn and the queue is filled again
-probe() { # sets PROBE (not in a subshell: the loaders are waited for here)
-    for _ in 1 2 3; do
-        fill_queue
-        PROBE=$(req POST "$1" -d "$2")
-        [ "$PROBE" = 429 ] && break
-        wait "${loaders[@]}"
-    done
-}
-probe /v1/completions "$LONG"
-check "full queue 429" 429 "$PROBE"
+curl -s -m 300 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" \
+    -d '{"prompt":"Once","max_tokens":30000,"ignore_eos":true}' &
+hold=$!
+wait_metric running 1
+loaders=()
+for _ in $(seq 24); do
+    curl -s -m 300 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" \
+        -d '{"prompt":"Once","max_tokens":500,"ignore_eos":true}' &
+    loaders+=($!)
+done
+wait_metric waiting 24
+check "the queue is full (1 running, 24 waiting)" "1 24" "$(metric running) $(metric waiting)"
+check "full queue 429" 429 "$(req POST /v1/completions -d '{"prompt":"Once","max_tokens":5}')"
 ra=$(hdr Retry-After)
 echo "     (Retry-After: $ra)"
 check "429 Retry-After: whole seconds, 2 to 600 (24 requests of a few tenths)" 1 \
     "$([[ "$ra" =~ ^[0-9]+$ ]] && [ "$ra" -ge 2 ] && [ "$ra" -le 600 ] && echo 1 || echo 0)"
-wait "${loaders[@]}"
-probe /generate '{"inputs":"Once","parameters":{"max_new_tokens":5}}'
-check "TGI overloaded 429" 429 "$PROBE"
+check "TGI overloaded 429" 429 "$(req POST /generate -d '{"inputs":"Once","parameters":{"max_new_tokens":5}}')"
 has "TGI 429 is overloaded" '"error_type":"overloaded"' "$(cat "$tmp/body")"
 ra=$(hdr Retry-After)
 check "TGI 429 Retry-After" 1 "$([[ "$ra" =~ ^[0-9]+$ ]] && [ "$ra" -ge 1 ] && echo 1 || echo 0)"
-wait "${loaders[@]}"
+check "the probes changed nothing (1 running, 24 waiting)" "1 24" "$(metric running) $(metric waiting)"
+kill "$hold" "${loaders[@]}" 2>/dev/null
+wait "$hold" "${loaders[@]}" 2>/dev/null
+wait_metric running 0
+check "clients gone: nothing running or waiting" "0 0" "$(metric running) $(metric waiting)"
 stop_server
 
 # ---- one server per port ----
