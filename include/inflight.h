@@ -254,12 +254,18 @@ struct ifl_executor_config {
      * queued or running request) are dropped, least recently used first,
      * and read again when a request names them. 0: no limit. */
     int64_t lora_cache_bytes;
-    /* 1: LoRA adapters are held in F16 (their values rounded to 11
-     * significant bits): half the memory, and half the bytes each step
-     * reads for them, which is what their cost follows. 0 (default): F32,
-     * the values as loaded. */
-    int32_t lora_f16;
+    /* How LoRA adapters are held (IFL_LORA_TYPE_*), which sets their
+     * memory and the bytes each step reads for them, what their cost
+     * follows. F32 (default): the values as loaded. F16: half, the values
+     * rounded to 11 significant bits. Q8_0: about a quarter, blocks of 32
+     * values with one F16 scale, the rounding of a Q8_0 base (a matrix
+     * whose rows are not whole blocks is held in F16). */
+    int32_t lora_type;
 };
+
+#define IFL_LORA_TYPE_F32 0
+#define IFL_LORA_TYPE_F16 1
+#define IFL_LORA_TYPE_Q8_0 2
 
 /* Beam search (beam_width 2..16, at most max_batch_size): each step keeps
  * the beam_width most likely continuations (by cumulative log-prob of the

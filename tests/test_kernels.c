@@ -817,7 +817,8 @@ static void test_exp(void)
 
 /* lora_a and lora_b (and their F16 forms) against ref, bit for bit:
  * widths with and without a tail of the 16 lanes, ranks and column counts
- * with ragged ends, rows picked out of order; each row alone gives its
+ * with ragged ends (up to 301: whole tiles of 128 columns and tails),
+ * rows picked out of order (groups of 4, 2 and 1); each row alone gives its
  * bits in the batch; F16 equals F32 on the widened values. */
 static void check_table_lora(const struct ifl_kernels *k)
 {
@@ -829,7 +830,7 @@ static void check_table_lora(const struct ifl_kernels *k)
     ifl_rng_seed(&r, 39);
     static const int64_t ns[] = {1, 7, 15, 16, 17, 40, 768, 771};
     static const int nks[] = {1, 3, 16, 17};
-    enum { NR = 7, LDX = 800, LDT = 24, NC = 45, LDY = 50, NA = 17 * 771, NB = 17 * 64 };
+    enum { NR = 7, LDX = 800, LDT = 24, NC = 301, LDY = 310, LDB = 320, NA = 17 * 771, NB = 17 * LDB };
     static const int32_t rows[NR] = {5, 0, 3, 6, 1, 2, 4};
     float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * NA);
     float ta[NR * LDT], tb[NR * LDT], tc[NR * LDT], one[LDT];
@@ -872,18 +873,18 @@ static void check_table_lora(const struct ifl_kernels *k)
                           "%s lora_a n=%lld nk=%d: row %d alone differs", k->name, (long long)n, nk,
                           i);
             }
-            for (int nc = 1; nc <= NC; nc += 11) {
+            for (int nc = 1; nc <= NC; nc += nc < 45 ? 11 : 50) {
                 memcpy(ya, y0, sizeof(float) * NR * LDY);
                 memcpy(yb, y0, sizeof(float) * NR * LDY);
-                k->lora_b(nk, nc, bt, 64, NR, rows, scale, ta, LDT, ya, LDY);
-                ref->lora_b(nk, nc, bt, 64, NR, rows, scale, ta, LDT, yb, LDY);
+                k->lora_b(nk, nc, bt, LDB, NR, rows, scale, ta, LDT, ya, LDY);
+                ref->lora_b(nk, nc, bt, LDB, NR, rows, scale, ta, LDT, yb, LDY);
                 CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
                           "%s lora_b nk=%d nc=%d differs from ref (or wrote outside)", k->name, nk,
                           nc);
                 memcpy(ya, y0, sizeof(float) * NR * LDY);
                 memcpy(yb, y0, sizeof(float) * NR * LDY);
-                k->lora_b_f16(nk, nc, b16, 64, NR, rows, scale, ta, LDT, ya, LDY);
-                ref->lora_b(nk, nc, bw, 64, NR, rows, scale, ta, LDT, yb, LDY);
+                k->lora_b_f16(nk, nc, b16, LDB, NR, rows, scale, ta, LDT, ya, LDY);
+                ref->lora_b(nk, nc, bw, LDB, NR, rows, scale, ta, LDT, yb, LDY);
                 CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
                           "%s lora_b_f16 nk=%d nc=%d differs from lora_b on the widened values",
                           k->name, nk, nc);
@@ -896,6 +897,80 @@ static void check_table_lora(const struct ifl_kernels *k)
     free(b16);
     free(aw);
     free(bw);
+    free(ya);
+    free(yb);
+    free(y0);
+}
+
+/* lora_a_q8 and lora_b_q8 against ref, bit for bit, and against lora_a
+ * and lora_b on the dequantised values: rows of whole blocks, ranks with
+ * ragged ends, a B slice that starts at a later block, rows out of order,
+ * and a block whose d is 0. */
+static void check_table_lora_q8(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    if (k != ref)
+        CHECK(k->lora_a_q8 != ref->lora_a_q8 && k->lora_b_q8 != ref->lora_b_q8);
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 40);
+    static const int64_t ns[] = {32, 64, 96, 768};
+    static const int nks[] = {1, 3, 16, 17};
+    enum { NR = 7, LDX = 800, LDT = 24, LDB = 320, LDY = 330, NA = 17 * 768, NB = 17 * LDB };
+    static const int32_t rows[NR] = {5, 0, 3, 6, 1, 2, 4};
+    float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * NA);
+    float *b = xmalloc(sizeof(float) * NB), *aw = xmalloc(sizeof(float) * NA);
+    float *bw = xmalloc(sizeof(float) * NB), scale[NR];
+    struct ifl_block_q8_0 *aq = xmalloc(sizeof(*aq) * NA / 32), *bq = xmalloc(sizeof(*bq) * NB / 32);
+    float ta[NR * LDT], tb[NR * LDT], tc[NR * LDT];
+    float *ya = xmalloc(sizeof(float) * NR * LDY), *yb = xmalloc(sizeof(float) * NR * LDY);
+    float *y0 = xmalloc(sizeof(float) * NR * LDY);
+    fill_normal(&r, x, NR * LDX, 1.0f);
+    fill_normal(&r, a, NA, 0.1f);
+    fill_normal(&r, b, NB, 0.5f);
+    fill_normal(&r, y0, NR * LDY, 1.0f);
+    for (int i = 0; i < 32; i++)
+        a[64 + i] = 0.0f; /* a block of zeros: d is 0 */
+    ref->quant[IFL_TYPE_Q8_0](a, aq, NA);
+    ref->quant[IFL_TYPE_Q8_0](b, bq, NB);
+    ref->dequant[IFL_TYPE_Q8_0](aq, aw, NA);
+    ref->dequant[IFL_TYPE_Q8_0](bq, bw, NB);
+    for (int i = 0; i < NR; i++)
+        scale[i] = 0.25f + 0.5f * (float)i;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t ki = 0; ki < sizeof nks / sizeof nks[0]; ki++) {
+            int64_t n = ns[ni];
+            int nk = nks[ki];
+            memset(ta, 0, sizeof ta);
+            memset(tb, 0, sizeof tb);
+            memset(tc, 0, sizeof tc);
+            /* rows of n elements laid end to end: n / 32 blocks each */
+            k->lora_a_q8(n, nk, aq, NR, rows, x, LDX, ta, LDT);
+            ref->lora_a_q8(n, nk, aq, NR, rows, x, LDX, tb, LDT);
+            CHECK_MSG(bits_equal(ta, tb, sizeof ta), "%s lora_a_q8 n=%lld nk=%d differs from ref",
+                      k->name, (long long)n, nk);
+            ref->lora_a(n, nk, aw, NR, rows, x, LDX, tc, LDT);
+            CHECK_MSG(bits_equal(ta, tc, sizeof ta),
+                      "%s lora_a_q8 n=%lld nk=%d differs from lora_a on the dequantised values",
+                      k->name, (long long)n, nk);
+            for (int c0 = 0; c0 < LDB; c0 += 96) /* tiles of 128 columns and tails */
+                for (int nc = 32; c0 + nc <= LDB; nc += 64) {
+                    memcpy(ya, y0, sizeof(float) * NR * LDY);
+                    memcpy(yb, y0, sizeof(float) * NR * LDY);
+                    k->lora_b_q8(nk, nc, bq + c0 / 32, LDB, NR, rows, scale, ta, LDT, ya + c0, LDY);
+                    ref->lora_b(nk, nc, bw + c0, LDB, NR, rows, scale, ta, LDT, yb + c0, LDY);
+                    CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
+                              "%s lora_b_q8 nk=%d c0=%d nc=%d differs from lora_b on the "
+                              "dequantised values (or wrote outside)",
+                              k->name, nk, c0, nc);
+                }
+        }
+    free(x);
+    free(a);
+    free(b);
+    free(aw);
+    free(bw);
+    free(aq);
+    free(bq);
     free(ya);
     free(yb);
     free(y0);
@@ -942,6 +1017,7 @@ static void test_each_table(void)
         check_table_softmax(k);
         check_table_rows(k);
         check_table_lora(k);
+        check_table_lora_q8(k);
         fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
     }
 }

@@ -94,12 +94,12 @@ static void drop_lora(struct ifl_lora *l)
 }
 
 static struct ifl_lora_rt *make_rt_as(const struct ifl_model *m, uint64_t seed, int rank,
-                                      float alpha, unsigned mask, int embd, int output, int f16)
+                                      float alpha, unsigned mask, int embd, int output, int hold)
 {
     struct ifl_lora *l = make_lora(m, seed, rank, alpha, mask, embd, output);
     struct ifl_lora_rt *rt = NULL;
     char err[IFL_ERR_LEN] = "";
-    int rc = ifl_lora_rt_create(&rt, l, m, f16, err);
+    int rc = ifl_lora_rt_create(&rt, l, m, hold, err);
     CHECK_MSG(rc == 0, "ifl_lora_rt_create: %s", err);
     drop_lora(l);
     return rt;
@@ -207,8 +207,9 @@ static void test_forward_vs_merged_f32(void)
     struct ifl_lora_rt *rt = NULL;
     char err[IFL_ERR_LEN] = "";
     CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), 0);
-    struct ifl_lora_rt *rt16 = NULL; /* the same in F16 */
+    struct ifl_lora_rt *rt16 = NULL, *rt8 = NULL; /* the same in F16, in Q8_0 */
     CHECK_EQ(ifl_lora_rt_create(&rt16, l, m, 1, err), 0);
+    CHECK_EQ(ifl_lora_rt_create(&rt8, l, m, 2, err), 0);
     /* the merged model: the same struct, its matrices replaced */
     struct ifl_model mm = *m;
     mm.layers = malloc(sizeof(*mm.layers) * (size_t)hp->n_layer);
@@ -277,9 +278,15 @@ static void test_forward_vs_merged_f32(void)
     for (int i = 0; i < N; i++)
         seq[i] = 2;
     CHECK_EQ(rig_step(&ga, N, tok, pos, seq, 1, lr16, sc, lh), 0);
-    double mx = 0, moved = 0, big = 0, mx16 = 0;
+    float *l8 = malloc(sizeof(float) * N * nv);
+    const struct ifl_lora_rt *lr8[1] = {rt8};
+    for (int i = 0; i < N; i++)
+        seq[i] = 3;
+    CHECK_EQ(rig_step(&ga, N, tok, pos, seq, 1, lr8, sc, l8), 0);
+    double mx = 0, moved = 0, big = 0, mx16 = 0, mx8 = 0;
     for (size_t i = 0; i < N * nv; i++) {
         mx16 = fabs((double)lh[i] - lb[i]) > mx16 ? fabs((double)lh[i] - lb[i]) : mx16;
+        mx8 = fabs((double)l8[i] - lb[i]) > mx8 ? fabs((double)l8[i] - lb[i]) : mx8;
         big = fabs((double)lb[i]) > big ? fabs((double)lb[i]) : big;
         double d = fabs((double)la[i] - lb[i]);
         mx = d > mx ? d : mx;
@@ -298,6 +305,11 @@ static void test_forward_vs_merged_f32(void)
             rt16->bytes, rt->bytes);
     CHECK(mx16 > mx && mx16 < 1e-2 * big);
     CHECK(rt16->bytes < rt->bytes * 6 / 10);
+    /* Q8_0: 8 bits and a scale a block, the rounding of a Q8_0 base; the
+     * adapter's effect stays: its error is a small part of what it moves */
+    fprintf(stderr, "  q8_0: runtime vs merged max |diff| %.3g; %zu bytes\n", mx8, rt8->bytes);
+    CHECK(mx8 > mx && mx8 < 2e-2 * big && mx8 < 0.1 * moved);
+    CHECK(rt8->bytes < rt->bytes * 3 / 10);
     CHECK(moved > 0.05);
     rig_close(&ga);
     rig_close(&gb);
@@ -308,6 +320,8 @@ static void test_forward_vs_merged_f32(void)
     free(lb);
     free(l0);
     free(lh);
+    free(l8);
+    ifl_lora_rt_free(rt8);
     ifl_lora_rt_free(rt16);
     ifl_lora_rt_free(rt);
     drop_lora(l);
@@ -324,9 +338,10 @@ static void test_forward_mixed_batch(void)
     if (!m)
         return;
     struct ifl_lora_rt *rts[4];
-    for (int i = 0; i < 4; i++) /* adapter 2 held in F16 */
+    for (int i = 0; i < 4; i++) /* adapter 2 held in F16, 0 and 3 in Q8_0 */
         rts[i] = make_rt_as(m, 100 + (uint64_t)i, i == 3 ? 4 : 16, i == 1 ? 0.0f : 32.0f,
-                            i == 2 ? 0x11 : ALL_TARGETS, i == 0, i == 3, i == 2);
+                            i == 2 ? 0x11 : ALL_TARGETS, i == 0, i == 3,
+                            i == 2 ? 1 : i == 1 ? 0 : 2);
     const struct ifl_lora_rt *const *lr = (const struct ifl_lora_rt *const *)rts;
     struct fwd_rig g;
     CHECK_EQ(rig_open(&g, m, 2), 0);
@@ -437,11 +452,43 @@ static void test_rt_checks(void)
     l->layers[0 * IFL_LORA_N_TARGETS + IFL_LORA_WK].a[5] = 1e5f; /* beyond F16 */
     CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 1, err), IFL_EINVAL);
     CHECK(strstr(err, "blk.0.attn_k.weight") && strstr(err, "F16"));
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 2, err), 0); /* fine in Q8_0: d = 1e5 / 127 */
+    ifl_lora_rt_free(rt);
     CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), 0); /* fine in F32 */
     ifl_lora_rt_free(rt);
+    l->layers[0 * IFL_LORA_N_TARGETS + IFL_LORA_WK].a[5] = 1e7f; /* d beyond F16 */
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 2, err), IFL_EINVAL);
+    CHECK(strstr(err, "blk.0.attn_k.weight") && strstr(err, "Q8_0"));
+    CHECK(rt == NULL);
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 3, err), IFL_EINVAL); /* no such form */
     l->layers[0 * IFL_LORA_N_TARGETS + IFL_LORA_WK].a[5] = 0;
     CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 0, err), 0);
     CHECK(rt && rt->n_adapted == m->hp.n_layer && rt->max_rank == 4 && rt->bytes > 0);
+    ifl_lora_rt_free(rt);
+    drop_lora(l);
+    ifl_model_free(m);
+}
+
+/* Q8_0 holds a matrix whose rows are whole blocks of 32; the others
+ * (stories260K's FFN: n_ff 172) are held in F16. */
+static void test_rt_q8_fallback(void)
+{
+    struct ifl_model *m = load_model("stories260K.gguf");
+    if (!m)
+        return;
+    struct ifl_lora *l = make_lora(m, 11, 4, 8.0f, ALL_TARGETS, 0, 1);
+    struct ifl_lora_rt *rt = NULL;
+    char err[IFL_ERR_LEN] = "";
+    CHECK_EQ(ifl_lora_rt_create(&rt, l, m, 2, err), 0);
+    for (int il = 0; rt && il < m->hp.n_layer; il++)
+        for (int t = 0; t < IFL_LORA_N_TARGETS; t++) {
+            const struct ifl_lora_rt_mat *lm = &rt->layers[il * IFL_LORA_N_TARGETS + t];
+            int ffn = t == IFL_LORA_GATE || t == IFL_LORA_UP || t == IFL_LORA_DOWN;
+            CHECK_MSG(ffn ? lm->a16 && lm->bt16 && !lm->aq && !lm->btq
+                          : lm->aq && lm->btq && !lm->a16 && !lm->bt16,
+                      "layer %d matrix %d: held in %s", il, t, lm->aq ? "Q8_0" : "F16");
+        }
+    CHECK(rt && rt->output.aq && rt->output.btq); /* 64 -> 512 */
     ifl_lora_rt_free(rt);
     drop_lora(l);
     ifl_model_free(m);
@@ -980,6 +1027,7 @@ static void test_exec_beams(void)
 int main(void)
 {
     T_RUN(test_rt_checks);
+    T_RUN(test_rt_q8_fallback);
     T_RUN(test_forward_vs_merged_f32);
     T_RUN(test_forward_mixed_batch);
     T_RUN(test_exec_mixed_batch);

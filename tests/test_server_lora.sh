@@ -163,6 +163,10 @@ run_f16=$("$BIN" "${R[@]}" --lora "$tmp/ad1.gguf" --lora-type f16 2>/dev/null)
 check "run --lora-type f16: as many tokens" "$(echo "$run_lora" | wc -w)" "$(echo "$run_f16" | wc -w)"
 "$BIN" "${R[@]}" --lora "$tmp/ad1.gguf" --lora-type f8 >/dev/null 2>"$tmp/err"
 check "run --lora-type f8: exit 2" 2 $?
+has "run --lora-type f8: names the choices" "f32, f16 or q8_0" "$(cat "$tmp/err")"
+run_q8=$("$BIN" "${R[@]}" --lora "$tmp/ad1.gguf" --lora-type q8_0 2>/dev/null)
+check "run --lora-type q8_0: as many tokens" "$(echo "$run_lora" | wc -w)" "$(echo "$run_q8" | wc -w)"
+truth "run --lora-type q8_0: the adapter still applies" "$([ "$run_base" != "$run_q8" ] && echo 1 || echo 0)" "$run_q8"
 "$BIN" "${R[@]}" --lora "$tmp/wrong.gguf" >/dev/null 2>"$tmp/err"
 check "run with a wrong adapter: exit 2" 2 $?
 has "run with a wrong adapter: says which tensor" "blk.0.attn_q.weight" "$(cat "$tmp/err")"

@@ -8,7 +8,7 @@
  * do); adapters are made in memory, so no adapter file is needed.
  *
  *   build/tools/lorabench MODEL.gguf [n_seq 16] [n_adapters 4] [rank 16] [steps 64] [threads 0]
- *                         [f32|f16]   (how the adapters are held)
+ *                         [f32|f16|q8_0]   (how the adapters are held)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,7 @@ static double now(void)
 }
 
 static struct ifl_lora_rt *random_adapter(const struct ifl_model *m, uint64_t seed, int rank,
-                                          int f16)
+                                          int hold)
 {
     struct ifl_rng r;
     ifl_rng_seed(&r, seed);
@@ -59,7 +59,7 @@ static struct ifl_lora_rt *random_adapter(const struct ifl_model *m, uint64_t se
     }
     struct ifl_lora_rt *rt = NULL;
     char err[IFL_ERR_LEN] = "";
-    if (ifl_lora_rt_create(&rt, &l, m, f16, err))
+    if (ifl_lora_rt_create(&rt, &l, m, hold, err))
         fprintf(stderr, "lorabench: %s\n", err);
     for (int i = 0; i < l.n_layer * IFL_LORA_N_TARGETS; i++) {
         free(l.layers[i].a);
@@ -73,13 +73,20 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: lorabench MODEL.gguf [n_seq] [n_adapters] [rank] [steps] [threads] "
-                        "[f32|f16]\n");
+                        "[f32|f16|q8_0]\n");
         return 2;
     }
     int n_seq = argc > 2 ? atoi(argv[2]) : 16, n_ad = argc > 3 ? atoi(argv[3]) : 4;
     int rank = argc > 4 ? atoi(argv[4]) : 16, steps = argc > 5 ? atoi(argv[5]) : 64;
     int nth = argc > 6 ? atoi(argv[6]) : 0;
-    int f16 = argc > 7 && !strcmp(argv[7], "f16");
+    int hold = argc <= 7 || !strcmp(argv[7], "f32") ? IFL_LORA_HOLD_F32
+               : !strcmp(argv[7], "f16")  ? IFL_LORA_HOLD_F16
+               : !strcmp(argv[7], "q8_0") ? IFL_LORA_HOLD_Q8_0
+                                          : -1;
+    if (hold < 0) {
+        fprintf(stderr, "lorabench: hold adapters in f32, f16 or q8_0, not '%s'\n", argv[7]);
+        return 2;
+    }
     if (n_seq < 1 || n_seq > 64 || n_ad < 1 || n_ad > 64 || rank < 1 || steps < 1)
         return 2;
     char err[IFL_ERR_LEN] = "";
@@ -111,7 +118,7 @@ int main(int argc, char **argv)
     struct ifl_lora_rt **ad = malloc(sizeof(*ad) * (size_t)n_ad);
     size_t bytes = 0;
     for (int i = 0; i < n_ad; i++) {
-        ad[i] = random_adapter(m, 1000 + (uint64_t)i, rank, f16);
+        ad[i] = random_adapter(m, 1000 + (uint64_t)i, rank, hold);
         if (!ad[i])
             return 1;
         bytes += ad[i]->bytes;
@@ -178,7 +185,7 @@ int main(int argc, char **argv)
     double rb = n_seq * counted / t_base, rl = n_seq * counted / t_lora;
     printf("%s: %d sequences, %d adapters of rank %d on every projection (%s, %.1f MiB each), "
            "%d threads\n",
-           argv[1], n_seq, n_ad, rank, f16 ? "F16" : "F32", (double)bytes / n_ad / (1 << 20),
+           argv[1], n_seq, n_ad, rank, hold == IFL_LORA_HOLD_F16 ? "F16" : hold == IFL_LORA_HOLD_Q8_0 ? "Q8_0" : "F32", (double)bytes / n_ad / (1 << 20),
            ifl_fwd_n_threads(f));
     printf("base only %.1f tok/s, with adapters %.1f tok/s: %.3fx\n", rb, rl, rl / rb);
     for (int i = 0; i < n_ad; i++)

@@ -525,7 +525,8 @@ class GenerationExecutor:
     kv_block_size, kv_type, sched_policy, enable_prefix_caching,
     kv_cache_memory_share, kv_cache_memory_limit, kv_release_ms,
     kv_prefault, repack_cache_dir, speculative={type, draft_model, n_max,
-    ...}, lora_cache_bytes, lora_f16), plus lora=[path or (path, scale), ...]
+    ...}, lora_cache_bytes, lora_type "f32" | "f16" | "q8_0"), plus
+    lora=[path or (path, scale), ...]
     (adapters loaded at start, global scale 1 unless given),
     lora_modules={name: path} (loaded at start, applied only when named), logits_processors={name: fn(request_id, logits, token_ids,
     client_id)}, batched_logits_processor=fn(request_ids, logits [rows][vocab],
@@ -535,8 +536,12 @@ class GenerationExecutor:
     def __init__(self, model: str, **config: Any):
         lora = config.pop("lora", None) or []
         lora_modules = config.pop("lora_modules", None) or {}
-        if "lora_f16" in config and isinstance(config["lora_f16"], bool):
-            config["lora_f16"] = int(config["lora_f16"])
+        if isinstance(config.get("lora_type"), str):
+            types = {"f32": 0, "f16": 1, "q8_0": 2}
+            if config["lora_type"] not in types:
+                raise ValueError(
+                    "lora_type %r: want 'f32', 'f16' or 'q8_0'" % config["lora_type"])
+            config["lora_type"] = types[config["lora_type"]]
         self._core = _core.Executor(str(model), _c_config(config))
         self.model_path = str(model)
         self._info = self._core.model_info()

@@ -89,3 +89,20 @@ def test_bad_adapters(adapters):
         with pytest.raises(ValueError, match="lora_request"):
             llm.generate(["a", "b"], GREEDY, lora_request=[None])
         assert llm.generate("Once", GREEDY)[0].outputs[0].token_ids  # still serving
+
+
+def test_lora_type_holds_smaller(adapters):
+    a1 = adapters[0]
+    held = {}
+    for t in ("f32", "f16", "q8_0"):
+        with inflight.LLM(STORIES, n_threads=1, lora_type=t, lora_modules={"one": a1}) as llm:
+            [info] = llm.list_loras()
+            base = llm.generate("Once upon a time", GREEDY)[0].outputs[0].logprobs
+            r = llm.generate("Once upon a time", GREEDY, lora_request=LoRARequest("one"))[0]
+            assert r.outputs[0].logprobs != base
+            held[t] = info["bytes"]
+    # stories260K's attention rows are whole blocks of 32 (Q8_0), its FFN's
+    # (n_ff 172) are not and stay F16
+    assert held["f32"] > held["f16"] > held["q8_0"]
+    with pytest.raises(ValueError, match="q8_0"):
+        inflight.LLM(STORIES, n_threads=1, lora_type="f8")

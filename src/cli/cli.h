@@ -43,7 +43,7 @@ enum ifl_type cli_kv_store_type(int kv_type);
  *   --lora-modules NAME=FILE   (serve) global scale 0: requests select it
  *                           by name (OpenAI's model, TGI's adapter_id)
  *   --lora-cache-bytes N    the executor's lora_cache_bytes
- *   --lora-type f32|f16     how adapters are held (the executor's lora_f16)
+ *   --lora-type f32|f16|q8_0  how adapters are held (the executor's lora_type)
  * each repeatable up to CLI_MAX_LORA adapters. */
 #define CLI_MAX_LORA 64
 struct cli_lora {
@@ -54,7 +54,7 @@ struct cli_lora {
     int32_t id[CLI_MAX_LORA];      /* set by cli_lora_load */
     char pbuf[CLI_MAX_LORA][1024]; /* --lora-scaled's paths, cut from their scale */
     int64_t cache_bytes;
-    int f16; /* --lora-type f16: the executor's lora_f16 */
+    int type; /* --lora-type: the executor's lora_type (IFL_LORA_TYPE_*) */
 };
 /* 0 when a (with value v) was a LoRA option and is taken, an exit status
  * when it was one with a bad value, -1 when it is none. */
@@ -161,7 +161,8 @@ int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c);
     "  --lora-scaled FILE:SCALE  an adapter at global scale SCALE\n"                               \
     "  --lora-modules NAME=FILE  an adapter at scale 0, chosen per request by name or id\n"        \
     "  --lora-cache-bytes N      drop idle adapters over N bytes (read again when named)\n"        \
-    "  --lora-type f32|f16       hold adapters in F16: half the memory and bandwidth (f32)\n"
+    "  --lora-type f32|f16|q8_0  how adapters are held: f16 halves their memory and bandwidth,\n"  \
+    "                            q8_0 quarters them (f32)\n"
 
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

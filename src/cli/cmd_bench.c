@@ -703,7 +703,7 @@ int cmd_bench(int argc, char **argv)
     cfg.enable_prefix_caching = 0;
     cfg.speculative = o.spec;
     cfg.lora_cache_bytes = o.lora.cache_bytes;
-    cfg.lora_f16 = o.lora.f16;
+    cfg.lora_type = o.lora.type;
     /* no default cache here: a benchmark of many files should not fill the disk */
     cfg.repack_cache_dir = o.repack_cache && strcmp(o.repack_cache, "off") ? o.repack_cache : NULL;
     struct cli_progress progress;

@@ -231,7 +231,7 @@ int cmd_run(int argc, char **argv)
     cfg.enable_prefix_caching = 0;
     cfg.speculative = o.spec;
     cfg.lora_cache_bytes = o.lora.cache_bytes;
-    cfg.lora_f16 = o.lora.f16;
+    cfg.lora_type = o.lora.type;
     char cache_buf[4096];
     int cache_default;
     cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,

@@ -338,7 +338,7 @@ int cmd_serve(int argc, char **argv)
     cfg.exec.kv_prefault = kv_prefault;
     cfg.exec.speculative = spec;
     cfg.exec.lora_cache_bytes = lora->cache_bytes;
-    cfg.exec.lora_f16 = lora->f16;
+    cfg.exec.lora_type = lora->type;
     cfg.on_load = load_adapters;
     cfg.on_load_user = lora;
     cfg.exec.kv_type = kv_type;

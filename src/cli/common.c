@@ -440,9 +440,11 @@ int cli_lora_option(const char *cmd, const char *a, const char *v, struct cli_lo
     int64_t iv;
     double fv;
     if (!strcmp(a, "--lora-type")) {
-        if (strcmp(v, "f32") && strcmp(v, "f16"))
-            return cli_usage_error(cmd, "--lora-type wants f32 or f16, not '%s'", v);
-        l->f16 = !strcmp(v, "f16");
+        if (strcmp(v, "f32") && strcmp(v, "f16") && strcmp(v, "q8_0"))
+            return cli_usage_error(cmd, "--lora-type wants f32, f16 or q8_0, not '%s'", v);
+        l->type = !strcmp(v, "f16")    ? IFL_LORA_TYPE_F16
+                  : !strcmp(v, "q8_0") ? IFL_LORA_TYPE_Q8_0
+                                       : IFL_LORA_TYPE_F32;
         return 0;
     }
     if (!strcmp(a, "--lora-cache-bytes")) {

@@ -153,6 +153,15 @@ struct ifl_kernels {
     void (*lora_b_f16)(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int nr,
                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
                        float *y, size_t ldy);
+    /* The same over A and B held in Q8_0 blocks (struct ifl_block_q8_0)
+     * laid end to end: element i of the array is block i / 32's d (F16)
+     * times its qs[i % 32], a product that float holds exactly; then
+     * lora_a's and lora_b's very operations. n, nc and ldb are multiples
+     * of 32, and bt points at the block of the first column. */
+    void (*lora_a_q8)(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                      const float *x, size_t ldx, float *t, size_t ldt);
+    void (*lora_b_q8)(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
+                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy);
 
     /* The sampler's passes over a row of logits (runtime/sampler.c), which
      * run once per generated token over the whole vocabulary. Every table

@@ -937,37 +937,45 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
                           a->count != NULL, sum, sev, cnt);
 }
 
-/* LoRA's products (kernels.h lora_a, lora_b, and their F16 forms): the
+/* LoRA's products (kernels.h lora_a, lora_b, and their F16 and Q8_0 forms): the
  * 16-lane dot product and a sequential fused sum over the rank, which the
  * x86 tables repeat operation for operation. ld(p, i) reads element i of
- * A or B as float. */
-static inline float lora_ld(const void *p, size_t i, int f16)
+ * A or B as float; ty: 0 F32, 1 F16, 2 Q8_0. */
+static inline float lora_ld(const void *p, size_t i, int ty)
 {
-    return f16 ? ifl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    if (ty == 2) { /* Q8_0: d * q, exact in float (11 by 8 significant bits) */
+        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
+        return ifl_f16_to_f32(b->d) * (float)b->qs[i & 31];
+    }
+    return ty ? ifl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-static float lora_dot16(int64_t n, const void *a, int f16, const float *x)
+static float lora_dot16(int64_t n, const void *a, int ty, const float *x)
 {
     float s[16] = {0};
     for (int64_t e = 0; e < n; e++)
-        s[e & 15] = fmaf(lora_ld(a, (size_t)e, f16), x[e], s[e & 15]);
+        s[e & 15] = fmaf(lora_ld(a, (size_t)e, ty), x[e], s[e & 15]);
     for (int h = 8; h >= 1; h /= 2)
         for (int l = 0; l < h; l++)
             s[l] = s[l] + s[l + h];
     return s[0];
 }
 
-static void lora_a_any(int64_t n, int nk, const void *a, int f16, int nr, const int32_t *rows,
+static void lora_a_any(int64_t n, int nk, const void *a, int ty, int nr, const int32_t *rows,
                        const float *x, size_t ldx, float *t, size_t ldt)
 {
-    const size_t es = f16 ? 2 : 4;
     for (int i = 0; i < nr; i++)
-        for (int k = 0; k < nk; k++)
-            t[(size_t)i * ldt + (size_t)k] = lora_dot16(
-                n, (const char *)a + (size_t)k * (size_t)n * es, f16, x + (size_t)rows[i] * ldx);
+        for (int k = 0; k < nk; k++) {
+            /* row k: n elements from k * n (Q8_0: n / 32 blocks) */
+            const char *ak = ty == 2   ? (const char *)((const struct ifl_block_q8_0 *)a +
+                                                         (size_t)k * (size_t)(n / 32))
+                             : ty == 1 ? (const char *)((const uint16_t *)a + (size_t)k * (size_t)n)
+                                        : (const char *)((const float *)a + (size_t)k * (size_t)n);
+            t[(size_t)i * ldt + (size_t)k] = lora_dot16(n, ak, ty, x + (size_t)rows[i] * ldx);
+        }
 }
 
-static void lora_b_any(int nk, int64_t nc, const void *bt, int f16, size_t ldb, int nr,
+static void lora_b_any(int nk, int64_t nc, const void *bt, int ty, size_t ldb, int nr,
                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
                        float *y, size_t ldy)
 {
@@ -977,7 +985,7 @@ static void lora_b_any(int nk, int64_t nc, const void *bt, int f16, size_t ldb, 
         for (int64_t c = 0; c < nc; c++) {
             float acc = 0.0f;
             for (int k = 0; k < nk; k++)
-                acc = fmaf(lora_ld(bt, (size_t)k * ldb + (size_t)c, f16), ti[k], acc);
+                acc = fmaf(lora_ld(bt, (size_t)k * ldb + (size_t)c, ty), ti[k], acc);
             yr[c] = fmaf(scale[i], acc, yr[c]);
         }
     }
@@ -1006,6 +1014,19 @@ static void lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int n
                        float *y, size_t ldy)
 {
     lora_b_any(nk, nc, bt, 1, ldb, nr, rows, scale, t, ldt, y, ldy);
+}
+
+static void lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                      const float *x, size_t ldx, float *t, size_t ldt)
+{
+    lora_a_any(n, nk, a, 2, nr, rows, x, ldx, t, ldt);
+}
+
+static void lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr,
+                      const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                      float *y, size_t ldy)
+{
+    lora_b_any(nk, nc, bt, 2, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
@@ -1063,4 +1084,6 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->lora_b = lora_b;
     k->lora_a_f16 = lora_a_f16;
     k->lora_b_f16 = lora_b_f16;
+    k->lora_a_q8 = lora_a_q8;
+    k->lora_b_q8 = lora_b_q8;
 }

@@ -4,14 +4,18 @@
  * lanes are two vectors of 8 (lanes 0-7, 8-15), a tail element goes to its
  * own lane by a blend (so untouched lanes keep their exact bits), the fold
  * adds the same pairs in the same order; lora_b runs 8 columns per vector,
- * each with ref's sequence of fused multiply-adds. F16 values are widened
- * exactly (vcvtph2ps). Each function is written once for both element
- * types (f16 a constant after inlining).
+ * each with ref's sequence of fused multiply-adds, eight vectors of sums
+ * at a time. F16 values are widened
+ * exactly (vcvtph2ps), Q8_0 ones widened and multiplied by their block's
+ * d (exact too). Each function is written once for the three element
+ * types (f16: 0 F32, 1 F16, 2 Q8_0, a constant after inlining).
  */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/fp16.h"
+#include "kernels/blocks.h"
 #include "kernels/impl.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -39,9 +43,16 @@ AI __m256 fma_part(__m256 a, __m256 x, __m256 acc, __m256 m)
     return _mm256_blendv_ps(acc, _mm256_fmadd_ps(a, x, acc), m);
 }
 
-/* 8 elements from i of an F32 or F16 array */
+/* 8 elements from i of an F32, F16 or Q8_0 array (for Q8_0, i is a
+ * multiple of 8: the 8 lie in one block) */
 AI __m256 ld8(const void *p, size_t i, int f16)
 {
+    if (f16 == 2) {
+        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
+        __m256 q = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + (i & 31)))));
+        return _mm256_mul_ps(q, _mm256_set1_ps(_cvtsh_ss(b->d)));
+    }
     if (f16)
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
     return _mm256_loadu_ps((const float *)p + i);
@@ -50,6 +61,13 @@ AI __m256 ld8(const void *p, size_t i, int f16)
 /* the first w (0..8) of them, zeros after: nothing past them is read */
 AI __m256 ld8_part(const void *p, size_t i, int f16, int w, __m256i m)
 {
+    if (f16 == 2) { /* not reached: Q8_0 rows and slices are whole blocks */
+        float v[8] = {0};
+        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
+        for (int e = 0; e < w; e++)
+            v[e] = ifl_f16_to_f32(b->d) * (float)b->qs[(i & 31) + (size_t)e];
+        return _mm256_loadu_ps(v);
+    }
     if (f16) {
         uint16_t b[8] = {0};
         memcpy(b, (const uint16_t *)p + i, sizeof(uint16_t) * (size_t)w);
@@ -110,33 +128,73 @@ AI void lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int32_
     }
 }
 
+/* rr rows (1..4) by cb vectors of 8 columns (1..8), the last vector w
+ * (1..8) wide: rr * cb accumulators in flight, so the fused sums over the
+ * rank overlap instead of waiting on each other; each output still gets
+ * ref's sequence of operations. Columns from c0. */
+AI void lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0, size_t ldb,
+                    const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
+                    size_t ldy, int w)
+{
+    const __m256i m = mask8(w);
+    __m256 acc[4][8];
+    for (int i = 0; i < rr; i++)
+        for (int q = 0; q < cb; q++)
+            acc[i][q] = _mm256_setzero_ps();
+    for (int k = 0; k < nk; k++) {
+        const size_t bk = (size_t)k * ldb + c0;
+        for (int q = 0; q < cb; q++) {
+            __m256 bv = q == cb - 1 && w < 8 ? ld8_part(bt, bk + 8 * (size_t)q, f16, w, m)
+                                             : ld8(bt, bk + 8 * (size_t)q, f16);
+            for (int i = 0; i < rr; i++)
+                acc[i][q] = _mm256_fmadd_ps(bv, _mm256_set1_ps(t[(size_t)i * ldt + (size_t)k]),
+                                            acc[i][q]);
+        }
+    }
+    for (int i = 0; i < rr; i++) {
+        float *yr = y + (size_t)rows[i] * ldy + c0;
+        const __m256 sv = _mm256_set1_ps(scale[i]);
+        for (int q = 0; q < cb; q++) {
+            if (q == cb - 1 && w < 8) {
+                __m256 yv = _mm256_maskload_ps(yr + 8 * q, m);
+                _mm256_maskstore_ps(yr + 8 * q, m, _mm256_fmadd_ps(sv, acc[i][q], yv));
+            } else {
+                __m256 yv = _mm256_loadu_ps(yr + 8 * q);
+                _mm256_storeu_ps(yr + 8 * q, _mm256_fmadd_ps(sv, acc[i][q], yv));
+            }
+        }
+    }
+}
+
+/* rr rows (4, 2 or 1) over all nc columns: whole tiles of 8 / rr vectors,
+ * then the rest a vector at a time */
+AI void lora_b_rows(int f16, int rr, int nk, int64_t nc, const void *bt, size_t ldb,
+                    const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
+                    size_t ldy)
+{
+    const int cb = 8 / rr;
+    int64_t c = 0;
+    for (; c + 8 * cb <= nc; c += 8 * cb)
+        lora_b_tile(f16, rr, cb, nk, bt, (size_t)c, ldb, rows, scale, t, ldt, y, ldy, 8);
+    for (; c < nc; c += 8)
+        lora_b_tile(f16, rr, 1, nk, bt, (size_t)c, ldb, rows, scale, t, ldt, y, ldy,
+                    nc - c < 8 ? (int)(nc - c) : 8);
+}
+
 AI void lora_b_t(int f16, int nk, int64_t nc, const void *bt, size_t ldb, int nr,
                  const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
                  size_t ldy)
 {
-    for (int64_t c = 0; c < nc; c += 8) {
-        const int w = nc - c < 8 ? (int)(nc - c) : 8;
-        const __m256i m = mask8(w);
-        for (int i = 0; i < nr; i++) {
-            const float *ti = t + (size_t)i * ldt;
-            __m256 acc = _mm256_setzero_ps();
-            if (w == 8)
-                for (int k = 0; k < nk; k++)
-                    acc = _mm256_fmadd_ps(ld8(bt, (size_t)k * ldb + (size_t)c, f16),
-                                          _mm256_set1_ps(ti[k]), acc);
-            else
-                for (int k = 0; k < nk; k++)
-                    acc = _mm256_fmadd_ps(ld8_part(bt, (size_t)k * ldb + (size_t)c, f16, w, m),
-                                          _mm256_set1_ps(ti[k]), acc);
-            float *yr = y + (size_t)rows[i] * ldy + (size_t)c;
-            __m256 yv = w == 8 ? _mm256_loadu_ps(yr) : _mm256_maskload_ps(yr, m);
-            yv = _mm256_fmadd_ps(_mm256_set1_ps(scale[i]), acc, yv);
-            if (w == 8)
-                _mm256_storeu_ps(yr, yv);
-            else
-                _mm256_maskstore_ps(yr, m, yv);
-        }
-    }
+    int i = 0;
+    for (; i + 4 <= nr; i += 4)
+        lora_b_rows(f16, 4, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
+                    ldy);
+    for (; i + 2 <= nr; i += 2)
+        lora_b_rows(f16, 2, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
+                    ldy);
+    for (; i < nr; i++)
+        lora_b_rows(f16, 1, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
+                    ldy);
 }
 
 static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows,
@@ -165,10 +223,25 @@ static void avx2_lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, 
     lora_b_t(1, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
+static void avx2_lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                           const float *x, size_t ldx, float *t, size_t ldt)
+{
+    lora_a_t(2, n, nk, a, nr, rows, x, ldx, t, ldt);
+}
+
+static void avx2_lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr,
+                           const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                           float *y, size_t ldy)
+{
+    lora_b_t(2, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
+}
+
 void ifl_kernels_fill_avx2_lora(struct ifl_kernels *k)
 {
     k->lora_a = avx2_lora_a;
     k->lora_b = avx2_lora_b;
     k->lora_a_f16 = avx2_lora_a_f16;
     k->lora_b_f16 = avx2_lora_b_f16;
+    k->lora_a_q8 = avx2_lora_a_q8;
+    k->lora_b_q8 = avx2_lora_b_q8;
 }

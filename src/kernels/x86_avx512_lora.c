@@ -3,13 +3,17 @@
  * 512-bit AVX-512. Equal to ref.c's bit for bit: dot16's 16 lanes are one
  * vector, a tail goes in under a mask (lanes outside it keep their bits),
  * the fold adds ref's pairs in ref's order; lora_b runs 16 columns per
- * vector, each with ref's sequence of fused multiply-adds. F16 values are
- * widened exactly (vcvtph2ps) before the same arithmetic. Each function is
- * written once, for both element types (f16 a constant after inlining).
+ * vector, each with ref's sequence of fused multiply-adds, eight vectors
+ * of sums at a time. F16 values are
+ * widened exactly (vcvtph2ps), Q8_0 ones widened and multiplied by their
+ * block's d (exact too), before the same arithmetic. Each function is
+ * written once, for the three element types (f16: 0 F32, 1 F16, 2 Q8_0, a
+ * constant after inlining).
  */
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/blocks.h"
 #include "kernels/impl.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -23,9 +27,16 @@ AI float fold16(__m512 v)
     return _mm_cvtss_f32(s1);
 }
 
-/* 16 elements (m: those set; 0 outside) from i of an F32 or F16 array */
+/* 16 elements (m: those set; 0 outside) from i of an F32, F16 or Q8_0
+ * array; for Q8_0, i is a multiple of 16, so the 16 lie in one block */
 AI __m512 ld16(const void *p, size_t i, int f16, __mmask16 m)
 {
+    if (f16 == 2) {
+        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
+        __m512 q = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, (const int8_t *)b->qs + (i & 31))));
+        return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(b->d)));
+    }
     if (f16)
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
     return _mm512_maskz_loadu_ps(m, (const float *)p + i);
@@ -78,20 +89,21 @@ AI void z_lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int3
     }
 }
 
-/* rr rows (1..4) by cb blocks of 16 columns (1..2), the last block under
- * mask m1: rr * cb accumulators in flight, so the fused sums over the rank
- * overlap instead of waiting on each other; each output still gets ref's
- * sequence of operations. bt points at the tile's first column. */
+/* rr rows (1..4) by cb vectors of 16 columns (1..8), the last vector
+ * under mask m1: rr * cb accumulators in flight, so the fused sums over
+ * the rank overlap instead of waiting on each other (eight hide the
+ * latency of an FMA on two ports); each output still gets ref's sequence
+ * of operations. bt points at the tile's first column. */
 AI void z_lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0, size_t ldb,
                       const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
                       size_t ldy, __mmask16 m1)
 {
-    __m512 acc[4][2];
-    for (int i = 0; i < 4; i++)
-        for (int q = 0; q < 2; q++)
+    __m512 acc[4][8];
+    for (int i = 0; i < rr; i++)
+        for (int q = 0; q < cb; q++)
             acc[i][q] = _mm512_setzero_ps();
     for (int k = 0; k < nk; k++) {
-        __m512 bv[2];
+        __m512 bv[8];
         for (int q = 0; q < cb; q++)
             bv[q] = ld16(bt, (size_t)k * ldb + c0 + 16 * (size_t)q, f16, q == cb - 1 ? m1 : 0xffff);
         for (int i = 0; i < rr; i++) {
@@ -111,31 +123,37 @@ AI void z_lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0
     }
 }
 
+/* rr rows (4, 2 or 1) over all nc columns: whole tiles of 32 / rr vectors,
+ * then the rest a vector at a time, the last under a mask */
+AI void z_lora_b_rows(int f16, int rr, int nk, int64_t nc, const void *bt, size_t ldb,
+                      const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
+                      size_t ldy)
+{
+    const int cb = 8 / rr;
+    int64_t c = 0;
+    for (; c + 16 * cb <= nc; c += 16 * cb)
+        z_lora_b_tile(f16, rr, cb, nk, bt, (size_t)c, ldb, rows, scale, t, ldt, y, ldy, 0xffff);
+    for (; c < nc; c += 16) {
+        const int64_t w = nc - c < 16 ? nc - c : 16;
+        const __mmask16 m1 = (__mmask16)(w == 16 ? 0xffffu : (1u << w) - 1);
+        z_lora_b_tile(f16, rr, 1, nk, bt, (size_t)c, ldb, rows, scale, t, ldt, y, ldy, m1);
+    }
+}
+
 AI void z_lora_b_t(int f16, int nk, int64_t nc, const void *bt, size_t ldb, int nr,
                    const int32_t *rows, const float *scale, const float *t, size_t ldt, float *y,
                    size_t ldy)
 {
-    for (int64_t c = 0; c < nc; c += 32) {
-        const int64_t w = nc - c < 32 ? nc - c : 32;
-        const int cb = w > 16 ? 2 : 1;
-        const int last = (int)(w - 16 * (cb - 1));
-        const __mmask16 m1 = (__mmask16)(last == 16 ? 0xffffu : (1u << last) - 1);
-        int i = 0;
-        for (; i + 4 <= nr; i += 4)
-            if (cb == 2)
-                z_lora_b_tile(f16, 4, 2, nk, bt, (size_t)c, ldb, rows + i, scale + i,
-                              t + (size_t)i * ldt, ldt, y, ldy, m1);
-            else
-                z_lora_b_tile(f16, 4, 1, nk, bt, (size_t)c, ldb, rows + i, scale + i,
-                              t + (size_t)i * ldt, ldt, y, ldy, m1);
-        for (; i < nr; i++)
-            if (cb == 2)
-                z_lora_b_tile(f16, 1, 2, nk, bt, (size_t)c, ldb, rows + i, scale + i,
-                              t + (size_t)i * ldt, ldt, y, ldy, m1);
-            else
-                z_lora_b_tile(f16, 1, 1, nk, bt, (size_t)c, ldb, rows + i, scale + i,
-                              t + (size_t)i * ldt, ldt, y, ldy, m1);
-    }
+    int i = 0;
+    for (; i + 4 <= nr; i += 4)
+        z_lora_b_rows(f16, 4, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
+                      ldy);
+    for (; i + 2 <= nr; i += 2)
+        z_lora_b_rows(f16, 2, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
+                      ldy);
+    for (; i < nr; i++)
+        z_lora_b_rows(f16, 1, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
+                      ldy);
 }
 
 static void z_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
@@ -163,10 +181,25 @@ static void z_lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int
     z_lora_b_t(1, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
+static void z_lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                        const float *x, size_t ldx, float *t, size_t ldt)
+{
+    z_lora_a_t(2, n, nk, a, nr, rows, x, ldx, t, ldt);
+}
+
+static void z_lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr,
+                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
+                        float *y, size_t ldy)
+{
+    z_lora_b_t(2, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
+}
+
 void ifl_kernels_fill_avx512_lora(struct ifl_kernels *k)
 {
     k->lora_a = z_lora_a;
     k->lora_b = z_lora_b;
     k->lora_a_f16 = z_lora_a_f16;
     k->lora_b_f16 = z_lora_b_f16;
+    k->lora_a_q8 = z_lora_a_q8;
+    k->lora_b_q8 = z_lora_b_q8;
 }

@@ -14,7 +14,7 @@
  *            count; it reads only x, so it runs before the base matmul,
  *            after the barrier that made x whole;
  *   phase B  after the base matmul's barrier: y += s B t, the units being
- *            16-column slices of every y, a thread's share contiguous;
+ *            32-column slices of every y, a thread's share contiguous;
  *            for a slice, the adapters in the batch's order.
  * Then a barrier, as the next phase reads y. A step without adapters runs
  * none of this.
@@ -32,6 +32,8 @@
 
 #include "core/err.h"
 #include "core/fp16.h"
+#include "kernels/blocks.h"
+#include "kernels/kernels.h"
 #include "model/forward_internal.h"
 #include "model/lora_rt.h"
 
@@ -43,8 +45,11 @@ static void rt_mat_free(struct ifl_lora_rt_mat *m)
     free(m->bt);
     free(m->a16);
     free(m->bt16);
+    free(m->aq);
+    free(m->btq);
     m->a = m->bt = NULL;
     m->a16 = m->bt16 = NULL;
+    m->aq = m->btq = NULL;
 }
 
 void ifl_lora_rt_free(struct ifl_lora_rt *r)
@@ -68,12 +73,29 @@ static int all_finite(const float *x, size_t n)
     return 1;
 }
 
+/* Q8_0 blocks of n values (a multiple of 32) of x, or IFL_EINVAL when a
+ * block's scale is beyond F16 (what names the part for the message). */
+static int to_q8(void **out, const float *x, size_t n, const char *name, const char *what,
+                 char *err)
+{
+    struct ifl_block_q8_0 *q = malloc(sizeof(*q) * (n / 32));
+    if (!q)
+        return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
+    *out = q;
+    ifl_kernels_ref()->quant[IFL_TYPE_Q8_0](x, q, (int64_t)n);
+    for (size_t i = 0; i < n / 32; i++)
+        if (!isfinite(ifl_f16_to_f32(q[i].d)))
+            return ifl_err(err, IFL_EINVAL, "lora: %s: a value of %s is beyond Q8_0's range", name,
+                           what);
+    return 0;
+}
+
 /* Copies src into dst, checked against the base matrix n_in -> n_out,
- * in F16 when f16 is set. embd: the token embedding, whose a is
- * [n_in][rank] and is kept so (and in F32). */
+ * held as hold says (enum ifl_lora_hold). embd: the token embedding,
+ * whose a is [n_in][rank] and is kept so (and in F32). */
 static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
                        const struct ifl_lora_mat *src, int64_t n_in, int64_t n_out, int embd,
-                       int f16, const char *name, char *err)
+                       int hold, const char *name, char *err)
 {
     memset(dst, 0, sizeof(*dst));
     if (src->rank == 0)
@@ -94,7 +116,21 @@ static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
     dst->n_in = n_in;
     dst->n_out = n_out;
     dst->alpha = src->alpha;
-    if (f16 && !embd) {
+    if (hold == IFL_LORA_HOLD_Q8_0 && !embd && n_in % 32 == 0 && n_out % 32 == 0) {
+        float *bt = malloc(sizeof(float) * nb);
+        if (!bt)
+            return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
+        for (size_t c = 0; c < (size_t)n_out; c++)
+            for (size_t k = 0; k < rank; k++)
+                bt[k * (size_t)n_out + c] = src->b[c * rank + k];
+        int rc = to_q8(&dst->aq, src->a, na, name, "A", err);
+        if (!rc)
+            rc = to_q8(&dst->btq, bt, nb, name, "B", err);
+        free(bt);
+        if (rc)
+            return rc;
+        r->bytes += sizeof(struct ifl_block_q8_0) * (na + nb) / 32;
+    } else if (hold != IFL_LORA_HOLD_F32 && !embd) {
         dst->a16 = malloc(sizeof(uint16_t) * na);
         dst->bt16 = malloc(sizeof(uint16_t) * nb);
         if (!dst->a16 || !dst->bt16)
@@ -140,9 +176,11 @@ static const struct ifl_mat *base_mat(const struct ifl_model *m, int il, int t)
 }
 
 int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
-                       const struct ifl_model *base, int f16, char *err)
+                       const struct ifl_model *base, int hold, char *err)
 {
     *out = NULL;
+    if (hold < IFL_LORA_HOLD_F32 || hold > IFL_LORA_HOLD_Q8_0)
+        return ifl_err(err, IFL_EINVAL, "lora: hold %d (0 F32, 1 F16, 2 Q8_0)", hold);
     const struct ifl_hparams *hp = &base->hp;
     if (l->n_layer != hp->n_layer || (l->n_layer > 0 && !l->layers))
         return ifl_err(err, IFL_EINVAL, "lora: the adapter has %d layers, the model %d", l->n_layer,
@@ -161,14 +199,14 @@ int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
             const struct ifl_mat *bm = base_mat(base, il, t);
             rc = rt_mat_make(r, &r->layers[(size_t)il * IFL_LORA_N_TARGETS + (size_t)t],
                              ifl_lora_layer_mat(l, il, (enum ifl_lora_target)t), bm->n_in,
-                             bm->n_out, 0, f16, name, err);
+                             bm->n_out, 0, hold, name, err);
         }
     if (!rc)
         rc = rt_mat_make(r, &r->tok_embd, &l->tok_embd, hp->n_vocab, hp->n_embd, 1, 0,
                          "token_embd.weight", err);
     if (!rc)
-        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0, f16,
-                         "output.weight", err);
+        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0,
+                         hold, "output.weight", err);
     if (rc) {
         ifl_lora_rt_free(r);
         return rc;
@@ -286,7 +324,12 @@ void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int 
             k0 = k0 < 0 ? 0 : k0;
             k1 = k1 > lm->rank ? lm->rank : k1;
             const size_t a0 = (size_t)k0 * (size_t)lm->n_in;
-            if (k0 < k1 && lm->a16)
+            if (k0 < k1 && lm->aq)
+                f->kn->lora_a_q8(lm->n_in, (int)(k1 - k0),
+                                 (const struct ifl_block_q8_0 *)lm->aq + a0 / 32, n,
+                                 seg_rows(f, s, i), x, ldx, f->lora_t + off + (size_t)k0,
+                                 (size_t)lm->rank);
+            else if (k0 < k1 && lm->a16)
                 f->kn->lora_a_f16(lm->n_in, (int)(k1 - k0), lm->a16 + a0, n, seg_rows(f, s, i), x,
                                   ldx, f->lora_t + off + (size_t)k0, (size_t)lm->rank);
             else if (k0 < k1)
@@ -304,14 +347,15 @@ void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int 
     const struct ifl_batch *b = j->b;
     const int s = il < 0;
     float *sc = f->lora_sc + (size_t)ith * (size_t)f->max_rows;
-    /* the group's columns in 16-column units, matrix after matrix */
+    /* the group's columns in 32-column units (whole Q8_0 blocks), matrix
+     * after matrix */
     int64_t total = 0;
     for (int m = 0; m < nt; m++) {
         int64_t n_out = 0;
         for (int32_t i = 0; i < b->n_lora && !n_out; i++)
             if (seg_n(f, s, i) && lmat(b->lora[i], il, tg[m])->rank)
                 n_out = lmat(b->lora[i], il, tg[m])->n_out;
-        total += (n_out + 15) / 16;
+        total += (n_out + 31) / 32;
     }
     const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
     int64_t base = 0;
@@ -321,8 +365,8 @@ void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int 
         for (int32_t i = 0; i < b->n_lora && !n_out; i++)
             if (seg_n(f, s, i) && lmat(b->lora[i], il, tg[m])->rank)
                 n_out = lmat(b->lora[i], il, tg[m])->n_out;
-        units = (n_out + 15) / 16;
-        int64_t c0 = (u0 - base) * 16, c1 = (u1 - base) * 16;
+        units = (n_out + 31) / 32;
+        int64_t c0 = (u0 - base) * 32, c1 = (u1 - base) * 32;
         c0 = c0 < 0 ? 0 : c0;
         c1 = c1 > n_out ? n_out : c1;
         for (int32_t i = 0; i < b->n_lora; i++) {
@@ -334,7 +378,12 @@ void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int 
                 const float *user = seg_user(f, s, i);
                 for (int32_t r = 0; r < n; r++)
                     sc[r] = ifl_lora_rt_scale(lm, user[r]);
-                if (lm->bt16)
+                if (lm->btq)
+                    f->kn->lora_b_q8(lm->rank, c1 - c0,
+                                     (const struct ifl_block_q8_0 *)lm->btq + c0 / 32,
+                                     (size_t)n_out, n, seg_rows(f, s, i), sc, f->lora_t + off,
+                                     (size_t)lm->rank, y[m] + c0, ldy[m]);
+                else if (lm->bt16)
                     f->kn->lora_b_f16(lm->rank, c1 - c0, lm->bt16 + c0, (size_t)n_out, n,
                                       seg_rows(f, s, i), sc, f->lora_t + off, (size_t)lm->rank,
                                       y[m] + c0, ldy[m]);
@@ -370,7 +419,10 @@ void ifl_fwd_lora_b_rows(struct job *j, int ith, int il, const int *tg, int nt, 
             for (p1 = p0; p1 < n && rows[p1] < hi; p1++)
                 sc[p1 - p0] = ifl_lora_rt_scale(lm, seg_user(f, 0, i)[p1]);
             const float *t = f->lora_t + off + (size_t)p0 * (size_t)lm->rank;
-            if (p1 > p0 && lm->bt16)
+            if (p1 > p0 && lm->btq)
+                f->kn->lora_b_q8(lm->rank, lm->n_out, lm->btq, (size_t)lm->n_out, p1 - p0,
+                                 rows + p0, sc, t, (size_t)lm->rank, y[m], ldy[m]);
+            else if (p1 > p0 && lm->bt16)
                 f->kn->lora_b_f16(lm->rank, lm->n_out, lm->bt16, (size_t)lm->n_out, p1 - p0,
                                   rows + p0, sc, t, (size_t)lm->rank, y[m], ldy[m]);
             else if (p1 > p0)

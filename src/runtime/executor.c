@@ -612,8 +612,9 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
                        "config: kv_cache_memory_share %g (0..1) and kv_cache_memory_limit %lld "
                        "(>= 0)",
                        cfg.kv_cache_memory_share, (long long)cfg.kv_cache_memory_limit);
-    if (cfg.lora_f16 != 0 && cfg.lora_f16 != 1)
-        return ifl_err(err, IFL_EINVAL, "config: lora_f16 %d (0 or 1)", cfg.lora_f16);
+    if (cfg.lora_type < IFL_LORA_TYPE_F32 || cfg.lora_type > IFL_LORA_TYPE_Q8_0)
+        return ifl_err(err, IFL_EINVAL, "config: lora_type %d (0 F32, 1 F16, 2 Q8_0)",
+                       cfg.lora_type);
     if (cfg.lora_cache_bytes < 0)
         return ifl_err(err, IFL_EINVAL, "config: lora_cache_bytes %lld (>= 0; 0: no limit)",
                        (long long)cfg.lora_cache_bytes);

@@ -14,19 +14,19 @@
 
 /* An adapter's file and the form it is held in: its source. */
 struct file_src {
-    int f16;
+    int hold;
     char path[];
 };
 
 /* Reads path and makes its applied form for m. */
-static int read_adapter(const char *path, int f16, const struct ifl_model *m,
+static int read_adapter(const char *path, int hold, const struct ifl_model *m,
                         struct ifl_lora_rt **out, char *err)
 {
     struct ifl_lora *l = NULL;
     int rc = ifl_lora_load(&l, path, m, err);
     if (rc)
         return rc;
-    rc = ifl_lora_rt_create(out, l, m, f16, err);
+    rc = ifl_lora_rt_create(out, l, m, hold, err);
     ifl_lora_free(l);
     return rc;
 }
@@ -34,7 +34,7 @@ static int read_adapter(const char *path, int f16, const struct ifl_model *m,
 static int reload(void *user, const struct ifl_model *m, struct ifl_lora_rt **out, char *err)
 {
     const struct file_src *fs = user;
-    return read_adapter(fs->path, fs->f16, m, out, err);
+    return read_adapter(fs->path, fs->hold, m, out, err);
 }
 
 int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name, float scale,
@@ -46,7 +46,7 @@ int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name,
                        : !id ? "the id pointer"
                              : "the path");
     struct ifl_lora_rt *rt = NULL;
-    int rc = read_adapter(path, ex->cfg.lora_f16, ex->model, &rt, err);
+    int rc = read_adapter(path, ex->cfg.lora_type, ex->model, &rt, err);
     if (rc)
         return rc;
     size_t n = strlen(path) + 1;
@@ -55,7 +55,7 @@ int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name,
         ifl_lora_rt_free(rt);
         return ifl_err(err, IFL_ENOMEM, "load_lora: out of memory");
     }
-    fs->f16 = ex->cfg.lora_f16;
+    fs->hold = ex->cfg.lora_type;
     memcpy(fs->path, path, n);
     struct ifl_lora_source src = {reload, free, fs};
     return ifl_lora_reg_add(&ex->lora, rt, &src, path, name, scale, id, err);
