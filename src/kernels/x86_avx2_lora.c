@@ -138,23 +138,23 @@ AI void lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0, 
 {
     const __m256i m = mask8(w);
     __m256 acc[4][8];
-    for (int i = 0; i < rr; i++)
-        for (int q = 0; q < cb; q++)
+    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
             acc[i][q] = _mm256_setzero_ps();
     for (int k = 0; k < nk; k++) {
         const size_t bk = (size_t)k * ldb + c0;
-        for (int q = 0; q < cb; q++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) {
             __m256 bv = q == cb - 1 && w < 8 ? ld8_part(bt, bk + 8 * (size_t)q, f16, w, m)
                                              : ld8(bt, bk + 8 * (size_t)q, f16);
-            for (int i = 0; i < rr; i++)
+            _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
                 acc[i][q] = _mm256_fmadd_ps(bv, _mm256_set1_ps(t[(size_t)i * ldt + (size_t)k]),
                                             acc[i][q]);
         }
     }
-    for (int i = 0; i < rr; i++) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) {
         float *yr = y + (size_t)rows[i] * ldy + c0;
         const __m256 sv = _mm256_set1_ps(scale[i]);
-        for (int q = 0; q < cb; q++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) {
             if (q == cb - 1 && w < 8) {
                 __m256 yv = _mm256_maskload_ps(yr + 8 * q, m);
                 _mm256_maskstore_ps(yr + 8 * q, m, _mm256_fmadd_ps(sv, acc[i][q], yv));

@@ -99,23 +99,23 @@ AI void z_lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0
                       size_t ldy, __mmask16 m1)
 {
     __m512 acc[4][8];
-    for (int i = 0; i < rr; i++)
-        for (int q = 0; q < cb; q++)
+    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
             acc[i][q] = _mm512_setzero_ps();
     for (int k = 0; k < nk; k++) {
         __m512 bv[8];
-        for (int q = 0; q < cb; q++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
             bv[q] = ld16(bt, (size_t)k * ldb + c0 + 16 * (size_t)q, f16, q == cb - 1 ? m1 : 0xffff);
-        for (int i = 0; i < rr; i++) {
+        _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) {
             __m512 tv = _mm512_set1_ps(t[(size_t)i * ldt + (size_t)k]);
-            for (int q = 0; q < cb; q++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
                 acc[i][q] = _mm512_fmadd_ps(bv[q], tv, acc[i][q]);
         }
     }
-    for (int i = 0; i < rr; i++) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) {
         float *yr = y + (size_t)rows[i] * ldy + c0;
         __m512 sv = _mm512_set1_ps(scale[i]);
-        for (int q = 0; q < cb; q++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) {
             __mmask16 m = q == cb - 1 ? m1 : 0xffff;
             __m512 yv = _mm512_maskz_loadu_ps(m, yr + 16 * q);
             _mm512_mask_storeu_ps(yr + 16 * q, m, _mm512_fmadd_ps(sv, acc[i][q], yv));
