@@ -76,56 +76,74 @@ AI __m256 ld8_part(const void *p, size_t i, int f16, int w, __m256i m)
     return _mm256_maskload_ps((const float *)p + i, m);
 }
 
-AI void lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int32_t *rows,
-                 const float *x, size_t ldx, float *t, size_t ldt)
+/* rr rows (1..2) by kk rows of a (1..4) from k0: rr * kk dot products
+ * (two vectors each) in flight, sharing the loads of a and of x, each
+ * still ref's dot16 */
+AI void lora_a_tile(int f16, int rr, int kk, int64_t n, int k0, const void *a, const int32_t *rows,
+                    const float *x, size_t ldx, float *t, size_t ldt)
 {
     const int64_t n16 = n & ~(int64_t)15;
     const int rem = (int)(n - n16), r0 = rem < 8 ? rem : 8, r1 = rem > 8 ? rem - 8 : 0;
-    const __m256i mi0 = mask8(r0), mi1 = mask8(r1);
-    const __m256 m0 = _mm256_castsi256_ps(mi0), m1 = _mm256_castsi256_ps(mi1);
-    for (int k = 0; k < nk; k++) {
-        const size_t ak = (size_t)k * (size_t)n;
-        int i = 0;
-        /* two rows at a time share the loads of a */
-        for (; i + 2 <= nr; i += 2) {
-            const float *x0 = x + (size_t)rows[i] * ldx, *x1 = x + (size_t)rows[i + 1] * ldx;
-            __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
-            __m256 q0 = _mm256_setzero_ps(), q1 = _mm256_setzero_ps();
-            for (int64_t e = 0; e < n16; e += 16) {
-                __m256 al = ld8(a, ak + (size_t)e, f16), ah = ld8(a, ak + (size_t)e + 8, f16);
-                p0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x0 + e), p0);
-                p1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x0 + e + 8), p1);
-                q0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x1 + e), q0);
-                q1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x1 + e + 8), q1);
+    const float *xr[2];
+    __m256 lo[2][4], hi[2][4];
+    _Pragma("GCC unroll 2") for (int i = 0; i < rr; i++)
+    {
+        xr[i] = x + (size_t)rows[i] * ldx;
+        _Pragma("GCC unroll 4") for (int q = 0; q < kk; q++) lo[i][q] = hi[i][q] =
+            _mm256_setzero_ps();
+    }
+    for (int64_t e = 0; e < n16; e += 16) {
+        _Pragma("GCC unroll 4") for (int q = 0; q < kk; q++)
+        {
+            const size_t ak = (size_t)(k0 + q) * (size_t)n + (size_t)e;
+            __m256 al = ld8(a, ak, f16), ah = ld8(a, ak + 8, f16);
+            _Pragma("GCC unroll 2") for (int i = 0; i < rr; i++)
+            {
+                lo[i][q] = _mm256_fmadd_ps(al, _mm256_loadu_ps(xr[i] + e), lo[i][q]);
+                hi[i][q] = _mm256_fmadd_ps(ah, _mm256_loadu_ps(xr[i] + e + 8), hi[i][q]);
             }
-            if (rem) {
-                __m256 al = ld8_part(a, ak + (size_t)n16, f16, r0, mi0);
-                __m256 ah = ld8_part(a, ak + (size_t)n16 + 8, f16, r1, mi1);
-                p0 = fma_part(al, _mm256_maskload_ps(x0 + n16, mi0), p0, m0);
-                p1 = fma_part(ah, _mm256_maskload_ps(x0 + n16 + 8, mi1), p1, m1);
-                q0 = fma_part(al, _mm256_maskload_ps(x1 + n16, mi0), q0, m0);
-                q1 = fma_part(ah, _mm256_maskload_ps(x1 + n16 + 8, mi1), q1, m1);
-            }
-            t[(size_t)i * ldt + (size_t)k] = fold16(p0, p1);
-            t[(size_t)(i + 1) * ldt + (size_t)k] = fold16(q0, q1);
-        }
-        for (; i < nr; i++) {
-            const float *x0 = x + (size_t)rows[i] * ldx;
-            __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
-            for (int64_t e = 0; e < n16; e += 16) {
-                p0 = _mm256_fmadd_ps(ld8(a, ak + (size_t)e, f16), _mm256_loadu_ps(x0 + e), p0);
-                p1 = _mm256_fmadd_ps(ld8(a, ak + (size_t)e + 8, f16), _mm256_loadu_ps(x0 + e + 8),
-                                     p1);
-            }
-            if (rem) {
-                p0 = fma_part(ld8_part(a, ak + (size_t)n16, f16, r0, mi0),
-                              _mm256_maskload_ps(x0 + n16, mi0), p0, m0);
-                p1 = fma_part(ld8_part(a, ak + (size_t)n16 + 8, f16, r1, mi1),
-                              _mm256_maskload_ps(x0 + n16 + 8, mi1), p1, m1);
-            }
-            t[(size_t)i * ldt + (size_t)k] = fold16(p0, p1);
         }
     }
+    if (rem) {
+        const __m256i mi0 = mask8(r0), mi1 = mask8(r1);
+        const __m256 m0 = _mm256_castsi256_ps(mi0), m1 = _mm256_castsi256_ps(mi1);
+        _Pragma("GCC unroll 4") for (int q = 0; q < kk; q++)
+        {
+            const size_t ak = (size_t)(k0 + q) * (size_t)n + (size_t)n16;
+            __m256 al = ld8_part(a, ak, f16, r0, mi0), ah = ld8_part(a, ak + 8, f16, r1, mi1);
+            _Pragma("GCC unroll 2") for (int i = 0; i < rr; i++)
+            {
+                lo[i][q] = fma_part(al, _mm256_maskload_ps(xr[i] + n16, mi0), lo[i][q], m0);
+                hi[i][q] = fma_part(ah, _mm256_maskload_ps(xr[i] + n16 + 8, mi1), hi[i][q], m1);
+            }
+        }
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < rr; i++)
+        _Pragma("GCC unroll 4") for (int q = 0; q < kk; q++) t[(size_t)i * ldt + (size_t)(k0 + q)] =
+            fold16(lo[i][q], hi[i][q]);
+}
+
+/* rr rows (2 or 1) by every row of a: 4 / rr of them at a time, then one
+ * at a time */
+AI void lora_a_rows(int f16, int rr, int64_t n, int nk, const void *a, const int32_t *rows,
+                    const float *x, size_t ldx, float *t, size_t ldt)
+{
+    const int kk = 4 / rr;
+    int k = 0;
+    for (; k + kk <= nk; k += kk)
+        lora_a_tile(f16, rr, kk, n, k, a, rows, x, ldx, t, ldt);
+    for (; k < nk; k++)
+        lora_a_tile(f16, rr, 1, n, k, a, rows, x, ldx, t, ldt);
+}
+
+AI void lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                 const float *x, size_t ldx, float *t, size_t ldt)
+{
+    int i = 0;
+    for (; i + 2 <= nr; i += 2)
+        lora_a_rows(f16, 2, n, nk, a, rows + i, x, ldx, t + (size_t)i * ldt, ldt);
+    for (; i < nr; i++)
+        lora_a_rows(f16, 1, n, nk, a, rows + i, x, ldx, t + (size_t)i * ldt, ldt);
 }
 
 /* rr rows (1..4) by cb vectors of 8 columns (1..8), the last vector w
@@ -139,22 +157,23 @@ AI void lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0, 
     const __m256i m = mask8(w);
     __m256 acc[4][8];
     _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
-        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
-            acc[i][q] = _mm256_setzero_ps();
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) acc[i][q] = _mm256_setzero_ps();
     for (int k = 0; k < nk; k++) {
         const size_t bk = (size_t)k * ldb + c0;
-        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
+        {
             __m256 bv = q == cb - 1 && w < 8 ? ld8_part(bt, bk + 8 * (size_t)q, f16, w, m)
                                              : ld8(bt, bk + 8 * (size_t)q, f16);
-            _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
-                acc[i][q] = _mm256_fmadd_ps(bv, _mm256_set1_ps(t[(size_t)i * ldt + (size_t)k]),
-                                            acc[i][q]);
+            _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) acc[i][q] =
+                _mm256_fmadd_ps(bv, _mm256_set1_ps(t[(size_t)i * ldt + (size_t)k]), acc[i][q]);
         }
     }
-    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
+    {
         float *yr = y + (size_t)rows[i] * ldy + c0;
         const __m256 sv = _mm256_set1_ps(scale[i]);
-        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
+        {
             if (q == cb - 1 && w < 8) {
                 __m256 yv = _mm256_maskload_ps(yr + 8 * q, m);
                 _mm256_maskstore_ps(yr + 8 * q, m, _mm256_fmadd_ps(sv, acc[i][q], yv));
@@ -187,14 +206,11 @@ AI void lora_b_t(int f16, int nk, int64_t nc, const void *bt, size_t ldb, int nr
 {
     int i = 0;
     for (; i + 4 <= nr; i += 4)
-        lora_b_rows(f16, 4, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
-                    ldy);
+        lora_b_rows(f16, 4, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y, ldy);
     for (; i + 2 <= nr; i += 2)
-        lora_b_rows(f16, 2, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
-                    ldy);
+        lora_b_rows(f16, 2, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y, ldy);
     for (; i < nr; i++)
-        lora_b_rows(f16, 1, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y,
-                    ldy);
+        lora_b_rows(f16, 1, nk, nc, bt, ldb, rows + i, scale + i, t + (size_t)i * ldt, ldt, y, ldy);
 }
 
 static void avx2_lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows,

@@ -42,51 +42,65 @@ AI __m512 ld16(const void *p, size_t i, int f16, __mmask16 m)
     return _mm512_maskz_loadu_ps(m, (const float *)p + i);
 }
 
-AI void z_lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int32_t *rows,
-                   const float *x, size_t ldx, float *t, size_t ldt)
+/* rr rows (1..4) by kk rows of a (1..8) from k0: rr * kk dot products
+ * in flight, sharing the loads of a and of x, each still ref's dot16 */
+AI void z_lora_a_tile(int f16, int rr, int kk, int64_t n, int k0, const void *a,
+                      const int32_t *rows, const float *x, size_t ldx, float *t, size_t ldt)
 {
     const int64_t n16 = n & ~(int64_t)15;
     const __mmask16 mt = (__mmask16)((1u << (n - n16)) - 1);
-    for (int k = 0; k < nk; k++) {
-        const size_t ak = (size_t)k * (size_t)n;
-        int i = 0;
-        /* four rows at a time share the loads of a */
-        for (; i + 4 <= nr; i += 4) {
-            const float *x0 = x + (size_t)rows[i] * ldx, *x1 = x + (size_t)rows[i + 1] * ldx;
-            const float *x2 = x + (size_t)rows[i + 2] * ldx, *x3 = x + (size_t)rows[i + 3] * ldx;
-            __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
-            __m512 p2 = _mm512_setzero_ps(), p3 = _mm512_setzero_ps();
-            for (int64_t e = 0; e < n16; e += 16) {
-                __m512 av = ld16(a, ak + (size_t)e, f16, 0xffff);
-                p0 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x0 + e), p0);
-                p1 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x1 + e), p1);
-                p2 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x2 + e), p2);
-                p3 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x3 + e), p3);
-            }
-            if (mt) {
-                __m512 av = ld16(a, ak + (size_t)n16, f16, mt);
-                p0 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x0 + n16), p0, mt);
-                p1 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x1 + n16), p1, mt);
-                p2 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x2 + n16), p2, mt);
-                p3 = _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, x3 + n16), p3, mt);
-            }
-            t[(size_t)i * ldt + (size_t)k] = fold16(p0);
-            t[(size_t)(i + 1) * ldt + (size_t)k] = fold16(p1);
-            t[(size_t)(i + 2) * ldt + (size_t)k] = fold16(p2);
-            t[(size_t)(i + 3) * ldt + (size_t)k] = fold16(p3);
-        }
-        for (; i < nr; i++) {
-            const float *x0 = x + (size_t)rows[i] * ldx;
-            __m512 p0 = _mm512_setzero_ps();
-            for (int64_t e = 0; e < n16; e += 16)
-                p0 = _mm512_fmadd_ps(ld16(a, ak + (size_t)e, f16, 0xffff), _mm512_loadu_ps(x0 + e),
-                                     p0);
-            if (mt)
-                p0 = _mm512_mask3_fmadd_ps(ld16(a, ak + (size_t)n16, f16, mt),
-                                           _mm512_maskz_loadu_ps(mt, x0 + n16), p0, mt);
-            t[(size_t)i * ldt + (size_t)k] = fold16(p0);
+    const float *xr[4];
+    __m512 p[4][8];
+    _Pragma("GCC unroll 4") for (int i = 0; i < rr; i++)
+    {
+        xr[i] = x + (size_t)rows[i] * ldx;
+        _Pragma("GCC unroll 8") for (int q = 0; q < kk; q++) p[i][q] = _mm512_setzero_ps();
+    }
+    for (int64_t e = 0; e < n16; e += 16) {
+        __m512 av[8], xv[4];
+        _Pragma("GCC unroll 8") for (int q = 0; q < kk; q++) av[q] =
+            ld16(a, (size_t)(k0 + q) * (size_t)n + (size_t)e, f16, 0xffff);
+        _Pragma("GCC unroll 4") for (int i = 0; i < rr; i++) xv[i] = _mm512_loadu_ps(xr[i] + e);
+        _Pragma("GCC unroll 4") for (int i = 0; i < rr; i++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < kk; q++) p[i][q] =
+                _mm512_fmadd_ps(av[q], xv[i], p[i][q]);
+    }
+    if (mt) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < kk; q++)
+        {
+            __m512 av = ld16(a, (size_t)(k0 + q) * (size_t)n + (size_t)n16, f16, mt);
+            _Pragma("GCC unroll 4") for (int i = 0; i < rr; i++) p[i][q] =
+                _mm512_mask3_fmadd_ps(av, _mm512_maskz_loadu_ps(mt, xr[i] + n16), p[i][q], mt);
         }
     }
+    _Pragma("GCC unroll 4") for (int i = 0; i < rr; i++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < kk; q++) t[(size_t)i * ldt + (size_t)(k0 + q)] =
+            fold16(p[i][q]);
+}
+
+/* rr rows (4, 2 or 1) by every row of a: 8 / rr of them at a time, then
+ * one at a time */
+AI void z_lora_a_rows(int f16, int rr, int64_t n, int nk, const void *a, const int32_t *rows,
+                      const float *x, size_t ldx, float *t, size_t ldt)
+{
+    const int kk = 8 / rr;
+    int k = 0;
+    for (; k + kk <= nk; k += kk)
+        z_lora_a_tile(f16, rr, kk, n, k, a, rows, x, ldx, t, ldt);
+    for (; k < nk; k++)
+        z_lora_a_tile(f16, rr, 1, n, k, a, rows, x, ldx, t, ldt);
+}
+
+AI void z_lora_a_t(int f16, int64_t n, int nk, const void *a, int nr, const int32_t *rows,
+                   const float *x, size_t ldx, float *t, size_t ldt)
+{
+    int i = 0;
+    for (; i + 4 <= nr; i += 4)
+        z_lora_a_rows(f16, 4, n, nk, a, rows + i, x, ldx, t + (size_t)i * ldt, ldt);
+    for (; i + 2 <= nr; i += 2)
+        z_lora_a_rows(f16, 2, n, nk, a, rows + i, x, ldx, t + (size_t)i * ldt, ldt);
+    for (; i < nr; i++)
+        z_lora_a_rows(f16, 1, n, nk, a, rows + i, x, ldx, t + (size_t)i * ldt, ldt);
 }
 
 /* rr rows (1..4) by cb vectors of 16 columns (1..8), the last vector
@@ -100,22 +114,24 @@ AI void z_lora_b_tile(int f16, int rr, int cb, int nk, const void *bt, size_t c0
 {
     __m512 acc[4][8];
     _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
-        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
-            acc[i][q] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) acc[i][q] = _mm512_setzero_ps();
     for (int k = 0; k < nk; k++) {
         __m512 bv[8];
-        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
-            bv[q] = ld16(bt, (size_t)k * ldb + c0 + 16 * (size_t)q, f16, q == cb - 1 ? m1 : 0xffff);
-        _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) bv[q] =
+            ld16(bt, (size_t)k * ldb + c0 + 16 * (size_t)q, f16, q == cb - 1 ? m1 : 0xffff);
+        _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
+        {
             __m512 tv = _mm512_set1_ps(t[(size_t)i * ldt + (size_t)k]);
-            _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
-                acc[i][q] = _mm512_fmadd_ps(bv[q], tv, acc[i][q]);
+            _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) acc[i][q] =
+                _mm512_fmadd_ps(bv[q], tv, acc[i][q]);
         }
     }
-    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < rr; i++)
+    {
         float *yr = y + (size_t)rows[i] * ldy + c0;
         __m512 sv = _mm512_set1_ps(scale[i]);
-        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++) {
+        _Pragma("GCC unroll 8") for (int q = 0; q < cb; q++)
+        {
             __mmask16 m = q == cb - 1 ? m1 : 0xffff;
             __m512 yv = _mm512_maskz_loadu_ps(m, yr + 16 * q);
             _mm512_mask_storeu_ps(yr + 16 * q, m, _mm512_fmadd_ps(sv, acc[i][q], yv));
@@ -187,9 +203,8 @@ static void z_lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t 
     z_lora_a_t(2, n, nk, a, nr, rows, x, ldx, t, ldt);
 }
 
-static void z_lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr,
-                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
-                        float *y, size_t ldy)
+static void z_lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
+                        const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
 {
     z_lora_b_t(2, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
