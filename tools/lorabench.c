@@ -30,6 +30,12 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static struct ifl_lora_rt *random_adapter(const struct ifl_model *m, uint64_t seed, int rank,
                                           int hold)
 {
@@ -80,9 +86,9 @@ int main(int argc, char **argv)
     int rank = argc > 4 ? atoi(argv[4]) : 16, steps = argc > 5 ? atoi(argv[5]) : 64;
     int nth = argc > 6 ? atoi(argv[6]) : 0;
     int hold = argc <= 7 || !strcmp(argv[7], "f32") ? IFL_LORA_HOLD_F32
-               : !strcmp(argv[7], "f16")  ? IFL_LORA_HOLD_F16
-               : !strcmp(argv[7], "q8_0") ? IFL_LORA_HOLD_Q8_0
-                                          : -1;
+               : !strcmp(argv[7], "f16")            ? IFL_LORA_HOLD_F16
+               : !strcmp(argv[7], "q8_0")           ? IFL_LORA_HOLD_Q8_0
+                                                    : -1;
     if (hold < 0) {
         fprintf(stderr, "lorabench: hold adapters in f32, f16 or q8_0, not '%s'\n", argv[7]);
         return 2;
@@ -151,6 +157,8 @@ int main(int argc, char **argv)
         }
     }
     double t_base = 0, t_lora = 0;
+    double *dts = malloc(sizeof(double) * (size_t)steps * 2); /* [kind][steps] */
+    int n_dt[2] = {0, 0};
     for (int st = 0; st < steps * 2; st++) {
         int with = st & 1;
         for (int s = 0; s < n_seq; s++) {
@@ -178,16 +186,29 @@ int main(int argc, char **argv)
             return 1;
         }
         double dt = now() - t0;
-        if (st >= 4) /* warm-up */
+        if (st >= 4) { /* warm-up */
             *(with ? &t_lora : &t_base) += dt;
+            dts[with * steps + n_dt[with]++] = dt;
+        }
     }
     int counted = steps - 2;
     double rb = n_seq * counted / t_base, rl = n_seq * counted / t_lora;
     printf("%s: %d sequences, %d adapters of rank %d on every projection (%s, %.1f MiB each), "
            "%d threads\n",
-           argv[1], n_seq, n_ad, rank, hold == IFL_LORA_HOLD_F16 ? "F16" : hold == IFL_LORA_HOLD_Q8_0 ? "Q8_0" : "F32", (double)bytes / n_ad / (1 << 20),
-           ifl_fwd_n_threads(f));
+           argv[1], n_seq, n_ad, rank,
+           hold == IFL_LORA_HOLD_F16    ? "F16"
+           : hold == IFL_LORA_HOLD_Q8_0 ? "Q8_0"
+                                        : "F32",
+           (double)bytes / n_ad / (1 << 20), ifl_fwd_n_threads(f));
     printf("base only %.1f tok/s, with adapters %.1f tok/s: %.3fx\n", rb, rl, rl / rb);
+    /* the median step of each: what a step costs when nothing else took
+     * the cores, on a machine other work shares */
+    qsort(dts, (size_t)n_dt[0], sizeof(double), cmp_double);
+    qsort(dts + steps, (size_t)n_dt[1], sizeof(double), cmp_double);
+    double mb = dts[n_dt[0] / 2], ml = dts[steps + n_dt[1] / 2];
+    printf("median steps: base only %.1f tok/s, with adapters %.1f tok/s: %.3fx\n", n_seq / mb,
+           n_seq / ml, mb / ml);
+    free(dts);
     for (int i = 0; i < n_ad; i++)
         ifl_lora_rt_free(ad[i]);
     ifl_fwd_free(f);
