@@ -472,6 +472,26 @@ static int32_t take_ctx_len(ExecutorObject *self, ifl_id id)
  * (a list), [] when the wait timed out, None when nothing more can come
  * (the executor shut down, or every id given is over). Waits with the GIL
  * released. */
+/* What stands in for a response that could not be converted (out of
+ * memory): for a final one, a final error of the same request, so that
+ * nothing waiting on it is left hanging; else NULL (the update is lost,
+ * the request goes on). The Python error is cleared either way. */
+static PyObject *lost_response(const struct ifl_response *r)
+{
+    PyErr_Clear();
+    if (!r->is_final)
+        return NULL;
+    PyObject *d = Py_BuildValue(
+        "{s:K,s:K,s:i,s:s,s:O,s:i,s:O,s:i,s:i,s:{},s:[]}", "request_id",
+        (unsigned long long)r->request_id, "client_id", (unsigned long long)r->client_id, "status",
+        IFL_ENOMEM, "error", "out of memory while converting its final response", "is_final",
+        Py_True, "sequence_index", r->sequence_index, "is_sequence_final", Py_True, "n_vocab",
+        r->n_vocab, "n_embd", r->n_embd, "perf", "results");
+    if (!d)
+        PyErr_Clear();
+    return d;
+}
+
 static PyObject *Executor_await(ExecutorObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"max", "timeout_ms", "ids", NULL};
@@ -509,9 +529,18 @@ static PyObject *Executor_await(ExecutorObject *self, PyObject *args, PyObject *
         free(ids);
         return PyErr_NoMemory();
     }
+    /* the list, made before any response is taken, with room for max:
+     * once taken, a response always reaches it (or its stand-in does) */
+    PyObject *list = PyList_New(max);
+    if (!list) {
+        free(ids);
+        free(out);
+        return NULL;
+    }
     if (enter(self)) {
         /* closed: nothing more can come */
         PyErr_Clear();
+        Py_DECREF(list);
         free(ids);
         free(out);
         Py_RETURN_NONE;
@@ -521,14 +550,14 @@ static PyObject *Executor_await(ExecutorObject *self, PyObject *args, PyObject *
     Py_BEGIN_ALLOW_THREADS;
     rc = ifl_await(self->ex, ids, n_ids, timeout_ms, out, max, &got);
     Py_END_ALLOW_THREADS;
-    PyObject *list = NULL;
     if (rc == IFL_ESTATE && got == 0) {
-        list = Py_NewRef(Py_None);
+        Py_SETREF(list, Py_NewRef(Py_None));
     } else if (rc && rc != IFL_ETIMEDOUT) {
+        Py_CLEAR(list);
         ifl_py_raise(rc, NULL);
     } else {
-        list = PyList_New(got);
-        for (int32_t i = 0; list && i < got; i++) {
+        Py_ssize_t n = 0;
+        for (int32_t i = 0; i < got; i++) {
             /* a final response forgets the length too, for a request
              * that ended before its context rows were complete */
             int32_t n_input =
@@ -536,12 +565,14 @@ static PyObject *Executor_await(ExecutorObject *self, PyObject *args, PyObject *
                     ? take_ctx_len(self, out[i]->request_id)
                     : 0;
             PyObject *o = ifl_py_response(out[i], n_input);
-            if (!o) {
-                Py_CLEAR(list);
-                break;
-            }
-            PyList_SET_ITEM(list, i, o);
+            if (!o) /* the batch's other responses still go out */
+                o = lost_response(out[i]);
+            if (o)
+                PyList_SET_ITEM(list, n++, o);
         }
+        /* the slots left are NULL and never were items: the list ends
+         * before them (no allocation, so this cannot fail) */
+        Py_SET_SIZE(list, n);
     }
     for (int32_t i = 0; i < got; i++)
         ifl_response_free(out[i]);
