@@ -830,7 +830,16 @@ static void check_table_lora(const struct ifl_kernels *k)
     ifl_rng_seed(&r, 39);
     static const int64_t ns[] = {1, 7, 15, 16, 17, 40, 768, 771};
     static const int nks[] = {1, 3, 16, 17};
-    enum { NR = 7, LDX = 800, LDT = 24, NC = 301, LDY = 310, LDB = 320, NA = 17 * 771, NB = 17 * LDB };
+    enum {
+        NR = 7,
+        LDX = 800,
+        LDT = 24,
+        NC = 301,
+        LDY = 310,
+        LDB = 320,
+        NA = 17 * 771,
+        NB = 17 * LDB
+    };
     static const int32_t rows[NR] = {5, 0, 3, 6, 1, 2, 4};
     float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * NA);
     float ta[NR * LDT], tb[NR * LDT], tc[NR * LDT], one[LDT];
@@ -920,7 +929,8 @@ static void check_table_lora_q8(const struct ifl_kernels *k)
     float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * NA);
     float *b = xmalloc(sizeof(float) * NB), *aw = xmalloc(sizeof(float) * NA);
     float *bw = xmalloc(sizeof(float) * NB), scale[NR];
-    struct ifl_block_q8_0 *aq = xmalloc(sizeof(*aq) * NA / 32), *bq = xmalloc(sizeof(*bq) * NB / 32);
+    struct ifl_block_q8_0 *aq = xmalloc(sizeof(*aq) * NA / 32),
+                          *bq = xmalloc(sizeof(*bq) * NB / 32);
     float ta[NR * LDT], tb[NR * LDT], tc[NR * LDT];
     float *ya = xmalloc(sizeof(float) * NR * LDY), *yb = xmalloc(sizeof(float) * NR * LDY);
     float *y0 = xmalloc(sizeof(float) * NR * LDY);

@@ -150,13 +150,18 @@ static void check(const char *name, int repack, const struct ref_lora *l, int n_
          * Q8_0 ones theirs (8 bits and a scale a block of 32, as a Q8_0
          * base's weights) */
         double tol_max = quant ? (f16 ? 0.2 : 0.15) * sd
-                               : (f16 == 2 ? 2e-2 : f16 ? 1e-3 : 1e-5) * big;
+                               : (f16 == 2 ? 2e-2
+                                  : f16    ? 1e-3
+                                           : 1e-5) *
+                                     big;
         double tol_mean = quant ? 0.03 * sd : tol_max;
         fprintf(stderr,
                 "  %-13s %-9s %s %-4s logit std %.3f  max |d| %.2e (tol %.2e)  mean %.2e  "
                 "adapters move %.3f\n",
                 name, repack ? "repacked" : "rows", n_l == 2 ? "two" : "one",
-                f16 == 2 ? "q8_0" : f16 ? "f16" : "f32",
+                f16 == 2 ? "q8_0"
+                : f16    ? "f16"
+                         : "f32",
                 sd, dmax, tol_max, dmean, moved);
         CHECK_MSG(dmax <= tol_max, "%s: max |d| %.3g > %.3g", name, dmax, tol_max);
         CHECK_MSG(dmean <= tol_mean, "%s: mean |d| %.3g > %.3g", name, dmean, tol_mean);

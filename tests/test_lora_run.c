@@ -341,7 +341,9 @@ static void test_forward_mixed_batch(void)
     for (int i = 0; i < 4; i++) /* adapter 2 held in F16, 0 and 3 in Q8_0 */
         rts[i] = make_rt_as(m, 100 + (uint64_t)i, i == 3 ? 4 : 16, i == 1 ? 0.0f : 32.0f,
                             i == 2 ? 0x11 : ALL_TARGETS, i == 0, i == 3,
-                            i == 2 ? 1 : i == 1 ? 0 : 2);
+                            i == 2   ? 1
+                            : i == 1 ? 0
+                                     : 2);
     const struct ifl_lora_rt *const *lr = (const struct ifl_lora_rt *const *)rts;
     struct fwd_rig g;
     CHECK_EQ(rig_open(&g, m, 2), 0);

@@ -158,8 +158,8 @@ struct ifl_kernels {
      * times its qs[i % 32], a product that float holds exactly; then
      * lora_a's and lora_b's very operations. n, nc and ldb are multiples
      * of 32, and bt points at the block of the first column. */
-    void (*lora_a_q8)(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
-                      const float *x, size_t ldx, float *t, size_t ldt);
+    void (*lora_a_q8)(int64_t n, int nk, const void *a, int nr, const int32_t *rows, const float *x,
+                      size_t ldx, float *t, size_t ldt);
     void (*lora_b_q8)(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
                       const float *scale, const float *t, size_t ldt, float *y, size_t ldy);
 

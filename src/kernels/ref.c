@@ -968,9 +968,9 @@ static void lora_a_any(int64_t n, int nk, const void *a, int ty, int nr, const i
         for (int k = 0; k < nk; k++) {
             /* row k: n elements from k * n (Q8_0: n / 32 blocks) */
             const char *ak = ty == 2   ? (const char *)((const struct ifl_block_q8_0 *)a +
-                                                         (size_t)k * (size_t)(n / 32))
+                                                      (size_t)k * (size_t)(n / 32))
                              : ty == 1 ? (const char *)((const uint16_t *)a + (size_t)k * (size_t)n)
-                                        : (const char *)((const float *)a + (size_t)k * (size_t)n);
+                                       : (const char *)((const float *)a + (size_t)k * (size_t)n);
             t[(size_t)i * ldt + (size_t)k] = lora_dot16(n, ak, ty, x + (size_t)rows[i] * ldx);
         }
 }
@@ -1016,15 +1016,14 @@ static void lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int n
     lora_b_any(nk, nc, bt, 1, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
-static void lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
-                      const float *x, size_t ldx, float *t, size_t ldt)
+static void lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows, const float *x,
+                      size_t ldx, float *t, size_t ldt)
 {
     lora_a_any(n, nk, a, 2, nr, rows, x, ldx, t, ldt);
 }
 
-static void lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr,
-                      const int32_t *rows, const float *scale, const float *t, size_t ldt,
-                      float *y, size_t ldy)
+static void lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
+                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
 {
     lora_b_any(nk, nc, bt, 2, ldb, nr, rows, scale, t, ldt, y, ldy);
 }

@@ -205,8 +205,8 @@ int ifl_lora_rt_create(struct ifl_lora_rt **out, const struct ifl_lora *l,
         rc = rt_mat_make(r, &r->tok_embd, &l->tok_embd, hp->n_vocab, hp->n_embd, 1, 0,
                          "token_embd.weight", err);
     if (!rc)
-        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0,
-                         hold, "output.weight", err);
+        rc = rt_mat_make(r, &r->output, &l->output, base->output.n_in, base->output.n_out, 0, hold,
+                         "output.weight", err);
     if (rc) {
         ifl_lora_rt_free(r);
         return rc;
@@ -325,10 +325,9 @@ void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int 
             k1 = k1 > lm->rank ? lm->rank : k1;
             const size_t a0 = (size_t)k0 * (size_t)lm->n_in;
             if (k0 < k1 && lm->aq)
-                f->kn->lora_a_q8(lm->n_in, (int)(k1 - k0),
-                                 (const struct ifl_block_q8_0 *)lm->aq + a0 / 32, n,
-                                 seg_rows(f, s, i), x, ldx, f->lora_t + off + (size_t)k0,
-                                 (size_t)lm->rank);
+                f->kn->lora_a_q8(
+                    lm->n_in, (int)(k1 - k0), (const struct ifl_block_q8_0 *)lm->aq + a0 / 32, n,
+                    seg_rows(f, s, i), x, ldx, f->lora_t + off + (size_t)k0, (size_t)lm->rank);
             else if (k0 < k1 && lm->a16)
                 f->kn->lora_a_f16(lm->n_in, (int)(k1 - k0), lm->a16 + a0, n, seg_rows(f, s, i), x,
                                   ldx, f->lora_t + off + (size_t)k0, (size_t)lm->rank);
