@@ -31,7 +31,7 @@ PCRE2_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8
 
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE $(PCRE2_CFLAGS)
 CFLAGS := -std=c11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS := $(PCRE2_LIBS) -ljansson -lmicrohttpd -lm -pthread
+LDLIBS := $(PCRE2_LIBS) -ljansson -lmicrohttpd -lpng16 -lturbojpeg -lm -pthread
 LDFLAGS := $(EXTRA_LDFLAGS)
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -132,6 +132,10 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJ) $(LIB_A)
 # into test_fuzz_replay, which `make test` runs.
 $(BUILD)/tests/test_fuzz_replay: $(BUILD)/tests/test_fuzz_replay.o \
   $(BUILD)/tests/fuzz/fuzz_guide_diff.o $(TEST_HELPER_OBJ) $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LDLIBS)
+# Likewise the image decoder's corpus (tests/fuzz/corpus/fuzz_image).
+$(BUILD)/tests/test_fuzz_replay_image: $(BUILD)/tests/test_fuzz_replay_image.o \
+  $(BUILD)/tests/fuzz/fuzz_image.o $(TEST_HELPER_OBJ) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LDLIBS)
 # Likewise the LoRA adapter loader's corpus (tests/fuzz/corpus/fuzz_lora).
 $(BUILD)/tests/test_fuzz_replay_lora: $(BUILD)/tests/test_fuzz_replay_lora.o \
@@ -260,6 +264,20 @@ $(FUZZ_OUT)/fuzz_lora: tests/fuzz/fuzz_lora.c $(FUZZ_LORA_LIB)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  $(FUZZ_LORA_LIB) -lm -pthread
+
+# The image target links only the decoder (and libpng, libturbojpeg).
+FUZZ_IMAGE_SRC := src/core/err.c src/vision/image.c
+FUZZ_IMAGE_OBJ := $(FUZZ_IMAGE_SRC:%.c=$(FUZZ_OUT)/lib/%.o)
+ifneq ($(BUILD),$(FUZZ_OUT)/lib)
+$(FUZZ_OUT)/lib/libimage.a: $(FUZZ_IMAGE_SRC)
+	$(MAKE) --no-print-directory CC=clang BUILD=$(FUZZ_OUT)/lib \
+	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link$(FUZZ_SAN_FLAGS)" $(FUZZ_IMAGE_OBJ)
+	rm -f $@ && ar rcs $@ $(FUZZ_IMAGE_OBJ)
+endif
+$(FUZZ_OUT)/fuzz_image: tests/fuzz/fuzz_image.c $(FUZZ_OUT)/lib/libimage.a
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
+	  $(FUZZ_OUT)/lib/libimage.a -lpng16 -lturbojpeg -lm
 
 FORMAT_FILES = $(shell find include src tests tools examples python/src -name '*.[ch]' 2>/dev/null)
 format:
