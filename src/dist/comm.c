@@ -52,6 +52,7 @@ struct ifl_comm {
 #ifdef IFL_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_WORLD duplicated, errors returned */
 #endif
+    int *gcount, *gdispl;  /* [size] a gather's byte counts and places (root only) */
     char why[IFL_ERR_LEN]; /* the sentence of the failure that broke it */
     struct ifl_comm_stats st;
 };
@@ -183,6 +184,16 @@ static int init_mpi(struct ifl_comm *c, char *err)
             MPI_Finalize();
         return rc;
     }
+    c->gcount = malloc(sizeof(int) * (size_t)c->size);
+    c->gdispl = malloc(sizeof(int) * (size_t)c->size);
+    if (!c->gcount || !c->gdispl) {
+        free(c->gcount);
+        free(c->gdispl);
+        MPI_Comm_free(&c->mc);
+        if (c->mpi_started)
+            MPI_Finalize();
+        return ifl_err(err, IFL_ENOMEM, "dist: out of memory for the communicator");
+    }
     c->use_mpi = 1;
     return 0;
 }
@@ -231,6 +242,8 @@ void ifl_comm_finalize(struct ifl_comm *comm)
     }
     if (comm->broken)
         atomic_store(&g_broken, 1);
+    free(comm->gcount);
+    free(comm->gdispl);
 #endif
     free(comm);
     atomic_store(&g_live, 0);
@@ -376,6 +389,52 @@ int ifl_comm_barrier(struct ifl_comm *comm, double timeout_s, char *err)
     rc = wait_req(comm, &req, t0, timeout_s, "barrier", err);
     if (rc == 0)
         account(comm, 0, t0);
+    return rc;
+#else
+    return 0;
+#endif
+}
+
+int ifl_comm_gather(struct ifl_comm *comm, const void *send, size_t nbytes, void *recv,
+                    const size_t *counts, int root, double timeout_s, char *err)
+{
+    int rc = precheck(comm, send, nbytes, timeout_s, "gather", err);
+    if (rc != 0)
+        return rc;
+    if (root < 0 || root >= comm->size)
+        return ifl_err(err, IFL_EINVAL, "dist: gather to rank %d of a job of %d", root, comm->size);
+    if (comm->rank == root) {
+        size_t total = 0;
+        for (int i = 0; i < comm->size; i++)
+            total += counts[i];
+        if (total > INT_MAX || counts[root] != nbytes || (!recv && total > 0))
+            return ifl_err(err, IFL_EINVAL,
+                           "dist: gather of %zu bytes into %s (at most %d, root's own %zu)", total,
+                           recv ? "a buffer" : "NULL", INT_MAX, nbytes);
+    }
+    if (comm->size == 1) {
+        if (nbytes && send != recv)
+            memmove(recv, send, nbytes);
+        return 0;
+    }
+#ifdef IFL_HAVE_MPI
+    if (comm->rank == root) {
+        int at = 0;
+        for (int i = 0; i < comm->size; i++) {
+            comm->gcount[i] = (int)counts[i];
+            comm->gdispl[i] = at;
+            at += (int)counts[i];
+        }
+    }
+    double t0 = ifl_now_s();
+    MPI_Request req;
+    int mrc = MPI_Igatherv(send, (int)nbytes, MPI_BYTE, recv, comm->gcount, comm->gdispl, MPI_BYTE,
+                           root, comm->mc, &req);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(comm, err, mrc, "gather");
+    rc = wait_req(comm, &req, t0, timeout_s, "gather", err);
+    if (rc == 0)
+        account(comm, nbytes, t0);
     return rc;
 #else
     return 0;

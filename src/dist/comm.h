@@ -68,6 +68,13 @@ int ifl_comm_allreduce_sum(struct ifl_comm *comm, float *buf, size_t n, double t
  * IFL_EINVAL for a root outside [0, size). */
 int ifl_comm_broadcast(struct ifl_comm *comm, void *buf, size_t nbytes, int root, double timeout_s,
                        char *err);
+/* Gathers nbytes of send from every rank into recv of rank root, rank i's
+ * counts[i] bytes after those of ranks 0..i-1 (recv and counts are read
+ * on the root only; counts[root] must equal the root's nbytes, and the
+ * total must fit an int). The root's send must not overlap recv. Statuses
+ * as for the broadcast. */
+int ifl_comm_gather(struct ifl_comm *comm, const void *send, size_t nbytes, void *recv,
+                    const size_t *counts, int root, double timeout_s, char *err);
 /* Returns when every rank has called it, or times out as above. */
 int ifl_comm_barrier(struct ifl_comm *comm, double timeout_s, char *err);
 

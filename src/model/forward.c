@@ -70,6 +70,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->lora_user);
     free(f->lora_t);
     free(f->lora_sc);
+    ifl_fwd_tp_free(f);
     free(f);
 }
 
@@ -138,6 +139,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     int32_t v_dim = hp->n_head_kv * hp->head_dim_v;
     int32_t o_dim = hp->n_head * hp->head_dim_v;
     f->max_in = max3(hp->n_embd, hp->n_ff, o_dim);
+    if (m->layers[0].wo.n_in > f->max_in) /* a shard's whole wo (forward_tp.c) */
+        f->max_in = (int32_t)m->layers[0].wo.n_in;
     /* the largest act format is Q8_K: 292 bytes per 256 values; 2 bytes each is ample */
     f->act_row_bytes = ((size_t)f->max_in * 2 + 63) / 64 * 64;
     int nth = ifl_pool_size(f->pool);
@@ -185,6 +188,11 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
         !f->att_claim || !f->lora_sc) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
+    }
+    int rc = ifl_fwd_tp_create(f, cfg, err);
+    if (rc) {
+        ifl_fwd_free(f);
+        return rc;
     }
     for (int i = 0; i < half; i++) {
         double fr = pow((double)hp->rope_base, -2.0 * i / hp->n_rot) * hp->rope_pos_scale;
@@ -563,6 +571,9 @@ static void step(void *arg, int ith, int nth)
     /* fewer rows than threads: the threads share each row's attention out
      * by KV heads, where otherwise one would take it alone */
     const int heads_split = nr < nth && ifl_fwd_attn_blocked(f);
+    /* a shard that keeps wo whole: attention converts nothing for it (an
+     * F32 shape of this rank's heads), wo reads the gathered outputs */
+    const int wo_whole = f->shard && f->shard->wo_whole;
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
 
@@ -618,26 +629,35 @@ static void step(void *arg, int ith, int nth)
             for (long r = 0; r < nr; r++)
                 qkv_ready(j, w, r, h0, h1);
             ifl_fwd_store_kv(j, il, 0, nr, h0, h1);
-            ifl_fwd_attention_blocks(j, ith, nth, il, &memo, &w->wo, 1, h0, h1);
+            ifl_fwd_attention_blocks(j, ith, nth, il, &memo, wo_whole ? &f->att_shape : &w->wo, 1,
+                                     h0, h1);
         } else {
             for (long r = lo; r < hi; r++)
                 qkv_ready(j, w, r, 0, hp->n_head_kv);
             ifl_fwd_store_kv(j, il, lo, hi, 0, hp->n_head_kv);
             ifl_pool_barrier(f->pool);
-            ifl_fwd_attention(j, ith, nth, il, &memo, &w->wo);
+            ifl_fwd_attention(j, ith, nth, il, &memo, wo_whole ? &f->att_shape : &w->wo);
+        }
+        const float *att = f->att;
+        if (wo_whole) {
+            ifl_fwd_tp_att(j, ith, nr);
+            att = f->att_full;
+            memo.src = NULL;
         }
         const struct mm_task o = {&w->wo, f->tmp, (size_t)n_embd};
         mm_barrier(j, ith, nth, &o, 1);
         const int lo_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_O, 1);
         if (lo_)
             ifl_fwd_lora_a(j, ith, nth, il, T_O, 1, f->att, (size_t)w->wo.n_in);
-        mm_group(j, ith, nth, &memo, &grp, f->att, nr, &o, 1);
+        mm_group(j, ith, nth, &memo, &grp, att, nr, &o, 1);
         ifl_pool_barrier(f->pool);
         if (lo_) {
             float *const y[1] = {f->tmp};
             const size_t ld[1] = {(size_t)n_embd};
             ifl_fwd_lora_b_rows(j, ith, il, T_O, 1, y, ld, lo, hi);
         }
+        if (f->shard && !wo_whole) /* the heads' partial products summed */
+            ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
         for (long r = lo; r < hi; r++) {
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
@@ -672,6 +692,8 @@ static void step(void *arg, int ith, int nth)
             const size_t ld[1] = {(size_t)n_embd};
             ifl_fwd_lora_b_rows(j, ith, il, T_D, 1, y, ld, lo, hi);
         }
+        if (f->shard) /* the n_ff slices' partial products summed */
+            ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
         for (long r = lo; r < hi; r++)
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
     }
@@ -689,7 +711,9 @@ static void step(void *arg, int ith, int nth)
     }
     memo.src = NULL;
     ifl_fwd_quant_rows(j, &memo, &m->output, f->xn, j->n_out, olo, ohi);
-    const struct mm_task out = {&m->output, j->logits, (size_t)m->output.n_out};
+    /* a shard's rows of the vocabulary go to its own buffer, then to rank 0 */
+    const struct mm_task out = {&m->output, f->shard ? f->tp_logits : j->logits,
+                                (size_t)m->output.n_out};
     mm_barrier(j, ith, nth, &out, 1);
     const int lout = b->n_lora && ifl_fwd_lora_any(f, b, -1, T_D, 1);
     if (lout)
@@ -701,6 +725,8 @@ static void step(void *arg, int ith, int nth)
         const size_t ld[1] = {(size_t)m->output.n_out};
         ifl_fwd_lora_b(j, ith, nth, -1, T_D, 1, y, ld);
     }
+    if (f->shard)
+        ifl_fwd_tp_logits(j, ith, nth);
 }
 
 static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char *err)
@@ -773,7 +799,8 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     int rc = check_batch(f, b, err);
     if (rc)
         return rc;
-    struct job j = {.f = f, .b = b, .logits = logits};
+    char tp_err[IFL_ERR_LEN] = "";
+    struct job j = {.f = f, .b = b, .logits = logits, .tp_err = tp_err};
     for (int32_t r = 0; r < b->n_rows; r++)
         if (b->logits && b->logits[r])
             f->out_rows[j.n_out++] = r;
@@ -809,5 +836,7 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     for (int i = 0; i < f->m->hp.n_layer * nth; i++)
         atomic_store_explicit(&f->att_claim[i].taken, 0, memory_order_relaxed);
     ifl_pool_run(f->pool, step, &j);
+    if (j.tp_rc)
+        return ifl_err(err, j.tp_rc, "%s", tp_err);
     return 0;
 }

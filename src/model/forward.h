@@ -95,6 +95,16 @@ struct ifl_fwd_config {
      * target and its draft model) then take turns on the same threads, and
      * no second set of workers competes for the cores. */
     struct ifl_pool *pool;
+    /* tensor parallelism (forward_tp.c): the job's communicator, required
+     * when the model is a shard (model.h) and then of the shard's size and
+     * rank; NULL or one rank otherwise. Every rank runs ifl_forward with
+     * the same batch; the partial sums meet in two all-reduces a layer, the
+     * logits are gathered to rank 0 (the others' logits may be NULL). Each
+     * collective waits at most comm_timeout_s (0: 30 s); a failed one makes
+     * ifl_forward return its status (IFL_ETIMEDOUT, IFL_EIO, IFL_ESTATE),
+     * after which the communicator is broken. */
+    struct ifl_comm *comm;
+    double comm_timeout_s;
 };
 
 struct ifl_fwd;

@@ -76,6 +76,15 @@ struct ifl_fwd {
     float *lora_t; /* [lora_t_cap] a matmul group's A x, per matrix, adapter, row */
     size_t lora_t_cap;
     float *lora_sc; /* [n_threads][R] the scales of one lora_b call */
+    /* tensor parallelism (forward_tp.c), when the model is a shard */
+    struct ifl_comm *comm;
+    double comm_timeout_s;
+    const struct ifl_shard *shard; /* NULL: the whole model, no collectives */
+    float *tp_logits;              /* [R][this rank's vocabulary rows] */
+    float *tp_recv;                /* [R][n_vocab] rank 0's gathered logits, by rank */
+    size_t *tp_counts;             /* [size] bytes each rank sends in a gather */
+    float *att_full;               /* [R][whole n_head * head_dim_v] (shard->wo_whole) */
+    struct ifl_mat att_shape;      /* F32 of this rank's heads: what attention converts for */
 };
 
 /* What one step's threads share. */
@@ -84,6 +93,8 @@ struct job {
     const struct ifl_batch *b;
     float *logits;
     int32_t n_out; /* rows that want logits */
+    int tp_rc;     /* a collective failed (thread 0 sets, before a barrier) */
+    char *tp_err;  /* [IFL_ERR_LEN] and said why */
 };
 
 /* Per-thread memo of what `act` holds, so q, k and v convert xn once.
@@ -140,6 +151,16 @@ void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int 
 void ifl_fwd_lora_b_rows(struct job *j, int ith, int il, const int *tg, int nt, float *const *y,
                          const size_t *ldy, long lo, long hi);
 void ifl_fwd_lora_embed(struct job *j, long r);
+
+/* forward_tp.c: the collectives of a shard's step, each between barriers
+ * (thread 0 calls MPI while the others wait). reduce sums buf[0..n) over
+ * the ranks; att gathers the ranks' attention outputs into att_full
+ * (wo_whole); logits gathers the output rows into j->logits on rank 0. */
+int ifl_fwd_tp_create(struct ifl_fwd *f, const struct ifl_fwd_config *cfg, char *err);
+void ifl_fwd_tp_free(struct ifl_fwd *f);
+void ifl_fwd_tp_reduce(struct job *j, int ith, float *buf, size_t n);
+void ifl_fwd_tp_att(struct job *j, int ith, int32_t nr);
+void ifl_fwd_tp_logits(struct job *j, int ith, int nth);
 
 /* attention.c */
 

@@ -759,6 +759,11 @@ void ifl_gguf_release(const struct ifl_gguf *g, const void *p, size_t len)
 {
     if (!g->map || !len)
         return;
+    /* only the mapping's pages: a shard's copies (shard.c) are not file
+     * pages, and dropping them would zero them */
+    if ((const char *)p < (const char *)g->map ||
+        (const char *)p + len > (const char *)g->map + g->size)
+        return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + len) / page * page;
     if (a < b)

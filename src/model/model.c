@@ -337,6 +337,8 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
     int rc = load_hparams(&L);
     if (!rc)
         rc = load_tensors(&L);
+    if (!rc && o && o->tp_size > 1)
+        rc = ifl_model_shard(m, o->tp_rank, o->tp_size, err);
     if (rc) {
         ifl_model_free(m);
         return rc;
@@ -345,6 +347,7 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
         ifl_model_free(m);
         return rc;
     }
+    ifl_model_shard_trim(m);
     *out = m;
     return 0;
 }
@@ -378,6 +381,7 @@ void ifl_model_free(struct ifl_model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    ifl_model_shard_free(m->shard);
     if (m->x16)
         munmap(m->x16, m->x16_bytes);
     ifl_gguf_free(m->gguf);

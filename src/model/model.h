@@ -62,6 +62,25 @@ struct ifl_layer_weights {
     struct ifl_mat w_down;        /* n_ff -> n_embd */
 };
 
+/* A rank's share of a model split for tensor parallelism (shard.c); the
+ * model's hp then holds this rank's n_head, n_head_kv and n_ff, its
+ * output this rank's rows of the vocabulary. */
+struct ifl_shard {
+    int rank, size;
+    int32_t n_head, n_head_kv, n_ff; /* the whole model's */
+    int32_t kv0;                     /* this rank's first KV head */
+    int32_t ff0;                     /* and first row of n_ff */
+    int32_t *v_off;                  /* [size + 1] rank i's output rows [v_off[i], v_off[i + 1]) */
+    /* 1: attn_output's columns of a KV-head group do not fall on whole
+     * blocks of its type: every rank holds all of wo, the ranks' attention
+     * outputs are gathered (a sum of zero-padded rows) and wo is applied
+     * whole, with no sum after it */
+    int wo_whole;
+    void **copies; /* [n_copies] the column-split matrices' rows, owned */
+    const struct ifl_mat **copy_of;
+    int n_copies;
+};
+
 struct ifl_model {
     struct ifl_gguf *gguf; /* owned: the mapping all views point into */
     struct ifl_hparams hp;
@@ -75,7 +94,8 @@ struct ifl_model {
     size_t x16_bytes;
     void **owned; /* small tensors converted to F32 at load */
     int n_owned;
-    uint64_t weight_bytes; /* bytes of all tensors */
+    uint64_t weight_bytes;   /* bytes of all tensors */
+    struct ifl_shard *shard; /* NULL: the whole model (tensor parallelism off) */
 };
 
 /* How a model loads. All fields may be 0/NULL. */
@@ -84,6 +104,10 @@ struct ifl_model_load_opts {
     const char *repack_cache_dir;  /* keep repacked matrices in a file there (repack.c) */
     ifl_load_progress_fn progress; /* called on the loading thread (inflight.h) */
     void *progress_user;
+    /* tensor parallelism: load rank tp_rank's share of tp_size (shard.c);
+     * tp_size 0 or 1: the whole model. A shard is repacked in memory
+     * (repack_cache_dir is ignored). */
+    int tp_rank, tp_size;
 };
 
 /* Opens and validates a GGUF model. Errors name the key or tensor. */
@@ -103,5 +127,18 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
  * with a notice); only IFL_ENOMEM for the bookkeeping is. */
 int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, char *err);
 void ifl_model_free(struct ifl_model *m);
+
+/* shard.c: keeps rank's share of size of a loaded model that is not yet
+ * repacked: KV heads [kv0, kv0 + n_head_kv/size) with their query heads
+ * (wq, wk, wv and their biases: rows of the mapping; wo: its columns,
+ * copied), rows of n_ff on whole blocks of ffn_down's type (gate, up: rows;
+ * down: columns, copied), rows of the output (vocabulary in multiples of
+ * 16). The token embeddings and norms stay whole. IFL_EUNSUPPORTED with a
+ * sentence when size does not divide n_head_kv or n_ff has fewer blocks
+ * than ranks. ifl_model_shard_trim frees the copies that repacking made
+ * unused. */
+int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err);
+void ifl_model_shard_trim(struct ifl_model *m);
+void ifl_model_shard_free(struct ifl_shard *s);
 
 #endif

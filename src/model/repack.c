@@ -554,7 +554,9 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
     char path[PATH_MAX + 64] = "", tmp[PATH_MAX + 96] = "", notice[PATH_MAX + 400] = "";
     struct cache_id id = {0};
     const char *model_path = ifl_gguf_path(m->gguf);
-    int use_cache = o && o->repack_cache_dir && *o->repack_cache_dir && model_path && *model_path;
+    /* a shard's matrices are not the file's (copies, slices): no cache */
+    int use_cache =
+        o && o->repack_cache_dir && *o->repack_cache_dir && model_path && *model_path && !m->shard;
     if (use_cache) {
         struct stat st;
         snprintf(id.kernels, sizeof id.kernels, "%s", kn->name);
