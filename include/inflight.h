@@ -59,6 +59,7 @@ const char *ifl_version(void);
  * ====================================================================== */
 
 typedef struct ifl_executor ifl_executor;
+struct ifl_comm;         /* an MPI job's communicator (src/dist/comm.h); tensor parallelism */
 typedef uint64_t ifl_id; /* request ids start at 1; 0 means "none" or "any" */
 
 enum ifl_sched_policy {
@@ -261,6 +262,18 @@ struct ifl_executor_config {
      * values with one F16 scale, the rounding of a Q8_0 base (a matrix
      * whose rows are not whole blocks is held in F16). */
     int32_t lora_type;
+    /* Tensor parallelism (docs/distributed.md): the communicator of an MPI
+     * job (src/dist/comm.h, ifl_comm_init) of which this process is rank 0;
+     * NULL or a job of one rank: none. The executor then loads rank 0's
+     * share of the model and sends every step to the other ranks, which
+     * run ifl_tp_worker_run (src/dist/tp.h) on the same model file. Not
+     * with LoRA adapters or a draft model / EAGLE-3 head (IFL_EUNSUPPORTED).
+     * tp_timeout_s bounds every collective (0: 30 s): when a rank dies or
+     * stops answering, every request in flight and every later one fails
+     * with IFL_ESTATE within that bound (plus a second when idle), and
+     * ifl_executor_failed says so. Not owned; it must outlive the executor. */
+    struct ifl_comm *tp_comm;
+    double tp_timeout_s;
 };
 
 #define IFL_LORA_TYPE_F32 0
@@ -502,6 +515,13 @@ struct ifl_iteration_stats {
     int64_t process_rss_bytes;     /* the process's resident set, measured at the call */
     int64_t draft_tokens;          /* speculative decoding: drafts run, since creation */
     int64_t accepted_draft_tokens; /* of those, kept */
+    /* tensor parallelism: ranks (1: off), collectives rank 0 has done and
+     * the seconds it spent in them since creation, and 1 once the job
+     * failed (a rank died or stopped answering) */
+    int32_t tp_ranks;
+    int32_t tp_failed;
+    int64_t tp_collectives;
+    double tp_comm_seconds;
 };
 
 struct ifl_request_stats {
@@ -524,6 +544,11 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
  * waiting caller is woken and everything is freed, including responses never
  * awaited. */
 void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight);
+/* Nonzero when the executor can no longer run a step (a tensor parallel
+ * job lost a rank): every request then fails with IFL_ESTATE, and the
+ * process should exit non-zero. err (optional) receives the sentence.
+ * Thread-safe. */
+int ifl_executor_failed(ifl_executor *ex, char *err);
 /* The first half of destroy, without freeing: stops accepting requests
  * (ifl_enqueue then returns IFL_ESTATE), finishes (cancel_in_flight 0) or
  * cancels (1) every accepted request, stops the engine thread and wakes
@@ -579,6 +604,7 @@ struct ifl_model_info {
                                 found too long before it is tokenized; 0 when the
                                 vocabulary can drop bytes (no bound holds) */
     int64_t kv_cache_tokens; /* positions the KV pool holds */
+    int32_t tp_ranks;        /* processes the model is split over (1: not split) */
 };
 
 int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out);

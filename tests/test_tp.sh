@@ -50,9 +50,150 @@ logits() { # name, kv type, btl args...
     check "$name: mpirun exit" 0 "$RC"
     [ "$RC" = 0 ] || tail -n 30 "$tmp/$name"
 }
-logits vader-f32 f32 "${VADER[@]}"
+t0=$SECONDS
+logits vader-f32 f32+gen "${VADER[@]}"
+grep -a " ids: " "$tmp/vader-f32" | sed "s/^/  [vader-f32] /"
 logits tcp-f32 f32 "${TCP[@]}"
-logits vader-f16 f16 "${VADER[@]}"
+# over one rank the shard is the whole model: bitwise
+mpi_run one 60 -np 1 "${VADER[@]}" "$T" logits f32 ../shared/models/stories260K.gguf \
+    ../shared/models/ref/llama-q8_0.gguf
+check "TP 1: logits bitwise those of one process" 2 "$(grep -ac 'against one rank = 0 over' "$tmp/one")"
+echo "  (forward pass checks: $((SECONDS - t0)) s)"
+
+# ---- inflight run --tp (the executor on rank 0): the same ids ----
+t0=$SECONDS
+BIN=$BUILD/inflight
+PROMPT="Once upon a time, there was a little robot"
+run_ids() { # out, args...: $BIN run under RUN_PRE (empty: the plain build)
+    local out=$1; shift
+    timeout 60 "${RUN_PRE[@]}" "$BIN" run -p "$PROMPT" -n 24 --ids -t 1 "$@" >"$out" 2>"$out.err"
+    echo $? >"$out.rc"
+}
+same_ids() { # name, plain output, TP output
+    if [ -s "$2" ] && [ "$(cat "$3.rc")" = 0 ]; then
+        check "$1" "$(cat "$2")" "$(cat "$3")"
+    else
+        bad "$1"; tail -3 "$3.err"
+    fi
+}
+M=../shared/models/stories260K.gguf
+Q=../shared/models/ref/qwen2-f16.gguf
+RUN_PRE=()
+run_ids "$tmp/g" -m "$M" --temp 0
+run_ids "$tmp/s" -m "$M" --temp 0.9 --seed 7
+run_ids "$tmp/qg" -m "$Q" --temp 0
+RUN_PRE=(timeout -k 5 60 "${MPIRUN[@]}" -np 2 "${VADER[@]}")
+run_ids "$tmp/g2" -m "$M" --temp 0 --tp 2
+run_ids "$tmp/s2" -m "$M" --temp 0.9 --seed 7 --tp 2
+same_ids "run --tp 2: greedy ids as one process" "$tmp/g" "$tmp/g2"
+same_ids "run --tp 2: seeded sampled ids as one process" "$tmp/s" "$tmp/s2"
+RUN_PRE=(timeout -k 5 60 "${MPIRUN[@]}" -np 2 "${TCP[@]}")
+run_ids "$tmp/qg2" -m "$Q" --temp 0 --tp 2
+same_ids "run --tp 2 over TCP, qwen2 (biases): greedy ids as one process" "$tmp/qg" "$tmp/qg2"
+RUN_PRE=(timeout -k 5 60 "${MPIRUN[@]}" -np 1 "${VADER[@]}")
+run_ids "$tmp/s1" -m "$M" --temp 0.9 --seed 7 --tp 1
+same_ids "run --tp 1 under mpirun: as the plain build" "$tmp/s" "$tmp/s1"
+echo "  (run checks: $((SECONDS - t0)) s)"
+
+# ---- refusals: a clear error, every rank ends ----
+"$BIN" run -m "$M" -p x -n 2 --tp 2 >/dev/null 2>"$tmp/e1"
+check "--tp 2 without mpirun: exit 2" 2 $?
+has "--tp 2 without mpirun: says how" "start it with mpirun -np 2" "$(cat "$tmp/e1")"
+mpi_run e2 60 -np 2 "${VADER[@]}" "$BIN" run -m "$M" -p x -n 2 --tp 3
+has "--tp 3 in a job of 2: says so" "--tp 3, but this process is one of an MPI job of 2 ranks" "$(cat "$tmp/e2")"
+check "--tp 3 in a job of 2: mpirun fails" 1 "$([ "$RC" != 0 ] && [ "$RC" != 124 ] && echo 1)"
+mpi_run e3 60 -np 3 "${VADER[@]}" "$BIN" run -m "$M" -p x -n 2 --tp 3
+has "--tp 3 over 4 KV heads: names both" "3 ranks: the model has 4 KV heads" "$(cat "$tmp/e3")"
+check "--tp 3 over 4 KV heads: the job ends, failed" 1 "$([ "$RC" != 0 ] && [ "$RC" != 124 ] && echo 1)"
+mpi_run e4 60 -np 2 "${VADER[@]}" "$BIN" run -m "$M" -p x -n 2 --tp 2 --spec-type draft -md "$M"
+has "--tp with a draft model: refused" "not available with tensor parallelism" "$(cat "$tmp/e4")"
+check "--tp with a draft model: the job ends, failed" 1 "$([ "$RC" != 0 ] && [ "$RC" != 124 ] && echo 1)"
+
+# ---- the server: rank 0 serves, rank 1 computes ----
+# a wrapper notes each rank's pid and exit status (mpirun's own status
+# does not tell rank 0's under --enable-recovery)
+cat >"$tmp/rank.sh" <<'WRAP'
+#!/bin/sh
+"$@" &
+p=$!
+echo "rank $OMPI_COMM_WORLD_RANK pid $p" >>"$RANKS"
+wait $p
+rc=$?
+echo "rank $OMPI_COMM_WORLD_RANK exit $rc" >>"$RANKS"
+exit $rc
+WRAP
+export RANKS=$tmp/ranks
+# start_tp NAME MODEL ARGS...: PORT set once /health answers, MPID mpirun's pid
+start_tp() {
+    local name=$1 model=$2; shift 2
+    : >"$RANKS"
+    ( exec timeout -k 5 120 "${MPIRUN[@]}" --enable-recovery -np 2 "${VADER[@]}" -x RANKS \
+        sh "$tmp/rank.sh" "$BIN" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --tp 2 "$@" \
+        >"$tmp/$name.log" 2>&1 ) &
+    MPID=$!
+    pids+=("$MPID")
+    PORT=
+    for _ in $(seq 300); do
+        PORT=$(grep -ao 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
+        sleep 0.1
+    done
+    echo "TP server $name did not start:"; cat "$tmp/$name.log"
+    return 1
+}
+if start_tp srv "$M"; then
+    B="http://127.0.0.1:$PORT"
+    info=$(curl -s "$B/info")
+    has "/info: two shards" '"num_shard":2,"sharded":true' "$info"
+    greedy=$(curl -s "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}')
+    has "greedy text as one process" '"text":", there was a little girl named Lily.' "$greedy"
+    has "/metrics: the ranks" 'inflight_tp_ranks{model_name="stories260K"} 2' "$(curl -s "$B/metrics")"
+    if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
+        for js in openai guide; do
+            env BASE_URL="$B" MODEL=stories260K timeout 100 node "tests/server/$js.test.mjs" >"$tmp/node.log" 2>&1
+            line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
+            check "$js client tests against TP 2: none failed" 0 "$(echo "${line:-x, 1 failed}" | sed 's/.*, \([0-9]*\) failed/\1/')"
+            grep -a '^FAIL' "$tmp/node.log" | head -10
+            echo "  $js.test.mjs against TP 2: $line"
+        done
+    else
+        echo "  (node or tests/server/node_modules missing: test_server.sh installs them; client tests skipped)"
+    fi
+    kill -TERM "$(grep -a 'rank 0 pid' "$RANKS" | awk '{print $4}')" 2>/dev/null
+    for _ in $(seq 150); do kill -0 "$MPID" 2>/dev/null || break; sleep 0.1; done
+    check "SIGTERM to rank 0: both ranks exit 0" "rank 0 exit 0 rank 1 exit 0" \
+        "$(grep -a exit "$RANKS" | sort | tr '\n' ' ' | sed 's/ $//')"
+fi
+
+# ---- faults: rank 1 killed mid-stream ----
+TPT=2   # --tp-timeout: rank 0 notices within it, idle or not
+BOUND=8 # from the kill to rank 0's exit: the deadline, a keep-alive period, the shutdown
+R=../shared/models/ref/llama-f32.gguf
+if start_tp fault "$R" --tp-timeout $TPT; then
+    B="http://127.0.0.1:$PORT"
+    curl -sN -m 60 "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":480,"temperature":0,"stream":true}' >"$tmp/stream" 2>&1 &
+    cpid=$!
+    for _ in $(seq 100); do [ "$(grep -c '^data:' "$tmp/stream")" -ge 3 ] && break; sleep 0.05; done
+    r1=$(grep -a 'rank 1 pid' "$RANKS" | awk '{print $4}')
+    t0=$(date +%s%N)
+    kill -KILL "$r1"
+    code=$(curl -s -m 30 -o "$tmp/late" -w '%{http_code}' "$B/v1/completions" -d '{"prompt":"x","max_tokens":4}')
+    exited=
+    for _ in $(seq 300); do
+        grep -aq 'rank 0 exit' "$RANKS" && { exited=$((($(date +%s%N) - t0) / 1000000)); break; }
+        sleep 0.05
+    done
+    wait "$cpid"
+    check "killed rank 1: a new request gets 503" 503 "$code"
+    has "killed rank 1: the 503 says why" "lost a rank" "$(cat "$tmp/late")"
+    has "killed rank 1: the stream under way ends with the error" "lost a rank" "$(cat "$tmp/stream")"
+    check "killed rank 1: the stream had not finished" 0 "$(grep -c '"finish_reason":"length"' "$tmp/stream")"
+    check "killed rank 1: rank 0 exits non-zero" "rank 0 exit 1" "$(grep -a 'rank 0 exit' "$RANKS")"
+    echo "  rank 0 exited ${exited:-never (within 15 s)} ms after the kill (--tp-timeout $TPT, bound ${BOUND} s)"
+    check "killed rank 1: rank 0 gone within ${BOUND} s" 1 "$([ -n "$exited" ] && [ "$exited" -le $((BOUND * 1000)) ] && echo 1)"
+    for _ in $(seq 100); do kill -0 "$MPID" 2>/dev/null || break; sleep 0.1; done
+    check "killed rank 1: mpirun ends" 1 "$(kill -0 "$MPID" 2>/dev/null || echo 1)"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -61,6 +61,7 @@ struct bench_opts {
     const char *repack_cache; /* NULL: repack in memory */
     struct ifl_speculative_config spec;
     struct cli_lora lora; /* --lora, --lora-scaled */
+    struct cli_tp tp;     /* --tp, --tp-timeout */
     int lora_spread;      /* --lora-spread: request c of a wave takes adapter c mod n alone */
     struct ifl_lora_ref spread[CLI_MAX_LORA]; /* those adapters, once loaded */
     int n_spread;
@@ -538,7 +539,7 @@ static const char BENCH_HELP[] =
     "  --bandwidth             measure memory read bandwidth (no model)\n"
     "  --bw-mib N              its buffer in MiB (default 512)\n"
     "speculative decoding (the generation tests; acceptance is printed at the "
-    "end):\n" CLI_SPEC_HELP CLI_LORA_HELP
+    "end):\n" CLI_SPEC_HELP CLI_LORA_HELP CLI_TP_HELP
     "  --lora-spread             request c of a wave takes adapter c mod n alone (scale 1 for\n"
     "                            --lora-modules adapters)\n";
 
@@ -584,6 +585,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         int sp = cli_spec_option("bench", a, v, &o->spec);
         if (sp < 0)
             sp = cli_lora_option("bench", a, v, &o->lora);
+        if (sp < 0)
+            sp = cli_tp_option("bench", a, v, &o->tp);
         if (sp >= 0) {
             if (sp)
                 return sp;
@@ -649,6 +652,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     return cli_spec_finish("bench", &o->spec);
 }
 
+static int bench_leader(struct bench_opts *op, int threads);
+
 int cmd_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -670,6 +675,17 @@ int cmd_bench(int argc, char **argv)
         return 0;
     }
 
+    /* a worker rank of --tp runs its loop here and returns */
+    if ((rc = cli_tp_start("bench", &o.tp, o.model, (int)o.threads)) >= 0)
+        return rc;
+    return cli_tp_end(&o.tp, bench_leader(&o, threads));
+}
+
+static int bench_leader(struct bench_opts *op, int threads)
+{
+    struct bench_opts o = *op;
+    char err[512] = "";
+    int rc = 0;
     struct model_size ms;
     if (read_model_size(o.model, &ms, err)) {
         fprintf(stderr, "inflight bench: %s\n", err);
@@ -696,6 +712,8 @@ int cmd_bench(int argc, char **argv)
     struct ifl_executor_config cfg;
     ifl_executor_config_default(&cfg);
     cfg.n_threads = (int32_t)o.threads;
+    cfg.tp_comm = o.tp.comm;
+    cfg.tp_timeout_s = o.tp.timeout_s;
     cfg.max_batch_size = max_conc;
     cfg.n_ctx = (int32_t)n_ctx;
     cfg.kv_cache_tokens = kv_tokens;

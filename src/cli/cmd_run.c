@@ -32,6 +32,7 @@ struct run_opts {
     struct ifl_speculative_config spec;
     const char *prediction; /* --prediction FILE: client drafts */
     struct cli_lora lora;   /* --lora, --lora-scaled */
+    struct cli_tp tp;       /* --tp, --tp-timeout */
 };
 
 static const char RUN_HELP[] =
@@ -57,7 +58,7 @@ static const char RUN_HELP[] =
     "  --ignore-eos         keep generating past end-of-sequence\n"
     "  --prediction FILE    text the output is expected to resemble (an edited file):\n"
     "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP
-        CLI_LORA_HELP;
+        CLI_LORA_HELP CLI_TP_HELP;
 
 static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"
@@ -100,6 +101,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
         int sp = is_run ? cli_spec_option(cmd, a, v, &o->spec) : -1;
         if (sp < 0 && is_run)
             sp = cli_lora_option(cmd, a, v, &o->lora);
+        if (sp < 0 && is_run)
+            sp = cli_tp_option(cmd, a, v, &o->tp);
         if (sp >= 0) {
             if (sp)
                 return sp;
@@ -204,12 +207,24 @@ static int32_t show(const struct run_opts *o, const struct ifl_sequence_result *
     return r->n_tokens;
 }
 
+static int run_leader(struct run_opts *op);
+
 int cmd_run(int argc, char **argv)
 {
-    struct run_opts o;
+    static struct run_opts o; /* large (the LoRA paths): not on the stack */
     int rc = parse(argc, argv, "run", &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    /* a worker rank of --tp runs its loop here and returns */
+    if ((rc = cli_tp_start("run", &o.tp, o.so.model_path, o.so.n_threads)) >= 0)
+        return rc;
+    return cli_tp_end(&o.tp, run_leader(&o));
+}
+
+static int run_leader(struct run_opts *op)
+{
+    struct run_opts o = *op;
+    int rc;
     if (!o.seed_given)
         o.samp.seed = (uint64_t)ifl_now_us();
     o.samp.ignore_eos = o.ignore_eos;
@@ -232,6 +247,8 @@ int cmd_run(int argc, char **argv)
     cfg.speculative = o.spec;
     cfg.lora_cache_bytes = o.lora.cache_bytes;
     cfg.lora_type = o.lora.type;
+    cfg.tp_comm = o.tp.comm;
+    cfg.tp_timeout_s = o.tp.timeout_s;
     char cache_buf[4096];
     int cache_default;
     cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,

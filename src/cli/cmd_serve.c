@@ -67,7 +67,7 @@ static const char SERVE_HELP[] =
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
     "  --http-threads N          threads serving HTTP connections (default 4)\n"
     "  --reuse-port              share the port with other servers (SO_REUSEPORT, replicas)\n"
-    "  --quiet                   no access log\n" CLI_SPEC_HELP CLI_LORA_HELP;
+    "  --quiet                   no access log\n" CLI_SPEC_HELP CLI_LORA_HELP CLI_TP_HELP;
 
 /* Says how big the KV pool is and what decided it. */
 static void log_kv_pool(struct ifl_server *srv, int32_t parallel, double share, int prefault)
@@ -140,7 +140,25 @@ static int load_adapters(void *user, ifl_executor *ex, char *err)
     return 0;
 }
 
+/* --tp: this process's part of the MPI job (left by cmd_serve) */
+static struct cli_tp g_tp;
+
+/* Whether the tensor parallel job has failed (a rank died or went silent):
+ * the executor then fails every request with 503, and the server exits. */
+static int tp_failed(struct ifl_server *srv)
+{
+    struct ifl_iteration_stats st;
+    return g_tp.comm && ifl_server_iteration_stats(srv, &st) == 0 && st.tp_failed;
+}
+
+static int serve_main(int argc, char **argv);
+
 int cmd_serve(int argc, char **argv)
+{
+    return cli_tp_end(&g_tp, serve_main(argc, argv));
+}
+
+static int serve_main(int argc, char **argv)
 {
     struct cli_lora lora_opts = {0};
     struct cli_lora *lora = &lora_opts;
@@ -196,6 +214,8 @@ int cmd_serve(int argc, char **argv)
         int sp = cli_spec_option("serve", a, v, &spec);
         if (sp < 0)
             sp = cli_lora_option("serve", a, v, lora);
+        if (sp < 0)
+            sp = cli_tp_option("serve", a, v, &g_tp);
         if (sp > 0)
             return sp;
         if (sp == 0)
@@ -320,6 +340,12 @@ int cmd_serve(int argc, char **argv)
         return cli_usage_error("serve", "--kv-cache-tokens %lld cannot hold one context of %lld",
                                (long long)kv_tokens, (long long)ctx);
     }
+    /* a worker rank of --tp runs its loop here and returns; rank 0 serves */
+    if ((rc0 = cli_tp_start("serve", &g_tp, model, (int)threads)) >= 0) {
+        free(key_buf);
+        free(tmpl);
+        return rc0;
+    }
 
     struct ifl_server_config cfg = {0};
     cfg.host = host;
@@ -327,6 +353,8 @@ int cmd_serve(int argc, char **argv)
     cfg.model_path = model;
     ifl_executor_config_default(&cfg.exec);
     cfg.exec.n_threads = (int32_t)threads;
+    cfg.exec.tp_comm = g_tp.comm;
+    cfg.exec.tp_timeout_s = g_tp.timeout_s;
     cfg.exec.max_batch_size = (int32_t)parallel;
     cfg.exec.max_num_tokens = (int32_t)max_num_tokens;
     cfg.exec.max_queue_size = (int32_t)max_queue;
@@ -415,7 +443,21 @@ int cmd_serve(int argc, char **argv)
     }
     fprintf(stderr, "inflight serve: ready on http://%s:%d\n", host, ifl_server_port(srv));
     int sig = 0;
-    sigwait(&set, &sig);
+    if (!g_tp.comm) {
+        sigwait(&set, &sig);
+    } else {
+        /* the job may fail under us: look every 100 ms */
+        const struct timespec tick = {0, 100 * 1000 * 1000};
+        while ((sig = sigtimedwait(&set, NULL, &tick)) <= 0) {
+            if (!tp_failed(srv))
+                continue;
+            fprintf(stderr, "inflight serve: the tensor parallel job lost a rank: requests "
+                            "answered 503; exiting\n");
+            ifl_server_shutdown(srv, 1000);
+            ifl_server_free(srv);
+            return 1;
+        }
+    }
     fprintf(stderr, "inflight serve: %s: finishing requests in flight (up to %llds)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)shutdown_s);
     struct drain d = {.srv = srv, .grace_ms = shutdown_s * 1000};

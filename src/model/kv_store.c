@@ -132,6 +132,8 @@ void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, 
 {
     IFL_ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
     IFL_ASSERT(n >= 0 && n <= kv->block_size);
+    if (kv->mirror)
+        kv->mirror(kv->mirror_user, IFL_KV_OP_COPY_BLOCK, dst, src, n, 0);
     size_t kbs = (size_t)kv->block_size * kv->k_row;
     size_t vbs = (size_t)kv->block_size * kv->v_row;
     for (int il = 0; il < kv->n_layer; il++) {
@@ -147,6 +149,8 @@ void ifl_kv_store_copy_pos(struct ifl_kv_store *kv, int32_t dst, int32_t dst_slo
     IFL_ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
     IFL_ASSERT(dst_slot >= 0 && dst_slot < kv->block_size && src_slot >= 0 &&
                src_slot < kv->block_size);
+    if (kv->mirror)
+        kv->mirror(kv->mirror_user, IFL_KV_OP_COPY_POS, dst, dst_slot, src, src_slot);
     size_t d = (size_t)dst * (size_t)kv->block_size + (size_t)dst_slot;
     size_t s = (size_t)src * (size_t)kv->block_size + (size_t)src_slot;
     for (int il = 0; il < kv->n_layer; il++) {
@@ -170,6 +174,8 @@ static size_t release_range(const struct ifl_kv_store *kv, char *lo, char *hi)
 size_t ifl_kv_store_release(struct ifl_kv_store *kv, int32_t first, int32_t n)
 {
     IFL_ASSERT(first >= 0 && n >= 0 && first + n <= kv->n_blocks);
+    if (kv->mirror)
+        kv->mirror(kv->mirror_user, IFL_KV_OP_RELEASE, first, n, 0, 0);
     size_t kbs = (size_t)kv->block_size * kv->k_row;
     size_t vbs = (size_t)kv->block_size * kv->v_row;
     size_t done = 0;

@@ -35,7 +35,14 @@ struct ifl_kv_store {
     size_t v_bytes;
     int huge;       /* the arrays asked for transparent huge pages */
     int prefaulted; /* ifl_kv_store_prefault made all of it resident */
+    /* optional: told of every copy and release (IFL_KV_OP_*, then the
+     * call's arguments), so that a tensor parallel job's other ranks
+     * repeat them on their stores (dist/tp.c); NULL: none */
+    void (*mirror)(void *user, int op, int32_t a, int32_t b, int32_t c, int32_t d);
+    void *mirror_user;
 };
+
+enum { IFL_KV_OP_COPY_BLOCK = 1, IFL_KV_OP_COPY_POS = 2, IFL_KV_OP_RELEASE = 3 };
 
 int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp, enum ifl_type type,
                         int32_t n_blocks, int32_t block_size, char *err);

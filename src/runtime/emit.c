@@ -23,11 +23,12 @@ static struct ifl_response *new_response(struct ifl_executor *ex, const struct x
     if (q->status) {
         r->status = q->status;
         r->error_msg = strdup(
-            q->status == IFL_EINVAL  ? "no token was left to pick: bad words, logit bias or "
-                                       "min_tokens banned them all, or the logits were NaN"
-            : q->status == IFL_EFULL ? "the guide's grammar went past its limits (nesting "
-                                       "depth or live parses)"
-                                     : "out of memory for the outputs this request asks for");
+            q->status == IFL_ESTATE   ? ex->tp_why /* the only status a whole job's end gives */
+            : q->status == IFL_EINVAL ? "no token was left to pick: bad words, logit bias or "
+                                        "min_tokens banned them all, or the logits were NaN"
+            : q->status == IFL_EFULL  ? "the guide's grammar went past its limits (nesting "
+                                        "depth or live parses)"
+                                      : "out of memory for the outputs this request asks for");
     }
     if (q->r.output.return_perf_metrics)
         r->perf = q->perf;

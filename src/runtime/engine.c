@@ -16,6 +16,7 @@
 
 static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ctx_reqs,
                           int32_t ctx_rows, int32_t gen_reqs, int32_t gen_rows);
+static void apply_cancel(struct ifl_executor *ex, ifl_id id);
 
 static void kv_copy(void *user, int32_t dst, int32_t src, int32_t n)
 {
@@ -127,10 +128,17 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     if (ifl_kvc_create(&e->kvc, &kc))
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory for the KV block manager");
     e->max_rows = c->max_num_tokens;
-    struct ifl_fwd_config fc = {
-        .max_rows = e->max_rows, .max_ctx = ex->n_ctx, .n_threads = c->n_threads};
+    struct ifl_fwd_config fc = {.max_rows = e->max_rows,
+                                .max_ctx = ex->n_ctx,
+                                .n_threads = c->n_threads,
+                                .comm = ex->tp ? c->tp_comm : NULL,
+                                .comm_timeout_s = c->tp_timeout_s};
     if ((rc = ifl_fwd_create(&e->fwd, ex->model, e->store, &fc, err)))
         return rc;
+    if (ex->tp) { /* the workers repeat the block manager's copies and releases */
+        e->store->mirror = ifl_tp_kv_mirror;
+        e->store->mirror_user = ex->tp;
+    }
     e->n_slots = c->max_batch_size;
     ifl_xguide_engine_init(&e->ge, ex->vocab, ex->n_vocab);
     e->logit_cap = e->n_slots > 64 ? e->n_slots : 64;
@@ -264,6 +272,53 @@ void ifl_engine_free(struct ifl_executor *ex)
     ex->eng = NULL;
 }
 
+int ifl_engine_tp_setup(struct ifl_executor *ex, char *err)
+{
+    struct engine *e = ex->eng;
+    const struct ifl_kv_store *kv = e->store;
+    struct ifl_tp_setup su = {.n_blocks = kv->n_blocks,
+                              .block_size = kv->block_size,
+                              .kv_type = (int32_t)kv->type,
+                              .max_rows = e->max_rows,
+                              .max_ctx = ex->n_ctx,
+                              .n_seqs = e->n_slots,
+                              .n_vocab = ex->model->hp.n_vocab,
+                              .n_layer = ex->model->hp.n_layer,
+                              .weight_bytes = (int64_t)ex->model->weight_bytes};
+    int rc = ifl_tp_send_setup(ex->tp, &su, err);
+    if (!rc)
+        rc = ifl_tp_agree(ex->cfg.tp_comm, 0, ex->cfg.tp_timeout_s > 0 ? ex->cfg.tp_timeout_s : 30,
+                          err);
+    if (!rc)
+        publish_stats(ex, 0, 0, 0, 0, 0);
+    return rc;
+}
+
+/* A collective failed: the job is over. Every request, running or waiting,
+ * ends with IFL_ESTATE; enqueue refuses new ones with the reason. */
+static void tp_fail(struct ifl_executor *ex, const char *why)
+{
+    struct engine *e = ex->eng;
+    if (!atomic_load_explicit(&ex->tp_failed, memory_order_relaxed)) {
+        snprintf(ex->tp_why, sizeof ex->tp_why,
+                 "the tensor parallel job lost a rank (%s); this server cannot go on", why);
+        atomic_store_explicit(&ex->tp_failed, 1, memory_order_release);
+    }
+    pthread_mutex_lock(&ex->in_mu);
+    ex->accepting = 0;
+    pthread_mutex_unlock(&ex->in_mu);
+    while (e->waiting) {
+        e->waiting->status = IFL_ESTATE;
+        apply_cancel(ex, e->waiting->id);
+    }
+    for (int32_t i = 0; i < e->n_slots; i++)
+        if (e->seqs[i].q) {
+            e->seqs[i].q->status = IFL_ESTATE;
+            ifl_seq_finish_request(ex, e->seqs[i].q, IFL_FINISH_CANCELLED);
+        }
+    publish_stats(ex, 0, 0, 0, 0, 0);
+}
+
 static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ctx_reqs,
                           int32_t ctx_rows, int32_t gen_reqs, int32_t gen_rows)
 {
@@ -298,6 +353,14 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.kv_blocks_peak = k.peak_used;
     st.kv_blocks_cached = k.n_cached;
     st.kv_pool_bound = e->kv_bound;
+    st.tp_ranks = ex->tp ? ifl_tp_size(ex->tp) : 1;
+    if (ex->tp) {
+        struct ifl_comm_stats cs;
+        ifl_tp_stats(ex->tp, &cs);
+        st.tp_collectives = cs.calls;
+        st.tp_comm_seconds = cs.seconds;
+        st.tp_failed = atomic_load_explicit(&ex->tp_failed, memory_order_relaxed);
+    }
     st.kv_bytes_bound = e->kv_bound_bytes;
     st.kv_blocks_released = k.released;
     st.draft_tokens = e->spec_drafted;
@@ -485,8 +548,14 @@ static void step(struct ifl_executor *ex)
     }
     char err[IFL_ERR_LEN] = "";
     int rc = step_adapters(e, rows, &b);
+    if (!rc && ex->tp) /* the workers run the same step on their shards */
+        rc = ifl_tp_send_step(ex->tp, &b, err);
     if (!rc)
         rc = ifl_forward(e->fwd, &b, e->logits, err);
+    if (rc && ex->tp && rc != IFL_EINVAL && rc != IFL_ENOMEM) {
+        tp_fail(ex, err);
+        return;
+    }
     if (rc) {
         /* the batch is built by the engine: this is a bug, not bad input;
          * fail the requests involved rather than spin on them */
@@ -603,6 +672,15 @@ void *ifl_engine_main(void *arg)
              * up when the next ones will have been */
             pthread_mutex_unlock(&ex->in_mu);
             int64_t wake = release_idle_blocks(ex);
+            if (ex->tp && !atomic_load_explicit(&ex->tp_failed, memory_order_relaxed)) {
+                /* a keep-alive each idle second: the workers' wait for the
+                 * next step is bounded, and a dead rank is noticed */
+                char err[IFL_ERR_LEN] = "";
+                if (ifl_tp_idle(ex->tp, err))
+                    tp_fail(ex, err);
+                int64_t next = ifl_now_us() + 250000;
+                wake = wake < next ? wake : next;
+            }
             pthread_mutex_lock(&ex->in_mu);
             if (ex->in_head || ex->n_cancels || ex->stop)
                 break;

@@ -18,11 +18,14 @@
 #define IFL_RUNTIME_EXEC_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/err.h"
 #include "core/rng.h"
+#include "dist/tp.h"
 #include "inflight.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -147,7 +150,13 @@ struct ifl_executor {
     pthread_cond_t idle_cv;
     int32_t n_idle_waiters;
 
-    struct engine *eng;             /* engine-owned */
+    struct engine *eng; /* engine-owned */
+    /* tensor parallelism (dist/tp.h): rank 0's side, NULL when off; the
+     * workers wait for messages once tp_live (every rank loaded its shard) */
+    struct ifl_tp *tp;
+    int tp_live;
+    atomic_int tp_failed;           /* the job failed; set by the engine, read by any thread */
+    char tp_why[IFL_ERR_LEN];       /* why, written before tp_failed is set (release) */
     struct ifl_xguide_cache guides; /* compiled guides by text (own lock) */
     /* the model's chat template (or ChatML), compiled at its first use by
      * ifl_executor_apply_chat_template (chat_apply.c), under chat_mu */
@@ -199,6 +208,9 @@ static inline void *ifl_exec_dup(const void *p, size_t n)
 int ifl_engine_create(struct ifl_executor *ex, char *err);
 void ifl_engine_free(struct ifl_executor *ex);
 void *ifl_engine_main(void *arg);
+/* Tensor parallelism: sends the workers the setup of the engine just made
+ * (dist/tp.h) and waits until every one has built its side. */
+int ifl_engine_tp_setup(struct ifl_executor *ex, char *err);
 /* Bytes of the KV store in memory now; any thread (it reads only what
  * creation fixed). */
 int64_t ifl_engine_kv_resident(struct ifl_executor *ex);

@@ -24,6 +24,9 @@
 #include "runtime/exec.h"
 #include "runtime/sampler.h"
 
+/* how long the ranks of a tensor parallel job wait for each other to load */
+#define TP_START_S 600.0
+
 void ifl_executor_config_default(struct ifl_executor_config *c)
 {
     memset(c, 0, sizeof(*c));
@@ -327,7 +330,9 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
     }
     if (!rc) {
         pthread_mutex_lock(&ex->in_mu);
-        if (!ex->accepting)
+        if (!ex->accepting && atomic_load_explicit(&ex->tp_failed, memory_order_acquire))
+            rc = ifl_err(err, IFL_ESTATE, "enqueue: %s", ex->tp_why);
+        else if (!ex->accepting)
             rc = ifl_err(err, IFL_ESTATE, "enqueue: the executor is shutting down");
         else if (ex->cfg.max_queue_size > 0 && ex->n_queued + n > ex->cfg.max_queue_size)
             rc = ifl_err(err, IFL_EFULL, "enqueue: the queue is full (%d waiting, limit %d)",
@@ -489,6 +494,7 @@ int ifl_executor_model_info(ifl_executor *ex, struct ifl_model_info *out)
     size_t cover = ifl_vocab_max_cover(ex->vocab);
     out->max_token_bytes = cover > INT32_MAX ? 0 : (int32_t)cover;
     out->kv_cache_tokens = ex->kv_cache_tokens;
+    out->tp_ranks = ex->tp ? ifl_tp_size(ex->tp) : 1;
     return 0;
 }
 
@@ -587,8 +593,24 @@ static int check_speculative(const struct ifl_speculative_config *c, char *err)
     return 0;
 }
 
+static int create(ifl_executor **out, const char *model_path,
+                  const struct ifl_executor_config *cfg_in, char *err, int *agreed);
+
 int ifl_executor_create(ifl_executor **out, const char *model_path,
                         const struct ifl_executor_config *cfg_in, char *err)
+{
+    int agreed = 0;
+    int rc = create(out, model_path, cfg_in, err, &agreed);
+    /* the workers wait to hear that every rank loaded its shard: a rank 0
+     * that stopped before tells them it did not */
+    const struct ifl_comm *c = cfg_in ? cfg_in->tp_comm : NULL;
+    if (rc && !agreed && c && ifl_comm_size(c) > 1 && ifl_comm_rank(c) == 0)
+        ifl_tp_agree(cfg_in->tp_comm, 1, TP_START_S, NULL);
+    return rc;
+}
+
+static int create(ifl_executor **out, const char *model_path,
+                  const struct ifl_executor_config *cfg_in, char *err, int *agreed)
 {
     if (!out || !model_path)
         return ifl_err(err, IFL_EINVAL, "%s is NULL", out ? "model_path" : "the output pointer");
@@ -636,6 +658,19 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
     int rc0 = check_speculative(&cfg.speculative, err);
     if (rc0)
         return rc0;
+    const int tp = cfg.tp_comm && ifl_comm_size(cfg.tp_comm) > 1;
+    if (tp && ifl_comm_rank(cfg.tp_comm) != 0)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: tensor parallelism: the executor runs on rank 0 (this is rank %d; "
+                       "the others run ifl_tp_worker_run)",
+                       ifl_comm_rank(cfg.tp_comm));
+    if (tp && (cfg.speculative.type == IFL_SPEC_DRAFT || cfg.speculative.type == IFL_SPEC_EAGLE3))
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "config: speculative decoding with a draft model or an EAGLE-3 head is not "
+                       "available with tensor parallelism (--tp) in this version");
+    if (!(cfg.tp_timeout_s >= 0))
+        return ifl_err(err, IFL_EINVAL, "config: tp_timeout_s %g (>= 0; 0: 30 s)",
+                       cfg.tp_timeout_s);
     struct ifl_executor *ex = calloc(1, sizeof(*ex));
     if (!ex)
         return ifl_err(err, IFL_ENOMEM, "executor: out of memory");
@@ -670,12 +705,25 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         }
         ex->cfg.logits_processors = ex->procs;
     }
+    if (!rc && tp)
+        rc = ifl_tp_leader_create(&ex->tp, cfg.tp_comm, cfg.tp_timeout_s, err);
     if (!rc) {
         struct ifl_model_load_opts lo = {.n_threads = cfg.n_threads,
                                          .repack_cache_dir = cfg.repack_cache_dir,
                                          .progress = cfg.load_progress,
-                                         .progress_user = cfg.load_progress_user};
+                                         .progress_user = cfg.load_progress_user,
+                                         .tp_rank = 0,
+                                         .tp_size = tp ? ifl_comm_size(cfg.tp_comm) : 1};
         rc = ifl_model_load_with(&ex->model, model_path, &lo, err);
+        if (ex->tp) {
+            /* every rank loaded its shard, or all stop here */
+            char e2[IFL_ERR_LEN] = "";
+            int arc = ifl_tp_agree(cfg.tp_comm, rc != 0, TP_START_S, e2);
+            *agreed = 1;
+            ex->tp_live = arc == 0;
+            if (!rc && arc)
+                rc = ifl_err(err, arc, "%s", e2);
+        }
     }
     if (!rc) {
         ifl_lora_reg_init(&ex->lora, ex->model, cfg.lora_cache_bytes);
@@ -690,6 +738,8 @@ int ifl_executor_create(ifl_executor **out, const char *model_path,
         ex->n_ctx = n_ctx;
         rc = ifl_engine_create(ex, err);
     }
+    if (!rc && ex->tp) /* the workers build their KV stores and forward passes */
+        rc = ifl_engine_tp_setup(ex, err);
     if (!rc) {
         ex->accepting = 1;
         if (pthread_create(&ex->thread, NULL, ifl_engine_main, ex) != 0)
@@ -741,11 +791,21 @@ int ifl_executor_shutdown(ifl_executor *ex, int cancel_in_flight)
     return 0;
 }
 
+int ifl_executor_failed(ifl_executor *ex, char *err)
+{
+    if (!ex || !atomic_load_explicit(&ex->tp_failed, memory_order_acquire))
+        return 0;
+    ifl_err(err, IFL_ESTATE, "%s", ex->tp_why);
+    return 1;
+}
+
 void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
 {
     if (!ex)
         return;
     ifl_executor_shutdown(ex, cancel_in_flight);
+    if (ex->tp && ex->tp_live) /* the workers return (nothing is sent after a failure) */
+        ifl_tp_send_stop(ex->tp, NULL);
     /* wait until every caller has left */
     pthread_mutex_lock(&ex->out_mu);
     while (ex->n_callers > 0)
@@ -774,6 +834,7 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
         ifl_lora_reg_deinit(&ex->lora);
     ifl_vocab_free(ex->vocab);
     ifl_model_free(ex->model);
+    ifl_tp_free(ex->tp);
     pthread_mutex_destroy(&ex->in_mu);
     pthread_cond_destroy(&ex->in_cv);
     pthread_mutex_destroy(&ex->out_mu);

@@ -45,6 +45,10 @@ int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name,
                        !ex   ? "the executor"
                        : !id ? "the id pointer"
                              : "the path");
+    if (ex->tp)
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "load_lora: LoRA adapters are not available with tensor parallelism "
+                       "(--tp) in this version");
     struct ifl_lora_rt *rt = NULL;
     int rc = read_adapter(path, ex->cfg.lora_type, ex->model, &rt, err);
     if (rc)

@@ -284,6 +284,20 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_buf *b)
          "KV blocks whose memory was given back after staying free.");
     ifl_buf_addf(b, "inflight_kv_cache_released_blocks_total{model_name=\"%s\"} %lld\n", model,
                  (long long)st.kv_blocks_released);
+    head(b, "inflight_tp_ranks", "gauge",
+         "Tensor parallelism: processes the model is split over (1: not split).");
+    ifl_buf_addf(b, "inflight_tp_ranks{model_name=\"%s\"} %d\n", model,
+                 st.tp_ranks > 0 ? st.tp_ranks : 1);
+    head(b, "inflight_tp_failed", "gauge", "1 once a rank of the job died or stopped answering.");
+    ifl_buf_addf(b, "inflight_tp_failed{model_name=\"%s\"} %d\n", model, st.tp_failed);
+    head(b, "inflight_tp_collectives_total", "counter",
+         "Tensor parallelism: collectives rank 0 has taken part in.");
+    ifl_buf_addf(b, "inflight_tp_collectives_total{model_name=\"%s\"} %lld\n", model,
+                 (long long)st.tp_collectives);
+    head(b, "inflight_tp_comm_seconds_total", "counter",
+         "Tensor parallelism: seconds rank 0 spent in collectives, waiting included.");
+    ifl_buf_addf(b, "inflight_tp_comm_seconds_total{model_name=\"%s\"} %.6f\n", model,
+                 st.tp_comm_seconds);
     head(b, "inflight_process_resident_memory_bytes", "gauge", "The server's resident set.");
     ifl_buf_addf(b, "inflight_process_resident_memory_bytes %lld\n",
                  (long long)(ex ? st.process_rss_bytes : ifl_sysmem_rss()));

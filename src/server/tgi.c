@@ -786,6 +786,9 @@ int ifl_tgi_info(struct ifl_hconn *c, json_t *body)
     json_object_set_new(o, "max_batch_size", json_integer(e->max_batch_size));
     json_object_set_new(o, "max_batch_total_tokens", json_integer(s->info.kv_cache_tokens));
     json_object_set_new(o, "max_client_batch_size", json_integer(64));
+    /* tensor parallelism: the ranks the model is split over (TGI's shards) */
+    json_object_set_new(o, "num_shard", json_integer(s->info.tp_ranks));
+    json_object_set_new(o, "sharded", json_boolean(s->info.tp_ranks > 1));
     json_object_set_new(o, "validation_workers", json_integer(1));
     json_object_set_new(o, "router", json_string("inflight"));
     json_object_set_new(o, "version", json_string(ifl_version()));
