@@ -748,6 +748,10 @@ static int bench_leader(struct bench_opts *op, int threads)
         o.spread[o.n_spread++] =
             (struct ifl_lora_ref){o.lora.id[i], o.lora.scale[i] != 0.0f ? o.lora.scale[i] : 1.0f};
 
+    /* --tp: what the collectives took of the run (rank 0's view) */
+    struct ifl_iteration_stats st0;
+    ifl_get_iteration_stats(ex, &st0);
+    const double t0 = ifl_now_s();
     if ((o.n_pp || o.n_tg) && !o.json)
         printf("| model | size | params | threads | test | t/s |\n"
                "| --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -763,6 +767,18 @@ static int bench_leader(struct bench_opts *op, int threads)
     if (rc)
         fprintf(stderr, "inflight bench: %s\n", err);
     struct ifl_iteration_stats st;
+    if (!rc && !ifl_get_iteration_stats(ex, &st) && st.tp_ranks > 1) {
+        double el = ifl_now_s() - t0, cs = st.tp_comm_seconds - st0.tp_comm_seconds;
+        int64_t steps = st.iteration - st0.iteration;
+        fprintf(stderr,
+                "tensor parallelism: %d ranks; %lld steps in %.3f s, %lld collectives taking "
+                "%.3f s of it (%.1f %%): %.3f ms a step, %.3f ms of it in collectives; peak "
+                "RSS of rank 0 %.1f MiB\n",
+                st.tp_ranks, (long long)steps, el,
+                (long long)(st.tp_collectives - st0.tp_collectives), cs,
+                el > 0 ? 100.0 * cs / el : 0.0, steps ? 1e3 * el / (double)steps : 0.0,
+                steps ? 1e3 * cs / (double)steps : 0.0, peak_rss_bytes() / 1048576.0);
+    }
     if (!rc && !ifl_get_iteration_stats(ex, &st) && st.draft_tokens)
         fprintf(stderr, "speculation: %lld of %lld drafts kept (%.0f %%)\n",
                 (long long)st.accepted_draft_tokens, (long long)st.draft_tokens,
