@@ -84,7 +84,9 @@ static atomic_int g_live;
 /* A communicator broke in this process: MPI still holds its pending
  * collective, and a new communicator (MPI_Comm_dup is collective) would
  * wait on the dead rank. Set by finalize of a broken one. */
+#ifdef IFL_HAVE_MPI
 static atomic_int g_broken;
+#endif
 
 int ifl_comm_have_mpi(void)
 {
