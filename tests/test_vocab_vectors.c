@@ -1,11 +1,14 @@
 /*
  * The vocabularies of tests/data/vocab/ (llama.cpp's test set: WordPiece,
- * DeepSeek LLM and Coder, Falcon, StarCoder; unpacked by make into
- * $BUILD/vocab/) against their .inp/.out vectors, byte-level round trips,
+ * DeepSeek LLM and Coder, Falcon, StarCoder; and GPT-4o's cut to 20000
+ * tokens, with llama.cpp's ids for it under every pre-tokenizer family;
+ * unpacked by make into $BUILD/vocab/) against their .inp/.out vectors,
+ * byte-level round trips,
  * WordPiece's specials, long words and normalization, every pre-tokenizer
  * name loading and cutting text, a few cuts whose result the patterns fix,
  * a raw-UTF-8 BPE (gemma4) built here, and bad input.
  */
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,10 +19,10 @@
 #include "t.h"
 #include "tokenizer/internal.h"
 
-enum { V_BERT, V_DS_CODER, V_DS_LLM, V_FALCON, V_STARCODER, V_COUNT };
+enum { V_BERT, V_DS_CODER, V_DS_LLM, V_FALCON, V_STARCODER, V_GPT4O, V_COUNT };
 static const char *const names[V_COUNT] = {
     "ggml-vocab-bert-bge", "ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm",
-    "ggml-vocab-falcon",   "ggml-vocab-starcoder",
+    "ggml-vocab-falcon",   "ggml-vocab-starcoder",      "ggml-vocab-gpt4o-20k",
 };
 static struct ifl_vocab *vocabs[V_COUNT];
 static char tmpdir[256];
@@ -98,22 +101,16 @@ static void print_ids(const char *label, const int32_t *ids, int64_t n)
 
 static const char SEP[] = "\n__ggml_vocab_test__\n";
 
-/* Checks every case of vocabulary w; byte-level BPE must also give each
- * input back from its expected ids (llama.cpp's test prints the
- * detokenized text; for a lossless tokenizer it must be the input). */
-static void run_vectors(int w, int roundtrip)
+/* Checks every case of inp_path against out_path on v; with roundtrip,
+ * each expected id list must also give its input back (llama.cpp's test
+ * prints the detokenized text; for a lossless tokenizer it is the input). */
+static void run_vectors_on(const struct ifl_vocab *v, const char *label, const char *inp_path,
+                           const char *out_path, int roundtrip)
 {
-    const struct ifl_vocab *v = vocabs[w];
-    CHECK_MSG(v, "%s not loaded", names[w]);
-    if (!v)
-        return;
-    char path[1024];
     size_t ni, no;
-    snprintf(path, sizeof(path), "tests/data/vocab/%s.gguf.inp", names[w]);
-    char *inp = read_all(path, &ni);
-    snprintf(path, sizeof(path), "tests/data/vocab/%s.gguf.out", names[w]);
-    char *outp = read_all(path, &no);
-    CHECK_MSG(inp && outp, "cannot read the vectors of %s", names[w]);
+    char *inp = read_all(inp_path, &ni);
+    char *outp = read_all(out_path, &no);
+    CHECK_MSG(inp && outp, "%s: cannot read %s or %s", label, inp_path, out_path);
     if (!inp || !outp) {
         free(inp);
         free(outp);
@@ -143,14 +140,13 @@ static void run_vectors(int w, int roundtrip)
             size_t bl;
             char *back = detokenize(v, want, nw, &bl);
             ok = bl == len && memcmp(back, p, len) == 0;
-            CHECK_MSG(ok, "%s case %d: the expected ids do not give the input back", names[w],
-                      cases);
+            CHECK_MSG(ok, "%s case %d: the expected ids do not give the input back", label, cases);
             free(back);
         }
         if (ok) {
             pass++;
         } else {
-            T_FAIL_("%s case %d (%zu bytes) mismatch", names[w], cases, len);
+            T_FAIL_("%s case %d (%zu bytes) mismatch", label, cases, len);
             print_ids("want", want, nw);
             if (ids)
                 print_ids("got ", ids, n);
@@ -159,11 +155,22 @@ static void run_vectors(int w, int roundtrip)
         cases++;
         p = hit ? hit + strlen(SEP) : end;
     }
-    fprintf(stderr, "  %s: %d/%d cases pass\n", names[w], pass, cases);
+    fprintf(stderr, "  %s: %d/%d cases pass\n", label, pass, cases);
     CHECK(cases > 30);
     free(want);
     free(inp);
     free(outp);
+}
+
+static void run_vectors(int w, int roundtrip)
+{
+    CHECK_MSG(vocabs[w], "%s not loaded", names[w]);
+    if (!vocabs[w])
+        return;
+    char inp[512], out[512];
+    snprintf(inp, sizeof(inp), "tests/data/vocab/%s.gguf.inp", names[w]);
+    snprintf(out, sizeof(out), "tests/data/vocab/%s.gguf.out", names[w]);
+    run_vectors_on(vocabs[w], names[w], inp, out, roundtrip);
 }
 
 static void test_vectors_bert(void)
@@ -185,6 +192,64 @@ static void test_vectors_falcon(void)
 static void test_vectors_starcoder(void)
 {
     run_vectors(V_STARCODER, 1);
+}
+
+static void test_vectors_gpt4o(void)
+{
+    run_vectors(V_GPT4O, 1);
+}
+
+/* Each tests/data/vocab/pre/NAME.out holds llama.cpp's ids for the cases of
+ * ggml-vocab-gpt4o-20k.gguf.inp on that vocabulary with tokenizer.ggml.pre
+ * set to NAME: one file per pre-tokenizer family. The vocabulary is
+ * rewritten here with the name changed. */
+static void test_vectors_per_pretokenizer(void)
+{
+    char path[1024], tmp[512], err[IFL_ERR_LEN] = "";
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-gpt4o-20k.gguf", build_dir());
+    snprintf(tmp, sizeof(tmp), "%s/pre.gguf", tmpdir);
+    struct ifl_gguf *base = NULL;
+    CHECK_MSG(ifl_gguf_open(&base, path, err) == 0, "%s: %s", path, err);
+    DIR *dir = opendir("tests/data/vocab/pre");
+    CHECK(dir != NULL);
+    if (!base || !dir) {
+        ifl_gguf_free(base);
+        if (dir)
+            closedir(dir);
+        return;
+    }
+    int n_files = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 5 || strcmp(de->d_name + nl - 4, ".out") != 0)
+            continue;
+        char pre[128];
+        snprintf(pre, sizeof(pre), "%.*s", (int)(nl - 4), de->d_name);
+        struct ifl_gguf_writer *w = NULL;
+        CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+        for (int64_t i = 0; i < ifl_gguf_n_kv(base); i++)
+            if (strcmp(ifl_gguf_key(base, i), "tokenizer.ggml.pre") != 0)
+                ifl_gguf_writer_copy_kv(w, base, i);
+        ifl_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, strlen(pre));
+        CHECK_EQ(ifl_gguf_writer_write(w, tmp, err), 0);
+        ifl_gguf_writer_free(w);
+        struct ifl_vocab *v = load_path(tmp, err);
+        CHECK_MSG(v, "pre %s: %s", pre, err);
+        if (v) {
+            char inp[512], out[512], label[160];
+            snprintf(inp, sizeof(inp), "tests/data/vocab/ggml-vocab-gpt4o-20k.gguf.inp");
+            snprintf(out, sizeof(out), "tests/data/vocab/pre/%s", de->d_name);
+            snprintf(label, sizeof(label), "gpt4o-20k as %s", pre);
+            run_vectors_on(v, label, inp, out, !(v->pre_flags & IFL_PRE_RAW));
+            ifl_vocab_free(v);
+        }
+        n_files++;
+    }
+    closedir(dir);
+    unlink(tmp);
+    ifl_gguf_free(base);
+    CHECK(n_files >= 29);
 }
 
 /* ---- WordPiece ---- */
@@ -372,6 +437,9 @@ static void test_every_pretokenizer(void)
     check_cut("superbpe", "x1234567 12", "x|1|234|567| |12");
     check_cut("afmoe", "1234567 12345", "1|234|567| |12|345");
     check_cut("tiny_aya", "1234567 ab12", "1|234|567| ab|12");
+    /* \b as Hugging Face's regex has it: digits before a letter are no group
+     * (llama.cpp cuts every digit run in threes here) */
+    check_cut("tiny_aya", "x 1314151\xe5\xa4\xa9", "x| |131|415|1|\xe5\xa4\xa9");
     check_cut("kimi-k2",
               "\xe4\xb8\xad\xe6\x96\x87"
               "abc",
@@ -566,6 +634,8 @@ int main(void)
     T_RUN(test_vectors_deepseek_llm);
     T_RUN(test_vectors_falcon);
     T_RUN(test_vectors_starcoder);
+    T_RUN(test_vectors_gpt4o);
+    T_RUN(test_vectors_per_pretokenizer);
     T_RUN(test_wordpiece);
     T_RUN(test_every_pretokenizer);
     T_RUN(test_gemma4_raw);
