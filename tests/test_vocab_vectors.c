@@ -2,6 +2,7 @@
  * The vocabularies of tests/data/vocab/ (llama.cpp's test set: WordPiece,
  * DeepSeek LLM and Coder, Falcon, StarCoder; and GPT-4o's cut to 20000
  * tokens, with llama.cpp's ids for it under every pre-tokenizer family;
+ * a Unigram vocabulary made from llama-spm's pieces with a charsmap;
  * unpacked by make into $BUILD/vocab/) against their .inp/.out vectors,
  * byte-level round trips,
  * WordPiece's specials, long words and normalization, every pre-tokenizer
@@ -19,10 +20,11 @@
 #include "t.h"
 #include "tokenizer/internal.h"
 
-enum { V_BERT, V_DS_CODER, V_DS_LLM, V_FALCON, V_STARCODER, V_GPT4O, V_COUNT };
+enum { V_BERT, V_DS_CODER, V_DS_LLM, V_FALCON, V_STARCODER, V_GPT4O, V_UGM, V_COUNT };
 static const char *const names[V_COUNT] = {
     "ggml-vocab-bert-bge", "ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm",
     "ggml-vocab-falcon",   "ggml-vocab-starcoder",      "ggml-vocab-gpt4o-20k",
+    "ggml-vocab-ugm-spm",
 };
 static struct ifl_vocab *vocabs[V_COUNT];
 static char tmpdir[256];
@@ -250,6 +252,117 @@ static void test_vectors_per_pretokenizer(void)
     unlink(tmp);
     ifl_gguf_free(base);
     CHECK(n_files >= 29);
+}
+
+/* ---- Unigram ---- */
+
+/* Writes base's metadata to path with key replaced by a bool, or dropped
+ * (value < 0), or replaced by the bytes data[0, n) (n > 0). */
+static int rewrite(const struct ifl_gguf *base, const char *path, const char *key, int value,
+                   const uint8_t *data, size_t n, char *err)
+{
+    struct ifl_gguf_writer *w = NULL;
+    if (ifl_gguf_writer_create(&w) < 0)
+        return -1;
+    for (int64_t i = 0; i < ifl_gguf_n_kv(base); i++)
+        if (strcmp(ifl_gguf_key(base, i), key) != 0)
+            ifl_gguf_writer_copy_kv(w, base, i);
+    if (n > 0)
+        ifl_gguf_writer_set_arr(w, key, IFL_GGUF_UINT8, data, n);
+    else if (value >= 0)
+        ifl_gguf_writer_set_bool(w, key, value);
+    int rc = ifl_gguf_writer_write(w, path, err);
+    ifl_gguf_writer_free(w);
+    return rc;
+}
+
+static void test_vectors_ugm(void)
+{
+    run_vectors(V_UGM, 0); /* lossy: the charsmap rewrites text */
+}
+
+/* The same vocabulary with remove_extra_whitespaces (llama.cpp's ids), EOS
+ * with add_special, and charsmaps that do not hold together. */
+static void test_ugm(void)
+{
+    const struct ifl_vocab *v = vocabs[V_UGM];
+    if (!v)
+        return;
+    CHECK_EQ(ifl_vocab_kind(v), IFL_VOCAB_UGM);
+    int64_t n;
+    int32_t *ids = tokenize(v, "hi", 2, 1, &n);
+    CHECK(ids && n >= 2 && ids[n - 1] == ifl_vocab_eos(v) && ifl_vocab_eos(v) == 1);
+    free(ids);
+    /* full-width letters and a ligature go through the charsmap */
+    int64_t na, nb;
+    static const char fw[] = "\xef\xbc\xa1\xef\xbd\x82 \xef\xac\x81ne";
+    int32_t *a = tokenize(v, fw, strlen(fw), 0, &na);
+    int32_t *b = tokenize(v, "Ab fine", 7, 0, &nb);
+    CHECK(a && b && na == nb && memcmp(a, b, (size_t)na * sizeof(*a)) == 0);
+    free(a);
+    free(b);
+
+    char path[1024], tmp[512], err[IFL_ERR_LEN] = "";
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-ugm-spm.gguf", build_dir());
+    snprintf(tmp, sizeof(tmp), "%s/ugm.gguf", tmpdir);
+    struct ifl_gguf *base = NULL;
+    if (ifl_gguf_open(&base, path, err) < 0)
+        return;
+    CHECK_EQ(rewrite(base, tmp, "tokenizer.ggml.remove_extra_whitespaces", 1, NULL, 0, err), 0);
+    struct ifl_vocab *x = load_path(tmp, err);
+    CHECK_MSG(x, "%s", err);
+    if (x) {
+        run_vectors_on(x, "ugm-spm with remove_extra_whitespaces",
+                       "tests/data/vocab/ggml-vocab-ugm-spm.gguf.inp",
+                       "tests/data/vocab/ggml-vocab-ugm-spm.remove-extra-ws.out", 0);
+        ifl_vocab_free(x);
+    }
+    /* a trie size past the blob, and one not a multiple of 4: refused */
+    static const uint8_t big[8] = {0xff, 0, 0, 0, 1, 2, 3, 4};
+    static const uint8_t odd[12] = {6, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 0};
+    const uint8_t *bad[2] = {big, odd};
+    size_t bad_n[2] = {sizeof(big), sizeof(odd)};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(
+            rewrite(base, tmp, "tokenizer.ggml.precompiled_charsmap", -1, bad[i], bad_n[i], err),
+            0);
+        struct ifl_gguf *g = NULL;
+        CHECK_EQ(ifl_gguf_open(&g, tmp, err), 0);
+        struct ifl_vocab *y = NULL;
+        err[0] = 0;
+        CHECK_EQ(ifl_vocab_load(&y, g, err), IFL_EFORMAT);
+        CHECK_MSG(strstr(err, "precompiled_charsmap") != NULL, "err: %s", err);
+        ifl_gguf_free(g);
+    }
+    /* a trie whose steps leave the array, or whose replacement offsets
+     * point past the blob: no match there, no crash (random arrays) */
+    struct ifl_rng rng;
+    ifl_rng_seed(&rng, 7);
+    uint8_t junk[4 + 64 + 16];
+    for (int t = 0; t < 50; t++) {
+        uint32_t blob = 64;
+        memcpy(junk, &blob, 4);
+        for (size_t i = 4; i < sizeof(junk); i++)
+            junk[i] = (uint8_t)ifl_rng_next(&rng);
+        CHECK_EQ(
+            rewrite(base, tmp, "tokenizer.ggml.precompiled_charsmap", -1, junk, sizeof(junk), err),
+            0);
+        struct ifl_vocab *y = load_path(tmp, err);
+        CHECK_MSG(y, "random charsmap %d: %s", t, err);
+        if (y) {
+            for (int k = 0; k < 8; k++) {
+                char text[32];
+                for (size_t i = 0; i < sizeof(text); i++)
+                    text[i] = (char)ifl_rng_next(&rng);
+                int32_t *r = tokenize(y, text, sizeof(text), 0, &n);
+                CHECK(r != NULL);
+                free(r);
+            }
+            ifl_vocab_free(y);
+        }
+    }
+    unlink(tmp);
+    ifl_gguf_free(base);
 }
 
 /* ---- WordPiece ---- */
@@ -636,6 +749,8 @@ int main(void)
     T_RUN(test_vectors_starcoder);
     T_RUN(test_vectors_gpt4o);
     T_RUN(test_vectors_per_pretokenizer);
+    T_RUN(test_vectors_ugm);
+    T_RUN(test_ugm);
     T_RUN(test_wordpiece);
     T_RUN(test_every_pretokenizer);
     T_RUN(test_gemma4_raw);

@@ -133,6 +133,7 @@ int cmd_info(int argc, char **argv)
     printf("vocabulary:    %s, %d tokens, bos %d, eos %d%s\n",
            ifl_vocab_kind(v) == IFL_VOCAB_SPM   ? "sentencepiece"
            : ifl_vocab_kind(v) == IFL_VOCAB_WPM ? "wordpiece"
+           : ifl_vocab_kind(v) == IFL_VOCAB_UGM ? "unigram"
                                                 : "BPE",
            ifl_vocab_n_tokens(v), ifl_vocab_bos(v), ifl_vocab_eos(v),
            ifl_vocab_add_bos(v) ? ", adds BOS" : "");

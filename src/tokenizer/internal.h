@@ -110,6 +110,16 @@ struct ifl_vocab {
     int add_sep;
     int wpm_lowercase, wpm_strip_accents;
     size_t max_text; /* longest stored token text, in bytes */
+
+    /* Unigram (ugm.c) */
+    unsigned char *charsmap; /* tokenizer.ggml.precompiled_charsmap, NULL if none */
+    size_t charsmap_len;
+    const uint32_t *xcda; /* (n_xcda) inside charsmap: the normalization trie */
+    size_t n_xcda;
+    const char *repl; /* NUL-terminated replacements after it */
+    size_t repl_len;
+    double ugm_unk_score; /* lowest normal score minus 10 */
+    int remove_extra_ws;
 };
 
 /* ---- ids written to the caller's buffer, counting past its end ---- */
@@ -151,6 +161,9 @@ static inline uint64_t ifl_tok_mix(uint64_t x)
 /* The id whose text is a followed by b (b may be empty), or -1. */
 int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, const char *b,
                         size_t nb);
+
+/* The id whose text is text[0, len), h being ifl_tok_hash of it; -1 if none. */
+int32_t ifl_vocab_find_h(const struct ifl_vocab *v, uint64_t h, const char *text, size_t len);
 
 static inline const char *ifl_vocab_text_(const struct ifl_vocab *v, int32_t id, size_t *len)
 {
@@ -271,6 +284,11 @@ int ifl_vocab_bpe_tokenize(const struct ifl_vocab *v, const char *text, size_t l
 /* WordPiece (wpm.c): normalizes, splits at whitespace and punctuation and
  * takes the longest vocabulary match from the left in each word. */
 int ifl_vocab_wpm_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
+                           struct ifl_tok_out *out);
+
+/* Unigram (ugm.c): the charsmap and scores at load, Viterbi when tokenizing. */
+int ifl_vocab_ugm_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err);
+int ifl_vocab_ugm_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
                            struct ifl_tok_out *out);
 
 /* ---- pre-tokenizers (pretok.c) ---- */

@@ -1,6 +1,6 @@
 /*
  * ifl_tokenize: cuts the text around special-token texts, then hands each
- * raw fragment to the SPM, BPE or WordPiece tokenizer, with BOS/EOS (and
+ * raw fragment to the SPM, BPE, WordPiece or Unigram tokenizer, with BOS/EOS (and
  * WordPiece's SEP) around the result.
  *
  * The partition follows llama.cpp's tokenizer_st_partition: special tokens
@@ -111,6 +111,8 @@ int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int ad
                                             v->add_space_prefix && prev_special, &out);
             else if (v->kind == IFL_VOCAB_WPM)
                 rc = ifl_vocab_wpm_tokenize(v, text + fr->off, fr->len, &out);
+            else if (v->kind == IFL_VOCAB_UGM)
+                rc = ifl_vocab_ugm_tokenize(v, text + fr->off, fr->len, &out);
             else
                 rc = ifl_vocab_bpe_tokenize(v, text + fr->off, fr->len, &out);
             if (rc < 0)

@@ -2,7 +2,7 @@
  * Tokenizers from GGUF metadata: SentencePiece (tokenizer.ggml.model =
  * "llama"), BPE ("gpt2", "gemma4") with every pre-tokenizer llama.cpp knows
  * (tokenizer.ggml.pre: "default", "llama-bpe", "qwen2", "deepseek-llm",
- * "falcon", ...; pretok.c lists them) and WordPiece ("bert"),
+ * "falcon", ...; pretok.c lists them), WordPiece ("bert") and Unigram ("t5"),
  * control and user-defined special tokens, add_bos/add_eos and byte-fallback
  * tokens. Works on vocab-only GGUF files.
  *
@@ -20,7 +20,7 @@
 
 struct ifl_vocab;
 
-enum ifl_vocab_kind { IFL_VOCAB_SPM = 1, IFL_VOCAB_BPE = 2, IFL_VOCAB_WPM = 3 };
+enum ifl_vocab_kind { IFL_VOCAB_SPM = 1, IFL_VOCAB_BPE = 2, IFL_VOCAB_WPM = 3, IFL_VOCAB_UGM = 4 };
 
 /* Reads tokenizer.* keys from g. The vocabulary copies what it needs, so g
  * may be freed afterwards. Unsupported models or pre-tokenizers are an

@@ -3,7 +3,8 @@
  * table, special tokens and the pieces tokens show when detokenized.
  *
  * Keys read: model ("llama" = SentencePiece, "gpt2" = byte-level BPE,
- * "gemma4" = BPE on raw UTF-8, "bert" = WordPiece), pre, tokens, scores,
+ * "gemma4" = BPE on raw UTF-8, "bert" = WordPiece, "t5" = Unigram), pre,
+ * tokens, scores,
  * token_type, merges (bpe.c), bos/eos/eot/eom/unknown/seperator/
  * padding_token_id, add_bos_token, add_eos_token, add_sep_token,
  * add_space_prefix, and WordPiece's normalizer lowercase/strip_accents.
@@ -11,7 +12,8 @@
  * adds BOS and a space prefix; BPE has no defaults and adds BOS only when the
  * metadata or the pre-tokenizer says so; WordPiece has bos ([CLS]) 101,
  * unk 100, sep 102, pad 0, adds BOS and SEP, and lowercases and strips
- * accents unless told not to.
+ * accents unless told not to; Unigram has eos 1, unk 2, pad 0 and adds EOS
+ * (precompiled_charsmap and remove_extra_whitespaces: ugm.c).
  * Ids outside the vocabulary (files write 0xFFFFFFFF for "none") are -1.
  *
  * The vocabulary is immutable once loaded; nothing here keeps pointers into
@@ -38,6 +40,8 @@ int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, con
                         size_t nb)
 {
     uint64_t h = ifl_tok_hash(ifl_tok_hash(IFL_TOK_HASH_INIT, a, na), b, nb);
+    if (nb == 0)
+        return ifl_vocab_find_h(v, h, a, na);
     for (uint32_t i = (uint32_t)h & v->tok_mask;; i = (i + 1) & v->tok_mask) {
         int32_t id = v->tok_slots[i];
         if (id < 0)
@@ -45,6 +49,19 @@ int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, con
         size_t n;
         const char *t = ifl_vocab_text_(v, id, &n);
         if (n == na + nb && memcmp(t, a, na) == 0 && (nb == 0 || memcmp(t + na, b, nb) == 0))
+            return id;
+    }
+}
+
+int32_t ifl_vocab_find_h(const struct ifl_vocab *v, uint64_t h, const char *text, size_t len)
+{
+    for (uint32_t i = (uint32_t)h & v->tok_mask;; i = (i + 1) & v->tok_mask) {
+        int32_t id = v->tok_slots[i];
+        if (id < 0)
+            return -1;
+        size_t n;
+        const char *t = ifl_vocab_text_(v, id, &n);
+        if (n == len && memcmp(t, text, len) == 0)
             return id;
     }
 }
@@ -244,8 +261,8 @@ static size_t make_piece(const struct ifl_vocab *v, int32_t id, char *out)
         memcpy(out, t, n);
         return n;
     }
-    int spm_like =
-        v->kind == IFL_VOCAB_SPM || v->kind == IFL_VOCAB_WPM || (v->pre_flags & IFL_PRE_ESCAPE_WS);
+    int spm_like = v->kind == IFL_VOCAB_SPM || v->kind == IFL_VOCAB_WPM ||
+                   v->kind == IFL_VOCAB_UGM || (v->pre_flags & IFL_PRE_ESCAPE_WS);
     if (v->kind == IFL_VOCAB_WPM && type == IFL_TOK_UNKNOWN) {
         memcpy(out, t, n);
         return n;
@@ -304,8 +321,6 @@ static int build_pieces(struct ifl_vocab *v, char *err)
     v->max_piece = 0;
     for (int32_t i = 0; i < v->n_tokens; i++) {
         v->piece_off[i] = off;
-        size_t tl = v->text_off[i + 1] - v->text_off[i] - 1;
-        v->max_text = tl > v->max_text ? tl : v->max_text;
         size_t n = make_piece(v, i, v->piece_blob + off);
         off += (uint32_t)n;
         if (n > v->max_piece)
@@ -396,8 +411,8 @@ static int build_specials(struct ifl_vocab *v, char *err)
  * point), and then no bound holds. */
 static size_t max_cover(const struct ifl_vocab *v)
 {
-    if (v->kind == IFL_VOCAB_WPM)
-        return 0; /* normalizing drops input (accents, controls, spaces) */
+    if (v->kind == IFL_VOCAB_WPM || v->kind == IFL_VOCAB_UGM)
+        return 0; /* normalizing may drop input (accents, controls, spaces) */
     int raw = (v->pre_flags & IFL_PRE_RAW) != 0;
     for (int b = 0; b < 256; b++) {
         if (raw) {
@@ -450,14 +465,21 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
         forced_pre = "gemma4"; /* the model implies its pre-tokenizer */
     } else if (model_len == 4 && memcmp(model, "bert", 4) == 0) {
         v->kind = IFL_VOCAB_WPM;
+    } else if (model_len == 2 && memcmp(model, "t5", 2) == 0) {
+        v->kind = IFL_VOCAB_UGM;
     } else {
-        return ifl_err(err, IFL_EUNSUPPORTED,
-                       "tokenizer: %s '%.*s' is not supported (known: llama, gpt2, gemma4, bert)",
-                       key, (int)(model_len > 64 ? 64 : model_len), model);
+        return ifl_err(
+            err, IFL_EUNSUPPORTED,
+            "tokenizer: %s '%.*s' is not supported (known: llama, gpt2, gemma4, bert, t5)", key,
+            (int)(model_len > 64 ? 64 : model_len), model);
     }
 
     if ((rc = load_tokens(v, g, err)) < 0)
         return rc;
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        size_t tl = v->text_off[i + 1] - v->text_off[i] - 1;
+        v->max_text = tl > v->max_text ? tl : v->max_text;
+    }
 
     v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = v->sep = -1;
     v->add_bos = v->add_eos = v->add_sep = 0;
@@ -474,6 +496,11 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
         v->pad = 0;
         v->add_bos = v->add_sep = 1;
         v->wpm_lowercase = 1;
+    } else if (v->kind == IFL_VOCAB_UGM) {
+        v->eos = 1 < v->n_tokens ? 1 : -1;
+        v->unk = 2 < v->n_tokens ? 2 : -1;
+        v->pad = 0;
+        v->add_eos = 1;
     }
     for (int b = 0; b < 256; b++)
         v->byte_tok[b] = v->byte_sym[b] = -1;
@@ -512,7 +539,11 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)) < 0 ||
         (rc = get_flag(g, "tokenizer.ggml.add_sep_token", &v->add_sep, err)) < 0 ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err)) < 0 ||
+        (rc = get_flag(g, "tokenizer.ggml.remove_extra_whitespaces", &v->remove_extra_ws, err)) <
+            0 ||
         (rc = get_flag(g, "tokenizer.ggml.normalizer.lowercase", &v->wpm_lowercase, err)) < 0)
+        return rc;
+    if (v->kind == IFL_VOCAB_UGM && (rc = ifl_vocab_ugm_load(v, g, err)) < 0)
         return rc;
     /* BERT's normalizer strips accents when it lowercases, unless told */
     v->wpm_strip_accents = v->wpm_lowercase;
@@ -565,6 +596,7 @@ void ifl_vocab_free(struct ifl_vocab *v)
     free(v->piece_off);
     free(v->tok_slots);
     free(v->special);
+    free(v->charsmap);
     free(v);
 }
 
