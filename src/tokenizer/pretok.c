@@ -154,10 +154,11 @@ static const struct ifl_pretok pretoks[] = {
       "[\\p{P}!-/:-@\\[-`{-~]", RE_GPT2},
      IFL_PRE_ADD_BOS},
     {"gpt-4o llama4 kanana2 talkie minimax-m2", {RE_GPT4O_LIKE(UPPERISH, LOWERISH, "{1,3}")}, 0},
-    /* GPT-4o's with the combining marks joining the letters they follow */
+    /* GPT-4o's pattern, whose letter classes already hold the combining
+     * marks (llama.cpp's std::regex rewrite adds \p{M} to its lookaheads to
+     * the same end), taking whole pre-tokens found in the vocabulary */
     {"granite-embed-multi-97m",
-     {RE_GPT4O_LIKE("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]", "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]",
-                    "{1,3}")},
+     {RE_GPT4O_LIKE(UPPERISH, LOWERISH, "{1,3}")},
      IFL_PRE_IGNORE_MERGES},
     {"tiny_aya cohere2moe",
      {"\\d{1,3}(?=(?:\\d{3})*\\b)", RE_GPT4O_LIKE(UPPERISH, LOWERISH, "{1,3}")},
