@@ -119,6 +119,7 @@ struct ifl_vocab {
     const char *repl; /* NUL-terminated replacements after it */
     size_t repl_len;
     double ugm_unk_score; /* lowest normal score minus 10 */
+    int has_user;         /* some token is user-defined */
     int remove_extra_ws;
 };
 

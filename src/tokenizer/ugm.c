@@ -64,9 +64,11 @@ int ifl_vocab_ugm_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
         v->repl_len = (size_t)arr.n - 4 - blob;
     }
     float lo = FLT_MAX;
-    for (int32_t i = 0; i < v->n_tokens; i++)
+    for (int32_t i = 0; i < v->n_tokens; i++) {
         if (v->type[i] == IFL_TOK_NORMAL && v->scores[i] < lo)
             lo = v->scores[i];
+        v->has_user |= v->type[i] == IFL_TOK_USER_DEFINED;
+    }
     v->ugm_unk_score = (double)(lo == FLT_MAX ? 0.0f : lo) - 10.0;
     return 0;
 }
@@ -171,7 +173,7 @@ static int normalize(const struct ifl_vocab *v, const char *text, size_t len, st
     for (size_t i = 0; i < len;) {
         const char *piece;
         size_t pn, used;
-        if ((used = user_match(v, text + i, len - i)) > 0) {
+        if (v->has_user && (used = user_match(v, text + i, len - i)) > 0) {
             piece = text + i;
             pn = used;
         } else if ((used = charsmap_match(v, (const unsigned char *)text + i, len - i, &piece,
