@@ -11,8 +11,14 @@ result are all kept. Its output is a different tokenizer from the original,
 but llama.cpp and inflight must agree on it, which is what the test data
 made from it checks.
 
-Usage: vocab_from_hf.py tokenizer.json --pre NAME [--keep N] -o OUT.gguf
+--model gemma4 writes a BPE on raw UTF-8 with <0xNN> byte tokens (Gemma's
+tokenizer.json: spaces as U+2581, byte fallback) instead of byte-level BPE;
+--keep then keeps every one-character token and byte token instead of the
+byte alphabet.
+
+Usage: vocab_from_hf.py tokenizer.json --pre NAME [--keep N] [--model gemma4] -o OUT.gguf
 """
+import re
 import argparse
 import json
 import struct
@@ -55,6 +61,7 @@ def main():
     ap.add_argument('tokenizer_json')
     ap.add_argument('--pre', required=True)
     ap.add_argument('--keep', type=int, default=0)
+    ap.add_argument('--model', default='gpt2', choices=['gpt2', 'gemma4'])
     ap.add_argument('-o', required=True)
     a = ap.parse_args()
 
@@ -64,7 +71,10 @@ def main():
     vocab = model['vocab']
     added = {x['id']: x for x in t.get('added_tokens', [])}
     by_id = sorted(vocab.items(), key=lambda kv_: kv_[1])
-    alphabet = set(byte_alphabet())
+    if a.model == 'gpt2':
+        alphabet = set(byte_alphabet())
+    else:  # every one-character token (U+2581 among them) and the byte tokens
+        alphabet = {tok for tok in vocab if len(tok) == 1 or re.fullmatch('<0x[0-9A-F]{2}>', tok)}
     kept = [(tok, i) for tok, i in by_id
             if not a.keep or i < a.keep or tok in alphabet or i in added]
     for i, x in sorted(added.items()):
@@ -77,6 +87,8 @@ def main():
     for tok, i in kept:
         if i in added:
             types.append(3 if added[i].get('special') else 4)
+        elif a.model == 'gemma4' and re.fullmatch('<0x[0-9A-F]{2}>', tok):
+            types.append(6)
         else:
             types.append(1)
     merges = []
@@ -95,12 +107,16 @@ def main():
         kv('llama.attention.head_count', GGUF_UINT32, struct.pack('<I', 1)),
         kv('llama.attention.head_count_kv', GGUF_UINT32, struct.pack('<I', 1)),
         kv('llama.attention.layer_norm_rms_epsilon', GGUF_FLOAT32, struct.pack('<f', 1e-5)),
-        kv('tokenizer.ggml.model', GGUF_STRING, s('gpt2')),
+        kv('tokenizer.ggml.model', GGUF_STRING, s(a.model)),
         kv('tokenizer.ggml.pre', GGUF_STRING, s(a.pre)),
         kv('tokenizer.ggml.tokens', GGUF_ARRAY, arr(GGUF_STRING, texts)),
         kv('tokenizer.ggml.token_type', GGUF_ARRAY, arr(GGUF_INT32, types)),
         kv('tokenizer.ggml.merges', GGUF_ARRAY, arr(GGUF_STRING, merges)),
     ]
+    for key, text in (('bos', '<bos>'), ('eos', '<eos>'), ('unknown', '<unk>'), ('padding', '<pad>')):
+        if text in present:
+            kvs.append(kv('tokenizer.ggml.%s_token_id' % key, GGUF_UINT32,
+                          struct.pack('<I', texts.index(text))))
     with open(a.o, 'wb') as f:
         f.write(b'GGUF' + struct.pack('<IQQ', 3, 0, len(kvs)))
         for x in kvs:
