@@ -28,10 +28,12 @@ OPT := -O0 -g3
 endif
 PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 PCRE2_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+# ICU: Unicode properties, case and NFD for the WordPiece tokenizer
+ICU_LIBS := $(shell pkg-config --libs icu-uc 2>/dev/null || echo -licuuc -licudata)
 
 CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE $(PCRE2_CFLAGS)
 CFLAGS := -std=c11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS := $(PCRE2_LIBS) -ljansson -lmicrohttpd -lpng16 -lturbojpeg -lm -pthread
+LDLIBS := $(PCRE2_LIBS) $(ICU_LIBS) -ljansson -lmicrohttpd -lpng16 -lturbojpeg -lm -pthread
 LDFLAGS := $(EXTRA_LDFLAGS)
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -177,6 +179,15 @@ $(BUILD)/python/inflight/%.py: python/inflight/%.py
 	@mkdir -p $(@D)
 	$(Q)ln -sf $(abspath $<) $@
 
+# Test vocabularies stay xz-compressed in tests/data/vocab/ (a quarter of
+# their size) and are unpacked into $(BUILD)/vocab/ for the tests.
+VOCAB_XZ := $(wildcard tests/data/vocab/*.gguf.xz)
+VOCAB_GGUF := $(VOCAB_XZ:tests/data/vocab/%.xz=$(BUILD)/vocab/%)
+$(BUILD)/vocab/%.gguf: tests/data/vocab/%.gguf.xz
+	@mkdir -p $(@D)
+	$(Q)xz -dc $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/tests/test_vocab_vectors: $(VOCAB_GGUF)
+
 tests: $(TESTS)
 tools: $(TOOLS)
 examples: $(EXAMPLES)
@@ -185,7 +196,7 @@ examples: $(EXAMPLES)
 test: deps
 	$(Q)$(MAKE) --no-print-directory check-test
 
-check-test: all $(TESTS) python
+check-test: all $(TESTS) $(VOCAB_GGUF) python
 	$(Q)BUILD=$(BUILD) bash tests/run.sh
 
 run: deps

@@ -2,7 +2,7 @@
 # Installs the Debian packages inflight needs to build and test, when missing.
 # As root it runs apt-get; otherwise it prints the exact command and stops.
 set -eu
-pkgs=(gcc make pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev libpng-dev libturbojpeg0-dev libcurl4-openssl-dev nodejs npm curl python3-jsonschema clang-format python3-dev python3-pytest python3-venv openmpi-bin libopenmpi-dev haproxy)
+pkgs=(gcc make pkg-config libpcre2-dev libicu-dev xz-utils libjansson-dev libmicrohttpd-dev libpng-dev libturbojpeg0-dev libcurl4-openssl-dev nodejs npm curl python3-jsonschema clang-format python3-dev python3-pytest python3-venv openmpi-bin libopenmpi-dev haproxy)
 missing=()
 for p in "${pkgs[@]}"; do
     # node may come from elsewhere (nodesource bundles npm): a working command is enough

@@ -131,7 +131,10 @@ int cmd_info(int argc, char **argv)
            (unsigned long long)m->weight_bytes, m->weight_bytes / 1048576.0,
            params ? 8.0 * (double)m->weight_bytes / (double)params : 0.0);
     printf("vocabulary:    %s, %d tokens, bos %d, eos %d%s\n",
-           ifl_vocab_kind(v) == IFL_VOCAB_SPM ? "sentencepiece" : "byte-level BPE",
+           ifl_vocab_kind(v) == IFL_VOCAB_SPM   ? "sentencepiece"
+           : ifl_vocab_kind(v) == IFL_VOCAB_WPM ? "wordpiece"
+           : ifl_vocab_kind(v) == IFL_VOCAB_UGM ? "unigram"
+                                                : "BPE",
            ifl_vocab_n_tokens(v), ifl_vocab_bos(v), ifl_vocab_eos(v),
            ifl_vocab_add_bos(v) ? ", adds BOS" : "");
     ifl_vocab_free(v);

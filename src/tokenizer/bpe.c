@@ -1,24 +1,19 @@
 /*
- * Byte-level BPE (tokenizer.ggml.model = "gpt2"): GPT-2's byte alphabet, the
- * pre-tokenizer regexes named by tokenizer.ggml.pre, and rank-ordered merges.
+ * BPE (tokenizer.ggml.model = "gpt2", or "gemma4"): GPT-2's byte alphabet,
+ * the pre-tokenizer named by tokenizer.ggml.pre (pretok.c), and rank-ordered
+ * merges.
  *
- * A raw-text fragment is cut into pre-tokens by one or more regexes applied
- * in sequence (each cuts the pieces of the previous one; matches and the gaps
- * between them both become pieces, like Hugging Face's Split "isolated"
- * behaviour and llama.cpp's unicode_regex_split). Each pre-token starts as
- * one symbol per byte (the token of that byte's alphabet character) and the
- * adjacent pair with the lowest merge rank is merged until none is left
- * (leftmost first on ties), through a heap of candidates: O(n log n).
+ * A raw-text fragment is cut into pre-tokens by the pre-tokenizer's regexes.
+ * In byte-level BPE each pre-token starts as one symbol per byte (the token
+ * of that byte's alphabet character); in the raw kind (gemma4, sarvam-moe,
+ * whitespace) as one symbol per UTF-8 character, with <0xNN> byte tokens for
+ * characters left without a token at the end. The adjacent pair with the
+ * lowest merge rank is merged until none is left (leftmost first on ties),
+ * through a heap of candidates: O(n log n).
  *
- * Regexes run on PCRE2 in UTF + UCP mode. \s and \S are spelled out as the
- * Unicode White_Space set, which is what the reference engines (Oniguruma,
- * Rust regex) use; PCRE2's own \s also takes U+180E. Input that is not valid
- * UTF-8 gets one U+FFFD per byte that does not start a valid character, as
- * llama.cpp's unicode_cpts_from_utf8 does (it is not lossless, but
- * deterministic and safe).
- *
- * Patterns are those published in the models' tokenizer.json files and in
- * llama.cpp's llama-vocab.cpp for each pre-tokenizer name; the code is ours.
+ * Input that is not valid UTF-8 gets one U+FFFD per byte that does not start
+ * a valid character, as llama.cpp's unicode_cpts_from_utf8 does (it is not
+ * lossless, but deterministic and safe).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -58,87 +53,6 @@ int ifl_vocab_bpe_cp_byte(uint32_t cp)
     if (cp == 256 + 33 + 34)
         return 173;
     return -1;
-}
-
-/* ---- pre-tokenizers ---- */
-
-/* Unicode White_Space, the members of \s in the reference engines. */
-#define WS                                                                                         \
-    "\\t-\\r "                                                                                     \
-    "\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-#define S_ "[" WS "]"
-#define NS_ "[^" WS "]"
-#define NOT_SLN "[^" WS "\\p{L}\\p{N}]" /* [^\s\p{L}\p{N}] */
-
-/* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-#define RE_GPT2                                                                                    \
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" NOT_SLN "+|" S_ "+(?!" NS_ ")|" S_ "+"
-
-/* Llama 3 and Qwen2 differ only in how many digits make one piece:
- * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-#define RE_LLAMA3_LIKE(digits)                                                                     \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" digits "| ?" NOT_SLN       \
-    "+[\\r\\n]*|" S_ "*[\\r\\n]+|" S_ "+(?!" NS_ ")|" S_ "+"
-
-struct pre_def {
-    const char *names; /* space-separated tokenizer.ggml.pre values */
-    const char *re[IFL_BPE_MAX_RE];
-    int ignore_merges;
-    int add_bos;
-};
-
-static const struct pre_def pre_defs[] = {
-    /* llama.cpp's fallback for BPE vocabularies without a known pre-tokenizer */
-    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
-    {"gpt-2 gpt2 phi-2 jina-es jina-de jina-v1-en jina-v2-es jina-v2-de jina-v2-code "
-     "roberta-bpe gigachat mpt olmo",
-     {RE_GPT2},
-     0,
-     0},
-    {"llama-bpe llama3 llama-v3 falcon3", {RE_LLAMA3_LIKE("{1,3}")}, 1, 1},
-    {"dbrx smaug-bpe", {RE_LLAMA3_LIKE("{1,3}")}, 0, 0},
-    {"qwen2 deepseek-r1-qwen megrez", {RE_LLAMA3_LIKE("")}, 0, 0},
-    {"starcoder refact command-r smollm codeshell exaone minerva-7b", {"\\p{N}", RE_GPT2}, 0, 0},
-};
-
-static const struct pre_def *find_pre(const char *pre, size_t len)
-{
-    for (size_t i = 0; i < sizeof(pre_defs) / sizeof(pre_defs[0]); i++) {
-        const char *p = pre_defs[i].names;
-        while (*p) {
-            const char *e = strchr(p, ' ');
-            size_t n = e ? (size_t)(e - p) : strlen(p);
-            if (n == len && memcmp(p, pre, len) == 0)
-                return &pre_defs[i];
-            p += n;
-            while (*p == ' ')
-                p++;
-        }
-    }
-    return NULL;
-}
-
-static int compile_pre(struct ifl_vocab *v, const struct pre_def *d, char *err)
-{
-    for (int i = 0; i < IFL_BPE_MAX_RE && d->re[i]; i++) {
-        int ec;
-        PCRE2_SIZE eo;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)d->re[i], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-        if (!re) {
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(ec, msg, sizeof(msg));
-            return ifl_err(err, IFL_EUNSUPPORTED, "tokenizer: pre-tokenizer regex %d at %zu: %s", i,
-                           (size_t)eo, (const char *)msg);
-        }
-        /* JIT is an optimisation; without it the interpreter runs */
-        (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
-        v->re[v->n_re++] = re;
-    }
-    v->ignore_merges = d->ignore_merges;
-    v->add_bos = d->add_bos;
-    return 0;
 }
 
 /* ---- merges ---- */
@@ -226,7 +140,8 @@ static int load_merges(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
     return 0;
 }
 
-int ifl_vocab_bpe_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
+int ifl_vocab_bpe_load(struct ifl_vocab *v, const struct ifl_gguf *g, const char *forced_pre,
+                       char *err)
 {
     const char *key = "tokenizer.ggml.pre";
     const char *pre = "default";
@@ -238,26 +153,37 @@ int ifl_vocab_bpe_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
     } else if (rc < 0) {
         return rc;
     }
-    const struct pre_def *d = find_pre(pre, pre_len);
+    if (forced_pre) {
+        pre = forced_pre;
+        pre_len = strlen(pre);
+    }
+    const struct ifl_pretok *d = ifl_pretok_find(pre, pre_len);
     if (!d)
         return ifl_err(err, IFL_EUNSUPPORTED, "tokenizer: %s '%.*s' is not supported", key,
                        (int)(pre_len > 64 ? 64 : pre_len), pre);
-    if ((rc = compile_pre(v, d, err)) < 0)
+    if ((rc = ifl_pretok_compile(v, d, err)) < 0)
         return rc;
+    if (d->flags & IFL_PRE_ADD_BOS)
+        v->add_bos = 1;
+    if (d->flags & IFL_PRE_NO_BOS)
+        v->bos = -1; /* (ids from the metadata are read afterwards) */
 
     for (int b = 0; b < 256; b++) {
         char s[4];
         size_t n = ifl_utf8_encode(ifl_vocab_bpe_byte_cp((unsigned char)b), s);
         v->byte_sym[b] = ifl_vocab_find(v, s, n);
+        char name[8];
+        snprintf(name, sizeof(name), "<0x%02X>", b);
+        v->byte_tok[b] = ifl_vocab_find(v, name, 6);
     }
+    if ((d->flags & IFL_PRE_MERGES_OPTIONAL) && ifl_gguf_find_key(g, "tokenizer.ggml.merges") < 0)
+        return 0;
     return load_merges(v, g, err);
 }
 
 void ifl_vocab_bpe_free(struct ifl_vocab *v)
 {
-    for (int i = 0; i < v->n_re; i++)
-        pcre2_code_free(v->re[i]);
-    v->n_re = 0;
+    ifl_pretok_free(v);
     free(v->merge_keys);
     free(v->merge_rank);
     free(v->merge_id);
@@ -265,61 +191,6 @@ void ifl_vocab_bpe_free(struct ifl_vocab *v)
 }
 
 /* ---- tokenizing ---- */
-
-struct piece {
-    size_t off, len;
-};
-
-struct pieces {
-    struct piece *a;
-    size_t n, cap;
-};
-
-static int pieces_push(struct pieces *p, size_t off, size_t len)
-{
-    if (len == 0)
-        return 0;
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        struct piece *a = realloc(p->a, cap * sizeof(*a));
-        if (!a)
-            return IFL_ENOMEM;
-        p->a = a;
-        p->cap = cap;
-    }
-    p->a[p->n++] = (struct piece){off, len};
-    return 0;
-}
-
-/* Cuts text[off, off+len) by re into out (matches and gaps, in order). The
- * subject is the piece alone, so lookarounds do not see past it. */
-static int split_piece(pcre2_code *re, pcre2_match_data *md, const char *text, size_t off,
-                       size_t len, struct pieces *out)
-{
-    PCRE2_SPTR subj = (PCRE2_SPTR)(text + off);
-    size_t emitted = 0, pos = 0;
-    while (pos < len) {
-        int rc = pcre2_match(re, subj, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-            rc = pcre2_match(re, subj, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH)
-            break;
-        if (rc < 0)
-            return rc == PCRE2_ERROR_NOMEMORY ? IFL_ENOMEM : IFL_EINVAL;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        size_t ms = ov[0], me = ov[1];
-        if (me == ms) { /* cannot happen with our patterns; step over one character */
-            pos = ms + ifl_utf8_len_lead((unsigned char)text[off + ms]);
-            continue;
-        }
-        int e;
-        if ((e = pieces_push(out, off + emitted, ms - emitted)) < 0 ||
-            (e = pieces_push(out, off + ms, me - ms)) < 0)
-            return e;
-        emitted = pos = me;
-    }
-    return pieces_push(out, off + emitted, len - emitted);
-}
 
 struct bpe_work {
     struct ifl_tok_sym *sym;
@@ -355,17 +226,39 @@ static int try_merge(const struct ifl_vocab *v, struct bpe_work *w, int32_t l, i
     return ifl_tok_heap_push(&w->heap, ifl_tok_cand_make(-rank, l, a->n + b->n, id));
 }
 
+/* The id of the whole pre-token's text (byte-level: its alphabet spelling), or -1. */
+static int32_t whole_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigned char *s,
+                          size_t n, int *rc)
+{
+    *rc = 0;
+    if (v->pre_flags & IFL_PRE_RAW)
+        return ifl_vocab_find(v, (const char *)s, n);
+    if ((*rc = grow((void **)&w->enc, &w->enc_cap, 2 * n, 1)) < 0)
+        return -1;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += ifl_utf8_encode(ifl_vocab_bpe_byte_cp(s[i]), w->enc + m);
+    return ifl_vocab_find(v, w->enc, m);
+}
+
+static int only_newlines(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '\n')
+            return 0;
+    return 1;
+}
+
 static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigned char *s, size_t n,
                     struct ifl_tok_out *out)
 {
     int rc;
-    if (v->ignore_merges) {
-        if ((rc = grow((void **)&w->enc, &w->enc_cap, 2 * n, 1)) < 0)
+    int raw = (v->pre_flags & IFL_PRE_RAW) != 0;
+    if ((v->pre_flags & IFL_PRE_IGNORE_MERGES) ||
+        ((v->pre_flags & IFL_PRE_NEWLINE_WORDS) && only_newlines(s, n))) {
+        int32_t id = whole_word(v, w, s, n, &rc);
+        if (rc < 0)
             return rc;
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            m += ifl_utf8_encode(ifl_vocab_bpe_byte_cp(s[i]), w->enc + m);
-        int32_t id = ifl_vocab_find(v, w->enc, m);
         if (id >= 0) {
             ifl_tok_out_push(out, id);
             return 0;
@@ -373,12 +266,21 @@ static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigne
     }
     if ((rc = grow((void **)&w->sym, &w->sym_cap, n, sizeof(*w->sym))) < 0)
         return rc;
-    for (size_t i = 0; i < n; i++)
-        w->sym[i] = (struct ifl_tok_sym){(int32_t)i, 1, (int32_t)i - 1,
-                                         i + 1 < n ? (int32_t)i + 1 : -1, v->byte_sym[s[i]]};
+    /* one symbol per byte (byte-level) or per UTF-8 character (raw) */
+    int32_t ns = 0;
+    for (size_t i = 0; i < n;) {
+        size_t cl = raw ? ifl_utf8_len_lead(s[i]) : 1;
+        if (cl > n - i)
+            cl = n - i;
+        int32_t id = raw ? ifl_vocab_find(v, (const char *)s + i, cl) : v->byte_sym[s[i]];
+        w->sym[ns] = (struct ifl_tok_sym){(int32_t)i, (int32_t)cl, ns - 1, ns + 1, id};
+        ns++;
+        i += cl;
+    }
+    w->sym[ns - 1].next = -1;
     w->heap.n = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if ((rc = try_merge(v, w, (int32_t)i, (int32_t)i + 1)) < 0)
+    for (int32_t i = 0; i + 1 < ns; i++)
+        if ((rc = try_merge(v, w, i, i + 1)) < 0)
             return rc;
     while (w->heap.n) {
         struct ifl_tok_cand c = ifl_tok_heap_pop(&w->heap);
@@ -396,9 +298,17 @@ static int bpe_word(const struct ifl_vocab *v, struct bpe_work *w, const unsigne
         if ((rc = try_merge(v, w, a->prev, left)) < 0 || (rc = try_merge(v, w, left, a->next)) < 0)
             return rc;
     }
-    for (int32_t i = 0; i >= 0; i = w->sym[i].next)
-        if (w->sym[i].id >= 0) /* a byte without a token (a broken vocabulary) is dropped */
-            ifl_tok_out_push(out, w->sym[i].id);
+    for (int32_t i = 0; i >= 0; i = w->sym[i].next) {
+        const struct ifl_tok_sym *y = &w->sym[i];
+        if (y->id >= 0) {
+            ifl_tok_out_push(out, y->id);
+        } else if (raw) { /* a character without a token: its <0xNN> byte tokens */
+            for (int32_t k = 0; k < y->n; k++)
+                if (v->byte_tok[s[y->start + k]] >= 0)
+                    ifl_tok_out_push(out, v->byte_tok[s[y->start + k]]);
+        }
+        /* (byte-level: a byte without a token, a broken vocabulary, is dropped) */
+    }
     return 0;
 }
 
@@ -433,14 +343,35 @@ static int sanitize(const char *text, size_t len, char **clean, size_t *clean_le
     return 0;
 }
 
+static const char SPACE_MARK[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */
+
+/* text with every space written as U+2581, in a new buffer. */
+static int escape_spaces(const char *text, size_t len, char **esc, size_t *esc_len)
+{
+    char *o = malloc(3 * len + 1);
+    if (!o)
+        return IFL_ENOMEM;
+    size_t w = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(o + w, SPACE_MARK, 3);
+            w += 3;
+        } else {
+            o[w++] = text[i];
+        }
+    }
+    *esc = o;
+    *esc_len = w;
+    return 0;
+}
+
 int ifl_vocab_bpe_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
                            struct ifl_tok_out *out)
 {
-    char *clean = NULL;
+    char *clean = NULL, *esc = NULL;
     size_t clean_len = 0;
-    struct pieces pa = {0}, pb = {0};
+    struct ifl_pieces pa = {0}, pb = {0};
     struct bpe_work w = {0};
-    pcre2_match_data *md = NULL;
     int rc = sanitize(text, len, &clean, &clean_len);
     if (rc < 0)
         goto done;
@@ -448,29 +379,20 @@ int ifl_vocab_bpe_tokenize(const struct ifl_vocab *v, const char *text, size_t l
         text = clean;
         len = clean_len;
     }
-    if ((rc = pieces_push(&pa, 0, len)) < 0)
-        goto done;
-    md = pcre2_match_data_create(1, NULL);
-    if (!md) {
-        rc = IFL_ENOMEM;
-        goto done;
+    if (v->pre_flags & IFL_PRE_ESCAPE_WS) {
+        if ((rc = escape_spaces(text, len, &esc, &len)) < 0)
+            goto done;
+        text = esc;
     }
-    for (int r = 0; r < v->n_re; r++) {
-        pb.n = 0;
-        for (size_t i = 0; i < pa.n; i++)
-            if ((rc = split_piece(v->re[r], md, text, pa.a[i].off, pa.a[i].len, &pb)) < 0)
-                goto done;
-        struct pieces t = pa;
-        pa = pb;
-        pb = t;
-    }
+    if ((rc = ifl_pretok_split(v, text, len, &pa, &pb)) < 0)
+        goto done;
     for (size_t i = 0; i < pa.n; i++)
         if ((rc = bpe_word(v, &w, (const unsigned char *)text + pa.a[i].off, pa.a[i].len, out)) < 0)
             goto done;
     rc = 0;
 done:
-    pcre2_match_data_free(md);
     free(clean);
+    free(esc);
     free(pa.a);
     free(pb.a);
     free(w.sym);

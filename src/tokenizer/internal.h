@@ -1,6 +1,7 @@
 /*
  * Private to src/tokenizer/: the vocabulary struct shared by vocab.c (load,
- * special tokens, pieces), spm.c and bpe.c (the two tokenizers), tokenize.c
+ * special tokens, pieces), spm.c, bpe.c (with pretok.c) and wpm.c (the
+ * tokenizers), tokenize.c
  * (special-token partition and dispatch) and detok.c, plus small inline
  * helpers: UTF-8 decoding, a string hash, a growable id list and a binary
  * heap of candidate merges.
@@ -35,8 +36,29 @@ enum {
     IFL_TOKF_HIDDEN = 2, /* piece is "" unless show_special */
 };
 
-/* Maximum number of chained pre-tokenizer regexes (llama.cpp's "default" uses 4). */
-#define IFL_BPE_MAX_RE 4
+/* Maximum number of chained pre-tokenizer regexes (deepseek-llm and chameleon use 6). */
+#define IFL_BPE_MAX_RE 6
+
+/* Pre-tokenizer flags (pretok.c). */
+enum {
+    IFL_PRE_IGNORE_MERGES = 1,     /* a whole pre-token found in the vocabulary is one token */
+    IFL_PRE_ADD_BOS = 2,           /* add BOS unless the metadata says otherwise */
+    IFL_PRE_NO_BOS = 4,            /* no BOS id unless the metadata names one */
+    IFL_PRE_RAW = 8,               /* merges on raw UTF-8 characters, <0xNN> byte fallback */
+    IFL_PRE_ESCAPE_WS = 16,        /* spaces become U+2581 before splitting */
+    IFL_PRE_NEWLINE_WORDS = 32,    /* a run of newlines that is a token stays one */
+    IFL_PRE_FORCE_BOS = 64,        /* add BOS even when the metadata says not to */
+    IFL_PRE_MERGES_OPTIONAL = 128, /* a vocabulary without merges is accepted */
+};
+
+/* A pre-tokenizer: the tokenizer.ggml.pre names it answers to (space-
+ * separated), its regexes (applied in sequence, NULL-terminated when fewer
+ * than IFL_BPE_MAX_RE) and IFL_PRE_* flags. */
+struct ifl_pretok {
+    const char *names;
+    const char *re[IFL_BPE_MAX_RE];
+    unsigned flags;
+};
 
 struct ifl_vocab {
     enum ifl_vocab_kind kind;
@@ -79,9 +101,26 @@ struct ifl_vocab {
     int32_t *merge_rank;   /* (merge_mask + 1) */
     int32_t *merge_id;     /* (merge_mask + 1): id of the merged text */
     uint32_t merge_mask;
-    int ignore_merges;        /* a whole pre-token found in the vocabulary is one token */
+    unsigned pre_flags;       /* IFL_PRE_* */
     void *re[IFL_BPE_MAX_RE]; /* pcre2_code *, applied in sequence */
     int n_re;
+
+    /* WordPiece (wpm.c) */
+    int32_t sep; /* appended by add_special, -1 if none */
+    int add_sep;
+    int wpm_lowercase, wpm_strip_accents;
+    size_t max_text; /* longest stored token text, in bytes */
+
+    /* Unigram (ugm.c) */
+    unsigned char *charsmap; /* tokenizer.ggml.precompiled_charsmap, NULL if none */
+    size_t charsmap_len;
+    const uint32_t *xcda; /* (n_xcda) inside charsmap: the normalization trie */
+    size_t n_xcda;
+    const char *repl; /* NUL-terminated replacements after it */
+    size_t repl_len;
+    double ugm_unk_score; /* lowest normal score minus 10 */
+    int has_user;         /* some token is user-defined */
+    int remove_extra_ws;
 };
 
 /* ---- ids written to the caller's buffer, counting past its end ---- */
@@ -123,6 +162,9 @@ static inline uint64_t ifl_tok_mix(uint64_t x)
 /* The id whose text is a followed by b (b may be empty), or -1. */
 int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, const char *b,
                         size_t nb);
+
+/* The id whose text is text[0, len), h being ifl_tok_hash of it; -1 if none. */
+int32_t ifl_vocab_find_h(const struct ifl_vocab *v, uint64_t h, const char *text, size_t len);
 
 static inline const char *ifl_vocab_text_(const struct ifl_vocab *v, int32_t id, size_t *len)
 {
@@ -240,11 +282,43 @@ int ifl_vocab_spm_tokenize(const struct ifl_vocab *v, const char *text, size_t l
 int ifl_vocab_bpe_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
                            struct ifl_tok_out *out);
 
+/* WordPiece (wpm.c): normalizes, splits at whitespace and punctuation and
+ * takes the longest vocabulary match from the left in each word. */
+int ifl_vocab_wpm_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
+                           struct ifl_tok_out *out);
+
+/* Unigram (ugm.c): the charsmap and scores at load, Viterbi when tokenizing. */
+int ifl_vocab_ugm_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err);
+int ifl_vocab_ugm_tokenize(const struct ifl_vocab *v, const char *text, size_t len,
+                           struct ifl_tok_out *out);
+
+/* ---- pre-tokenizers (pretok.c) ---- */
+
+const struct ifl_pretok *ifl_pretok_find(const char *name, size_t len);
+size_t ifl_pretok_count(void);
+const struct ifl_pretok *ifl_pretok_at(size_t i);
+/* Compiles d's regexes into v->re and sets v->pre_flags. */
+int ifl_pretok_compile(struct ifl_vocab *v, const struct ifl_pretok *d, char *err);
+void ifl_pretok_free(struct ifl_vocab *v);
+
+struct ifl_piece {
+    size_t off, len;
+};
+struct ifl_pieces {
+    struct ifl_piece *a;
+    size_t n, cap;
+};
+/* Cuts text into pre-tokens by v's regexes; they end in *pa (*pb is scratch;
+ * the caller frees both arrays). */
+int ifl_pretok_split(const struct ifl_vocab *v, const char *text, size_t len, struct ifl_pieces *pa,
+                     struct ifl_pieces *pb);
+
 /* BPE set-up during load (bpe.c): the pre-tokenizer named by tokenizer.ggml.pre
  * (and its add_bos default), the byte alphabet's tokens and the merges. Needs
  * the texts and the text table; ifl_vocab_bpe_free releases what it made. */
 struct ifl_gguf;
-int ifl_vocab_bpe_load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err);
+int ifl_vocab_bpe_load(struct ifl_vocab *v, const struct ifl_gguf *g, const char *forced_pre,
+                       char *err);
 void ifl_vocab_bpe_free(struct ifl_vocab *v);
 
 /* The GPT-2 byte <-> code point alphabet (bpe.c). */

@@ -1,6 +1,7 @@
 /*
  * ifl_tokenize: cuts the text around special-token texts, then hands each
- * raw fragment to the SPM or BPE tokenizer, with BOS/EOS around the result.
+ * raw fragment to the SPM, BPE, WordPiece or Unigram tokenizer, with BOS/EOS (and
+ * WordPiece's SEP) around the result.
  *
  * The partition follows llama.cpp's tokenizer_st_partition: special tokens
  * are taken longest text first, and each one's occurrences are cut out of
@@ -108,6 +109,10 @@ int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int ad
             if (v->kind == IFL_VOCAB_SPM)
                 rc = ifl_vocab_spm_tokenize(v, text + fr->off, fr->len,
                                             v->add_space_prefix && prev_special, &out);
+            else if (v->kind == IFL_VOCAB_WPM)
+                rc = ifl_vocab_wpm_tokenize(v, text + fr->off, fr->len, &out);
+            else if (v->kind == IFL_VOCAB_UGM)
+                rc = ifl_vocab_ugm_tokenize(v, text + fr->off, fr->len, &out);
             else
                 rc = ifl_vocab_bpe_tokenize(v, text + fr->off, fr->len, &out);
             if (rc < 0)
@@ -117,6 +122,8 @@ int ifl_tokenize(const struct ifl_vocab *v, const char *text, size_t len, int ad
     }
     if (add_special && v->add_eos)
         ifl_tok_out_push(&out, v->eos);
+    if (add_special && v->add_sep)
+        ifl_tok_out_push(&out, v->sep);
     rc = out.n > out.cap ? IFL_EFULL : 0;
 done:
     free(f.a);

@@ -1,7 +1,8 @@
 /*
  * Tokenizers from GGUF metadata: SentencePiece (tokenizer.ggml.model =
- * "llama") and byte-level BPE ("gpt2") with its pre-tokenizer patterns
- * (tokenizer.ggml.pre: "default", "llama-bpe", "qwen2", "gpt-2", ...),
+ * "llama"), BPE ("gpt2", "gemma4") with every pre-tokenizer llama.cpp knows
+ * (tokenizer.ggml.pre: "default", "llama-bpe", "qwen2", "deepseek-llm",
+ * "falcon", ...; pretok.c lists them), WordPiece ("bert") and Unigram ("t5"),
  * control and user-defined special tokens, add_bos/add_eos and byte-fallback
  * tokens. Works on vocab-only GGUF files.
  *
@@ -19,7 +20,7 @@
 
 struct ifl_vocab;
 
-enum ifl_vocab_kind { IFL_VOCAB_SPM = 1, IFL_VOCAB_BPE = 2 };
+enum ifl_vocab_kind { IFL_VOCAB_SPM = 1, IFL_VOCAB_BPE = 2, IFL_VOCAB_WPM = 3, IFL_VOCAB_UGM = 4 };
 
 /* Reads tokenizer.* keys from g. The vocabulary copies what it needs, so g
  * may be freed afterwards. Unsupported models or pre-tokenizers are an
@@ -48,11 +49,12 @@ int32_t ifl_vocab_find(const struct ifl_vocab *v, const char *text, size_t len);
 
 /* Tokenizes len bytes of text (any bytes; invalid UTF-8 is handled the way
  * the reference tokenizers handle it). add_special: prepend BOS / append EOS
- * as the metadata says. parse_special: text of control (and unknown) tokens
- * becomes those tokens; otherwise it is plain text. User-defined tokens
- * (added tokens such as Qwen's "<think>") are matched either way, as
- * llama.cpp and Hugging Face do. Matching takes the longest texts first.
- * Writes at most cap ids; *n_out is the full count either way, and the call
+ * (WordPiece: [CLS] / [SEP]) as the metadata says. parse_special: text of
+ * control (and unknown) tokens becomes those tokens; otherwise it is plain
+ * text. User-defined tokens (added tokens such as Qwen's "<think>") are
+ * matched either way, as llama.cpp and Hugging Face do. Matching takes the
+ * longest texts first. Writes at most cap ids; *n_out is the full count
+ * either way, and the call
  * returns IFL_EFULL when it exceeds cap (call again with more room).
  * IFL_EINVAL for cap < 0 or len > IFL_TOKENIZE_MAX_LEN; IFL_ENOMEM. */
 #define IFL_TOKENIZE_MAX_LEN ((size_t)1 << 29)

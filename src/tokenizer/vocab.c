@@ -2,12 +2,18 @@
  * Vocabulary loading from GGUF metadata (tokenizer.ggml.*), the text -> id
  * table, special tokens and the pieces tokens show when detokenized.
  *
- * Keys read: model ("llama" = SentencePiece, "gpt2" = byte-level BPE), pre,
- * tokens, scores, token_type, merges (bpe.c), bos/eos/eot/eom/unknown/
- * padding_token_id, add_bos_token, add_eos_token, add_space_prefix.
+ * Keys read: model ("llama" = SentencePiece, "gpt2" = byte-level BPE,
+ * "gemma4" = BPE on raw UTF-8, "bert" = WordPiece, "t5" = Unigram), pre,
+ * tokens, scores,
+ * token_type, merges (bpe.c), bos/eos/eot/eom/unknown/seperator/
+ * padding_token_id, add_bos_token, add_eos_token, add_sep_token,
+ * add_space_prefix, and WordPiece's normalizer lowercase/strip_accents.
  * Defaults follow llama.cpp (llama-vocab.cpp): SPM has bos 1, eos 2, unk 0,
  * adds BOS and a space prefix; BPE has no defaults and adds BOS only when the
- * metadata says so (the Llama 3 pre-tokenizers default to adding it).
+ * metadata or the pre-tokenizer says so; WordPiece has bos ([CLS]) 101,
+ * unk 100, sep 102, pad 0, adds BOS and SEP, and lowercases and strips
+ * accents unless told not to; Unigram has eos 1, unk 2, pad 0 and adds EOS
+ * (precompiled_charsmap and remove_extra_whitespaces: ugm.c).
  * Ids outside the vocabulary (files write 0xFFFFFFFF for "none") are -1.
  *
  * The vocabulary is immutable once loaded; nothing here keeps pointers into
@@ -34,6 +40,8 @@ int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, con
                         size_t nb)
 {
     uint64_t h = ifl_tok_hash(ifl_tok_hash(IFL_TOK_HASH_INIT, a, na), b, nb);
+    if (nb == 0)
+        return ifl_vocab_find_h(v, h, a, na);
     for (uint32_t i = (uint32_t)h & v->tok_mask;; i = (i + 1) & v->tok_mask) {
         int32_t id = v->tok_slots[i];
         if (id < 0)
@@ -41,6 +49,19 @@ int32_t ifl_vocab_find2(const struct ifl_vocab *v, const char *a, size_t na, con
         size_t n;
         const char *t = ifl_vocab_text_(v, id, &n);
         if (n == na + nb && memcmp(t, a, na) == 0 && (nb == 0 || memcmp(t + na, b, nb) == 0))
+            return id;
+    }
+}
+
+int32_t ifl_vocab_find_h(const struct ifl_vocab *v, uint64_t h, const char *text, size_t len)
+{
+    for (uint32_t i = (uint32_t)h & v->tok_mask;; i = (i + 1) & v->tok_mask) {
+        int32_t id = v->tok_slots[i];
+        if (id < 0)
+            return -1;
+        size_t n;
+        const char *t = ifl_vocab_text_(v, id, &n);
+        if (n == len && memcmp(t, text, len) == 0)
             return id;
     }
 }
@@ -240,7 +261,13 @@ static size_t make_piece(const struct ifl_vocab *v, int32_t id, char *out)
         memcpy(out, t, n);
         return n;
     }
-    if (v->kind == IFL_VOCAB_SPM) {
+    int spm_like = v->kind == IFL_VOCAB_SPM || v->kind == IFL_VOCAB_WPM ||
+                   v->kind == IFL_VOCAB_UGM || (v->pre_flags & IFL_PRE_ESCAPE_WS);
+    if (v->kind == IFL_VOCAB_WPM && type == IFL_TOK_UNKNOWN) {
+        memcpy(out, t, n);
+        return n;
+    }
+    if (spm_like) {
         if (type == IFL_TOK_UNKNOWN) { /* llama.cpp shows U+2585 for SPM's unknown token */
             memcpy(out, "\xe2\x96\x85", 3);
             return 3;
@@ -384,8 +411,14 @@ static int build_specials(struct ifl_vocab *v, char *err)
  * point), and then no bound holds. */
 static size_t max_cover(const struct ifl_vocab *v)
 {
+    if (v->kind == IFL_VOCAB_WPM || v->kind == IFL_VOCAB_UGM)
+        return 0; /* normalizing may drop input (accents, controls, spaces) */
+    int raw = (v->pre_flags & IFL_PRE_RAW) != 0;
     for (int b = 0; b < 256; b++) {
-        if (v->kind == IFL_VOCAB_SPM) {
+        if (raw) {
+            if (v->byte_tok[b] < 0 && b != 0xC0 && b != 0xC1 && b < 0xF5)
+                return 0; /* a character without a token falls back to <0xNN> */
+        } else if (v->kind == IFL_VOCAB_SPM) {
             char c = (char)b;
             if (v->byte_tok[b] < 0 && ifl_vocab_find(v, &c, 1) < 0 && v->unk < 0)
                 return 0;
@@ -397,7 +430,7 @@ static size_t max_cover(const struct ifl_vocab *v)
     for (int32_t i = 0; i < v->n_tokens; i++) {
         size_t n = v->text_off[i + 1] - v->text_off[i] - 1;
         int t = v->type[i];
-        if (v->kind == IFL_VOCAB_BPE && t != IFL_TOK_CONTROL && t != IFL_TOK_USER_DEFINED &&
+        if (v->kind == IFL_VOCAB_BPE && !raw && t != IFL_TOK_CONTROL && t != IFL_TOK_USER_DEFINED &&
             t != IFL_TOK_UNKNOWN) {
             /* byte-level text: one code point per input byte (special tokens
              * are matched against the input as they are stored) */
@@ -422,26 +455,59 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
         return ifl_err(err, IFL_EFORMAT, "tokenizer: missing %s", key);
     if (rc < 0)
         return rc;
-    if (model_len == 5 && memcmp(model, "llama", 5) == 0)
+    const char *forced_pre = NULL;
+    if (model_len == 5 && memcmp(model, "llama", 5) == 0) {
         v->kind = IFL_VOCAB_SPM;
-    else if (model_len == 4 && memcmp(model, "gpt2", 4) == 0)
+    } else if (model_len == 4 && memcmp(model, "gpt2", 4) == 0) {
         v->kind = IFL_VOCAB_BPE;
-    else
-        return ifl_err(err, IFL_EUNSUPPORTED,
-                       "tokenizer: %s '%.*s' is not supported (known: llama, gpt2)", key,
-                       (int)(model_len > 64 ? 64 : model_len), model);
+    } else if (model_len == 6 && memcmp(model, "gemma4", 6) == 0) {
+        v->kind = IFL_VOCAB_BPE;
+        forced_pre = "gemma4"; /* the model implies its pre-tokenizer */
+    } else if (model_len == 4 && memcmp(model, "bert", 4) == 0) {
+        v->kind = IFL_VOCAB_WPM;
+    } else if (model_len == 2 && memcmp(model, "t5", 2) == 0) {
+        v->kind = IFL_VOCAB_UGM;
+    } else {
+        return ifl_err(
+            err, IFL_EUNSUPPORTED,
+            "tokenizer: %s '%.*s' is not supported (known: llama, gpt2, gemma4, bert, t5)", key,
+            (int)(model_len > 64 ? 64 : model_len), model);
+    }
 
     if ((rc = load_tokens(v, g, err)) < 0)
         return rc;
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        size_t tl = v->text_off[i + 1] - v->text_off[i] - 1;
+        v->max_text = tl > v->max_text ? tl : v->max_text;
+    }
 
-    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = -1;
-    v->add_bos = v->add_eos = 0;
+    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = v->sep = -1;
+    v->add_bos = v->add_eos = v->add_sep = 0;
     if (v->kind == IFL_VOCAB_SPM) {
         v->bos = 1 < v->n_tokens ? 1 : -1;
         v->eos = 2 < v->n_tokens ? 2 : -1;
         v->unk = 0;
         v->add_bos = 1;
         v->add_space_prefix = 1;
+    } else if (v->kind == IFL_VOCAB_WPM) {
+        v->bos = 101 < v->n_tokens ? 101 : -1; /* [CLS] */
+        v->unk = 100 < v->n_tokens ? 100 : -1; /* [UNK] */
+        v->sep = 102 < v->n_tokens ? 102 : -1; /* [SEP] */
+        v->pad = 0;
+        v->add_bos = v->add_sep = 1;
+        v->wpm_lowercase = 1;
+    } else if (v->kind == IFL_VOCAB_UGM) {
+        v->eos = 1 < v->n_tokens ? 1 : -1;
+        v->unk = 2 < v->n_tokens ? 2 : -1;
+        v->pad = 0;
+        v->add_eos = 1;
+    }
+    for (int b = 0; b < 256; b++)
+        v->byte_tok[b] = v->byte_sym[b] = -1;
+    if (v->kind == IFL_VOCAB_BPE) {
+        /* before the ids: a pre-tokenizer may drop the BOS default */
+        if ((rc = ifl_vocab_bpe_load(v, g, forced_pre, err)) < 0)
+            return rc;
     }
     static const struct {
         const char *key;
@@ -453,6 +519,7 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
         {"tokenizer.ggml.eom_token_id", offsetof(struct ifl_vocab, eom)},
         {"tokenizer.ggml.padding_token_id", offsetof(struct ifl_vocab, pad)},
         {"tokenizer.ggml.unknown_token_id", offsetof(struct ifl_vocab, unk)},
+        {"tokenizer.ggml.seperator_token_id", offsetof(struct ifl_vocab, sep)},
     };
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
         int32_t *p = (int32_t *)((char *)v + ids[i].off);
@@ -460,23 +527,35 @@ static int load(struct ifl_vocab *v, const struct ifl_gguf *g, char *err)
             return rc;
     }
 
-    for (int b = 0; b < 256; b++)
-        v->byte_tok[b] = v->byte_sym[b] = -1;
     if (v->kind == IFL_VOCAB_SPM) {
         for (int b = 0; b < 256; b++) {
             char name[8];
             snprintf(name, sizeof(name), "<0x%02X>", b);
             v->byte_tok[b] = ifl_vocab_find(v, name, 6);
         }
-    } else {
-        if ((rc = ifl_vocab_bpe_load(v, g, err)) < 0) /* sets the pre-tokenizer's add_bos default */
-            return rc;
     }
 
     if ((rc = get_flag(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err)) < 0 ||
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)) < 0 ||
-        (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err)) < 0)
+        (rc = get_flag(g, "tokenizer.ggml.add_sep_token", &v->add_sep, err)) < 0 ||
+        (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err)) < 0 ||
+        (rc = get_flag(g, "tokenizer.ggml.remove_extra_whitespaces", &v->remove_extra_ws, err)) <
+            0 ||
+        (rc = get_flag(g, "tokenizer.ggml.normalizer.lowercase", &v->wpm_lowercase, err)) < 0)
         return rc;
+    if (v->kind == IFL_VOCAB_UGM && (rc = ifl_vocab_ugm_load(v, g, err)) < 0)
+        return rc;
+    /* BERT's normalizer strips accents when it lowercases, unless told */
+    v->wpm_strip_accents = v->wpm_lowercase;
+    if ((rc = get_flag(g, "tokenizer.ggml.normalizer.strip_accents", &v->wpm_strip_accents, err)) <
+        0)
+        return rc;
+    if (v->pre_flags & IFL_PRE_FORCE_BOS) /* as llama.cpp does for Gemma 4 */
+        v->add_bos = 1;
+    if (v->kind != IFL_VOCAB_WPM)
+        v->add_sep = 0; /* (llama.cpp adds SEP only for WordPiece when tokenizing) */
+    if (v->add_sep && v->sep < 0)
+        v->add_sep = 0;
     if (v->add_bos && v->bos < 0)
         v->add_bos = 0;
     if (v->add_eos && v->eos < 0)
@@ -517,6 +596,7 @@ void ifl_vocab_free(struct ifl_vocab *v)
     free(v->piece_off);
     free(v->tok_slots);
     free(v->special);
+    free(v->charsmap);
     free(v);
 }
 
