@@ -84,4 +84,13 @@ static inline const char *t_shared(void)
     return s && *s ? s : "../shared";
 }
 
+/* The weight-type reference data this repository keeps (tests/data/quant,
+ * README there), from the worktree root where tests run: $IFL_QUANT_DATA
+ * or tests/data/quant. */
+static inline const char *t_quant_data(void)
+{
+    const char *s = getenv("IFL_QUANT_DATA");
+    return s && *s ? s : "tests/data/quant";
+}
+
 #endif

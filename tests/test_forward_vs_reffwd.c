@@ -10,7 +10,8 @@
  * must agree with the reference:
  *   F32 / F16 / BF16 weights: the engine keeps activations in F32, so
  *     max |d| <= 1e-4 * max(1, std(logits)) (float vs double sums only);
- *   Q8_0 / Q4_0 (activations rounded to Q8_0) and K-quants (Q8_K):
+ *   Q8_0 / Q4_0 / Q5_0 / Q5_1 / IQ4_NL (activations rounded to Q8_0) and
+ *   K-quants and IQ4_XS (Q8_K):
  *     max |d| <= 0.15 * std(logits) and mean |d| <= 0.03 * std(logits).
  *     Measured: max 0.05-0.07 std, mean about 0.012 std (logit std 0.32),
  *     in line with llama.cpp against exact logits in the README (0.05-0.15
@@ -98,9 +99,10 @@ static int engine_logits(const char *path, const int *chunks, int n_chunks, floa
 /* 0: float weights, 1: Q8_0/Q4_0, 2: K-quants (from the type name). */
 static int type_class(const char *type)
 {
-    if (!strcmp(type, "q8_0") || !strcmp(type, "q4_0"))
+    if (!strcmp(type, "q8_0") || !strcmp(type, "q4_0") || !strcmp(type, "q5_0") ||
+        !strcmp(type, "q5_1") || !strcmp(type, "iq4_nl"))
         return 1;
-    if (type[0] == 'q')
+    if (type[0] == 'q' || type[0] == 'i')
         return 2;
     return 0;
 }
@@ -218,6 +220,19 @@ static void test_qwen3(void)
     run_arch("qwen3");
 }
 
+/* The newer weight types (Q8_0 activations for the 32-element ones, Q8_K
+ * for the rest), on llama and on qwen3 (whose head_dim 128 makes attn_q
+ * 256 -> 512): the types are the weights' matter, not the architecture's. */
+static const char *const new_types[] = {"q5_0"};
+
+static void test_new_types(void)
+{
+    for (size_t t = 0; t < sizeof new_types / sizeof *new_types; t++) {
+        check_model("llama", new_types[t], "");
+        check_model("qwen3", new_types[t], "");
+    }
+}
+
 static void test_variants(void)
 {
     check_model("llama", "f16", "--tied");
@@ -246,6 +261,7 @@ int main(void)
     T_RUN(test_llama);
     T_RUN(test_qwen2);
     T_RUN(test_qwen3);
+    T_RUN(test_new_types);
     T_RUN(test_variants);
     fprintf(stderr, "  worst max |d| / logit std: float %.2e, q8_0/q4_0 %.3f, k-quants %.3f\n",
             g_worst[0], g_worst[1], g_worst[2]);

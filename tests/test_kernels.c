@@ -15,7 +15,7 @@
 
 static const enum ifl_type weight_types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
                                              IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                             IFL_TYPE_Q5_K, IFL_TYPE_Q6_K};
+                                             IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0};
 #define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const char *table_names[] = {"scalar", "avx2", "avx512"};
@@ -64,6 +64,7 @@ static void make_weights(struct ifl_rng *r, enum ifl_type t, int64_t n, int nrow
             switch (t) {
             case IFL_TYPE_Q8_0:
             case IFL_TYPE_Q4_0:
+            case IFL_TYPE_Q5_0:
                 memcpy(blk, &d, 2);
                 break;
             case IFL_TYPE_Q4_K:
@@ -225,6 +226,7 @@ static void test_roundtrip(void)
         {IFL_TYPE_F32, 0.0},   {IFL_TYPE_F16, 1e-3},  {IFL_TYPE_BF16, 5e-3},
         {IFL_TYPE_Q8_0, 0.01}, {IFL_TYPE_Q8_K, 0.01}, {IFL_TYPE_Q4_0, 0.15},
         {IFL_TYPE_Q4_K, 0.10}, {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
+        {IFL_TYPE_Q5_0, 0.08},
     };
     const struct ifl_kernels *k = ifl_kernels_ref();
     struct ifl_rng r;
@@ -1085,7 +1087,9 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
 static void test_x16(void)
 {
     static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_F16};
+                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_F16,
+                                          IFL_TYPE_Q5_0};
+    const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     /* n by block size: 32, 256, and 1 (F16: any n) */
     static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
                          fs[] = {5, 37, 768, 5632};
@@ -1095,7 +1099,7 @@ static void test_x16(void)
     const int n_nr = (int)(sizeof(nrs) / sizeof(nrs[0]));
     struct ifl_rng r;
     ifl_rng_seed(&r, 4242);
-    for (int ti = 0; ti < 6; ti++)
+    for (int ti = 0; ti < n_types; ti++)
         for (int ni = 0; ni < 4; ni++)
             for (int ri = 0; ri < n_nr; ri++) {
                 enum ifl_type t = types[ti];
@@ -1127,6 +1131,8 @@ static void test_real_files(void)
         {"llama-f16.gguf", 1e-3},  {"llama-bf16.gguf", 5e-3},   {"llama-q8_0.gguf", 0.01},
         {"llama-q6_k.gguf", 0.03}, {"llama-q5_k_m.gguf", 0.06}, {"llama-q4_k_m.gguf", 0.12},
         {"llama-q4_0.gguf", 0.15},
+        /* the newer types, quantised by llama.cpp into tests/data/quant */
+        {"+llama-q5_0.gguf", 0.08},
     };
     char path[1024], err[IFL_ERR_LEN];
     snprintf(path, sizeof(path), "%s/models/ref/llama-f32.gguf", t_shared());
@@ -1139,7 +1145,10 @@ static void test_real_files(void)
     struct ifl_rng r;
     ifl_rng_seed(&r, 3);
     for (size_t fi = 0; fi < sizeof(files) / sizeof(files[0]); fi++) {
-        snprintf(path, sizeof(path), "%s/models/ref/%s", t_shared(), files[fi].file);
+        if (files[fi].file[0] == '+')
+            snprintf(path, sizeof(path), "%s/%s", t_quant_data(), files[fi].file + 1);
+        else
+            snprintf(path, sizeof(path), "%s/models/ref/%s", t_shared(), files[fi].file);
         struct ifl_gguf *g = NULL;
         if (ifl_gguf_open(&g, path, err) != 0) {
             fprintf(stderr, "  skipped %s: %s\n", files[fi].file, err);

@@ -72,6 +72,87 @@ _Static_assert(sizeof(struct ifl_block_q4_k) == 144, "q4_K layout");
 _Static_assert(sizeof(struct ifl_block_q5_k) == 176, "q5_K layout");
 _Static_assert(sizeof(struct ifl_block_q6_k) == 210, "q6_K layout");
 
+/* Q5_0: 32 elements, x = d * (q - 16), q in 0..31. The low four bits are
+ * packed as Q4_0's (byte j: element j low, element j + 16 high); bit k of
+ * the little-endian word qh is the fifth bit of element k. */
+struct ifl_block_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[IFL_QK / 2];
+};
+
+/* Q5_1: as Q5_0 but affine: x = d * q + m, q in 0..31. */
+struct ifl_block_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[IFL_QK / 2];
+};
+
+/* IQ4_NL: 32 elements, nibbles packed as Q4_0's, each an index into a
+ * fixed table of 16 non-uniform levels (ifl_iq4nl_levels): x = d * level. */
+struct ifl_block_iq4_nl {
+    uint16_t d;
+    uint8_t qs[IFL_QK / 2];
+};
+
+/* IQ4_XS: 256 elements, 8 sub-blocks of 32 with IQ4_NL's levels. Sub-block
+ * j has a 6-bit scale ls (low four bits: nibble j % 2 of scales_l[j / 2];
+ * high two: bits 2j, 2j + 1 of scales_h) and x = d * (ls - 32) * level; its
+ * nibbles are the 16 bytes qs + 16j, packed as Q4_0's. */
+struct ifl_block_iq4_xs {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[IFL_QK_K / 64];
+    uint8_t qs[IFL_QK_K / 2];
+};
+
+/* Q2_K and Q3_K share one placement of 2-bit quants: element
+ * e = 128h + 32k + 16g + l (h, g < 2, k < 4, l < 16) is bits 2k, 2k + 1 of
+ * qs[32h + 16g + l], and belongs to sub-block s = 8h + 2k + g (16 of 16).
+ *
+ * Q2_K: x = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4), q in 0..3. */
+struct ifl_block_q2_k {
+    uint8_t scales[IFL_QK_K / 16];
+    uint8_t qs[IFL_QK_K / 4];
+    uint16_t d, dmin;
+};
+
+/* Q3_K: a third bit per element, bit 4h + k of hmask[16g + l]; with it
+ * clear the value is q - 4, else q (so -4..3). x = d * (sc[s] - 32) * value,
+ * sc 6-bit from scales[12] (ifl_q3k_scale). */
+struct ifl_block_q3_k {
+    uint8_t hmask[IFL_QK_K / 8];
+    uint8_t qs[IFL_QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+};
+
+_Static_assert(sizeof(struct ifl_block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(struct ifl_block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(struct ifl_block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(struct ifl_block_iq4_xs) == 136, "iq4_xs layout");
+_Static_assert(sizeof(struct ifl_block_q2_k) == 84, "q2_K layout");
+_Static_assert(sizeof(struct ifl_block_q3_k) == 110, "q3_K layout");
+
+/* IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl): denser near 0. */
+static const int8_t ifl_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+/* Q3_K's 6-bit scale of sub-block j (0..15): the low four bits are the
+ * low (j < 8) or high (j >= 8) nibble of scales[j % 8], the high two are
+ * bits 2 (j / 4), +1 of scales[8 + j % 4]. */
+static inline int ifl_q3k_scale(const uint8_t *s, int j)
+{
+    int lo = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
+    return lo | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4;
+}
+
+/* IQ4_XS's 6-bit scale of sub-block j (0..7). */
+static inline int ifl_iq4xs_scale(const struct ifl_block_iq4_xs *b, int j)
+{
+    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b->scales_h >> (2 * j)) & 3) << 4;
+}
+
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block. */
 static inline void ifl_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
 {

@@ -139,6 +139,61 @@ static void dequant_q4_0(const void *vx, float *y, int64_t n)
     }
 }
 
+/* ---- Q5_0 ------------------------------------------------------------ */
+
+/* As Q4_0 one bit wider: the element of largest magnitude maps to q = 0
+ * (value -16 d), as ggml. */
+static void quant_q5_0(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q5_0 *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < IFL_QK; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        float d = max / -16.0f;
+        y[b].d = ifl_f32_to_f16(d);
+        float df = ifl_f16_to_f32(y[b].d);
+        float id = df != 0.0f ? 1.0f / df : 0.0f;
+        uint32_t qh = 0;
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            int q0 = clampi(nearest_int(x[j] * id) + 16, 0, 31);
+            int q1 = clampi(nearest_int(x[j + 16] * id) + 16, 0, 31);
+            y[b].qs[j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        memcpy(y[b].qh, &qh, 4);
+    }
+}
+
+/* The 5-bit q of element j (0..31) of a Q5_0 / Q5_1 block. */
+static int q5_at(const uint8_t *qs, uint32_t qh, int j)
+{
+    int lo = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    return lo | (int)((qh >> j) & 1) << 4;
+}
+
+static uint32_t q5_qh(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void dequant_q5_0(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q5_0 *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK; b++, y += IFL_QK) {
+        float d = ifl_f16_to_f32(x[b].d);
+        uint32_t qh = q5_qh(x[b].qh);
+        for (int j = 0; j < IFL_QK; j++)
+            y[j] = (float)(q5_at(x[b].qs, qh, j) - 16) * d;
+    }
+}
+
 /* ---- Q8_K ------------------------------------------------------------ */
 
 /* ggml's quantize_row_q8_K_ref: the signed element of largest magnitude
@@ -460,6 +515,7 @@ struct wrow {
 union wblk {
     struct ifl_block_q8_0 q8_0;
     struct ifl_block_q4_0 q4_0;
+    struct ifl_block_q5_0 q5_0;
     struct ifl_block_q4_k q4_k;
     struct ifl_block_q5_k q5_k;
     struct ifl_block_q6_k q6_k;
@@ -500,6 +556,21 @@ static float dot_q4_0(int64_t n, const struct wrow *w, const struct ifl_block_q8
             isum += ((wb->qs[j] & 15) - 8) * x[b].qs[j];
             isum += ((wb->qs[j] >> 4) - 8) * x[b].qs[j + 16];
         }
+        s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+    }
+    return s;
+}
+
+static float dot_q5_0(int64_t n, const struct wrow *w, const struct ifl_block_q8_0 *x)
+{
+    float s = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        const struct ifl_block_q5_0 *wb = wblock(w, b, &tmp);
+        uint32_t qh = q5_qh(wb->qh);
+        int32_t isum = 0;
+        for (int j = 0; j < IFL_QK; j++)
+            isum += (q5_at(wb->qs, qh, j) - 16) * x[b].qs[j];
         s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
     }
     return s;
@@ -666,6 +737,7 @@ static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, co
 
 REF_QGEMM(gemm_q8_0, gemm_q8_0_x16, IFL_TYPE_Q8_0, dot_q8_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q4_0, gemm_q4_0_x16, IFL_TYPE_Q4_0, dot_q4_0, struct ifl_block_q8_0)
+REF_QGEMM(gemm_q5_0, gemm_q5_0_x16, IFL_TYPE_Q5_0, dot_q5_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q4_k, gemm_q4_k_x16, IFL_TYPE_Q4_K, dot_q4_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q5_k, gemm_q5_k_x16, IFL_TYPE_Q5_K, dot_q5_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q6_k, gemm_q6_k_x16, IFL_TYPE_Q6_K, dot_q6_k, struct ifl_block_q8_k)
@@ -684,6 +756,7 @@ struct x16_field {
 static int x16_fields(enum ifl_type t, const struct x16_field **f)
 {
     static const struct x16_field q8_0[] = {{0, 2}, {2, 32}}, q4_0[] = {{0, 2}, {2, 16}},
+                                  q5_0[] = {{0, 2}, {2, 4}, {6, 16}},
                                   q4_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}},
                                   q5_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}},
                                   q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}},
@@ -698,6 +771,9 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
     case IFL_TYPE_Q4_0:
         *f = q4_0;
         return 2;
+    case IFL_TYPE_Q5_0:
+        *f = q5_0;
+        return 3;
     case IFL_TYPE_Q4_K:
         *f = q4_k;
         return 4;
@@ -1037,12 +1113,14 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_BF16] = gemm_bf16;
     k->gemm[IFL_TYPE_Q8_0] = gemm_q8_0;
     k->gemm[IFL_TYPE_Q4_0] = gemm_q4_0;
+    k->gemm[IFL_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
     k->gemm_x16[IFL_TYPE_F16] = gemm_f16_x16;
     k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
+    k->gemm_x16[IFL_TYPE_Q5_0] = gemm_q5_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;
     k->gemm_x16[IFL_TYPE_Q5_K] = gemm_q5_k_x16;
     k->gemm_x16[IFL_TYPE_Q6_K] = gemm_q6_k_x16;
@@ -1052,6 +1130,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->quant[IFL_TYPE_BF16] = quant_bf16;
     k->quant[IFL_TYPE_Q8_0] = quant_q8_0;
     k->quant[IFL_TYPE_Q4_0] = quant_q4_0;
+    k->quant[IFL_TYPE_Q5_0] = quant_q5_0;
     k->quant[IFL_TYPE_Q8_K] = quant_q8_k;
     k->quant[IFL_TYPE_Q4_K] = quant_q4_k;
     k->quant[IFL_TYPE_Q5_K] = quant_q5_k;
@@ -1062,6 +1141,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->dequant[IFL_TYPE_BF16] = dequant_bf16;
     k->dequant[IFL_TYPE_Q8_0] = dequant_q8_0;
     k->dequant[IFL_TYPE_Q4_0] = dequant_q4_0;
+    k->dequant[IFL_TYPE_Q5_0] = dequant_q5_0;
     k->dequant[IFL_TYPE_Q8_K] = dequant_q8_k;
     k->dequant[IFL_TYPE_Q4_K] = dequant_q4_k;
     k->dequant[IFL_TYPE_Q5_K] = dequant_q5_k;

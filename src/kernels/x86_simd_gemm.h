@@ -197,6 +197,105 @@ AI void tile_q4_0(TILE_PARAMS)
 DEFINE_GEMM(x86_gemm_q8_0, tile_q8_0)
 DEFINE_GEMM(x86_gemm_q4_0, tile_q4_0)
 
+/* ---- Q5_0, Q5_1 and IQ4_NL weights, Q8_0 activations ---------------- */
+
+/* 32 bytes, byte j all ones where bit j of the little-endian word at p is
+ * set, else zero: the word broadcast, byte j / 8 moved to byte j, then
+ * compared under the mask 1 << (j % 8). */
+AI __m256i bits_to_bytes(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                              0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), spread);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+
+/* The 32 nibbles of 16 bytes in element order: low nibbles, then high. */
+AI __m256i nibbles_32(const void *p)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(q, _mm_set1_epi8(15));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(15));
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* IQ4_NL's levels in both 128-bit lanes, for a byte shuffle by nibble. */
+AI __m256i iq4nl_table(void)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)ifl_iq4nl_levels);
+    return _mm256_set_m128i(t, t);
+}
+
+/* gemm_q5_0 / gemm_iq4_nl of ref.c: the signed weights of a block (q - 16,
+ * or the level of each nibble) meet the activations as in tile_q80.
+ * gemm_q5_1: q in 0..31 is unsigned already; the min term m * d_x * (sum
+ * of the activation quants) is one more multiply-add into the lanes, the
+ * activation sums taken per block by a dot with ones (exact). */
+enum { K5_Q5_0, K5_Q5_1, K5_IQ4_NL };
+
+AI void tile_q5(int kind, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
+                size_t ws, float *y, size_t ldy)
+{
+    const size_t wbs = kind == K5_Q5_0   ? sizeof(struct ifl_block_q5_0)
+                       : kind == K5_Q5_1 ? sizeof(struct ifl_block_q5_1)
+                                         : sizeof(struct ifl_block_iq4_nl);
+    const size_t qs_off = kind == K5_Q5_0   ? offsetof(struct ifl_block_q5_0, qs)
+                          : kind == K5_Q5_1 ? offsetof(struct ifl_block_q5_1, qs)
+                                            : offsetof(struct ifl_block_iq4_nl, qs);
+    const __m256i lv = iq4nl_table(), ones = _mm256_set1_epi8(1);
+    __m256 acc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        __m256i wq[TCMAX], wu[TCMAX];
+        float wd[TCMAX], wm[TCMAX];
+        UNROLL FOR_C
+        {
+            const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+            if (!(b & 1)) /* two blocks are 36 to 48 bytes */
+                pf_lines(blk, 1);
+            wd[c] = ld_f16(blk);
+            wm[c] = kind == K5_Q5_1 ? ld_f16(blk + 2) : 0.0f;
+            __m256i q = nibbles_32(blk + qs_off);
+            if (kind == K5_IQ4_NL) {
+                wq[c] = _mm256_shuffle_epi8(lv, q);
+            } else {
+                __m256i hb = _mm256_and_si256(bits_to_bytes(blk + qs_off - 4), _mm256_set1_epi8(16));
+                q = _mm256_or_si256(q, hb);
+                wq[c] = kind == K5_Q5_0 ? _mm256_sub_epi8(q, _mm256_set1_epi8(16)) : q;
+            }
+            wu[c] = kind == K5_Q5_1 ? wq[c] : _mm256_abs_epi8(wq[c]);
+        }
+        UNROLL FOR_R
+        {
+            const char *xb = x + (size_t)r * xs + (size_t)b * sizeof(struct ifl_block_q8_0);
+            float xd = ld_f16(xb);
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(xb + 2));
+            __m256 xsum = _mm256_setzero_ps();
+            if (kind == K5_Q5_1)
+                xsum = _mm256_cvtepi32_ps(idot(ones, xq));
+            UNROLL FOR_C
+            {
+                __m256i p = kind == K5_Q5_1 ? idot(wu[c], xq)
+                                            : idot(wu[c], _mm256_sign_epi8(xq, wq[c]));
+                acc[r][c] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(wd[c] * xd), _mm256_cvtepi32_ps(p), acc[r][c]);
+                if (kind == K5_Q5_1)
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wm[c] * xd), xsum, acc[r][c]);
+            }
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]);
+}
+
+AI void tile_q5_0(TILE_PARAMS)
+{
+    tile_q5(K5_Q5_0, n, R, C, x, xs, w, ws, y, ldy);
+}
+DEFINE_GEMM(x86_gemm_q5_0, tile_q5_0)
+
 /* ---- K-quant weights, Q8_K activations ------------------------------ */
 
 /* Offsets inside a Q8_K block. */
