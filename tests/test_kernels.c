@@ -15,7 +15,8 @@
 
 static const enum ifl_type weight_types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
                                              IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                             IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0};
+                                             IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0,
+                                             IFL_TYPE_Q5_1};
 #define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const char *table_names[] = {"scalar", "avx2", "avx512"};
@@ -66,6 +67,11 @@ static void make_weights(struct ifl_rng *r, enum ifl_type t, int64_t n, int nrow
             case IFL_TYPE_Q4_0:
             case IFL_TYPE_Q5_0:
                 memcpy(blk, &d, 2);
+                break;
+            case IFL_TYPE_Q5_1: /* m: a plausible min, of either sign */
+                memcpy(blk, &d, 2);
+                dm = ifl_f32_to_f16(ifl_f16_to_f32(dm) * (ifl_rng_next(r) & 1 ? 8.0f : -8.0f));
+                memcpy(blk + 2, &dm, 2);
                 break;
             case IFL_TYPE_Q4_K:
             case IFL_TYPE_Q5_K:
@@ -226,7 +232,7 @@ static void test_roundtrip(void)
         {IFL_TYPE_F32, 0.0},   {IFL_TYPE_F16, 1e-3},  {IFL_TYPE_BF16, 5e-3},
         {IFL_TYPE_Q8_0, 0.01}, {IFL_TYPE_Q8_K, 0.01}, {IFL_TYPE_Q4_0, 0.15},
         {IFL_TYPE_Q4_K, 0.10}, {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
-        {IFL_TYPE_Q5_0, 0.08},
+        {IFL_TYPE_Q5_0, 0.08}, {IFL_TYPE_Q5_1, 0.06},
     };
     const struct ifl_kernels *k = ifl_kernels_ref();
     struct ifl_rng r;
@@ -1088,7 +1094,7 @@ static void test_x16(void)
 {
     static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
                                           IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_F16,
-                                          IFL_TYPE_Q5_0};
+                                          IFL_TYPE_Q5_0, IFL_TYPE_Q5_1};
     const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     /* n by block size: 32, 256, and 1 (F16: any n) */
     static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
@@ -1132,7 +1138,7 @@ static void test_real_files(void)
         {"llama-q6_k.gguf", 0.03}, {"llama-q5_k_m.gguf", 0.06}, {"llama-q4_k_m.gguf", 0.12},
         {"llama-q4_0.gguf", 0.15},
         /* the newer types, quantised by llama.cpp into tests/data/quant */
-        {"+llama-q5_0.gguf", 0.08},
+        {"+llama-q5_0.gguf", 0.08}, {"+llama-q5_1.gguf", 0.06},
     };
     char path[1024], err[IFL_ERR_LEN];
     snprintf(path, sizeof(path), "%s/models/ref/llama-f32.gguf", t_shared());

@@ -359,6 +359,7 @@ static const struct {
     int quant_class;
 } quant_refs[] = {
     {"llama-q5_0", 3},
+    {"llama-q5_1", 3},
 };
 
 static void test_quant_refs(void)

@@ -194,6 +194,45 @@ static void dequant_q5_0(const void *vx, float *y, int64_t n)
     }
 }
 
+/* ---- Q5_1 ------------------------------------------------------------ */
+
+/* Affine over the block's range, as ggml: m = min, d = (max - min) / 31. */
+static void quant_q5_1(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q5_1 *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        float mn = x[0], mx = x[0];
+        for (int j = 1; j < IFL_QK; j++) {
+            mn = fminf(mn, x[j]);
+            mx = fmaxf(mx, x[j]);
+        }
+        float d = (mx - mn) / 31.0f;
+        y[b].d = ifl_f32_to_f16(d);
+        y[b].m = ifl_f32_to_f16(mn);
+        float df = ifl_f16_to_f32(y[b].d), mf = ifl_f16_to_f32(y[b].m);
+        float id = df != 0.0f ? 1.0f / df : 0.0f;
+        uint32_t qh = 0;
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            int q0 = clampi(nearest_int((x[j] - mf) * id), 0, 31);
+            int q1 = clampi(nearest_int((x[j + 16] - mf) * id), 0, 31);
+            y[b].qs[j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        memcpy(y[b].qh, &qh, 4);
+    }
+}
+
+static void dequant_q5_1(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q5_1 *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK; b++, y += IFL_QK) {
+        float d = ifl_f16_to_f32(x[b].d), m = ifl_f16_to_f32(x[b].m);
+        uint32_t qh = q5_qh(x[b].qh);
+        for (int j = 0; j < IFL_QK; j++)
+            y[j] = (float)q5_at(x[b].qs, qh, j) * d + m;
+    }
+}
+
 /* ---- Q8_K ------------------------------------------------------------ */
 
 /* ggml's quantize_row_q8_K_ref: the signed element of largest magnitude
@@ -516,6 +555,7 @@ union wblk {
     struct ifl_block_q8_0 q8_0;
     struct ifl_block_q4_0 q4_0;
     struct ifl_block_q5_0 q5_0;
+    struct ifl_block_q5_1 q5_1;
     struct ifl_block_q4_k q4_k;
     struct ifl_block_q5_k q5_k;
     struct ifl_block_q6_k q6_k;
@@ -572,6 +612,27 @@ static float dot_q5_0(int64_t n, const struct wrow *w, const struct ifl_block_q8
         for (int j = 0; j < IFL_QK; j++)
             isum += (q5_at(wb->qs, qh, j) - 16) * x[b].qs[j];
         s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+    }
+    return s;
+}
+
+/* Q5_1: x = d q + m, so the block is d d_x sum(q q_x) + m d_x sum(q_x): the
+ * second sum stands in for ggml's Q8_1 activation sum (the same integers,
+ * without its rounding to f16). */
+static float dot_q5_1(int64_t n, const struct wrow *w, const struct ifl_block_q8_0 *x)
+{
+    float s = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        const struct ifl_block_q5_1 *wb = wblock(w, b, &tmp);
+        uint32_t qh = q5_qh(wb->qh);
+        int32_t isum = 0, xsum = 0;
+        for (int j = 0; j < IFL_QK; j++) {
+            isum += q5_at(wb->qs, qh, j) * x[b].qs[j];
+            xsum += x[b].qs[j];
+        }
+        float xd = ifl_f16_to_f32(x[b].d);
+        s += ifl_f16_to_f32(wb->d) * xd * (float)isum + ifl_f16_to_f32(wb->m) * xd * (float)xsum;
     }
     return s;
 }
@@ -738,6 +799,7 @@ static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, co
 REF_QGEMM(gemm_q8_0, gemm_q8_0_x16, IFL_TYPE_Q8_0, dot_q8_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q4_0, gemm_q4_0_x16, IFL_TYPE_Q4_0, dot_q4_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q5_0, gemm_q5_0_x16, IFL_TYPE_Q5_0, dot_q5_0, struct ifl_block_q8_0)
+REF_QGEMM(gemm_q5_1, gemm_q5_1_x16, IFL_TYPE_Q5_1, dot_q5_1, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q4_k, gemm_q4_k_x16, IFL_TYPE_Q4_K, dot_q4_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q5_k, gemm_q5_k_x16, IFL_TYPE_Q5_K, dot_q5_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q6_k, gemm_q6_k_x16, IFL_TYPE_Q6_K, dot_q6_k, struct ifl_block_q8_k)
@@ -757,6 +819,7 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
 {
     static const struct x16_field q8_0[] = {{0, 2}, {2, 32}}, q4_0[] = {{0, 2}, {2, 16}},
                                   q5_0[] = {{0, 2}, {2, 4}, {6, 16}},
+                                  q5_1[] = {{0, 2}, {2, 2}, {4, 4}, {8, 16}},
                                   q4_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}},
                                   q5_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}},
                                   q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}},
@@ -774,6 +837,9 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
     case IFL_TYPE_Q5_0:
         *f = q5_0;
         return 3;
+    case IFL_TYPE_Q5_1:
+        *f = q5_1;
+        return 4;
     case IFL_TYPE_Q4_K:
         *f = q4_k;
         return 4;
@@ -1114,6 +1180,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q8_0] = gemm_q8_0;
     k->gemm[IFL_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[IFL_TYPE_Q5_0] = gemm_q5_0;
+    k->gemm[IFL_TYPE_Q5_1] = gemm_q5_1;
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
@@ -1121,6 +1188,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
     k->gemm_x16[IFL_TYPE_Q5_0] = gemm_q5_0_x16;
+    k->gemm_x16[IFL_TYPE_Q5_1] = gemm_q5_1_x16;
     k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;
     k->gemm_x16[IFL_TYPE_Q5_K] = gemm_q5_k_x16;
     k->gemm_x16[IFL_TYPE_Q6_K] = gemm_q6_k_x16;
@@ -1131,6 +1199,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->quant[IFL_TYPE_Q8_0] = quant_q8_0;
     k->quant[IFL_TYPE_Q4_0] = quant_q4_0;
     k->quant[IFL_TYPE_Q5_0] = quant_q5_0;
+    k->quant[IFL_TYPE_Q5_1] = quant_q5_1;
     k->quant[IFL_TYPE_Q8_K] = quant_q8_k;
     k->quant[IFL_TYPE_Q4_K] = quant_q4_k;
     k->quant[IFL_TYPE_Q5_K] = quant_q5_k;
@@ -1142,6 +1211,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->dequant[IFL_TYPE_Q8_0] = dequant_q8_0;
     k->dequant[IFL_TYPE_Q4_0] = dequant_q4_0;
     k->dequant[IFL_TYPE_Q5_0] = dequant_q5_0;
+    k->dequant[IFL_TYPE_Q5_1] = dequant_q5_1;
     k->dequant[IFL_TYPE_Q8_K] = dequant_q8_k;
     k->dequant[IFL_TYPE_Q4_K] = dequant_q4_k;
     k->dequant[IFL_TYPE_Q5_K] = dequant_q5_k;

@@ -294,7 +294,12 @@ AI void tile_q5_0(TILE_PARAMS)
 {
     tile_q5(K5_Q5_0, n, R, C, x, xs, w, ws, y, ldy);
 }
+AI void tile_q5_1(TILE_PARAMS)
+{
+    tile_q5(K5_Q5_1, n, R, C, x, xs, w, ws, y, ldy);
+}
 DEFINE_GEMM(x86_gemm_q5_0, tile_q5_0)
+DEFINE_GEMM(x86_gemm_q5_1, tile_q5_1)
 
 /* ---- K-quant weights, Q8_K activations ------------------------------ */
 
