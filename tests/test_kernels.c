@@ -16,7 +16,7 @@
 static const enum ifl_type weight_types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
                                              IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
                                              IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0,
-                                             IFL_TYPE_Q5_1};
+                                             IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL};
 #define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const char *table_names[] = {"scalar", "avx2", "avx512"};
@@ -66,6 +66,7 @@ static void make_weights(struct ifl_rng *r, enum ifl_type t, int64_t n, int nrow
             case IFL_TYPE_Q8_0:
             case IFL_TYPE_Q4_0:
             case IFL_TYPE_Q5_0:
+            case IFL_TYPE_IQ4_NL:
                 memcpy(blk, &d, 2);
                 break;
             case IFL_TYPE_Q5_1: /* m: a plausible min, of either sign */
@@ -232,7 +233,7 @@ static void test_roundtrip(void)
         {IFL_TYPE_F32, 0.0},   {IFL_TYPE_F16, 1e-3},  {IFL_TYPE_BF16, 5e-3},
         {IFL_TYPE_Q8_0, 0.01}, {IFL_TYPE_Q8_K, 0.01}, {IFL_TYPE_Q4_0, 0.15},
         {IFL_TYPE_Q4_K, 0.10}, {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
-        {IFL_TYPE_Q5_0, 0.08}, {IFL_TYPE_Q5_1, 0.06},
+        {IFL_TYPE_Q5_0, 0.08}, {IFL_TYPE_Q5_1, 0.06}, {IFL_TYPE_IQ4_NL, 0.12},
     };
     const struct ifl_kernels *k = ifl_kernels_ref();
     struct ifl_rng r;
@@ -1094,7 +1095,7 @@ static void test_x16(void)
 {
     static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
                                           IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_F16,
-                                          IFL_TYPE_Q5_0, IFL_TYPE_Q5_1};
+                                          IFL_TYPE_Q5_0, IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL};
     const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     /* n by block size: 32, 256, and 1 (F16: any n) */
     static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
@@ -1139,6 +1140,7 @@ static void test_real_files(void)
         {"llama-q4_0.gguf", 0.15},
         /* the newer types, quantised by llama.cpp into tests/data/quant */
         {"+llama-q5_0.gguf", 0.08}, {"+llama-q5_1.gguf", 0.06},
+        {"+llama-iq4_nl.gguf", 0.12},
     };
     char path[1024], err[IFL_ERR_LEN];
     snprintf(path, sizeof(path), "%s/models/ref/llama-f32.gguf", t_shared());

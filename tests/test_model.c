@@ -360,6 +360,7 @@ static const struct {
 } quant_refs[] = {
     {"llama-q5_0", 3},
     {"llama-q5_1", 3},
+    {"llama-iq4_nl", 3},
 };
 
 static void test_quant_refs(void)

@@ -36,14 +36,15 @@ typedef void (*ifl_quant_fn)(const float *x, void *y, int64_t n);
 typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
 
 /* Weights repacked in groups of 16 rows (the "x16" layout), for the
- * block types Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, and for F16.
+ * block types Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K, and
+ * for F16.
  *
  * A group of 16 rows of n elements takes the bytes of those 16 rows, so a
  * repacked matrix keeps its size and group g starts at byte 16 * g * row
  * bytes. A group is its block groups in order; block group b holds block
  * b of rows 0..15, field by field, in this order:
  *   Q8_0  d, qs (+ 128: each byte's sign bit flipped)
- *   Q4_0  d, qs
+ *   Q4_0  d, qs (IQ4_NL likewise)
  *   Q5_0  d, qh, qs
  *   Q5_1  d, m, qh, qs
  *   Q4_K  d, dmin, scales, qs

@@ -233,6 +233,85 @@ static void dequant_q5_1(const void *vx, float *y, int64_t n)
     }
 }
 
+/* ---- IQ4_NL and IQ4_XS's levels ------------------------------------- */
+
+/* The level nearest v (the lower one on a tie). */
+static int iq4_nearest(float v)
+{
+    int best = 0;
+    float be = fabsf(v - (float)ifl_iq4nl_levels[0]);
+    for (int i = 1; i < 16; i++) {
+        float e = fabsf(v - (float)ifl_iq4nl_levels[i]);
+        if (e < be) {
+            be = e;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* 32 values x as nibbles (Q4_0's packing) of levels times d; then d is
+ * refitted by least squares to the chosen levels, and the levels chosen
+ * again, keeping whichever d had the smaller error. Returns the d used. */
+static float iq4_fit32(const float *x, float d, uint8_t qs[16])
+{
+    float best_d = d, best_err = INFINITY;
+    for (int iter = 0; iter < 3 && d != 0.0f; iter++) {
+        float id = 1.0f / d;
+        double err = 0, sxl = 0, sll = 0;
+        int q[32];
+        for (int j = 0; j < 32; j++) {
+            q[j] = iq4_nearest(x[j] * id);
+            float l = (float)ifl_iq4nl_levels[q[j]];
+            double e = (double)x[j] - (double)d * l;
+            err += e * e;
+            sxl += (double)x[j] * l;
+            sll += (double)l * l;
+        }
+        if (err < best_err) {
+            best_err = (float)err;
+            best_d = d;
+            for (int j = 0; j < 16; j++)
+                qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        }
+        if (sll <= 0)
+            break;
+        d = (float)(sxl / sll);
+    }
+    if (best_err == INFINITY)
+        memset(qs, 0x88, 16); /* level 8 is 1: zero needs d = 0 */
+    return best_d;
+}
+
+/* The signed element of largest magnitude maps to the level -127. */
+static void quant_iq4_nl(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_iq4_nl *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < IFL_QK; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        float d = iq4_fit32(x, max / -127.0f, y[b].qs);
+        y[b].d = ifl_f32_to_f16(d);
+    }
+}
+
+static void dequant_iq4_nl(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_iq4_nl *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK; b++, y += IFL_QK) {
+        float d = ifl_f16_to_f32(x[b].d);
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            y[j] = d * (float)ifl_iq4nl_levels[x[b].qs[j] & 15];
+            y[j + 16] = d * (float)ifl_iq4nl_levels[x[b].qs[j] >> 4];
+        }
+    }
+}
+
 /* ---- Q8_K ------------------------------------------------------------ */
 
 /* ggml's quantize_row_q8_K_ref: the signed element of largest magnitude
@@ -556,6 +635,7 @@ union wblk {
     struct ifl_block_q4_0 q4_0;
     struct ifl_block_q5_0 q5_0;
     struct ifl_block_q5_1 q5_1;
+    struct ifl_block_iq4_nl iq4_nl;
     struct ifl_block_q4_k q4_k;
     struct ifl_block_q5_k q5_k;
     struct ifl_block_q6_k q6_k;
@@ -633,6 +713,22 @@ static float dot_q5_1(int64_t n, const struct wrow *w, const struct ifl_block_q8
         }
         float xd = ifl_f16_to_f32(x[b].d);
         s += ifl_f16_to_f32(wb->d) * xd * (float)isum + ifl_f16_to_f32(wb->m) * xd * (float)xsum;
+    }
+    return s;
+}
+
+static float dot_iq4_nl(int64_t n, const struct wrow *w, const struct ifl_block_q8_0 *x)
+{
+    float s = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        const struct ifl_block_iq4_nl *wb = wblock(w, b, &tmp);
+        int32_t isum = 0;
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            isum += ifl_iq4nl_levels[wb->qs[j] & 15] * x[b].qs[j];
+            isum += ifl_iq4nl_levels[wb->qs[j] >> 4] * x[b].qs[j + 16];
+        }
+        s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
     }
     return s;
 }
@@ -800,6 +896,7 @@ REF_QGEMM(gemm_q8_0, gemm_q8_0_x16, IFL_TYPE_Q8_0, dot_q8_0, struct ifl_block_q8
 REF_QGEMM(gemm_q4_0, gemm_q4_0_x16, IFL_TYPE_Q4_0, dot_q4_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q5_0, gemm_q5_0_x16, IFL_TYPE_Q5_0, dot_q5_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q5_1, gemm_q5_1_x16, IFL_TYPE_Q5_1, dot_q5_1, struct ifl_block_q8_0)
+REF_QGEMM(gemm_iq4_nl, gemm_iq4_nl_x16, IFL_TYPE_IQ4_NL, dot_iq4_nl, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q4_k, gemm_q4_k_x16, IFL_TYPE_Q4_K, dot_q4_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q5_k, gemm_q5_k_x16, IFL_TYPE_Q5_K, dot_q5_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q6_k, gemm_q6_k_x16, IFL_TYPE_Q6_K, dot_q6_k, struct ifl_block_q8_k)
@@ -832,6 +929,7 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
         *f = q8_0;
         return 2;
     case IFL_TYPE_Q4_0:
+    case IFL_TYPE_IQ4_NL:
         *f = q4_0;
         return 2;
     case IFL_TYPE_Q5_0:
@@ -1181,6 +1279,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[IFL_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[IFL_TYPE_Q5_1] = gemm_q5_1;
+    k->gemm[IFL_TYPE_IQ4_NL] = gemm_iq4_nl;
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
@@ -1189,6 +1288,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
     k->gemm_x16[IFL_TYPE_Q5_0] = gemm_q5_0_x16;
     k->gemm_x16[IFL_TYPE_Q5_1] = gemm_q5_1_x16;
+    k->gemm_x16[IFL_TYPE_IQ4_NL] = gemm_iq4_nl_x16;
     k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;
     k->gemm_x16[IFL_TYPE_Q5_K] = gemm_q5_k_x16;
     k->gemm_x16[IFL_TYPE_Q6_K] = gemm_q6_k_x16;
@@ -1200,6 +1300,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->quant[IFL_TYPE_Q4_0] = quant_q4_0;
     k->quant[IFL_TYPE_Q5_0] = quant_q5_0;
     k->quant[IFL_TYPE_Q5_1] = quant_q5_1;
+    k->quant[IFL_TYPE_IQ4_NL] = quant_iq4_nl;
     k->quant[IFL_TYPE_Q8_K] = quant_q8_k;
     k->quant[IFL_TYPE_Q4_K] = quant_q4_k;
     k->quant[IFL_TYPE_Q5_K] = quant_q5_k;
@@ -1212,6 +1313,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->dequant[IFL_TYPE_Q4_0] = dequant_q4_0;
     k->dequant[IFL_TYPE_Q5_0] = dequant_q5_0;
     k->dequant[IFL_TYPE_Q5_1] = dequant_q5_1;
+    k->dequant[IFL_TYPE_IQ4_NL] = dequant_iq4_nl;
     k->dequant[IFL_TYPE_Q8_K] = dequant_q8_k;
     k->dequant[IFL_TYPE_Q4_K] = dequant_q4_k;
     k->dequant[IFL_TYPE_Q5_K] = dequant_q5_k;

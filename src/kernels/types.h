@@ -8,6 +8,8 @@
  *   Q4_0 (32):  f16 d; u8 qs[16]   low nibbles are x[0..15], high x[16..31]; x = d * (q - 8)
  *   Q5_0 (32):  f16 d; u8 qh[4]; u8 qs[16]   Q4_0's nibbles + a fifth bit each; x = d * (q - 16)
  *   Q5_1 (32):  f16 d, m; u8 qh[4]; u8 qs[16]   likewise; x = d * q + m
+ *   IQ4_NL (32): f16 d; u8 qs[16]   Q4_0's nibbles, each an index into 16 fixed
+ *               non-uniform levels L; x = d * L[q]
  *   Q8_K (256): f32 d; int8 qs[256]; int16 bsums[16]   (activations only; bsums = sums of 16)
  *   Q4_K (256): f16 d, dmin; u8 scales[12] (8 x 6-bit scale + 6-bit min); u8 qs[128]
  *   Q5_K (256): f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]

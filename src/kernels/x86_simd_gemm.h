@@ -299,7 +299,12 @@ AI void tile_q5_1(TILE_PARAMS)
     tile_q5(K5_Q5_1, n, R, C, x, xs, w, ws, y, ldy);
 }
 DEFINE_GEMM(x86_gemm_q5_0, tile_q5_0)
+AI void tile_iq4_nl(TILE_PARAMS)
+{
+    tile_q5(K5_IQ4_NL, n, R, C, x, xs, w, ws, y, ldy);
+}
 DEFINE_GEMM(x86_gemm_q5_1, tile_q5_1)
+DEFINE_GEMM(x86_gemm_iq4_nl, tile_iq4_nl)
 
 /* ---- K-quant weights, Q8_K activations ------------------------------ */
 
