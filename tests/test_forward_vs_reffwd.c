@@ -223,7 +223,7 @@ static void test_qwen3(void)
 /* The newer weight types (Q8_0 activations for the 32-element ones, Q8_K
  * for the rest), on llama and on qwen3 (whose head_dim 128 makes attn_q
  * 256 -> 512): the types are the weights' matter, not the architecture's. */
-static const char *const new_types[] = {"q5_0", "q5_1", "iq4_nl"};
+static const char *const new_types[] = {"q5_0", "q5_1", "iq4_nl", "iq4_xs", "q3_k", "q2_k"};
 
 static void test_new_types(void)
 {

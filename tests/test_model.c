@@ -361,6 +361,9 @@ static const struct {
     {"llama-q5_0", 3},
     {"llama-q5_1", 3},
     {"llama-iq4_nl", 3},
+    {"llama-iq4_xs", 4},
+    {"llama-q3_k", 4},
+    {"llama-q2_k", 4},
 };
 
 static void test_quant_refs(void)

@@ -16,7 +16,8 @@
  *
  * Type mixes (llama-quantize's defaults, approximated):
  *   f32 f16 bf16 q8_0 q4_k q5_k q6_k   every 2-D tensor in that type
- *   q4_0 q5_0 q5_1 iq4_nl               likewise, but output.weight in Q6_K
+ *   q4_0 q5_0 q5_1 iq4_nl iq4_xs        likewise, but output.weight in Q6_K
+ *   q2_k q3_k
  *   q4_k_m / q5_k_m                     Q4_K / Q5_K, but Q6_K for output.weight
  *                                       and for attn_v and ffn_down of the
  *                                       layers where use_more_bits(i, n) holds:
@@ -85,6 +86,9 @@ static const struct mix mixes[] = {
     {"q5_0", IFL_TYPE_Q5_0, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0, 8},
     {"q5_1", IFL_TYPE_Q5_1, IFL_TYPE_Q6_K, IFL_TYPE_Q5_1, 9},
     {"iq4_nl", IFL_TYPE_IQ4_NL, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_NL, 25},
+    {"iq4_xs", IFL_TYPE_IQ4_XS, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_XS, 30},
+    {"q2_k", IFL_TYPE_Q2_K, IFL_TYPE_Q6_K, IFL_TYPE_Q2_K, 10},
+    {"q3_k", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 11},
     {"q4_k", IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, 14},
     {"q5_k", IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, 16},
     {"q6_k", IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 18},
@@ -132,7 +136,8 @@ static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
     "               [--arch llama|qwen2|qwen3] [--n-embd N] [--n-layer N] [--n-head N]\n"
     "               [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
-    "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+    "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
+    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
     "               [--swap-tokens A,B]\n"
     "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"

@@ -9,6 +9,9 @@
 #include "kernels/kernels.h"
 
 void ifl_kernels_fill_ref(struct ifl_kernels *k);
+/* The scalar attention, activation, sampler and LoRA entries (ref_ops.c),
+ * called by ifl_kernels_fill_ref. */
+void ifl_kernels_fill_ref_ops(struct ifl_kernels *k);
 void ifl_kernels_fill_avx2(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512(struct ifl_kernels *k);
 /* The 256-bit gemm kernels over x16 groups (x86_avx2_gemm.c), over a

@@ -36,8 +36,8 @@ typedef void (*ifl_quant_fn)(const float *x, void *y, int64_t n);
 typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
 
 /* Weights repacked in groups of 16 rows (the "x16" layout), for the
- * block types Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K, and
- * for F16.
+ * block types Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K,
+ * Q5_K and Q6_K, and for F16.
  *
  * A group of 16 rows of n elements takes the bytes of those 16 rows, so a
  * repacked matrix keeps its size and group g starts at byte 16 * g * row
@@ -50,6 +50,9 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
  *   Q4_K  d, dmin, scales, qs
  *   Q5_K  d, dmin, scales, qh, qs
  *   Q6_K  d, scales, ql, qh
+ *   IQ4_XS d, scales_h, scales_l, qs
+ *   Q2_K  d, dmin, scales, qs
+ *   Q3_K  d, scales, qs, hmask
  *   F16   the value (a block of one element): block group k is element
  *         k of the 16 rows, 32 bytes that one conversion makes 16 floats
  * A 2-byte field (d, dmin) is stored as its 16 values, row i at 2i. A

@@ -8,8 +8,11 @@
  * dot products use ggml's integer formulation: per block an exact integer
  * sum of q_w * q_x, scaled by the two block scales. Each output is one
  * float sum over blocks in block order, so results never depend on the
- * shape of the call. The weight quantisers (Q4_0, Q4_K, Q5_K, Q6_K) are our
- * own least-squares fits; they emit valid ggml blocks but not ggml's bytes.
+ * shape of the call. The weight quantisers (Q4_0, Q5_0, Q5_1, IQ4_NL,
+ * IQ4_XS and the K-quants) are our own fits; they emit valid ggml blocks but
+ * not ggml's bytes. Q5_1's dot takes Q8_0 activations with the exact sum of
+ * their quants where ggml's Q8_1 keeps that sum times d rounded to f16.
+ * Attention, activations, sampler passes and LoRA are in ref_ops.c.
  */
 #include "kernels/blocks.h"
 #include "kernels/impl.h"
@@ -522,6 +525,137 @@ static void quant_q6_k(const float *x, void *vy, int64_t n)
     }
 }
 
+/* IQ4_XS: each sub-block of 32 fitted as IQ4_NL's blocks are, then their
+ * scales rounded to 6 bits against one f16 d (x = d * (ls - 32) * level)
+ * and the levels chosen again against the rounded scales. */
+static void quant_iq4_xs(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_iq4_xs *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        float s[8], amax_s = 0.0f;
+        uint8_t tmp[16];
+        for (int j = 0; j < 8; j++) {
+            float amax = 0.0f, max = 0.0f;
+            for (int l = 0; l < 32; l++) {
+                if (fabsf(x[32 * j + l]) > amax) {
+                    amax = fabsf(x[32 * j + l]);
+                    max = x[32 * j + l];
+                }
+            }
+            s[j] = iq4_fit32(x + 32 * j, max / -127.0f, tmp);
+            amax_s = fmaxf(amax_s, fabsf(s[j]));
+        }
+        y[b].d = ifl_f32_to_f16(amax_s / 31.0f);
+        float d = ifl_f16_to_f32(y[b].d);
+        y[b].scales_h = 0;
+        memset(y[b].scales_l, 0, sizeof(y[b].scales_l));
+        for (int j = 0; j < 8; j++) {
+            int ls = (d > 0.0f ? clampi(nearest_int(s[j] / d), -32, 31) : 0) + 32;
+            y[b].scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+            y[b].scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+            float dl = d * (float)(ls - 32), idl = dl != 0.0f ? 1.0f / dl : 0.0f;
+            for (int l = 0; l < 16; l++) {
+                int q0 = iq4_nearest(x[32 * j + l] * idl);
+                int q1 = iq4_nearest(x[32 * j + 16 + l] * idl);
+                y[b].qs[16 * j + l] = (uint8_t)(q0 | q1 << 4);
+            }
+        }
+    }
+}
+
+/* Sets the 2-bit quant q (0..3) of element e of a Q2_K / Q3_K block (the
+ * placement in blocks.h) in qs, zeroed by the caller. */
+static void k2_put(uint8_t *qs, int e, int q)
+{
+    int h = e / 128, k = e % 128 / 32, r = e % 32;
+    qs[32 * h + r] |= (uint8_t)((q & 3) << (2 * k));
+}
+
+static int k2_get(const uint8_t *qs, int e)
+{
+    int h = e / 128, k = e % 128 / 32, r = e % 32;
+    return (qs[32 * h + r] >> (2 * k)) & 3;
+}
+
+/* Q3_K's third bit of element e: bit 4h + k of hmask[e % 32]. */
+static int k3_hbit(const uint8_t *hmask, int e)
+{
+    return (hmask[e % 32] >> (e / 128 * 4 + e % 128 / 32)) & 1;
+}
+
+/* Q2_K: per sub-block of 16, an affine fit (q in 0..3, a min >= 0 to
+ * subtract), its scale and min rounded to 4 bits against d and dmin. */
+static void quant_q2_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q2_k *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        float s[16], mn[16], smax = 0.0f, mmax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float off;
+            fit_affine(x + 16 * j, 16, 3, &s[j], &off);
+            mn[j] = -off;
+            smax = fmaxf(smax, s[j]);
+            mmax = fmaxf(mmax, mn[j]);
+        }
+        y[b].d = ifl_f32_to_f16(smax / 15.0f);
+        y[b].dmin = ifl_f32_to_f16(mmax / 15.0f);
+        float d = ifl_f16_to_f32(y[b].d), dmin = ifl_f16_to_f32(y[b].dmin);
+        memset(y[b].qs, 0, sizeof(y[b].qs));
+        for (int j = 0; j < 16; j++) {
+            int sc = d > 0.0f ? clampi(nearest_int(s[j] / d), 0, 15) : 0;
+            int m = dmin > 0.0f ? clampi(nearest_int(mn[j] / dmin), 0, 15) : 0;
+            y[b].scales[j] = (uint8_t)(sc | m << 4);
+            float ds = d * (float)sc, dm = dmin * (float)m;
+            for (int l = 0; l < 16; l++) {
+                int v = ds > 0.0f ? nearest_int((x[16 * j + l] + dm) / ds) : 0;
+                k2_put(y[b].qs, 16 * j + l, clampi(v, 0, 3));
+            }
+        }
+    }
+}
+
+/* Q3_K: per sub-block of 16 the signed element of largest magnitude maps
+ * to -4; the 16 scales become 6-bit (sc - 32) against one f16 d. */
+static void quant_q3_k(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q3_k *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, x += IFL_QK_K) {
+        float s[16], amax_s = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float amax = 0.0f, max = 0.0f;
+            for (int l = 0; l < 16; l++) {
+                if (fabsf(x[16 * j + l]) > amax) {
+                    amax = fabsf(x[16 * j + l]);
+                    max = x[16 * j + l];
+                }
+            }
+            s[j] = max / -4.0f;
+            amax_s = fmaxf(amax_s, fabsf(s[j]));
+        }
+        y[b].d = ifl_f32_to_f16(amax_s / 31.0f);
+        float d = ifl_f16_to_f32(y[b].d);
+        memset(y[b].qs, 0, sizeof(y[b].qs));
+        memset(y[b].hmask, 0, sizeof(y[b].hmask));
+        memset(y[b].scales, 0, sizeof(y[b].scales));
+        for (int j = 0; j < 16; j++) {
+            int sc = d > 0.0f ? clampi(nearest_int(s[j] / d), -32, 31) : 0;
+            int v6 = sc + 32;
+            if (j < 8)
+                y[b].scales[j] |= (uint8_t)(v6 & 15);
+            else
+                y[b].scales[j - 8] |= (uint8_t)((v6 & 15) << 4);
+            y[b].scales[8 + j % 4] |= (uint8_t)((v6 >> 4) << (2 * (j / 4)));
+            float ds = d * (float)sc;
+            for (int l = 0; l < 16; l++) {
+                int e = 16 * j + l;
+                int q = (ds != 0.0f ? clampi(nearest_int(x[e] / ds), -4, 3) : 0) + 4;
+                k2_put(y[b].qs, e, q);
+                y[b].hmask[e % 32] |= (uint8_t)((q >> 2) << (e / 128 * 4 + e % 128 / 32));
+            }
+        }
+    }
+}
+
 /* ---- K-quant dequantisers (same float expressions as ggml) ---------- */
 
 static void dequant_q4_k(const void *vx, float *y, int64_t n)
@@ -587,6 +721,50 @@ static void dequant_q6_k(const void *vx, float *y, int64_t n)
     }
 }
 
+static void dequant_iq4_xs(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_iq4_xs *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        float d = ifl_f16_to_f32(x[b].d);
+        for (int j = 0; j < 8; j++, y += 32) {
+            float dl = d * (float)(ifl_iq4xs_scale(&x[b], j) - 32);
+            const uint8_t *q = x[b].qs + 16 * j;
+            for (int l = 0; l < 16; l++) {
+                y[l] = dl * (float)ifl_iq4nl_levels[q[l] & 15];
+                y[l + 16] = dl * (float)ifl_iq4nl_levels[q[l] >> 4];
+            }
+        }
+    }
+}
+
+static void dequant_q2_k(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q2_k *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, y += IFL_QK_K) {
+        float d = ifl_f16_to_f32(x[b].d), dmin = ifl_f16_to_f32(x[b].dmin);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (float)(x[b].scales[j] & 15), ml = dmin * (float)(x[b].scales[j] >> 4);
+            for (int l = 0; l < 16; l++)
+                y[16 * j + l] = dl * (float)k2_get(x[b].qs, 16 * j + l) - ml;
+        }
+    }
+}
+
+static void dequant_q3_k(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_q3_k *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++, y += IFL_QK_K) {
+        float d = ifl_f16_to_f32(x[b].d);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (float)(ifl_q3k_scale(x[b].scales, j) - 32);
+            for (int l = 0; l < 16; l++) {
+                int e = 16 * j + l;
+                y[e] = dl * (float)(k2_get(x[b].qs, e) - (k3_hbit(x[b].hmask, e) ? 0 : 4));
+            }
+        }
+    }
+}
+
 /* ---- dot products: one weight row against one activation row -------- */
 
 static float dot_f32(int64_t n, const float *w, const float *x)
@@ -636,6 +814,9 @@ union wblk {
     struct ifl_block_q5_0 q5_0;
     struct ifl_block_q5_1 q5_1;
     struct ifl_block_iq4_nl iq4_nl;
+    struct ifl_block_iq4_xs iq4_xs;
+    struct ifl_block_q2_k q2_k;
+    struct ifl_block_q3_k q3_k;
     struct ifl_block_q4_k q4_k;
     struct ifl_block_q5_k q5_k;
     struct ifl_block_q6_k q6_k;
@@ -835,6 +1016,75 @@ static float dot_q6_k(int64_t n, const struct wrow *w, const struct ifl_block_q8
     return sd - sm;
 }
 
+/* IQ4_XS: isum = sum_j (ls_j - 32) * dot(levels_j, x_j), one scale d_x d. */
+static float dot_iq4_xs(int64_t n, const struct wrow *w, const struct ifl_block_q8_k *x)
+{
+    float s = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        const struct ifl_block_iq4_xs *wb = wblock(w, b, &tmp);
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = wb->qs + 16 * j;
+            const int8_t *a = x[b].qs + 32 * j;
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++)
+                sj += ifl_iq4nl_levels[q[l] & 15] * a[l] + ifl_iq4nl_levels[q[l] >> 4] * a[l + 16];
+            isum += (ifl_iq4xs_scale(wb, j) - 32) * sj;
+        }
+        s += x[b].d * ifl_f16_to_f32(wb->d) * (float)isum;
+    }
+    return s;
+}
+
+/* Q2_K: as Q4_K over 16 sub-blocks of 16: isum = sum_j sc_j dot(q_j, x_j),
+ * msum = sum_j m_j bsums[j]; s_d and s_m summed apart. */
+static float dot_q2_k(int64_t n, const struct wrow *w, const struct ifl_block_q8_k *x)
+{
+    float sd = 0.0f, sm = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        const struct ifl_block_q2_k *wb = wblock(w, b, &tmp);
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++)
+                sj += k2_get(wb->qs, 16 * j + l) * x[b].qs[16 * j + l];
+            isum += (wb->scales[j] & 15) * sj;
+            msum += (wb->scales[j] >> 4) * x[b].bsums[j];
+        }
+        sd += x[b].d * ifl_f16_to_f32(wb->d) * (float)isum;
+        sm += x[b].d * ifl_f16_to_f32(wb->dmin) * (float)msum;
+    }
+    return sd - sm;
+}
+
+/* Q3_K: as Q6_K, the stored q + 4 (0..7) goes into the integer dot and the
+ * offset comes back as 4 * sum_j sc_j bsums[j], both exact. */
+static float dot_q3_k(int64_t n, const struct wrow *w, const struct ifl_block_q8_k *x)
+{
+    float sd = 0.0f, sm = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        const struct ifl_block_q3_k *wb = wblock(w, b, &tmp);
+        int32_t isum = 0, osum = 0;
+        for (int j = 0; j < 16; j++) {
+            int sc = ifl_q3k_scale(wb->scales, j) - 32;
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++) {
+                int e = 16 * j + l;
+                sj += (k2_get(wb->qs, e) | k3_hbit(wb->hmask, e) << 2) * x[b].qs[e];
+            }
+            isum += sc * sj;
+            osum += sc * x[b].bsums[j];
+        }
+        float d = x[b].d * ifl_f16_to_f32(wb->d);
+        sd += d * (float)isum;
+        sm += d * (float)(4 * osum);
+    }
+    return sd - sm;
+}
+
 /* ---- gemm: y[r][c] = dot(w row c, x row r) -------------------------- */
 
 #define REF_GEMM(name, dot, wtype, xtype)                                                          \
@@ -900,6 +1150,9 @@ REF_QGEMM(gemm_iq4_nl, gemm_iq4_nl_x16, IFL_TYPE_IQ4_NL, dot_iq4_nl, struct ifl_
 REF_QGEMM(gemm_q4_k, gemm_q4_k_x16, IFL_TYPE_Q4_K, dot_q4_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q5_k, gemm_q5_k_x16, IFL_TYPE_Q5_K, dot_q5_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q6_k, gemm_q6_k_x16, IFL_TYPE_Q6_K, dot_q6_k, struct ifl_block_q8_k)
+REF_QGEMM(gemm_iq4_xs, gemm_iq4_xs_x16, IFL_TYPE_IQ4_XS, dot_iq4_xs, struct ifl_block_q8_k)
+REF_QGEMM(gemm_q2_k, gemm_q2_k_x16, IFL_TYPE_Q2_K, dot_q2_k, struct ifl_block_q8_k)
+REF_QGEMM(gemm_q3_k, gemm_q3_k_x16, IFL_TYPE_Q3_K, dot_q3_k, struct ifl_block_q8_k)
 
 /* ---- x16 groups (kernels.h) ------------------------------------------ */
 
@@ -920,6 +1173,9 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
                                   q4_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}},
                                   q5_k[] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}},
                                   q6_k[] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}},
+                                  iq4_xs[] = {{0, 2}, {2, 2}, {4, 4}, {8, 128}},
+                                  q2_k[] = {{80, 2}, {82, 2}, {0, 16}, {16, 64}},
+                                  q3_k[] = {{108, 2}, {96, 12}, {32, 64}, {0, 32}},
                                   f16[] = {{0, 2}};
     switch (t) {
     case IFL_TYPE_F16:
@@ -946,6 +1202,15 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
         return 5;
     case IFL_TYPE_Q6_K:
         *f = q6_k;
+        return 4;
+    case IFL_TYPE_IQ4_XS:
+        *f = iq4_xs;
+        return 4;
+    case IFL_TYPE_Q2_K:
+        *f = q2_k;
+        return 4;
+    case IFL_TYPE_Q3_K:
+        *f = q3_k;
         return 4;
     default:
         *f = NULL;
@@ -1033,241 +1298,6 @@ void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_byt
     }
 }
 
-/* ---- attention helpers over an F16 cache ---------------------------- */
-
-static float dot_f16(int64_t n, const uint16_t *k, const float *q)
-{
-    return dot_f16w(n, k, q);
-}
-
-static void attn_qk_f16(int d, int nq, const float *q, const uint16_t *k, size_t ks, int nt,
-                        float scale, float *s, size_t lds)
-{
-    for (int i = 0; i < nq; i++)
-        for (int t = 0; t < nt; t++)
-            s[(size_t)i * lds + t] = scale * dot_f16(d, k + (size_t)t * ks, q + (size_t)i * d);
-}
-
-static void axpy_f16(int64_t n, float a, const uint16_t *v, float *y)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] = fmaf(a, ifl_f16_to_f32(v[i]), y[i]);
-}
-
-static void attn_pv_f16(int d, int nq, const float *p, size_t ldp, const uint16_t *v, size_t vs,
-                        int nt, float *o)
-{
-    for (int i = 0; i < nq; i++)
-        for (int t = 0; t < nt; t++)
-            axpy_f16(d, p[(size_t)i * ldp + t], v + (size_t)t * vs, o + (size_t)i * d);
-}
-
-/* Element e of a run of Q8_0 blocks, dequantised as dequant_q8_0 does. */
-static float q8_at(const char *row, int e)
-{
-    const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)row + e / IFL_QK;
-    return ifl_f16_to_f32(b->d) * (float)b->qs[e % IFL_QK];
-}
-
-static void attn_qk_q8_0(int d, int nq, const float *q, const void *k, size_t ks, int nt,
-                         float scale, float *s, size_t lds)
-{
-    for (int i = 0; i < nq; i++)
-        for (int t = 0; t < nt; t++) {
-            const char *row = (const char *)k + (size_t)t * ks;
-            float acc = 0.0f;
-            for (int e = 0; e < d; e++)
-                acc += q8_at(row, e) * q[(size_t)i * d + e];
-            s[(size_t)i * lds + t] = scale * acc;
-        }
-}
-
-static void attn_pv_q8_0(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
-                         int nt, float *o)
-{
-    for (int i = 0; i < nq; i++)
-        for (int t = 0; t < nt; t++) {
-            const char *row = (const char *)v + (size_t)t * vs;
-            float a = p[(size_t)i * ldp + t];
-            for (int e = 0; e < d; e++)
-                o[(size_t)i * d + e] = fmaf(a, q8_at(row, e), o[(size_t)i * d + e]);
-        }
-}
-
-static void cvt_f32_f16(int64_t n, const float *x, uint16_t *y)
-{
-    quant_f16(x, y, n);
-}
-
-static void swiglu(int64_t n, float *g, const float *u)
-{
-    for (int64_t i = 0; i < n; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-static double softmax_exp(int64_t n, float *s, float mx)
-{
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        s[i] = expf(s[i] - mx);
-        sum += s[i];
-    }
-    return sum;
-}
-
-/* ---- the sampler's row passes ---- */
-
-float ifl_kernels_exp(float x)
-{
-    if (x < -87.0f)
-        x = -87.0f;
-    float n = (x * IFL_EXP_LOG2E + IFL_EXP_ROUND) - IFL_EXP_ROUND;
-    float r = x - n * IFL_EXP_LN2_HI - n * IFL_EXP_LN2_LO;
-    float p = r * IFL_EXP_P0 + IFL_EXP_P1;
-    p = p * r + IFL_EXP_P2;
-    p = p * r + IFL_EXP_P3;
-    p = p * r + IFL_EXP_P4;
-    p = p * r + IFL_EXP_P5;
-    p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) * (1 << 23);
-    float s;
-    memcpy(&s, &bits, sizeof(s));
-    return p * s;
-}
-
-static float max_f32(int64_t n, const float *x)
-{
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] > m)
-            m = x[i];
-    return m;
-}
-
-static int64_t find_f32(int64_t n, const float *x, float v)
-{
-    int64_t i = 0;
-    while (i < n && x[i] != v)
-        i++;
-    return i;
-}
-
-static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
-{
-    double sum = 0, sev = 0;
-    int32_t cnt = 0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        float s[4] = {0, 0, 0, 0}, sv[4] = {0, 0, 0, 0};
-        for (int k = 0; k < 4; k++)
-            for (int j = 0; j < 4; j++) {
-                float v, e = ifl_exp_one(a, x[i + 4 * k + j], &v);
-                if (a->e)
-                    a->e[i + 4 * k + j] = e;
-                if (a->v)
-                    a->v[i + 4 * k + j] = v;
-                s[j] += e;
-                sv[j] += e * v;
-                cnt += e > 0;
-            }
-        sum += (double)((s[0] + s[1]) + (s[2] + s[3]));
-        sev += (double)((sv[0] + sv[1]) + (sv[2] + sv[3]));
-    }
-    return ifl_exp_finish(i, n, x, a, a->e != NULL, a->v != NULL, a->sum_ev != NULL,
-                          a->count != NULL, sum, sev, cnt);
-}
-
-/* LoRA's products (kernels.h lora_a, lora_b, and their F16 and Q8_0 forms): the
- * 16-lane dot product and a sequential fused sum over the rank, which the
- * x86 tables repeat operation for operation. ld(p, i) reads element i of
- * A or B as float; ty: 0 F32, 1 F16, 2 Q8_0. */
-static inline float lora_ld(const void *p, size_t i, int ty)
-{
-    if (ty == 2) { /* Q8_0: d * q, exact in float (11 by 8 significant bits) */
-        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
-        return ifl_f16_to_f32(b->d) * (float)b->qs[i & 31];
-    }
-    return ty ? ifl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-static float lora_dot16(int64_t n, const void *a, int ty, const float *x)
-{
-    float s[16] = {0};
-    for (int64_t e = 0; e < n; e++)
-        s[e & 15] = fmaf(lora_ld(a, (size_t)e, ty), x[e], s[e & 15]);
-    for (int h = 8; h >= 1; h /= 2)
-        for (int l = 0; l < h; l++)
-            s[l] = s[l] + s[l + h];
-    return s[0];
-}
-
-static void lora_a_any(int64_t n, int nk, const void *a, int ty, int nr, const int32_t *rows,
-                       const float *x, size_t ldx, float *t, size_t ldt)
-{
-    for (int i = 0; i < nr; i++)
-        for (int k = 0; k < nk; k++) {
-            /* row k: n elements from k * n (Q8_0: n / 32 blocks) */
-            const char *ak = ty == 2   ? (const char *)((const struct ifl_block_q8_0 *)a +
-                                                      (size_t)k * (size_t)(n / 32))
-                             : ty == 1 ? (const char *)((const uint16_t *)a + (size_t)k * (size_t)n)
-                                       : (const char *)((const float *)a + (size_t)k * (size_t)n);
-            t[(size_t)i * ldt + (size_t)k] = lora_dot16(n, ak, ty, x + (size_t)rows[i] * ldx);
-        }
-}
-
-static void lora_b_any(int nk, int64_t nc, const void *bt, int ty, size_t ldb, int nr,
-                       const int32_t *rows, const float *scale, const float *t, size_t ldt,
-                       float *y, size_t ldy)
-{
-    for (int i = 0; i < nr; i++) {
-        float *yr = y + (size_t)rows[i] * ldy;
-        const float *ti = t + (size_t)i * ldt;
-        for (int64_t c = 0; c < nc; c++) {
-            float acc = 0.0f;
-            for (int k = 0; k < nk; k++)
-                acc = fmaf(lora_ld(bt, (size_t)k * ldb + (size_t)c, ty), ti[k], acc);
-            yr[c] = fmaf(scale[i], acc, yr[c]);
-        }
-    }
-}
-
-static void lora_a(int64_t n, int nk, const float *a, int nr, const int32_t *rows, const float *x,
-                   size_t ldx, float *t, size_t ldt)
-{
-    lora_a_any(n, nk, a, 0, nr, rows, x, ldx, t, ldt);
-}
-
-static void lora_b(int nk, int64_t nc, const float *bt, size_t ldb, int nr, const int32_t *rows,
-                   const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
-{
-    lora_b_any(nk, nc, bt, 0, ldb, nr, rows, scale, t, ldt, y, ldy);
-}
-
-static void lora_a_f16(int64_t n, int nk, const uint16_t *a, int nr, const int32_t *rows,
-                       const float *x, size_t ldx, float *t, size_t ldt)
-{
-    lora_a_any(n, nk, a, 1, nr, rows, x, ldx, t, ldt);
-}
-
-static void lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int nr,
-                       const int32_t *rows, const float *scale, const float *t, size_t ldt,
-                       float *y, size_t ldy)
-{
-    lora_b_any(nk, nc, bt, 1, ldb, nr, rows, scale, t, ldt, y, ldy);
-}
-
-static void lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows, const float *x,
-                      size_t ldx, float *t, size_t ldt)
-{
-    lora_a_any(n, nk, a, 2, nr, rows, x, ldx, t, ldt);
-}
-
-static void lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
-                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
-{
-    lora_b_any(nk, nc, bt, 2, ldb, nr, rows, scale, t, ldt, y, ldy);
-}
-
 void ifl_kernels_fill_ref(struct ifl_kernels *k)
 {
     memset(k, 0, sizeof(*k));
@@ -1283,6 +1313,9 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
+    k->gemm[IFL_TYPE_IQ4_XS] = gemm_iq4_xs;
+    k->gemm[IFL_TYPE_Q2_K] = gemm_q2_k;
+    k->gemm[IFL_TYPE_Q3_K] = gemm_q3_k;
     k->gemm_x16[IFL_TYPE_F16] = gemm_f16_x16;
     k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
@@ -1292,6 +1325,9 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;
     k->gemm_x16[IFL_TYPE_Q5_K] = gemm_q5_k_x16;
     k->gemm_x16[IFL_TYPE_Q6_K] = gemm_q6_k_x16;
+    k->gemm_x16[IFL_TYPE_IQ4_XS] = gemm_iq4_xs_x16;
+    k->gemm_x16[IFL_TYPE_Q2_K] = gemm_q2_k_x16;
+    k->gemm_x16[IFL_TYPE_Q3_K] = gemm_q3_k_x16;
 
     k->quant[IFL_TYPE_F32] = quant_f32;
     k->quant[IFL_TYPE_F16] = quant_f16;
@@ -1305,6 +1341,9 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->quant[IFL_TYPE_Q4_K] = quant_q4_k;
     k->quant[IFL_TYPE_Q5_K] = quant_q5_k;
     k->quant[IFL_TYPE_Q6_K] = quant_q6_k;
+    k->quant[IFL_TYPE_IQ4_XS] = quant_iq4_xs;
+    k->quant[IFL_TYPE_Q2_K] = quant_q2_k;
+    k->quant[IFL_TYPE_Q3_K] = quant_q3_k;
 
     k->dequant[IFL_TYPE_F32] = dequant_f32;
     k->dequant[IFL_TYPE_F16] = dequant_f16;
@@ -1318,23 +1357,9 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->dequant[IFL_TYPE_Q4_K] = dequant_q4_k;
     k->dequant[IFL_TYPE_Q5_K] = dequant_q5_k;
     k->dequant[IFL_TYPE_Q6_K] = dequant_q6_k;
+    k->dequant[IFL_TYPE_IQ4_XS] = dequant_iq4_xs;
+    k->dequant[IFL_TYPE_Q2_K] = dequant_q2_k;
+    k->dequant[IFL_TYPE_Q3_K] = dequant_q3_k;
 
-    k->dot_f16 = dot_f16;
-    k->axpy_f16 = axpy_f16;
-    k->attn_qk_f16 = attn_qk_f16;
-    k->attn_pv_f16 = attn_pv_f16;
-    k->attn_qk_q8_0 = attn_qk_q8_0;
-    k->attn_pv_q8_0 = attn_pv_q8_0;
-    k->cvt_f32_f16 = cvt_f32_f16;
-    k->swiglu = swiglu;
-    k->softmax_exp = softmax_exp;
-    k->max_f32 = max_f32;
-    k->find_f32 = find_f32;
-    k->exp_pass = exp_pass;
-    k->lora_a = lora_a;
-    k->lora_b = lora_b;
-    k->lora_a_f16 = lora_a_f16;
-    k->lora_b_f16 = lora_b_f16;
-    k->lora_a_q8 = lora_a_q8;
-    k->lora_b_q8 = lora_b_q8;
+    ifl_kernels_fill_ref_ops(k);
 }

@@ -14,6 +14,12 @@
  *   Q4_K (256): f16 d, dmin; u8 scales[12] (8 x 6-bit scale + 6-bit min); u8 qs[128]
  *   Q5_K (256): f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]
  *   Q6_K (256): u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d
+ *   IQ4_XS (256): f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]   8 x IQ4_NL
+ *               nibbles of 32 with 6-bit scales; x = d * (ls - 32) * L[q]
+ *   Q3_K (256): u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d   16 x 16, q in -4..3,
+ *               6-bit scales; x = d * (sc - 32) * q
+ *   Q2_K (256): u8 scales[16] (4-bit scale | 4-bit min); u8 qs[64]; f16 d, dmin
+ *               x = d * sc * q - dmin * m, q in 0..3
  * See ref.c for the exact bit placement; it is the ground truth.
  */
 #ifndef IFL_KERNELS_TYPES_H

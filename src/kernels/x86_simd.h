@@ -135,6 +135,9 @@ static void x86_fill(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q4_K] = x86_gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = x86_gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = x86_gemm_q6_k;
+    k->gemm[IFL_TYPE_IQ4_XS] = x86_gemm_iq4_xs;
+    k->gemm[IFL_TYPE_Q2_K] = x86_gemm_q2_k;
+    k->gemm[IFL_TYPE_Q3_K] = x86_gemm_q3_k;
     k->quant[IFL_TYPE_Q8_0] = x86_quant_q8_0;
     k->quant[IFL_TYPE_Q8_K] = x86_quant_q8_k;
     k->dequant[IFL_TYPE_F16] = x86_dequant_f16;

@@ -473,3 +473,151 @@ AI void tile_q6k(int64_t n, int R, int C, const char *x, size_t xs, const char *
 }
 
 DEFINE_GEMM(x86_gemm_q6_k, tile_q6k)
+
+/* ---- IQ4_XS, Q2_K and Q3_K weights, Q8_K activations ---------------- */
+
+/* gemm_iq4_xs of ref.c: per sub-block of 32 the levels (a byte shuffle of
+ * the nibbles) meet the activations as signed weights do in tile_q80, the
+ * pair sums scaled by ls - 32 into 8 int lanes; acc += (d_x d) * lanes. */
+AI void tile_iq4xs(int64_t n, int R, int C, const char *x, size_t xs, const char *w, size_t ws,
+                   float *y, size_t ldy)
+{
+    const size_t wbs = sizeof(struct ifl_block_iq4_xs), xbs = sizeof(struct ifl_block_q8_k);
+    const __m256i lv = iq4nl_table();
+    __m256 acc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        __m256i isum[TR][TCMAX];
+        UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm256_setzero_si256();
+        UNROLL FOR_C pf_lines(w + (size_t)c * ws + (size_t)b * wbs, 3); /* 136 bytes */
+        for (int j = 0; j < 8; j++) {
+            UNROLL FOR_C
+            {
+                const struct ifl_block_iq4_xs *blk =
+                    (const struct ifl_block_iq4_xs *)(w + (size_t)c * ws + (size_t)b * wbs);
+                __m256i q = _mm256_shuffle_epi8(lv, nibbles_32(blk->qs + 16 * j));
+                __m256i u = _mm256_abs_epi8(q);
+                __m256i s16 = _mm256_set1_epi16((short)(ifl_iq4xs_scale(blk, j) - 32));
+                UNROLL FOR_R
+                {
+                    const char *xq = x + (size_t)r * xs + (size_t)b * xbs + Q8K_QS + 32 * j;
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+                    isum[r][c] = sdot_acc(isum[r][c], u, _mm256_sign_epi8(xv, q), s16);
+                }
+            }
+        }
+        UNROLL FOR_R
+        {
+            float xd = ld_f32(x + (size_t)r * xs + (size_t)b * xbs + Q8K_D);
+            UNROLL FOR_C
+            {
+                float d = xd * ld_f16(w + (size_t)c * ws + (size_t)b * wbs);
+                acc[r][c] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+            }
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]);
+}
+
+DEFINE_GEMM(x86_gemm_iq4_xs, tile_iq4xs)
+
+/* gemm_q2_k / gemm_q3_k of ref.c. A 32-byte run of qs holds, in bits 2k,
+ * 2k + 1, the 32 elements 128h + 32k .. + 31 (two sub-blocks of 16, one
+ * per 128-bit lane, so a pair of 16-bit scales meets them); Q3_K adds bit
+ * 4h + k of the 32 hmask bytes as bit 2 (the stored q + 4, unsigned).
+ * Q2_K: acc += (d_x d) * isum lanes, macc += (d_x dmin) * sum m_j bsums_j.
+ * Q3_K: acc += (d_x d) * isum lanes, macc += (d_x d) * 4 * sum sc_j bsums_j. */
+AI void tile_k23(int q3, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
+                 size_t ws, float *y, size_t ldy)
+{
+    const size_t wbs = q3 ? sizeof(struct ifl_block_q3_k) : sizeof(struct ifl_block_q2_k);
+    const size_t xbs = sizeof(struct ifl_block_q8_k);
+    const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256 acc[TR][TCMAX];
+    float macc[TR][TCMAX];
+    UNROLL FOR_R UNROLL FOR_C
+    {
+        acc[r][c] = _mm256_setzero_ps();
+        macc[r][c] = 0.0f;
+    }
+    for (int64_t b = 0; b < n / IFL_QK_K; b++) {
+        int16_t sc[TCMAX][16];
+        __m256i m16[TCMAX];
+        float wd[TCMAX], wdm[TCMAX];
+        UNROLL FOR_C
+        {
+            const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+            pf_lines(blk, 2); /* 84 or 110 bytes */
+            if (q3) {
+                const struct ifl_block_q3_k *q = (const struct ifl_block_q3_k *)blk;
+                for (int j = 0; j < 16; j++)
+                    sc[c][j] = (int16_t)(ifl_q3k_scale(q->scales, j) - 32);
+                m16[c] = _mm256_loadu_si256((const __m256i *)sc[c]);
+                wd[c] = ld_f16(&q->d);
+                wdm[c] = wd[c];
+            } else {
+                const struct ifl_block_q2_k *q = (const struct ifl_block_q2_k *)blk;
+                __m256i s8 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q->scales));
+                _mm256_storeu_si256((__m256i *)sc[c], _mm256_and_si256(s8, _mm256_set1_epi16(15)));
+                m16[c] = _mm256_srli_epi16(s8, 4);
+                wd[c] = ld_f16(&q->d);
+                wdm[c] = ld_f16(&q->dmin);
+            }
+        }
+        __m256i isum[TR][TCMAX];
+        UNROLL FOR_R UNROLL FOR_C isum[r][c] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 4; k++) {
+                UNROLL FOR_C
+                {
+                    const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
+                    const char *qs = blk + (q3 ? offsetof(struct ifl_block_q3_k, qs)
+                                               : offsetof(struct ifl_block_q2_k, qs));
+                    __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+                    __m256i q =
+                        _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * k)), m2);
+                    if (q3) {
+                        __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+                        __m256i hb = _mm256_and_si256(
+                            _mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + k)), one);
+                        q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
+                    }
+                    __m256i s16 = sc_pair(sc[c][8 * h + 2 * k], sc[c][8 * h + 2 * k + 1]);
+                    UNROLL FOR_R
+                    {
+                        const char *xq =
+                            x + (size_t)r * xs + (size_t)b * xbs + Q8K_QS + 128 * h + 32 * k;
+                        __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+                        isum[r][c] = sdot_acc(isum[r][c], q, xv, s16);
+                    }
+                }
+            }
+        }
+        UNROLL FOR_R
+        {
+            const char *xb = x + (size_t)r * xs + (size_t)b * xbs;
+            float xd = ld_f32(xb + Q8K_D);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + Q8K_BSUMS));
+            UNROLL FOR_C
+            {
+                int32_t msum = hsum_epi32(_mm256_madd_epi16(bs, m16[c]));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(xd * wd[c]),
+                                            _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+                macc[r][c] += xd * wdm[c] * (float)(q3 ? 4 * msum : msum);
+            }
+        }
+    }
+    UNROLL FOR_R UNROLL FOR_C y[(size_t)r * ldy + c] = hsum_ps(acc[r][c]) - macc[r][c];
+}
+
+AI void tile_q2_k(TILE_PARAMS)
+{
+    tile_k23(0, n, R, C, x, xs, w, ws, y, ldy);
+}
+AI void tile_q3_k(TILE_PARAMS)
+{
+    tile_k23(1, n, R, C, x, xs, w, ws, y, ldy);
+}
+DEFINE_GEMM(x86_gemm_q2_k, tile_q2_k)
+DEFINE_GEMM(x86_gemm_q3_k, tile_q3_k)
