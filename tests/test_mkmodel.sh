@@ -44,11 +44,13 @@ check_info() {
 
 small="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512"
 declare -A main_type=([f32]=f32 [f16]=f16 [bf16]=bf16 [q8_0]=q8_0 [q4_0]=q4_0 [q4_k]=q4_K
-                      [q5_k]=q5_K [q6_k]=q6_K [q4_k_m]=q4_K [q5_k_m]=q5_K)
+                      [q5_k]=q5_K [q6_k]=q6_K [q4_k_m]=q4_K [q5_k_m]=q5_K [q5_0]=q5_0
+                      [q5_1]=q5_1 [iq4_nl]=iq4_nl [iq4_xs]=iq4_xs [q3_k]=q3_K [q2_k]=q2_K)
 for arch in llama qwen2 qwen3; do
     extra=""
     [ "$arch" = qwen3 ] && extra="--head-dim 128"
-    for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m; do
+    for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m \
+        q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k; do
         f=$tmp/$arch-$type.gguf
         # shellcheck disable=SC2086
         if ! "$MK" -o "$f" --vocab "$VOCAB" --arch "$arch" $small $extra --type "$type" \
@@ -57,7 +59,7 @@ for arch in llama qwen2 qwen3; do
         fi
         pats=("architecture: +$arch" "n_embd: +256" "${main_type[$type]} x")
         [ "$arch" = qwen3 ] && pats+=("head_dim 128")
-        case $type in q4_0|q4_k_m|q5_k_m) pats+=("q6_K x") ;; esac
+        case $type in q4_0|q4_k_m|q5_k_m|q5_0|q5_1|iq4_nl|iq4_xs|q3_k|q2_k) pats+=("q6_K x") ;; esac
         check_info "$arch $type loads" "$f" "${pats[@]}"
         rm -f "$f"
     done
@@ -128,7 +130,7 @@ check_usage "missing -o" "$MK" --vocab "$VOCAB"
 check_usage "unknown option" "$MK" $o --vocab "$VOCAB" --frobnicate
 check_usage "stray argument" "$MK" $o --vocab "$VOCAB" extra
 check_usage "missing value" "$MK" $o --vocab "$VOCAB" --n-layer
-check_usage "unknown type" "$MK" $o --vocab "$VOCAB" --type q3_k
+check_usage "unknown type" "$MK" $o --vocab "$VOCAB" --type iq2_xs
 check_usage "unknown arch" "$MK" $o --vocab "$VOCAB" --arch gpt2
 check_usage "unknown preset" "$MK" $o --vocab "$VOCAB" --preset huge
 check_usage "non-numeric n_embd" "$MK" $o --vocab "$VOCAB" --n-embd 12x
