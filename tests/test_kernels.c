@@ -13,11 +13,10 @@
 #include "core/rng.h"
 #include "model/gguf.h"
 
-static const enum ifl_type weight_types[] = {IFL_TYPE_F32,  IFL_TYPE_F16,  IFL_TYPE_BF16,
-                                             IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                             IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0,
-                                             IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS,
-                                             IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
+static const enum ifl_type weight_types[] = {
+    IFL_TYPE_F32,    IFL_TYPE_F16,    IFL_TYPE_BF16, IFL_TYPE_Q8_0, IFL_TYPE_Q4_0,
+    IFL_TYPE_Q4_K,   IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K, IFL_TYPE_Q5_0, IFL_TYPE_Q5_1,
+    IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
 #define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const char *table_names[] = {"scalar", "avx2", "avx512"};
@@ -241,10 +240,10 @@ static void test_roundtrip(void)
         enum ifl_type t;
         double max_rel;
     } cases[] = {
-        {IFL_TYPE_F32, 0.0},   {IFL_TYPE_F16, 1e-3},  {IFL_TYPE_BF16, 5e-3},
-        {IFL_TYPE_Q8_0, 0.01}, {IFL_TYPE_Q8_K, 0.01}, {IFL_TYPE_Q4_0, 0.15},
-        {IFL_TYPE_Q4_K, 0.10}, {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
-        {IFL_TYPE_Q5_0, 0.08}, {IFL_TYPE_Q5_1, 0.06}, {IFL_TYPE_IQ4_NL, 0.12},
+        {IFL_TYPE_F32, 0.0},     {IFL_TYPE_F16, 1e-3},  {IFL_TYPE_BF16, 5e-3},
+        {IFL_TYPE_Q8_0, 0.01},   {IFL_TYPE_Q8_K, 0.01}, {IFL_TYPE_Q4_0, 0.15},
+        {IFL_TYPE_Q4_K, 0.10},   {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
+        {IFL_TYPE_Q5_0, 0.08},   {IFL_TYPE_Q5_1, 0.06}, {IFL_TYPE_IQ4_NL, 0.12},
         {IFL_TYPE_IQ4_XS, 0.12}, {IFL_TYPE_Q3_K, 0.20}, {IFL_TYPE_Q2_K, 0.40},
     };
     const struct ifl_kernels *k = ifl_kernels_ref();
@@ -1105,9 +1104,9 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
  * segments; K-quant rows run from one super-block to ffn_down's 22. */
 static void test_x16(void)
 {
-    static const enum ifl_type types[] = {IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                          IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_F16,
-                                          IFL_TYPE_Q5_0, IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL,
+    static const enum ifl_type types[] = {IFL_TYPE_Q8_0,   IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
+                                          IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K, IFL_TYPE_F16,
+                                          IFL_TYPE_Q5_0,   IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL,
                                           IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
     const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     /* n by block size: 32, 256, and 1 (F16: any n) */
@@ -1148,13 +1147,20 @@ static void test_real_files(void)
         const char *file;
         double max_rel; /* relative rms error against f32, for this format */
     } files[] = {
-        {"llama-f16.gguf", 1e-3},  {"llama-bf16.gguf", 5e-3},   {"llama-q8_0.gguf", 0.01},
-        {"llama-q6_k.gguf", 0.03}, {"llama-q5_k_m.gguf", 0.06}, {"llama-q4_k_m.gguf", 0.12},
+        {"llama-f16.gguf", 1e-3},
+        {"llama-bf16.gguf", 5e-3},
+        {"llama-q8_0.gguf", 0.01},
+        {"llama-q6_k.gguf", 0.03},
+        {"llama-q5_k_m.gguf", 0.06},
+        {"llama-q4_k_m.gguf", 0.12},
         {"llama-q4_0.gguf", 0.15},
         /* the newer types, quantised by llama.cpp into tests/data/quant */
-        {"+llama-q5_0.gguf", 0.08}, {"+llama-q5_1.gguf", 0.06},
-        {"+llama-iq4_nl.gguf", 0.12}, {"+llama-iq4_xs.gguf", 0.12},
-        {"+llama-q3_k.gguf", 0.25}, {"+llama-q2_k.gguf", 0.45},
+        {"+llama-q5_0.gguf", 0.08},
+        {"+llama-q5_1.gguf", 0.06},
+        {"+llama-iq4_nl.gguf", 0.12},
+        {"+llama-iq4_xs.gguf", 0.12},
+        {"+llama-q3_k.gguf", 0.25},
+        {"+llama-q2_k.gguf", 0.45},
     };
     char path[1024], err[IFL_ERR_LEN];
     snprintf(path, sizeof(path), "%s/models/ref/llama-f32.gguf", t_shared());

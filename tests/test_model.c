@@ -358,12 +358,8 @@ static const struct {
     const char *name;
     int quant_class;
 } quant_refs[] = {
-    {"llama-q5_0", 3},
-    {"llama-q5_1", 3},
-    {"llama-iq4_nl", 3},
-    {"llama-iq4_xs", 4},
-    {"llama-q3_k", 4},
-    {"llama-q2_k", 4},
+    {"llama-q5_0", 3},   {"llama-q5_1", 3}, {"llama-iq4_nl", 3},
+    {"llama-iq4_xs", 4}, {"llama-q3_k", 4}, {"llama-q2_k", 4},
 };
 
 static void test_quant_refs(void)
@@ -394,10 +390,10 @@ static void test_quant_refs(void)
         CHECK(runner_eval(&run, r.seq, r.n_seq, 512, out) == 0);
         double mx, mean;
         diff_stats(out, r.logits, nl, &mx, &mean);
-        fprintf(stderr, "  %-28s vs llama.cpp max %.2e mean %.2e (tolerance %.2g / %.2g)\n",
-                r.name, mx, mean, tmax, tmean);
-        CHECK_MSG(mx <= tmax && mean <= tmean,
-                  "%s: logits differ from llama.cpp by max %g mean %g", r.name, mx, mean);
+        fprintf(stderr, "  %-28s vs llama.cpp max %.2e mean %.2e (tolerance %.2g / %.2g)\n", r.name,
+                mx, mean, tmax, tmean);
+        CHECK_MSG(mx <= tmax && mean <= tmean, "%s: logits differ from llama.cpp by max %g mean %g",
+                  r.name, mx, mean);
         check_greedy(&run, &r, out, mx);
         /* past the first near-tie too: every teacher-forced row whose
          * llama.cpp margin is clear of twice our distance picks its token */

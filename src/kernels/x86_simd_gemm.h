@@ -206,8 +206,8 @@ AI __m256i bits_to_bytes(const void *p)
 {
     uint32_t v;
     memcpy(&v, p, 4);
-    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
-                                              0x0303030303030303LL);
+    const __m256i spread =
+        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
     __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), spread);
     return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
@@ -262,7 +262,8 @@ AI void tile_q5(int kind, int64_t n, int R, int C, const char *x, size_t xs, con
             if (kind == K5_IQ4_NL) {
                 wq[c] = _mm256_shuffle_epi8(lv, q);
             } else {
-                __m256i hb = _mm256_and_si256(bits_to_bytes(blk + qs_off - 4), _mm256_set1_epi8(16));
+                __m256i hb =
+                    _mm256_and_si256(bits_to_bytes(blk + qs_off - 4), _mm256_set1_epi8(16));
                 q = _mm256_or_si256(q, hb);
                 wq[c] = kind == K5_Q5_0 ? _mm256_sub_epi8(q, _mm256_set1_epi8(16)) : q;
             }
@@ -278,8 +279,8 @@ AI void tile_q5(int kind, int64_t n, int R, int C, const char *x, size_t xs, con
                 xsum = _mm256_cvtepi32_ps(idot(ones, xq));
             UNROLL FOR_C
             {
-                __m256i p = kind == K5_Q5_1 ? idot(wu[c], xq)
-                                            : idot(wu[c], _mm256_sign_epi8(xq, wq[c]));
+                __m256i p =
+                    kind == K5_Q5_1 ? idot(wu[c], xq) : idot(wu[c], _mm256_sign_epi8(xq, wq[c]));
                 acc[r][c] =
                     _mm256_fmadd_ps(_mm256_set1_ps(wd[c] * xd), _mm256_cvtepi32_ps(p), acc[r][c]);
                 if (kind == K5_Q5_1)
