@@ -1,6 +1,6 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q4_K, Q5_K and Q6_K weights, for the AVX-512 table (F, BW, DQ,
+ * Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K and Q6_K weights, for the AVX-512 table (F, BW, DQ,
  * VL, VNNI): one lane per weight row, so an output needs no horizontal
  * sum. The kernels over weights in rows are in x86_avx512_gemm.c.
  */
@@ -131,12 +131,56 @@ AI __m512i spread(__m512i a, int k)
     }
 }
 
+/* Q5_0 and IQ4_NL groups take the same tile (kernels.h's layouts: Q5_0's
+ * group has one run of qh, each row's 32-bit word, between d and the four
+ * runs of qs; IQ4_NL's is laid as Q4_0's). Their quants become unsigned
+ * bytes too: Q5_0's nibble plus 16 where the row's fifth bit is set
+ * (offset 16), IQ4_NL's level + 128 by a byte shuffle of the nibble
+ * (offset 128). For Q5_0 the fifth bits of the four elements of qs run k
+ * (4k .. 4k + 3 in the low nibbles, 16 + 4k .. in the high ones) are four
+ * bits of one byte of the qh word: that byte is copied to the four bytes
+ * of its lane, and a byte test against 1 << bit gives the mask of the
+ * bytes that get 16. */
+enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL };
+
+AI size_t x16_block_bytes(int kind)
+{
+    return kind == X16_Q8_0   ? sizeof(struct ifl_block_q8_0)
+           : kind == X16_Q5_0 ? sizeof(struct ifl_block_q5_0)
+                              : sizeof(struct ifl_block_q4_0);
+}
+
+/* The level + 128 of each nibble, as unsigned bytes, in every 128-bit lane. */
+AI __m512i iq4nl_u8_table(void)
+{
+    uint8_t t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = (uint8_t)(ifl_iq4nl_levels[i] + 128);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* wq + 16 in the bytes of run k (k < 8: low nibbles for k < 4) whose
+ * fifth bit is set in qh (the rows' qh words, one a lane). */
+AI __m512i q5_high(__m512i wq, __m512i qh, int k)
+{
+    const int byte = k < 4 ? k >> 1 : 2 + ((k - 4) >> 1), odd = k & 1;
+    const __m512i pick =
+        _mm512_broadcast_i32x4(_mm_setr_epi32(byte * 0x01010101, (4 + byte) * 0x01010101,
+                                              (8 + byte) * 0x01010101, (12 + byte) * 0x01010101));
+    const __m512i bits = _mm512_set1_epi32(odd ? (int)0x80402010 : 0x08040201);
+    __mmask64 m = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, pick), bits);
+    return _mm512_mask_add_epi8(wq, m, wq, _mm512_set1_epi8(16));
+}
+
 /* Blocks [0, nbs) of one group for R activation rows; the accumulators
- * start from y unless this is the first segment, and end in y. */
-AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int32_t (*xoff)[SEG],
+ * start from y unless this is the first segment, and end in y. kind:
+ * X16_Q8_0 .. X16_IQ4_NL. */
+AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const int32_t (*xoff)[SEG],
                  const float (*xd)[SEG], const char *g, float *y, size_t ldy, int first, int pf)
 {
-    const size_t gbs = X16 * (q4 ? sizeof(struct ifl_block_q4_0) : sizeof(struct ifl_block_q8_0));
+    const int q4 = kind != X16_Q8_0; /* nibbles */
+    const size_t gbs = X16 * x16_block_bytes(kind);
+    const size_t qs_off = 2 * X16 + (kind == X16_Q5_0 ? 64 : 0);
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[XMR];
     UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
@@ -148,9 +192,16 @@ AI void x16_tile(int q4, int R, int64_t nbs, const char *x, size_t xs, const int
         if (q4) {
             UNROLL for (int k = 0; k < 4; k++)
             {
-                __m512i z = _mm512_loadu_si512((const void *)(g + 2 * X16 + 64 * k));
+                __m512i z = _mm512_loadu_si512((const void *)(g + qs_off + 64 * k));
                 wq[k] = _mm512_and_si512(z, m4);
                 wq[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            }
+            if (kind == X16_Q5_0) {
+                const __m512i qh = _mm512_loadu_si512((const void *)(g + 2 * X16));
+                UNROLL for (int k = 0; k < 8; k++) wq[k] = q5_high(wq[k], qh, k);
+            } else if (kind == X16_IQ4_NL) {
+                const __m512i lv = iq4nl_u8_table();
+                UNROLL for (int k = 0; k < 8; k++) wq[k] = _mm512_shuffle_epi8(lv, wq[k]);
             }
         } else {
             UNROLL for (int k = 0; k < 8; k++) wq[k] =
@@ -544,7 +595,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 
 /* ---- the x16 driver -------------------------------------------------- */
 
-/* kind: 0 Q8_0, 1 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K */
+/* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
@@ -575,6 +626,12 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
  * the first tile read each block from memory while the second waited).
  * Every output sums its blocks in the same order either way, however nr
  * and nc are split. */
+/* What the unsigned quants of a Q8_0-activation kind stand above zero. */
+AI int x16_off(int kind)
+{
+    return kind == X16_Q4_0 ? 8 : kind == X16_Q5_0 ? 16 : 128;
+}
+
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
@@ -589,7 +646,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     if (!kq && nr <= 2 * XMR) {
         for (int64_t s0 = 0; s0 < nb; s0 += seg) {
             int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
-            x16_sums(kind == 1 ? 8 : 128, nr, s0, nbs, (const char *)x, xs, xoff, xd);
+            x16_sums(x16_off(kind), nr, s0, nbs, (const char *)x, xs, xoff, xd);
             for (int64_t gi = 0; gi < ng; gi++)
                 for (int r0 = 0; r0 < nr; r0 += XMR) {
                     const int R = nr - r0 < XMR ? nr - r0 : XMR, pf = r0 == 0;
@@ -611,7 +668,7 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
                 int64_t nbs = nb - s0 < seg ? nb - s0 : seg;
                 const char *xp = (const char *)x + (size_t)r0 * xs + (size_t)s0 * xbs;
                 if (!kq)
-                    x16_sums(kind == 1 ? 8 : 128, R, 0, nbs, xp, xs, xoff, xd);
+                    x16_sums(x16_off(kind), R, 0, nbs, xp, xs, xoff, xd);
                 for (int64_t gi = g0; gi < g1; gi++) {
                     const char *wp = (const char *)w + (size_t)gi * gb + (size_t)s0 * gbs;
                     float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
@@ -632,6 +689,8 @@ AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, 
     }
 X16_GEMM(z_gemm_q8_0_x16, 0)
 X16_GEMM(z_gemm_q4_0_x16, 1)
+X16_GEMM(z_gemm_q5_0_x16, 2)
+X16_GEMM(z_gemm_iq4_nl_x16, 3)
 X16_GEMM(z_gemm_q4_k_x16, 4)
 X16_GEMM(z_gemm_q5_k_x16, 5)
 X16_GEMM(z_gemm_q6_k_x16, 6)
@@ -642,4 +701,8 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k)
                                       z_gemm_q4_k_x16, z_gemm_q5_k_x16, z_gemm_q6_k_x16};
     x16_fill(k, fn);
     k->x16_cols[IFL_TYPE_F16] = X16 * XF_C(XF_R);
+    k->gemm_x16[IFL_TYPE_Q5_0] = z_gemm_q5_0_x16;
+    k->gemm_x16[IFL_TYPE_IQ4_NL] = z_gemm_iq4_nl_x16;
+    k->x16_pays[IFL_TYPE_Q5_0] = 1;
+    k->x16_pays[IFL_TYPE_IQ4_NL] = 1;
 }
