@@ -1,6 +1,6 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K and Q6_K weights, for the AVX-512 table (F, BW, DQ,
+ * Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table (F, BW, DQ,
  * VL, VNNI): one lane per weight row, so an output needs no horizontal
  * sum. The kernels over weights in rows are in x86_avx512_gemm.c.
  */
@@ -511,6 +511,71 @@ AI void x16k6_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
 
+/* IQ4_XS group: d, scales_h (32 bytes each: 16 values), scales_l (one
+ * run: each row's four bytes), qs (32 runs; sub-block j is runs 4j ..
+ * 4j + 3, low nibbles elements 32j + 4(q % 4) .., high ones 16 further).
+ * Levels + 128 by a byte shuffle meet the activations in vpdpbusd; per
+ * sub-block the exact integer t_j is scaled by ls_j - 32 with an integer
+ * multiply, and the offset comes back as 128 * sum_j (ls_j - 32) * (the
+ * sub-block's activation sum, bsums[2j] + bsums[2j + 1], by vpdpwssd):
+ * isum is ref's exact integer; lane i: acc += isum * (d_i d_x). */
+#define XSGB (X16 * sizeof(struct ifl_block_iq4_xs)) /* 2176 bytes per super-block group */
+
+AI void x16xs_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
+                   size_t ldy)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), lv = iq4nl_u8_table();
+    __m512 acc[XMR];
+    UNROLL FOR_R acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, g += XSGB) {
+        for (size_t l = 0; l < XSGB; l += 64)
+            PF_X16(g + K_PF_R(R) * XSGB + l, R);
+        const char *xb[XMR];
+        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
+        const __m512i sl = _mm512_loadu_si512((const void *)(g + 64));
+        const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(g + 32)));
+        __m512i isum[XMR], os[XMR];
+        UNROLL FOR_R isum[r] = _mm512_setzero_si512();
+        UNROLL FOR_R os[r] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+        {
+            __m512i ls = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(15)),
+                _mm512_slli_epi32(
+                    _mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4));
+            __m512i sc = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
+            /* (sc, sc) as a word pair, against bsums 2j, 2j + 1 */
+            __m512i sw = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xffff)),
+                                         _mm512_slli_epi32(sc, 16));
+            UNROLL FOR_R os[r] = dpwssd_bc(os[r], sw, xb[r] + Q8K_BSUMS + 4 * j);
+            __m512i t[XMR];
+            UNROLL FOR_R t[r] = _mm512_setzero_si512();
+            UNROLL for (int q = 0; q < 4; q++)
+            {
+                __m512i z = _mm512_loadu_si512((const void *)(g + 128 + 64 * (4 * j + q)));
+                __m512i lo = _mm512_shuffle_epi8(lv, _mm512_and_si512(z, m4));
+                __m512i hi = _mm512_shuffle_epi8(lv, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4));
+                UNROLL FOR_R
+                {
+                    const char *xq = xb[r] + Q8K_QS + 32 * j + 4 * q;
+                    t[r] = dpbusd_bc(t[r], lo, xq);
+                    t[r] = dpbusd_bc(t[r], hi, xq + 16);
+                }
+            }
+            UNROLL FOR_R isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(t[r], sc));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        UNROLL FOR_R
+        {
+            __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(os[r], 7));
+            acc[r] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+        }
+    }
+    UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
+}
+
 /* ---- x16 groups of F16 weights (kernels.h) --------------------------- */
 
 /* gemm_f16_x16 of ref.c. Element k of a group is 32 bytes, one vcvtph2ps
@@ -595,11 +660,13 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 
 /* ---- the x16 driver -------------------------------------------------- */
 
-/* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K */
+/* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
             x16k6_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
+        else if (kind == 7)                                                                        \
+            x16xs_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
         else if (kind >= 4)                                                                        \
             x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy);                                    \
         else                                                                                       \
@@ -691,6 +758,7 @@ X16_GEMM(z_gemm_q8_0_x16, 0)
 X16_GEMM(z_gemm_q4_0_x16, 1)
 X16_GEMM(z_gemm_q5_0_x16, 2)
 X16_GEMM(z_gemm_iq4_nl_x16, 3)
+X16_GEMM(z_gemm_iq4_xs_x16, 7)
 X16_GEMM(z_gemm_q4_k_x16, 4)
 X16_GEMM(z_gemm_q5_k_x16, 5)
 X16_GEMM(z_gemm_q6_k_x16, 6)
@@ -705,4 +773,6 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_IQ4_NL] = z_gemm_iq4_nl_x16;
     k->x16_pays[IFL_TYPE_Q5_0] = 1;
     k->x16_pays[IFL_TYPE_IQ4_NL] = 1;
+    k->gemm_x16[IFL_TYPE_IQ4_XS] = z_gemm_iq4_xs_x16;
+    k->x16_pays[IFL_TYPE_IQ4_XS] = 1;
 }
