@@ -1,8 +1,8 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table (F, BW, DQ,
- * VL, VNNI): one lane per weight row, so an output needs no horizontal
- * sum. The kernels over weights in rows are in x86_avx512_gemm.c.
+ * Q4_0, Q5_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table (F,
+ * BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
+ * over weights in rows are in x86_avx512_gemm.c.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -576,6 +576,101 @@ AI void x16xs_tile(int R, int64_t nsb, const char *x, size_t xs, const char *g, 
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
 }
 
+/* Q2_K group: d, dmin (32 bytes each), scales (4 runs), qs (16 runs).
+ * Q3_K group: d (32 bytes), scales (3 runs), qs (16 runs), hmask (8 runs).
+ * qs run 8h + m holds, in bits 2k, 2k + 1, elements 128h + 32k + 4m ..
+ * + 3 of every row, which belong to sub-block 8h + 2k + m / 4 (Q3_K's third
+ * bit: bit 4h + k of hmask run m). Per sub-block of 16 the exact integer
+ * t_s times its scale (an integer multiply: Q3_K's can pass 2^24); the
+ * offsets come back from the activation block's sums of 16 by vpdpwssd of
+ * word pairs: Q2_K's mins m_s (acc -= msum * dmin d_x), Q3_K's
+ * 4 * sum sc_s bsums_s for its stored q + 4. Lane i: acc += isum * (d_i d_x). */
+#define K2GB (X16 * sizeof(struct ifl_block_q2_k)) /* 1344 bytes per super-block group */
+#define K3GB (X16 * sizeof(struct ifl_block_q3_k)) /* 1760 */
+
+/* The 32-bit lanes' scale of sub-block s (0..15), as ref reads it: Q2_K's
+ * low nibble (min: high) of scales byte s; Q3_K's 6-bit value - 32. */
+AI __m512i k23_scale(int q3, const char *g, int s, int min)
+{
+    const __m512i n4 = _mm512_set1_epi32(15);
+    if (!q3) {
+        __m512i v = _mm512_loadu_si512((const void *)(g + 64 + 64 * (s >> 2)));
+        return _mm512_and_si512(_mm512_srli_epi32(v, 8 * (s & 3) + (min ? 4 : 0)), n4);
+    }
+    __m512i v = _mm512_loadu_si512((const void *)(g + 32 + 64 * ((s & 7) >> 2)));
+    __m512i v2 = _mm512_loadu_si512((const void *)(g + 32 + 128));
+    __m512i lo = _mm512_and_si512(_mm512_srli_epi32(v, 8 * (s & 3) + (s >= 8 ? 4 : 0)), n4);
+    __m512i hi =
+        _mm512_and_si512(_mm512_srli_epi32(v2, 8 * (s & 3) + 2 * (s >> 2)), _mm512_set1_epi32(3));
+    return _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+}
+
+/* Two lanes' values a (low word) and b (high word) as one word pair. */
+AI __m512i word_pair(__m512i a, __m512i b)
+{
+    return _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0xffff)),
+                           _mm512_slli_epi32(b, 16));
+}
+
+AI void x16k23_tile(int q3, int R, int64_t nsb, const char *x, size_t xs, const char *g, float *y,
+                    size_t ldy)
+{
+    const size_t gbs = q3 ? K3GB : K2GB, qs_off = q3 ? 32 + 192 : 64 + 256;
+    const __m512i m2 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    __m512 acc[XMR];
+    UNROLL FOR_R acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, g += gbs) {
+        for (size_t l = 0; l < gbs; l += 64)
+            PF_X16(g + K_PF_R(R) * gbs + l, R);
+        const char *xb[XMR];
+        UNROLL FOR_R xb[r] = x + (size_t)r * xs + (size_t)b * X8KBS;
+        __m512i isum[XMR], os[XMR];
+        UNROLL FOR_R isum[r] = _mm512_setzero_si512();
+        UNROLL FOR_R os[r] = _mm512_setzero_si512();
+        /* offsets: pairs of sub-blocks (2p, 2p + 1) against bsums 2p, 2p + 1 */
+        UNROLL for (int p = 0; p < 8; p++)
+        {
+            __m512i w = word_pair(k23_scale(q3, g, 2 * p, 1), k23_scale(q3, g, 2 * p + 1, 1));
+            UNROLL FOR_R os[r] = dpwssd_bc(os[r], w, xb[r] + Q8K_BSUMS + 4 * p);
+        }
+        _Pragma("GCC unroll 16") for (int s = 0; s < 16; s++)
+        {
+            const int h = s >> 3, k = (s & 7) >> 1, m0 = 4 * (s & 1);
+            __m512i t[XMR];
+            UNROLL FOR_R t[r] = _mm512_setzero_si512();
+            UNROLL for (int m = m0; m < m0 + 4; m++)
+            {
+                __m512i z = _mm512_loadu_si512((const void *)(g + qs_off + 64 * (8 * h + m)));
+                __m512i q = _mm512_and_si512(_mm512_srli_epi16(z, 2 * k), m2);
+                if (q3) {
+                    __m512i hm = _mm512_loadu_si512((const void *)(g + 32 + 192 + 1024 + 64 * m));
+                    __m512i hb = _mm512_and_si512(_mm512_srli_epi16(hm, 4 * h + k), one);
+                    q = _mm512_or_si512(q, _mm512_slli_epi16(hb, 2));
+                }
+                UNROLL FOR_R t[r] = dpbusd_bc(t[r], q, xb[r] + Q8K_QS + 128 * h + 32 * k + 4 * m);
+            }
+            __m512i sc = k23_scale(q3, g, s, 0);
+            UNROLL FOR_R isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(t[r], sc));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        UNROLL FOR_R
+        {
+            const __m512 dx = _mm512_mul_ps(d, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D)));
+            if (q3) {
+                __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(os[r], 2));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dx, acc[r]);
+            } else {
+                const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), dx, acc[r]);
+                acc[r] = _mm512_fnmadd_ps(
+                    _mm512_cvtepi32_ps(os[r]),
+                    _mm512_mul_ps(dmin, _mm512_set1_ps(ld_f32(xb[r] + Q8K_D))), acc[r]);
+            }
+        }
+    }
+    UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
+}
+
 /* ---- x16 groups of F16 weights (kernels.h) --------------------------- */
 
 /* gemm_f16_x16 of ref.c. Element k of a group is 32 bytes, one vcvtph2ps
@@ -660,13 +755,16 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 
 /* ---- the x16 driver -------------------------------------------------- */
 
-/* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS */
+/* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS, 8 Q2_K,
+ * 9 Q3_K */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
             x16k6_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
         else if (kind == 7)                                                                        \
             x16xs_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
+        else if (kind == 8 || kind == 9)                                                           \
+            x16k23_tile(kind == 9, R, nbs, xp, xs, wp, yp, ldy);                                   \
         else if (kind >= 4)                                                                        \
             x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy);                                    \
         else                                                                                       \
@@ -759,6 +857,8 @@ X16_GEMM(z_gemm_q4_0_x16, 1)
 X16_GEMM(z_gemm_q5_0_x16, 2)
 X16_GEMM(z_gemm_iq4_nl_x16, 3)
 X16_GEMM(z_gemm_iq4_xs_x16, 7)
+X16_GEMM(z_gemm_q2_k_x16, 8)
+X16_GEMM(z_gemm_q3_k_x16, 9)
 X16_GEMM(z_gemm_q4_k_x16, 4)
 X16_GEMM(z_gemm_q5_k_x16, 5)
 X16_GEMM(z_gemm_q6_k_x16, 6)
@@ -775,4 +875,8 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k)
     k->x16_pays[IFL_TYPE_IQ4_NL] = 1;
     k->gemm_x16[IFL_TYPE_IQ4_XS] = z_gemm_iq4_xs_x16;
     k->x16_pays[IFL_TYPE_IQ4_XS] = 1;
+    k->gemm_x16[IFL_TYPE_Q2_K] = z_gemm_q2_k_x16;
+    k->x16_pays[IFL_TYPE_Q2_K] = 1;
+    k->gemm_x16[IFL_TYPE_Q3_K] = z_gemm_q3_k_x16;
+    k->x16_pays[IFL_TYPE_Q3_K] = 1;
 }
