@@ -7,7 +7,8 @@
 # route added without its OpenAPI entry fails here), then the page itself in
 # Debian's headless chromium driven by playwright-core
 # (tests/server/playground.test.mjs): streaming, stop, guided decoding, the
-# dashboard under load, HTML in model text, phone width, keyboard.
+# dashboard under load (on a server with n-gram speculation), HTML in model
+# text, phone width, keyboard.
 # Screenshots go to $BUILD/playground/. Every server started here is
 # stopped here.
 set -u
@@ -196,6 +197,11 @@ CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 start_server long -m "$tmp/long.gguf" -c 32768 -t 1 --parallel 2 --api-key sesame --cors-origin '*' --quiet || exit 1
 LONG="http://127.0.0.1:$PORT"
 
+# the dashboard's server drafts (n-gram speculation, outputs unchanged), so
+# that its acceptance chart has something to show
+start_server spec --spec-type ngram --quiet || exit 1
+SPEC="http://127.0.0.1:$PORT"
+
 # what `inflight run` prints at temperature 0 for 64 tokens (its -n is the
 # request's max_tokens, --temp its temperature; top-k 0 and top-p 1 are the
 # server's defaults too), which the page must show
@@ -205,8 +211,8 @@ check "inflight run --temp 0" 0 $?
 shots=$(pwd)/$BUILD/playground
 mkdir -p "$shots"
 if [ "$npm_ok" = 1 ]; then
-    env BASE_URL="$B" LONG_URL="$LONG" LONG_KEY=sesame RUN_FILE="$tmp/run.txt" SHOTS="$shots" \
-        CHROMIUM="$CHROMIUM" LOADGEN="$BIN bench --url $B --prompt Once -n 4000 -c 8 --max-tokens 100 --timeout 30" \
+    env BASE_URL="$B" LONG_URL="$LONG" LONG_KEY=sesame SPEC_URL="$SPEC" RUN_FILE="$tmp/run.txt" SHOTS="$shots" \
+        CHROMIUM="$CHROMIUM" LOADGEN="$BIN bench --url $SPEC --prompt Once -n 4000 -c 8 --max-tokens 100 --timeout 30" \
         timeout 120 node tests/server/playground.test.mjs >"$tmp/node.log" 2>&1
     rc=$?
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)

@@ -1,7 +1,8 @@
 // The playground page in a real browser: Debian's chromium (CHROMIUM),
 // headless, driven by playwright-core (which downloads no browser), against
 // the servers tests/test_playground.sh started: BASE_URL (stories260K) and
-// LONG_URL (a 32768-token model behind the key LONG_KEY, with CORS).
+// LONG_URL (a 32768-token model behind the key LONG_KEY, with CORS) and
+// SPEC_URL (stories260K with n-gram speculation: the dashboard's).
 // RUN_FILE holds what `inflight run --temp 0 -n 64` printed for "Once upon a
 // time"; LOADGEN is a load generator's command line; screenshots go to
 // SHOTS. Every wait is bounded.
@@ -13,6 +14,7 @@ import { check, test, finish } from './harness.mjs';
 const BASE = process.env.BASE_URL;
 const LONG = process.env.LONG_URL;
 const LONG_KEY = process.env.LONG_KEY;
+const SPEC = process.env.SPEC_URL;
 const SHOTS = process.env.SHOTS;
 const RUN_TEXT = fs.readFileSync(process.env.RUN_FILE, 'utf8').replace(/\n$/, ''); // run adds one newline
 
@@ -258,6 +260,9 @@ await test('dashboard: live charts under load', async () => {
   await dash.evaluate(() => localStorage.removeItem('inflight.settings'));
   await dash.reload();
   check('the dashboard view is shown', await dash.isVisible('#dash') && !(await dash.isVisible('#play')));
+  await dash.waitForFunction(() => Number(document.getElementById('dash').dataset.samples) >= 1, null, { timeout: 10000 });
+  check('speculative acceptance is hidden on a server that does not draft', await dash.evaluate(() => document.getElementById('f-spec').hidden));
+  await dash.goto(SPEC + '/dashboard');
   await dash.waitForFunction(() => Number(document.getElementById('dash').dataset.samples) >= 2, null, { timeout: 10000 });
   const [cmd, ...args] = process.env.LOADGEN.split(' ');
   const load = spawn(cmd, args, { stdio: 'ignore' });
@@ -275,7 +280,7 @@ await test('dashboard: live charts under load', async () => {
   await dash.waitForTimeout(Math.max(0, 6000 - (Date.now() - t0)));
   peak = await dash.evaluate(() => {
     const d = (id) => ({ ...document.getElementById(id).dataset });
-    return { req: d('f-req'), tps: d('f-tps'), kv: d('f-kv'), ttft: d('f-ttft'), itl: d('f-itl'), spec: document.getElementById('f-spec').hidden };
+    return { req: d('f-req'), tps: d('f-tps'), kv: d('f-kv'), ttft: d('f-ttft'), itl: d('f-itl'), specAcc: d('f-spec'), spec: document.getElementById('f-spec').hidden };
   });
   const bottom = await dash.evaluate(() => Math.ceil(document.querySelector('.charts').getBoundingClientRect().bottom) + 16);
   await dash.screenshot({ path: `${SHOTS}/dashboard.png`, clip: { x: 0, y: 0, width: 1100, height: Math.min(bottom, 760) } });
@@ -285,7 +290,8 @@ await test('dashboard: live charts under load', async () => {
   check('KV blocks used: more than 0', Number(peak.kv.peakUsed) > 0, peak.kv);
   check('TTFT and ITL percentiles: positive, p50 <= p99', Number(peak.ttft.p50) > 0 && Number(peak.ttft.p50) <= Number(peak.ttft.p99) &&
     Number(peak.itl.p50) > 0 && Number(peak.itl.p50) <= Number(peak.itl.p99), { ttft: peak.ttft, itl: peak.itl });
-  check('speculative acceptance is hidden without drafts', peak.spec === true);
+  check('speculative acceptance is shown while the server drafts', peak.spec === false);
+  check('speculative acceptance: a share, above 0 at its peak', Number(peak.specAcc.peakAccepted) > 0 && Number(peak.specAcc.peakAccepted) <= 100, peak.specAcc);
   // the canvas holds a drawn line, not just a blank surface
   const inked = await dash.evaluate(() => {
     const c = document.getElementById('c-tps');
