@@ -355,7 +355,7 @@ async function send() {
       });
     };
     onEnd = () => {
-      reply.meta = statsText(st);
+      if (!reply.error) reply.meta = statsText(st);
       node().replaceWith(renderMessage(reply));
       store.set('chat', chat);
     };
