@@ -80,7 +80,13 @@ TEST_SRC := $(wildcard tests/test_*.c)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 TEST_HELPER_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The playground's files (src/server/web/) embedded as C arrays, generated
+# at build time (src/server/web/embed.sh: sh, od, sha256sum).
+WEB_FILES := $(sort $(wildcard src/server/web/*.html src/server/web/*.css src/server/web/*.js \
+  src/server/web/*.json))
+WEB_C := $(BUILD)/gen/web_assets.c
+WEB_OBJ := $(BUILD)/gen/web_assets.o
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(WEB_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(BUILD)/%.o)
 TOOLS := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
@@ -102,6 +108,12 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(XFLAGS) -c $< -o $@
+
+$(WEB_C): $(WEB_FILES) src/server/web/embed.sh
+	@mkdir -p $(@D)
+	$(Q)sh src/server/web/embed.sh $@ $(WEB_FILES)
+$(WEB_OBJ): $(WEB_C)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/src/kernels/x86_avx2%.o: XFLAGS := $(AVX2_FLAGS)
 $(BUILD)/src/kernels/x86_avx512%.o: XFLAGS := $(AVX512_FLAGS)
@@ -232,7 +244,7 @@ fuzz-deps:
 	  echo "make fuzz needs clang and libFuzzer; as root run:" >&2; \
 	  echo "  apt-get install -y clang libclang-rt-dev" >&2; exit 1; }
 ifneq ($(BUILD),$(FUZZ_OUT)/lib)
-$(FUZZ_LIB): $(LIB_SRC)
+$(FUZZ_LIB): $(LIB_SRC) $(WEB_FILES)
 	$(MAKE) --no-print-directory CC=clang BUILD=$(FUZZ_OUT)/lib \
 	  EXTRA_CFLAGS="-fsanitize=fuzzer-no-link$(FUZZ_SAN_FLAGS)" \
 	  EXTRA_LDFLAGS="$(if $(FUZZ_SANITIZE),-fsanitize=$(FUZZ_SANITIZE))" $(FUZZ_LIB)

@@ -3,6 +3,8 @@
 # As root it runs apt-get; otherwise it prints the exact command and stops.
 set -eu
 pkgs=(gcc make pkg-config libpcre2-dev libicu-dev xz-utils libjansson-dev libmicrohttpd-dev libpng-dev libturbojpeg0-dev libcurl4-openssl-dev nodejs npm curl python3-jsonschema clang-format python3-dev python3-pytest python3-venv openmpi-bin libopenmpi-dev haproxy)
+# the playground's browser test (tests/test_playground.sh): headless chromium
+pkgs+=(chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
     # node may come from elsewhere (nodesource bundles npm): a working command is enough

@@ -67,6 +67,7 @@ static const char SERVE_HELP[] =
     "  --max-conns-per-ip N      open connections per client address (default 256)\n"
     "  --http-threads N          threads serving HTTP connections (default 4)\n"
     "  --reuse-port              share the port with other servers (SO_REUSEPORT, replicas)\n"
+    "  --no-playground           no web page: / and /dashboard answer 404\n"
     "  --quiet                   no access log\n" CLI_SPEC_HELP CLI_LORA_HELP CLI_TP_HELP;
 
 /* Says how big the KV pool is and what decided it. */
@@ -171,6 +172,7 @@ static int serve_main(int argc, char **argv)
     int64_t request_timeout = 10, per_ip = 256, http_threads = 4;
     const char *log_level = "info";
     int kv_type = IFL_KV_F16, quiet = 0, strict_name = 0, reuse_port = 0, kv_prefault = 0;
+    int no_playground = 0;
     /* --served-model-name may be repeated: the values are joined with commas */
     char names[4096] = "";
     size_t names_len = 0;
@@ -199,6 +201,10 @@ static int serve_main(int argc, char **argv)
         }
         if (!strcmp(a, "--kv-prefault")) {
             kv_prefault = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-playground")) {
+            no_playground = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -391,6 +397,7 @@ static int serve_main(int argc, char **argv)
     cfg.http_threads = (int)http_threads;
     cfg.log_level = strcmp(log_level, "debug") ? IFL_SERVER_LOG_INFO : IFL_SERVER_LOG_DEBUG;
     cfg.reuse_port = reuse_port;
+    cfg.no_playground = no_playground;
 
     /* idle and slow connections cost a descriptor each, not a thread: take
      * every descriptor the hard limit allows (the server sizes its

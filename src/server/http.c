@@ -48,6 +48,7 @@ enum {
     ROUTE_JSON = 1 << 3,  /* the body is a JSON object, prescanned then parsed */
     ROUTE_TGI = 1 << 4,   /* errors in TGI's shape; a body that is no JSON object is a 422 */
     ROUTE_LIST = 1 << 5,  /* with ROUTE_JSON: the body may be a JSON array too */
+    ROUTE_PAGE = 1 << 6,  /* the playground: a 404 with --no-playground */
 };
 
 struct route {
@@ -80,6 +81,15 @@ static const struct route ROUTES[] = {
      * as the body's "stream" says */
     {"POST", "/",                    ROUTE_MODEL | ROUTE_JSON | ROUTE_TGI, ifl_tgi_generate_any},
     {"POST", "/invocations",         ROUTE_MODEL | ROUTE_JSON | ROUTE_TGI, ifl_tgi_generate_any},
+    /* the playground (web.c): open, since a browser's navigation carries
+     * no key (its API calls do); /openapi.json lists the routes, so it
+     * needs the key like them. src/server/web/openapi.json must describe
+     * every route here (tests/test_playground.sh reads this table) */
+    {"GET",  "/",                    ROUTE_OPEN | ROUTE_HEAD | ROUTE_PAGE, ifl_web_page},
+    {"GET",  "/dashboard",           ROUTE_OPEN | ROUTE_HEAD | ROUTE_PAGE, ifl_web_page},
+    {"GET",  "/app.js",              ROUTE_OPEN | ROUTE_HEAD | ROUTE_PAGE, ifl_web_file},
+    {"GET",  "/app.css",             ROUTE_OPEN | ROUTE_HEAD | ROUTE_PAGE, ifl_web_file},
+    {"GET",  "/openapi.json",        ROUTE_HEAD,                      ifl_web_file},
 };
 /* clang-format on */
 
@@ -88,24 +98,39 @@ static int path_is(const struct route *r, const char *url, size_t n)
     return strlen(r->path) == n && !strncmp(r->path, url, n);
 }
 
+/* With --no-playground the page's routes do not exist: a 404 (GET /),
+ * and not listed in a 405's Allow (PUT / names POST alone). */
+static int route_on(const struct ifl_server *s, const struct route *r)
+{
+    return !(r->flags & ROUTE_PAGE) || !s->cfg.no_playground;
+}
+
 /* The route of url for method (HEAD counts as GET where a route serves
  * it), else the path's first route (whose method then gets a 405), else
  * NULL. */
-static const struct route *find_route(const char *url, const char *method)
+static const struct route *find_route(const struct ifl_server *s, const char *url,
+                                      const char *method)
 {
     size_t n = strlen(url);
     while (n > 1 && url[n - 1] == '/')
         n--; /* "/v1/models/" is "/v1/models" */
     const struct route *first = NULL;
+    int off = 0; /* the method's route here is a page turned off */
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
         const struct route *r = &ROUTES[i];
         if (!path_is(r, url, n))
             continue;
-        if (!strcmp(method, r->method) || ((r->flags & ROUTE_HEAD) && !strcmp(method, "HEAD")))
+        int match =
+            !strcmp(method, r->method) || ((r->flags & ROUTE_HEAD) && !strcmp(method, "HEAD"));
+        if (!route_on(s, r)) {
+            off |= match;
+            continue;
+        }
+        if (match)
             return r;
         first = first ? first : r;
     }
-    return first;
+    return off ? NULL : first;
 }
 
 static int reply_error(struct ifl_hconn *c, const struct route *rt, int status, const char *param,
@@ -263,7 +288,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     struct ifl_server *s = cls;
     struct ifl_hconn *c = *con_cls;
-    const struct route *rt = find_route(url, method);
+    const struct route *rt = find_route(s, url, method);
     if (!c || !c->srv) { /* the first call (c may come from on_uri) */
         if (!c)
             c = calloc(1, sizeof(*c));
@@ -305,7 +330,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             char msg[160], allow[32] = "";
             size_t at = 0;
             for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-                if (!strcmp(ROUTES[i].path, rt->path) && at < sizeof allow)
+                if (!strcmp(ROUTES[i].path, rt->path) && route_on(s, &ROUTES[i]) &&
+                    at < sizeof allow)
                     at += (size_t)snprintf(allow + at, sizeof allow - at, "%s%s%s", at ? ", " : "",
                                            ROUTES[i].method,
                                            ROUTES[i].flags & ROUTE_HEAD ? ", HEAD" : "");

@@ -5,6 +5,7 @@
  *   reply.c     replies, errors, streams and SSE events
  *   openai.c, tgi.c    the two protocols' routes
  *   adapters.c  llama-server's /lora-adapters: the LoRA adapters and their global scales
+ *   web.c       the playground page, its files and /openapi.json (embedded, web.h)
  *   logprobs.c  log-probs in OpenAI's two shapes
  *   gen.c       one generation over the executor: parameters, start, poll
  *   fold.c      a job's results: responses folded into choices; freeing
@@ -197,6 +198,11 @@ int ifl_http_reply_when_done(struct ifl_hconn *c, struct ifl_gen_job *j, ifl_htt
 int ifl_http_await_whole(struct ifl_hconn *c);
 /* A CORS preflight's 204 (any path, before the API key). */
 int ifl_http_reply_preflight(struct ifl_hconn *c);
+/* A file of the playground (data: static, n bytes) with its ETag, no-cache
+ * and the page's Content-Security-Policy; not_modified: a 304 without the
+ * body (the client's If-None-Match matched etag). */
+int ifl_http_reply_asset(struct ifl_hconn *c, const char *type, const void *data, size_t n,
+                         const char *etag, int not_modified);
 /* 405 in OpenAI's error shape with an Allow header (allow: "GET, HEAD"). */
 int ifl_http_reply_not_allowed(struct ifl_hconn *c, const char *allow, const char *msg);
 /* Appends one Server-Sent Event "PREFIX{json}\n\n" to out and frees o
@@ -529,6 +535,10 @@ int ifl_tgi_info(struct ifl_hconn *c, json_t *body);
 /* llama-server's GET and POST /lora-adapters (adapters.c). */
 int ifl_lora_list(struct ifl_hconn *c, json_t *body);
 int ifl_lora_set_scales(struct ifl_hconn *c, json_t *body);
+/* The playground (web.c): the page at / and /dashboard; a file named by
+ * the route's path (/app.js, /app.css, /openapi.json). */
+int ifl_web_page(struct ifl_hconn *c, json_t *body);
+int ifl_web_file(struct ifl_hconn *c, json_t *body);
 
 /* ---- chat templates (messages.c) ---- */
 

@@ -243,6 +243,37 @@ void ifl_stream_free(struct ifl_stream *st)
     free(st);
 }
 
+/* The playground's Content-Security-Policy: its own script and style sheet
+ * only (no inline code, so text that reached the page's DOM can never run),
+ * and fetches to this server or, for the page's API base URL setting, to
+ * another one. */
+#define PAGE_CSP                                                                                   \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "              \
+    "connect-src 'self' http: https:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+int ifl_http_reply_asset(struct ifl_hconn *c, const char *type, const void *data, size_t n,
+                         const char *etag, int not_modified)
+{
+    const int status = not_modified ? 304 : 200;
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        not_modified ? 0 : n, (void *)(uintptr_t)data, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    add_common_headers(c, r, not_modified ? NULL : type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, etag);
+    /* revalidate on every load: after an upgrade the ETag differs and the
+     * new file comes at once; otherwise the 304 costs no body */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "Content-Security-Policy", PAGE_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    enum MHD_Result rc = MHD_queue_response(c->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->status = status;
+    ifl_server_metrics_http(c->srv, status);
+    return rc;
+}
+
 /* ---- replies before routing ---- */
 
 int ifl_http_reply_preflight(struct ifl_hconn *c)

@@ -48,6 +48,7 @@ struct ifl_server_config {
     int http_threads;              /* libmicrohttpd's pool threads (default 4) */
     int log_level;                 /* enum ifl_server_log_level (default info) */
     int reuse_port;                /* 1: SO_REUSEPORT, so replicas may share the port */
+    int no_playground;             /* 1: / and /dashboard (and the page's files) are 404 */
     /* optional: run by ifl_server_load on the new executor before the
      * server answers with it (the command line loads its LoRA adapters);
      * a status other than 0 fails the load with err (IFL_ERR_LEN) */
