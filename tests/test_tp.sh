@@ -168,10 +168,15 @@ fi
 # ---- faults: rank 1 killed mid-stream ----
 TPT=2   # --tp-timeout: rank 0 notices within it, idle or not
 BOUND=8 # from the kill to rank 0's exit: the deadline, a keep-alive period, the shutdown
-R=../shared/models/ref/llama-f32.gguf
-if start_tp fault "$R" --tp-timeout $TPT; then
+# the stream must still be running when rank 1 dies, on any CPU: 480
+# tokens of the 512-token reference model can be done before the kill,
+# so it asks for 30000 of a 32768-token model of the same shape
+R=$tmp/long.gguf
+"$BUILD/tools/mkmodel" -o "$R" --vocab "$M" --n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 2 \
+    --n-ff 768 --ctx 32768 --type f32 >/dev/null 2>&1 || bad "mkmodel a 32768-token model"
+if start_tp fault "$R" -c 32768 --tp-timeout $TPT; then
     B="http://127.0.0.1:$PORT"
-    curl -sN -m 60 "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":480,"temperature":0,"stream":true}' >"$tmp/stream" 2>&1 &
+    curl -sN -m 60 "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":30000,"ignore_eos":true,"stream":true}' >"$tmp/stream" 2>&1 &
     cpid=$!
     for _ in $(seq 100); do [ "$(grep -c '^data:' "$tmp/stream")" -ge 3 ] && break; sleep 0.05; done
     r1=$(grep -a 'rank 1 pid' "$RANKS" | awk '{print $4}')
