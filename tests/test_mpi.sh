@@ -110,8 +110,19 @@ for net in VADER TCP; do
     wait "$lp"
     TOOK=$((($(date +%s%N) - t0) / 1000000))
     check "loop-$n: rank 1 started the loop" yes "$([ -n "$victim" ] && echo yes)"
-    has "loop-$n: rounds completed before the kill" " rounds before" "$(grep -a '^rank 0: allreduce' "$tmp/loop-$n")"
-    timed_out "loop-$n"
+    if [ "$n" = tcp ] && ! grep -aq '^rank 0: allreduce' "$tmp/loop-$n"; then
+        # Open MPI's TCP transport may end the job itself when the peer dies
+        # while rank 0's send to it is under way (a socket error in ob1 is
+        # fatal to the process), before rank 0's deadline: seen on a busy
+        # machine. Nothing hangs, but rank 0 cannot answer (distributed.md).
+        echo "     (loop-tcp: Open MPI ended rank 0 itself, after ${TOOK} ms)"
+        check "loop-$n: the job ended within 20 s (took ${TOOK} ms)" yes \
+            "$([ "$TOOK" -lt 20000 ] && echo yes)"
+    else
+        has "loop-$n: rounds completed before the kill" " rounds before" \
+            "$(grep -a '^rank 0: allreduce' "$tmp/loop-$n")"
+        timed_out "loop-$n"
+    fi
 done
 
 # mpirun's default when a rank dies: it ends every other rank of the job
