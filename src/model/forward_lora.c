@@ -73,6 +73,15 @@ static int all_finite(const float *x, size_t n)
     return 1;
 }
 
+/* bt = B transposed: B is [n_out][rank] (ggml's [rank, n_out]), bt
+ * [rank][n_out] */
+static void transpose_b(float *bt, const float *b, size_t rank, size_t n_out)
+{
+    for (size_t c = 0; c < n_out; c++)
+        for (size_t k = 0; k < rank; k++)
+            bt[k * n_out + c] = b[c * rank + k];
+}
+
 /* Q8_0 blocks of n values (a multiple of 32) of x, or IFL_EINVAL when a
  * block's scale is beyond F16 (what names the part for the message). */
 static int to_q8(void **out, const float *x, size_t n, const char *name, const char *what,
@@ -120,9 +129,7 @@ static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
         float *bt = malloc(sizeof(float) * nb);
         if (!bt)
             return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
-        for (size_t c = 0; c < (size_t)n_out; c++)
-            for (size_t k = 0; k < rank; k++)
-                bt[k * (size_t)n_out + c] = src->b[c * rank + k];
+        transpose_b(bt, src->b, rank, (size_t)n_out);
         int rc = to_q8(&dst->aq, src->a, na, name, "A", err);
         if (!rc)
             rc = to_q8(&dst->btq, bt, nb, name, "B", err);
@@ -154,9 +161,7 @@ static int rt_mat_make(struct ifl_lora_rt *r, struct ifl_lora_rt_mat *dst,
             return ifl_err(err, IFL_ENOMEM, "lora: %s: out of memory", name);
         /* the embedding's a is [n_vocab][rank] in both forms */
         memcpy(dst->a, src->a, sizeof(float) * na);
-        for (size_t c = 0; c < (size_t)n_out; c++)
-            for (size_t k = 0; k < rank; k++)
-                dst->bt[k * (size_t)n_out + c] = src->b[c * rank + k];
+        transpose_b(dst->bt, src->b, rank, (size_t)n_out);
         r->bytes += sizeof(float) * (na + nb);
     }
     r->max_rank = dst->rank > r->max_rank ? dst->rank : r->max_rank;
