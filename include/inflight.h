@@ -256,11 +256,15 @@ struct ifl_executor_config {
      * and read again when a request names them. 0: no limit. */
     int64_t lora_cache_bytes;
     /* How LoRA adapters are held (IFL_LORA_TYPE_*), which sets their
-     * memory and the bytes each step reads for them, what their cost
-     * follows. F32 (default): the values as loaded. F16: half, the values
-     * rounded to 11 significant bits. Q8_0: about a quarter, blocks of 32
-     * values with one F16 scale, the rounding of a Q8_0 base (a matrix
-     * whose rows are not whole blocks is held in F16). */
+     * memory, the bytes each step reads for them and the arithmetic.
+     * F32 (default): the values as loaded. F16: half, the values rounded
+     * to 11 significant bits. Q8_0: a little over a quarter, and the
+     * fastest: A in blocks of 32 values with one F16 scale (the rounding
+     * of a Q8_0 base), B in blocks of 16 along the rank, both products on
+     * int8 dot products over inputs quantised the same way (as llama.cpp
+     * runs a Q8_0 adapter). A B whose rank or width is not a multiple of
+     * 16 is held in F16, and so is a matrix whose input is not whole
+     * blocks of 32. */
     int32_t lora_type;
     /* Tensor parallelism (docs/distributed.md): the communicator of an MPI
      * job (src/dist/comm.h, ifl_comm_init) of which this process is rank 0;

@@ -931,79 +931,99 @@ static void check_table_lora(const struct ifl_kernels *k)
     free(y0);
 }
 
-/* lora_a_q8 and lora_b_q8 against ref, bit for bit, and against lora_a
- * and lora_b on the dequantised values: rows of whole blocks, ranks with
- * ragged ends, a B slice that starts at a later block, rows out of order,
- * and a block whose d is 0. */
+/* lora_b_q8 against ref, bit for bit, and ref against a double sum over
+ * the layout kernels.h states, packed here on its own: ranks of 1, 2 and
+ * 4 blocks, 1 to 5 groups, 1 to 7 rows in a scrambled order, a block of B
+ * and a block of t that are all zeros, and the extremes -127 and 127. */
 static void check_table_lora_q8(const struct ifl_kernels *k)
 {
     const struct ifl_kernels *ref = ifl_kernels_ref();
     if (k != ref)
-        CHECK(k->lora_a_q8 != ref->lora_a_q8 && k->lora_b_q8 != ref->lora_b_q8);
+        CHECK(k->lora_b_q8 != ref->lora_b_q8);
     struct ifl_rng r;
     ifl_rng_seed(&r, 40);
-    static const int64_t ns[] = {32, 64, 96, 768};
-    static const int nks[] = {1, 3, 16, 17};
-    enum { NR = 7, LDX = 800, LDT = 24, LDB = 320, LDY = 330, NA = 17 * 768, NB = 17 * LDB };
+    enum { NR = 7, MAXKB = 4, MAXG = 5, NOUT = MAXG * 16, LDY = 90, LDQ = MAXKB * 16 + 3 };
     static const int32_t rows[NR] = {5, 0, 3, 6, 1, 2, 4};
-    float *x = xmalloc(sizeof(float) * NR * LDX), *a = xmalloc(sizeof(float) * NA);
-    float *b = xmalloc(sizeof(float) * NB), *aw = xmalloc(sizeof(float) * NA);
-    float *bw = xmalloc(sizeof(float) * NB), scale[NR];
-    struct ifl_block_q8_0 *aq = xmalloc(sizeof(*aq) * NA / 32),
-                          *bq = xmalloc(sizeof(*bq) * NB / 32);
-    float ta[NR * LDT], tb[NR * LDT], tc[NR * LDT];
-    float *ya = xmalloc(sizeof(float) * NR * LDY), *yb = xmalloc(sizeof(float) * NR * LDY);
-    float *y0 = xmalloc(sizeof(float) * NR * LDY);
-    fill_normal(&r, x, NR * LDX, 1.0f);
-    fill_normal(&r, a, NA, 0.1f);
-    fill_normal(&r, b, NB, 0.5f);
+    int8_t bv[NOUT][MAXKB * 16], tq[NR * LDQ];
+    float bd[NOUT][MAXKB], td[NR * MAXKB], scale[NR];
+    uint8_t *pk = xmalloc((size_t)MAXG * MAXKB * 288);
+    float *y0 = xmalloc(sizeof(float) * NR * LDY), *ya = xmalloc(sizeof(float) * NR * LDY),
+          *yb = xmalloc(sizeof(float) * NR * LDY);
     fill_normal(&r, y0, NR * LDY, 1.0f);
-    for (int i = 0; i < 32; i++)
-        a[64 + i] = 0.0f; /* a block of zeros: d is 0 */
-    ref->quant[IFL_TYPE_Q8_0](a, aq, NA);
-    ref->quant[IFL_TYPE_Q8_0](b, bq, NB);
-    ref->dequant[IFL_TYPE_Q8_0](aq, aw, NA);
-    ref->dequant[IFL_TYPE_Q8_0](bq, bw, NB);
     for (int i = 0; i < NR; i++)
         scale[i] = 0.25f + 0.5f * (float)i;
-    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-        for (size_t ki = 0; ki < sizeof nks / sizeof nks[0]; ki++) {
-            int64_t n = ns[ni];
-            int nk = nks[ki];
-            memset(ta, 0, sizeof ta);
-            memset(tb, 0, sizeof tb);
-            memset(tc, 0, sizeof tc);
-            /* rows of n elements laid end to end: n / 32 blocks each */
-            k->lora_a_q8(n, nk, aq, NR, rows, x, LDX, ta, LDT);
-            ref->lora_a_q8(n, nk, aq, NR, rows, x, LDX, tb, LDT);
-            CHECK_MSG(bits_equal(ta, tb, sizeof ta), "%s lora_a_q8 n=%lld nk=%d differs from ref",
-                      k->name, (long long)n, nk);
-            ref->lora_a(n, nk, aw, NR, rows, x, LDX, tc, LDT);
-            CHECK_MSG(bits_equal(ta, tc, sizeof ta),
-                      "%s lora_a_q8 n=%lld nk=%d differs from lora_a on the dequantised values",
-                      k->name, (long long)n, nk);
-            for (int c0 = 0; c0 < LDB; c0 += 96) /* tiles of 128 columns and tails */
-                for (int nc = 32; c0 + nc <= LDB; nc += 64) {
-                    memcpy(ya, y0, sizeof(float) * NR * LDY);
-                    memcpy(yb, y0, sizeof(float) * NR * LDY);
-                    k->lora_b_q8(nk, nc, bq + c0 / 32, LDB, NR, rows, scale, ta, LDT, ya + c0, LDY);
-                    ref->lora_b(nk, nc, bw + c0, LDB, NR, rows, scale, ta, LDT, yb + c0, LDY);
-                    CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
-                              "%s lora_b_q8 nk=%d c0=%d nc=%d differs from lora_b on the "
-                              "dequantised values (or wrote outside)",
-                              k->name, nk, c0, nc);
-                }
+    static const int nkbs[] = {1, 2, 4};
+    for (size_t ki = 0; ki < sizeof nkbs / sizeof nkbs[0]; ki++) {
+        const int nkb = nkbs[ki];
+        for (int c = 0; c < NOUT; c++)
+            for (int kb = 0; kb < nkb; kb++) {
+                bd[c][kb] = ifl_f16_to_f32(ifl_f32_to_f16(0.001f + 0.01f * (float)(ifl_rng_next(&r) % 97)));
+                for (int e = 0; e < 16; e++)
+                    bv[c][kb * 16 + e] = (int8_t)((int)(ifl_rng_next(&r) % 255) - 127);
+            }
+        for (int e = 0; e < 16; e++) {
+            bv[3][e] = 0; /* a zero block of B */
+            bv[4][e] = e & 1 ? 127 : -127;
         }
-    free(x);
-    free(a);
-    free(b);
-    free(aw);
-    free(bw);
-    free(aq);
-    free(bq);
+        for (int i = 0; i < NR; i++)
+            for (int kb = 0; kb < nkb; kb++) {
+                td[i * nkb + kb] = 0.002f * (float)(1 + ifl_rng_next(&r) % 500);
+                for (int e = 0; e < 16; e++)
+                    tq[i * LDQ + kb * 16 + e] = (int8_t)((int)(ifl_rng_next(&r) % 255) - 127);
+            }
+        for (int e = 0; e < 16; e++)
+            tq[2 * LDQ + e] = 0; /* a zero block of t */
+        for (int e = 0; e < 16; e++)
+            tq[4 * LDQ + e] = e & 2 ? 127 : -127;
+        /* the layout: per group, per block, 16 F16 scales then run m's
+         * bytes 4c .. 4c + 3 = ranks 4m .. 4m + 3 of column c */
+        for (int c = 0; c < NOUT; c++)
+            for (int kb = 0; kb < nkb; kb++) {
+                uint8_t *blk = pk + ((size_t)(c / 16) * (size_t)nkb + (size_t)kb) * 288;
+                uint16_t h = ifl_f32_to_f16(bd[c][kb]);
+                memcpy(blk + 2 * (c % 16), &h, 2);
+                for (int e = 0; e < 16; e++)
+                    blk[32 + (e / 4) * 64 + (c % 16) * 4 + e % 4] = (uint8_t)bv[c][kb * 16 + e];
+            }
+        for (int ng = 1; ng <= MAXG; ng += 2)
+            for (int nr = 1; nr <= NR; nr += 3) {
+                memcpy(ya, y0, sizeof(float) * NR * LDY);
+                memcpy(yb, y0, sizeof(float) * NR * LDY);
+                const int g0 = MAXG - ng; /* the last groups: bq and y offset */
+                k->lora_b_q8(nkb, ng, pk + (size_t)g0 * (size_t)nkb * 288, nr, rows, scale, tq, LDQ,
+                             td, ya + g0 * 16, LDY);
+                ref->lora_b_q8(nkb, ng, pk + (size_t)g0 * (size_t)nkb * 288, nr, rows, scale, tq,
+                               LDQ, td, yb + g0 * 16, LDY);
+                CHECK_MSG(bits_equal(ya, yb, sizeof(float) * NR * LDY),
+                          "%s lora_b_q8 nkb=%d ng=%d nr=%d differs from ref (or wrote outside)",
+                          k->name, nkb, ng, nr);
+                if (k != ref)
+                    continue;
+                double worst = 0;
+                for (int i = 0; i < NR; i++)
+                    for (int c = 0; c < LDY; c++) {
+                        double want = y0[rows[i] * LDY + c], mag = fabs(want);
+                        if (i < nr && c >= g0 * 16 && c < (g0 + ng) * 16)
+                            for (int kb = 0; kb < nkb; kb++) {
+                                double blk = 0;
+                                for (int e = 0; e < 16; e++)
+                                    blk += (double)bv[c][kb * 16 + e] * tq[i * LDQ + kb * 16 + e];
+                                blk *= (double)scale[i] * td[i * nkb + kb] * bd[c][kb];
+                                want += blk;
+                                mag += fabs(blk);
+                            }
+                        /* float rounding: a few ulps of the largest partial sum */
+                        double d = fabs(yb[rows[i] * LDY + c] - want) / (1e-30 + mag);
+                        worst = d > worst ? d : worst;
+                    }
+                CHECK_MSG(worst < 1e-6, "ref lora_b_q8 nkb=%d ng=%d nr=%d off the double sum by %g",
+                          nkb, ng, nr, worst);
+            }
+    }
+    free(pk);
+    free(y0);
     free(ya);
     free(yb);
-    free(y0);
 }
 
 static void test_tables(void)

@@ -159,15 +159,22 @@ struct ifl_kernels {
     void (*lora_b_f16)(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int nr,
                        const int32_t *rows, const float *scale, const float *t, size_t ldt,
                        float *y, size_t ldy);
-    /* The same over A and B held in Q8_0 blocks (struct ifl_block_q8_0)
-     * laid end to end: element i of the array is block i / 32's d (F16)
-     * times its qs[i % 32], a product that float holds exactly; then
-     * lora_a's and lora_b's very operations. n, nc and ldb are multiples
-     * of 32, and bt points at the block of the first column. */
-    void (*lora_a_q8)(int64_t n, int nk, const void *a, int nr, const int32_t *rows, const float *x,
-                      size_t ldx, float *t, size_t ldt);
-    void (*lora_b_q8)(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
-                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy);
+    /* B held in int8 for an adapter in Q8_0 (model/lora_rt.h), t
+     * quantised: y += s B t over ng groups of 16 columns from bq, for the
+     * nr rows rows[i] of y (y points at the groups' first column). The
+     * rank is nkb blocks of 16. A group is its nkb blocks in order, 288
+     * bytes each: the 16 columns' F16 scales d[c], then 4 runs of 64
+     * bytes, run m holding column c's int8 values for ranks 16 kb + 4m ..
+     * 16 kb + 4m + 3 at 4c (the x16 layout's runs). Row i's t is nkb * 16
+     * int8 values at tq + i * ldq with scales td[i * nkb + kb]. For each
+     * column c and row i, with acc = 0.0f, for kb ascending
+     *   acc = fmaf(td[i * nkb + kb] * d[c], (float)isum, acc),
+     * isum the exact int32 sum of the block's 16 products; then
+     *   y[rows[i] * ldy + c] = fmaf(scale[i], acc, y[rows[i] * ldy + c]).
+     * Every table gives ref's bits. */
+    void (*lora_b_q8)(int nkb, int64_t ng, const void *bq, int nr, const int32_t *rows,
+                      const float *scale, const int8_t *tq, size_t ldq, const float *td,
+                      float *y, size_t ldy);
 
     /* The sampler's passes over a row of logits (runtime/sampler.c), which
      * run once per generated token over the whole vocabulary. Every table

@@ -161,16 +161,12 @@ static double exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a)
                           a->count != NULL, sum, sev, cnt);
 }
 
-/* LoRA's products (kernels.h lora_a, lora_b, and their F16 and Q8_0 forms): the
+/* LoRA's products (kernels.h lora_a, lora_b, and their F16 forms): the
  * 16-lane dot product and a sequential fused sum over the rank, which the
  * x86 tables repeat operation for operation. ld(p, i) reads element i of
- * A or B as float; ty: 0 F32, 1 F16, 2 Q8_0. */
+ * A or B as float; ty: 0 F32, 1 F16. */
 static inline float lora_ld(const void *p, size_t i, int ty)
 {
-    if (ty == 2) { /* Q8_0: d * q, exact in float (11 by 8 significant bits) */
-        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
-        return ifl_f16_to_f32(b->d) * (float)b->qs[i & 31];
-    }
     return ty ? ifl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
@@ -190,11 +186,9 @@ static void lora_a_any(int64_t n, int nk, const void *a, int ty, int nr, const i
 {
     for (int i = 0; i < nr; i++)
         for (int k = 0; k < nk; k++) {
-            /* row k: n elements from k * n (Q8_0: n / 32 blocks) */
-            const char *ak = ty == 2   ? (const char *)((const struct ifl_block_q8_0 *)a +
-                                                      (size_t)k * (size_t)(n / 32))
-                             : ty == 1 ? (const char *)((const uint16_t *)a + (size_t)k * (size_t)n)
-                                       : (const char *)((const float *)a + (size_t)k * (size_t)n);
+            /* row k: n elements from k * n */
+            const char *ak = ty ? (const char *)((const uint16_t *)a + (size_t)k * (size_t)n)
+                                : (const char *)((const float *)a + (size_t)k * (size_t)n);
             t[(size_t)i * ldt + (size_t)k] = lora_dot16(n, ak, ty, x + (size_t)rows[i] * ldx);
         }
 }
@@ -240,16 +234,30 @@ static void lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int n
     lora_b_any(nk, nc, bt, 1, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
-static void lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows, const float *x,
-                      size_t ldx, float *t, size_t ldt)
+static void lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32_t *rows,
+                      const float *scale, const int8_t *tq, size_t ldq, const float *td, float *y,
+                      size_t ldy)
 {
-    lora_a_any(n, nk, a, 2, nr, rows, x, ldx, t, ldt);
-}
-
-static void lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
-                      const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
-{
-    lora_b_any(nk, nc, bt, 2, ldb, nr, rows, scale, t, ldt, y, ldy);
+    for (int64_t g = 0; g < ng; g++)
+        for (int i = 0; i < nr; i++) {
+            const int8_t *ti = tq + (size_t)i * ldq;
+            float *yr = y + (size_t)rows[i] * ldy + (size_t)g * 16;
+            for (int c = 0; c < 16; c++) {
+                float acc = 0.0f;
+                for (int kb = 0; kb < nkb; kb++) {
+                    const uint8_t *blk = (const uint8_t *)bq + ((size_t)g * (size_t)nkb + (size_t)kb) * 288;
+                    uint16_t d;
+                    memcpy(&d, blk + 2 * c, sizeof d);
+                    int32_t isum = 0;
+                    for (int k = 0; k < 16; k++)
+                        isum += (int32_t)(int8_t)blk[32 + (k / 4) * 64 + c * 4 + k % 4] *
+                                ti[kb * 16 + k];
+                    acc = fmaf(td[(size_t)i * (size_t)nkb + (size_t)kb] * ifl_f16_to_f32(d),
+                               (float)isum, acc);
+                }
+                yr[c] = fmaf(scale[i], acc, yr[c]);
+            }
+        }
 }
 
 void ifl_kernels_fill_ref_ops(struct ifl_kernels *k)
@@ -270,6 +278,5 @@ void ifl_kernels_fill_ref_ops(struct ifl_kernels *k)
     k->lora_b = lora_b;
     k->lora_a_f16 = lora_a_f16;
     k->lora_b_f16 = lora_b_f16;
-    k->lora_a_q8 = lora_a_q8;
     k->lora_b_q8 = lora_b_q8;
 }

@@ -5,17 +5,15 @@
  * own lane by a blend (so untouched lanes keep their exact bits), the fold
  * adds the same pairs in the same order; lora_b runs 8 columns per vector,
  * each with ref's sequence of fused multiply-adds, eight vectors of sums
- * at a time. F16 values are widened
- * exactly (vcvtph2ps), Q8_0 ones widened and multiplied by their block's
- * d (exact too). Each function is written once for the three element
- * types (f16: 0 F32, 1 F16, 2 Q8_0, a constant after inlining).
+ * at a time. F16 values are widened exactly (vcvtph2ps). Each float
+ * function is written once for both element types (f16: 0 F32, 1 F16, a
+ * constant after inlining). lora_b_q8's integer sums are exact, so how
+ * vpmaddubsw and vpmaddwd group them changes nothing.
  */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "core/fp16.h"
-#include "kernels/blocks.h"
 #include "kernels/impl.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -43,16 +41,9 @@ AI __m256 fma_part(__m256 a, __m256 x, __m256 acc, __m256 m)
     return _mm256_blendv_ps(acc, _mm256_fmadd_ps(a, x, acc), m);
 }
 
-/* 8 elements from i of an F32, F16 or Q8_0 array (for Q8_0, i is a
- * multiple of 8: the 8 lie in one block) */
+/* 8 elements from i of an F32 or F16 array */
 AI __m256 ld8(const void *p, size_t i, int f16)
 {
-    if (f16 == 2) {
-        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
-        __m256 q = _mm256_cvtepi32_ps(
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + (i & 31)))));
-        return _mm256_mul_ps(q, _mm256_set1_ps(_cvtsh_ss(b->d)));
-    }
     if (f16)
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
     return _mm256_loadu_ps((const float *)p + i);
@@ -61,13 +52,6 @@ AI __m256 ld8(const void *p, size_t i, int f16)
 /* the first w (0..8) of them, zeros after: nothing past them is read */
 AI __m256 ld8_part(const void *p, size_t i, int f16, int w, __m256i m)
 {
-    if (f16 == 2) { /* not reached: Q8_0 rows and slices are whole blocks */
-        float v[8] = {0};
-        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
-        for (int e = 0; e < w; e++)
-            v[e] = ifl_f16_to_f32(b->d) * (float)b->qs[(i & 31) + (size_t)e];
-        return _mm256_loadu_ps(v);
-    }
     if (f16) {
         uint16_t b[8] = {0};
         memcpy(b, (const uint16_t *)p + i, sizeof(uint16_t) * (size_t)w);
@@ -239,17 +223,52 @@ static void avx2_lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, 
     lora_b_t(1, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
-static void avx2_lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
-                           const float *x, size_t ldx, float *t, size_t ldt)
-{
-    lora_a_t(2, n, nk, a, nr, rows, x, ldx, t, ldt);
-}
-
-static void avx2_lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr,
-                           const int32_t *rows, const float *scale, const float *t, size_t ldt,
+/* lora_b_q8: per group, each half of 8 columns, rows two at a time,
+ * each block's four half-runs loaded once for them. vpmaddubsw wants one
+ * side unsigned and saturates: |B| times t with B's sign, whose pairs stay
+ * within 2 * 127 * 127. */
+static void avx2_lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32_t *rows,
+                           const float *scale, const int8_t *tq, size_t ldq, const float *td,
                            float *y, size_t ldy)
 {
-    lora_b_t(2, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *grp = (const uint8_t *)bq + (size_t)g * (size_t)nkb * 288;
+        for (int h = 0; h < 2; h++)
+            for (int i0 = 0; i0 < nr; i0 += 2) {
+                const int rr = nr - i0 < 2 ? nr - i0 : 2;
+                __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (int kb = 0; kb < nkb; kb++) {
+                    const uint8_t *blk = grp + (size_t)kb * 288;
+                    const __m256 d =
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+                    __m256i b[4], ab[4];
+                    for (int m = 0; m < 4; m++) {
+                        b[m] = _mm256_loadu_si256((const __m256i *)(blk + 32 + 64 * m + 32 * h));
+                        ab[m] = _mm256_abs_epi8(b[m]);
+                    }
+                    for (int r = 0; r < rr; r++) {
+                        const int8_t *t = tq + (size_t)(i0 + r) * ldq + (size_t)kb * 16;
+                        __m256i is = _mm256_setzero_si256();
+                        for (int m = 0; m < 4; m++) {
+                            int32_t q4;
+                            memcpy(&q4, t + 4 * m, sizeof q4);
+                            const __m256i st = _mm256_sign_epi8(_mm256_set1_epi32(q4), b[m]);
+                            is = _mm256_add_epi32(
+                                is, _mm256_madd_epi16(_mm256_maddubs_epi16(ab[m], st), ones));
+                        }
+                        const __m256 f = _mm256_mul_ps(
+                            _mm256_set1_ps(td[(size_t)(i0 + r) * (size_t)nkb + (size_t)kb]), d);
+                        acc[r] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(is), acc[r]);
+                    }
+                }
+                for (int r = 0; r < rr; r++) {
+                    float *yr = y + (size_t)rows[i0 + r] * ldy + (size_t)g * 16 + 8 * h;
+                    _mm256_storeu_ps(yr, _mm256_fmadd_ps(_mm256_set1_ps(scale[i0 + r]), acc[r],
+                                                         _mm256_loadu_ps(yr)));
+                }
+            }
+    }
 }
 
 void ifl_kernels_fill_avx2_lora(struct ifl_kernels *k)
@@ -258,6 +277,5 @@ void ifl_kernels_fill_avx2_lora(struct ifl_kernels *k)
     k->lora_b = avx2_lora_b;
     k->lora_a_f16 = avx2_lora_a_f16;
     k->lora_b_f16 = avx2_lora_b_f16;
-    k->lora_a_q8 = avx2_lora_a_q8;
     k->lora_b_q8 = avx2_lora_b_q8;
 }

@@ -1,19 +1,19 @@
 /*
- * LoRA's products (kernels.h lora_a, lora_b, and their F16 forms) in
- * 512-bit AVX-512. Equal to ref.c's bit for bit: dot16's 16 lanes are one
- * vector, a tail goes in under a mask (lanes outside it keep their bits),
- * the fold adds ref's pairs in ref's order; lora_b runs 16 columns per
- * vector, each with ref's sequence of fused multiply-adds, eight vectors
- * of sums at a time. F16 values are
- * widened exactly (vcvtph2ps), Q8_0 ones widened and multiplied by their
- * block's d (exact too), before the same arithmetic. Each function is
- * written once, for the three element types (f16: 0 F32, 1 F16, 2 Q8_0, a
- * constant after inlining).
+ * LoRA's products (kernels.h lora_a, lora_b, their F16 forms and the int8
+ * lora_b_q8) in 512-bit AVX-512. Equal to ref.c's bit for bit: dot16's 16
+ * lanes are one vector, a tail goes in under a mask (lanes outside it keep
+ * their bits), the fold adds ref's pairs in ref's order; lora_b runs 16
+ * columns per vector, each with ref's sequence of fused multiply-adds,
+ * eight vectors of sums at a time. F16 values are widened exactly
+ * (vcvtph2ps) before the same arithmetic. Each float function is written
+ * once, for both element types (f16: 0 F32, 1 F16, a constant after
+ * inlining). lora_b_q8's integer sums are exact, so VNNI's grouping of
+ * them changes nothing.
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
-#include "kernels/blocks.h"
 #include "kernels/impl.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -27,16 +27,9 @@ AI float fold16(__m512 v)
     return _mm_cvtss_f32(s1);
 }
 
-/* 16 elements (m: those set; 0 outside) from i of an F32, F16 or Q8_0
- * array; for Q8_0, i is a multiple of 16, so the 16 lie in one block */
+/* 16 elements (m: those set; 0 outside) from i of an F32 or F16 array */
 AI __m512 ld16(const void *p, size_t i, int f16, __mmask16 m)
 {
-    if (f16 == 2) {
-        const struct ifl_block_q8_0 *b = (const struct ifl_block_q8_0 *)p + (i >> 5);
-        __m512 q = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, (const int8_t *)b->qs + (i & 31))));
-        return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(b->d)));
-    }
     if (f16)
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
     return _mm512_maskz_loadu_ps(m, (const float *)p + i);
@@ -197,16 +190,52 @@ static void z_lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int
     z_lora_b_t(1, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
 }
 
-static void z_lora_a_q8(int64_t n, int nk, const void *a, int nr, const int32_t *rows,
-                        const float *x, size_t ldx, float *t, size_t ldt)
+/* lora_b_q8: per group, rows four at a time (their sums in registers),
+ * each block's four runs and the columns' sums of B loaded once for them.
+ * vpdpbusd wants one side unsigned: t + 128 (its sign bit flipped), whose
+ * extra 128 * sum(B) is taken off again, exactly. */
+static void z_lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32_t *rows,
+                        const float *scale, const int8_t *tq, size_t ldq, const float *td,
+                        float *y, size_t ldy)
 {
-    z_lora_a_t(2, n, nk, a, nr, rows, x, ldx, t, ldt);
-}
-
-static void z_lora_b_q8(int nk, int64_t nc, const void *bt, size_t ldb, int nr, const int32_t *rows,
-                        const float *scale, const float *t, size_t ldt, float *y, size_t ldy)
-{
-    z_lora_b_t(2, nk, nc, bt, ldb, nr, rows, scale, t, ldt, y, ldy);
+    const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *grp = (const uint8_t *)bq + (size_t)g * (size_t)nkb * 288;
+        for (int i0 = 0; i0 < nr; i0 += 4) {
+            const int rr = nr - i0 < 4 ? nr - i0 : 4;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                             _mm512_setzero_ps()};
+            for (int kb = 0; kb < nkb; kb++) {
+                const uint8_t *blk = grp + (size_t)kb * 288;
+                const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+                __m512i b[4], cs = zero;
+                for (int m = 0; m < 4; m++) {
+                    b[m] = _mm512_loadu_si512(blk + 32 + 64 * m);
+                    cs = _mm512_dpbusd_epi32(cs, ones, b[m]);
+                }
+                cs = _mm512_slli_epi32(cs, 7);
+                for (int r = 0; r < rr; r++) {
+                    const int8_t *t = tq + (size_t)(i0 + r) * ldq + (size_t)kb * 16;
+                    __m512i is = zero;
+                    for (int m = 0; m < 4; m++) {
+                        int32_t q4;
+                        memcpy(&q4, t + 4 * m, sizeof q4);
+                        is = _mm512_dpbusd_epi32(
+                            is, _mm512_set1_epi32(q4 ^ (int32_t)0x80808080u), b[m]);
+                    }
+                    is = _mm512_sub_epi32(is, cs);
+                    const __m512 f = _mm512_mul_ps(
+                        _mm512_set1_ps(td[(size_t)(i0 + r) * (size_t)nkb + (size_t)kb]), d);
+                    acc[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(is), acc[r]);
+                }
+            }
+            for (int r = 0; r < rr; r++) {
+                float *yr = y + (size_t)rows[i0 + r] * ldy + (size_t)g * 16;
+                _mm512_storeu_ps(yr, _mm512_fmadd_ps(_mm512_set1_ps(scale[i0 + r]), acc[r],
+                                                     _mm512_loadu_ps(yr)));
+            }
+        }
+    }
 }
 
 void ifl_kernels_fill_avx512_lora(struct ifl_kernels *k)
@@ -215,6 +244,5 @@ void ifl_kernels_fill_avx512_lora(struct ifl_kernels *k)
     k->lora_b = z_lora_b;
     k->lora_a_f16 = z_lora_a_f16;
     k->lora_b_f16 = z_lora_b_f16;
-    k->lora_a_q8 = z_lora_a_q8;
     k->lora_b_q8 = z_lora_b_q8;
 }

@@ -70,6 +70,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->lora_user);
     free(f->lora_t);
     free(f->lora_sc);
+    free(f->lora_q);
     ifl_fwd_tp_free(f);
     free(f);
 }
@@ -612,7 +613,7 @@ static void step(void *arg, int ith, int nth)
         mm_barrier(j, ith, nth, qkv, 3);
         const int lqkv = b->n_lora && ifl_fwd_lora_any(f, b, il, T_QKV, 3);
         if (lqkv)
-            ifl_fwd_lora_a(j, ith, nth, il, T_QKV, 3, f->xn, (size_t)n_embd);
+            ifl_fwd_lora_a(j, ith, nth, il, T_QKV, 3, f->xn, (size_t)n_embd, &memo);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, qkv, 3);
         ifl_pool_barrier(f->pool);
         if (lqkv) {
@@ -648,7 +649,7 @@ static void step(void *arg, int ith, int nth)
         mm_barrier(j, ith, nth, &o, 1);
         const int lo_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_O, 1);
         if (lo_)
-            ifl_fwd_lora_a(j, ith, nth, il, T_O, 1, f->att, (size_t)w->wo.n_in);
+            ifl_fwd_lora_a(j, ith, nth, il, T_O, 1, f->att, (size_t)w->wo.n_in, &memo);
         mm_group(j, ith, nth, &memo, &grp, att, nr, &o, 1);
         ifl_pool_barrier(f->pool);
         if (lo_) {
@@ -669,7 +670,7 @@ static void step(void *arg, int ith, int nth)
         mm_barrier(j, ith, nth, gu, 2);
         const int lgu = b->n_lora && ifl_fwd_lora_any(f, b, il, T_GU, 2);
         if (lgu)
-            ifl_fwd_lora_a(j, ith, nth, il, T_GU, 2, f->xn, (size_t)n_embd);
+            ifl_fwd_lora_a(j, ith, nth, il, T_GU, 2, f->xn, (size_t)n_embd, &memo);
         mm_group(j, ith, nth, &memo, &grp, f->xn, nr, gu, 2);
         ifl_pool_barrier(f->pool);
         if (lgu) {
@@ -684,7 +685,7 @@ static void step(void *arg, int ith, int nth)
         mm_barrier(j, ith, nth, &d, 1);
         const int ld_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_D, 1);
         if (ld_)
-            ifl_fwd_lora_a(j, ith, nth, il, T_D, 1, f->gate, (size_t)n_ff);
+            ifl_fwd_lora_a(j, ith, nth, il, T_D, 1, f->gate, (size_t)n_ff, &memo);
         mm_group(j, ith, nth, &memo, &grp, f->gate, nr, &d, 1);
         ifl_pool_barrier(f->pool);
         if (ld_) {
@@ -717,7 +718,7 @@ static void step(void *arg, int ith, int nth)
     mm_barrier(j, ith, nth, &out, 1);
     const int lout = b->n_lora && ifl_fwd_lora_any(f, b, -1, T_D, 1);
     if (lout)
-        ifl_fwd_lora_a(j, ith, nth, -1, T_D, 1, f->xn, (size_t)n_embd);
+        ifl_fwd_lora_a(j, ith, nth, -1, T_D, 1, f->xn, (size_t)n_embd, &memo);
     mm_group(j, ith, nth, &memo, &grp, f->xn, j->n_out, &out, 1);
     if (lout) {
         ifl_pool_barrier(f->pool);

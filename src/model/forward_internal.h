@@ -76,6 +76,10 @@ struct ifl_fwd {
     float *lora_t; /* [lora_t_cap] a matmul group's A x, per matrix, adapter, row */
     size_t lora_t_cap;
     float *lora_sc; /* [n_threads][R] the scales of one lora_b call */
+    /* Q8_0 adapters' scratch, lora_q_stride bytes a thread: gathered Q8_0
+     * inputs, quantised t rows and products (forward_lora.c) */
+    char *lora_q;
+    size_t lora_q_stride;
     /* tensor parallelism (forward_tp.c), when the model is a shard */
     struct ifl_comm *comm;
     double comm_timeout_s;
@@ -136,14 +140,15 @@ void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_m
 
 /* forward_lora.c: the groups' targets tg[0..nt) (enum ifl_lora_target)
  * of layer il, or il -1 for the output (nt 1). segments runs before the
- * step; lora_a after the barrier that completes x (rows ldx apart); lora_b
+ * step; lora_a after the barrier that completes x (rows ldx apart; memo
+ * says what `act` holds, Q8_0 adapters' input when it is x in Q8_0); lora_b
  * after the base matmul's barrier (y[m] rows ldy[m] apart), and a barrier
  * must follow it; lora_embed on a row after its embedding lookup. */
 int ifl_fwd_lora_segments(struct ifl_fwd *f, const struct ifl_batch *b, int32_t n_out, char *err);
 int ifl_fwd_lora_any(const struct ifl_fwd *f, const struct ifl_batch *b, int il, const int *tg,
                      int nt);
 void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt, const float *x,
-                    size_t ldx);
+                    size_t ldx, const struct act_memo *memo);
 void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int nt, float *const *y,
                     const size_t *ldy);
 /* lora_b over this thread's rows [lo, hi) only, every column: a thread

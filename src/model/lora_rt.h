@@ -1,15 +1,25 @@
 /*
  * An adapter in the form the forward pass applies it (forward_lora.c):
- * made from a loaded struct ifl_lora (model/lora.h) by copying A as it is
- * and B transposed, [rank][n_out], so that one vector of the lora_b kernel
- * takes consecutive output columns for one rank index. In F32, or on
- * request in F16 (half the memory, and half the bytes a step reads, which
- * bound its cost: values rounded to 11 significant bits) or in Q8_0 (about
- * a quarter: blocks of 32 along each row of A and of B transposed, one F16
- * scale each, the error of the base's own Q8_0; a matrix whose rows are
- * not whole blocks is held in F16). The embedding's, read one row a token,
- * stays F32. The base model's weights are not touched: they stay quantised
- * and repacked.
+ * made from a loaded struct ifl_lora (model/lora.h). In F32, or on request
+ * in F16 (half the memory, values rounded to 11 significant bits), A is
+ * copied as it is and B transposed, [rank][n_out], so that one vector of
+ * the lora_b kernel takes consecutive output columns for one rank index.
+ *
+ * In Q8_0 both products run on int8 dot products: A x on the base's own
+ * Q8_0 matmul over x quantised to Q8_0 (which the base's Q8_0-input
+ * matrices have already made), as llama.cpp runs a Q8_0 adapter, A's
+ * rows in Q8_0 blocks (in x16 groups where the base's kernels take them
+ * so and the rank is a multiple of 16); and B t by kernels.h lora_b_q8,
+ * over t quantised in blocks of 16 along the rank and B's columns in
+ * int8 blocks of 16 with an F16 scale each (18 bytes for 16 values: a
+ * rank-16 B is one block a column). Against float arithmetic on the same
+ * values that is several times fewer instructions and half F16's bytes:
+ * a step with four rank-16 adapters on every projection of a 16-sequence
+ * decode spent 11 % of its time in the F16 kernels. A B whose rank or
+ * n_out is not a multiple of 16 is held in F16 (transposed, as above),
+ * and a matrix whose input is not whole blocks of 32 in F16 altogether.
+ * The embedding's, read one row a token, stays F32. The base model's
+ * weights are not touched: they stay quantised and repacked.
  *
  * Immutable once made: any number of forward passes may read it at once.
  * Its owner (the executor's adapter registry) frees it only when no
@@ -35,9 +45,15 @@ struct ifl_lora_rt_mat {
     /* held in F16 instead (a and bt NULL): the same layouts */
     uint16_t *a16;
     uint16_t *bt16;
-    /* or in Q8_0 (struct ifl_block_q8_0, rows of whole blocks end to end) */
+    /* or, in Q8_0, A as rank rows of n_in in Q8_0 blocks, a_row bytes
+     * each, in x16 groups when a_x16 (the rank a multiple of 16); bt16
+     * holds B then when the rank is below 16 */
     void *aq;
-    void *btq;
+    int a_x16;
+    size_t a_row;
+    /* and B in int8, in kernels.h lora_b_q8's groups of 16 columns (the
+     * rank and n_out multiples of 16) */
+    void *bq;
 };
 
 /* How an adapter's matrices are held (the executor's lora_type). */
@@ -51,6 +67,7 @@ struct ifl_lora_rt {
     struct ifl_lora_rt_mat output;
     int32_t max_rank;  /* the largest rank of any matrix */
     int32_t n_adapted; /* matrices with rank > 0 */
+    int32_t n_q8;      /* of them, those held in Q8_0 (lora_rt.h) */
     size_t bytes;      /* heap bytes held */
 };
 
