@@ -42,6 +42,9 @@
  * always changes the output. Rows whose length the chosen --lora-type's
  * block does not divide (a q8_0 lora_b of a rank that is not a multiple
  * of 32) fall back to F16, with a notice.
+ *
+ * Vision projectors (--mmproj): a LLaVA-1.5 style mmproj file, written by
+ * tools/mkmodel_mmproj.h (included below).
  */
 #include <errno.h>
 #include <math.h>
@@ -146,7 +149,9 @@ static const char usage[] =
     "       mkmodel -o ADAPTER.gguf --lora-of BASE.gguf [--rank R] [--alpha A]\n"
     "               [--lora-targets q,k,v,o,gate,up,down,embd,output]\n"
     "               [--lora-type f32|f16|bf16|q8_0] [--seed S]\n"
-    "               (a LoRA adapter: rank 8, alpha 8, the seven projections, f32 by default)\n";
+    "               (a LoRA adapter: rank 8, alpha 8, the seven projections, f32 by default)\n"
+    "       mkmodel -o MMPROJ.gguf --mmproj [...]   (a vision projector: mkmodel --mmproj "
+    "--help)\n";
 
 static int bad_arg(const char *fmt, const char *a, const char *b)
 {
@@ -990,8 +995,13 @@ out:
     return status;
 }
 
+#include "mkmodel_mmproj.h"
+
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--mmproj"))
+            return main_mmproj(argc, argv);
     struct opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)

@@ -1,0 +1,130 @@
+/*
+ * A CLIP vision encoder with a LLaVA-1.5 projector, read from llama.cpp's
+ * mmproj GGUF files (general.architecture "clip", clip.projector_type
+ * "mlp"), and run on the project's kernels.
+ *
+ * What the file holds (ggml shapes, ne[0] first; E = n_embd, F = n_ff,
+ * P = patch_size, N = (image_size / P)^2 patches, H = the projector's
+ * hidden width, D = projection_dim, the text model's n_embd):
+ *   v.patch_embd.weight  [P, P, 3, E]  the patch convolution (F32 or F16)
+ *   v.patch_embd.bias    [E]           optional
+ *   v.class_embd         [E]           optional: then N + 1 positions
+ *   v.position_embd.weight [E, N (+1)]
+ *   v.pre_ln.{weight,bias}, v.post_ln.{weight,bias}   optional LayerNorms
+ *   v.blk.L.ln1, attn_q, attn_k, attn_v, attn_out, ln2, ffn_up, ffn_down
+ *     (.weight and .bias each; ffn_up takes E to F whatever its name: old
+ *     converters swapped the two names, so the shapes decide, as llama.cpp
+ *     decides)
+ *   mm.0.{weight,bias} [E, H], [H]; mm.2.{weight,bias} [H, D], [D]
+ * Keys: clip.vision.{image_size, patch_size, embedding_length,
+ * feed_forward_length, block_count, projection_dim, attention.head_count,
+ * attention.layer_norm_epsilon, image_mean, image_std}, clip.use_gelu /
+ * clip.use_silu (the FFN's activation; neither: quick GELU, x * sigmoid(1.702 x)),
+ * clip.vision.feature_layer (optional).
+ *
+ * The computation (llama.cpp's tools/mtmd/models/llava.cpp, with the class
+ * token first as in Hugging Face's CLIP):
+ *   x = [class; patches W_patch + b] + pos;  x = LN_pre(x)
+ *   n_run layers: x += Wo attn(LN1(x)) + bo;  x += W_down act(W_up LN2(x) + b_up) + b_down
+ *   x = LN_post(x);  drop the class row;  out = W2 gelu(W0 x + b0) + b2
+ * n_run is clip.vision.feature_layer when given (the hidden state after
+ * that many layers; 0 is the embeddings), else block_count - 1: the
+ * penultimate layer, llama.cpp's default for this projector. GELU is the
+ * tanh form (ggml_gelu). llama.cpp's current llava graph puts the class
+ * token last instead, which shifts each patch's position embedding by one
+ * (llama.cpp issue 25814); tests/refclip.c can compute that order too, to
+ * show it is the only difference.
+ *
+ * Ownership: an ifl_clip owns its mapping; matrices are views into it,
+ * vectors owned F32 copies. Immutable after loading: share it between
+ * threads. An ifl_clip_ctx (scratch for a batch of images and a thread
+ * pool) is single-owner.
+ */
+#ifndef IFL_VISION_CLIP_H
+#define IFL_VISION_CLIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "vision/image.h"
+
+struct ifl_pool;
+
+enum ifl_clip_act { IFL_CLIP_GELU_QUICK = 0, IFL_CLIP_GELU, IFL_CLIP_SILU };
+
+struct ifl_clip_hparams {
+    int32_t image_size, patch_size;
+    int32_t n_side;    /* image_size / patch_size */
+    int32_t n_patches; /* n_side^2: the rows one image gives the text model */
+    int32_t n_pos;     /* n_patches, plus one with a class token */
+    int32_t n_embd, n_ff, n_head, head_dim;
+    int32_t n_layer; /* block_count: the layers the file holds */
+    int32_t n_run;   /* the layers run (see above) */
+    int32_t n_mm;    /* the projector's hidden width H */
+    int32_t n_out;   /* projection_dim D: floats per output row */
+    float eps;
+    enum ifl_clip_act act;
+    float mean[3], std[3];
+    uint8_t pad[3]; /* the colour padding fills with: 122, 116, 104 (llava's mean) */
+};
+
+struct ifl_clip_layer {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [n_embd] */
+    struct ifl_mat wq, wk, wv, wo;              /* n_embd -> n_embd */
+    const float *bq, *bk, *bv, *bo;             /* [n_embd] or NULL */
+    struct ifl_mat up;                          /* n_embd -> n_ff */
+    struct ifl_mat down;                        /* n_ff -> n_embd */
+    const float *b_up, *b_down;                 /* [n_ff], [n_embd] or NULL */
+};
+
+struct ifl_clip {
+    struct ifl_gguf *gguf;
+    struct ifl_clip_hparams hp;
+    struct ifl_mat patch;          /* 3 * P * P -> n_embd, input [channel][y][x] */
+    const float *patch_b;          /* [n_embd] or NULL */
+    const float *cls;              /* [n_embd] or NULL */
+    const float *pos;              /* [n_pos][n_embd] */
+    const float *pre_w, *pre_b;    /* [n_embd] or NULL */
+    const float *post_w, *post_b;  /* [n_embd] or NULL */
+    struct ifl_clip_layer *layers; /* [n_layer] */
+    struct ifl_mat mm0, mm2;       /* n_embd -> n_mm -> n_out */
+    const float *mm0_b, *mm2_b;
+    float **owned; /* the F32 copies */
+    int n_owned, cap_owned;
+};
+
+/* Loads an mmproj file; IFL_EFORMAT / IFL_EUNSUPPORTED with a sentence
+ * naming the key or tensor (an unknown projector, tiling grids, a missing
+ * or misshapen tensor, a weight type the kernels lack). */
+int ifl_clip_load(struct ifl_clip **out, const char *path, char *err);
+/* The same from an open reader, which the result then owns (also on failure). */
+int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err);
+void ifl_clip_free(struct ifl_clip *c);
+
+/* An image as the encoder wants it, llava's way (llama.cpp's fixed-size
+ * preprocessor): scaled to fit image_size x image_size keeping its aspect
+ * (each side ceil(side * scale), bicubic), centred on a square filled with
+ * hp.pad, then (px / 255 - mean) / std per channel, planar:
+ * out[c][y][x], 3 * image_size^2 floats. An image already of that size is
+ * only normalised. IFL_EINVAL (a bad mean/std), IFL_ENOMEM. */
+int ifl_clip_preprocess(const struct ifl_clip *c, const struct ifl_image *im, float *out,
+                        char *err);
+
+/* Scratch and threads for encoding up to max_images images in one call.
+ * pool: a pool to run on (kept by the caller, one job at a time), or NULL
+ * to start n_threads threads of its own (0: one per CPU). */
+struct ifl_clip_ctx;
+int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int max_images,
+                        struct ifl_pool *pool, int n_threads, char *err);
+void ifl_clip_ctx_free(struct ifl_clip_ctx *x);
+
+/* Encodes n_img preprocessed images (pixels: n_img x 3 x image_size^2
+ * floats, as ifl_clip_preprocess writes them) into out: n_img x n_patches
+ * rows of n_out floats, image by image, patches in raster order. Images
+ * are batched through every matmul; each output row depends only on its
+ * own image (not on n_img or the thread count), bit for bit. IFL_EINVAL
+ * for n_img outside 1..max_images. Allocates nothing. */
+int ifl_clip_encode(struct ifl_clip_ctx *x, const float *pixels, int n_img, float *out, char *err);
+
+#endif

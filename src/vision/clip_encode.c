@@ -1,0 +1,436 @@
+/*
+ * The CLIP encoder's pass (clip.h): preprocessing as llama.cpp's mtmd does
+ * it for LLaVA-1.5, then the ViT and the projector over a batch of images
+ * on the kernels of the text model.
+ *
+ * One call is one pool job. The threads walk the same list of phases and
+ * meet at barriers between them: element-wise work takes a slice of rows,
+ * a matmul a contiguous share of output columns (units of 16) over all the
+ * batch's rows, attention a share of (image, head) pairs. Every output
+ * value is computed by one thread in a fixed order that does not depend on
+ * how many images share the batch or how many threads run, so an image's
+ * embeddings are the same bits alone or in a batch.
+ *
+ * Rows: image i's n_pos rows are [i * n_pos, (i + 1) * n_pos), its class
+ * token (when the file has one) first, then the patches in raster order.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/pool.h"
+#include "kernels/kernels.h"
+#include "vision/clip.h"
+
+/* ---- preprocessing ---- */
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* llama.cpp's bicubic resize (mtmd-image.cpp, "adapted from ViT.cpp"): a
+ * cubic through four samples along x for each of four rows, then one
+ * through those four along y; the source point of output (j, i) is
+ * (nx / tw * j, ny / th * i), samples past an edge repeat it, and the
+ * value is rounded and clamped to a byte. The coefficients are formed in
+ * double and kept in float, as there. */
+static void resize_bicubic(const struct ifl_image *src, uint8_t *dst, int tw, int th)
+{
+    const int nx = src->w, ny = src->h;
+    const float tx = (float)nx / (float)tw, ty = (float)ny / (float)th;
+    for (int i = 0; i < th; i++) {
+        for (int j = 0; j < tw; j++) {
+            int x = (int)(tx * (float)j), y = (int)(ty * (float)i);
+            float dx = tx * (float)j - (float)x, dy = ty * (float)i - (float)y;
+            for (int k = 0; k < 3; k++) {
+                float C[4];
+                for (int jj = 0; jj < 4; jj++) {
+                    const uint8_t *row = src->rgb + (size_t)clampi(y - 1 + jj, 0, ny - 1) * nx * 3;
+                    float p0 = row[clampi(x, 0, nx - 1) * 3 + k];
+                    float d0 = row[clampi(x - 1, 0, nx - 1) * 3 + k] - p0;
+                    float d2 = row[clampi(x + 1, 0, nx - 1) * 3 + k] - p0;
+                    float d3 = row[clampi(x + 2, 0, nx - 1) * 3 + k] - p0;
+                    float a1 = (float)(-1.0 / 3 * d0 + d2 - 1.0 / 6 * d3);
+                    float a2 = (float)(1.0 / 2 * d0 + 1.0 / 2 * d2);
+                    float a3 = (float)(-1.0 / 6 * d0 - 1.0 / 2 * d2 + 1.0 / 6 * d3);
+                    C[jj] = p0 + a1 * dx + a2 * dx * dx + a3 * dx * dx * dx;
+                }
+                float d0 = C[0] - C[1], d2 = C[2] - C[1], d3 = C[3] - C[1];
+                float a1 = (float)(-1.0 / 3 * d0 + d2 - 1.0 / 6 * d3);
+                float a2 = (float)(1.0 / 2 * d0 + 1.0 / 2 * d2);
+                float a3 = (float)(-1.0 / 6 * d0 - 1.0 / 2 * d2 + 1.0 / 6 * d3);
+                float cc = C[1] + a1 * dy + a2 * dy * dy + a3 * dy * dy * dy;
+                float r = roundf(cc);
+                dst[((size_t)i * tw + j) * 3 + k] = (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+            }
+        }
+    }
+}
+
+int ifl_clip_preprocess(const struct ifl_clip *c, const struct ifl_image *im, float *out, char *err)
+{
+    const int S = c->hp.image_size;
+    if (im->w == S && im->h == S)
+        return ifl_image_normalize(out, im, c->hp.mean, c->hp.std, err);
+    /* fit inside S x S keeping the aspect, each side rounded up */
+    float scale = fminf((float)S / (float)im->w, (float)S / (float)im->h);
+    int nw = (int)ceilf((float)im->w * scale), nh = (int)ceilf((float)im->h * scale);
+    nw = clampi(nw, 1, S);
+    nh = clampi(nh, 1, S);
+    struct ifl_image sq = {S, S, malloc((size_t)S * S * 3)};
+    uint8_t *fit = malloc((size_t)nw * nh * 3);
+    if (!sq.rgb || !fit) {
+        free(sq.rgb);
+        free(fit);
+        return ifl_err(err, IFL_ENOMEM, "image: out of memory resizing to %d x %d", S, S);
+    }
+    resize_bicubic(im, fit, nw, nh);
+    for (size_t p = 0; p < (size_t)S * S; p++)
+        memcpy(sq.rgb + 3 * p, c->hp.pad, 3);
+    int ox = (S - nw) / 2, oy = (S - nh) / 2;
+    for (int y = 0; y < nh; y++)
+        memcpy(sq.rgb + ((size_t)(y + oy) * S + ox) * 3, fit + (size_t)y * nw * 3, (size_t)nw * 3);
+    free(fit);
+    int rc = ifl_image_normalize(out, &sq, c->hp.mean, c->hp.std, err);
+    free(sq.rgb);
+    return rc;
+}
+
+/* ---- the pass ---- */
+
+struct ifl_clip_ctx {
+    const struct ifl_clip *c;
+    const struct ifl_kernels *kn;
+    struct ifl_pool *pool;
+    int owns_pool;
+    int max_images;
+    int32_t max_in;       /* widest matmul input */
+    size_t act_row_bytes; /* a row of `act` */
+    /* scratch, R = max_images * n_pos rows */
+    float *x;    /* [R][n_embd] residual stream */
+    float *xn;   /* [R][max_in] matmul input */
+    void *act;   /* [R][act_row_bytes] xn converted for the kernels */
+    float *q;    /* [R][n_embd] */
+    float *k;    /* [R][n_embd] */
+    float *v;    /* [R][n_embd] */
+    float *att;  /* [R][n_embd] */
+    float *hid;  /* [R][max(n_ff, n_mm)] FFN and projector hidden rows */
+    float *tmp;  /* [R][n_embd] a sub-layer's output */
+    float *prob; /* [n_threads][n_pos] one query's attention weights */
+};
+
+struct job {
+    struct ifl_clip_ctx *x;
+    const float *pixels;
+    float *out;
+    int n_img;
+};
+
+static void *alloc_floats(size_t n)
+{
+    return aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+}
+
+void ifl_clip_ctx_free(struct ifl_clip_ctx *x)
+{
+    if (!x)
+        return;
+    if (x->owns_pool)
+        ifl_pool_free(x->pool);
+    free(x->x);
+    free(x->xn);
+    free(x->act);
+    free(x->q);
+    free(x->k);
+    free(x->v);
+    free(x->att);
+    free(x->hid);
+    free(x->tmp);
+    free(x->prob);
+    free(x);
+}
+
+static int32_t max_i32(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
+}
+
+int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int max_images,
+                        struct ifl_pool *pool, int n_threads, char *err)
+{
+    *out = NULL;
+    const struct ifl_clip_hparams *hp = &c->hp;
+    if (max_images < 1 || (int64_t)max_images * hp->n_pos > (1 << 22))
+        return ifl_err(err, IFL_EINVAL, "clip: max_images %d out of range", max_images);
+    struct ifl_clip_ctx *x = calloc(1, sizeof *x);
+    if (!x)
+        return ifl_err(err, IFL_ENOMEM, "clip: out of memory");
+    x->c = c;
+    x->kn = ifl_kernels_best();
+    x->max_images = max_images;
+    if (pool) {
+        x->pool = pool;
+    } else {
+        int rc = ifl_pool_create(&x->pool, n_threads);
+        if (rc) {
+            free(x);
+            return ifl_err(err, rc, "clip: cannot start %d threads", n_threads);
+        }
+        x->owns_pool = 1;
+    }
+    size_t R = (size_t)max_images * (size_t)hp->n_pos;
+    int32_t n_hid = max_i32(hp->n_ff, hp->n_mm);
+    x->max_in = max_i32(max_i32(hp->n_embd, n_hid), 3 * hp->patch_size * hp->patch_size);
+    /* the widest act format (Q8_K) takes under 2 bytes a value */
+    x->act_row_bytes = ((size_t)x->max_in * 2 + 63) / 64 * 64;
+    size_t E = (size_t)hp->n_embd;
+    x->x = alloc_floats(R * E);
+    x->xn = alloc_floats(R * (size_t)x->max_in);
+    x->act = aligned_alloc(64, R * x->act_row_bytes);
+    x->q = alloc_floats(R * E);
+    x->k = alloc_floats(R * E);
+    x->v = alloc_floats(R * E);
+    x->att = alloc_floats(R * E);
+    x->hid = alloc_floats(R * (size_t)n_hid);
+    x->tmp = alloc_floats(R * E);
+    x->prob = alloc_floats((size_t)ifl_pool_size(x->pool) * ((size_t)hp->n_pos + 16));
+    if (!x->x || !x->xn || !x->act || !x->q || !x->k || !x->v || !x->att || !x->hid || !x->tmp ||
+        !x->prob) {
+        ifl_clip_ctx_free(x);
+        return ifl_err(err, IFL_ENOMEM, "clip: out of memory for %d images", max_images);
+    }
+    *out = x;
+    return 0;
+}
+
+/* LayerNorm of one row: (x - mean) / sqrt(var + eps) * w + b, the moments
+ * summed in double (w, b NULL: 1 and 0). */
+static void layernorm(float *out, const float *in, const float *w, const float *b, int n, float eps)
+{
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        s += in[i];
+    double mean = s / n;
+    for (int i = 0; i < n; i++) {
+        double d = in[i] - mean;
+        ss += d * d;
+    }
+    float m = (float)mean, r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) {
+        float v = (in[i] - m) * r;
+        out[i] = (w ? v * w[i] : v) + (b ? b[i] : 0.0f);
+    }
+}
+
+enum epi { EPI_NONE = -1 };
+
+/* The activations (clip.h): the FFN's, and GELU (tanh form) for the projector. */
+static float act_fn(int a, float v)
+{
+    switch (a) {
+    case IFL_CLIP_GELU_QUICK:
+        return v / (1.0f + expf(-1.702f * v));
+    case IFL_CLIP_SILU:
+        return v / (1.0f + expf(-v));
+    default:
+        return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    }
+}
+
+/* y = x W^T (+ bias), then act (EPI_NONE: none) on every value: nr rows of
+ * x (ldx floats apart) into y (ldy apart). convert: x must be converted
+ * into `act` first (0 when the previous matmul had the same input and
+ * weight type). Every thread calls it; a barrier must follow before y is
+ * read. */
+static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *bias,
+                   int act, const float *x, size_t ldx, int nr, float *y, size_t ldy, int convert)
+{
+    struct ifl_clip_ctx *c = j->x;
+    enum ifl_type at = ifl_type_info(w->type)->act;
+    const void *in = x;
+    size_t in_stride = ldx * sizeof(float);
+    if (at != IFL_TYPE_F32) {
+        if (convert) {
+            long lo, hi;
+            ifl_pool_split(nr, ith, nth, &lo, &hi);
+            for (long r = lo; r < hi; r++)
+                c->kn->quant[at](x + r * ldx, (char *)c->act + r * c->act_row_bytes, w->n_in);
+            ifl_pool_barrier(c->pool);
+        }
+        in = c->act;
+        in_stride = c->act_row_bytes;
+    }
+    long units = (long)((w->n_out + 15) / 16), lo, hi;
+    ifl_pool_split(units, ith, nth, &lo, &hi);
+    int64_t c0 = lo * 16, c1 = hi * 16 < w->n_out ? hi * 16 : w->n_out;
+    if (c1 <= c0)
+        return;
+    c->kn->gemm[w->type](w->n_in, nr, (int)(c1 - c0), in, in_stride,
+                         (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0,
+                         ldy);
+    if (!bias && act == EPI_NONE)
+        return;
+    for (int r = 0; r < nr; r++) {
+        float *yr = y + (size_t)r * ldy;
+        for (int64_t col = c0; col < c1; col++) {
+            float v = yr[col] + (bias ? bias[col] : 0.0f);
+            yr[col] = act == EPI_NONE ? v : act_fn(act, v);
+        }
+    }
+}
+
+/* Self-attention over each image's rows, all heads: att = softmax(q k^T /
+ * sqrt(head_dim)) v, (image, head) pairs shared out between the threads. */
+static void attention(struct job *j, int ith, int nth)
+{
+    struct ifl_clip_ctx *c = j->x;
+    const struct ifl_clip_hparams *hp = &c->c->hp;
+    const int n_pos = hp->n_pos, hd = hp->head_dim, E = hp->n_embd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *p = c->prob + (size_t)ith * ((size_t)n_pos + 16);
+    long lo, hi;
+    ifl_pool_split((long)j->n_img * hp->n_head * n_pos, ith, nth, &lo, &hi);
+    for (long u = lo; u < hi; u++) {
+        /* unit u: query row qi of head h of image img */
+        long img = u / ((long)hp->n_head * n_pos), rem = u % ((long)hp->n_head * n_pos);
+        int h = (int)(rem / n_pos), qi = (int)(rem % n_pos);
+        size_t base = (size_t)img * n_pos;
+        const float *qv = c->q + (base + qi) * E + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (int t = 0; t < n_pos; t++) {
+            const float *kv = c->k + (base + t) * E + (size_t)h * hd;
+            float s = 0;
+            for (int d = 0; d < hd; d++)
+                s += qv[d] * kv[d];
+            p[t] = s * scale;
+            if (p[t] > mx)
+                mx = p[t];
+        }
+        double sum = c->kn->softmax_exp(n_pos, p, mx);
+        float inv = (float)(1.0 / sum);
+        float *o = c->att + (base + qi) * E + (size_t)h * hd;
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        for (int t = 0; t < n_pos; t++) {
+            const float *vv = c->v + (base + t) * E + (size_t)h * hd;
+            float a = p[t] * inv;
+            for (int d = 0; d < hd; d++)
+                o[d] += a * vv[d];
+        }
+    }
+}
+
+static void encode_job(void *arg, int ith, int nth)
+{
+    struct job *j = arg;
+    struct ifl_clip_ctx *c = j->x;
+    const struct ifl_clip *m = c->c;
+    const struct ifl_clip_hparams *hp = &m->hp;
+    const int E = hp->n_embd, P = hp->patch_size, S = hp->image_size, NP = hp->n_patches;
+    const int n_pos = hp->n_pos, cls = m->cls ? 1 : 0;
+    const int R = j->n_img * n_pos, RP = j->n_img * NP;
+    const size_t ld_in = (size_t)c->max_in;
+    const size_t ld_hid = (size_t)max_i32(hp->n_ff, hp->n_mm);
+    long lo, hi;
+
+    /* patches as rows of [channel][y][x], image by image */
+    ifl_pool_split(RP, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        long img = r / NP;
+        int pi = (int)(r % NP), py = pi / hp->n_side, px = pi % hp->n_side;
+        const float *im = j->pixels + (size_t)img * 3 * S * S;
+        float *dst = c->xn + (size_t)r * ld_in;
+        for (int ch = 0; ch < 3; ch++)
+            for (int y = 0; y < P; y++)
+                memcpy(dst + (ch * P + y) * P,
+                       im + ((size_t)ch * S + (size_t)(py * P + y)) * S + (size_t)px * P,
+                       sizeof(float) * (size_t)P);
+    }
+    ifl_pool_barrier(c->pool);
+    matmul(j, ith, nth, &m->patch, m->patch_b, EPI_NONE, c->xn, ld_in, RP, c->tmp, (size_t)E, 1);
+    ifl_pool_barrier(c->pool);
+    /* [class; patches] + positions, then the pre-LN */
+    ifl_pool_split(R, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        long img = r / n_pos;
+        int t = (int)(r % n_pos);
+        const float *src = t < cls ? m->cls : c->tmp + ((size_t)img * NP + (size_t)(t - cls)) * E;
+        const float *pos = m->pos + (size_t)t * E;
+        float *xr = c->x + (size_t)r * E;
+        for (int i = 0; i < E; i++)
+            xr[i] = src[i] + pos[i];
+        if (m->pre_w)
+            layernorm(xr, xr, m->pre_w, m->pre_b, E, hp->eps);
+    }
+    ifl_pool_barrier(c->pool);
+
+    for (int il = 0; il < hp->n_run; il++) {
+        const struct ifl_clip_layer *L = &m->layers[il];
+        for (long r = lo; r < hi; r++)
+            layernorm(c->xn + r * ld_in, c->x + r * E, L->ln1_w, L->ln1_b, E, hp->eps);
+        ifl_pool_barrier(c->pool);
+        matmul(j, ith, nth, &L->wq, L->bq, EPI_NONE, c->xn, ld_in, R, c->q, (size_t)E, 1);
+        /* k and v reuse q's converted input when their type is q's; else
+         * they convert again, once every thread is done reading it */
+        int same = L->wk.type == L->wq.type;
+        if (!same)
+            ifl_pool_barrier(c->pool);
+        matmul(j, ith, nth, &L->wk, L->bk, EPI_NONE, c->xn, ld_in, R, c->k, (size_t)E, !same);
+        same = L->wv.type == L->wk.type;
+        if (!same)
+            ifl_pool_barrier(c->pool);
+        matmul(j, ith, nth, &L->wv, L->bv, EPI_NONE, c->xn, ld_in, R, c->v, (size_t)E, !same);
+        ifl_pool_barrier(c->pool);
+        attention(j, ith, nth);
+        ifl_pool_barrier(c->pool);
+        matmul(j, ith, nth, &L->wo, L->bo, EPI_NONE, c->att, (size_t)E, R, c->tmp, (size_t)E, 1);
+        ifl_pool_barrier(c->pool);
+        for (long r = lo; r < hi; r++) {
+            float *xr = c->x + (size_t)r * E;
+            const float *tr = c->tmp + (size_t)r * E;
+            for (int i = 0; i < E; i++)
+                xr[i] += tr[i];
+            layernorm(c->xn + r * ld_in, xr, L->ln2_w, L->ln2_b, E, hp->eps);
+        }
+        ifl_pool_barrier(c->pool);
+        matmul(j, ith, nth, &L->up, L->b_up, hp->act, c->xn, ld_in, R, c->hid, ld_hid, 1);
+        ifl_pool_barrier(c->pool);
+        matmul(j, ith, nth, &L->down, L->b_down, EPI_NONE, c->hid, ld_hid, R, c->tmp, (size_t)E, 1);
+        ifl_pool_barrier(c->pool);
+        for (long r = lo; r < hi; r++) {
+            float *xr = c->x + (size_t)r * E;
+            const float *tr = c->tmp + (size_t)r * E;
+            for (int i = 0; i < E; i++)
+                xr[i] += tr[i];
+        }
+        ifl_pool_barrier(c->pool);
+    }
+
+    /* the patch rows (not the class token), post-LN'd, into the projector */
+    ifl_pool_split(RP, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        long img = r / NP;
+        const float *xr = c->x + ((size_t)img * n_pos + (size_t)cls + (size_t)(r % NP)) * E;
+        float *dst = c->xn + (size_t)r * ld_in;
+        if (m->post_w)
+            layernorm(dst, xr, m->post_w, m->post_b, E, hp->eps);
+        else
+            memcpy(dst, xr, sizeof(float) * (size_t)E);
+    }
+    ifl_pool_barrier(c->pool);
+    matmul(j, ith, nth, &m->mm0, m->mm0_b, IFL_CLIP_GELU, c->xn, ld_in, RP, c->hid, ld_hid, 1);
+    ifl_pool_barrier(c->pool);
+    matmul(j, ith, nth, &m->mm2, m->mm2_b, EPI_NONE, c->hid, ld_hid, RP, j->out, (size_t)hp->n_out,
+           1);
+}
+
+int ifl_clip_encode(struct ifl_clip_ctx *x, const float *pixels, int n_img, float *out, char *err)
+{
+    if (n_img < 1 || n_img > x->max_images)
+        return ifl_err(err, IFL_EINVAL, "clip: %d images (this context takes 1..%d)", n_img,
+                       x->max_images);
+    struct job j = {x, pixels, out, n_img};
+    ifl_pool_run(x->pool, encode_job, &j);
+    return 0;
+}
