@@ -1,0 +1,70 @@
+/*
+ * Writes llama.cpp's image embeddings (libmtmd) for one mmproj file and one
+ * synthetic image, as raw little-endian float32, n_tokens x n_embd. Built
+ * and run by make.sh against a llama.cpp build tree; not part of our
+ * build. The image is the pattern tests/test_clip_llamacpp.c draws:
+ * pixel (x, y) channel c = (x * 37 + y * 91 + c * 53 + (x * y) % 17 * 5) % 256.
+ *
+ * usage: mtmd_dump TEXT.gguf MMPROJ.gguf WIDTH HEIGHT OUT.bin
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+#include "mtmd.h"
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: mtmd_dump TEXT.gguf MMPROJ.gguf WIDTH HEIGHT OUT.bin\n");
+        return 2;
+    }
+    int w = atoi(argv[3]), h = atoi(argv[4]);
+    llama_backend_init();
+    struct llama_model_params mp = llama_model_default_params();
+    struct llama_model *model = llama_model_load_from_file(argv[1], mp);
+    if (!model)
+        return 1;
+    struct mtmd_context_params cp = mtmd_context_params_default();
+    cp.use_gpu = false;
+    cp.n_threads = 2;
+    cp.warmup = false;
+    mtmd_context *ctx = mtmd_init_from_file(argv[2], model, cp);
+    if (!ctx)
+        return 1;
+    unsigned char *px = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++)
+                px[((size_t)y * w + x) * 3 + c] =
+                    (unsigned char)((x * 37 + y * 91 + c * 53 + (x * y) % 17 * 5) % 256);
+    mtmd_bitmap *bm = mtmd_bitmap_init((uint32_t)w, (uint32_t)h, px);
+    mtmd_input_chunks *chunks = mtmd_input_chunks_init();
+    const char *marker = mtmd_default_marker();
+    mtmd_input_text text = {marker, strlen(marker), true, true};
+    const mtmd_bitmap *bms[1] = {bm};
+    if (mtmd_tokenize(ctx, chunks, &text, bms, 1) != 0)
+        return 1;
+    for (size_t i = 0; i < mtmd_input_chunks_size(chunks); i++) {
+        const mtmd_input_chunk *ch = mtmd_input_chunks_get(chunks, i);
+        if (mtmd_input_chunk_get_type(ch) != MTMD_INPUT_CHUNK_TYPE_IMAGE)
+            continue;
+        if (mtmd_encode_chunk(ctx, ch) != 0)
+            return 1;
+        size_t n_tok = mtmd_input_chunk_get_n_tokens(ch);
+        int n_embd = llama_model_n_embd_inp(model);
+        const float *e = mtmd_get_output_embd(ctx);
+        FILE *f = fopen(argv[5], "wb");
+        if (!f || fwrite(e, sizeof(float), n_tok * (size_t)n_embd, f) != n_tok * (size_t)n_embd)
+            return 1;
+        fclose(f);
+        fprintf(stderr, "mtmd_dump: %s: %zu tokens x %d\n", argv[5], n_tok, n_embd);
+    }
+    mtmd_input_chunks_free(chunks);
+    mtmd_bitmap_free(bm);
+    free(px);
+    mtmd_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
