@@ -737,6 +737,58 @@ int ifl_executor_list_lora(ifl_executor *ex, struct ifl_lora_info *out, int32_t 
 /* The id of the adapter registered as name; IFL_ENOTFOUND. */
 int ifl_executor_find_lora(ifl_executor *ex, const char *name, int32_t *id);
 
+/* ======================================================================
+ * Vision encoders (docs/api.md "Vision encoders").
+ *
+ * An image turned into embedding rows for a text model, by a vision
+ * encoder read from a llama.cpp mmproj GGUF file (general.architecture
+ * "clip"; the LLaVA-1.5 style, clip.projector_type "mlp": a CLIP ViT and
+ * a two-layer MLP projector). The rows stand where a prompt's image
+ * placeholder tokens would, one per image patch, each as wide as the text
+ * model's n_embd. (The executor does not take such rows yet.)
+ *
+ * Thread-safe: calls on one ifl_vision run one at a time (a lock); the
+ * encoder's own threads do the work.
+ * ====================================================================== */
+
+typedef struct ifl_vision ifl_vision;
+
+struct ifl_vision_info {
+    int32_t image_size; /* the side images are scaled and padded to */
+    int32_t patch_size;
+    int32_t n_tokens;   /* embedding rows per image: (image_size / patch_size)^2 */
+    int32_t n_embd;     /* floats per row: the text model's n_embd */
+    int32_t n_layer;    /* encoder layers in the file */
+    int32_t n_run;      /* layers run: the feature layer (by default the penultimate) */
+    int32_t max_images; /* images one call may encode (ifl_vision_load) */
+};
+
+/* Loads an mmproj file and starts its n_threads encoder threads (0: one
+ * per CPU this process may use). max_images (>= 1) bounds the images one
+ * call encodes together (its scratch memory grows with it). IFL_EFORMAT or
+ * IFL_EUNSUPPORTED with a sentence naming the key or tensor (another
+ * projector type, tiling grids, a missing or misshapen tensor), IFL_EIO,
+ * IFL_EINVAL, IFL_ENOMEM. err: optional, 512 bytes. */
+int ifl_vision_load(ifl_vision **out, const char *mmproj_path, int32_t max_images,
+                    int32_t n_threads, char *err);
+void ifl_vision_free(ifl_vision *v); /* NULL is fine */
+int ifl_vision_info(const ifl_vision *v, struct ifl_vision_info *out);
+/* Encodes n_images PNG or JPEG files held in memory (images[i], sizes[i]
+ * bytes; 1..max_images of them) into out: n_images * n_tokens * n_embd
+ * floats, image after image, rows in raster order of the patches. Each
+ * image is scaled to fit image_size keeping its aspect, padded with
+ * LLaVA's mean colour (122, 116, 104), normalised with the file's mean
+ * and std. An image's rows do not depend on the others in the call.
+ * IFL_EINVAL naming the image for data that is not a PNG or JPEG, is
+ * corrupt or truncated, or is over the limits (64 MiB, 8192 pixels a
+ * side, 32 Mi pixels); then nothing is written. */
+int ifl_vision_encode(ifl_vision *v, const void *const *images, const int64_t *sizes,
+                      int32_t n_images, float *out, char *err);
+/* The same for one image given as pixels: w x h of `channels` bytes
+ * (1 grey, 3 RGB, 4 RGBA whose alpha is dropped), rows packed. */
+int ifl_vision_encode_pixels(ifl_vision *v, const uint8_t *pixels, int32_t w, int32_t h,
+                             int32_t channels, float *out, char *err);
+
 #ifdef __cplusplus
 }
 #endif

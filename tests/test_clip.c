@@ -21,8 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <png.h>
+#include <pthread.h>
+
 #include "core/err.h"
 #include "core/rng.h"
+#include "inflight.h"
 #include "model/gguf.h"
 #include "refclip.h"
 #include "t.h"
@@ -401,6 +405,130 @@ static void test_bad_files(void)
     expect_refused(cmd, IFL_EFORMAT, "image_size = 100000");
 }
 
+/* A w x h RGB PNG of a pattern, in memory (free *out). */
+static size_t png_bytes(int w, int h, int salt, unsigned char **out, unsigned char **rgb)
+{
+    *rgb = malloc((size_t)w * h * 3);
+    for (int i = 0; i < w * h * 3; i++)
+        (*rgb)[i] = (unsigned char)(i * 13 + salt * 71 + (i / (3 * w)) * 5);
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)w;
+    im.height = (png_uint_32)h;
+    im.format = PNG_FORMAT_RGB;
+    png_alloc_size_t n = 0;
+    png_image_write_to_memory(&im, NULL, &n, 0, *rgb, 0, NULL);
+    *out = malloc(n);
+    png_image_write_to_memory(&im, *out, &n, 0, *rgb, 0, NULL);
+    return n;
+}
+
+struct api_thread {
+    ifl_vision *v;
+    const void *const *imgs;
+    const int64_t *sizes;
+    const float *want;
+    size_t n;
+    int same;
+};
+
+static void *api_worker(void *arg)
+{
+    struct api_thread *t = arg;
+    float *got = malloc(2 * t->n * sizeof(float));
+    t->same = 1;
+    for (int k = 0; k < 8; k++) {
+        t->same &= ifl_vision_encode(t->v, t->imgs, t->sizes, 2, got, NULL) == 0;
+        t->same &= !memcmp(got, t->want, 2 * t->n * sizeof(float));
+    }
+    free(got);
+    return NULL;
+}
+
+/* The public calls: PNG bytes and raw pixels give what the internal path
+ * gives, bit for bit; a batch equals its images alone; bad input is
+ * refused naming the image, leaving out untouched; two threads may call. */
+static void test_public_api(void)
+{
+    char path[512], err[IFL_ERR_LEN] = "";
+    if (mk("api", "--type q8_0 --seed 61", path, sizeof path))
+        return;
+    ifl_vision *v = NULL;
+    CHECK_EQ(ifl_vision_load(&v, "/nonexistent/mmproj.gguf", 2, 1, err), IFL_EIO);
+    CHECK(v == NULL && strstr(err, "nonexistent") != NULL);
+    CHECK_EQ(ifl_vision_load(&v, path, 0, 1, err), IFL_EINVAL);
+    CHECK(ifl_vision_load(&v, path, 2, 2, err) == 0);
+    if (!v)
+        return;
+    struct ifl_vision_info info;
+    CHECK(ifl_vision_info(v, &info) == 0);
+    CHECK_EQ(info.image_size, 32);
+    CHECK_EQ(info.n_tokens, 16);
+    CHECK_EQ(info.n_embd, 64);
+    CHECK_EQ(info.n_run, 2);
+    CHECK_EQ(info.max_images, 2);
+    const size_t n = (size_t)info.n_tokens * info.n_embd;
+    unsigned char *png[2], *rgb[2];
+    int64_t sizes[2];
+    sizes[0] = (int64_t)png_bytes(32, 32, 1, &png[0], &rgb[0]);
+    sizes[1] = (int64_t)png_bytes(45, 20, 2, &png[1], &rgb[1]);
+    const void *imgs[2] = {png[0], png[1]};
+    float *got = malloc(2 * n * sizeof(float)), *want = malloc(2 * n * sizeof(float));
+    CHECK_MSG(ifl_vision_encode(v, imgs, sizes, 2, got, err) == 0, "%s", err);
+    /* the internal path */
+    struct ifl_clip *c = NULL;
+    struct ifl_clip_ctx *x = NULL;
+    CHECK(ifl_clip_load(&c, path, err) == 0);
+    CHECK(ifl_clip_ctx_create(&x, c, 1, NULL, 1, err) == 0);
+    float *px = malloc(sizeof(float) * 3 * 32 * 32);
+    const int w[2] = {32, 45}, h[2] = {32, 20};
+    for (int i = 0; i < 2; i++) {
+        struct ifl_image im = {w[i], h[i], rgb[i]};
+        CHECK(ifl_clip_preprocess(c, &im, px, err) == 0);
+        CHECK(ifl_clip_encode(x, px, 1, want + i * n, err) == 0);
+    }
+    CHECK(memcmp(got, want, 2 * n * sizeof(float)) == 0);
+    CHECK(ifl_vision_encode_pixels(v, rgb[1], 45, 20, 3, got, err) == 0);
+    CHECK(memcmp(got, want + n, n * sizeof(float)) == 0);
+    /* bad input */
+    memset(got, 0x7f, 2 * n * sizeof(float));
+    int64_t bad_sizes[2] = {sizes[0], sizes[1] / 2};
+    CHECK_EQ(ifl_vision_encode(v, imgs, bad_sizes, 2, got, err), IFL_EINVAL);
+    CHECK_MSG(strstr(err, "image 1") != NULL, "%s", err);
+    CHECK(((unsigned char *)got)[0] == 0x7f);
+    const char junk[] = "GIF89a not an image";
+    const void *jimgs[1] = {junk};
+    int64_t jsize = sizeof junk;
+    CHECK_EQ(ifl_vision_encode(v, jimgs, &jsize, 1, got, err), IFL_EINVAL);
+    CHECK(strstr(err, "image 0") != NULL);
+    CHECK_EQ(ifl_vision_encode(v, imgs, sizes, 3, got, err), IFL_EINVAL);
+    CHECK_EQ(ifl_vision_encode_pixels(v, rgb[0], 32, 32, 2, got, err), IFL_EINVAL);
+    CHECK_EQ(ifl_vision_encode_pixels(v, rgb[0], 0, 32, 3, got, err), IFL_EINVAL);
+    /* still serving, and from two threads at once */
+    struct api_thread t[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        t[i] = (struct api_thread){v, imgs, sizes, want, n, 0};
+        pthread_create(&th[i], NULL, api_worker, &t[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(t[i].same, "thread %d got other embeddings", i);
+    }
+    free(px);
+    free(got);
+    free(want);
+    for (int i = 0; i < 2; i++) {
+        free(png[i]);
+        free(rgb[i]);
+    }
+    ifl_clip_ctx_free(x);
+    ifl_clip_free(c);
+    ifl_vision_free(v);
+    ifl_vision_free(NULL);
+}
+
 int main(void)
 {
     const char *build = getenv("BUILD");
@@ -420,6 +548,7 @@ int main(void)
     T_RUN(test_invariance);
     T_RUN(test_preprocess);
     T_RUN(test_bad_files);
+    T_RUN(test_public_api);
     fprintf(stderr, "  worst: float max |d| / max(1, std) %.2e; q8_0 max %.3f, mean %.4f of std\n",
             g_worst[0], g_worst[1], g_worst[2]);
     char cmd[600];
