@@ -37,6 +37,23 @@ void ifl_clip_free(struct ifl_clip *c)
     free(c);
 }
 
+/* Keeps p, to be freed with the model. */
+static int own(struct ifl_clip *c, void *p, char *err)
+{
+    if (c->n_owned == c->cap_owned) {
+        int cap = c->cap_owned ? 2 * c->cap_owned : 64;
+        float **q = realloc(c->owned, sizeof(float *) * (size_t)cap);
+        if (!q) {
+            free(p);
+            return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory");
+        }
+        c->owned = q;
+        c->cap_owned = cap;
+    }
+    c->owned[c->n_owned++] = p;
+    return 0;
+}
+
 static int get_u32(const struct ifl_gguf *g, const char *key, int64_t lo, int64_t hi, int32_t *out,
                    char *err)
 {
@@ -238,18 +255,12 @@ static int load_floats(struct ifl_clip *c, const char *name, int n_dims, const i
     size_t n = 1;
     for (int d = 0; d < n_dims; d++)
         n *= (size_t)ne[d];
-    if (c->n_owned == c->cap_owned) {
-        int cap = c->cap_owned ? 2 * c->cap_owned : 64;
-        float **p = realloc(c->owned, sizeof(float *) * (size_t)cap);
-        if (!p)
-            return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory");
-        c->owned = p;
-        c->cap_owned = cap;
-    }
     float *f = malloc(n * sizeof(float));
     if (!f)
         return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory for '%s'", name);
-    c->owned[c->n_owned++] = f;
+    int rc2 = own(c, f, err);
+    if (rc2)
+        return rc2;
     const uint8_t *p = t->data;
     for (size_t i = 0; i < n; i++) {
         if (t->type == IFL_TYPE_F32) {
@@ -355,6 +366,45 @@ static int load_layer(struct ifl_clip *c, int il, char *err)
     return load_linear(c, base, hp->n_ff, hp->n_embd, &L->down, &L->b_down, err);
 }
 
+/* Every matrix whose type has an x16 kernel goes into that layout (a copy;
+ * the file's pages are let go): an encoder's matmuls have hundreds of rows
+ * a call, where the x16 kernels' outer-product tiles (16 columns per
+ * vector, several rows per tile) beat the dot-product ones that decoding
+ * one token favours, so this ignores x16_pays, which is tuned for decoding. */
+static int repack(struct ifl_clip *c, struct ifl_mat *m, char *err)
+{
+    const struct ifl_kernels *kn = ifl_kernels_best();
+    if (!kn->gemm_x16[m->type] || m->n_out % 16)
+        return 0;
+    size_t bytes = m->row_bytes * (size_t)m->n_out;
+    void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst)
+        return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory repacking a matrix");
+    for (int64_t g = 0; g < m->n_out / 16; g++)
+        ifl_repack_x16(m->type, m->n_in, (const char *)m->data + (size_t)g * 16 * m->row_bytes,
+                       m->row_bytes, (char *)dst + (size_t)g * 16 * m->row_bytes);
+    ifl_gguf_release(c->gguf, m->data, bytes);
+    m->data = dst;
+    m->x16 = 1;
+    return own(c, dst, err);
+}
+
+static int repack_all(struct ifl_clip *c, char *err)
+{
+    int rc = repack(c, &c->patch, err);
+    for (int il = 0; il < c->hp.n_layer && !rc; il++) {
+        struct ifl_clip_layer *L = &c->layers[il];
+        struct ifl_mat *ms[6] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->up, &L->down};
+        for (int i = 0; i < 6 && !rc; i++)
+            rc = repack(c, ms[i], err);
+    }
+    if (!rc)
+        rc = repack(c, &c->mm0, err);
+    if (!rc)
+        rc = repack(c, &c->mm2, err);
+    return rc;
+}
+
 int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
 {
     *out = NULL;
@@ -405,7 +455,8 @@ int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
     }
     hp->n_mm = (int32_t)t0->ne[1];
     if ((rc = load_linear(c, "mm.0", E, hp->n_mm, &c->mm0, &c->mm0_b, err)) ||
-        (rc = load_linear(c, "mm.2", hp->n_mm, hp->n_out, &c->mm2, &c->mm2_b, err)))
+        (rc = load_linear(c, "mm.2", hp->n_mm, hp->n_out, &c->mm2, &c->mm2_b, err)) ||
+        (rc = repack_all(c, err)))
         goto fail;
     *out = c;
     return 0;

@@ -100,6 +100,10 @@ int ifl_clip_preprocess(const struct ifl_clip *c, const struct ifl_image *im, fl
 
 /* ---- the pass ---- */
 
+/* Query rows one attention pass scores at once: bounds the scratch to
+ * ATT_ROWS x n_pos floats a thread, whatever the image size. */
+#define ATT_ROWS 64
+
 struct ifl_clip_ctx {
     const struct ifl_clip *c;
     const struct ifl_kernels *kn;
@@ -109,16 +113,18 @@ struct ifl_clip_ctx {
     int32_t max_in;       /* widest matmul input */
     size_t act_row_bytes; /* a row of `act` */
     /* scratch, R = max_images * n_pos rows */
-    float *x;    /* [R][n_embd] residual stream */
-    float *xn;   /* [R][max_in] matmul input */
-    void *act;   /* [R][act_row_bytes] xn converted for the kernels */
-    float *q;    /* [R][n_embd] */
-    float *k;    /* [R][n_embd] */
-    float *v;    /* [R][n_embd] */
-    float *att;  /* [R][n_embd] */
-    float *hid;  /* [R][max(n_ff, n_mm)] FFN and projector hidden rows */
-    float *tmp;  /* [R][n_embd] a sub-layer's output */
-    float *prob; /* [n_threads][n_pos] one query's attention weights */
+    float *x;      /* [R][n_embd] residual stream */
+    float *xn;     /* [R][max_in] matmul input */
+    void *act;     /* [R][act_row_bytes] xn converted for the kernels */
+    float *q;      /* [R][n_embd] */
+    float *k;      /* [R][n_embd] */
+    float *v;      /* [R][n_embd] */
+    float *att;    /* [R][n_embd] */
+    float *hid;    /* [R][max(n_ff, n_mm)] FFN and projector hidden rows */
+    float *tmp;    /* [R][n_embd] a sub-layer's output */
+    size_t att_ld; /* n_pos rounded up to 16 */
+    float *scores; /* [n_threads][ATT_ROWS][att_ld] attention weights */
+    float *vt;     /* [n_threads][head_dim][att_ld] a head's values, transposed */
 };
 
 struct job {
@@ -148,7 +154,8 @@ void ifl_clip_ctx_free(struct ifl_clip_ctx *x)
     free(x->att);
     free(x->hid);
     free(x->tmp);
-    free(x->prob);
+    free(x->scores);
+    free(x->vt);
     free(x);
 }
 
@@ -195,9 +202,12 @@ int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int
     x->att = alloc_floats(R * E);
     x->hid = alloc_floats(R * (size_t)n_hid);
     x->tmp = alloc_floats(R * E);
-    x->prob = alloc_floats((size_t)ifl_pool_size(x->pool) * ((size_t)hp->n_pos + 16));
+    size_t nth = (size_t)ifl_pool_size(x->pool);
+    x->att_ld = ((size_t)hp->n_pos + 15) / 16 * 16;
+    x->scores = alloc_floats(nth * ATT_ROWS * x->att_ld);
+    x->vt = alloc_floats(nth * (size_t)hp->head_dim * x->att_ld);
     if (!x->x || !x->xn || !x->act || !x->q || !x->k || !x->v || !x->att || !x->hid || !x->tmp ||
-        !x->prob) {
+        !x->scores || !x->vt) {
         ifl_clip_ctx_free(x);
         return ifl_err(err, IFL_ENOMEM, "clip: out of memory for %d images", max_images);
     }
@@ -262,14 +272,16 @@ static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, con
         in = c->act;
         in_stride = c->act_row_bytes;
     }
-    long units = (long)((w->n_out + 15) / 16), lo, hi;
+    /* columns in units of an x16 group, or of the x16 kernel's widest tile */
+    int step = w->x16 && c->kn->x16_cols[w->type] > 16 ? c->kn->x16_cols[w->type] : 16;
+    long units = (long)((w->n_out + step - 1) / step), lo, hi;
     ifl_pool_split(units, ith, nth, &lo, &hi);
-    int64_t c0 = lo * 16, c1 = hi * 16 < w->n_out ? hi * 16 : w->n_out;
+    int64_t c0 = lo * step, c1 = hi * step < w->n_out ? hi * step : w->n_out;
     if (c1 <= c0)
         return;
-    c->kn->gemm[w->type](w->n_in, nr, (int)(c1 - c0), in, in_stride,
-                         (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0,
-                         ldy);
+    ifl_gemm_fn gemm = w->x16 ? c->kn->gemm_x16[w->type] : c->kn->gemm[w->type];
+    gemm(w->n_in, nr, (int)(c1 - c0), in, in_stride,
+         (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0, ldy);
     if (!bias && act == EPI_NONE)
         return;
     for (int r = 0; r < nr; r++) {
@@ -282,41 +294,47 @@ static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, con
 }
 
 /* Self-attention over each image's rows, all heads: att = softmax(q k^T /
- * sqrt(head_dim)) v, (image, head) pairs shared out between the threads. */
+ * sqrt(head_dim)) v, (image, head) pairs shared out between the threads.
+ * Both products are the F32 gemm kernel: scores = q . k (the keys as a
+ * weight matrix's rows), then att = p . v^T (v transposed per head into
+ * rows of n_pos), ATT_ROWS queries at a time. Each output's sums run in
+ * the kernel's fixed order, so the result is the same whatever the thread
+ * or image count. */
 static void attention(struct job *j, int ith, int nth)
 {
     struct ifl_clip_ctx *c = j->x;
     const struct ifl_clip_hparams *hp = &c->c->hp;
     const int n_pos = hp->n_pos, hd = hp->head_dim, E = hp->n_embd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *p = c->prob + (size_t)ith * ((size_t)n_pos + 16);
+    const size_t ld = c->att_ld;
+    float *sc = c->scores + (size_t)ith * ATT_ROWS * ld;
+    float *vt = c->vt + (size_t)ith * hd * ld;
+    ifl_gemm_fn gemm = c->kn->gemm[IFL_TYPE_F32];
     long lo, hi;
-    ifl_pool_split((long)j->n_img * hp->n_head * n_pos, ith, nth, &lo, &hi);
+    ifl_pool_split((long)j->n_img * hp->n_head, ith, nth, &lo, &hi);
     for (long u = lo; u < hi; u++) {
-        /* unit u: query row qi of head h of image img */
-        long img = u / ((long)hp->n_head * n_pos), rem = u % ((long)hp->n_head * n_pos);
-        int h = (int)(rem / n_pos), qi = (int)(rem % n_pos);
-        size_t base = (size_t)img * n_pos;
-        const float *qv = c->q + (base + qi) * E + (size_t)h * hd;
-        float mx = -INFINITY;
+        size_t base = (size_t)(u / hp->n_head) * n_pos, off = (size_t)(u % hp->n_head) * hd;
         for (int t = 0; t < n_pos; t++) {
-            const float *kv = c->k + (base + t) * E + (size_t)h * hd;
-            float s = 0;
+            const float *vr = c->v + (base + t) * E + off;
             for (int d = 0; d < hd; d++)
-                s += qv[d] * kv[d];
-            p[t] = s * scale;
-            if (p[t] > mx)
-                mx = p[t];
+                vt[(size_t)d * ld + t] = vr[d];
         }
-        double sum = c->kn->softmax_exp(n_pos, p, mx);
-        float inv = (float)(1.0 / sum);
-        float *o = c->att + (base + qi) * E + (size_t)h * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int t = 0; t < n_pos; t++) {
-            const float *vv = c->v + (base + t) * E + (size_t)h * hd;
-            float a = p[t] * inv;
-            for (int d = 0; d < hd; d++)
-                o[d] += a * vv[d];
+        for (int q0 = 0; q0 < n_pos; q0 += ATT_ROWS) {
+            int nq = n_pos - q0 < ATT_ROWS ? n_pos - q0 : ATT_ROWS;
+            gemm(hd, nq, n_pos, c->q + (base + q0) * E + off, sizeof(float) * E,
+                 c->k + base * E + off, sizeof(float) * E, sc, ld);
+            for (int i = 0; i < nq; i++) {
+                float *p = sc + (size_t)i * ld, mx = -INFINITY;
+                for (int t = 0; t < n_pos; t++) {
+                    p[t] *= scale;
+                    mx = p[t] > mx ? p[t] : mx;
+                }
+                float inv = (float)(1.0 / c->kn->softmax_exp(n_pos, p, mx));
+                for (int t = 0; t < n_pos; t++)
+                    p[t] *= inv;
+            }
+            gemm(n_pos, nq, hd, sc, sizeof(float) * ld, vt, sizeof(float) * ld,
+                 c->att + (base + q0) * E + off, E);
         }
     }
 }

@@ -5,22 +5,27 @@
  * build. The image is the pattern tests/test_clip_llamacpp.c draws:
  * pixel (x, y) channel c = (x * 37 + y * 91 + c * 53 + (x * y) % 17 * 5) % 256.
  *
- * usage: mtmd_dump TEXT.gguf MMPROJ.gguf WIDTH HEIGHT OUT.bin
+ * usage: mtmd_dump TEXT.gguf MMPROJ.gguf WIDTH HEIGHT OUT.bin [REPEAT [THREADS]]
+ * With REPEAT, the image is encoded that many times more and the time per
+ * encode is printed (bench/README.md's vision figures).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llama.h"
 #include "mtmd.h"
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: mtmd_dump TEXT.gguf MMPROJ.gguf WIDTH HEIGHT OUT.bin\n");
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr, "usage: mtmd_dump TEXT.gguf MMPROJ.gguf WIDTH HEIGHT OUT.bin [REPEAT "
+                        "[THREADS]]\n");
         return 2;
     }
     int w = atoi(argv[3]), h = atoi(argv[4]);
+    int repeat = argc > 6 ? atoi(argv[6]) : 0, threads = argc > 7 ? atoi(argv[7]) : 2;
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
@@ -28,7 +33,7 @@ int main(int argc, char **argv)
         return 1;
     struct mtmd_context_params cp = mtmd_context_params_default();
     cp.use_gpu = false;
-    cp.n_threads = 2;
+    cp.n_threads = threads;
     cp.warmup = false;
     mtmd_context *ctx = mtmd_init_from_file(argv[2], model, cp);
     if (!ctx)
@@ -52,6 +57,18 @@ int main(int argc, char **argv)
             continue;
         if (mtmd_encode_chunk(ctx, ch) != 0)
             return 1;
+        if (repeat > 0) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (int r = 0; r < repeat; r++)
+                if (mtmd_encode_chunk(ctx, ch) != 0)
+                    return 1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            printf("mtmd_dump: %s: %d threads, %d encodes in %.2f s, %.1f ms/image, %.3f "
+                   "images/s\n",
+                   argv[2], threads, repeat, s, 1e3 * s / repeat, repeat / s);
+        }
         size_t n_tok = mtmd_input_chunk_get_n_tokens(ch);
         int n_embd = llama_model_n_embd_inp(model);
         const float *e = mtmd_get_output_embd(ctx);
