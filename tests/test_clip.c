@@ -27,7 +27,11 @@
 #include "core/err.h"
 #include "core/rng.h"
 #include "inflight.h"
+#include "kernels/kernels.h"
+#include "model/forward.h"
 #include "model/gguf.h"
+#include "model/kv_store.h"
+#include "model/model.h"
 #include "refclip.h"
 #include "t.h"
 #include "vision/clip.h"
@@ -529,6 +533,121 @@ static void test_public_api(void)
     ifl_vision_free(NULL);
 }
 
+#define FW_ROWS 28
+#define FW_BLOCK 16
+
+/* Runs rows [0, FW_ROWS) of one sequence through stories260K in steps of
+ * chunk rows, row r's input embd[r] when that is not NULL; all logits. */
+static int fw_logits(const struct ifl_model *m, const int32_t *tok, const float *const *embd,
+                     int chunk, float *out, char *err)
+{
+    struct ifl_kv_store *kv = NULL;
+    struct ifl_fwd *f = NULL;
+    int32_t n_blocks = (FW_ROWS + FW_BLOCK - 1) / FW_BLOCK;
+    int rc = ifl_kv_store_create(&kv, &m->hp, IFL_TYPE_F16, n_blocks, FW_BLOCK, err);
+    struct ifl_fwd_config cfg = {.max_rows = FW_ROWS, .max_ctx = FW_ROWS, .n_threads = 2};
+    if (!rc)
+        rc = ifl_fwd_create(&f, m, kv, &cfg, err);
+    int32_t table[(FW_ROWS + FW_BLOCK - 1) / FW_BLOCK];
+    for (int i = 0; i < n_blocks; i++)
+        table[i] = i;
+    const int32_t *tables[1] = {table};
+    int32_t pos[FW_ROWS], seq[FW_ROWS] = {0};
+    uint8_t want[FW_ROWS];
+    for (int i = 0; i < FW_ROWS; i++) {
+        pos[i] = i;
+        want[i] = 1;
+    }
+    for (int done = 0; !rc && done < FW_ROWS;) {
+        int rows = chunk < FW_ROWS - done ? chunk : FW_ROWS - done;
+        struct ifl_batch b = {
+            .n_rows = rows,
+            .tokens = tok + done,
+            .pos = pos + done,
+            .seq = seq + done,
+            .logits = want + done,
+            .n_seqs = 1,
+            .block_tables = tables,
+            .n_blocks = &n_blocks,
+            .embd = embd ? embd + done : NULL,
+        };
+        rc = ifl_forward(f, &b, out + (size_t)done * (size_t)m->hp.n_vocab, err);
+        done += rows;
+    }
+    ifl_fwd_free(f);
+    ifl_kv_store_free(kv);
+    return rc;
+}
+
+/* The forward pass's input rows (ifl_batch.embd): a row given its token's
+ * own embedding is bitwise that token's row; an image's rows (a BOS, 16
+ * rows of an encoded image, then text) give the same logits whole and
+ * chunked; another image changes the text's logits. */
+static void test_embedding_rows(void)
+{
+    char path[512], model[512], err[IFL_ERR_LEN] = "";
+    if (mk("fw", "--type q8_0 --seed 71 --proj-dim 64", path, sizeof path))
+        return;
+    snprintf(model, sizeof model, "%s/models/stories260K.gguf", t_shared());
+    struct ifl_model *m = NULL;
+    ifl_vision *v = NULL;
+    CHECK(ifl_model_load(&m, model, err) == 0);
+    CHECK(ifl_vision_load(&v, path, 2, 2, err) == 0);
+    if (!m || !v) {
+        ifl_model_free(m);
+        ifl_vision_free(v);
+        return;
+    }
+    const int nv = m->hp.n_vocab, E = m->hp.n_embd;
+    CHECK_EQ(E, 64);
+    int32_t tok[FW_ROWS];
+    for (int i = 0; i < FW_ROWS; i++)
+        tok[i] = i == 0 ? 1 : 3 + (i * 37) % 500;
+    size_t nl = (size_t)FW_ROWS * nv;
+    float *a = malloc(nl * 4), *b = malloc(nl * 4), *c = malloc(nl * 4);
+    /* token rows as embedding rows */
+    float *rows = malloc(sizeof(float) * FW_ROWS * E);
+    const float *ptr[FW_ROWS] = {0};
+    for (int i = 0; i < FW_ROWS; i++) {
+        const struct ifl_mat *te = &m->tok_embd;
+        ifl_kernels_ref()->dequant[te->type](
+            (const char *)te->data + (size_t)tok[i] * te->row_bytes, rows + (size_t)i * E, E);
+        ptr[i] = i % 3 ? rows + (size_t)i * E : NULL;
+    }
+    CHECK(fw_logits(m, tok, NULL, FW_ROWS, a, err) == 0);
+    CHECK(fw_logits(m, tok, ptr, FW_ROWS, b, err) == 0);
+    CHECK(memcmp(a, b, nl * 4) == 0);
+    /* an image's rows at positions 1..16 */
+    unsigned char *png[2], *rgb[2];
+    int64_t sizes[2];
+    sizes[0] = (int64_t)png_bytes(40, 30, 5, &png[0], &rgb[0]);
+    sizes[1] = (int64_t)png_bytes(40, 30, 6, &png[1], &rgb[1]);
+    const void *imgs[2] = {png[0], png[1]};
+    float *img = malloc(sizeof(float) * 2 * 16 * E);
+    CHECK(ifl_vision_encode(v, imgs, sizes, 2, img, err) == 0);
+    for (int i = 0; i < FW_ROWS; i++)
+        ptr[i] = i >= 1 && i <= 16 ? img + (size_t)(i - 1) * E : NULL;
+    CHECK(fw_logits(m, tok, ptr, FW_ROWS, a, err) == 0);
+    CHECK(fw_logits(m, tok, ptr, 5, b, err) == 0);
+    CHECK(memcmp(a, b, nl * 4) == 0);
+    for (int i = 1; i <= 16; i++)
+        ptr[i] = img + (size_t)(16 + i - 1) * E;
+    CHECK(fw_logits(m, tok, ptr, FW_ROWS, c, err) == 0);
+    CHECK(memcmp(a, c, (size_t)nv * 4) == 0); /* the BOS row sees no image */
+    CHECK(memcmp(a + (size_t)20 * nv, c + (size_t)20 * nv, (size_t)nv * 4) != 0);
+    free(a);
+    free(b);
+    free(c);
+    free(rows);
+    free(img);
+    for (int i = 0; i < 2; i++) {
+        free(png[i]);
+        free(rgb[i]);
+    }
+    ifl_vision_free(v);
+    ifl_model_free(m);
+}
+
 int main(void)
 {
     const char *build = getenv("BUILD");
@@ -549,6 +668,7 @@ int main(void)
     T_RUN(test_preprocess);
     T_RUN(test_bad_files);
     T_RUN(test_public_api);
+    T_RUN(test_embedding_rows);
     fprintf(stderr, "  worst: float max |d| / max(1, std) %.2e; q8_0 max %.3f, mean %.4f of std\n",
             g_worst[0], g_worst[1], g_worst[2]);
     char cmd[600];

@@ -582,10 +582,14 @@ static void step(void *arg, int ith, int nth)
      * every per-row phase below, so those need no barrier between them */
     for (long r = lo; r < hi; r++) {
         const struct ifl_mat *te = &m->tok_embd;
-        f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
-                                 f->x + r * n_embd, n_embd);
-        if (b->n_lora)
-            ifl_fwd_lora_embed(j, r);
+        if (b->embd && b->embd[r]) { /* an image's row: given, not looked up */
+            memcpy(f->x + r * n_embd, b->embd[r], sizeof(float) * (size_t)n_embd);
+        } else {
+            f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
+                                     f->x + r * n_embd, n_embd);
+            if (b->n_lora)
+                ifl_fwd_lora_embed(j, r);
+        }
         float *cs = f->rope_cs + r * half * 2;
         for (int i = 0; i < half; i++) {
             double th = (double)b->pos[r] * f->inv_freq[i];
@@ -752,6 +756,9 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
         if (!isfinite(b->lora_scale[i]))
             return ifl_err(err, IFL_EINVAL, "forward: row %zu: adapter %zu's scale is not finite",
                            i / (size_t)b->n_lora, i % (size_t)b->n_lora);
+    if (b->embd && f->shard) /* src/dist/tp.c sends the other ranks tokens, not rows */
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "forward: input embedding rows are not supported with tensor parallelism");
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= hp->n_vocab)

@@ -82,6 +82,13 @@ struct ifl_batch {
     int32_t n_seqs;
     const int32_t *const *block_tables; /* [n_seqs] -> block ids */
     const int32_t *n_blocks;            /* [n_seqs] length of each table */
+    /* optional input embeddings (an image's rows from a vision encoder),
+     * NULL for none: when embd[r] is not NULL, row r's input is those
+     * n_embd floats instead of tokens[r]'s embedding (tokens[r], a
+     * placeholder, must still be a valid id; a token_embd adapter does not
+     * apply to the row). Everything after the input is the same, so a row
+     * given its token's own embedding row is bitwise the token's row. */
+    const float *const *embd; /* [n_rows] */
 };
 
 struct ifl_fwd_config {
