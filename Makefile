@@ -155,6 +155,10 @@ $(BUILD)/tests/test_fuzz_replay_image: $(BUILD)/tests/test_fuzz_replay_image.o \
 $(BUILD)/tests/test_fuzz_replay_lora: $(BUILD)/tests/test_fuzz_replay_lora.o \
   $(BUILD)/tests/fuzz/fuzz_lora.o $(TEST_HELPER_OBJ) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LDLIBS)
+# Likewise the mmproj loader's corpus (tests/fuzz/corpus/fuzz_clip).
+$(BUILD)/tests/test_fuzz_replay_clip: $(BUILD)/tests/test_fuzz_replay_clip.o \
+  $(BUILD)/tests/fuzz/fuzz_clip.o $(TEST_HELPER_OBJ) $(LIB_A)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(LDLIBS)
 
 # The Python package (python/): the extension inflight._core, built against
 # Debian's python3-dev, linked to a copy of libinflight.so beside it (found

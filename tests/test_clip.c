@@ -363,6 +363,8 @@ static void test_bad_files(void)
     snprintf(bad, sizeof bad, "%s/bad1.gguf", g_dir);
     CHECK(rewrite(good, bad, NULL, "clip.projector_type", "resampler", NULL, NULL) == 0);
     expect_refused(bad, IFL_EUNSUPPORTED, "\"resampler\"");
+    CHECK(rewrite(good, bad, NULL, "clip.projector_type", "ml\x80\n", NULL, NULL) == 0);
+    expect_refused(bad, IFL_EUNSUPPORTED, "\"ml??\" is not supported");
     CHECK(rewrite(good, bad, "clip.vision.image_mean", NULL, NULL, NULL, NULL) == 0);
     expect_refused(bad, IFL_EFORMAT, "clip.vision.image_mean");
     CHECK(rewrite(good, bad, "clip.vision.attention.layer_norm_epsilon", NULL, NULL, NULL, NULL) ==

@@ -126,10 +126,16 @@ static int read_hparams(struct ifl_clip *c, char *err)
         return ifl_err(err, IFL_EFORMAT, "mmproj: key clip.projector_type is missing");
     if (rc)
         return rc;
-    if (len != 3 || memcmp(s, "mlp", 3))
+    if (len != 3 || memcmp(s, "mlp", 3)) {
+        char shown[65]; /* the file's bytes, printable ASCII only */
+        size_t n = len < 64 ? len : 64;
+        for (size_t i = 0; i < n; i++)
+            shown[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+        shown[n] = 0;
         return ifl_err(err, IFL_EUNSUPPORTED,
-                       "mmproj: projector type \"%.*s\" is not supported (only \"mlp\", LLaVA-1.5)",
-                       (int)(len < 64 ? len : 64), s);
+                       "mmproj: projector type \"%s\" is not supported (only \"mlp\", LLaVA-1.5)",
+                       shown);
+    }
     if (ifl_gguf_find_key(g, "clip.vision.image_grid_pinpoints") >= 0)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "mmproj: clip.vision.image_grid_pinpoints (LLaVA-1.6 tiling) is not "
