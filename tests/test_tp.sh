@@ -93,12 +93,21 @@ same_ids "run --tp 2 over TCP, qwen2 (biases): greedy ids as one process" "$tmp/
 RUN_PRE=(timeout -k 5 60 "${MPIRUN[@]}" -np 1 "${VADER[@]}")
 run_ids "$tmp/s1" -m "$M" --temp 0.9 --seed 7 --tp 1
 same_ids "run --tp 1 under mpirun: as the plain build" "$tmp/s" "$tmp/s1"
+# orchestrator mode: no mpirun, the process spawns its worker itself
+RUN_PRE=(timeout -k 5 60)
+run_ids "$tmp/so" -m "$M" --temp 0.9 --seed 7 --tp 2
+same_ids "run --tp 2 without mpirun (spawned worker): seeded sampled ids as leader mode" "$tmp/s2" "$tmp/so"
+run_ids "$tmp/qgo" -m "$Q" --temp 0 --tp 2
+same_ids "run --tp 2 without mpirun, qwen2: greedy ids as one process" "$tmp/qg" "$tmp/qgo"
+timeout -k 5 60 "$BIN" bench -m "$M" --pp 8 --tg 4 -r 1 -t 1 --tp 2 >"$tmp/bo" 2>&1
+check "bench --tp 2 without mpirun: exit 0" 0 $?
+has "bench --tp 2 without mpirun: the collectives' share" "2 ranks" "$(cat "$tmp/bo")"
 echo "  (run checks: $((SECONDS - t0)) s)"
 
 # ---- refusals: a clear error, every rank ends ----
-"$BIN" run -m "$M" -p x -n 2 --tp 2 >/dev/null 2>"$tmp/e1"
-check "--tp 2 without mpirun: exit 2" 2 $?
-has "--tp 2 without mpirun: says how" "start it with mpirun -np 2" "$(cat "$tmp/e1")"
+"$BIN" tp-worker -m "$M" --tp 2 >/dev/null 2>"$tmp/e1"
+check "tp-worker by hand: exit 2" 2 $?
+has "tp-worker by hand: says what it is" "is a worker of 'inflight run|bench|serve --tp N'" "$(cat "$tmp/e1")"
 mpi_run e2 60 -np 2 "${VADER[@]}" "$BIN" run -m "$M" -p x -n 2 --tp 3
 has "--tp 3 in a job of 2: says so" "--tp 3, but this process is one of an MPI job of 2 ranks" "$(cat "$tmp/e2")"
 check "--tp 3 in a job of 2: mpirun fails" 1 "$([ "$RC" != 0 ] && [ "$RC" != 124 ] && echo 1)"
@@ -123,6 +132,10 @@ echo "rank $OMPI_COMM_WORLD_RANK exit $rc" >>"$RANKS"
 exit $rc
 WRAP
 export RANKS=$tmp/ranks
+# a seeded sampled completion with its log-probabilities (17 digits each),
+# without the fields that differ between two servers
+SEEDED='{"prompt":"Once upon a time","max_tokens":24,"temperature":0.9,"seed":7,"logprobs":3}'
+seeded() { curl -s "$1/v1/completions" -d "$SEEDED" | sed -E 's/"id":"[^"]*",//; s/"created":[0-9]*,//'; }
 # start_tp NAME MODEL ARGS...: PORT set once /health answers, MPID mpirun's pid
 start_tp() {
     local name=$1 model=$2; shift 2
@@ -147,6 +160,7 @@ if start_tp srv "$M"; then
     has "/info: two shards" '"num_shard":2,"sharded":true' "$info"
     greedy=$(curl -s "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}')
     has "greedy text as one process" '"text":", there was a little girl named Lily.' "$greedy"
+    seeded "$B" >"$tmp/seeded-leader"
     has "/metrics: the ranks" 'inflight_tp_ranks{model_name="stories260K"} 2' "$(curl -s "$B/metrics")"
     if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
         for js in openai guide; do
@@ -198,6 +212,141 @@ if start_tp fault "$R" -c 32768 --tp-timeout $TPT; then
     check "killed rank 1: rank 0 gone within ${BOUND} s" 1 "$([ -n "$exited" ] && [ "$exited" -le $((BOUND * 1000)) ] && echo 1)"
     for _ in $(seq 100); do kill -0 "$MPID" 2>/dev/null || break; sleep 0.1; done
     check "killed rank 1: mpirun ends" 1 "$(kill -0 "$MPID" 2>/dev/null || echo 1)"
+fi
+
+# ---- orchestrator mode: serve --tp 2 without mpirun spawns its worker ----
+# start_orch NAME MODEL ARGS...: PORT set once /health answers, OPID the
+# leader's pid; WPID its worker's, ORTED Open MPI's daemon (its child)
+start_orch() {
+    local name=$1 model=$2; shift 2
+    : >"$tmp/$name.log"
+    "$BIN" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --tp 2 "$@" >"$tmp/$name.log" 2>&1 &
+    OPID=$!
+    pids+=("$OPID")
+    PORT=
+    for _ in $(seq 300); do
+        PORT=$(grep -ao 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break
+        sleep 0.1
+    done
+    ORTED=$(ps -o pid= --ppid "$OPID" | tr -d ' ' | head -1)
+    WPID=$(pgrep -P "$ORTED" 2>/dev/null | head -1)
+    [ -n "$PORT" ] && [ -n "$ORTED" ] && [ -n "$WPID" ] && return 0
+    echo "orchestrator server $name did not start (port '$PORT', daemon '$ORTED', worker '$WPID'):"
+    cat "$tmp/$name.log"
+    return 1
+}
+# the worker's and the daemon's processes still there (zombies count as gone)
+alive() {
+    local n=0 p
+    for p in "$@"; do
+        [ -n "$p" ] && [ -e "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && n=$((n + 1))
+    done
+    echo $n
+}
+# wait_exit PID SECS: XRC is the exit status of the server PID (a child of
+# this shell: not to be called in a subshell), or "hung" (then killed) if
+# it has not exited within SECS; XMS the milliseconds it took
+wait_exit() {
+    local t0
+    t0=$(date +%s%N)
+    XRC=hung
+    for _ in $(seq $(($2 * 100))); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.01
+    done
+    kill -0 "$1" 2>/dev/null && kill -KILL "$1" 2>/dev/null && { wait "$1" 2>/dev/null; XMS=$((($(date +%s%N) - t0) / 1000000)); return; }
+    wait "$1"
+    XRC=$?
+    XMS=$((($(date +%s%N) - t0) / 1000000))
+}
+# gone_within SECS PIDS...: polls until none of them is alive; echoes the ms it took, or "never"
+gone_within() {
+    local limit=$1 t0; shift
+    t0=$(date +%s%N)
+    for _ in $(seq $((limit * 20))); do
+        [ "$(alive "$@")" = 0 ] && { echo $((($(date +%s%N) - t0) / 1000000)); return; }
+        sleep 0.05
+    done
+    echo never
+}
+if start_orch orch "$M"; then
+    B="http://127.0.0.1:$PORT"
+    has "orchestrator: the worker is this binary's tp-worker" "tp-worker -m $M --tp 2" "$(tr '\0' ' ' </proc/$WPID/cmdline)"
+    has "orchestrator /info: two shards" '"num_shard":2,"sharded":true' "$(curl -s "$B/info")"
+    greedy=$(curl -s "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0}')
+    has "orchestrator: greedy text as one process" '"text":", there was a little girl named Lily.' "$greedy"
+    seeded "$B" >"$tmp/seeded-orch"
+    if [ -s "$tmp/seeded-leader" ]; then
+        check "orchestrator: a seeded sampled completion and its logprobs as leader mode's, bit for bit" \
+            "$(cat "$tmp/seeded-leader")" "$(cat "$tmp/seeded-orch")"
+    else
+        bad "orchestrator: leader mode's seeded completion is missing"
+    fi
+    if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
+        env BASE_URL="$B" MODEL=stories260K timeout 100 node tests/server/openai.test.mjs >"$tmp/node.log" 2>&1
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
+        check "openai client tests against orchestrator mode: none failed" 0 "$(echo "${line:-x, 1 failed}" | sed 's/.*, \([0-9]*\) failed/\1/')"
+        grep -a '^FAIL' "$tmp/node.log" | head -10
+        echo "  openai.test.mjs against orchestrator mode: $line"
+    fi
+    kill -TERM "$OPID"
+    wait_exit "$OPID" 30
+    check "orchestrator, SIGTERM: the server exits 0" 0 "$XRC"
+    check "orchestrator, SIGTERM: the worker gone when the server has exited" 0 "$(alive "$WPID")"
+    ms=$(gone_within 10 "$ORTED")
+    echo "  Open MPI's daemon gone ${ms} ms after the server"
+    check "orchestrator, SIGTERM: Open MPI's daemon gone within 10 s" 1 "$([ "$ms" != never ] && echo 1)"
+fi
+
+# a worker killed mid-stream: 503, the stream ends with the error, the
+# leader exits 1 within the bound and leaves no worker behind
+if start_orch ofault "$R" -c 32768 --tp-timeout $TPT; then
+    B="http://127.0.0.1:$PORT"
+    curl -sN -m 60 "$B/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":30000,"ignore_eos":true,"stream":true}' >"$tmp/ostream" 2>&1 &
+    cpid=$!
+    for _ in $(seq 100); do [ "$(grep -c '^data:' "$tmp/ostream")" -ge 3 ] && break; sleep 0.05; done
+    t0=$(date +%s%N)
+    kill -KILL "$WPID"
+    code=$(curl -s -m 30 -o "$tmp/olate" -w '%{http_code}' "$B/v1/completions" -d '{"prompt":"x","max_tokens":4}')
+    wait_exit "$OPID" 15
+    orc=$XRC
+    exited=$((($(date +%s%N) - t0) / 1000000))
+    [ "$orc" = hung ] && exited=
+    left=$(alive "$WPID")
+    wait "$cpid"
+    check "orchestrator, killed worker: a new request gets 503" 503 "$code"
+    has "orchestrator, killed worker: the 503 names the dead rank" "rank 1 (process $WPID, which this process spawned) died" "$(cat "$tmp/olate")"
+    has "orchestrator, killed worker: the stream under way ends with the error" "lost a rank" "$(cat "$tmp/ostream")"
+    check "orchestrator, killed worker: the stream had not finished" 0 "$(grep -c '"finish_reason":"length"' "$tmp/ostream")"
+    check "orchestrator, killed worker: the server exits 1" 1 "$orc"
+    echo "  the server exited ${exited:-never (within 15 s)} ms after the kill (--tp-timeout $TPT, bound ${BOUND} s)"
+    check "orchestrator, killed worker: the server gone within ${BOUND} s" 1 "$([ -n "$exited" ] && [ "$exited" -le $((BOUND * 1000)) ] && echo 1)"
+    check "orchestrator, killed worker: no worker left when the server has exited" 0 "$left"
+    ms=$(gone_within 10 "$ORTED")
+    check "orchestrator, killed worker: Open MPI's daemon gone within 10 s (${ms} ms)" 1 "$([ "$ms" != never ] && echo 1)"
+fi
+
+# the leader killed: Open MPI's daemon ends the worker (and the worker's
+# own deadline would)
+if start_orch okill "$M" --tp-timeout $TPT; then
+    kill -KILL "$OPID"
+    ms=$(gone_within 10 "$WPID" "$ORTED")
+    echo "  worker and daemon gone ${ms} ms after the leader's SIGKILL"
+    check "orchestrator, leader killed: worker and daemon gone within 10 s" 1 "$([ "$ms" != never ] && echo 1)"
+fi
+# a worker stopped (not dead): the leader's deadline, then SIGKILL of the worker
+if start_orch ostop "$M" --tp-timeout $TPT; then
+    B="http://127.0.0.1:$PORT"
+    kill -STOP "$WPID"
+    t0=$(date +%s%N)
+    code=$(curl -s -m 30 -o /dev/null -w '%{http_code}' "$B/v1/completions" -d '{"prompt":"x","max_tokens":4}')
+    wait_exit "$OPID" 20
+    orc=$XRC
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    check "orchestrator, stopped worker: 503" 503 "$code"
+    check "orchestrator, stopped worker: the server exits 1 within ${BOUND} s (${ms} ms)" 1 "$([ "$orc" = 1 ] && [ "$ms" -le $((BOUND * 1000)) ] && echo 1)"
+    check "orchestrator, stopped worker: no worker left when the server has exited" 0 "$(alive "$WPID")"
 fi
 
 echo "$pass passed, $fail failed"

@@ -164,28 +164,33 @@ int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c);
     "  --lora-type f32|f16|q8_0  how adapters are held: f16 halves their memory and bandwidth,\n"  \
     "                            q8_0 quarters them (f32)\n"
 
-/* Tensor parallelism (run, bench, serve; docs/distributed.md):
- *   --tp N           the model split over the N ranks of the MPI job this
- *                    process belongs to (mpirun -np N inflight ... --tp N)
+/* Tensor parallelism (run, bench, serve; docs/distributed.md; cmd_tp.c):
+ *   --tp N           the model split over N ranks: those of the MPI job this
+ *                    process belongs to (mpirun -np N inflight ... --tp N),
+ *                    or, started without a launcher, this process and N-1
+ *                    workers it spawns (orchestrator mode)
  *   --tp-timeout S   each collective's deadline, seconds (default 30)
  * cli_tp_option takes flag a with value v: 0 when taken, -1 when a is not
  * one of them, else an exit status after printing why. cli_tp_start joins
- * the job: -1 means go on as rank 0 (or without --tp; t->comm is then the
- * executor's tp_comm); otherwise it returns an exit status, a worker
- * rank's when its loop ended, or an error's (no MPI in this build, a job
- * of another size). cli_tp_end leaves the job and returns status. */
+ * or starts the job: -1 means go on as rank 0 (or without --tp; t->comm is
+ * then the executor's tp_comm); otherwise it returns an exit status, a
+ * worker rank's when its loop ended, or an error's (no MPI in this build,
+ * a job of another size, workers that could not start). cli_tp_end leaves
+ * the job and returns status. */
 struct cli_tp {
     int n;
     double timeout_s;
     struct ifl_comm *comm;
 };
 #define CLI_TP_HELP                                                                                \
-    "  --tp N                    split the model over the N ranks of an MPI job\n"                 \
-    "                            (mpirun -np N ... --tp N; docs/distributed.md)\n"                 \
+    "  --tp N                    split the model over N ranks: an MPI job's (mpirun -np N),\n"     \
+    "                            or this process and N-1 workers it starts (docs/distributed.md)\n" \
     "  --tp-timeout S            a rank silent for S seconds ends the job (default 30)\n"
 int cli_tp_option(const char *cmd, const char *a, const char *v, struct cli_tp *t);
 int cli_tp_start(const char *cmd, struct cli_tp *t, const char *model, int n_threads);
 int cli_tp_end(struct cli_tp *t, int status);
+/* inflight tp-worker: a worker of orchestrator mode (started by --tp N). */
+int cmd_tp_worker(int argc, char **argv);
 
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

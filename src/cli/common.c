@@ -12,8 +12,6 @@
 #include "cli/cli.h"
 #include "core/err.h"
 #include "core/timeutil.h"
-#include "dist/comm.h"
-#include "dist/tp.h"
 #include "runtime/decoding.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -517,62 +515,3 @@ int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c)
     return 0;
 }
 
-int cli_tp_option(const char *cmd, const char *a, const char *v, struct cli_tp *t)
-{
-    int64_t iv;
-    if (!strcmp(a, "--tp")) {
-        if (cli_parse_i64(v, 1, 4096, &iv))
-            return cli_usage_error(cmd, "--tp wants a rank count from 1 to 4096, not '%s'", v);
-        t->n = (int)iv;
-        return 0;
-    }
-    if (!strcmp(a, "--tp-timeout")) {
-        if (cli_parse_f64(v, 0.1, 86400, &t->timeout_s))
-            return cli_usage_error(cmd, "--tp-timeout wants 0.1 to 86400 seconds, not '%s'", v);
-        return 0;
-    }
-    return -1;
-}
-
-int cli_tp_start(const char *cmd, struct cli_tp *t, const char *model, int n_threads)
-{
-    if (!t->n)
-        return -1;
-    if (!ifl_comm_have_mpi())
-        return cli_usage_error(cmd,
-                               "--tp needs MPI, and this build has none: install openmpi-bin "
-                               "and libopenmpi-dev (scripts/deps.sh), rebuild with make, and "
-                               "start with mpirun -np %d ... --tp %d",
-                               t->n, t->n);
-    char err[IFL_ERR_LEN] = "";
-    if (ifl_comm_init(&t->comm, err)) {
-        fprintf(stderr, "inflight %s: --tp %d: %s\n", cmd, t->n, err);
-        return CLI_EXIT_USAGE;
-    }
-    const int size = ifl_comm_size(t->comm), rank = ifl_comm_rank(t->comm);
-    if (size != t->n) {
-        if (rank == 0)
-            fprintf(stderr,
-                    "inflight %s: --tp %d, but this process is one of an MPI job of %d rank%s: "
-                    "start it with mpirun -np %d ... --tp %d\n",
-                    cmd, t->n, size, size == 1 ? "" : "s", t->n, t->n);
-        ifl_comm_finalize(t->comm);
-        t->comm = NULL;
-        return CLI_EXIT_USAGE;
-    }
-    if (rank == 0)
-        return -1;
-    struct ifl_tp_worker_opts wo = {
-        .model_path = model, .n_threads = n_threads, .timeout_s = t->timeout_s};
-    int rc = ifl_tp_worker_run(t->comm, &wo, err);
-    if (rc)
-        fprintf(stderr, "inflight %s: rank %d of %d: %s\n", cmd, rank, size, err);
-    return cli_tp_end(t, rc ? 1 : 0);
-}
-
-int cli_tp_end(struct cli_tp *t, int status)
-{
-    ifl_comm_finalize(t->comm);
-    t->comm = NULL;
-    return status;
-}

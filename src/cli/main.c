@@ -58,6 +58,8 @@ static int dispatch(int argc, char **argv)
         return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "lora"))
         return cmd_lora(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tp-worker")) /* started by --tp N (orchestrator mode), not listed */
+        return cmd_tp_worker(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("inflight %s\n", ifl_version());
         /* the default thread count, and what it was taken from */

@@ -39,6 +39,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,12 +62,16 @@
 #define WINDOW_S 0.05            /* how often the run delay is read */
 #define ENTER_PERMILLE 250       /* runnable-but-waiting share that starts napping */
 #define LEAVE_PERMILLE 120       /* and the share under which spinning resumes */
+#define ALIVE_S 0.1              /* a spawned job's rank 0 looks at its workers this often */
+#define REAP_S 2.0               /* and waits this long for them at a broken finalize */
 
 struct ifl_comm {
     int rank, size;
     int broken;      /* a collective timed out or failed: see why */
     int mpi_started; /* ifl_comm_init called MPI_Init_thread */
     int use_mpi;     /* size > 1 or MPI in use: the collectives go through mc */
+    int *pids;       /* [size] rank 0 of a spawned job: its workers' process ids */
+    double alive_t;  /* when they were last looked at */
 #ifdef IFL_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_WORLD duplicated, errors returned */
 #endif
@@ -108,6 +113,14 @@ static long env_long(const char *name)
     char *end;
     long v = strtol(s, &end, 10);
     return *end == '\0' && v >= 0 ? v : -1;
+}
+
+static int launched(long *size, long *rank);
+
+int ifl_comm_launched(void)
+{
+    long size, rank;
+    return launched(&size, &rank);
 }
 
 static int launched(long *size, long *rank)
@@ -153,6 +166,9 @@ static int mpi_fail(struct ifl_comm *c, char *err, int mrc, const char *what)
     return ifl_err(err, IFL_EIO, "dist: %s failed: %s", what, msg);
 }
 
+static int setup(struct ifl_comm *c, int mrc, int spawned, char *err);
+static int start_mpi(struct ifl_comm *c, int inited, char *err);
+
 static int init_mpi(struct ifl_comm *c, char *err)
 {
     if (atomic_load(&g_broken))
@@ -169,6 +185,24 @@ static int init_mpi(struct ifl_comm *c, char *err)
     long size, rank;
     if (!inited && !launched(&size, &rank))
         return 0; /* not started by mpirun: one rank, MPI left alone */
+    int rc = start_mpi(c, inited, err);
+    if (rc)
+        return rc;
+    /* spawned by ifl_comm_spawn: the job is the parent and its children */
+    MPI_Comm parent = MPI_COMM_NULL;
+    MPI_Comm_get_parent(&parent);
+    int mrc;
+    if (parent != MPI_COMM_NULL)
+        mrc = MPI_Intercomm_merge(parent, 1, &c->mc);
+    else
+        mrc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mc);
+    return setup(c, mrc, parent != MPI_COMM_NULL, err);
+}
+
+/* MPI_Init_thread unless the application did it (inited), and the thread
+ * level inflight needs. */
+static int start_mpi(struct ifl_comm *c, int inited, char *err)
+{
     int provided = 0, mrc;
     if (!inited) {
         /* Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial
@@ -194,15 +228,30 @@ static int init_mpi(struct ifl_comm *c, char *err)
                        "MPI_THREAD_SERIALIZED (%d)",
                        provided, MPI_THREAD_SERIALIZED);
     }
-    mrc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mc);
+    return 0;
+}
+
+/* The communicator's errors, rank, size and buffers, once c->mc exists
+ * (mrc: how creating it went). A spawned job also sends rank 0 each
+ * rank's process id (ifl_comm_spawn: its liveness checks and cleanup). */
+static int setup(struct ifl_comm *c, int mrc, int spawned, char *err)
+{
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Comm_rank(c->mc, &c->rank);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Comm_size(c->mc, &c->size);
+    if (mrc == MPI_SUCCESS && spawned) {
+        int pid = (int)getpid();
+        if (c->rank == 0 && !(c->pids = malloc(sizeof(int) * (size_t)c->size)))
+            mrc = MPI_ERR_NO_MEM;
+        else
+            mrc = MPI_Gather(&pid, 1, MPI_INT, c->pids, 1, MPI_INT, 0, c->mc);
+    }
     if (mrc != MPI_SUCCESS) {
         int rc = mpi_fail(NULL, err, mrc, "creating the communicator");
+        free(c->pids);
         if (c->mpi_started)
             MPI_Finalize();
         return rc;
@@ -212,6 +261,7 @@ static int init_mpi(struct ifl_comm *c, char *err)
     if (!c->gcount || !c->gdispl) {
         free(c->gcount);
         free(c->gdispl);
+        free(c->pids);
         MPI_Comm_free(&c->mc);
         if (c->mpi_started)
             MPI_Finalize();
@@ -220,7 +270,188 @@ static int init_mpi(struct ifl_comm *c, char *err)
     c->use_mpi = 1;
     return 0;
 }
+
+/* ifl_comm_spawn's MPI part (comm.h). Open MPI would map the workers onto
+ * the singleton's slots (one per core: a 2-core machine refuses 2 workers
+ * besides rank 0) and bind each to one core (a worker's threads would
+ * share it); map_by :OVERSUBSCRIBE and bind_to none start them as mpirun
+ * --oversubscribe --bind-to none does. Other MPIs ignore keys they do not
+ * know. Open MPI's daemon (orted, forked by MPI_Init_thread) forwards its
+ * standard input to the first worker: it gets /dev/null instead of this
+ * process's (the info key ompi_stdin_target would say so, but Open MPI
+ * 4.1's daemon crashes on it: it reads the number it is given as a
+ * string). */
+static int spawn_mpi(struct ifl_comm *c, int n, const char *path, char *const argv[], char *err)
+{
+    if (atomic_load(&g_broken))
+        return ifl_err(err, IFL_ESTATE,
+                       "dist: an earlier communicator of this process broke; MPI cannot "
+                       "be used again until the process restarts");
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    long size, rank;
+    if (inited || finalized || launched(&size, &rank))
+        return ifl_err(err, IFL_ESTATE,
+                       "dist: spawning workers needs a process that no launcher started and "
+                       "that has not started MPI (%s)",
+                       finalized ? "MPI was finalised" : inited ? "MPI is running" : "mpirun did");
+    /* Open MPI 4.1's shared memory transport (vader) does not connect
+     * processes of two jobs, and a spawned job is a second one: rank 0
+     * talks to its workers over TCP (they talk among themselves over
+     * shared memory). Its TCP transport leaves out the loopback interface
+     * unless told, and a container may have no other; the workers run on
+     * this machine, so loopback it is, unless the user chose interfaces.
+     * The daemon and the workers inherit the variable. */
+    if (!getenv("OMPI_MCA_btl_tcp_if_include") && !getenv("OMPI_MCA_btl_tcp_if_exclude"))
+        setenv("OMPI_MCA_btl_tcp_if_include", "lo", 1);
+    int in = dup(0), nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in >= 0 && nul >= 0)
+        dup2(nul, 0);
+    int rc = start_mpi(c, 0, err);
+    if (in >= 0 && nul >= 0)
+        dup2(in, 0);
+    if (in >= 0)
+        close(in);
+    if (nul >= 0)
+        close(nul);
+    if (rc)
+        return rc;
+    int *codes = malloc(sizeof(int) * (size_t)n);
+    if (!codes) {
+        MPI_Finalize();
+        return ifl_err(err, IFL_ENOMEM, "dist: out of memory");
+    }
+    MPI_Comm inter = MPI_COMM_NULL;
+    MPI_Info info = MPI_INFO_NULL;
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    int mrc = MPI_Info_create(&info);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Info_set(info, "map_by", ":OVERSUBSCRIBE");
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Info_set(info, "bind_to", "none");
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_spawn(path, (char **)argv, n - 1, info, 0, MPI_COMM_SELF, &inter, codes);
+    if (info != MPI_INFO_NULL)
+        MPI_Info_free(&info);
+    free(codes);
+    if (mrc != MPI_SUCCESS) {
+        /* MPI may hold pieces of the failed start: leave it alone */
+        atomic_store(&g_broken, 1);
+        return mpi_fail(NULL, err, mrc, "starting the workers (MPI_Comm_spawn)");
+    }
+    mrc = MPI_Intercomm_merge(inter, 0, &c->mc);
+    MPI_Comm_free(&inter);
+    return setup(c, mrc, 1, err);
+}
+
+/* A spawned job's rank 0: 1 if worker i is gone (no such process, or a
+ * zombie its daemon has not reaped yet). */
+static int worker_gone(int pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may hold anything but ends there */
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
+/* Every ALIVE_S of a wait: a worker that died fails the collective now
+ * rather than at its deadline. Returns 0 or IFL_EIO (broken). */
+static int check_workers(struct ifl_comm *c, double now, const char *what, char *err)
+{
+    if (!c->pids || now - c->alive_t < ALIVE_S)
+        return 0;
+    c->alive_t = now;
+    for (int i = 1; i < c->size; i++)
+        if (worker_gone(c->pids[i])) {
+            c->broken = 1;
+            ifl_err(c->why, IFL_EIO,
+                    "dist: %s on rank 0 of %d: rank %d (process %d, which this process spawned) "
+                    "died",
+                    what, c->size, i, c->pids[i]);
+            return ifl_err(err, IFL_EIO, "%s", c->why);
+        }
+    return 0;
+}
+
+/* The parent of pid, or -1. */
+static long parent_of(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    long ppid;
+    char st;
+    return p && sscanf(p + 1, " %c %ld", &st, &ppid) == 2 ? ppid : -1;
+}
+
+/* A broken spawned job's rank 0, leaving: the workers it started (each a
+ * child of Open MPI's daemon, itself a child of this process; a process
+ * id that was reused by another is left alone) get SIGKILL, and this
+ * waits until they are gone, up to REAP_S. */
+static void kill_workers(struct ifl_comm *c)
+{
+    const long self = (long)getpid();
+    for (int i = 1; i < c->size; i++)
+        if (!worker_gone(c->pids[i]) && parent_of(parent_of(c->pids[i])) == self)
+            kill(c->pids[i], SIGKILL);
+    double t0 = ifl_now_s();
+    for (int i = 1; i < c->size; i++)
+        while (!worker_gone(c->pids[i]) && ifl_now_s() - t0 < REAP_S) {
+            struct timespec nap = {0, 2000000L};
+            nanosleep(&nap, NULL);
+        }
+}
 #endif
+
+int ifl_comm_spawn(struct ifl_comm **out, int n, const char *path, char *const argv[], char *err)
+{
+    if (!out || n < 2 || n > 4096 || !path || !argv)
+        return ifl_err(err, IFL_EINVAL,
+                       "dist: ifl_comm_spawn needs an out pointer, 2 to 4096 ranks (not %d), a "
+                       "program and its arguments",
+                       n);
+    *out = NULL;
+#ifndef IFL_HAVE_MPI
+    return ifl_err(err, IFL_EUNSUPPORTED,
+                   "dist: spawning %d workers needs MPI, and this build has none (install "
+                   "libopenmpi-dev, rebuild with make)",
+                   n - 1);
+#else
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&g_live, &expect, 1))
+        return ifl_err(err, IFL_ESTATE, "dist: a communicator is already live in this process");
+    struct ifl_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        atomic_store(&g_live, 0);
+        return ifl_err(err, IFL_ENOMEM, "dist: out of memory for the communicator");
+    }
+    int rc = spawn_mpi(c, n, path, argv, err);
+    if (rc != 0) {
+        free(c);
+        atomic_store(&g_live, 0);
+        return rc;
+    }
+    *out = c;
+    return 0;
+#endif
+}
 
 int ifl_comm_init(struct ifl_comm **out, char *err)
 {
@@ -265,8 +496,11 @@ void ifl_comm_finalize(struct ifl_comm *comm)
     }
     if (comm->broken)
         atomic_store(&g_broken, 1);
+    if (comm->broken && comm->pids)
+        kill_workers(comm);
     free(comm->gcount);
     free(comm->gdispl);
+    free(comm->pids);
 #endif
     free(comm);
     atomic_store(&g_live, 0);
@@ -360,7 +594,10 @@ static int wait_req(struct ifl_comm *c, MPI_Request *req, double t0, double time
             return mpi_fail(c, err, mrc, what);
         if (done)
             return 0;
-        double waited = ifl_now_s() - t0;
+        double now = ifl_now_s(), waited = now - t0;
+        int rc = check_workers(c, now, what, err);
+        if (rc)
+            return rc;
         if (timeout_s >= 0 && waited >= timeout_s) {
             c->broken = 1;
             ifl_err(c->why, IFL_ETIMEDOUT,

@@ -40,7 +40,8 @@ int ifl_comm_have_mpi(void);
 
 /* Joins the job: MPI_Init_thread when a launcher started this process
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) and MPI
- * is not initialised yet, else one rank without touching MPI. An MPI that
+ * is not initialised yet, else one rank without touching MPI. A process
+ * that ifl_comm_spawn started joins its parent's job (as rank 1..n-1). An MPI that
  * the application initialised itself is used and left to it. One live
  * communicator per process; MPI cannot start again after it finalised,
  * nor after a communicator broke.
@@ -48,8 +49,41 @@ int ifl_comm_have_mpi(void);
  * IFL_ESTATE (one is live, MPI finalised, or one broke), IFL_EIO (MPI failed),
  * IFL_ENOMEM; err (IFL_ERR_LEN bytes, may be NULL) says which. */
 int ifl_comm_init(struct ifl_comm **out, char *err);
+/* Whether a launcher (mpirun, mpiexec, srun, or Open MPI's spawn) started
+ * this process: what ifl_comm_init looks at to decide between MPI and one
+ * rank. */
+int ifl_comm_launched(void);
+
+/* Orchestrator mode: a process that no launcher started becomes rank 0 of
+ * a job of n ranks by starting n - 1 workers itself: MPI as a singleton,
+ * MPI_Comm_spawn of path with argv (argv[0] is the first argument, as MPI
+ * has it; NULL-terminated) on this machine, unbound and oversubscribing
+ * its cores if there are fewer than ranks, their standard input closed;
+ * then one communicator of the n processes, this one rank 0, the workers
+ * 1..n-1. A worker joins by calling ifl_comm_init, which finds the parent
+ * that spawned it.
+ *
+ * Open MPI 4.1 blocks in MPI_Comm_spawn and in the join until every worker
+ * has started MPI, without a deadline: a worker that dies before (cannot
+ * start, crashes while starting) makes this call wait forever. The caller
+ * bounds it itself (the CLI runs a watchdog that ends the process).
+ *
+ * While the job runs, a collective that waits also looks about every
+ * 100 ms whether the workers are alive, and fails at once (IFL_EIO, broken)
+ * naming the rank that died instead of waiting out its deadline. Finalize
+ * of a broken communicator kills the workers that are left (SIGKILL) and
+ * waits for them (up to 2 s), so that none outlives rank 0; Open MPI's
+ * daemon (orted, a child of this process) ends them too when rank 0 dies
+ * without finalize.
+ * Returns 0, IFL_EINVAL (n < 2, path NULL), IFL_EUNSUPPORTED (no MPI in
+ * this build), IFL_ESTATE (a communicator is live, MPI already running:
+ * started by a launcher, or finalised), IFL_EIO (MPI refused: the sentence
+ * says why), IFL_ENOMEM. */
+int ifl_comm_spawn(struct ifl_comm **out, int n, const char *path, char *const argv[], char *err);
+
 /* Leaves the job (MPI_Finalize if init started MPI and the communicator is
- * not broken). NULL does nothing. */
+ * not broken; see ifl_comm_spawn for a broken one that spawned its
+ * workers). NULL does nothing. */
 void ifl_comm_finalize(struct ifl_comm *comm);
 
 int ifl_comm_rank(const struct ifl_comm *comm);
