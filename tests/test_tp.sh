@@ -232,7 +232,7 @@ start_orch() {
     ORTED=$(ps -o pid= --ppid "$OPID" | tr -d ' ' | head -1)
     WPID=$(pgrep -P "$ORTED" 2>/dev/null | head -1)
     [ -n "$PORT" ] && [ -n "$ORTED" ] && [ -n "$WPID" ] && return 0
-    echo "orchestrator server $name did not start (port '$PORT', daemon '$ORTED', worker '$WPID'):"
+    bad "orchestrator server $name: started (port '$PORT', daemon '$ORTED', worker '$WPID')"
     cat "$tmp/$name.log"
     return 1
 }
