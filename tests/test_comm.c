@@ -84,6 +84,17 @@ static void test_single_rank(void)
     CHECK_EQ(ifl_comm_init(&c2, err), IFL_ESTATE);
     CHECK(c2 == NULL);
     CHECK_EQ(ifl_comm_init(NULL, err), IFL_EINVAL);
+    /* nor a spawned one beside it (orchestrator mode), and the spawn's
+     * arguments are checked before anything starts */
+    char *const argv[] = {"tp-worker", NULL};
+    CHECK_EQ(ifl_comm_spawn(&c2, 2, "/bin/true", argv, err),
+             ifl_comm_have_mpi() ? IFL_ESTATE : IFL_EUNSUPPORTED);
+    CHECK(c2 == NULL);
+    CHECK_EQ(ifl_comm_spawn(&c2, 1, "/bin/true", argv, err), IFL_EINVAL);
+    CHECK(strstr(err, "2 to 4096 ranks (not 1)") != NULL);
+    CHECK_EQ(ifl_comm_spawn(&c2, 2, NULL, argv, err), IFL_EINVAL);
+    CHECK_EQ(ifl_comm_spawn(NULL, 2, "/bin/true", argv, err), IFL_EINVAL);
+    CHECK_EQ(ifl_comm_launched(), 0); /* run alone, as make test runs it */
 
     struct ifl_comm_stats st;
     ifl_comm_stats(c, &st);
