@@ -207,7 +207,7 @@ int cmd_tp_worker(int argc, char **argv)
     struct cli_tp t = {0};
     const char *model = NULL;
     int64_t threads = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return cli_usage_error("tp-worker", "%s wants a value", a);
@@ -223,7 +223,6 @@ int cmd_tp_worker(int argc, char **argv)
             } else
                 return cli_usage_error("tp-worker", "unknown option '%s'", a);
         }
-        i++;
     }
     /* started by hand, it would be a job of one */
     if (!model || t.n < 2 || !ifl_comm_launched())
