@@ -29,6 +29,7 @@
 #include "model/forward.h"
 #include "model/forward_internal.h"
 #include "model/gguf.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "reffwd.h"
 #include "t.h"
@@ -302,9 +303,11 @@ static void test_shapes(void)
 
 /* ---- loading ---- */
 
-/* Copies the GGUF at src to dst with key `key` set to the u32 v (or
- * removed when v < 0) and tensor `drop` left out (NULL: none). */
-static int rewrite(const char *src, const char *dst, const char *key, long v, const char *drop)
+/* Copies the GGUF at src to dst with key `key` set to the u32 v (or to
+ * the string sv when that is not NULL, or removed when v < 0) and tensor
+ * `drop` left out (NULL: none). */
+static int rewrite_s(const char *src, const char *dst, const char *key, long v, const char *sv,
+                     const char *drop)
 {
     struct ifl_gguf *g = NULL;
     struct ifl_gguf_writer *w = NULL;
@@ -314,7 +317,9 @@ static int rewrite(const char *src, const char *dst, const char *key, long v, co
     for (int64_t i = 0; !rc && i < ifl_gguf_n_kv(g); i++)
         if (strcmp(ifl_gguf_key(g, i), key))
             rc = ifl_gguf_writer_copy_kv(w, g, i);
-    if (!rc && v >= 0)
+    if (!rc && sv)
+        rc = ifl_gguf_writer_set_str(w, key, sv, strlen(sv));
+    else if (!rc && v >= 0)
         rc = ifl_gguf_writer_set_u32(w, key, (uint32_t)v);
     for (int64_t i = 0; !rc && i < ifl_gguf_n_tensors(g); i++) {
         const struct ifl_gguf_tensor *t = ifl_gguf_tensor(g, i);
@@ -328,6 +333,11 @@ static int rewrite(const char *src, const char *dst, const char *key, long v, co
     ifl_gguf_writer_free(w);
     ifl_gguf_free(g);
     return rc;
+}
+
+static int rewrite(const char *src, const char *dst, const char *key, long v, const char *drop)
+{
+    return rewrite_s(src, dst, key, v, NULL, drop);
 }
 
 static void expect_load_error(const char *path, const char *needle)
@@ -378,6 +388,42 @@ static void test_load(void)
     CHECK_EQ(rewrite(path, bad, "x", -1, "blk.1.ffn_down_exps.weight"), 0);
     expect_load_error(bad, "blk.1.ffn_down_exps.weight");
     unlink(bad);
+    unlink(path);
+}
+
+/* LoRA on a mixture of experts: an adapter of the attention applies; one
+ * that names ffn_gate, which the model has as experts, is refused with a
+ * reason (it used to bind the unset dense matrix). */
+static void test_lora(void)
+{
+    char path[512], dense[512], ad[600], bad[700], cmd[2048], err[IFL_ERR_LEN] = "";
+    if (make_model(path, sizeof path, "qwen3moe", "f16", SHAPE_8X2) ||
+        make_model(dense, sizeof dense, "qwen3", "f16", "--n-ff 256"))
+        return;
+    snprintf(ad, sizeof ad, "%s.lora.gguf", path);
+    snprintf(cmd, sizeof cmd, "'%s' -o '%s' --lora-of '%s' 2>/dev/null", g_mk, ad, path);
+    CHECK_EQ(system(cmd), 0);
+    struct ifl_model *m = NULL;
+    struct ifl_lora *l = NULL;
+    CHECK_EQ(ifl_model_load(&m, path, err), 0);
+    if (!m)
+        return;
+    CHECK_MSG(ifl_lora_load(&l, ad, m, err) == 0, "%s", err);
+    ifl_lora_free(l);
+    l = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' -o '%s' --lora-of '%s' --lora-targets q,gate 2>/dev/null", g_mk,
+             ad, dense);
+    snprintf(bad, sizeof bad, "%s.bad.gguf", ad);
+    CHECK_EQ(system(cmd), 0);
+    CHECK_EQ(rewrite_s(ad, bad, "general.architecture", 0, "qwen3moe", NULL), 0);
+    err[0] = 0;
+    CHECK_EQ(ifl_lora_load(&l, bad, m, err), IFL_EUNSUPPORTED);
+    CHECK_MSG(strstr(err, "blk.0.ffn_gate.weight") && strstr(err, "experts"), "message: %s", err);
+    ifl_lora_free(l);
+    ifl_model_free(m);
+    unlink(bad);
+    unlink(ad);
+    unlink(dense);
     unlink(path);
 }
 
@@ -741,6 +787,7 @@ int main(void)
     for (int i = 1; i < N_TOK; i++)
         g_tok[i] = 3 + (int32_t)(ifl_rng_next(&rng) % 509);
     T_RUN(test_load);
+    T_RUN(test_lora);
     T_RUN(test_qwen3moe_types);
     T_RUN(test_mixtral_types);
     T_RUN(test_shapes);

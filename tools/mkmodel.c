@@ -953,8 +953,8 @@ static int write_lora(struct gen *g, const struct opts *o, const struct ifl_mode
         const struct ifl_mat *mats[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
                                         &L->w_gate, &L->w_up, &L->w_down};
         for (int t = 0; t < 7; t++) {
-            if (!(o->lora_targets & (1u << t)))
-                continue;
+            if (!(o->lora_targets & (1u << t)) || !mats[t]->data)
+                continue; /* not chosen, or experts in place of the FFN */
             char bn[96];
             snprintf(bn, sizeof bn, "blk.%d.%s.weight", il, lora_layer_names[t]);
             if (add_lora_pair(g, o, bn, mats[t]->n_in, mats[t]->n_out, 0, &warned))
@@ -977,6 +977,11 @@ static int main_lora(const struct opts *o)
         fprintf(stderr, "mkmodel: --lora-of: %s\n", err);
         return 2;
     }
+    if (b->hp.n_expert && (o->lora_targets & 0x70u))
+        fprintf(stderr,
+                "mkmodel: %s has experts in place of ffn_gate/up/down: those are not "
+                "adapted\n",
+                o->lora_of);
     if ((o->lora_targets & (1u << LORA_T_OUTPUT)) && b->tied_output) {
         fprintf(stderr,
                 "mkmodel: --lora-targets output: %s has no output.weight (its output is tied to "
