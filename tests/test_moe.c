@@ -26,6 +26,7 @@
 #include "core/err.h"
 #include "core/rng.h"
 #include "inflight.h"
+#include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/forward_internal.h"
 #include "model/gguf.h"
@@ -366,6 +367,13 @@ static void test_load(void)
         CHECK_EQ(m->layers[1].gate_inp.type, IFL_TYPE_F32);
         CHECK_EQ(m->layers[1].down_exps.n_out, 8 * 256);
         CHECK(m->layers[0].q_norm != NULL);
+        /* each expert's slice is whole x16 groups: the experts are repacked
+         * where the kernel table repacks Q8_0 (repack.c) */
+        const char *rp = getenv("IFL_REPACK");
+        int want = ifl_kernels_best()->x16_pays[IFL_TYPE_Q8_0] && !(rp && !strcmp(rp, "0"));
+        CHECK_EQ(m->layers[1].gate_exps.x16, want);
+        CHECK_EQ(m->layers[1].down_exps.x16, want);
+        CHECK_EQ(m->layers[1].gate_inp.x16, 0);
     }
     ifl_model_free(m);
     /* tensor parallelism does not split experts: a clear refusal */

@@ -45,25 +45,33 @@ struct ticket {
     _Alignas(64) _Atomic int64_t next;
 };
 
+/* The step's choices grouped by expert. Every thread builds its own copy
+ * from the routes (the same bytes in each), so no thread waits for one
+ * that builds it for all. */
+struct lists {
+    int32_t *slot;   /* [R][k] the gathered row of each choice */
+    int32_t *src;    /* [ng] the batch row of each gathered row */
+    int32_t *off;    /* [n_exp + 1] expert e's gathered rows: [off[e], off[e + 1]) */
+    int32_t *active; /* [n_exp] the experts with rows, ascending */
+    int32_t n_active;
+};
+
 struct ifl_fwd_moe {
     int32_t n_exp, k, n_ff, n_embd;
     size_t ng;        /* gathered rows at most: max_rows * k */
     float *logits;    /* [R][n_exp] router logits */
     int32_t *sel;     /* [R][k] chosen experts, largest logit first */
     float *wsel;      /* [R][k] their weights */
-    int32_t *slot;    /* [R][k] the gathered row of each choice */
-    int32_t *src;     /* [ng] the batch row of each gathered row */
-    int32_t *off;     /* [n_exp + 1] expert e's gathered rows: [off[e], off[e + 1]) */
-    int32_t *active;  /* [n_exp] the experts with rows, ascending */
-    int32_t n_active; /* (thread 0 writes these between barriers) */
-    char *xg, *xu;    /* [ng][x_ld] gathered inputs in gate's (up's) input format */
+    struct lists *ls; /* [nth] */
+    int nth;
+    char *xg, *xu; /* [ng][x_ld] gathered inputs in gate's (up's) input format */
     size_t x_ld;
     float *hg, *hu; /* [ng][n_ff] gate and up outputs; hg then silu(g) * u */
     char *hd;       /* [ng][h_ld] silu(g) * u in down's input format */
     size_t h_ld;
-    float *yd;           /* [ng][n_embd] down outputs */
-    int32_t *trace;      /* ifl_fwd_moe_trace's array, or NULL */
-    struct ticket tk[2]; /* units handed out: gate/up, down */
+    float *yd;         /* [ng][n_embd] down outputs */
+    int32_t *trace;    /* ifl_fwd_moe_trace's array, or NULL */
+    struct ticket *tk; /* [n_layer][2] units handed out: gate/up, down */
 };
 
 static size_t round64(size_t n)
@@ -86,10 +94,14 @@ void ifl_fwd_moe_free(struct ifl_fwd *f)
     free(e->logits);
     free(e->sel);
     free(e->wsel);
-    free(e->slot);
-    free(e->src);
-    free(e->off);
-    free(e->active);
+    for (int t = 0; e->ls && t < e->nth; t++) {
+        free(e->ls[t].slot);
+        free(e->ls[t].src);
+        free(e->ls[t].off);
+        free(e->ls[t].active);
+    }
+    free(e->ls);
+    free(e->tk);
     if (e->xu != e->xg)
         free(e->xu);
     free(e->xg);
@@ -133,18 +145,26 @@ int ifl_fwd_moe_create(struct ifl_fwd *f, char *err)
     e->logits = malloc(sizeof(float) * R * (size_t)e->n_exp);
     e->sel = malloc(sizeof(int32_t) * e->ng);
     e->wsel = malloc(sizeof(float) * e->ng);
-    e->slot = malloc(sizeof(int32_t) * e->ng);
-    e->src = malloc(sizeof(int32_t) * e->ng);
-    e->off = malloc(sizeof(int32_t) * ((size_t)e->n_exp + 1));
-    e->active = malloc(sizeof(int32_t) * (size_t)e->n_exp);
+    e->nth = ifl_pool_size(f->pool);
+    e->ls = calloc((size_t)e->nth, sizeof *e->ls);
+    int lists_ok = e->ls != NULL;
+    for (int t = 0; lists_ok && t < e->nth; t++) {
+        struct lists *l = &e->ls[t];
+        l->slot = malloc(sizeof(int32_t) * e->ng);
+        l->src = malloc(sizeof(int32_t) * e->ng);
+        l->off = malloc(sizeof(int32_t) * ((size_t)e->n_exp + 1));
+        l->active = malloc(sizeof(int32_t) * (size_t)e->n_exp);
+        lists_ok = l->slot && l->src && l->off && l->active;
+    }
+    e->tk = aligned_alloc(64, sizeof(struct ticket) * 2 * (size_t)hp->n_layer);
     e->xg = aligned_alloc(64, e->ng * e->x_ld);
     e->xu = split_up ? aligned_alloc(64, e->ng * e->x_ld) : e->xg;
     e->hg = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_ff));
     e->hu = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_ff));
     e->hd = aligned_alloc(64, e->ng * e->h_ld);
     e->yd = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_embd));
-    if (!e->logits || !e->sel || !e->wsel || !e->slot || !e->src || !e->off || !e->active ||
-        !e->xg || !e->xu || !e->hg || !e->hu || !e->hd || !e->yd) {
+    if (!e->logits || !e->sel || !e->wsel || !lists_ok || !e->tk || !e->xg || !e->xu || !e->hg ||
+        !e->hu || !e->hd || !e->yd) {
         ifl_fwd_moe_free(f);
         return ifl_err(err, IFL_ENOMEM,
                        "forward: out of memory for %zu expert rows (%d rows, %d experts each)",
@@ -234,6 +254,13 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     const struct ifl_layer_weights *w = &f->m->layers[il];
     const int32_t nr = j->b->n_rows;
     const int n_exp = e->n_exp, k = e->k, n_ff = e->n_ff, n_embd = e->n_embd;
+    struct lists *L = &e->ls[ith];
+    struct ticket *tk = e->tk + 2 * il;
+    if (ith == 0) { /* published by the barrier after the routes; no thread
+                       takes this layer's units before it */
+        atomic_store_explicit(&tk[0].next, 0, memory_order_relaxed);
+        atomic_store_explicit(&tk[1].next, 0, memory_order_relaxed);
+    }
 
     /* this thread's rows: router logits, then the top k and their weights */
     if (hi > lo) {
@@ -258,37 +285,32 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     }
     ifl_pool_barrier(f->pool);
 
-    /* thread 0 groups the choices by expert (a counting sort, rows in
-     * batch order within an expert) and resets the tickets */
-    if (ith == 0) {
-        memset(e->off, 0, sizeof(int32_t) * ((size_t)n_exp + 1));
-        for (long i = 0; i < (long)nr * k; i++)
-            e->off[e->sel[i] + 1]++;
-        e->n_active = 0;
-        for (int x = 0; x < n_exp; x++) {
-            if (e->off[x + 1])
-                e->active[e->n_active++] = x;
-            e->off[x + 1] += e->off[x];
-        }
-        for (long i = 0; i < (long)nr * k; i++) {
-            int32_t g = e->off[e->sel[i]]++;
-            e->slot[i] = g;
-            e->src[g] = (int32_t)(i / k);
-        }
-        for (int x = n_exp; x > 0; x--) /* back to each expert's first row */
-            e->off[x] = e->off[x - 1];
-        e->off[0] = 0;
-        atomic_store_explicit(&e->tk[0].next, 0, memory_order_relaxed);
-        atomic_store_explicit(&e->tk[1].next, 0, memory_order_relaxed);
+    /* the choices grouped by expert (a counting sort, rows in batch order
+     * within an expert), in this thread's own lists */
+    memset(L->off, 0, sizeof(int32_t) * ((size_t)n_exp + 1));
+    for (long i = 0; i < (long)nr * k; i++)
+        L->off[e->sel[i] + 1]++;
+    L->n_active = 0;
+    for (int x = 0; x < n_exp; x++) {
+        if (L->off[x + 1])
+            L->active[L->n_active++] = x;
+        L->off[x + 1] += L->off[x];
     }
-    ifl_pool_barrier(f->pool); /* publishes the lists and tickets */
+    for (long i = 0; i < (long)nr * k; i++) {
+        int32_t g = L->off[e->sel[i]]++;
+        L->slot[i] = g;
+        L->src[g] = (int32_t)(i / k);
+    }
+    for (int x = n_exp; x > 0; x--) /* back to each expert's first row */
+        L->off[x] = L->off[x - 1];
+    L->off[0] = 0;
 
     /* gathered rows: each one's input in the experts' input formats */
     const long n_g = (long)nr * k;
     long glo, ghi;
     ifl_pool_split(n_g, ith, nth, &glo, &ghi);
     for (long g = glo; g < ghi; g++) {
-        const float *x = f->xn + (size_t)e->src[g] * n_embd;
+        const float *x = f->xn + (size_t)L->src[g] * n_embd;
         to_act(f, w->gate_exps.type, x, e->xg + g * e->x_ld, n_embd);
         if (e->xu != e->xg)
             to_act(f, w->up_exps.type, x, e->xu + g * e->x_ld, n_embd);
@@ -300,15 +322,15 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
         const int cw = unit_cols(f, &w->gate_exps) > unit_cols(f, &w->up_exps)
                            ? unit_cols(f, &w->gate_exps)
                            : unit_cols(f, &w->up_exps);
-        const int64_t nch = (n_ff + cw - 1) / cw, n_units = (int64_t)e->n_active * 2 * nch;
+        const int64_t nch = (n_ff + cw - 1) / cw, n_units = (int64_t)L->n_active * 2 * nch;
         for (;;) {
-            int64_t u = atomic_fetch_add_explicit(&e->tk[0].next, 1, memory_order_relaxed);
+            int64_t u = atomic_fetch_add_explicit(&tk[0].next, 1, memory_order_relaxed);
             if (u >= n_units)
                 break;
-            const int x = e->active[u / (2 * nch)];
+            const int x = L->active[u / (2 * nch)];
             const int up = (int)((u / nch) % 2);
             const int64_t c0 = (u % nch) * cw, c1 = c0 + cw < n_ff ? c0 + cw : n_ff;
-            const int32_t g0 = e->off[x], n = e->off[x + 1] - g0;
+            const int32_t g0 = L->off[x], n = L->off[x + 1] - g0;
             expert_gemm(f, up ? &w->up_exps : &w->gate_exps, x, up ? e->xu : e->xg, e->x_ld, g0, n,
                         c0, c1, up ? e->hu : e->hg, (size_t)n_ff);
         }
@@ -325,14 +347,14 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     /* down: units of (active expert, columns) */
     {
         const int cw = unit_cols(f, &w->down_exps);
-        const int64_t nch = (n_embd + cw - 1) / cw, n_units = (int64_t)e->n_active * nch;
+        const int64_t nch = (n_embd + cw - 1) / cw, n_units = (int64_t)L->n_active * nch;
         for (;;) {
-            int64_t u = atomic_fetch_add_explicit(&e->tk[1].next, 1, memory_order_relaxed);
+            int64_t u = atomic_fetch_add_explicit(&tk[1].next, 1, memory_order_relaxed);
             if (u >= n_units)
                 break;
-            const int x = e->active[u / nch];
+            const int x = L->active[u / nch];
             const int64_t c0 = (u % nch) * cw, c1 = c0 + cw < n_embd ? c0 + cw : n_embd;
-            const int32_t g0 = e->off[x], n = e->off[x + 1] - g0;
+            const int32_t g0 = L->off[x], n = L->off[x + 1] - g0;
             expert_gemm(f, &w->down_exps, x, e->hd, e->h_ld, g0, n, c0, c1, e->yd, (size_t)n_embd);
         }
     }
@@ -341,12 +363,12 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     /* this thread's rows: the weighted experts, added in order of choice */
     for (long r = lo; r < hi; r++) {
         float *t = f->tmp + r * n_embd;
-        const float *y0 = e->yd + (size_t)e->slot[r * k] * n_embd;
+        const float *y0 = e->yd + (size_t)L->slot[r * k] * n_embd;
         const float w0 = e->wsel[r * k];
         for (int i = 0; i < n_embd; i++)
             t[i] = y0[i] * w0;
         for (int c = 1; c < k; c++) {
-            const float *y = e->yd + (size_t)e->slot[r * k + c] * n_embd;
+            const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
             const float wc = e->wsel[r * k + c];
             for (int i = 0; i < n_embd; i++)
                 t[i] += y[i] * wc;
