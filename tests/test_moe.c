@@ -439,8 +439,7 @@ static void test_lora(void)
 
 struct lref {
     char model[512];
-    char mk_args[512], sha256[72];  /* an F32 model made at test time (gen.sh) */
-    double kv_f16_max, kv_f16_mean; /* llama.cpp with an F16 cache against its file */
+    char mk_args[512], sha256[72]; /* an F32 model made at test time (gen.sh) */
     int32_t seq[256];
     int n_seq, n_prompt, n_gen, n_vocab;
     double margins[128];
@@ -471,9 +470,6 @@ static int load_lref(struct lref *r, const char *name)
             snprintf(r->model, sizeof r->model, "%s/%s", g_dir,
                      json_string_value(json_object_get(js, "model")));
         }
-        json_t *d = json_object_get(js, "diff_vs_logits_file");
-        r->kv_f16_max = json_number_value(json_object_get(d, "kv_f16_max"));
-        r->kv_f16_mean = json_number_value(json_object_get(d, "kv_f16_mean"));
         r->n_vocab = (int)json_integer_value(json_object_get(js, "n_vocab"));
         r->n_prompt = (int)json_array_size(p);
         r->n_gen = (int)json_array_size(g);
@@ -501,8 +497,9 @@ static int load_lref(struct lref *r, const char *name)
  * and sha256, not its 10 MB); 0 when the bytes are the ones llama.cpp ran. */
 static int remake(const struct lref *r)
 {
-    char cmd[2048], sum[72] = "";
-    snprintf(cmd, sizeof cmd, "'%s' -o '%s' %s 2>/dev/null", g_mk, r->model, r->mk_args);
+    char cmd[4096], sum[72] = "";
+    snprintf(cmd, sizeof cmd, "'%s' -o '%s' --vocab '%s' %s 2>/dev/null", g_mk, r->model, g_vocab,
+             r->mk_args);
     if (system(cmd) != 0)
         return -1;
     snprintf(cmd, sizeof cmd, "sha256sum '%s'", r->model);
@@ -597,8 +594,7 @@ static void check_greedy(const struct lref *r, const float *tf, double dist)
 
 /* The data's models: name, and the class tolerances (max, mean) of their
  * experts' type: F32 1e-4 / 1e-5, F16 1e-2 / 1.5e-3, Q8_0 activations
- * 0.2 / 0.03, Q8_K 0.3 / 0.05 (../shared/models/ref/README.md), or twice
- * llama.cpp's own distance with an F16 KV cache when that is larger. */
+ * 0.2 / 0.03, Q8_K 0.3 / 0.05 (../shared/models/ref/README.md). */
 static const struct {
     const char *name;
     double max, mean;
@@ -623,9 +619,9 @@ static void test_llamacpp(void)
             free(r.logits);
             continue;
         }
-        double tmax = lrefs[i].max, tmean = lrefs[i].mean;
-        tmax = 2 * r.kv_f16_max > tmax ? 2 * r.kv_f16_max : tmax;
-        tmean = 2 * r.kv_f16_mean > tmean ? 2 * r.kv_f16_mean : tmean;
+        /* the class figures: llama.cpp with an F16 cache lands at most
+         * 0.017 from its file here (README), well inside them */
+        const double tmax = lrefs[i].max, tmean = lrefs[i].mean;
         size_t nl = (size_t)r.n_seq * (size_t)r.n_vocab;
         float *out = malloc(nl * sizeof(float)), *ref = malloc(nl * sizeof(float));
         char err[IFL_ERR_LEN] = "";
