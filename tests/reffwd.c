@@ -14,6 +14,11 @@
  *     x += Wo o
  *     h = rmsnorm(x) * ffn_norm
  *     x += Wdown (silu(Wgate h) * Wup h)
+ *       with experts (qwen3moe; llama with expert_count, i.e. Mixtral):
+ *       p = softmax(Wrouter h) over the n_expert experts; S = the
+ *       expert_used_count largest p (the lowest id on a tie);
+ *       x += sum over e in S of (p_e / sum_{S} p) Wdown_e (silu(Wgate_e h) * Wup_e h)
+ *       where expert e's matrices are slice e of the 3-D ffn_*_exps tensors
  *   logits = Woutput (rmsnorm(x) * output_norm)          Woutput = token_embd when tied
  *
  * RoPE of pair i at position p turns by p * base^(-2i / n_rot) / f[i], where
@@ -59,13 +64,16 @@ struct rmat {
 
 struct rlayer {
     struct rmat attn_norm, q, k, v, o, ffn_norm, gate, up, down;
-    struct rmat bq, bk, bv;     /* qwen2 */
-    struct rmat q_norm, k_norm; /* qwen3 */
+    struct rmat bq, bk, bv;              /* qwen2 */
+    struct rmat q_norm, k_norm;          /* qwen3 */
+    struct rmat router;                  /* experts: ffn_gate_inp, [n_expert][n_embd] */
+    struct rmat *gate_e, *up_e, *down_e; /* [n_expert] each expert's matrices */
 };
 
 struct rmodel {
     char arch[32];
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
+    int64_t n_expert, n_expert_used; /* 0: a dense FFN */
     double eps, base;
     int neox;
     struct rmat tok, out_norm, output, rope_freqs;
@@ -103,6 +111,18 @@ static void rmodel_free(struct rmodel *m)
                                   &L->bk,        &L->bv,   &L->q_norm, &L->k_norm};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 rmat_free(all[i]);
+            rmat_free(&L->router);
+            for (int64_t e = 0; e < m->n_expert; e++) {
+                if (L->gate_e)
+                    rmat_free(&L->gate_e[e]);
+                if (L->up_e)
+                    rmat_free(&L->up_e[e]);
+                if (L->down_e)
+                    rmat_free(&L->down_e[e]);
+            }
+            free(L->gate_e);
+            free(L->up_e);
+            free(L->down_e);
         }
     }
     free(m->layers);
@@ -141,6 +161,43 @@ static int load_mat(const struct ifl_gguf *g, const char *name, int64_t n_in, in
         return ifl_err(err, IFL_ENOMEM, "reffwd: out of memory for '%s'", name);
     for (int64_t r = 0; r < n_out; r++)
         dq((const uint8_t *)t->data + (size_t)r * row, m->w + r * n_in, n_in);
+    return 0;
+}
+
+/* Loads the n_exp slices of the 3-D tensor `name` [n_in, n_out, n_exp]
+ * as n_exp float matrices into out[0..n_exp). */
+static int load_experts(const struct ifl_gguf *g, const char *name, int64_t n_in, int64_t n_out,
+                        int64_t n_exp, struct rmat **out, char *err)
+{
+    const struct ifl_gguf_tensor *t = ifl_gguf_find_tensor(g, name);
+    if (!t)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: tensor '%s' missing", name);
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_exp)
+        return ifl_err(err, IFL_EFORMAT,
+                       "reffwd: tensor '%s' has shape [%lld, %lld, %lld], want [%lld, %lld, %lld]",
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)n_in, (long long)n_out, (long long)n_exp);
+    ifl_dequant_fn dq = t->type < IFL_TYPE_COUNT ? ifl_kernels_ref()->dequant[t->type] : NULL;
+    const struct ifl_type_info *ti = ifl_type_info(t->type);
+    if (!ti || !dq || n_in % ti->blck)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: tensor '%s': type %u not supported", name,
+                       t->type);
+    size_t row = ifl_type_row_size((enum ifl_type)t->type, n_in);
+    if (row * (size_t)(n_out * n_exp) > t->nbytes)
+        return ifl_err(err, IFL_EFORMAT, "reffwd: tensor '%s': data too short", name);
+    *out = calloc((size_t)n_exp, sizeof **out);
+    if (!*out)
+        return ifl_err(err, IFL_ENOMEM, "reffwd: out of memory for '%s'", name);
+    for (int64_t e = 0; e < n_exp; e++) {
+        struct rmat *m = &(*out)[e];
+        m->n_in = n_in;
+        m->n_out = n_out;
+        m->w = malloc((size_t)(n_in * n_out) * sizeof(float));
+        if (!m->w)
+            return ifl_err(err, IFL_ENOMEM, "reffwd: out of memory for '%s'", name);
+        for (int64_t r = 0; r < n_out; r++)
+            dq((const uint8_t *)t->data + (size_t)(e * n_out + r) * row, m->w + r * n_in, n_in);
+    }
     return 0;
 }
 
@@ -190,7 +247,8 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     }
     memcpy(m->arch, s, len);
     m->arch[len] = 0;
-    int qwen2 = !strcmp(m->arch, "qwen2"), qwen3 = !strcmp(m->arch, "qwen3");
+    int qwen2 = !strcmp(m->arch, "qwen2"), qwen3moe = !strcmp(m->arch, "qwen3moe");
+    int qwen3 = !strcmp(m->arch, "qwen3") || qwen3moe;
     if (!qwen2 && !qwen3 && strcmp(m->arch, "llama")) {
         rc = ifl_err(err, IFL_EUNSUPPORTED, "reffwd: architecture '%s' not supported", m->arch);
         goto done;
@@ -208,6 +266,31 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
         (rc = get_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, &m->eps, err)) ||
         (rc = get_float(g, a, "rope.freq_base", 10000.0, &m->base, err)))
         goto done;
+    /* experts: qwen3moe always, llama when it has an expert_count (Mixtral) */
+    {
+        int64_t ne = 0;
+        char key[128];
+        snprintf(key, sizeof key, "%s.expert_count", a);
+        int erc = ifl_gguf_get_int(g, key, &ne, err);
+        if (erc && erc != IFL_ENOTFOUND) {
+            rc = erc;
+            goto done;
+        }
+        if (qwen3moe && ne <= 0) {
+            rc = ifl_err(err, IFL_EFORMAT, "reffwd: qwen3moe without experts");
+            goto done;
+        }
+        m->n_expert = ne > 0 ? ne : 0;
+        if (m->n_expert &&
+            ((rc = get_int(g, a, "expert_used_count", -1, &m->n_expert_used, err)) ||
+             (qwen3moe && (rc = get_int(g, a, "expert_feed_forward_length",
+                                        m->n_ff / m->n_expert_used, &m->n_ff, err)))))
+            goto done;
+        if (m->n_expert && m->n_expert_used > m->n_expert) {
+            rc = ifl_err(err, IFL_EFORMAT, "reffwd: more experts used than there are");
+            goto done;
+        }
+    }
     if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2) {
         rc = ifl_err(err, IFL_EFORMAT, "reffwd: inconsistent head counts or rope dimensions");
         goto done;
@@ -241,10 +324,18 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
             (rc = load_mat(g, NM("attn_k.weight"), E, kd, 0, &L->k, err)) ||
             (rc = load_mat(g, NM("attn_v.weight"), E, vd, 0, &L->v, err)) ||
             (rc = load_mat(g, NM("attn_output.weight"), od, E, 0, &L->o, err)) ||
-            (rc = load_mat(g, NM("ffn_norm.weight"), E, 1, 0, &L->ffn_norm, err)) ||
-            (rc = load_mat(g, NM("ffn_gate.weight"), E, m->n_ff, 0, &L->gate, err)) ||
-            (rc = load_mat(g, NM("ffn_up.weight"), E, m->n_ff, 0, &L->up, err)) ||
-            (rc = load_mat(g, NM("ffn_down.weight"), m->n_ff, E, 0, &L->down, err)))
+            (rc = load_mat(g, NM("ffn_norm.weight"), E, 1, 0, &L->ffn_norm, err)))
+            goto done;
+        const int64_t X = m->n_expert;
+        if (X &&
+            ((rc = load_mat(g, NM("ffn_gate_inp.weight"), E, X, 0, &L->router, err)) ||
+             (rc = load_experts(g, NM("ffn_gate_exps.weight"), E, m->n_ff, X, &L->gate_e, err)) ||
+             (rc = load_experts(g, NM("ffn_up_exps.weight"), E, m->n_ff, X, &L->up_e, err)) ||
+             (rc = load_experts(g, NM("ffn_down_exps.weight"), m->n_ff, E, X, &L->down_e, err))))
+            goto done;
+        if (!X && ((rc = load_mat(g, NM("ffn_gate.weight"), E, m->n_ff, 0, &L->gate, err)) ||
+                   (rc = load_mat(g, NM("ffn_up.weight"), E, m->n_ff, 0, &L->up, err)) ||
+                   (rc = load_mat(g, NM("ffn_down.weight"), m->n_ff, E, 0, &L->down, err))))
             goto done;
         if (qwen2 && ((rc = load_mat(g, NM("attn_q.bias"), qd, 1, 0, &L->bq, err)) ||
                       (rc = load_mat(g, NM("attn_k.bias"), kd, 1, 0, &L->bk, err)) ||
@@ -288,6 +379,72 @@ static void matvec(const struct rmat *W, const struct rmat *b, const double *x, 
             }
             y[o] += l->s * s;
         }
+    }
+}
+
+/* t = the experts' FFN of h (see the top): softmax over the router's
+ * logits, the top n_expert_used, renormalised; g, u, pr and sel scratch
+ * of n_ff, n_ff, n_expert values, y of n_embd. */
+static void moe_ffn(const struct rmodel *m, const struct rlayer *L, const double *h, double *g,
+                    double *u, double *pr, int64_t *sel, double *y, double *t,
+                    const struct ref_routes *rt, int64_t il, int64_t pos, int64_t n)
+{
+    const int64_t X = m->n_expert, K = m->n_expert_used;
+    matvec(&L->router, NULL, h, pr);
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t e = 0; e < X; e++)
+        mx = pr[e] > mx ? pr[e] : mx;
+    for (int64_t e = 0; e < X; e++) {
+        pr[e] = exp(pr[e] - mx);
+        sum += pr[e];
+    }
+    for (int64_t e = 0; e < X; e++)
+        pr[e] /= sum;
+    /* how far the last chosen expert's logit is above the best one left
+     * out: log(p_k / p_k+1) */
+    double kth = INFINITY, next = 0.0;
+    for (int64_t e = 0; e < X; e++) {
+        int64_t above = 0;
+        for (int64_t c = 0; c < X; c++)
+            above += pr[c] > pr[e] || (pr[c] == pr[e] && c < e);
+        if (above == K - 1)
+            kth = pr[e];
+        if (above == K)
+            next = pr[e];
+    }
+    double gap = K < X ? log(kth / next) : INFINITY;
+    if (rt && rt->margin)
+        rt->margin[il * n + pos] = gap;
+    double wsum = 0.0;
+    for (int64_t i = 0; i < K; i++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < X; e++) {
+            int used = 0;
+            for (int64_t j = 0; j < i; j++)
+                used |= sel[j] == e;
+            if (!used && (best < 0 || pr[e] > pr[best]))
+                best = e;
+        }
+        sel[i] = best;
+        if (rt && rt->chosen)
+            rt->chosen[(il * n + pos) * K + i] = (int32_t)best;
+    }
+    for (int64_t i = 0; i < K; i++) {
+        if (rt && rt->force)
+            sel[i] = rt->force[(il * n + pos) * K + i];
+        wsum += pr[sel[i]];
+    }
+    for (int64_t d = 0; d < m->n_embd; d++)
+        t[d] = 0.0;
+    for (int64_t i = 0; i < K; i++) {
+        const int64_t e = sel[i];
+        matvec(&L->gate_e[e], NULL, h, g);
+        matvec(&L->up_e[e], NULL, h, u);
+        for (int64_t f = 0; f < m->n_ff; f++)
+            g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+        matvec(&L->down_e[e], NULL, g, y);
+        for (int64_t d = 0; d < m->n_embd; d++)
+            t[d] += pr[e] / wsum * y[d];
     }
 }
 
@@ -425,8 +582,9 @@ static int add_lora(struct rmodel *m, const struct ref_lora *rl, int tied, char 
     return rc;
 }
 
-int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_loras,
-                     const int32_t *tokens, int n, float *logits, int *n_vocab_out, char *err)
+static int forward(const char *gguf_path, const struct ref_lora *loras, int n_loras,
+                   const int32_t *tokens, int n, float *logits, int *n_vocab_out,
+                   const struct ref_routes *rt, char *err)
 {
     struct rmodel m;
     int rc = rmodel_load(&m, gguf_path, err);
@@ -467,7 +625,10 @@ int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_
     double *att = malloc(sizeof(double) * (size_t)od);
     double *t = malloc(sizeof(double) * (size_t)(E > m.n_vocab ? E : m.n_vocab));
     double *p = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    if (!x || !K || !V || !Q || !h || !g || !u || !att || !t || !p) {
+    double *pr = malloc(sizeof(double) * (size_t)(m.n_expert + 1));
+    int64_t *sel = malloc(sizeof(int64_t) * (size_t)(m.n_expert_used + 1));
+    double *y = malloc(sizeof(double) * (size_t)E);
+    if (!x || !K || !V || !Q || !h || !g || !u || !att || !t || !p || !pr || !sel || !y) {
         rc = ifl_err(err, IFL_ENOMEM, "reffwd: out of memory");
         goto out;
     }
@@ -540,6 +701,12 @@ int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_
             for (int64_t e = 0; e < E; e++)
                 xi[e] += t[e];
             rmsnorm(xi, L->ffn_norm.w, E, m.eps, h);
+            if (m.n_expert) {
+                moe_ffn(&m, L, h, g, u, pr, sel, y, t, rt, l, i, n);
+                for (int64_t e = 0; e < E; e++)
+                    xi[e] += t[e];
+                continue;
+            }
             matvec(&L->gate, NULL, h, g);
             matvec(&L->up, NULL, h, u);
             for (int64_t f = 0; f < m.n_ff; f++)
@@ -566,12 +733,27 @@ out:
     free(att);
     free(t);
     free(p);
+    free(pr);
+    free(sel);
+    free(y);
     rmodel_free(&m);
     return rc;
+}
+
+int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_loras,
+                     const int32_t *tokens, int n, float *logits, int *n_vocab_out, char *err)
+{
+    return forward(gguf_path, loras, n_loras, tokens, n, logits, n_vocab_out, NULL, err);
 }
 
 int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
                 int *n_vocab_out, char *err)
 {
-    return ref_forward_lora(gguf_path, NULL, 0, tokens, n, logits, n_vocab_out, err);
+    return forward(gguf_path, NULL, 0, tokens, n, logits, n_vocab_out, NULL, err);
+}
+
+int ref_forward_routes(const char *gguf_path, const int32_t *tokens, int n, float *logits,
+                       const struct ref_routes *rt, char *err)
+{
+    return forward(gguf_path, NULL, 0, tokens, n, logits, NULL, rt, err);
 }

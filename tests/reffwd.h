@@ -38,4 +38,23 @@ struct ref_lora {
 int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_loras,
                      const int32_t *tokens, int n, float *logits, int *n_vocab_out, char *err);
 
+/* The experts of a mixture-of-experts model, per layer l, position i and
+ * choice c at [(l * n + i) * k + c] (k = expert_used_count), margins at
+ * [l * n + i]. Every pointer may be NULL. */
+struct ref_routes {
+    /* the experts to use (their weights: the softmax renormalised over
+     * them), in place of the pass's own choice */
+    const int32_t *force;
+    int32_t *chosen; /* out: the pass's own choice, largest first (forced or not) */
+    double *margin;  /* out: log(p_k / p_k+1) of that choice, how far the last
+                        chosen stood above the best left out (inf when k = n_expert) */
+};
+
+/* ref_forward with the routes of rt (a dense model ignores them). A
+ * forward pass with rounded activations may route otherwise where a
+ * margin is small: tests force its routes on the reference to compare the
+ * rest, and compare the routes where the margins are clear. */
+int ref_forward_routes(const char *gguf_path, const int32_t *tokens, int n, float *logits,
+                       const struct ref_routes *rt, char *err);
+
 #endif

@@ -76,6 +76,10 @@ fi
 "$BIN" info -m "$M" >"$tmp/info" 2>&1
 grep -q "architecture:  llama" "$tmp/info" && grep -q "n_layer:       5" "$tmp/info" &&
     ok "info" || { bad "info"; cat "$tmp/info"; }
+# a mixture of experts says how many experts and how many a token uses
+"$BIN" info -m tests/data/moe/qwen3moe-q8_0.gguf >"$tmp/info" 2>&1
+grep -q "architecture:  qwen3moe" "$tmp/info" && grep -q "experts:       8, 2 used a token" "$tmp/info" &&
+    ok "info of a mixture of experts" || { bad "info of a mixture of experts"; cat "$tmp/info"; }
 
 "$BIN" eval -m "$M" --ids "1 403 407 261 378" --logits "$tmp/l.f32" 2>/dev/null
 check "eval writes [5][512] float32" $((5 * 512 * 4)) "$(stat -c %s "$tmp/l.f32" 2>/dev/null)"

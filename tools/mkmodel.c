@@ -33,6 +33,14 @@
  * --swap-tokens A,B exchanges the texts of two tokens of the copied
  * vocabulary, so that a draft's vocabulary check must fail at id min(A, B).
  *
+ * Mixtures of experts (--n-expert N --n-expert-used K, with --arch
+ * qwen3moe, or llama for Mixtral's layout): each layer's FFN becomes
+ * llama.cpp's ffn_gate_inp [n_embd, N] (always F32, as llama-quantize
+ * leaves it; N(0, 0.1), so the router's logits are spread enough that
+ * the top K rarely ties) and ffn_gate_exps, ffn_up_exps [n_embd, n_ff, N]
+ * and ffn_down_exps [n_ff, n_embd, N] in the mix's types (--n-ff is each
+ * expert's width; qwen3moe also gets expert_feed_forward_length).
+ *
  * LoRA adapters (--lora-of BASE): llama.cpp's GGUF adapter layout (see
  * src/model/lora.c) over the chosen projections of every layer (all seven
  * unless --lora-targets says), and token_embd / output when named. Random
@@ -67,8 +75,10 @@
 #define BIAS_STD 0.1f /* qwen2 q/k/v biases */
 #define CHUNK_ELEMS 65536
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
-static const char *const arch_names[] = {"llama", "qwen2", "qwen3"};
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+#define N_ARCHS 4
+#define ROUTER_STD 0.1f /* ffn_gate_inp: logits of std ~1.6, so routes are rarely near-ties */
 
 /* One --type choice: the main type, the special types of the mix and the
  * llama_ftype value llama.cpp stores in general.file_type. */
@@ -105,6 +115,7 @@ struct opts {
     const char *vocab;
     enum arch arch;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim, ctx;
+    int64_t n_expert, n_expert_used; /* 0: a dense FFN */
     const struct mix *mix;
     int tied;
     int rope_freqs;
@@ -137,8 +148,9 @@ static const char *const lora_layer_names[] = {"attn_q",   "attn_k", "attn_v",  
 
 static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
-    "               [--arch llama|qwen2|qwen3] [--n-embd N] [--n-layer N] [--n-head N]\n"
-    "               [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
+    "               [--arch llama|qwen2|qwen3|qwen3moe] [--n-embd N] [--n-layer N]\n"
+    "               [--n-head N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
+    "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, llama)\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
     "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
@@ -176,7 +188,7 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 }
 
 /* Option ids for "given on the command line" bookkeeping. */
-enum { O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_HEAD_DIM, O_CTX, O_COUNT };
+enum { O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_HEAD_DIM, O_CTX, O_EXP, O_EXP_USED, O_COUNT };
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -185,10 +197,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
         int id;
         int64_t lo, hi;
     } ints[] = {
-        {"--n-embd", O_EMBD, 1, 1 << 16}, {"--n-layer", O_LAYER, 1, 1024},
-        {"--n-head", O_HEAD, 1, 1024},    {"--n-head-kv", O_HEAD_KV, 1, 1024},
-        {"--n-ff", O_FF, 1, 1 << 18},     {"--head-dim", O_HEAD_DIM, 2, 4096},
+        {"--n-embd", O_EMBD, 1, 1 << 16},
+        {"--n-layer", O_LAYER, 1, 1024},
+        {"--n-head", O_HEAD, 1, 1024},
+        {"--n-head-kv", O_HEAD_KV, 1, 1024},
+        {"--n-ff", O_FF, 1, 1 << 18},
+        {"--head-dim", O_HEAD_DIM, 2, 4096},
         {"--ctx", O_CTX, 1, 1 << 24},
+        {"--n-expert", O_EXP, 1, 1024},
+        {"--n-expert-used", O_EXP_USED, 1, 1024},
     };
     int64_t val[O_COUNT];
     int given[O_COUNT] = {0};
@@ -216,11 +233,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab",   "--preset",       "--arch",      "--type",
-            "--rope-base", "--seed",    "--n-embd",       "--n-layer",   "--n-head",
-            "--n-head-kv", "--n-ff",    "--head-dim",     "--ctx",       "--swap-tokens",
-            "--eagle3",    "--extract", "--draft-vocab",  "--draft-map", "--lora-of",
-            "--rank",      "--alpha",   "--lora-targets", "--lora-type"};
+            "-o",         "--vocab",        "--preset",       "--arch",
+            "--type",     "--rope-base",    "--seed",         "--n-embd",
+            "--n-layer",  "--n-head",       "--n-head-kv",    "--n-ff",
+            "--head-dim", "--ctx",          "--swap-tokens",  "--eagle3",
+            "--extract",  "--draft-vocab",  "--draft-map",    "--lora-of",
+            "--rank",     "--alpha",        "--lora-targets", "--lora-type",
+            "--n-expert", "--n-expert-used"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -386,13 +405,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
 
     /* Defaults, then the preset, then explicit options. */
-    int64_t d[O_COUNT] = {256, 2, 4, 2, 512, 0, 512};
+    int64_t d[O_COUNT] = {256, 2, 4, 2, 512, 0, 512, 0, 0};
     if (preset) {
         if (!strcmp(preset, "small-110m")) {
-            int64_t p[O_COUNT] = {768, 12, 12, 12, 2048, 0, 2048};
+            int64_t p[O_COUNT] = {768, 12, 12, 12, 2048, 0, 2048, 0, 0};
             memcpy(d, p, sizeof d);
         } else if (!strcmp(preset, "tinyllama-1.1b")) {
-            int64_t p[O_COUNT] = {2048, 22, 32, 4, 5632, 0, 2048};
+            int64_t p[O_COUNT] = {2048, 22, 32, 4, 5632, 0, 2048, 0, 0};
             memcpy(d, p, sizeof d);
         } else {
             return bad_arg("--preset: unknown preset '%s' (want small-110m or tinyllama-1.1b)%s",
@@ -408,19 +427,28 @@ static int parse_args(int argc, char **argv, struct opts *o)
     o->n_head_kv = val[O_HEAD_KV];
     o->n_ff = val[O_FF];
     o->ctx = val[O_CTX];
+    o->n_expert = val[O_EXP];
+    o->n_expert_used = val[O_EXP_USED];
 
     o->arch = ARCH_LLAMA;
     if (arch) {
         int ok = 0;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < N_ARCHS; k++)
             if (!strcmp(arch, arch_names[k])) {
                 o->arch = (enum arch)k;
                 ok = 1;
             }
         if (!ok)
-            return bad_arg("--arch: unknown architecture '%s' (want llama, qwen2 or qwen3)%s", arch,
-                           "");
+            return bad_arg("--arch: unknown architecture '%s' (want llama, qwen2, qwen3 or "
+                           "qwen3moe)%s",
+                           arch, "");
     }
+    if (o->arch == ARCH_QWEN3MOE && !o->n_expert)
+        return bad_arg("--arch qwen3moe needs --n-expert N and --n-expert-used K%s%s", "", "");
+    if (o->n_expert && o->arch != ARCH_LLAMA && o->arch != ARCH_QWEN3MOE)
+        return bad_arg("--n-expert needs --arch qwen3moe or llama (Mixtral)%s%s", "", "");
+    if (!o->n_expert != !o->n_expert_used || o->n_expert_used > o->n_expert)
+        return bad_arg("--n-expert N and --n-expert-used K go together, with K <= N%s%s", "", "");
     o->mix = &mixes[1]; /* f16 */
     if (type) {
         o->mix = NULL;
@@ -435,8 +463,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return bad_arg("--n-head must be a multiple of --n-head-kv%s%s", "", "");
     if (given[O_HEAD_DIM]) {
         o->head_dim = val[O_HEAD_DIM];
-        if (o->arch != ARCH_QWEN3 && o->head_dim * o->n_head != o->n_embd)
-            return bad_arg("--head-dim other than n_embd/n_head needs --arch qwen3%s%s", "", "");
+        if (o->arch != ARCH_QWEN3 && o->arch != ARCH_QWEN3MOE &&
+            o->head_dim * o->n_head != o->n_embd)
+            return bad_arg("--head-dim other than n_embd/n_head needs --arch qwen3 or qwen3moe%s%s",
+                           "", "");
     } else {
         if (o->n_embd % o->n_head)
             return bad_arg("--n-embd must be a multiple of --n-head (or give --head-dim with "
@@ -535,11 +565,13 @@ static enum ifl_type fit_type(const char *name, enum ifl_type t, int64_t row_len
     return f;
 }
 
-/* Draws a tensor of shape [ne0, ne1] (ne1 = 1 for vectors) and adds it. */
-static int add_random(struct gen *g, const char *name, enum ifl_type type, int n_dims, int64_t ne0,
-                      int64_t ne1, float mean, float std)
+/* Draws a tensor of shape [ne0, ne1, ne2] (ne1 = 1 for vectors, ne2 = 1
+ * but for experts) and adds it. */
+static int add_random3(struct gen *g, const char *name, enum ifl_type type, int n_dims, int64_t ne0,
+                       int64_t ne1, int64_t ne2, float mean, float std)
 {
     struct gen_job j = {0};
+    ne1 *= ne2; /* drawn as rows; written with its three dimensions */
     j.rows = ne1;
     j.row_len = ne0;
     j.type = type;
@@ -572,7 +604,7 @@ static int add_random(struct gen *g, const char *name, enum ifl_type type, int n
     }
     j.scratch = g->scratch;
     ifl_pool_run(g->pool, gen_worker, &j);
-    int64_t ne[2] = {ne0, ne1};
+    int64_t ne[3] = {ne0, ne1 / ne2, ne2};
     int rc = ifl_gguf_writer_add_tensor(g->w, name, type, n_dims, ne, j.out, nbytes);
     free(j.out);
     if (rc) {
@@ -581,6 +613,12 @@ static int add_random(struct gen *g, const char *name, enum ifl_type type, int n
     }
     g->bytes += nbytes;
     return 0;
+}
+
+static int add_random(struct gen *g, const char *name, enum ifl_type type, int n_dims, int64_t ne0,
+                      int64_t ne1, float mean, float std)
+{
+    return add_random3(g, name, type, n_dims, ne0, ne1, 1, mean, std);
 }
 
 static int add_matrix(struct gen *g, const char *name, enum ifl_type type, int64_t n_in,
@@ -707,6 +745,12 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
                       o->arch == ARCH_LLAMA ? 1e-5f : 1e-6f);
     rc |= set_key_u32(w, an, "rope.dimension_count", (uint32_t)o->head_dim);
     rc |= set_key_u32(w, an, "vocab_size", (uint32_t)n_vocab);
+    if (o->n_expert) {
+        rc |= set_key_u32(w, an, "expert_count", (uint32_t)o->n_expert);
+        rc |= set_key_u32(w, an, "expert_used_count", (uint32_t)o->n_expert_used);
+        if (o->arch == ARCH_QWEN3MOE)
+            rc |= set_key_u32(w, an, "expert_feed_forward_length", (uint32_t)o->n_ff);
+    }
     rc |= ifl_gguf_writer_set_u32(w, "general.quantization_version", 2);
     rc |= ifl_gguf_writer_set_u32(w, "general.file_type", o->mix->file_type);
     return rc ? -1 : 0;
@@ -746,14 +790,26 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
                                       add_vector(g, NM("attn_k.bias"), kv_dim, 0.0f, BIAS_STD) ||
                                       add_vector(g, NM("attn_v.bias"), kv_dim, 0.0f, BIAS_STD)))
             return -1;
-        if (o->arch == ARCH_QWEN3 && (add_vector(g, NM("attn_q_norm.weight"), hd, 1.0f, NORM_STD) ||
-                                      add_vector(g, NM("attn_k_norm.weight"), hd, 1.0f, NORM_STD)))
+        if ((o->arch == ARCH_QWEN3 || o->arch == ARCH_QWEN3MOE) &&
+            (add_vector(g, NM("attn_q_norm.weight"), hd, 1.0f, NORM_STD) ||
+             add_vector(g, NM("attn_k_norm.weight"), hd, 1.0f, NORM_STD)))
             return -1;
         if (add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
-            add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD) ||
-            add_matrix(g, NM("ffn_gate.weight"), m->main, E, o->n_ff) ||
-            add_matrix(g, NM("ffn_up.weight"), m->main, E, o->n_ff) ||
-            add_matrix(g, NM("ffn_down.weight"), more, o->n_ff, E))
+            add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD))
+            return -1;
+        const int64_t X = o->n_expert;
+        if (X &&
+            (add_random(g, NM("ffn_gate_inp.weight"), IFL_TYPE_F32, 2, E, X, 0.0f, ROUTER_STD) ||
+             add_random3(g, NM("ffn_gate_exps.weight"), fit_type("ffn_gate_exps", m->main, E), 3, E,
+                         o->n_ff, X, 0.0f, W_STD) ||
+             add_random3(g, NM("ffn_up_exps.weight"), fit_type("ffn_up_exps", m->main, E), 3, E,
+                         o->n_ff, X, 0.0f, W_STD) ||
+             add_random3(g, NM("ffn_down_exps.weight"), fit_type("ffn_down_exps", more, o->n_ff), 3,
+                         o->n_ff, E, X, 0.0f, W_STD)))
+            return -1;
+        if (!X && (add_matrix(g, NM("ffn_gate.weight"), m->main, E, o->n_ff) ||
+                   add_matrix(g, NM("ffn_up.weight"), m->main, E, o->n_ff) ||
+                   add_matrix(g, NM("ffn_down.weight"), more, o->n_ff, E)))
             return -1;
 #undef NM
     }
@@ -897,8 +953,8 @@ static int write_lora(struct gen *g, const struct opts *o, const struct ifl_mode
         const struct ifl_mat *mats[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
                                         &L->w_gate, &L->w_up, &L->w_down};
         for (int t = 0; t < 7; t++) {
-            if (!(o->lora_targets & (1u << t)))
-                continue;
+            if (!(o->lora_targets & (1u << t)) || !mats[t]->data)
+                continue; /* not chosen, or experts in place of the FFN */
             char bn[96];
             snprintf(bn, sizeof bn, "blk.%d.%s.weight", il, lora_layer_names[t]);
             if (add_lora_pair(g, o, bn, mats[t]->n_in, mats[t]->n_out, 0, &warned))
@@ -921,6 +977,11 @@ static int main_lora(const struct opts *o)
         fprintf(stderr, "mkmodel: --lora-of: %s\n", err);
         return 2;
     }
+    if (b->hp.n_expert && (o->lora_targets & 0x70u))
+        fprintf(stderr,
+                "mkmodel: %s has experts in place of ffn_gate/up/down: those are not "
+                "adapted\n",
+                o->lora_of);
     if ((o->lora_targets & (1u << LORA_T_OUTPUT)) && b->tied_output) {
         fprintf(stderr,
                 "mkmodel: --lora-targets output: %s has no output.weight (its output is tied to "

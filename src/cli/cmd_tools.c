@@ -107,7 +107,9 @@ int cmd_info(int argc, char **argv)
     printf("n_layer:       %d\n", hp->n_layer);
     printf("n_head:        %d (kv %d, head_dim %d, value dim %d)\n", hp->n_head, hp->n_head_kv,
            hp->head_dim, hp->head_dim_v);
-    printf("n_ff:          %d\n", hp->n_ff);
+    printf("n_ff:          %d%s\n", hp->n_ff, hp->n_expert ? " (each expert's)" : "");
+    if (hp->n_expert)
+        printf("experts:       %d, %d used a token\n", hp->n_expert, hp->n_expert_used);
     printf("n_ctx_train:   %d\n", hp->n_ctx_train);
     printf("rope:          %s, %d dims, base %g%s%s\n", hp->rope_neox ? "neox" : "normal",
            hp->n_rot, hp->rope_base, m->rope_freqs ? ", rope_freqs factors" : "",

@@ -71,6 +71,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->lora_t);
     free(f->lora_sc);
     free(f->lora_q);
+    ifl_fwd_moe_free(f);
     ifl_fwd_tp_free(f);
     free(f);
 }
@@ -191,6 +192,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
     int rc = ifl_fwd_tp_create(f, cfg, err);
+    if (!rc)
+        rc = ifl_fwd_moe_create(f, err);
     if (rc) {
         ifl_fwd_free(f);
         return rc;
@@ -668,6 +671,12 @@ static void step(void *arg, int ith, int nth)
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
         }
         memo.src = NULL; /* xn now holds the ffn input */
+        if (f->moe) {    /* experts (forward_moe.c) instead of one FFN */
+            ifl_fwd_moe(j, ith, nth, il, lo, hi);
+            for (long r = lo; r < hi; r++)
+                add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
+            continue;
+        }
         ifl_fwd_quant_rows(j, &memo, &w->w_gate, f->xn, nr, lo, hi);
         const struct mm_task gu[2] = {{&w->w_gate, f->gate, (size_t)n_ff},
                                       {&w->w_up, f->up, (size_t)n_ff}};

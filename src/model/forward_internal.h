@@ -89,6 +89,7 @@ struct ifl_fwd {
     size_t *tp_counts;             /* [size] bytes each rank sends in a gather */
     float *att_full;               /* [R][whole n_head * head_dim_v] (shard->wo_whole) */
     struct ifl_mat att_shape;      /* F32 of this rank's heads: what attention converts for */
+    struct ifl_fwd_moe *moe;       /* the experts' scratch (forward_moe.c); NULL: dense */
 };
 
 /* What one step's threads share. */
@@ -166,6 +167,19 @@ void ifl_fwd_tp_free(struct ifl_fwd *f);
 void ifl_fwd_tp_reduce(struct job *j, int ith, float *buf, size_t n);
 void ifl_fwd_tp_att(struct job *j, int ith, int32_t nr);
 void ifl_fwd_tp_logits(struct job *j, int ith, int nth);
+
+/* forward_moe.c: the experts' scratch, made when the model has experts
+ * (nothing otherwise); and a layer's mixture-of-experts FFN over the
+ * step's rows, from the normed input in xn to the experts' weighted sum
+ * in tmp for this thread's rows [lo, hi) (the caller adds it to the
+ * residual). Every thread calls it; it ends without a barrier. */
+int ifl_fwd_moe_create(struct ifl_fwd *f, char *err);
+void ifl_fwd_moe_free(struct ifl_fwd *f);
+void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi);
+/* Tests: from the next step on, each step writes the experts every row
+ * chose, largest logit first, to sel[(il * n_rows + r) * k + i] (k =
+ * n_expert_used); NULL stops it. */
+void ifl_fwd_moe_trace(struct ifl_fwd *f, int32_t *sel);
 
 /* attention.c */
 

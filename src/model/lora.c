@@ -218,6 +218,11 @@ static int pair_tensors(struct ld *L)
                            "lora: tensor '%s': the base model has no tensor 'output.weight' "
                            "(its output is tied to token_embd.weight)",
                            t->name);
+        if (!base_mat(L, s)->data) /* a mixture of experts has no dense FFN */
+            return ifl_err(L->err, IFL_EUNSUPPORTED,
+                           "lora: tensor '%s': the base model has experts in place of '%.*s', "
+                           "which inflight cannot adapt",
+                           t->name, (int)bn, t->name);
         if (is_a)
             L->slots[s].a = t;
         else

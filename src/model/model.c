@@ -122,9 +122,12 @@ static int bind_vec(struct loader *L, const char *name, int64_t n, int required,
     return 0;
 }
 
-/* Binds a matrix of n_out rows of n_in elements, in a type the kernels compute with. */
-static int bind_mat(struct loader *L, const char *name, int64_t n_in, int64_t n_out, int required,
-                    struct ifl_mat *out)
+/* Binds a matrix of n_out rows of n_in elements, in a type the kernels
+ * compute with; n_exp > 1: a 3-D tensor [n_in, n_out, n_exp] of n_exp such
+ * matrices, bound as one of n_exp * n_out rows (an expert's slice is
+ * contiguous). */
+static int bind_mat_n(struct loader *L, const char *name, int64_t n_in, int64_t n_out,
+                      int64_t n_exp, int required, struct ifl_mat *out)
 {
     memset(out, 0, sizeof(*out));
     const struct ifl_gguf_tensor *t = find(L, name);
@@ -133,7 +136,13 @@ static int bind_mat(struct loader *L, const char *name, int64_t n_in, int64_t n_
             return ifl_err(L->err, IFL_EFORMAT, "model: required tensor '%s' is missing", name);
         return 0;
     }
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+    if (n_exp > 1 && (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_exp || t->ne[3] != 1))
+        return ifl_err(L->err, IFL_EFORMAT,
+                       "model: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, "
+                       "%lld] (%lld experts)",
+                       t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)n_in, (long long)n_out, (long long)n_exp, (long long)n_exp);
+    if (n_exp <= 1 && (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1))
         return shape_err(L, t, n_in, n_out);
     const struct ifl_type_info *ti = ifl_type_info(t->type);
     if (!ti || !ti->is_weight)
@@ -152,8 +161,42 @@ static int bind_mat(struct loader *L, const char *name, int64_t n_in, int64_t n_
     out->data = t->data;
     out->type = (enum ifl_type)t->type;
     out->n_in = n_in;
-    out->n_out = n_out;
+    out->n_out = n_out * (n_exp > 1 ? n_exp : 1);
     out->row_bytes = ifl_type_row_size(out->type, n_in);
+    return 0;
+}
+
+static int bind_mat(struct loader *L, const char *name, int64_t n_in, int64_t n_out, int required,
+                    struct ifl_mat *out)
+{
+    return bind_mat_n(L, name, n_in, n_out, 1, required, out);
+}
+
+/* The experts' keys: {arch}.expert_count (none or 0: a dense model, but
+ * qwen3moe needs experts) and expert_used_count (llama.cpp reads no
+ * expert_weights_scale or _norm for these two architectures: their top-k
+ * weights are always renormalised and never scaled); and
+ * each expert's width, which replaces n_ff: qwen3moe's
+ * expert_feed_forward_length (llama.cpp's fallback when it is missing:
+ * n_ff / expert_used_count), llama's (Mixtral's) feed_forward_length. */
+static int load_expert_hparams(struct loader *L)
+{
+    struct ifl_hparams *hp = &L->m->hp;
+    int rc;
+    if ((rc = get_hp_int(L, "expert_count", hp->arch == IFL_ARCH_QWEN3MOE, 0, 0, 1024,
+                         &hp->n_expert)))
+        return rc;
+    if (hp->n_expert == 0) {
+        if (hp->arch == IFL_ARCH_QWEN3MOE)
+            return ifl_err(L->err, IFL_EFORMAT, "model: key 'qwen3moe.expert_count' is 0");
+        return 0;
+    }
+    if ((rc = get_hp_int(L, "expert_used_count", 1, 0, 1, hp->n_expert, &hp->n_expert_used)))
+        return rc;
+    if (hp->arch == IFL_ARCH_QWEN3MOE &&
+        (rc = get_hp_int(L, "expert_feed_forward_length", 0, hp->n_ff / hp->n_expert_used, 1,
+                         1 << 22, &hp->n_ff)))
+        return rc;
     return 0;
 }
 
@@ -181,17 +224,20 @@ static int load_hparams(struct loader *L)
         hp->arch = IFL_ARCH_QWEN2;
     else if (!strcmp(hp->arch_name, "qwen3"))
         hp->arch = IFL_ARCH_QWEN3;
+    else if (!strcmp(hp->arch_name, "qwen3moe"))
+        hp->arch = IFL_ARCH_QWEN3MOE;
     else
         return ifl_err(L->err, IFL_EUNSUPPORTED,
                        "model: architecture '%s' is not supported (supported: llama, mistral, "
-                       "qwen2, qwen3)",
+                       "qwen2, qwen3, qwen3moe)",
                        hp->arch_name);
 
     if ((rc = get_hp_int(L, "embedding_length", 1, 0, 1, 1 << 20, &hp->n_embd)) ||
         (rc = get_hp_int(L, "block_count", 1, 0, 1, 4096, &hp->n_layer)) ||
         (rc = get_hp_int(L, "feed_forward_length", 1, 0, 1, 1 << 22, &hp->n_ff)) ||
         (rc = get_hp_int(L, "attention.head_count", 1, 0, 1, 1 << 14, &hp->n_head)) ||
-        (rc = get_hp_int(L, "context_length", 0, 2048, 1, 1 << 24, &hp->n_ctx_train)))
+        (rc = get_hp_int(L, "context_length", 0, 2048, 1, 1 << 24, &hp->n_ctx_train)) ||
+        (rc = load_expert_hparams(L)))
         return rc;
     if ((rc = get_hp_int(L, "attention.head_count_kv", 0, hp->n_head, 1, hp->n_head,
                          &hp->n_head_kv)))
@@ -278,17 +324,29 @@ static int load_tensors(struct loader *L)
             (rc = bind_mat(L, NAME("attn_k.weight"), hp->n_embd, k_dim, 1, &w->wk)) ||
             (rc = bind_mat(L, NAME("attn_v.weight"), hp->n_embd, v_dim, 1, &w->wv)) ||
             (rc = bind_mat(L, NAME("attn_output.weight"), o_dim, hp->n_embd, 1, &w->wo)) ||
-            (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, 1, &w->ffn_norm)) ||
-            (rc = bind_mat(L, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &w->w_gate)) ||
-            (rc = bind_mat(L, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &w->w_up)) ||
-            (rc = bind_mat(L, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &w->w_down)))
+            (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, 1, &w->ffn_norm)))
+            return rc;
+        const int64_t ne = hp->n_expert;
+        if (ne &&
+            ((rc = bind_mat(L, NAME("ffn_gate_inp.weight"), hp->n_embd, ne, 1, &w->gate_inp)) ||
+             (rc = bind_mat_n(L, NAME("ffn_gate_exps.weight"), hp->n_embd, hp->n_ff, ne, 1,
+                              &w->gate_exps)) ||
+             (rc = bind_mat_n(L, NAME("ffn_up_exps.weight"), hp->n_embd, hp->n_ff, ne, 1,
+                              &w->up_exps)) ||
+             (rc = bind_mat_n(L, NAME("ffn_down_exps.weight"), hp->n_ff, hp->n_embd, ne, 1,
+                              &w->down_exps))))
+            return rc;
+        if (!ne &&
+            ((rc = bind_mat(L, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &w->w_gate)) ||
+             (rc = bind_mat(L, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &w->w_up)) ||
+             (rc = bind_mat(L, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &w->w_down))))
             return rc;
         int biases = hp->arch == IFL_ARCH_QWEN2;
         if ((rc = bind_vec(L, NAME("attn_q.bias"), q_dim, biases, &w->bq)) ||
             (rc = bind_vec(L, NAME("attn_k.bias"), k_dim, biases, &w->bk)) ||
             (rc = bind_vec(L, NAME("attn_v.bias"), v_dim, biases, &w->bv)))
             return rc;
-        int qk_norm = hp->arch == IFL_ARCH_QWEN3;
+        int qk_norm = hp->arch == IFL_ARCH_QWEN3 || hp->arch == IFL_ARCH_QWEN3MOE;
         if ((rc = bind_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &w->q_norm)) ||
             (rc = bind_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &w->k_norm)))
             return rc;
@@ -305,10 +363,11 @@ static int load_tensors(struct loader *L)
             if (strstr(name, ".weight") == NULL && strstr(name, ".bias") == NULL)
                 continue;
             /* rebinding is cheap: look for names we know */
-            const char *known[] = {"attn_norm.",   "attn_q.",      "attn_k.",      "attn_v.",
-                                   "attn_output.", "ffn_norm.",    "ffn_gate.",    "ffn_up.",
-                                   "ffn_down.",    "attn_q_norm.", "attn_k_norm.", "token_embd.",
-                                   "output_norm.", "output.",      "rope_freqs."};
+            const char *known[] = {
+                "attn_norm.",    "attn_q.",        "attn_k.",      "attn_v.",       "attn_output.",
+                "ffn_norm.",     "ffn_gate.",      "ffn_up.",      "ffn_down.",     "attn_q_norm.",
+                "attn_k_norm.",  "token_embd.",    "output_norm.", "output.",       "rope_freqs.",
+                "ffn_gate_inp.", "ffn_gate_exps.", "ffn_up_exps.", "ffn_down_exps."};
             int ok = 0;
             for (size_t k = 0; k < sizeof known / sizeof *known && !ok; k++) {
                 const char *p = strstr(name, known[k]);
@@ -339,7 +398,11 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
     if (!rc)
         rc = load_tensors(&L);
     if (!rc && o && o->tp_size > 1)
-        rc = ifl_model_shard(m, o->tp_rank, o->tp_size, err);
+        rc = m->hp.n_expert ? ifl_err(err, IFL_EUNSUPPORTED,
+                                      "model: tensor parallelism does not split experts yet "
+                                      "(%d experts)",
+                                      m->hp.n_expert)
+                            : ifl_model_shard(m, o->tp_rank, o->tp_size, err);
     if (rc) {
         ifl_model_free(m);
         return rc;

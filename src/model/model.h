@@ -16,7 +16,12 @@
 #include "kernels/types.h"
 #include "model/gguf.h"
 
-enum ifl_arch { IFL_ARCH_LLAMA = 1, IFL_ARCH_QWEN2 = 2, IFL_ARCH_QWEN3 = 3 };
+enum ifl_arch {
+    IFL_ARCH_LLAMA = 1,
+    IFL_ARCH_QWEN2 = 2,
+    IFL_ARCH_QWEN3 = 3,
+    IFL_ARCH_QWEN3MOE = 10 /* qwen3 with experts */
+};
 
 struct ifl_hparams {
     enum ifl_arch arch;
@@ -28,13 +33,16 @@ struct ifl_hparams {
     int32_t n_head_kv;
     int32_t head_dim;   /* of queries and keys */
     int32_t head_dim_v; /* of values */
-    int32_t n_ff;
+    int32_t n_ff;       /* with experts: each expert's width (n_ff_exp) */
     int32_t n_ctx_train;
     int32_t n_rot; /* dimensions RoPE rotates in each head (<= head_dim) */
     int rope_neox; /* 1: pairs (i, i + n_rot/2); 0: adjacent pairs (2i, 2i+1) */
     float rope_base;
     float rope_pos_scale; /* positions are multiplied by this (linear scaling) */
     float rms_eps;
+    /* mixture of experts; n_expert 0: a dense FFN */
+    int32_t n_expert;      /* {arch}.expert_count */
+    int32_t n_expert_used; /* {arch}.expert_used_count: k of the top-k */
 };
 
 /* A weight matrix: n_out rows of n_in elements of `type`, row_bytes apart.
@@ -60,6 +68,14 @@ struct ifl_layer_weights {
     struct ifl_mat w_gate;        /* n_embd -> n_ff */
     struct ifl_mat w_up;          /* n_embd -> n_ff */
     struct ifl_mat w_down;        /* n_ff -> n_embd */
+    /* mixture of experts (hp.n_expert > 0; w_gate, w_up, w_down unset):
+     * the router, and the experts as one matrix each of n_expert * n_ff
+     * (down: n_expert * n_embd) rows, expert e's rows after e - 1's, so
+     * its 2-D slice is contiguous (and x16 groups never straddle two) */
+    struct ifl_mat gate_inp;  /* n_embd -> n_expert */
+    struct ifl_mat gate_exps; /* per expert n_embd -> n_ff */
+    struct ifl_mat up_exps;   /* per expert n_embd -> n_ff */
+    struct ifl_mat down_exps; /* per expert n_ff -> n_embd */
 };
 
 /* A rank's share of a model split for tensor parallelism (shard.c); the

@@ -501,7 +501,7 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
         return 0;
     }
     const struct ifl_kernels *kn = ifl_kernels_best();
-    int per_layer = 7, cap = m->hp.n_layer * per_layer + 1, rc = 0;
+    int per_layer = 7, cap = m->hp.n_layer * (per_layer + 3) + 1, rc = 0;
     struct job J = {.m = m, .o = o, .total = total, .stage = "repacking"};
     J.mats = malloc(sizeof(*J.mats) * (size_t)cap);
     J.dst_off = malloc(sizeof(*J.dst_off) * (size_t)cap);
@@ -516,6 +516,12 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
         for (int i = 0; i < per_layer; i++)
             if (wants_x16(kn, lm[i]))
                 J.mats[J.n_mats++] = lm[i];
+        /* experts: one matrix of all their rows, repacked when each
+         * expert's slice is whole groups (forward_moe.c computes a slice) */
+        struct ifl_mat *em[] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+        for (int i = 0; i < 3 && m->hp.n_expert; i++)
+            if (wants_x16(kn, em[i]) && (em[i]->n_out / m->hp.n_expert) % 16 == 0)
+                J.mats[J.n_mats++] = em[i];
     }
     if (!m->tied_output && wants_x16(kn, &m->output))
         J.mats[J.n_mats++] = &m->output;

@@ -1,0 +1,377 @@
+/*
+ * The mixture-of-experts feed-forward block of a step (forward.c calls it
+ * in place of the dense FFN for a model with experts): llama.cpp's
+ * build_moe_ffn as the llama (Mixtral) and qwen3moe graphs use it.
+ *
+ *   logits = xn Wr                       the router, n_expert per row
+ *   sel    = the k largest logits        (k = expert_used_count; the lowest
+ *                                         id first on a tie)
+ *   w_i    = softmax(logits)[sel_i] / sum over the k of softmax(logits)
+ *            (= e^(l_i - m) / sum_j e^(l_j - m) over the chosen: both
+ *            architectures renormalise the top-k, never scale them)
+ *   out    = sum_i w_i * Wd_e (silu(Wg_e xn) * (Wu_e xn)),  e = sel_i, in
+ *            order of i (llama.cpp adds the weighted experts in that order)
+ *
+ * A batch's rows are grouped by expert: every (row, choice) pair becomes
+ * a gathered row, those of expert e consecutive (rows in batch order), so
+ * the matmuls run once per expert over all its rows and read its weights
+ * once per step; an expert no row chose is not read at all, so a lone
+ * decode row reads k of the n_expert experts. Each expert is the 2-D
+ * slice of the stacked tensor (model.h), computed by the same gemm
+ * kernels (and x16 repacked groups) as a dense matrix.
+ *
+ * Numerics: a gathered row's outputs come from the gemm kernels, whose
+ * result per (row, column) depends only on the two rows (kernels.h), and
+ * the router, top-k and weighted sum are per-row with a fixed order, so a
+ * row's result does not depend on which other rows chose the same expert,
+ * on the batch, or on the thread count (batch invariance, forward.h).
+ *
+ * Threads: every thread runs ifl_fwd_moe with the same arguments; phases
+ * meet at barriers; the matmul units (an expert's slice of columns) are
+ * handed out by a ticket counter. Nothing is allocated per step.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward_internal.h"
+
+/* Columns of one matmul unit: long enough that a unit's call amortises
+ * its activations, short enough to balance two threads on a decode. */
+#define UNIT_COLS 64
+
+struct ticket {
+    _Alignas(64) _Atomic int64_t next;
+};
+
+/* The step's choices grouped by expert. Every thread builds its own copy
+ * from the routes (the same bytes in each), so no thread waits for one
+ * that builds it for all. */
+struct lists {
+    int32_t *slot;   /* [R][k] the gathered row of each choice */
+    int32_t *src;    /* [ng] the batch row of each gathered row */
+    int32_t *off;    /* [n_exp + 1] expert e's gathered rows: [off[e], off[e + 1]) */
+    int32_t *active; /* [n_exp] the experts with rows, ascending */
+    int32_t n_active;
+};
+
+struct ifl_fwd_moe {
+    int32_t n_exp, k, n_ff, n_embd;
+    size_t ng;        /* gathered rows at most: max_rows * k */
+    float *logits;    /* [R][n_exp] router logits */
+    int32_t *sel;     /* [R][k] chosen experts, largest logit first */
+    float *wsel;      /* [R][k] their weights */
+    struct lists *ls; /* [nth] */
+    int nth;
+    char *xg, *xu; /* [ng][x_ld] gathered inputs in gate's (up's) input format */
+    size_t x_ld;
+    float *hg, *hu; /* [ng][n_ff] gate and up outputs; hg then silu(g) * u */
+    char *hd;       /* [ng][h_ld] silu(g) * u in down's input format */
+    size_t h_ld;
+    float *yd;         /* [ng][n_embd] down outputs */
+    int32_t *trace;    /* ifl_fwd_moe_trace's array, or NULL */
+    struct ticket *tk; /* [n_layer][2] units handed out: gate/up, down */
+};
+
+static size_t round64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+/* Bytes of a row of n values in the input format of weight type t. */
+static size_t act_bytes(enum ifl_type t, int64_t n)
+{
+    enum ifl_type at = ifl_type_info(t)->act;
+    return at == IFL_TYPE_F32 ? (size_t)n * sizeof(float) : ifl_type_row_size(at, n);
+}
+
+void ifl_fwd_moe_free(struct ifl_fwd *f)
+{
+    struct ifl_fwd_moe *e = f->moe;
+    if (!e)
+        return;
+    free(e->logits);
+    free(e->sel);
+    free(e->wsel);
+    for (int t = 0; e->ls && t < e->nth; t++) {
+        free(e->ls[t].slot);
+        free(e->ls[t].src);
+        free(e->ls[t].off);
+        free(e->ls[t].active);
+    }
+    free(e->ls);
+    free(e->tk);
+    if (e->xu != e->xg)
+        free(e->xu);
+    free(e->xg);
+    free(e->hg);
+    free(e->hu);
+    free(e->hd);
+    free(e->yd);
+    free(e);
+    f->moe = NULL;
+}
+
+int ifl_fwd_moe_create(struct ifl_fwd *f, char *err)
+{
+    const struct ifl_model *m = f->m;
+    const struct ifl_hparams *hp = &m->hp;
+    if (!hp->n_expert)
+        return 0;
+    struct ifl_fwd_moe *e = aligned_alloc(64, round64(sizeof *e));
+    if (!e)
+        return ifl_err(err, IFL_ENOMEM, "forward: out of memory for the experts");
+    memset(e, 0, sizeof *e);
+    f->moe = e;
+    e->n_exp = hp->n_expert;
+    e->k = hp->n_expert_used;
+    e->n_ff = hp->n_ff;
+    e->n_embd = hp->n_embd;
+    const size_t R = (size_t)f->max_rows;
+    e->ng = R * (size_t)e->k;
+    /* the widest input rows any layer's types need (a mix may differ by layer) */
+    int split_up = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct ifl_layer_weights *w = &m->layers[il];
+        size_t xb = act_bytes(w->gate_exps.type, hp->n_embd);
+        size_t ub = act_bytes(w->up_exps.type, hp->n_embd);
+        size_t hb = act_bytes(w->down_exps.type, hp->n_ff);
+        e->x_ld = round64(xb > e->x_ld ? xb : e->x_ld);
+        e->x_ld = round64(ub > e->x_ld ? ub : e->x_ld);
+        e->h_ld = round64(hb > e->h_ld ? hb : e->h_ld);
+        split_up |= ifl_type_info(w->gate_exps.type)->act != ifl_type_info(w->up_exps.type)->act;
+    }
+    e->logits = malloc(sizeof(float) * R * (size_t)e->n_exp);
+    e->sel = malloc(sizeof(int32_t) * e->ng);
+    e->wsel = malloc(sizeof(float) * e->ng);
+    e->nth = ifl_pool_size(f->pool);
+    e->ls = calloc((size_t)e->nth, sizeof *e->ls);
+    int lists_ok = e->ls != NULL;
+    for (int t = 0; lists_ok && t < e->nth; t++) {
+        struct lists *l = &e->ls[t];
+        l->slot = malloc(sizeof(int32_t) * e->ng);
+        l->src = malloc(sizeof(int32_t) * e->ng);
+        l->off = malloc(sizeof(int32_t) * ((size_t)e->n_exp + 1));
+        l->active = malloc(sizeof(int32_t) * (size_t)e->n_exp);
+        lists_ok = l->slot && l->src && l->off && l->active;
+    }
+    e->tk = aligned_alloc(64, sizeof(struct ticket) * 2 * (size_t)hp->n_layer);
+    e->xg = aligned_alloc(64, e->ng * e->x_ld);
+    e->xu = split_up ? aligned_alloc(64, e->ng * e->x_ld) : e->xg;
+    e->hg = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_ff));
+    e->hu = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_ff));
+    e->hd = aligned_alloc(64, e->ng * e->h_ld);
+    e->yd = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_embd));
+    if (!e->logits || !e->sel || !e->wsel || !lists_ok || !e->tk || !e->xg || !e->xu || !e->hg ||
+        !e->hu || !e->hd || !e->yd) {
+        ifl_fwd_moe_free(f);
+        return ifl_err(err, IFL_ENOMEM,
+                       "forward: out of memory for %zu expert rows (%d rows, %d experts each)",
+                       (size_t)R * (size_t)e->k, f->max_rows, e->k);
+    }
+    return 0;
+}
+
+void ifl_fwd_moe_trace(struct ifl_fwd *f, int32_t *sel)
+{
+    if (f->moe)
+        f->moe->trace = sel;
+}
+
+/* The k largest of l[0..n) (the lowest index first among equals), largest
+ * first, and their renormalised softmax weights. */
+static void route(const float *l, int n, int k, int32_t *sel, float *w)
+{
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int c = 0; c < n; c++) {
+            int taken = 0;
+            for (int t = 0; t < i && !taken; t++)
+                taken = sel[t] == c;
+            if (!taken && (best < 0 || l[c] > l[best]))
+                best = c;
+        }
+        sel[i] = best;
+    }
+    /* sel[0] holds the largest logit: e^(l - max) of each chosen, summed in
+     * double; the all-expert softmax's denominator cancels */
+    double p[64], s = 0.0;
+    double *pp = k <= 64 ? p : NULL;
+    for (int i = 0; i < k; i++) {
+        double v = exp((double)l[sel[i]] - (double)l[sel[0]]);
+        if (pp)
+            pp[i] = v;
+        s += v;
+    }
+    for (int i = 0; i < k; i++) {
+        double v = pp ? pp[i] : exp((double)l[sel[i]] - (double)l[sel[0]]);
+        w[i] = (float)(v / s);
+    }
+}
+
+/* The slice of the stacked experts matrix w that is expert x's. */
+static const char *expert_rows(const struct ifl_mat *w, int n_exp, int x)
+{
+    return (const char *)w->data + (size_t)x * (size_t)(w->n_out / n_exp) * w->row_bytes;
+}
+
+/* Columns per unit of w: UNIT_COLS, or the x16 kernel's widest tile. */
+static int unit_cols(const struct ifl_fwd *f, const struct ifl_mat *w)
+{
+    int c = w->x16 ? f->kn->x16_cols[w->type] : 0;
+    return c > UNIT_COLS ? c : UNIT_COLS;
+}
+
+/* y rows of the gathered rows [g0, g0 + n) = x rows times the columns
+ * [c0, c1) of expert x's slice of w. */
+static void expert_gemm(const struct ifl_fwd *f, const struct ifl_mat *w, int x, const void *xa,
+                        size_t xs, int32_t g0, int32_t n, int64_t c0, int64_t c1, float *y,
+                        size_t ldy)
+{
+    const struct ifl_fwd_moe *e = f->moe;
+    ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
+    gemm(w->n_in, n, (int)(c1 - c0), (const char *)xa + (size_t)g0 * xs, xs,
+         expert_rows(w, e->n_exp, x) + (size_t)c0 * w->row_bytes, w->row_bytes,
+         y + (size_t)g0 * ldy + c0, ldy);
+}
+
+/* Converts n values at x into the input format of weight type t at dst
+ * (a copy when that is F32). */
+static void to_act(const struct ifl_fwd *f, enum ifl_type t, const float *x, void *dst, int64_t n)
+{
+    enum ifl_type at = ifl_type_info(t)->act;
+    if (at == IFL_TYPE_F32)
+        memcpy(dst, x, sizeof(float) * (size_t)n);
+    else
+        f->kn->quant[at](x, dst, n);
+}
+
+void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
+{
+    struct ifl_fwd *f = j->f;
+    struct ifl_fwd_moe *e = f->moe;
+    const struct ifl_layer_weights *w = &f->m->layers[il];
+    const int32_t nr = j->b->n_rows;
+    const int n_exp = e->n_exp, k = e->k, n_ff = e->n_ff, n_embd = e->n_embd;
+    struct lists *L = &e->ls[ith];
+    struct ticket *tk = e->tk + 2 * il;
+    if (ith == 0) { /* published by the barrier after the routes; no thread
+                       takes this layer's units before it */
+        atomic_store_explicit(&tk[0].next, 0, memory_order_relaxed);
+        atomic_store_explicit(&tk[1].next, 0, memory_order_relaxed);
+    }
+
+    /* this thread's rows: router logits, then the top k and their weights */
+    if (hi > lo) {
+        const struct ifl_mat *r = &w->gate_inp;
+        enum ifl_type at = ifl_type_info(r->type)->act;
+        const void *xa = f->xn + lo * n_embd;
+        size_t xs = sizeof(float) * (size_t)n_embd;
+        if (at != IFL_TYPE_F32) {
+            for (long i = lo; i < hi; i++)
+                f->kn->quant[at](f->xn + i * n_embd, (char *)f->act + i * f->act_row_bytes, n_embd);
+            xa = (const char *)f->act + lo * f->act_row_bytes;
+            xs = f->act_row_bytes;
+        }
+        ifl_gemm_fn gemm = f->kn->gemm[r->type];
+        gemm(n_embd, (int)(hi - lo), n_exp, xa, xs, r->data, r->row_bytes, e->logits + lo * n_exp,
+             (size_t)n_exp);
+        for (long i = lo; i < hi; i++)
+            route(e->logits + i * n_exp, n_exp, k, e->sel + i * k, e->wsel + i * k);
+        if (e->trace)
+            memcpy(e->trace + ((size_t)il * (size_t)nr + (size_t)lo) * (size_t)k, e->sel + lo * k,
+                   sizeof(int32_t) * (size_t)(hi - lo) * (size_t)k);
+    }
+    ifl_pool_barrier(f->pool);
+
+    /* the choices grouped by expert (a counting sort, rows in batch order
+     * within an expert), in this thread's own lists */
+    memset(L->off, 0, sizeof(int32_t) * ((size_t)n_exp + 1));
+    for (long i = 0; i < (long)nr * k; i++)
+        L->off[e->sel[i] + 1]++;
+    L->n_active = 0;
+    for (int x = 0; x < n_exp; x++) {
+        if (L->off[x + 1])
+            L->active[L->n_active++] = x;
+        L->off[x + 1] += L->off[x];
+    }
+    for (long i = 0; i < (long)nr * k; i++) {
+        int32_t g = L->off[e->sel[i]]++;
+        L->slot[i] = g;
+        L->src[g] = (int32_t)(i / k);
+    }
+    for (int x = n_exp; x > 0; x--) /* back to each expert's first row */
+        L->off[x] = L->off[x - 1];
+    L->off[0] = 0;
+
+    /* gathered rows: each one's input in the experts' input formats */
+    const long n_g = (long)nr * k;
+    long glo, ghi;
+    ifl_pool_split(n_g, ith, nth, &glo, &ghi);
+    for (long g = glo; g < ghi; g++) {
+        const float *x = f->xn + (size_t)L->src[g] * n_embd;
+        to_act(f, w->gate_exps.type, x, e->xg + g * e->x_ld, n_embd);
+        if (e->xu != e->xg)
+            to_act(f, w->up_exps.type, x, e->xu + g * e->x_ld, n_embd);
+    }
+    ifl_pool_barrier(f->pool);
+
+    /* gate and up: units of (active expert, matrix, columns) */
+    {
+        const int cw = unit_cols(f, &w->gate_exps) > unit_cols(f, &w->up_exps)
+                           ? unit_cols(f, &w->gate_exps)
+                           : unit_cols(f, &w->up_exps);
+        const int64_t nch = (n_ff + cw - 1) / cw, n_units = (int64_t)L->n_active * 2 * nch;
+        for (;;) {
+            int64_t u = atomic_fetch_add_explicit(&tk[0].next, 1, memory_order_relaxed);
+            if (u >= n_units)
+                break;
+            const int x = L->active[u / (2 * nch)];
+            const int up = (int)((u / nch) % 2);
+            const int64_t c0 = (u % nch) * cw, c1 = c0 + cw < n_ff ? c0 + cw : n_ff;
+            const int32_t g0 = L->off[x], n = L->off[x + 1] - g0;
+            expert_gemm(f, up ? &w->up_exps : &w->gate_exps, x, up ? e->xu : e->xg, e->x_ld, g0, n,
+                        c0, c1, up ? e->hu : e->hg, (size_t)n_ff);
+        }
+    }
+    ifl_pool_barrier(f->pool);
+
+    for (long g = glo; g < ghi; g++) {
+        float *gr = e->hg + (size_t)g * n_ff;
+        f->kn->swiglu(n_ff, gr, e->hu + (size_t)g * n_ff);
+        to_act(f, w->down_exps.type, gr, e->hd + g * e->h_ld, n_ff);
+    }
+    ifl_pool_barrier(f->pool);
+
+    /* down: units of (active expert, columns) */
+    {
+        const int cw = unit_cols(f, &w->down_exps);
+        const int64_t nch = (n_embd + cw - 1) / cw, n_units = (int64_t)L->n_active * nch;
+        for (;;) {
+            int64_t u = atomic_fetch_add_explicit(&tk[1].next, 1, memory_order_relaxed);
+            if (u >= n_units)
+                break;
+            const int x = L->active[u / nch];
+            const int64_t c0 = (u % nch) * cw, c1 = c0 + cw < n_embd ? c0 + cw : n_embd;
+            const int32_t g0 = L->off[x], n = L->off[x + 1] - g0;
+            expert_gemm(f, &w->down_exps, x, e->hd, e->h_ld, g0, n, c0, c1, e->yd, (size_t)n_embd);
+        }
+    }
+    ifl_pool_barrier(f->pool);
+
+    /* this thread's rows: the weighted experts, added in order of choice */
+    for (long r = lo; r < hi; r++) {
+        float *t = f->tmp + r * n_embd;
+        const float *y0 = e->yd + (size_t)L->slot[r * k] * n_embd;
+        const float w0 = e->wsel[r * k];
+        for (int i = 0; i < n_embd; i++)
+            t[i] = y0[i] * w0;
+        for (int c = 1; c < k; c++) {
+            const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
+            const float wc = e->wsel[r * k + c];
+            for (int i = 0; i < n_embd; i++)
+                t[i] += y[i] * wc;
+        }
+    }
+}
