@@ -28,6 +28,23 @@
  * Weight matrices are stored as ggml lays them out: ne[0] is the input
  * width, so row o of a [n_in, n_out] tensor holds the weights of output o.
  *
+ * gemma2 / gemma3 (from llama.cpp's graphs, src/models/gemma2.cpp, gemma3.cpp):
+ *   x = token_embd[token] * sqrt(n_embd)
+ *   per layer: as above, but q scaled by 1/sqrt(head_dim) (27B: n_embd/n_head)
+ *     for the score; gemma3 norms each head of q and k; gemma2 caps each
+ *     score: s = c tanh(s / c); a sliding layer (il % period < period - 1,
+ *     when there is a window) lets position i see j > i - n_swa only, and
+ *     rotates with its own base (gemma3: rope.freq_base_swa, else 10000);
+ *     x += rmsnorm(Wo o) * post_attention_norm
+ *     x += rmsnorm(Wdown (gelu(Wgate h) * Wup h)) * post_ffw_norm,
+ *       gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+ *   logits capped likewise when final_logit_softcapping says (gemma2: 30).
+ * phi3: Wq, Wk, Wv are the rows of attn_qkv, Wgate and Wup those of ffn_up;
+ *   RoPE divides by rope_factors_long when the context (ref_forward_ctx's
+ *   n_ctx) exceeds rope.scaling.original_context_length, else by
+ *   rope_factors_short, and both rotated vectors are scaled by
+ *   rope.scaling.attn_factor.
+ *
  * LoRA adapters (ref_forward_lora): an adapted matrix W with lora_a
  * [n_in, r] and lora_b [r, n_out] computes W x + s B (A x) in double; the
  * embedding's lora_a is stored transposed, [r, n_vocab], so token t adds
@@ -64,6 +81,7 @@ struct rmat {
 
 struct rlayer {
     struct rmat attn_norm, q, k, v, o, ffn_norm, gate, up, down;
+    struct rmat post_attn, post_ffn;     /* gemma */
     struct rmat bq, bk, bv;              /* qwen2 */
     struct rmat q_norm, k_norm;          /* qwen3 */
     struct rmat router;                  /* experts: ffn_gate_inp, [n_expert][n_embd] */
@@ -78,6 +96,12 @@ struct rmodel {
     int neox;
     struct rmat tok, out_norm, output, rope_freqs;
     struct rlayer *layers;
+    /* gemma2 / gemma3 / phi3 */
+    int gemma, gelu;
+    double emb_scale, q_scale, attn_cap, final_cap, base_swa, attn_factor;
+    int64_t n_swa, swa_period, n_ctx_orig;
+    struct rmat rope_long, rope_short;
+    const float *rope_div; /* the factors RoPE divides by, or NULL */
 };
 
 static void rmat_free(struct rmat *m)
@@ -103,12 +127,15 @@ static void rmodel_free(struct rmodel *m)
     rmat_free(&m->tok);
     rmat_free(&m->out_norm);
     rmat_free(&m->rope_freqs);
+    rmat_free(&m->rope_long);
+    rmat_free(&m->rope_short);
     if (m->layers) {
         for (int64_t l = 0; l < m->n_layer; l++) {
             struct rlayer *L = &m->layers[l];
-            struct rmat *all[] = {&L->attn_norm, &L->q,    &L->k,      &L->v,     &L->o,
-                                  &L->ffn_norm,  &L->gate, &L->up,     &L->down,  &L->bq,
-                                  &L->bk,        &L->bv,   &L->q_norm, &L->k_norm};
+            struct rmat *all[] = {&L->attn_norm, &L->q,        &L->k,         &L->v,
+                                  &L->o,         &L->ffn_norm, &L->gate,      &L->up,
+                                  &L->down,      &L->bq,       &L->bk,        &L->bv,
+                                  &L->q_norm,    &L->k_norm,   &L->post_attn, &L->post_ffn};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 rmat_free(all[i]);
             rmat_free(&L->router);
@@ -201,6 +228,31 @@ static int load_experts(const struct ifl_gguf *g, const char *name, int64_t n_in
     return 0;
 }
 
+/* Cuts a loaded [n_in, na + nb + nc] matrix into its first na rows, the
+ * next nb and the last nc (c may be NULL when nc is 0); frees it. */
+static int split_rows(struct rmat *all, struct rmat *a, int64_t na, struct rmat *b, int64_t nb,
+                      struct rmat *c, int64_t nc, char *err)
+{
+    struct rmat *parts[3] = {a, b, c};
+    int64_t rows[3] = {na, nb, nc}, at = 0;
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (!parts[i])
+            continue;
+        parts[i]->n_in = all->n_in;
+        parts[i]->n_out = rows[i];
+        parts[i]->w = malloc(sizeof(float) * (size_t)(all->n_in * rows[i]));
+        if (!parts[i]->w)
+            rc = ifl_err(err, IFL_ENOMEM, "reffwd: out of memory");
+        else
+            memcpy(parts[i]->w, all->w + at * all->n_in,
+                   sizeof(float) * (size_t)(all->n_in * rows[i]));
+        at += rows[i];
+    }
+    rmat_free(all);
+    return rc;
+}
+
 static int get_int(const struct ifl_gguf *g, const char *arch, const char *suffix, int64_t def,
                    int64_t *out, char *err)
 {
@@ -249,11 +301,14 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     m->arch[len] = 0;
     int qwen2 = !strcmp(m->arch, "qwen2"), qwen3moe = !strcmp(m->arch, "qwen3moe");
     int qwen3 = !strcmp(m->arch, "qwen3") || qwen3moe;
-    if (!qwen2 && !qwen3 && strcmp(m->arch, "llama")) {
+    int gemma2 = !strcmp(m->arch, "gemma2"), gemma3 = !strcmp(m->arch, "gemma3");
+    int phi3 = !strcmp(m->arch, "phi3");
+    if (!qwen2 && !qwen3 && !gemma2 && !gemma3 && !phi3 && strcmp(m->arch, "llama")) {
         rc = ifl_err(err, IFL_EUNSUPPORTED, "reffwd: architecture '%s' not supported", m->arch);
         goto done;
     }
-    m->neox = qwen2 || qwen3;
+    m->neox = qwen2 || qwen3 || gemma2 || gemma3 || phi3;
+    m->gemma = m->gelu = gemma2 || gemma3;
     const char *a = m->arch;
     if ((rc = get_int(g, a, "embedding_length", -1, &m->n_embd, err)) ||
         (rc = get_int(g, a, "block_count", -1, &m->n_layer, err)) ||
@@ -291,7 +346,28 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
             goto done;
         }
     }
-    if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2) {
+    m->emb_scale = m->gemma ? sqrt((double)m->n_embd) : 1.0;
+    m->q_scale = 1.0 / sqrt((double)m->head_dim);
+    if (m->n_layer == (gemma2 ? 46 : 62) && m->gemma)
+        m->q_scale = 1.0 / sqrt((double)(m->n_embd / m->n_head));
+    int64_t win = 0;
+    double d_attn_cap = gemma2 ? 50.0 : 0.0, d_final_cap = gemma2 ? 30.0 : 0.0;
+    if ((rc = get_float(g, a, "attn_logit_softcapping", d_attn_cap, &m->attn_cap, err)) ||
+        (rc = get_float(g, a, "final_logit_softcapping", d_final_cap, &m->final_cap, err)) ||
+        (rc = get_int(g, a, "attention.sliding_window", 0, &win, err)) ||
+        (rc = get_int(g, a, "attention.sliding_window_pattern", gemma2 ? 2 : 6, &m->swa_period,
+                      err)) ||
+        (rc = get_float(g, a, "rope.freq_base_swa", gemma3 ? 10000.0 : m->base, &m->base_swa,
+                        err)) ||
+        (rc = get_float(g, a, "rope.scaling.attn_factor", 1.0, &m->attn_factor, err)) ||
+        (rc = get_int(g, a, "rope.scaling.original_context_length", 0, &m->n_ctx_orig, err)))
+        goto done;
+    if (!gemma2)
+        m->attn_cap = 0; /* llama.cpp caps scores in gemma2 only */
+    m->n_swa = gemma2 ? (win ? win : 4096) : gemma3 ? win : 0;
+    if (!m->n_ctx_orig && (rc = get_int(g, a, "context_length", 2048, &m->n_ctx_orig, err)))
+        goto done;
+    if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2 || m->swa_period < 1) {
         rc = ifl_err(err, IFL_EFORMAT, "reffwd: inconsistent head counts or rope dimensions");
         goto done;
     }
@@ -306,8 +382,11 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     if ((rc = load_mat(g, "token_embd.weight", E, m->n_vocab, 0, &m->tok, err)) ||
         (rc = load_mat(g, "output_norm.weight", E, 1, 0, &m->out_norm, err)) ||
         (rc = load_mat(g, "output.weight", E, m->n_vocab, 1, &m->output, err)) ||
-        (rc = load_mat(g, "rope_freqs.weight", m->n_rot / 2, 1, 1, &m->rope_freqs, err)))
+        (rc = load_mat(g, "rope_freqs.weight", m->n_rot / 2, 1, 1, &m->rope_freqs, err)) ||
+        (rc = load_mat(g, "rope_factors_long.weight", m->n_rot / 2, 1, 1, &m->rope_long, err)) ||
+        (rc = load_mat(g, "rope_factors_short.weight", m->n_rot / 2, 1, 1, &m->rope_short, err)))
         goto done;
+    m->rope_div = m->rope_freqs.w;
     if (!m->output.w)
         m->output = m->tok; /* tied: the LM head is the embedding table */
     m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
@@ -319,10 +398,24 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
         struct rlayer *L = &m->layers[l];
         char nm[96];
 #define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
+        if (phi3) {
+            struct rmat qkv = {0}, gu = {0};
+            if ((rc = load_mat(g, NM("attn_qkv.weight"), E, qd + kd + vd, 0, &qkv, err)))
+                goto done;
+            rc = split_rows(&qkv, &L->q, qd, &L->k, kd, &L->v, vd, err);
+            if (!rc && !(rc = load_mat(g, NM("ffn_up.weight"), E, 2 * m->n_ff, 0, &gu, err)))
+                rc = split_rows(&gu, &L->gate, m->n_ff, &L->up, m->n_ff, NULL, 0, err);
+            if (rc)
+                goto done;
+        } else if ((rc = load_mat(g, NM("attn_q.weight"), E, qd, 0, &L->q, err)) ||
+                   (rc = load_mat(g, NM("attn_k.weight"), E, kd, 0, &L->k, err)) ||
+                   (rc = load_mat(g, NM("attn_v.weight"), E, vd, 0, &L->v, err)) ||
+                   (!m->n_expert &&
+                    ((rc = load_mat(g, NM("ffn_gate.weight"), E, m->n_ff, 0, &L->gate, err)) ||
+                     (rc = load_mat(g, NM("ffn_up.weight"), E, m->n_ff, 0, &L->up, err))))) {
+            goto done;
+        }
         if ((rc = load_mat(g, NM("attn_norm.weight"), E, 1, 0, &L->attn_norm, err)) ||
-            (rc = load_mat(g, NM("attn_q.weight"), E, qd, 0, &L->q, err)) ||
-            (rc = load_mat(g, NM("attn_k.weight"), E, kd, 0, &L->k, err)) ||
-            (rc = load_mat(g, NM("attn_v.weight"), E, vd, 0, &L->v, err)) ||
             (rc = load_mat(g, NM("attn_output.weight"), od, E, 0, &L->o, err)) ||
             (rc = load_mat(g, NM("ffn_norm.weight"), E, 1, 0, &L->ffn_norm, err)))
             goto done;
@@ -333,15 +426,17 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
              (rc = load_experts(g, NM("ffn_up_exps.weight"), E, m->n_ff, X, &L->up_e, err)) ||
              (rc = load_experts(g, NM("ffn_down_exps.weight"), m->n_ff, E, X, &L->down_e, err))))
             goto done;
-        if (!X && ((rc = load_mat(g, NM("ffn_gate.weight"), E, m->n_ff, 0, &L->gate, err)) ||
-                   (rc = load_mat(g, NM("ffn_up.weight"), E, m->n_ff, 0, &L->up, err)) ||
-                   (rc = load_mat(g, NM("ffn_down.weight"), m->n_ff, E, 0, &L->down, err))))
+        if (!X && (rc = load_mat(g, NM("ffn_down.weight"), m->n_ff, E, 0, &L->down, err)))
+            goto done;
+        if (m->gemma &&
+            ((rc = load_mat(g, NM("post_attention_norm.weight"), E, 1, 0, &L->post_attn, err)) ||
+             (rc = load_mat(g, NM("post_ffw_norm.weight"), E, 1, 0, &L->post_ffn, err))))
             goto done;
         if (qwen2 && ((rc = load_mat(g, NM("attn_q.bias"), qd, 1, 0, &L->bq, err)) ||
                       (rc = load_mat(g, NM("attn_k.bias"), kd, 1, 0, &L->bk, err)) ||
                       (rc = load_mat(g, NM("attn_v.bias"), vd, 1, 0, &L->bv, err))))
             goto done;
-        if (qwen3 &&
+        if ((qwen3 || gemma3) &&
             ((rc = load_mat(g, NM("attn_q_norm.weight"), m->head_dim, 1, 0, &L->q_norm, err)) ||
              (rc = load_mat(g, NM("attn_k_norm.weight"), m->head_dim, 1, 0, &L->k_norm, err))))
             goto done;
@@ -460,14 +555,15 @@ static void rmsnorm(const double *x, const float *w, int64_t n, double eps, doub
 }
 
 /* Rotates the first n_rot values of one head vector for position pos. */
-static void rope(const struct rmodel *m, double *v, int64_t pos)
+static void rope(const struct rmodel *m, double *v, int64_t pos, double base)
 {
     int64_t half = m->n_rot / 2;
     for (int64_t i = 0; i < half; i++) {
-        double freq = pow(m->base, -2.0 * (double)i / (double)m->n_rot);
-        if (m->rope_freqs.w)
-            freq /= (double)m->rope_freqs.w[i];
-        double ang = (double)pos * freq, c = cos(ang), s = sin(ang);
+        double freq = pow(base, -2.0 * (double)i / (double)m->n_rot);
+        if (m->rope_div)
+            freq /= (double)m->rope_div[i];
+        double ang = (double)pos * freq, c = cos(ang) * m->attn_factor,
+               s = sin(ang) * m->attn_factor;
         int64_t a = m->neox ? i : 2 * i, b = m->neox ? i + half : 2 * i + 1;
         double x0 = v[a], x1 = v[b];
         v[a] = x0 * c - x1 * s;
@@ -582,7 +678,7 @@ static int add_lora(struct rmodel *m, const struct ref_lora *rl, int tied, char 
     return rc;
 }
 
-static int forward(const char *gguf_path, const struct ref_lora *loras, int n_loras,
+static int forward(const char *gguf_path, const struct ref_lora *loras, int n_loras, int n_ctx,
                    const int32_t *tokens, int n, float *logits, int *n_vocab_out,
                    const struct ref_routes *rt, char *err)
 {
@@ -590,6 +686,8 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
     int rc = rmodel_load(&m, gguf_path, err);
     if (rc)
         return rc;
+    if (m.rope_long.w && m.rope_short.w)
+        m.rope_div = n_ctx > m.n_ctx_orig ? m.rope_long.w : m.rope_short.w;
     int tied = m.output.w == m.tok.w;
     for (int i = 0; !rc && i < n_loras; i++)
         rc = add_lora(&m, &loras[i], tied, err);
@@ -645,10 +743,14 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
                 x[i * E + e] += l->s * d;
             }
         }
+        for (int64_t e = 0; e < E; e++)
+            x[i * E + e] *= m.emb_scale;
     }
 
     for (int64_t l = 0; l < m.n_layer; l++) {
         const struct rlayer *L = &m.layers[l];
+        const int slide = m.n_swa > 0 && l % m.swa_period < m.swa_period - 1;
+        const double base = slide ? m.base_swa : m.base;
         /* Projections, norms and RoPE for every position. */
         for (int i = 0; i < n; i++) {
             double *q = Q + i * qd, *k = K + i * kd, *v = V + i * vd;
@@ -659,12 +761,12 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
             for (int64_t hh = 0; hh < m.n_head; hh++) {
                 if (L->q_norm.w)
                     rmsnorm(q + hh * hd, L->q_norm.w, hd, m.eps, q + hh * hd);
-                rope(&m, q + hh * hd, i);
+                rope(&m, q + hh * hd, i, base);
             }
             for (int64_t hh = 0; hh < m.n_head_kv; hh++) {
                 if (L->k_norm.w)
                     rmsnorm(k + hh * hd, L->k_norm.w, hd, m.eps, k + hh * hd);
-                rope(&m, k + hh * hd, i);
+                rope(&m, k + hh * hd, i, base);
             }
         }
         /* Causal attention, output projection, feed-forward. */
@@ -673,23 +775,27 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
                 const double *q = Q + i * qd + hh * hd;
                 int64_t kvh = hh / group;
                 double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
+                /* a sliding layer: position i sees j > i - n_swa */
+                const int j0 = slide && i >= m.n_swa ? i - (int)m.n_swa + 1 : 0;
+                for (int j = j0; j <= i; j++) {
                     const double *k = K + j * kd + kvh * hd;
                     double s = 0.0;
                     for (int64_t d = 0; d < hd; d++)
                         s += q[d] * k[d];
-                    p[j] = s / sqrt((double)hd);
+                    p[j] = s * m.q_scale;
+                    if (m.attn_cap > 0)
+                        p[j] = m.attn_cap * tanh(p[j] / m.attn_cap);
                     mx = p[j] > mx ? p[j] : mx;
                 }
                 double sum = 0.0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     p[j] = exp(p[j] - mx);
                     sum += p[j];
                 }
                 double *o = att + hh * hdv;
                 for (int64_t d = 0; d < hdv; d++)
                     o[d] = 0.0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     const double *v = V + j * vd + kvh * hdv;
                     double w = p[j] / sum;
                     for (int64_t d = 0; d < hdv; d++)
@@ -698,6 +804,8 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
             }
             double *xi = x + i * E;
             matvec(&L->o, NULL, att, t);
+            if (L->post_attn.w)
+                rmsnorm(t, L->post_attn.w, E, m.eps, t);
             for (int64_t e = 0; e < E; e++)
                 xi[e] += t[e];
             rmsnorm(xi, L->ffn_norm.w, E, m.eps, h);
@@ -709,9 +817,18 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
             }
             matvec(&L->gate, NULL, h, g);
             matvec(&L->up, NULL, h, u);
-            for (int64_t f = 0; f < m.n_ff; f++)
-                g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+            for (int64_t f = 0; f < m.n_ff; f++) {
+                double x0 = g[f];
+                if (m.gelu)
+                    g[f] =
+                        0.5 * x0 * (1.0 + tanh(sqrt(2.0 / M_PI) * (x0 + 0.044715 * x0 * x0 * x0)));
+                else
+                    g[f] = x0 / (1.0 + exp(-x0));
+                g[f] *= u[f];
+            }
             matvec(&L->down, NULL, g, t);
+            if (L->post_ffn.w)
+                rmsnorm(t, L->post_ffn.w, E, m.eps, t);
             for (int64_t e = 0; e < E; e++)
                 xi[e] += t[e];
         }
@@ -720,7 +837,8 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
         rmsnorm(x + i * E, m.out_norm.w, E, m.eps, h);
         matvec(&m.output, NULL, h, t);
         for (int64_t o = 0; o < m.n_vocab; o++)
-            logits[(int64_t)i * m.n_vocab + o] = (float)t[o];
+            logits[(int64_t)i * m.n_vocab + o] =
+                (float)(m.final_cap > 0 ? m.final_cap * tanh(t[o] / m.final_cap) : t[o]);
     }
 out:
     free(x);
@@ -743,17 +861,23 @@ out:
 int ref_forward_lora(const char *gguf_path, const struct ref_lora *loras, int n_loras,
                      const int32_t *tokens, int n, float *logits, int *n_vocab_out, char *err)
 {
-    return forward(gguf_path, loras, n_loras, tokens, n, logits, n_vocab_out, NULL, err);
+    return forward(gguf_path, loras, n_loras, 512, tokens, n, logits, n_vocab_out, NULL, err);
+}
+
+int ref_forward_ctx(const char *gguf_path, int n_ctx, const int32_t *tokens, int n, float *logits,
+                    int *n_vocab_out, char *err)
+{
+    return forward(gguf_path, NULL, 0, n_ctx, tokens, n, logits, n_vocab_out, NULL, err);
 }
 
 int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
                 int *n_vocab_out, char *err)
 {
-    return forward(gguf_path, NULL, 0, tokens, n, logits, n_vocab_out, NULL, err);
+    return forward(gguf_path, NULL, 0, 512, tokens, n, logits, n_vocab_out, NULL, err);
 }
 
 int ref_forward_routes(const char *gguf_path, const int32_t *tokens, int n, float *logits,
                        const struct ref_routes *rt, char *err)
 {
-    return forward(gguf_path, NULL, 0, tokens, n, logits, NULL, rt, err);
+    return forward(gguf_path, NULL, 0, 512, tokens, n, logits, NULL, rt, err);
 }

@@ -1,7 +1,7 @@
 /*
  * A plain reference forward pass for tests: the ground truth the engine's
  * forward pass is compared with. Written from the architecture descriptions
- * (llama, qwen2, qwen3), independently of src/model/forward.c.
+ * (llama, qwen2, qwen3, gemma2, gemma3, phi3), independently of src/model/forward.c.
  *
  * Weights are dequantised to float with ifl_kernels_ref()->dequant, and
  * every activation is kept in double, so the result is what the weights
@@ -21,6 +21,13 @@
  * learn it without evaluating anything. */
 int ref_forward(const char *gguf_path, const int32_t *tokens, int n, float *logits,
                 int *n_vocab_out, char *err);
+
+/* ref_forward for a context of n_ctx positions, which decides phi3's
+ * LongRoPE factors (long beyond rope.scaling.original_context_length);
+ * ref_forward and ref_forward_lora take 512, llama.cpp's n_ctx in the
+ * reference data. */
+int ref_forward_ctx(const char *gguf_path, int n_ctx, const int32_t *tokens, int n, float *logits,
+                    int *n_vocab_out, char *err);
 
 /* A LoRA adapter (llama.cpp's GGUF adapter file) and its user scale. */
 struct ref_lora {

@@ -75,9 +75,18 @@
 #define BIAS_STD 0.1f /* qwen2 q/k/v biases */
 #define CHUNK_ELEMS 65536
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
-static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
-#define N_ARCHS 4
+enum arch {
+    ARCH_LLAMA,
+    ARCH_QWEN2,
+    ARCH_QWEN3,
+    ARCH_QWEN3MOE,
+    ARCH_GEMMA2, /* write_arch_tensors */
+    ARCH_GEMMA3,
+    ARCH_PHI3,
+    N_ARCH
+};
+static const char *const arch_names[N_ARCH] = {"llama",  "qwen2",  "qwen3", "qwen3moe",
+                                               "gemma2", "gemma3", "phi3"};
 #define ROUTER_STD 0.1f /* ffn_gate_inp: logits of std ~1.6, so routes are rarely near-ties */
 
 /* One --type choice: the main type, the special types of the mix and the
@@ -120,6 +129,10 @@ struct opts {
     int tied;
     int rope_freqs;
     double rope_base; /* 0: default */
+    /* gemma2 / gemma3 / phi3 (write_arch_tensors) */
+    int64_t n_swa;                      /* sliding window; 0: the architecture's default */
+    double attn_softcap, final_softcap; /* --softcap; < 0: the architecture's default */
+    int64_t ctx_orig;                   /* phi3 LongRoPE's original context; 0: ctx / 32 */
     uint64_t seed;
     int64_t swap_a, swap_b; /* --swap-tokens; -1: none */
     /* --eagle3 TARGET: an EAGLE-3 head for that model instead */
@@ -148,8 +161,9 @@ static const char *const lora_layer_names[] = {"attn_q",   "attn_k", "attn_v",  
 
 static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
-    "               [--arch llama|qwen2|qwen3|qwen3moe] [--n-embd N] [--n-layer N]\n"
-    "               [--n-head N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
+    "               [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3] [--n-embd N]\n"
+    "               [--n-layer N] [--n-head N] [--n-swa N] [--softcap ATTN,FINAL]\n"
+    "               [--ctx-orig N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
     "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, llama)\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
     "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
@@ -188,7 +202,20 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 }
 
 /* Option ids for "given on the command line" bookkeeping. */
-enum { O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_HEAD_DIM, O_CTX, O_EXP, O_EXP_USED, O_COUNT };
+enum {
+    O_EMBD,
+    O_LAYER,
+    O_HEAD,
+    O_HEAD_KV,
+    O_FF,
+    O_HEAD_DIM,
+    O_CTX,
+    O_EXP,
+    O_EXP_USED,
+    O_SWA,
+    O_CTX_ORIG,
+    O_COUNT
+};
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -204,6 +231,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--n-ff", O_FF, 1, 1 << 18},
         {"--head-dim", O_HEAD_DIM, 2, 4096},
         {"--ctx", O_CTX, 1, 1 << 24},
+        {"--n-swa", O_SWA, 1, 1 << 24},
+        {"--ctx-orig", O_CTX_ORIG, 1, 1 << 24},
         {"--n-expert", O_EXP, 1, 1024},
         {"--n-expert-used", O_EXP_USED, 1, 1024},
     };
@@ -217,6 +246,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     o->alpha = -1; /* the rank unless given */
     o->lora_targets = LORA_T_DEFAULT;
     o->lora_type = IFL_TYPE_F32;
+    o->attn_softcap = o->final_softcap = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -233,13 +263,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",         "--vocab",        "--preset",       "--arch",
-            "--type",     "--rope-base",    "--seed",         "--n-embd",
-            "--n-layer",  "--n-head",       "--n-head-kv",    "--n-ff",
-            "--head-dim", "--ctx",          "--swap-tokens",  "--eagle3",
-            "--extract",  "--draft-vocab",  "--draft-map",    "--lora-of",
-            "--rank",     "--alpha",        "--lora-targets", "--lora-type",
-            "--n-expert", "--n-expert-used"};
+            "-o",          "--vocab",    "--preset",       "--arch",         "--type",
+            "--rope-base", "--seed",     "--n-embd",       "--n-layer",      "--n-head",
+            "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",          "--swap-tokens",
+            "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",    "--lora-of",
+            "--rank",      "--alpha",    "--lora-targets", "--lora-type",    "--n-swa",
+            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -294,6 +323,21 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (parse_int(ab, 0, (1 << 24) - 1, &o->swap_a) ||
                 parse_int(comma + 1, 0, (1 << 24) - 1, &o->swap_b) || o->swap_a == o->swap_b)
                 return bad_arg("--swap-tokens: bad value '%s' (want A,B: two token ids)%s", v, "");
+        } else if (!strcmp(a, "--softcap")) {
+            char *end;
+            errno = 0;
+            o->attn_softcap = strtod(v, &end);
+            int ok = !errno && end != v && *end == ',';
+            if (ok) {
+                const char *f = end + 1;
+                o->final_softcap = strtod(f, &end);
+                ok = !errno && end != f && !*end;
+            }
+            if (!ok || !(o->attn_softcap >= 0 && o->attn_softcap <= 1e6) ||
+                !(o->final_softcap >= 0 && o->final_softcap <= 1e6))
+                return bad_arg("--softcap: bad value '%s' (want ATTN,FINAL: two numbers in 0..1e6, "
+                               "0 for none)%s",
+                               v, "");
         } else if (!strcmp(a, "--eagle3")) {
             o->eagle3 = v;
         } else if (!strcmp(a, "--lora-of")) {
@@ -429,18 +473,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
     o->ctx = val[O_CTX];
     o->n_expert = val[O_EXP];
     o->n_expert_used = val[O_EXP_USED];
+    o->n_swa = val[O_SWA];
+    o->ctx_orig = val[O_CTX_ORIG];
 
     o->arch = ARCH_LLAMA;
     if (arch) {
         int ok = 0;
-        for (int k = 0; k < N_ARCHS; k++)
+        for (int k = 0; k < N_ARCH; k++)
             if (!strcmp(arch, arch_names[k])) {
                 o->arch = (enum arch)k;
                 ok = 1;
             }
         if (!ok)
-            return bad_arg("--arch: unknown architecture '%s' (want llama, qwen2, qwen3 or "
-                           "qwen3moe)%s",
+            return bad_arg("--arch: unknown architecture '%s' (want llama, qwen2, qwen3, "
+                           "qwen3moe, gemma2, gemma3 or phi3)%s",
                            arch, "");
     }
     if (o->arch == ARCH_QWEN3MOE && !o->n_expert)
@@ -463,9 +509,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return bad_arg("--n-head must be a multiple of --n-head-kv%s%s", "", "");
     if (given[O_HEAD_DIM]) {
         o->head_dim = val[O_HEAD_DIM];
-        if (o->arch != ARCH_QWEN3 && o->arch != ARCH_QWEN3MOE &&
-            o->head_dim * o->n_head != o->n_embd)
-            return bad_arg("--head-dim other than n_embd/n_head needs --arch qwen3 or qwen3moe%s%s",
+        if (o->arch != ARCH_QWEN3 && o->arch != ARCH_QWEN3MOE && o->arch != ARCH_GEMMA2 &&
+            o->arch != ARCH_GEMMA3 && o->head_dim * o->n_head != o->n_embd)
+            return bad_arg("--head-dim other than n_embd/n_head needs --arch qwen3, qwen3moe, "
+                           "gemma2 or gemma3%s%s",
                            "", "");
     } else {
         if (o->n_embd % o->n_head)
@@ -479,7 +526,26 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (o->n_head * o->head_dim > (1 << 18))
         return bad_arg("n_head * head_dim is too large%s%s", "", "");
     if (o->rope_base == 0)
-        o->rope_base = o->rope_freqs ? 500000.0 : 10000.0;
+        o->rope_base = o->rope_freqs ? 500000.0 : o->arch == ARCH_GEMMA3 ? 1000000.0 : 10000.0;
+    int gemma = o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3;
+    if ((given[O_SWA] || o->attn_softcap >= 0) && !gemma)
+        return bad_arg("--n-swa and --softcap need --arch gemma2 or gemma3%s%s", "", "");
+    if (given[O_CTX_ORIG] && o->arch != ARCH_PHI3)
+        return bad_arg("--ctx-orig needs --arch phi3%s%s", "", "");
+    if (o->arch == ARCH_PHI3 && (o->tied || o->rope_freqs))
+        return bad_arg("--arch phi3 takes neither --tied nor --rope-freqs (it has LongRoPE "
+                       "factors)%s%s",
+                       "", "");
+    if (o->arch == ARCH_GEMMA2) /* llama.cpp's gemma2 has no output.weight */
+        o->tied = 1;
+    if (!o->n_swa) /* Gemma 2's window, and Gemma 3's from 4B up */
+        o->n_swa = o->arch == ARCH_GEMMA2 ? 4096 : 1024;
+    if (o->attn_softcap < 0) /* Gemma 2's; Gemma 3 has none */
+        o->attn_softcap = o->arch == ARCH_GEMMA2 ? 50.0 : 0.0;
+    if (o->final_softcap < 0)
+        o->final_softcap = o->arch == ARCH_GEMMA2 ? 30.0 : 0.0;
+    if (!o->ctx_orig)
+        o->ctx_orig = o->ctx / 32 > 0 ? o->ctx / 32 : 1;
     return 0;
 }
 
@@ -660,6 +726,29 @@ static void llama3_factors(float *f, int64_t n_pairs, int64_t n_rot, double base
     }
 }
 
+/* phi3's LongRoPE factors, F32 like the converter's: short ones near 1,
+ * long ones growing from 1 at the fastest pair to 16 at the slowest (the
+ * shape of Phi-3's: low frequencies stretched most). */
+static int add_longrope(struct gen *g, int64_t hd)
+{
+    int64_t half = hd / 2, ne[1] = {half};
+    float *f = malloc((size_t)half * 2 * sizeof(float));
+    if (!f)
+        return -1;
+    for (int64_t i = 0; i < half; i++) {
+        double t = half > 1 ? (double)i / (double)(half - 1) : 0.0;
+        f[i] = (float)(1.0 + 0.1 * t);             /* short */
+        f[half + i] = (float)(1.0 + 15.0 * t * t); /* long */
+    }
+    int rc = ifl_gguf_writer_add_tensor(g->w, "rope_factors_short.weight", IFL_TYPE_F32, 1, ne, f,
+                                        (size_t)half * sizeof(float));
+    if (!rc)
+        rc = ifl_gguf_writer_add_tensor(g->w, "rope_factors_long.weight", IFL_TYPE_F32, 1, ne,
+                                        f + half, (size_t)half * sizeof(float));
+    free(f);
+    return rc ? -1 : 0;
+}
+
 /* tokenizer.ggml.tokens with the texts of ids a and b exchanged. */
 static int write_swapped_tokens(struct ifl_gguf_writer *w, const struct ifl_gguf *v, int64_t a,
                                 int64_t b)
@@ -725,8 +814,11 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
 {
     const char *an = arch_names[o->arch];
     char name[128];
-    snprintf(name, sizeof name, "mkmodel-%s-%lldx%lld-%s", an, (long long)o->n_embd,
-             (long long)o->n_layer, o->mix->name);
+    /* llama.cpp's vocabulary loader marks tokens of Phi-3's own vocabulary
+     * for a model named like "phi3" (and fails on one without them): the
+     * name of a phi3 over a copied vocabulary must not say so */
+    snprintf(name, sizeof name, "mkmodel-%s-%lldx%lld-%s", o->arch == ARCH_PHI3 ? "p-3" : an,
+             (long long)o->n_embd, (long long)o->n_layer, o->mix->name);
     int rc = 0;
     rc |= ifl_gguf_writer_set_str(w, "general.architecture", an, strlen(an));
     rc |= ifl_gguf_writer_set_str(w, "general.name", name, strlen(name));
@@ -742,7 +834,24 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
     }
     rc |= set_key_f32(w, an, "rope.freq_base", (float)o->rope_base);
     rc |= set_key_f32(w, an, "attention.layer_norm_rms_epsilon",
-                      o->arch == ARCH_LLAMA ? 1e-5f : 1e-6f);
+                      o->arch == ARCH_LLAMA || o->arch == ARCH_PHI3 ? 1e-5f : 1e-6f);
+    if (o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3) {
+        rc |= set_key_u32(w, an, "attention.sliding_window", (uint32_t)o->n_swa);
+        if (o->arch == ARCH_GEMMA3)
+            rc |= set_key_f32(w, an, "rope.freq_base_swa", 10000.0f);
+        if (o->attn_softcap > 0)
+            rc |= set_key_f32(w, an, "attn_logit_softcapping", (float)o->attn_softcap);
+        /* gemma2 without the key would take llama.cpp's default, 30 */
+        if (o->final_softcap > 0 || o->arch == ARCH_GEMMA2)
+            rc |= set_key_f32(w, an, "final_logit_softcapping", (float)o->final_softcap);
+    }
+    if (o->arch == ARCH_PHI3) { /* as convert_hf_to_gguf writes LongRoPE */
+        double scale = (double)o->ctx / (double)o->ctx_orig;
+        rc |= set_key_u32(w, an, "rope.scaling.original_context_length", (uint32_t)o->ctx_orig);
+        rc |=
+            set_key_f32(w, an, "rope.scaling.attn_factor",
+                        scale > 1 ? (float)sqrt(1 + log(scale) / log((double)o->ctx_orig)) : 1.0f);
+    }
     rc |= set_key_u32(w, an, "rope.dimension_count", (uint32_t)o->head_dim);
     rc |= set_key_u32(w, an, "vocab_size", (uint32_t)n_vocab);
     if (o->n_expert) {
@@ -778,9 +887,22 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
         if (rc)
             return -1;
     }
+    if (o->arch == ARCH_PHI3 && add_longrope(g, hd))
+        return -1;
+    const int gemma = o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3;
     for (int64_t l = 0; l < o->n_layer; l++) {
         enum ifl_type more = use_more_bits(l, o->n_layer) ? m->more : m->main;
 #define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
+        if (o->arch == ARCH_PHI3) { /* fused: q, k, v rows; gate, up rows */
+            if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
+                add_matrix(g, NM("attn_qkv.weight"), m->main, E, q_dim + 2 * kv_dim) ||
+                add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
+                add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD) ||
+                add_matrix(g, NM("ffn_up.weight"), m->main, E, 2 * o->n_ff) ||
+                add_matrix(g, NM("ffn_down.weight"), more, o->n_ff, E))
+                return -1;
+            continue;
+        }
         if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
             add_matrix(g, NM("attn_q.weight"), m->main, E, q_dim) ||
             add_matrix(g, NM("attn_k.weight"), m->main, E, kv_dim) ||
@@ -790,9 +912,12 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
                                       add_vector(g, NM("attn_k.bias"), kv_dim, 0.0f, BIAS_STD) ||
                                       add_vector(g, NM("attn_v.bias"), kv_dim, 0.0f, BIAS_STD)))
             return -1;
-        if ((o->arch == ARCH_QWEN3 || o->arch == ARCH_QWEN3MOE) &&
+        if ((o->arch == ARCH_QWEN3 || o->arch == ARCH_QWEN3MOE || o->arch == ARCH_GEMMA3) &&
             (add_vector(g, NM("attn_q_norm.weight"), hd, 1.0f, NORM_STD) ||
              add_vector(g, NM("attn_k_norm.weight"), hd, 1.0f, NORM_STD)))
+            return -1;
+        if (gemma && (add_vector(g, NM("post_attention_norm.weight"), E, 1.0f, NORM_STD) ||
+                      add_vector(g, NM("post_ffw_norm.weight"), E, 1.0f, NORM_STD)))
             return -1;
         if (add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
             add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD))

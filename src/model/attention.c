@@ -182,16 +182,17 @@ static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1
     const int hd = hp->head_dim, hdv = hp->head_dim_v, bs = kv->block_size;
     const int group = hp->n_head / hp->n_head_kv;
     const int q8 = kv->type == IFL_TYPE_Q8_0;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale;
     const size_t lds = f->score_ld;
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
     const int32_t *table = b->block_tables[b->seq[r]];
     const int32_t n_pos = b->pos[r] + 1, c = b->att_prefix[r];
+    const int32_t w0 = ifl_fwd_win0(hp, il, b->pos[r]); /* a sliding window's start */
 #define HOFS(h, d) (q8 ? (size_t)(h) * (d) / 32 * 34 : (size_t)(h) * (d)*2)
     for (int hk = kh0; hk < kh1; hk++) {
         const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)hk * group * hd;
         float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)hk * group * hdv;
-        for (int32_t t0 = 0; t0 < n_pos;) {
+        for (int32_t t0 = w0; t0 < n_pos;) {
             int32_t pl = ifl_fwd_place(b, r, t0),
                     nt = t0 < c ? (c - t0 < bs - t0 % bs ? c - t0 : bs - t0 % bs) : 1;
             const char *kh =
@@ -205,11 +206,14 @@ static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1
             t0 += nt;
         }
         double sum[ATT_QHEADS];
-        for (int g = 0; g < group; g++)
-            sum[g] = f->kn->softmax_exp(n_pos, sc + (size_t)g * lds,
-                                        row_max(sc + (size_t)g * lds, n_pos));
+        for (int g = 0; g < group; g++) {
+            float *s = sc + (size_t)g * lds + w0;
+            if (hp->attn_softcap > 0)
+                ifl_fwd_softcap(s, n_pos - w0, hp->attn_softcap);
+            sum[g] = f->kn->softmax_exp(n_pos - w0, s, row_max(s, n_pos - w0));
+        }
         memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
-        for (int32_t t0 = 0; t0 < n_pos;) {
+        for (int32_t t0 = w0; t0 < n_pos;) {
             int32_t pl = ifl_fwd_place(b, r, t0),
                     nt = t0 < c ? (c - t0 < bs - t0 % bs ? c - t0 : bs - t0 % bs) : 1;
             const char *vh =
@@ -262,7 +266,7 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
     const int hd = hp->head_dim, hdv = hp->head_dim_v, bs = kv->block_size;
     const int group = hp->n_head / hp->n_head_kv;
     const int q8 = kv->type == IFL_TYPE_Q8_0; /* else F16 */
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale;
     const size_t lds = f->score_ld;
     const size_t q_row = (size_t)hp->n_head * hd, o_row = (size_t)hp->n_head * hdv;
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
@@ -290,6 +294,12 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
         const int32_t *table = b->block_tables[b->seq[r]];
         /* the run's rows read positions [0, pos + 1): the first the fewest */
         const int32_t n_min = b->pos[r] + 1, n_max = b->pos[r + nr - 1] + 1;
+        /* a sliding window: the run reads from the block where its first
+         * row's window starts; each row's scores before its own start are
+         * zero after the softmax, so the values there add nothing (+0),
+         * and each row's softmax covers just its window: a row's result
+         * does not depend on its run */
+        const int32_t tb = ifl_fwd_win0(hp, il, b->pos[r]) / bs * bs;
         const int per_kv = (int)nr * group; /* queries per KV head */
         /* A prompt's rows come in runs of the same sequence one after
          * another, each reading the prefix that the run before it has just
@@ -319,17 +329,17 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
                         memcpy(qbuf + ((size_t)(hk - h0) * per_kv + (size_t)i * group) * hd,
                                f->q + (size_t)(r + i) * q_row + (size_t)hk * group * hd,
                                sizeof(float) * (size_t)group * (size_t)hd);
-            kv_prefetch(kv_at(kv, kv->k, il, table[0], 0, kv->k_row), kv->k_row,
-                        n_max < bs ? n_max : bs, HEAD_OFS(h0, hd), HEAD_OFS(h1, hd));
-            for (int32_t t0 = 0; t0 < n_max; t0 += bs) {
+            kv_prefetch(kv_at(kv, kv->k, il, table[tb / bs], 0, kv->k_row), kv->k_row,
+                        n_max - tb < bs ? n_max - tb : bs, HEAD_OFS(h0, hd), HEAD_OFS(h1, hd));
+            for (int32_t t0 = tb; t0 < n_max; t0 += bs) {
                 int nt = n_max - t0 < bs ? n_max - t0 : bs;
                 const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
                 /* with each head, its lines of the next block (or of V's first) */
                 const int last = t0 + bs >= n_max;
-                const char *np = last ? kv_at(kv, kv->v, il, table[0], 0, kv->v_row)
+                const char *np = last ? kv_at(kv, kv->v, il, table[tb / bs], 0, kv->v_row)
                                       : kv_at(kv, kv->k, il, table[t0 / bs + 1], 0, kv->k_row);
                 const size_t nrow = last ? kv->v_row : kv->k_row;
-                const int nn = last                   ? (n_max < bs ? n_max : bs)
+                const int nn = last                   ? (n_max - tb < bs ? n_max - tb : bs)
                                : n_max - t0 - bs < bs ? n_max - t0 - bs
                                                       : bs;
                 const int nd = last ? hdv : hd;
@@ -350,12 +360,16 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
             double sum[ATT_QHEADS];
             for (int g = 0; g < nq; g++) {
                 float *s = sc + (size_t)g * lds;
-                int32_t n_pos = b->pos[r + g % per_kv / group] + 1;
-                sum[g] = f->kn->softmax_exp(n_pos, s, row_max(s, n_pos));
+                int32_t p = b->pos[r + g % per_kv / group], w0 = ifl_fwd_win0(hp, il, p);
+                if (hp->attn_softcap > 0)
+                    ifl_fwd_softcap(s + w0, p + 1 - w0, hp->attn_softcap);
+                sum[g] = f->kn->softmax_exp(p + 1 - w0, s + w0, row_max(s + w0, p + 1 - w0));
+                if (w0 > tb)
+                    memset(s + tb, 0, sizeof(float) * (size_t)(w0 - tb));
             }
             for (int hk = h0; hk < h1; hk++)
                 memset(O_AT(hk), 0, sizeof(float) * (size_t)per_kv * (size_t)hdv);
-            for (int32_t t0 = 0; t0 < n_max; t0 += bs) {
+            for (int32_t t0 = tb; t0 < n_max; t0 += bs) {
                 /* nc positions of the block every row reads, then each row's own */
                 int nc = n_min - t0 <= 0 ? 0 : n_min - t0 < bs ? n_min - t0 : bs;
                 const char *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
@@ -435,7 +449,7 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
     const struct ifl_kv_store *kv = f->kv;
     int hd = hp->head_dim, hdv = hp->head_dim_v;
     int group = hp->n_head / hp->n_head_kv;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = hp->attn_scale;
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * f->score_ld;
     float *tmp = f->kvtmp + (size_t)ith * (size_t)f->kvtmp_len;
     long lo, hi;
@@ -446,9 +460,9 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
         int hk = h / group;
         const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)h * hd;
         const int32_t *table = b->block_tables[b->seq[r]];
-        int32_t n_pos = b->pos[r] + 1;
+        int32_t n_pos = b->pos[r] + 1, w0 = ifl_fwd_win0(hp, il, b->pos[r]);
         float mx = -INFINITY;
-        for (int32_t t = 0; t < n_pos; t++) {
+        for (int32_t t = w0; t < n_pos; t++) {
             int32_t pl = ifl_fwd_place(b, r, t);
             int32_t blk = table[pl / kv->block_size], slot = pl % kv->block_size;
             const void *kp = kv_at(kv, kv->k, il, blk, slot, kv->k_row);
@@ -463,14 +477,16 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
                     s += kf[i] * q[i];
             }
             s *= scale;
+            if (hp->attn_softcap > 0)
+                ifl_fwd_softcap(&s, 1, hp->attn_softcap);
             sc[t] = s;
             if (s > mx)
                 mx = s;
         }
-        double sum = f->kn->softmax_exp(n_pos, sc, mx);
+        double sum = f->kn->softmax_exp(n_pos - w0, sc + w0, mx);
         float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
         memset(o, 0, sizeof(float) * (size_t)hdv);
-        for (int32_t t = 0; t < n_pos; t++) {
+        for (int32_t t = w0; t < n_pos; t++) {
             int32_t pl = ifl_fwd_place(b, r, t);
             int32_t blk = table[pl / kv->block_size], slot = pl % kv->block_size;
             const void *vp = kv_at(kv, kv->v, il, blk, slot, kv->v_row);

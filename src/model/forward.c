@@ -45,6 +45,8 @@ void ifl_fwd_free(struct ifl_fwd *f)
     if (f->owns_pool)
         ifl_pool_free(f->pool);
     free(f->inv_freq);
+    free(f->inv_freq_swa);
+    free(f->rope_cs_swa);
     free(f->x);
     free(f->xn);
     free(f->act);
@@ -198,11 +200,9 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
         ifl_fwd_free(f);
         return rc;
     }
-    for (int i = 0; i < half; i++) {
-        double fr = pow((double)hp->rope_base, -2.0 * i / hp->n_rot) * hp->rope_pos_scale;
-        if (m->rope_freqs)
-            fr /= m->rope_freqs[i];
-        f->inv_freq[i] = fr;
+    if (ifl_fwd_rope_setup(f, cfg)) {
+        ifl_fwd_free(f);
+        return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
     *out = f;
     return 0;
@@ -525,8 +525,9 @@ static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int
 
 /* Row r's q, k and v of KV heads [h0, h1) (with their query heads) made
  * ready for attention: biases, the per-head norms, rotary positions. */
-static void qkv_ready(struct job *j, const struct ifl_layer_weights *w, long r, int h0, int h1)
+static void qkv_ready(struct job *j, int il, long r, int h0, int h1)
 {
+    const struct ifl_layer_weights *w = &j->f->m->layers[il];
     struct ifl_fwd *f = j->f;
     const struct ifl_hparams *hp = &f->m->hp;
     const int hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
@@ -547,7 +548,8 @@ static void qkv_ready(struct job *j, const struct ifl_layer_weights *w, long r, 
         for (int h = h0; h < h1; h++)
             rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
     }
-    const float *cs = f->rope_cs + r * (hp->n_rot / 2) * 2;
+    const float *cs = (f->rope_cs_swa && ifl_hp_swa(hp, il) ? f->rope_cs_swa : f->rope_cs) +
+                      r * (hp->n_rot / 2) * 2;
     rope(q + qa, cs, hp->n_rot, hd, (h1 - h0) * group, hp->rope_neox);
     rope(k + h0 * hd, cs, hp->n_rot, hd, h1 - h0, hp->rope_neox);
 }
@@ -585,19 +587,30 @@ static void step(void *arg, int ith, int nth)
      * every per-row phase below, so those need no barrier between them */
     for (long r = lo; r < hi; r++) {
         const struct ifl_mat *te = &m->tok_embd;
-        if (b->embd && b->embd[r]) { /* an image's row: given, not looked up */
+        if (b->embd && b->embd[r]) { /* an image's row: given, not looked up (nor scaled) */
             memcpy(f->x + r * n_embd, b->embd[r], sizeof(float) * (size_t)n_embd);
         } else {
             f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
                                      f->x + r * n_embd, n_embd);
             if (b->n_lora)
                 ifl_fwd_lora_embed(j, r);
+            if (hp->emb_scale != 1.0f)
+                for (int i = 0; i < n_embd; i++)
+                    f->x[r * n_embd + i] *= hp->emb_scale;
         }
         float *cs = f->rope_cs + r * half * 2;
         for (int i = 0; i < half; i++) {
             double th = (double)b->pos[r] * f->inv_freq[i];
-            cs[2 * i] = (float)cos(th);
-            cs[2 * i + 1] = (float)sin(th);
+            cs[2 * i] = (float)cos(th) * f->rope_mscale;
+            cs[2 * i + 1] = (float)sin(th) * f->rope_mscale;
+        }
+        if (f->rope_cs_swa) {
+            cs = f->rope_cs_swa + r * half * 2;
+            for (int i = 0; i < half; i++) {
+                double th = (double)b->pos[r] * f->inv_freq_swa[i];
+                cs[2 * i] = (float)cos(th) * f->rope_mscale;
+                cs[2 * i + 1] = (float)sin(th) * f->rope_mscale;
+            }
         }
     }
 
@@ -635,13 +648,13 @@ static void step(void *arg, int ith, int nth)
              * it reads only the heads it stored, so no barrier between */
             int h0 = hp->n_head_kv * ith / nth, h1 = hp->n_head_kv * (ith + 1) / nth;
             for (long r = 0; r < nr; r++)
-                qkv_ready(j, w, r, h0, h1);
+                qkv_ready(j, il, r, h0, h1);
             ifl_fwd_store_kv(j, il, 0, nr, h0, h1);
             ifl_fwd_attention_blocks(j, ith, nth, il, &memo, wo_whole ? &f->att_shape : &w->wo, 1,
                                      h0, h1);
         } else {
             for (long r = lo; r < hi; r++)
-                qkv_ready(j, w, r, 0, hp->n_head_kv);
+                qkv_ready(j, il, r, 0, hp->n_head_kv);
             ifl_fwd_store_kv(j, il, lo, hi, 0, hp->n_head_kv);
             ifl_pool_barrier(f->pool);
             ifl_fwd_attention(j, ith, nth, il, &memo, wo_whole ? &f->att_shape : &w->wo);
@@ -667,6 +680,9 @@ static void step(void *arg, int ith, int nth)
         if (f->shard && !wo_whole) /* the heads' partial products summed */
             ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
         for (long r = lo; r < hi; r++) {
+            if (w->attn_post_norm)
+                rmsnorm(f->tmp + r * n_embd, f->tmp + r * n_embd, w->attn_post_norm, n_embd,
+                        hp->rms_eps);
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
         }
@@ -692,7 +708,10 @@ static void step(void *arg, int ith, int nth)
             ifl_fwd_lora_b_rows(j, ith, il, T_GU, 2, y, ld, lo, hi);
         }
         for (long r = lo; r < hi; r++)
-            f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
+            if (hp->ffn_gelu)
+                ifl_fwd_geglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
+            else
+                f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
         ifl_fwd_quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
         const struct mm_task d = {&w->w_down, f->tmp, (size_t)n_embd};
         mm_barrier(j, ith, nth, &d, 1);
@@ -708,8 +727,12 @@ static void step(void *arg, int ith, int nth)
         }
         if (f->shard) /* the n_ff slices' partial products summed */
             ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
-        for (long r = lo; r < hi; r++)
+        for (long r = lo; r < hi; r++) {
+            if (w->ffn_post_norm)
+                rmsnorm(f->tmp + r * n_embd, f->tmp + r * n_embd, w->ffn_post_norm, n_embd,
+                        hp->rms_eps);
             add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
+        }
     }
     ifl_pool_barrier(f->pool); /* the output rows below are any thread's */
 
@@ -741,6 +764,11 @@ static void step(void *arg, int ith, int nth)
     }
     if (f->shard)
         ifl_fwd_tp_logits(j, ith, nth);
+    if (hp->final_softcap > 0 && j->logits) { /* gemma2: on whole rows, after every sum */
+        ifl_pool_barrier(f->pool);
+        for (long i = olo; i < ohi; i++)
+            ifl_fwd_softcap(j->logits + i * hp->n_vocab, hp->n_vocab, hp->final_softcap);
+    }
 }
 
 static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char *err)

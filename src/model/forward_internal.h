@@ -31,6 +31,11 @@ struct ifl_fwd {
     int32_t max_ctx;
     int32_t max_in;   /* widest matmul input */
     double *inv_freq; /* [n_rot/2] angle per position of each rotated pair */
+    /* the same for sliding-window layers, when their RoPE differs (gemma3:
+     * another base), else NULL; and their cos and sin, [R][n_rot/2][2] */
+    double *inv_freq_swa;
+    float *rope_cs_swa;
+    float rope_mscale; /* cos and sin multiplied by this (phi3 LongRoPE's attn_factor) */
 
     /* scratch, sized at creation (R = max_rows) */
     float *x;  /* [R][n_embd] residual stream */
@@ -138,6 +143,18 @@ static inline int32_t ifl_fwd_place(const struct ifl_batch *b, long r, int32_t t
 
 void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
                         const float *x, int32_t nr, long lo, long hi);
+
+/* forward_arch.c (gemma2, gemma3, phi3): gate[i] = gelu(gate[i]) * up[i]
+ * with gelu's tanh form; x[i] = cap tanh(x[i] / cap); the first position
+ * a query at pos attends to in layer il (its sliding window's start, 0
+ * for a global layer); the frequencies of forward.c's RoPE tables. */
+void ifl_fwd_geglu(int n, float *gate, const float *up);
+void ifl_fwd_softcap(float *x, int n, float cap);
+static inline int32_t ifl_fwd_win0(const struct ifl_hparams *hp, int il, int32_t pos)
+{
+    return ifl_hp_swa(hp, il) && pos >= hp->n_swa ? pos - hp->n_swa + 1 : 0;
+}
+int ifl_fwd_rope_setup(struct ifl_fwd *f, const struct ifl_fwd_config *cfg);
 
 /* forward_lora.c: the groups' targets tg[0..nt) (enum ifl_lora_target)
  * of layer il, or il -1 for the output (nt 1). segments runs before the

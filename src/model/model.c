@@ -1,5 +1,6 @@
 /*
- * Model loading: reads the hyper-parameters of a llama / qwen2 / qwen3 GGUF
+ * Model loading: reads the hyper-parameters of a llama / qwen2 / qwen3 (and
+ * gemma2 / gemma3 / phi3: model_arch.c) GGUF
  * from its metadata and binds every weight tensor by name, checking each
  * one's shape and type against those hyper-parameters. Anything missing,
  * misshapen or unsupported is an error naming the key or tensor. Weights
@@ -226,10 +227,16 @@ static int load_hparams(struct loader *L)
         hp->arch = IFL_ARCH_QWEN3;
     else if (!strcmp(hp->arch_name, "qwen3moe"))
         hp->arch = IFL_ARCH_QWEN3MOE;
+    else if (!strcmp(hp->arch_name, "gemma2"))
+        hp->arch = IFL_ARCH_GEMMA2;
+    else if (!strcmp(hp->arch_name, "gemma3"))
+        hp->arch = IFL_ARCH_GEMMA3;
+    else if (!strcmp(hp->arch_name, "phi3"))
+        hp->arch = IFL_ARCH_PHI3;
     else
         return ifl_err(L->err, IFL_EUNSUPPORTED,
                        "model: architecture '%s' is not supported (supported: llama, mistral, "
-                       "qwen2, qwen3, qwen3moe)",
+                       "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)",
                        hp->arch_name);
 
     if ((rc = get_hp_int(L, "embedding_length", 1, 0, 1, 1 << 20, &hp->n_embd)) ||
@@ -278,7 +285,7 @@ static int load_hparams(struct loader *L)
                            (int)(len > 32 ? 32 : len), s);
         }
     }
-    return 0;
+    return ifl_model_arch_hparams(hp, L->g, L->err);
 }
 
 static int load_tensors(struct loader *L)
@@ -305,8 +312,13 @@ static int load_tensors(struct loader *L)
         m->output = m->tok_embd;
         m->tied_output = 1;
     }
-    if ((rc = bind_vec(L, "rope_freqs.weight", hp->n_rot / 2, 0, &m->rope_freqs)))
+    if ((rc = bind_vec(L, "rope_freqs.weight", hp->n_rot / 2, 0, &m->rope_freqs)) ||
+        (rc = bind_vec(L, "rope_factors_long.weight", hp->n_rot / 2, 0, &m->rope_long)) ||
+        (rc = bind_vec(L, "rope_factors_short.weight", hp->n_rot / 2, 0, &m->rope_short)))
         return rc;
+    if (!m->rope_long != !m->rope_short)
+        return ifl_err(L->err, IFL_EFORMAT,
+                       "model: rope_factors_long and rope_factors_short come in a pair");
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
@@ -319,10 +331,26 @@ static int load_tensors(struct loader *L)
         struct ifl_layer_weights *w = &m->layers[il];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+        /* phi3: Wq, Wk, Wv as rows of attn_qkv, the gate and up as rows of ffn_up */
+        struct ifl_mat fused;
+        const int phi3 = hp->arch == IFL_ARCH_PHI3;
+        if ((rc = bind_mat(L, NAME("attn_qkv.weight"), hp->n_embd, q_dim + 2 * k_dim, 0, &fused)))
+            return rc;
+        if (fused.data && k_dim != v_dim)
+            return ifl_err(L->err, IFL_EFORMAT, "model: %s with keys and values of other widths",
+                           n);
+        if (ifl_gguf_find_tensor(L->g, NAME("attn_qkv.bias")))
+            return ifl_err(L->err, IFL_EUNSUPPORTED, "model: tensor '%s' is not supported", n);
+        if (fused.data) {
+            ifl_mat_rows(&w->wq, &fused, 0, q_dim);
+            ifl_mat_rows(&w->wk, &fused, q_dim, k_dim);
+            ifl_mat_rows(&w->wv, &fused, q_dim + k_dim, v_dim);
+        }
         if ((rc = bind_vec(L, NAME("attn_norm.weight"), hp->n_embd, 1, &w->attn_norm)) ||
-            (rc = bind_mat(L, NAME("attn_q.weight"), hp->n_embd, q_dim, 1, &w->wq)) ||
-            (rc = bind_mat(L, NAME("attn_k.weight"), hp->n_embd, k_dim, 1, &w->wk)) ||
-            (rc = bind_mat(L, NAME("attn_v.weight"), hp->n_embd, v_dim, 1, &w->wv)) ||
+            (!fused.data &&
+             ((rc = bind_mat(L, NAME("attn_q.weight"), hp->n_embd, q_dim, 1, &w->wq)) ||
+              (rc = bind_mat(L, NAME("attn_k.weight"), hp->n_embd, k_dim, 1, &w->wk)) ||
+              (rc = bind_mat(L, NAME("attn_v.weight"), hp->n_embd, v_dim, 1, &w->wv)))) ||
             (rc = bind_mat(L, NAME("attn_output.weight"), o_dim, hp->n_embd, 1, &w->wo)) ||
             (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, 1, &w->ffn_norm)))
             return rc;
@@ -336,17 +364,33 @@ static int load_tensors(struct loader *L)
              (rc = bind_mat_n(L, NAME("ffn_down_exps.weight"), hp->n_ff, hp->n_embd, ne, 1,
                               &w->down_exps))))
             return rc;
-        if (!ne &&
-            ((rc = bind_mat(L, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &w->w_gate)) ||
-             (rc = bind_mat(L, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &w->w_up)) ||
-             (rc = bind_mat(L, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &w->w_down))))
+        if (!ne && (rc = bind_mat(L, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &w->w_down)))
+            return rc;
+        if (ne) {
+            /* the experts stand in for the dense FFN */
+        } else if (phi3) {
+            if ((rc = bind_mat(L, NAME("ffn_up.weight"), hp->n_embd, 2 * (int64_t)hp->n_ff, 1,
+                               &fused)))
+                return rc;
+            ifl_mat_rows(&w->w_gate, &fused, 0, hp->n_ff);
+            ifl_mat_rows(&w->w_up, &fused, hp->n_ff, hp->n_ff);
+        } else if ((rc = bind_mat(L, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1,
+                                  &w->w_gate)) ||
+                   (rc = bind_mat(L, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &w->w_up))) {
+            return rc;
+        }
+        const int gemma = hp->arch == IFL_ARCH_GEMMA2 || hp->arch == IFL_ARCH_GEMMA3;
+        if ((rc = bind_vec(L, NAME("post_attention_norm.weight"), hp->n_embd, gemma,
+                           &w->attn_post_norm)) ||
+            (rc = bind_vec(L, NAME("post_ffw_norm.weight"), hp->n_embd, gemma, &w->ffn_post_norm)))
             return rc;
         int biases = hp->arch == IFL_ARCH_QWEN2;
         if ((rc = bind_vec(L, NAME("attn_q.bias"), q_dim, biases, &w->bq)) ||
             (rc = bind_vec(L, NAME("attn_k.bias"), k_dim, biases, &w->bk)) ||
             (rc = bind_vec(L, NAME("attn_v.bias"), v_dim, biases, &w->bv)))
             return rc;
-        int qk_norm = hp->arch == IFL_ARCH_QWEN3 || hp->arch == IFL_ARCH_QWEN3MOE;
+        int qk_norm = hp->arch == IFL_ARCH_QWEN3 || hp->arch == IFL_ARCH_QWEN3MOE ||
+                      hp->arch == IFL_ARCH_GEMMA3;
         if ((rc = bind_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &w->q_norm)) ||
             (rc = bind_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &w->k_norm)))
             return rc;
@@ -363,11 +407,30 @@ static int load_tensors(struct loader *L)
             if (strstr(name, ".weight") == NULL && strstr(name, ".bias") == NULL)
                 continue;
             /* rebinding is cheap: look for names we know */
-            const char *known[] = {
-                "attn_norm.",    "attn_q.",        "attn_k.",      "attn_v.",       "attn_output.",
-                "ffn_norm.",     "ffn_gate.",      "ffn_up.",      "ffn_down.",     "attn_q_norm.",
-                "attn_k_norm.",  "token_embd.",    "output_norm.", "output.",       "rope_freqs.",
-                "ffn_gate_inp.", "ffn_gate_exps.", "ffn_up_exps.", "ffn_down_exps."};
+            const char *known[] = {"attn_norm.",
+                                   "attn_q.",
+                                   "attn_k.",
+                                   "attn_v.",
+                                   "attn_output.",
+                                   "ffn_norm.",
+                                   "ffn_gate.",
+                                   "ffn_up.",
+                                   "ffn_down.",
+                                   "attn_q_norm.",
+                                   "attn_k_norm.",
+                                   "token_embd.",
+                                   "output_norm.",
+                                   "output.",
+                                   "rope_freqs.",
+                                   "ffn_gate_inp.",
+                                   "ffn_gate_exps.",
+                                   "ffn_up_exps.",
+                                   "ffn_down_exps.",
+                                   "attn_qkv.",
+                                   "post_attention_norm.",
+                                   "post_ffw_norm.",
+                                   "rope_factors_long.",
+                                   "rope_factors_short."};
             int ok = 0;
             for (size_t k = 0; k < sizeof known / sizeof *known && !ok; k++) {
                 const char *p = strstr(name, known[k]);

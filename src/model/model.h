@@ -5,7 +5,8 @@
  *
  * Architectures: llama (Llama 2, Llama 3.x with rope_freqs, and Mistral,
  * which llama.cpp's converter writes as llama), qwen2 (Q/K/V biases, NEOX
- * RoPE) and qwen3 (per-head Q/K RMS norm, NEOX RoPE, explicit head_dim).
+ * RoPE) and qwen3 (per-head Q/K RMS norm, NEOX RoPE, explicit head_dim);
+ * gemma2, gemma3 and phi3 (model_arch.c says what each adds).
  */
 #ifndef IFL_MODEL_MODEL_H
 #define IFL_MODEL_MODEL_H
@@ -20,7 +21,10 @@ enum ifl_arch {
     IFL_ARCH_LLAMA = 1,
     IFL_ARCH_QWEN2 = 2,
     IFL_ARCH_QWEN3 = 3,
-    IFL_ARCH_QWEN3MOE = 10 /* qwen3 with experts */
+    IFL_ARCH_QWEN3MOE = 10, /* qwen3 with experts */
+    IFL_ARCH_GEMMA2 = 20,   /* model_arch.c */
+    IFL_ARCH_GEMMA3 = 21,
+    IFL_ARCH_PHI3 = 22,
 };
 
 struct ifl_hparams {
@@ -43,7 +47,26 @@ struct ifl_hparams {
     /* mixture of experts; n_expert 0: a dense FFN */
     int32_t n_expert;      /* {arch}.expert_count */
     int32_t n_expert_used; /* {arch}.expert_used_count: k of the top-k */
+    /* gemma2 / gemma3 / phi3 (model_arch.c); their defaults leave the
+     * llama family's pass as it was */
+    float emb_scale;     /* token embeddings are multiplied by this (1: none) */
+    float attn_scale;    /* query scale before q.k (default 1/sqrt(head_dim)) */
+    float attn_softcap;  /* scores -> c tanh(s / c) before the softmax; 0: none */
+    float final_softcap; /* likewise for the logits */
+    int ffn_gelu;        /* 1: gelu(gate) * up (tanh form), 0: silu(gate) * up */
+    int32_t n_swa;       /* sliding window in positions (0: every layer global) */
+    int32_t swa_period;  /* layer il slides iff il % period < period - 1 */
+    float rope_base_swa; /* the sliding layers' RoPE base and position scale */
+    float rope_pos_scale_swa;
+    float rope_attn_factor; /* cos and sin multiplied by this (LongRoPE); 1: none */
+    int32_t n_ctx_orig;     /* LongRoPE: contexts beyond this take the long factors */
 };
+
+/* Whether layer il attends over a sliding window of hp->n_swa positions. */
+static inline int ifl_hp_swa(const struct ifl_hparams *hp, int il)
+{
+    return hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
+}
 
 /* A weight matrix: n_out rows of n_in elements of `type`, row_bytes apart.
  * y = W x computes n_out outputs from n_in inputs. */
@@ -64,7 +87,9 @@ struct ifl_layer_weights {
     struct ifl_mat wo;            /* n_head * head_dim_v -> n_embd */
     const float *bq, *bk, *bv;    /* qwen2 biases, else NULL */
     const float *q_norm, *k_norm; /* qwen3 per-head norms [head_dim], else NULL */
+    const float *attn_post_norm;  /* gemma: on attention's output before the residual, else NULL */
     const float *ffn_norm;        /* [n_embd] */
+    const float *ffn_post_norm;   /* gemma: likewise on the feed-forward's output */
     struct ifl_mat w_gate;        /* n_embd -> n_ff */
     struct ifl_mat w_up;          /* n_embd -> n_ff */
     struct ifl_mat w_down;        /* n_ff -> n_embd */
@@ -106,6 +131,8 @@ struct ifl_model {
     int tied_output;
     const float *rope_freqs;          /* [n_rot / 2] divisors of each pair's frequency, or NULL */
     struct ifl_layer_weights *layers; /* [n_layer] */
+    /* phi3 LongRoPE's divisors [n_rot / 2] (model_arch.c), or NULL */
+    const float *rope_long, *rope_short;
     void *x16; /* the matrices repacked at load (anonymous map or cache file) */
     size_t x16_bytes;
     void **owned; /* small tensors converted to F32 at load */
@@ -143,6 +170,13 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
  * with a notice); only IFL_ENOMEM for the bookkeeping is. */
 int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, char *err);
 void ifl_model_free(struct ifl_model *m);
+
+/* model_arch.c: the hyper-parameters gemma2, gemma3 and phi3 add, after
+ * the common ones are read (defaults for the other architectures); rows
+ * [r0, r0 + n) of a matrix as a matrix of their own (phi3's fused ones). */
+void ifl_model_arch_defaults(struct ifl_hparams *hp);
+int ifl_model_arch_hparams(struct ifl_hparams *hp, const struct ifl_gguf *g, char *err);
+void ifl_mat_rows(struct ifl_mat *dst, const struct ifl_mat *src, int64_t r0, int64_t n);
 
 /* shard.c: keeps rank's share of size of a loaded model that is not yet
  * repacked: KV heads [kv0, kv0 + n_head_kv/size) with their query heads

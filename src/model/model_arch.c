@@ -1,0 +1,139 @@
+/*
+ * What gemma2, gemma3 and phi3 add to the llama family's hyper-parameters
+ * (model.c reads the common ones, then calls ifl_model_arch_hparams), with
+ * keys and defaults as llama.cpp's loader reads them:
+ *
+ * gemma2 and gemma3: token embeddings scaled by sqrt(n_embd); RMS norms
+ * after attention and after the feed-forward too (post_attention_norm,
+ * post_ffw_norm), their weights used as stored (llama.cpp's converter
+ * already adds Gemma's 1 to every norm weight); GeGLU (gelu in its tanh
+ * form); queries scaled by 1/sqrt(head_dim), except in the 27B models
+ * (46 layers for gemma2, 62 for gemma3) where Gemma's
+ * query_pre_attn_scalar is n_embd / n_head; NEOX RoPE. Sliding-window
+ * layers: a query at position p sees positions p - n_swa + 1 .. p, and
+ * layer il slides when il % period < period - 1
+ * (`attention.sliding_window_pattern`, default 2 for gemma2: every other
+ * layer from the first; 6 for gemma3: five local layers, then a global).
+ * gemma2: attention logits and the final logits soft-capped, c tanh(x / c)
+ * (`attn_logit_softcapping`, default 50; `final_logit_softcapping`,
+ * default 30), n_swa defaults to 4096, and sliding layers take the global
+ * RoPE base and scale unless `rope.freq_base_swa` says. gemma3: per-head
+ * Q/K norms; sliding only when `attention.sliding_window` is given; the
+ * final soft-cap only when its key is; sliding layers' RoPE base
+ * `rope.freq_base_swa` or 10000, unscaled (the linear factor of the 4B+
+ * models is for the global layers).
+ *
+ * phi3: attn_qkv holds Wq, Wk and Wv one after another by rows, ffn_up
+ * the gate's rows then the up projection's (model.c binds both as views
+ * of those rows); LongRoPE: rope_factors_short and rope_factors_long
+ * divide each pair's frequency, the long ones when the context is larger
+ * than `rope.scaling.original_context_length`, and cos and sin are both
+ * multiplied by `rope.scaling.attn_factor`. Its `attention.sliding_window`
+ * is ignored, as llama.cpp ignores it.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "model/model.h"
+
+static int get_f(const struct ifl_gguf *g, const struct ifl_hparams *hp, const char *suffix,
+                 double lo, double hi, float *out, char *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", hp->arch_name, suffix);
+    double v;
+    int rc = ifl_gguf_get_float(g, key, &v, err);
+    if (rc == IFL_ENOTFOUND)
+        return 0; /* *out keeps its default */
+    if (rc)
+        return rc;
+    if (!(v >= lo && v <= hi))
+        return ifl_err(err, IFL_EFORMAT, "model: key '%s' = %g is out of range [%g, %g]", key, v,
+                       lo, hi);
+    *out = (float)v;
+    return 0;
+}
+
+static int get_i(const struct ifl_gguf *g, const struct ifl_hparams *hp, const char *suffix,
+                 int64_t lo, int64_t hi, int32_t *out, int *found, char *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", hp->arch_name, suffix);
+    int64_t v;
+    int rc = ifl_gguf_get_int(g, key, &v, err);
+    if (found)
+        *found = rc == 0;
+    if (rc == IFL_ENOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    if (v < lo || v > hi)
+        return ifl_err(err, IFL_EFORMAT, "model: key '%s' = %lld is out of range [%lld, %lld]", key,
+                       (long long)v, (long long)lo, (long long)hi);
+    *out = (int32_t)v;
+    return 0;
+}
+
+void ifl_model_arch_defaults(struct ifl_hparams *hp)
+{
+    hp->emb_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->attn_softcap = 0.0f;
+    hp->final_softcap = 0.0f;
+    hp->ffn_gelu = 0;
+    hp->n_swa = 0;
+    hp->swa_period = 1;
+    hp->rope_base_swa = hp->rope_base;
+    hp->rope_pos_scale_swa = hp->rope_pos_scale;
+    hp->rope_attn_factor = 1.0f;
+    hp->n_ctx_orig = hp->n_ctx_train;
+}
+
+int ifl_model_arch_hparams(struct ifl_hparams *hp, const struct ifl_gguf *g, char *err)
+{
+    ifl_model_arch_defaults(hp);
+    int rc, found = 0;
+    if (hp->arch == IFL_ARCH_PHI3) {
+        if ((rc = get_i(g, hp, "rope.scaling.original_context_length", 1, 1 << 24, &hp->n_ctx_orig,
+                        NULL, err)) ||
+            (rc = get_f(g, hp, "rope.scaling.attn_factor", 1e-3, 1e3, &hp->rope_attn_factor, err)))
+            return rc;
+        return 0;
+    }
+    if (hp->arch != IFL_ARCH_GEMMA2 && hp->arch != IFL_ARCH_GEMMA3)
+        return 0;
+    const int g2 = hp->arch == IFL_ARCH_GEMMA2;
+    hp->emb_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_gelu = 1;
+    if (hp->n_layer == (g2 ? 46 : 62)) /* the 27B models */
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->swa_period = g2 ? 2 : 6;
+    if (g2) {
+        hp->n_swa = 4096;
+        hp->attn_softcap = 50.0f;
+        hp->final_softcap = 30.0f;
+    } else {
+        hp->rope_base_swa = 10000.0f;
+        hp->rope_pos_scale_swa = 1.0f;
+    }
+    if ((rc = get_i(g, hp, "attention.sliding_window", 0, 1 << 24, &hp->n_swa, &found, err)) ||
+        (rc = get_i(g, hp, "attention.sliding_window_pattern", 1, 1 << 16, &hp->swa_period, NULL,
+                    err)) ||
+        (rc = get_f(g, hp, "rope.freq_base_swa", 1e-3, 1e12, &hp->rope_base_swa, err)) ||
+        (rc = get_f(g, hp, "final_logit_softcapping", 0, 1e6, &hp->final_softcap, err)))
+        return rc;
+    if (g2 && (rc = get_f(g, hp, "attn_logit_softcapping", 0, 1e6, &hp->attn_softcap, err)))
+        return rc;
+    if (!g2 && !found)
+        hp->n_swa = 0; /* gemma3 slides only when told */
+    return 0;
+}
+
+void ifl_mat_rows(struct ifl_mat *dst, const struct ifl_mat *src, int64_t r0, int64_t n)
+{
+    *dst = *src;
+    dst->data = (const char *)src->data + (size_t)r0 * src->row_bytes;
+    dst->n_out = n;
+}
