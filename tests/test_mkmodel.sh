@@ -65,6 +65,30 @@ for arch in llama qwen2 qwen3; do
     done
 done
 
+# gemma2, gemma3 and phi3 (their forward pass: tests/test_arch_dense.c)
+for arch in gemma2 gemma3 phi3; do
+    for type in f16 q8_0 q4_k_m; do
+        f=$tmp/$arch-$type.gguf
+        # shellcheck disable=SC2086
+        if ! "$MK" -o "$f" --vocab "$VOCAB" --arch "$arch" ${small/--n-layer 2/--n-layer 6} --type "$type" \
+            2>"$tmp/mkerr"; then
+            bad "mkmodel $arch $type"; head -5 "$tmp/mkerr"; continue
+        fi
+        pats=("architecture: +$arch" "${main_type[$type]} x")
+        case $arch in
+        gemma2) pats+=("window 4096 on 3 of 6 layers, their rope base 10000$"
+                       "attention 50, final 30" "output: +tied") ;;
+        gemma3) pats+=("window 1024 on 5 of 6 layers, their rope base 10000$" "base 1e\+06") ;;
+        phi3) pats+=("original context 16, attn_factor 1.5$" "tensors: +41,") ;;
+        esac
+        check_info "$arch $type loads" "$f" "${pats[@]}"
+        rm -f "$f"
+    done
+done
+"$MK" -o "$tmp/g.gguf" --vocab "$VOCAB" $small --arch gemma2 --n-swa 8 --softcap 0,2 2>/dev/null
+check_info "gemma2 --n-swa --softcap" "$tmp/g.gguf" "window 8 on 1 of 2" "attention 50, final 2"
+rm -f "$tmp/g.gguf"
+
 # the same seed gives the same bytes, another seed other bytes
 "$MK" -o "$tmp/s1.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
 "$MK" -o "$tmp/s2.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
@@ -138,6 +162,12 @@ check_usage "zero layers" "$MK" $o --vocab "$VOCAB" --n-layer 0
 check_usage "negative ctx" "$MK" $o --vocab "$VOCAB" --ctx -4
 check_usage "heads not a multiple of kv heads" "$MK" $o --vocab "$VOCAB" --n-head 4 --n-head-kv 3
 check_usage "n_embd not a multiple of heads" "$MK" $o --vocab "$VOCAB" --n-embd 250 --n-head 4
+check_usage "--n-swa on llama" "$MK" $o --vocab "$VOCAB" --n-swa 16
+check_usage "--softcap on phi3" "$MK" $o --vocab "$VOCAB" --arch phi3 --softcap 1,2
+check_usage "--softcap one number" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap 5
+check_usage "--softcap negative" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap -1,2
+check_usage "--ctx-orig on gemma3" "$MK" $o --vocab "$VOCAB" --arch gemma3 --ctx-orig 64
+check_usage "--tied on phi3" "$MK" $o --vocab "$VOCAB" --arch phi3 --tied
 check_usage "head-dim on llama" "$MK" $o --vocab "$VOCAB" --head-dim 32
 check_usage "odd head_dim" "$MK" $o --vocab "$VOCAB" --arch qwen3 --head-dim 33
 check_usage "bad rope base" "$MK" $o --vocab "$VOCAB" --rope-base abc

@@ -1,8 +1,10 @@
 /*
- * mkmodel: writes a synthetic GGUF model (llama, qwen2 or qwen3) of a chosen
- * shape and weight type, with seeded random weights and the tokenizer of
- * another GGUF copied key for key. Tests and benchmarks use it to get models
- * of real shapes without downloading any.
+ * mkmodel: writes a synthetic GGUF model (llama, qwen2, qwen3, gemma2,
+ * gemma3 or phi3) of a chosen shape and weight type, with seeded random
+ * weights and the tokenizer of another GGUF copied key for key. Tests and
+ * benchmarks use it to get models of real shapes without downloading any.
+ * For gemma2, gemma3 and phi3 see docs/cli.md (sliding windows,
+ * soft-caps, LongRoPE).
  *
  * Metadata and tensor names follow what llama.cpp's converter writes (see
  * the GGUFs in /work/shared/models/ref for examples). Weights are N(0, 0.02) like a

@@ -114,6 +114,19 @@ int cmd_info(int argc, char **argv)
     printf("rope:          %s, %d dims, base %g%s%s\n", hp->rope_neox ? "neox" : "normal",
            hp->n_rot, hp->rope_base, m->rope_freqs ? ", rope_freqs factors" : "",
            hp->rope_pos_scale != 1.0f ? ", linear scaling" : "");
+    if (m->rope_long)
+        printf("longrope:      short/long factors, original context %d, attn_factor %g\n",
+               hp->n_ctx_orig, hp->rope_attn_factor);
+    if (hp->n_swa > 0) {
+        int n_slide = 0;
+        for (int il = 0; il < hp->n_layer; il++)
+            n_slide += ifl_hp_swa(hp, il);
+        printf("sliding:       window %d on %d of %d layers, their rope base %g\n", hp->n_swa,
+               n_slide, hp->n_layer, hp->rope_base_swa);
+    }
+    if (hp->attn_softcap > 0 || hp->final_softcap > 0)
+        printf("soft-caps:     attention %g, final %g (0: none)\n", hp->attn_softcap,
+               hp->final_softcap);
     printf("rms_eps:       %g\n", hp->rms_eps);
     printf("output:        %s\n", m->tied_output ? "tied to token_embd" : "separate matrix");
     int64_t counts[IFL_TYPE_COUNT] = {0};
