@@ -2,9 +2,10 @@
 # Tensor parallelism across processes (src/model/shard.c, forward_tp.c,
 # src/dist/tp.c, --tp): mpirun -np 2 over shared memory (btl vader) and
 # over TCP on the loopback interface. The forward pass of every rank's
-# shard against one process running the whole model, on stories260K and
-# every reference model (all have an even number of KV heads). Runs as
-# root (OMPI_ALLOW_RUN_AS_ROOT). Every wait is bounded.
+# shard against one process running the whole model, on stories260K,
+# every reference model (all have an even number of KV heads) and
+# synthetic gemma3, gemma2 and phi3. Runs as root
+# (OMPI_ALLOW_RUN_AS_ROOT). Every wait is bounded.
 set -u
 BUILD=${BUILD:-build}
 T=$BUILD/tests/test_tp
@@ -30,6 +31,18 @@ MPIRUN=(mpirun --oversubscribe --bind-to none)
 VADER=(--mca btl self,vader)
 TCP=(--mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 MODELS=(../shared/models/stories260K.gguf ../shared/models/ref/*.gguf)
+# and gemma3, gemma2, phi3 (sliding windows of 8 positions, soft-caps,
+# fused QKV and gate/up sliced by rows)
+V=../shared/models/stories260K.gguf
+S="--n-embd 256 --n-head 8 --n-head-kv 2 --n-ff 512"
+# shellcheck disable=SC2086
+"$BUILD/tools/mkmodel" -o "$tmp/g3.gguf" --vocab $V $S --arch gemma3 --n-layer 6 --type q8_0 \
+    --n-swa 8 2>/dev/null &&
+    "$BUILD/tools/mkmodel" -o "$tmp/g2.gguf" --vocab $V $S --arch gemma2 --n-layer 4 --type f16 \
+        --n-swa 8 --softcap 0.5,2 2>/dev/null &&
+    "$BUILD/tools/mkmodel" -o "$tmp/p3.gguf" --vocab $V $S --arch phi3 --n-layer 4 --type q4_k_m \
+        2>/dev/null || bad "mkmodel gemma3 / gemma2 / phi3"
+MODELS+=("$tmp/g3.gguf" "$tmp/g2.gguf" "$tmp/p3.gguf")
 
 # mpi_run NAME SECS ARGS...: output in $tmp/NAME, status in RC
 mpi_run() {
