@@ -523,6 +523,22 @@ static void test_tree_forward(void)
         }
     snprintf(p, sizeof p, "%s/models/ref/qwen3-hd64-f16.gguf", t_shared());
     tree_forward_on(p, IFL_TYPE_F16, 2);
+    /* sliding windows of 8 positions: the deepest nodes' windows start
+     * inside the prompt, and a tree row reads its ancestors past them */
+    static const char *const swa[2] = {"gemma3 --n-layer 6", "gemma2 --n-layer 4 --softcap 0.5,2"};
+    const char *b = getenv("BUILD");
+    for (int a = 0; a < 2; a++) {
+        char cmd[2400];
+        snprintf(p, sizeof p, "%s/swa%d.gguf", dir, a);
+        snprintf(cmd, sizeof cmd,
+                 "%s/tools/mkmodel -o %s --vocab %s --arch %s --n-embd 256 --n-head 8 "
+                 "--n-head-kv 2 --n-ff 512 --n-swa 8 --type f16 2>/dev/null",
+                 b && *b ? b : "build", p, stories, swa[a]);
+        CHECK_EQ(system(cmd), 0);
+        for (int k = 0; k < 3; k++)
+            tree_forward_on(p, kvt[k], 1 + (k + a) % 2);
+        unlink(p);
+    }
 }
 
 /* ---- outputs with EAGLE-3 equal plain decoding's ---- */
