@@ -721,6 +721,44 @@ static void check_table_swiglu(const struct ifl_kernels *k)
                   "%s swiglu g=%.9g u=%.9g: %.9g vs ref %.9g", k->name, g[i], u[i], a[i], b[i]);
 }
 
+/* geglu against ref, and ref against gelu's tanh form in double: ordinary
+ * gates, both tails (where e^-2c overflows or vanishes), zero, and a
+ * length with a scalar tail. */
+static void check_table_geglu(const struct ifl_kernels *k)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    enum { N = 203 };
+    float g[N], u[N], a[N], b[N];
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 98);
+    for (int i = 0; i < N; i++) {
+        g[i] = 4.0f * ifl_rng_normal(&r);
+        u[i] = ifl_rng_normal(&r);
+    }
+    g[0] = 0.0f;
+    g[1] = -200.0f;
+    g[2] = 200.0f;
+    g[3] = -12.0f;
+    g[4] = 30.0f;
+    g[5] = -1e-30f;
+    memcpy(a, g, sizeof(g));
+    memcpy(b, g, sizeof(g));
+    k->geglu(N, a, u);
+    ref->geglu(N, b, u);
+    for (int i = 0; i < N; i++) {
+        /* 0.5 x (1 + tanh c) as x / (1 + e^-2c): the tanh form cancels in
+         * the far negative tail, even in double. There ref's float c is off
+         * by a few 1e-7 of |c| (about 18 at x = -7), which e^-2c turns into
+         * some 1e-5 relative, of results below 1e-9 of |x u|. */
+        double x = g[i], c = sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+        double t = x / (1 + exp(-2 * c)) * u[i];
+        CHECK_MSG(fabs((double)a[i] - b[i]) <= 1e-6 * fabs((double)b[i]) + 1e-30,
+                  "%s geglu g=%.9g u=%.9g: %.9g vs ref %.9g", k->name, g[i], u[i], a[i], b[i]);
+        CHECK_MSG(fabs(b[i] - t) <= 1e-6 * fabs(t) + 1e-9 * fabs(x * u[i]),
+                  "ref geglu g=%.9g: %.9g vs %.9g", g[i], b[i], t);
+    }
+}
+
 /* softmax_exp against ref: scores from 0 down to far below the max
  * (where e^x vanishes), lengths with and without a scalar tail. */
 static void check_table_softmax(const struct ifl_kernels *k)
@@ -1064,6 +1102,7 @@ static void test_each_table(void)
         check_table_invariance(k);
         check_table_f16(k);
         check_table_swiglu(k);
+        check_table_geglu(k);
         check_table_softmax(k);
         check_table_rows(k);
         check_table_lora(k);

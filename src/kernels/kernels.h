@@ -108,6 +108,10 @@ struct ifl_kernels {
      * their own e^x (relative error ~2e-7, so within a few ulp of ref's
      * expf); each element's result depends only on n and its own i. */
     void (*swiglu)(int64_t n, float *g, const float *u);
+    /* The GeGLU gate (gemma), gelu in its tanh form written as a sigmoid:
+     * 0.5 g (1 + tanh(c)) = g / (1 + e^(-2c)), c = sqrt(2/pi) (g + 0.044715
+     * g^3); g[i] = that * u[i]. The same e^x as swiglu. */
+    void (*geglu)(int64_t n, float *g, const float *u);
     /* Softmax numerators: s[i] = e^(s[i] - mx) for s[i] <= mx, and their
      * sum, added in double. The same e^x as swiglu; the sum's order is the
      * table's own, fixed for each n. */

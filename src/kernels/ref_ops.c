@@ -89,6 +89,14 @@ static void swiglu(int64_t n, float *g, const float *u)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void geglu(int64_t n, float *g, const float *u)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i], c = 0.79788456f * fmaf(0.044715f * x * x, x, x);
+        g[i] = x / (1.0f + expf(-2.0f * c)) * u[i];
+    }
+}
+
 static double softmax_exp(int64_t n, float *s, float mx)
 {
     double sum = 0;
@@ -270,6 +278,7 @@ void ifl_kernels_fill_ref_ops(struct ifl_kernels *k)
     k->attn_pv_q8_0 = attn_pv_q8_0;
     k->cvt_f32_f16 = cvt_f32_f16;
     k->swiglu = swiglu;
+    k->geglu = geglu;
     k->softmax_exp = softmax_exp;
     k->max_f32 = max_f32;
     k->find_f32 = find_f32;

@@ -149,6 +149,7 @@ static void x86_fill(struct ifl_kernels *k)
     k->attn_pv_q8_0 = x86_attn_pv_q8_0;
     k->cvt_f32_f16 = x86_cvt_f32_f16;
     k->swiglu = x86_swiglu;
+    k->geglu = x86_geglu;
     k->softmax_exp = x86_softmax_exp;
     k->max_f32 = x86_max_f32;
     k->find_f32 = x86_find_f32;

@@ -58,6 +58,25 @@ static void x86_swiglu(int64_t n, float *g, const float *u)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* geglu of ref.c, eight at a time; a tail of n % 8 uses expf. */
+static void x86_geglu(int64_t n, float *g, const float *u)
+{
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), k = _mm256_set1_ps(0.79788456f);
+    const __m256 a = _mm256_set1_ps(0.044715f), m2 = _mm256_set1_ps(-2.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 c = _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(a, x), x), x, x));
+        __m256 e = exp8(_mm256_mul_ps(m2, c));
+        _mm256_storeu_ps(
+            g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        float x = g[i], c = 0.79788456f * fmaf(0.044715f * x * x, x, x);
+        g[i] = x / (1.0f + expf(-2.0f * c)) * u[i];
+    }
+}
+
 /* softmax_exp of ref.c, eight at a time, summed in four double lanes
  * (two per half) and then those in order; a tail of n % 8 uses expf. */
 static double x86_softmax_exp(int64_t n, float *s, float mx)

@@ -709,7 +709,7 @@ static void step(void *arg, int ith, int nth)
         }
         for (long r = lo; r < hi; r++)
             if (hp->ffn_gelu)
-                ifl_fwd_geglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
+                f->kn->geglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
             else
                 f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
         ifl_fwd_quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);

@@ -1,26 +1,17 @@
 /*
  * The forward pass's pieces for gemma2, gemma3 and phi3 (model_arch.c says
- * what each architecture computes): GeGLU, soft-capping, and the RoPE
- * frequency tables (LongRoPE's factors, the sliding layers' own base).
+ * what each architecture computes): soft-capping and the RoPE frequency
+ * tables (LongRoPE's factors, the sliding layers' own base); GeGLU is the
+ * kernels' geglu (kernels.h). llama.cpp's CPU GeGLU looks gelu up in a
+ * table of F16 inputs and outputs; ours computes the formula in float,
+ * so it agrees with the float64 reference to float rounding and with
+ * llama.cpp to the table's (about 1e-3 relative).
  * Element-wise, per row, scalar: results do not depend on the batch.
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "model/forward_internal.h"
-
-/* llama.cpp's CPU GeGLU looks gelu up in a table of F16 inputs and
- * outputs; this is the formula itself, in float, so it agrees with the
- * float64 reference to float rounding and with llama.cpp to the table's
- * rounding (about 1e-3 relative). */
-void ifl_fwd_geglu(int n, float *gate, const float *up)
-{
-    const float k = 0.79788456080286535588f; /* sqrt(2 / pi) */
-    for (int i = 0; i < n; i++) {
-        float x = gate[i];
-        gate[i] = 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))) * up[i];
-    }
-}
 
 void ifl_fwd_softcap(float *x, int n, float cap)
 {

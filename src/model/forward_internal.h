@@ -144,11 +144,10 @@ static inline int32_t ifl_fwd_place(const struct ifl_batch *b, long r, int32_t t
 void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
                         const float *x, int32_t nr, long lo, long hi);
 
-/* forward_arch.c (gemma2, gemma3, phi3): gate[i] = gelu(gate[i]) * up[i]
- * with gelu's tanh form; x[i] = cap tanh(x[i] / cap); the first position
+/* forward_arch.c (gemma2, gemma3, phi3; GeGLU is the kernels' geglu):
+ * x[i] = cap tanh(x[i] / cap); the first position
  * a query at pos attends to in layer il (its sliding window's start, 0
  * for a global layer); the frequencies of forward.c's RoPE tables. */
-void ifl_fwd_geglu(int n, float *gate, const float *up);
 void ifl_fwd_softcap(float *x, int n, float cap);
 static inline int32_t ifl_fwd_win0(const struct ifl_hparams *hp, int il, int32_t pos)
 {
