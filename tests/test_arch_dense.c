@@ -12,8 +12,10 @@
  *   near-tie, and each greedy step's logits bitwise the teacher-forced row.
  * - against the float64 reference, per weight type, with each model's
  *   40-token sequence crossing its 16-position window: F32/F16/BF16 within
- *   1e-4 * max(1, std), quantised within test_forward_vs_reffwd.c's bounds;
- *   the sequence whole and chunked, bitwise equal; with F32 and F16 caches.
+ *   1e-5 * max(1, std) (issue 41's bound; measured at most 2.3e-6),
+ *   quantised within test_forward_vs_reffwd.c's bounds (0.2 std for the
+ *   largest difference); the sequence whole and chunked, bitwise equal;
+ *   with F32, F16 and Q8_0 caches.
  * - batch invariance with sliding windows: each of 16 sequences' logits
  *   alone, then among the 15 others with prompts chunked and interleaved
  *   with decode rows, bitwise equal, over F16, F32 and Q8_0 caches (the
@@ -363,7 +365,7 @@ static void check_vs_ref(const char *arch, const char *type, const char *extra,
         int quant = type[0] == 'q' || type[0] == 'i', loose = quant || kv_type == IFL_TYPE_Q8_0;
         double tmax = loose                     ? 0.2 * sd
                       : kv_type == IFL_TYPE_F16 ? 0.01 * sd
-                                                : 1e-4 * (sd > 1 ? sd : 1);
+                                                : 1e-5 * (sd > 1 ? sd : 1);
         double tmean = loose ? 0.03 * sd : tmax;
         int chunk_diff = memcmp(whole, chunked, sz * sizeof(float)) != 0;
         int top_bad = 0, top_checked = 0;
