@@ -995,7 +995,8 @@ static void check_table_lora_q8(const struct ifl_kernels *k)
         const int nkb = nkbs[ki];
         for (int c = 0; c < NOUT; c++)
             for (int kb = 0; kb < nkb; kb++) {
-                bd[c][kb] = ifl_f16_to_f32(ifl_f32_to_f16(0.001f + 0.01f * (float)(ifl_rng_next(&r) % 97)));
+                bd[c][kb] =
+                    ifl_f16_to_f32(ifl_f32_to_f16(0.001f + 0.01f * (float)(ifl_rng_next(&r) % 97)));
                 for (int e = 0; e < 16; e++)
                     bv[c][kb * 16 + e] = (int8_t)((int)(ifl_rng_next(&r) % 255) - 127);
             }

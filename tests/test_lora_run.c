@@ -491,14 +491,16 @@ static void test_rt_q8_fallback(void)
             for (int t = 0; t < IFL_LORA_N_TARGETS; t++) {
                 const struct ifl_lora_rt_mat *lm = &rt->layers[il * IFL_LORA_N_TARGETS + t];
                 int whole = lm->n_in % 32 == 0;
-                int ok = whole ? lm->aq && !lm->a16 && !lm->a && lm->a_x16 == (rank == 16 && ifl_kernels_best()->x16_pays[IFL_TYPE_Q8_0]) &&
-                                     (rank < 16 || lm->n_out % 16 ? lm->bt16 && !lm->bq : lm->bq && !lm->bt16)
+                int ok = whole ? lm->aq && !lm->a16 && !lm->a &&
+                                     lm->a_x16 == (rank == 16 &&
+                                                   ifl_kernels_best()->x16_pays[IFL_TYPE_Q8_0]) &&
+                                     (rank < 16 || lm->n_out % 16 ? lm->bt16 && !lm->bq
+                                                                  : lm->bq && !lm->bt16)
                                : lm->a16 && lm->bt16 && !lm->aq && !lm->bq;
                 CHECK_MSG(ok, "rank %d layer %d matrix %d (n_in %lld): held wrongly", rank, il, t,
                           (long long)lm->n_in);
             }
-        CHECK(rt && rt->output.aq && (rank < 16 ? rt->output.bt16 != NULL
-                                                : rt->output.bq != NULL));
+        CHECK(rt && rt->output.aq && (rank < 16 ? rt->output.bt16 != NULL : rt->output.bq != NULL));
         /* every matrix but ffn_down, and the output */
         CHECK(rt && rt->n_q8 == 6 * m->hp.n_layer + 1);
         ifl_lora_rt_free(rt);

@@ -60,8 +60,8 @@ int main(int argc, char **argv)
     const int64_t bw = ifl_type_info(t)->blck, ba = ifl_type_info(act)->blck;
     const int64_t unit = bw > ba ? bw : ba, nb = n / unit;
     if (n % unit || nb < ns) {
-        fprintf(stderr, "tpsumbench: n %lld is not %d or more whole blocks of %lld\n",
-                (long long)n, ns, (long long)unit);
+        fprintf(stderr, "tpsumbench: n %lld is not %d or more whole blocks of %lld\n", (long long)n,
+                ns, (long long)unit);
         return 2;
     }
     int64_t k[MAX_SEG + 1];

@@ -184,7 +184,8 @@ struct cli_tp {
 };
 #define CLI_TP_HELP                                                                                \
     "  --tp N                    split the model over N ranks: an MPI job's (mpirun -np N),\n"     \
-    "                            or this process and N-1 workers it starts (docs/distributed.md)\n" \
+    "                            or this process and N-1 workers it starts "                       \
+    "(docs/distributed.md)\n"                                                                      \
     "  --tp-timeout S            a rank silent for S seconds ends the job (default 30)\n"
 int cli_tp_option(const char *cmd, const char *a, const char *v, struct cli_tp *t);
 int cli_tp_start(const char *cmd, struct cli_tp *t, const char *model, int n_threads);

@@ -93,8 +93,9 @@ static int spawn_workers(const char *cmd, struct cli_tp *t, const char *model, i
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0 || (size_t)len >= sizeof self - 1) {
-        fprintf(stderr, "inflight %s: --tp %d: cannot find this program's file (/proc/self/exe) "
-                        "to start the workers; start the job with mpirun -np %d ... --tp %d\n",
+        fprintf(stderr,
+                "inflight %s: --tp %d: cannot find this program's file (/proc/self/exe) "
+                "to start the workers; start the job with mpirun -np %d ... --tp %d\n",
                 cmd, t->n, t->n, t->n);
         return 1;
     }
@@ -168,9 +169,8 @@ int cli_tp_start(const char *cmd, struct cli_tp *t, const char *model, int n_thr
     if (!t->n)
         return -1;
     if (!ifl_comm_have_mpi())
-        return cli_usage_error(cmd,
-                               "--tp needs MPI, and this build has none: install openmpi-bin "
-                               "and libopenmpi-dev (scripts/deps.sh) and rebuild with make");
+        return cli_usage_error(cmd, "--tp needs MPI, and this build has none: install openmpi-bin "
+                                    "and libopenmpi-dev (scripts/deps.sh) and rebuild with make");
     if (t->n > 1 && !ifl_comm_launched()) {
         int rc = spawn_workers(cmd, t, model, n_threads);
         return rc ? rc : -1;

@@ -514,4 +514,3 @@ int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c)
         return cli_usage_error(cmd, "--draft-model is for --spec-type draft or eagle3");
     return 0;
 }
-

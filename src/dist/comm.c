@@ -295,7 +295,9 @@ static int spawn_mpi(struct ifl_comm *c, int n, const char *path, char *const ar
         return ifl_err(err, IFL_ESTATE,
                        "dist: spawning workers needs a process that no launcher started and "
                        "that has not started MPI (%s)",
-                       finalized ? "MPI was finalised" : inited ? "MPI is running" : "mpirun did");
+                       finalized ? "MPI was finalised"
+                       : inited  ? "MPI is running"
+                                 : "mpirun did");
     /* Open MPI 4.1's shared memory transport (vader) does not connect
      * processes of two jobs, and a spawned job is a second one: rank 0
      * talks to its workers over TCP (they talk among themselves over

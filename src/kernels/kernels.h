@@ -177,8 +177,8 @@ struct ifl_kernels {
      *   y[rows[i] * ldy + c] = fmaf(scale[i], acc, y[rows[i] * ldy + c]).
      * Every table gives ref's bits. */
     void (*lora_b_q8)(int nkb, int64_t ng, const void *bq, int nr, const int32_t *rows,
-                      const float *scale, const int8_t *tq, size_t ldq, const float *td,
-                      float *y, size_t ldy);
+                      const float *scale, const int8_t *tq, size_t ldq, const float *td, float *y,
+                      size_t ldy);
 
     /* The sampler's passes over a row of logits (runtime/sampler.c), which
      * run once per generated token over the whole vocabulary. Every table

@@ -253,7 +253,8 @@ static void lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32_t
             for (int c = 0; c < 16; c++) {
                 float acc = 0.0f;
                 for (int kb = 0; kb < nkb; kb++) {
-                    const uint8_t *blk = (const uint8_t *)bq + ((size_t)g * (size_t)nkb + (size_t)kb) * 288;
+                    const uint8_t *blk =
+                        (const uint8_t *)bq + ((size_t)g * (size_t)nkb + (size_t)kb) * 288;
                     uint16_t d;
                     memcpy(&d, blk + 2 * c, sizeof d);
                     int32_t isum = 0;

@@ -195,8 +195,8 @@ static void z_lora_b_f16(int nk, int64_t nc, const uint16_t *bt, size_t ldb, int
  * vpdpbusd wants one side unsigned: t + 128 (its sign bit flipped), whose
  * extra 128 * sum(B) is taken off again, exactly. */
 static void z_lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32_t *rows,
-                        const float *scale, const int8_t *tq, size_t ldq, const float *td,
-                        float *y, size_t ldy)
+                        const float *scale, const int8_t *tq, size_t ldq, const float *td, float *y,
+                        size_t ldy)
 {
     const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
     for (int64_t g = 0; g < ng; g++) {
@@ -220,8 +220,8 @@ static void z_lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32
                     for (int m = 0; m < 4; m++) {
                         int32_t q4;
                         memcpy(&q4, t + 4 * m, sizeof q4);
-                        is = _mm512_dpbusd_epi32(
-                            is, _mm512_set1_epi32(q4 ^ (int32_t)0x80808080u), b[m]);
+                        is = _mm512_dpbusd_epi32(is, _mm512_set1_epi32(q4 ^ (int32_t)0x80808080u),
+                                                 b[m]);
                     }
                     is = _mm512_sub_epi32(is, cs);
                     const __m512 f = _mm512_mul_ps(

@@ -85,8 +85,8 @@ static void transpose_b(float *bt, const float *b, size_t rank, size_t n_out)
 /* rows rows of n values of x (a multiple of 32) as Q8_0 rows, in x16
  * groups when x16 (rows a multiple of 16), at *out, or IFL_EINVAL when a
  * block's scale is beyond F16 (what names the part for the message). */
-static int to_q8_rows(void **out, const float *x, size_t rows, size_t n, int x16,
-                      const char *name, const char *what, char *err)
+static int to_q8_rows(void **out, const float *x, size_t rows, size_t n, int x16, const char *name,
+                      const char *what, char *err)
 {
     const size_t nb = n / 32, row = nb * sizeof(struct ifl_block_q8_0);
     struct ifl_block_q8_0 *q = malloc(rows * row);
@@ -101,8 +101,8 @@ static int to_q8_rows(void **out, const float *x, size_t rows, size_t n, int x16
         if (!isfinite(ifl_f16_to_f32(q[i].d))) {
             free(q);
             free(p);
-            return ifl_err(err, IFL_EINVAL, "lora: %s: a value of %s is beyond Q8_0's range",
-                           name, what);
+            return ifl_err(err, IFL_EINVAL, "lora: %s: a value of %s is beyond Q8_0's range", name,
+                           what);
         }
     if (x16) {
         for (size_t g = 0; g < rows / 16; g++)
@@ -481,15 +481,17 @@ static void b_q8(struct ifl_fwd *f, int ith, const struct ifl_lora_rt_mat *lm, i
                  size_t ldy, int64_t c0, int64_t c1)
 {
     const int nkb = lm->rank / 16;
-    int8_t *tq = (int8_t *)(f->lora_q + (size_t)ith * f->lora_q_stride + Q8_ROWS * f->act_row_bytes);
+    int8_t *tq =
+        (int8_t *)(f->lora_q + (size_t)ith * f->lora_q_stride + Q8_ROWS * f->act_row_bytes);
     float *td = (float *)((char *)tq + ((size_t)f->max_rows * (size_t)lm->rank + 63) / 64 * 64);
     for (int32_t p = 0; p < n; p++)
         for (int kb = 0; kb < nkb; kb++)
             td[(size_t)p * (size_t)nkb + (size_t)kb] =
                 quant16(t + (size_t)p * ldt + 16 * kb,
                         tq + (size_t)p * (size_t)lm->rank + (size_t)(16 * kb));
-    f->kn->lora_b_q8(nkb, (c1 - c0) / 16, (const uint8_t *)lm->bq + (size_t)(c0 / 16) * (size_t)nkb * 288,
-                     n, rows, sc, tq, (size_t)lm->rank, td, y + c0, ldy);
+    f->kn->lora_b_q8(nkb, (c1 - c0) / 16,
+                     (const uint8_t *)lm->bq + (size_t)(c0 / 16) * (size_t)nkb * 288, n, rows, sc,
+                     tq, (size_t)lm->rank, td, y + c0, ldy);
 }
 
 void ifl_fwd_lora_a(struct job *j, int ith, int nth, int il, const int *tg, int nt, const float *x,
@@ -591,8 +593,8 @@ void ifl_fwd_lora_b(struct job *j, int ith, int nth, int il, const int *tg, int 
             const float *user = seg_user(f, s, i);
             for (int32_t r = 0; r < n; r++)
                 sc[r] = ifl_lora_rt_scale(lm, user[r]);
-            b_any(f, ith, lm, n, seg_rows(f, s, i), sc,
-                  f->lora_t + t_off(f, b, s, il, tg, m, i), y[m], ldy[m], c0, c1);
+            b_any(f, ith, lm, n, seg_rows(f, s, i), sc, f->lora_t + t_off(f, b, s, il, tg, m, i),
+                  y[m], ldy[m], c0, c1);
         }
     }
 }
