@@ -36,7 +36,7 @@ grep -q '"decode_tps":0.00,' "$tmp/nd.json" && grep -q 'never decoded together' 
 for t in pp16 pp32 tg8; do
     grep -q "\"test\":\"$t\"" "$tmp/pt.json" && ok "pp/tg: test $t present" || bad "pp/tg: test $t present"
 done
-grep -q '"test":"pp32","n_prompt":32,"n_gen":0,"reps":2' "$tmp/pt.json" && grep -q '"test":"tg8","n_prompt":0,"n_gen":8' "$tmp/pt.json" &&
+grep -q '"test":"pp32","n_prompt":32,"n_gen":0,"n_depth":0,"reps":2' "$tmp/pt.json" && grep -q '"test":"tg8","n_prompt":0,"n_gen":8' "$tmp/pt.json" &&
     ok "pp/tg: shapes" || bad "pp/tg: shapes"
 # every number that must be positive is, and samples_ts has -r entries
 awk '{
@@ -59,6 +59,14 @@ grep -q '^| model | size | params | threads | test | t/s |$' "$tmp/pt.md" &&
     grep -Eq '^\| stories260K.gguf .* \| pp1 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/one.md" &&
     grep -Eq '^\| stories260K.gguf .* \| tg1 \| [0-9.]+ ± [0-9.]+ \|$' "$tmp/one.md" &&
     ok "pp1 / tg1 run" || { bad "pp1 / tg1 run"; cat "$tmp/one.md"; }
+# --depth: both tests behind one context, which every timed run must find
+# in the prefix cache (the bench fails otherwise)
+"$BIN" bench -m "$M" --pp 8 --tg 4 --depth 40 -r 2 -t 1 --json >"$tmp/d.json" 2>"$tmp/d.err"
+[ $? -eq 0 ] && grep -q '"test":"pp8","n_prompt":8,"n_gen":0,"n_depth":40,' "$tmp/d.json" &&
+    grep -q '"test":"tg4","n_prompt":0,"n_gen":4,"n_depth":40,' "$tmp/d.json" &&
+    ok "--depth: pp and tg behind a context, reused" || { bad "--depth: pp and tg behind a context, reused"; cat "$tmp/d.json" "$tmp/d.err"; }
+"$BIN" bench -m "$M" --tg 4 --depth 40 -r 1 -t 1 2>&1 | grep -Eq '^\| stories260K.gguf .* \| tg4 @ d40 \| [0-9.]+ ± [0-9.]+ \|$' &&
+    ok "--depth: the table names it" || bad "--depth: the table names it"
 # --batched (or -c) adds the batched test to pp/tg in the same run
 "$BIN" bench -m "$M" --tg 8 --batched -c 2 -p 16 -n 8 -r 1 -t 1 --json >"$tmp/both.json" 2>&1
 grep -q '"test":"tg8"' "$tmp/both.json" && grep -q '"test":"batched","n_threads":1,"concurrency":2' "$tmp/both.json" &&
@@ -90,7 +98,7 @@ kill -TERM "$spid"; wait "$spid" 2>/dev/null; spid=
 "$BIN" bench --url "http://127.0.0.1:$PORT" -n 2 >/dev/null 2>&1
 [ $? -eq 2 ] && ok "--url: no server is exit 2" || bad "--url: no server is exit 2"
 for args in "-m $M -c 0" "-m $M -p x" "--url ftp://x" "-c 1,2" "-m $M --pp 0" "-m $M --tg x" \
-    "-m $M --pp" "--tg 8" "--bandwidth -m $M" "--bandwidth --bw-mib 0" "-m $M --frobnicate 1"; do
+    "-m $M --pp" "--tg 8" "--bandwidth -m $M" "-m $M --depth 40" "-m $M --tg 8 --depth -1" "--bandwidth --bw-mib 0" "-m $M --frobnicate 1"; do
     # shellcheck disable=SC2086
     "$BIN" bench $args >"$tmp/o" 2>"$tmp/e"
     [ $? -eq 2 ] && grep -q '^inflight bench: ' "$tmp/e" && [ ! -s "$tmp/o" ] && ok "bad arguments: $args" ||

@@ -11,6 +11,13 @@
  *                   ignored). That is N forward passes of one row at positions
  *                   0..N-1, as llama-bench's N one-token decodes from an empty
  *                   cache. tok/s = N / (enqueue to final response).
+ *   --depth D       llama-bench's -d: both tests run behind a context of D
+ *                   tokens (BOS, then random ids), the same for every run,
+ *                   prefilled once before the first run and taken from the
+ *                   prefix cache after that, so pp N computes N prompt rows
+ *                   attending to D + N positions and tg N decodes at
+ *                   positions D.. D + N - 1. A run that did not find the
+ *                   context in the cache is an error, not a figure.
  *   batched (-c C)  llama-batched-bench: waves of C requests enqueued together,
  *                   each with a prompt of P random tokens (distinct per
  *                   request, so nothing comes from the prefix cache) and
@@ -58,6 +65,9 @@ struct bench_opts {
     int pp[MAX_TESTS], n_pp;
     int tg[MAX_TESTS], n_tg;
     int batched, bandwidth, json, kv_type;
+    int depth;         /* --depth: context tokens ahead of the pp and tg tests */
+    int32_t *depth_ctx; /* those tokens, the same for every run */
+    int kv_block;      /* positions per KV block */
     const char *repack_cache; /* NULL: repack in memory */
     struct ifl_speculative_config spec;
     struct cli_lora lora; /* --lora, --lora-scaled */
@@ -139,27 +149,35 @@ static void mean_sd(const double *v, int n, double *mean, double *sd)
 
 /* ---- pp and tg: one request at a time ---- */
 
-/* One request of n_prompt tokens (BOS first when the model has one, then
- * random ids) generating n_gen tokens greedily, not streamed. *secs is the
- * time from enqueue to its final response. */
-static int run_one(ifl_executor *ex, int n_prompt, int n_gen, struct ifl_rng *g,
-                   const struct ifl_model_info *mi, double *secs, char *err)
+/* One request of n_prompt tokens generating n_gen tokens greedily, not
+ * streamed. Its prompt is the depth context ctx[0..n_ctx) (BOS first when
+ * the model has one), then random ids; with no context the first token is
+ * BOS. *secs is the time from enqueue to its final response, and *reused
+ * the prompt blocks it found in the prefix cache. */
+static int run_one(ifl_executor *ex, const int32_t *ctx, int n_ctx, int n_prompt, int n_gen,
+                   struct ifl_rng *g, const struct ifl_model_info *mi, double *secs,
+                   int *reused, char *err)
 {
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    int n_all = n_ctx + n_prompt;
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)n_all);
     if (!p)
         return ifl_err(err, IFL_ENOMEM, "out of memory");
-    for (int i = 0; i < n_prompt; i++)
+    if (n_ctx)
+        memcpy(p, ctx, sizeof(int32_t) * (size_t)n_ctx);
+    for (int i = n_ctx; i < n_all; i++)
         p[i] = (int32_t)(ifl_rng_next(g) % (uint64_t)mi->n_vocab);
-    if (mi->bos_id >= 0)
+    if (mi->bos_id >= 0 && !n_ctx)
         p[0] = mi->bos_id;
     struct ifl_request req;
     ifl_request_init(&req);
     req.input_ids = p;
-    req.n_input = n_prompt;
+    req.n_input = n_all;
     req.max_tokens = n_gen;
     req.sampling.temperature = 0;
     req.sampling.ignore_eos = 1;
+    req.output.return_perf_metrics = 1;
     ifl_id id;
+    *reused = 0;
     double t0 = ifl_now_s();
     int rc = ifl_enqueue(ex, &req, &id, err);
     int final = 0, n_tok = 0;
@@ -177,6 +195,8 @@ static int run_one(ifl_executor *ex, int n_prompt, int n_gen, struct ifl_rng *g,
             rc = ifl_err(err, r->status, "request failed: %s", r->error_msg ? r->error_msg : "?");
         n_tok += r->n_results ? r->results[0].n_tokens : 0;
         final = r->is_final;
+        if (final)
+            *reused = r->perf.kv_blocks_reused;
         ifl_response_free(r);
     }
     *secs = ifl_now_s() - t0;
@@ -184,6 +204,13 @@ static int run_one(ifl_executor *ex, int n_prompt, int n_gen, struct ifl_rng *g,
     if (!rc && n_tok != n_gen)
         rc = ifl_err(err, IFL_EINVAL, "asked for %d tokens, got %d", n_gen, n_tok);
     return rc;
+}
+
+/* The blocks of the --depth context that a run must find in the prefix
+ * cache: its whole ones. */
+static int ctx_blocks(const struct bench_opts *o)
+{
+    return o->kv_block > 0 ? o->depth / o->kv_block : 0;
 }
 
 /* pp N (is_pp) or tg N: one untimed run, then reps timed ones. */
@@ -200,10 +227,18 @@ static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_p
         return ifl_err(err, IFL_ENOMEM, "out of memory");
     }
     /* the untimed run: tg's generates two tokens (one decode step), or one
-     * for tg 1, whose context holds only two positions */
-    int rc = run_one(ex, n_prompt, is_pp || n < 2 ? 1 : 2, g, mi, &secs, err);
+     * for tg 1, whose context holds only two positions. Behind a --depth
+     * context it also puts the context in the prefix cache. */
+    int reused, want = ctx_blocks(o);
+    int rc = run_one(ex, o->depth_ctx, o->depth, n_prompt, is_pp || n < 2 ? 1 : 2, g, mi, &secs,
+                     &reused, err);
     for (int r = 0; r < o->reps && !rc; r++) {
-        rc = run_one(ex, n_prompt, n_gen, g, mi, &secs, err);
+        rc = run_one(ex, o->depth_ctx, o->depth, n_prompt, n_gen, g, mi, &secs, &reused, err);
+        if (!rc && reused < want)
+            rc = ifl_err(err, IFL_EINVAL,
+                         "the --depth context was not taken from the prefix cache (%d of its %d "
+                         "blocks were): the figure would include its prefill",
+                         reused, want);
         ts[r] = n / secs;
         ns[r] = secs * 1e9;
     }
@@ -216,20 +251,23 @@ static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_p
             printf("{\"model\":");
             json_str(o->model);
             printf(",\"model_size\":%llu,\"model_n_params\":%llu,\"n_threads\":%d,"
-                   "\"test\":\"%s%d\",\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
+                   "\"test\":\"%s%d\",\"n_prompt\":%d,\"n_gen\":%d,\"n_depth\":%d,\"reps\":%d,"
                    "\"avg_ns\":%.0f,\"stddev_ns\":%.0f,\"avg_ts\":%.3f,\"stddev_ts\":%.3f,"
                    "\"samples_ts\":[",
                    (unsigned long long)ms->bytes, (unsigned long long)ms->params, threads,
-                   is_pp ? "pp" : "tg", n, is_pp ? n : 0, is_pp ? 0 : n, reps, avg_ns, sd_ns, avg,
+                   is_pp ? "pp" : "tg", n, is_pp ? n : 0, is_pp ? 0 : n, o->depth, reps, avg_ns, sd_ns, avg,
                    sd);
             for (int r = 0; r < reps; r++)
                 printf("%s%.3f", r ? "," : "", ts[r]);
             printf("],\"bytes_per_token\":%llu,\"max_rss_bytes\":%llu}\n",
                    (unsigned long long)ms->bytes_per_token, (unsigned long long)peak_rss_bytes());
         } else {
-            printf("| %s | %.2f MiB | %.2f M | %d | %s%d | %.2f ± %.2f |\n", base_name(o->model),
-                   ms->bytes / 1048576.0, ms->params / 1e6, threads, is_pp ? "pp" : "tg", n, avg,
-                   sd);
+            char depth[32] = "";
+            if (o->depth)
+                snprintf(depth, sizeof(depth), " @ d%d", o->depth);
+            printf("| %s | %.2f MiB | %.2f M | %d | %s%d%s | %.2f ± %.2f |\n", base_name(o->model),
+                   ms->bytes / 1048576.0, ms->params / 1e6, threads, is_pp ? "pp" : "tg", n, depth,
+                   avg, sd);
         }
         fflush(stdout);
     }
@@ -261,7 +299,7 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)conc * (size_t)n_prompt);
     double last_tok[MAX_CONC], final[MAX_CONC];
     int got_tokens[MAX_CONC], done = 0;
-    /* arrival time of every token. The decode rate is taken over the
+    /* the time the engine took every token. The decode rate is taken over the
      * window in which all of them decode together, from the last first
      * token to the first last one: before it, with the prompts taking
      * several steps, the first requests decode beside the later ones'
@@ -286,6 +324,7 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
         reqs[c].n_input = n_prompt;
         reqs[c].max_tokens = n_gen;
         reqs[c].streaming = 1;
+        reqs[c].output.return_perf_metrics = 1; /* the engine's time of each token */
         reqs[c].sampling.temperature = 0;
         reqs[c].sampling.ignore_eos = 1;
         if (w->n_spread) {
@@ -315,6 +354,11 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
             if (r[k]->status)
                 rc = ifl_err(err, r[k]->status, "request failed: %s",
                              r[k]->error_msg ? r[k]->error_msg : "?");
+            /* the decode window is timed by when the engine took each
+             * token (same clock), not by when this thread saw it: on a
+             * loaded machine a waiting client wakes late and sees several
+             * steps at once, which would squeeze the window to nothing */
+            double took = r[k]->perf.last_token_us ? (double)r[k]->perf.last_token_us * 1e-6 : now;
             for (int t = 0; t < nt && c < conc; t++) {
                 if (got_tokens[c] == 0) {
                     w->ttft[c] = now - t0;
@@ -323,11 +367,11 @@ static int run_wave(ifl_executor *ex, int conc, int n_prompt, int n_gen, struct 
                 }
                 last_tok[c] = now;
                 if (got_tokens[c] < n_gen)
-                    arrive[(size_t)c * n_gen + got_tokens[c]] = now;
+                    arrive[(size_t)c * n_gen + got_tokens[c]] = took;
                 got_tokens[c]++;
             }
             if (r[k]->is_final && c < conc)
-                final[c] = now;
+                final[c] = took;
             done += r[k]->is_final;
             ifl_response_free(r[k]);
         }
@@ -525,6 +569,8 @@ static const char BENCH_HELP[] =
     "llama-bench's tests (one sequence, mean ± stddev of -r runs):\n"
     "  --pp LIST               prompt processing of N tokens, e.g. 128 or 128,512\n"
     "  --tg LIST               generation of N tokens from a 1-token context, e.g. 64\n"
+    "  --depth D               run --pp and --tg behind a context of D tokens (llama-bench -d),\n"
+    "                          prefilled once and then taken from the prefix cache\n"
     "llama-batched-bench's test (the default when neither --pp nor --tg is given):\n"
     "  --batched               run it alongside --pp/--tg (implied by -c, -p, -n)\n"
     "  -c, --concurrency LIST  sequences in parallel, e.g. 1,4,8,16 (default 1)\n"
@@ -606,6 +652,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                                        "like 64 or 32,128, not '%s'",
                                        v);
             pp_or_tg = 1;
+        } else if (!strcmp(a, "--depth")) {
+            int64_t d;
+            if (cli_parse_i64(v, 0, 1 << 20, &d))
+                return cli_usage_error("bench", "--depth wants 0..1048576 tokens, not '%s'", v);
+            o->depth = (int)d;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
             if (cli_parse_i64(v, 1, 1 << 16, &o->n_prompt))
                 return cli_usage_error("bench", "-p wants 1..65536 tokens, not '%s'", v);
@@ -649,6 +700,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     if (!o->model)
         return cli_usage_error("bench", "a model is required (-m FILE)");
     o->batched = batch_flag || !pp_or_tg;
+    if (o->depth && !pp_or_tg)
+        return cli_usage_error("bench", "--depth applies to --pp and --tg; give one of them");
     return cli_spec_finish("bench", &o->spec);
 }
 
@@ -700,14 +753,18 @@ static int bench_leader(struct bench_opts *op, int threads)
         n_ctx = o.n_prompt + o.n_gen;
     }
     for (int i = 0; i < o.n_pp; i++)
-        if (o.pp[i] + 1 > n_ctx)
-            n_ctx = o.pp[i] + 1;
+        if (o.depth + o.pp[i] + 1 > n_ctx)
+            n_ctx = o.depth + o.pp[i] + 1;
     for (int i = 0; i < o.n_tg; i++)
-        if (o.tg[i] + 1 > n_ctx)
-            n_ctx = o.tg[i] + 1;
+        if (o.depth + o.tg[i] + 1 > n_ctx)
+            n_ctx = o.depth + o.tg[i] + 1;
     int64_t kv_tokens = o.batched ? (int64_t)max_conc * (o.n_prompt + o.n_gen + 32) : 0;
     if (kv_tokens < n_ctx + 32)
         kv_tokens = n_ctx + 32;
+    /* behind a --depth context the blocks of the last run's own tokens
+     * stay cached too: room for both, so that the context is not evicted */
+    if (o.depth && kv_tokens < 2 * n_ctx + 64)
+        kv_tokens = 2 * n_ctx + 64;
 
     struct ifl_executor_config cfg;
     ifl_executor_config_default(&cfg);
@@ -718,7 +775,10 @@ static int bench_leader(struct bench_opts *op, int threads)
     cfg.n_ctx = (int32_t)n_ctx;
     cfg.kv_cache_tokens = kv_tokens;
     cfg.kv_type = o.kv_type;
-    cfg.enable_prefix_caching = 0;
+    /* off, so that nothing is reused between runs; on for --depth, whose
+     * context is prefilled once and reused by every run */
+    cfg.enable_prefix_caching = o.depth > 0;
+    o.kv_block = cfg.kv_block_size;
     cfg.speculative = o.spec;
     cfg.lora_cache_bytes = o.lora.cache_bytes;
     cfg.lora_type = o.lora.type;
@@ -741,6 +801,19 @@ static int bench_leader(struct bench_opts *op, int threads)
     ifl_executor_model_info(ex, &mi);
     struct ifl_rng g;
     ifl_rng_seed(&g, 1);
+    if (o.depth) {
+        if (!(o.depth_ctx = malloc(sizeof(int32_t) * (size_t)o.depth))) {
+            fprintf(stderr, "inflight bench: out of memory\n");
+            ifl_executor_destroy(ex, 1);
+            return 1;
+        }
+        struct ifl_rng gc;
+        ifl_rng_seed(&gc, 2);
+        for (int i = 0; i < o.depth; i++)
+            o.depth_ctx[i] = (int32_t)(ifl_rng_next(&gc) % (uint64_t)mi.n_vocab);
+        if (mi.bos_id >= 0)
+            o.depth_ctx[0] = mi.bos_id;
+    }
     /* --lora-spread: each request names one adapter, at its scale (1 for
      * an adapter of --lora-modules, whose scale 0 would apply nothing);
      * else every request takes the adapters' global scales */
@@ -784,5 +857,6 @@ static int bench_leader(struct bench_opts *op, int threads)
                 (long long)st.accepted_draft_tokens, (long long)st.draft_tokens,
                 100.0 * (double)st.accepted_draft_tokens / (double)st.draft_tokens);
     ifl_executor_destroy(ex, 1);
+    free(o.depth_ctx);
     return rc ? 1 : 0;
 }
