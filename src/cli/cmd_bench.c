@@ -65,9 +65,9 @@ struct bench_opts {
     int pp[MAX_TESTS], n_pp;
     int tg[MAX_TESTS], n_tg;
     int batched, bandwidth, json, kv_type;
-    int depth;         /* --depth: context tokens ahead of the pp and tg tests */
-    int32_t *depth_ctx; /* those tokens, the same for every run */
-    int kv_block;      /* positions per KV block */
+    int depth;                /* --depth: context tokens ahead of the pp and tg tests */
+    int32_t *depth_ctx;       /* those tokens, the same for every run */
+    int kv_block;             /* positions per KV block */
     const char *repack_cache; /* NULL: repack in memory */
     struct ifl_speculative_config spec;
     struct cli_lora lora; /* --lora, --lora-scaled */
@@ -155,8 +155,8 @@ static void mean_sd(const double *v, int n, double *mean, double *sd)
  * BOS. *secs is the time from enqueue to its final response, and *reused
  * the prompt blocks it found in the prefix cache. */
 static int run_one(ifl_executor *ex, const int32_t *ctx, int n_ctx, int n_prompt, int n_gen,
-                   struct ifl_rng *g, const struct ifl_model_info *mi, double *secs,
-                   int *reused, char *err)
+                   struct ifl_rng *g, const struct ifl_model_info *mi, double *secs, int *reused,
+                   char *err)
 {
     int n_all = n_ctx + n_prompt;
     int32_t *p = malloc(sizeof(int32_t) * (size_t)n_all);
@@ -255,8 +255,8 @@ static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_p
                    "\"avg_ns\":%.0f,\"stddev_ns\":%.0f,\"avg_ts\":%.3f,\"stddev_ts\":%.3f,"
                    "\"samples_ts\":[",
                    (unsigned long long)ms->bytes, (unsigned long long)ms->params, threads,
-                   is_pp ? "pp" : "tg", n, is_pp ? n : 0, is_pp ? 0 : n, o->depth, reps, avg_ns, sd_ns, avg,
-                   sd);
+                   is_pp ? "pp" : "tg", n, is_pp ? n : 0, is_pp ? 0 : n, o->depth, reps, avg_ns,
+                   sd_ns, avg, sd);
             for (int r = 0; r < reps; r++)
                 printf("%s%.3f", r ? "," : "", ts[r]);
             printf("],\"bytes_per_token\":%llu,\"max_rss_bytes\":%llu}\n",
