@@ -146,7 +146,9 @@ ls "$tmp/cmplog"/*.cmd | sed -n '1p;7p' | tr '\n' ' ' | grep -q '/001-ifl-pp16-[
     [ "$(grep -c 'inflight bench .* --pp 128 ' "$tmp/dry")" -eq 2 ] && ok "compare: --dry-run lists the commands" ||
     { bad "compare: --dry-run lists the commands"; cat "$tmp/dry"; }
 for args in "$M" "--llama $tmp/nowhere $M" "--llama $tmp $M" "--llama $fake" "--llama $fake -B 1,,2 $M" \
-    "--llama $fake --inflight $tmp/none $M" "--llama $fake --bogus $M" "--llama $fake --wait-idle 101 $M"; do
+    "--llama $fake --inflight $tmp/none $M" "--llama $fake --bogus $M" "--llama $fake --wait-idle 101 $M" \
+    "--llama $fake --ik $tmp/nowhere $M" "--llama $fake --ik $fake/llama-bench $M" "--llama $fake --long --tg 0 $M" \
+    "--llama $fake --depths 1,,2 $M" "--llama $fake --long-pp x $M"; do
     # shellcheck disable=SC2086
     "$C" $args >"$tmp/o" 2>"$tmp/e"
     [ $? -eq 2 ] && grep -q '^bench/compare: ' "$tmp/e" && ok "compare: bad arguments: ${args//$tmp/TMP}" ||
@@ -154,6 +156,49 @@ for args in "$M" "--llama $tmp/nowhere $M" "--llama $tmp $M" "--llama $fake" "--
 done
 grep -q "no executable llama-bench" <("$C" --llama "$tmp" "$M" 2>&1) && ok "compare: names the missing tool" ||
     bad "compare: names the missing tool"
+# --ik (a stand-in ik_llama.cpp: pretty JSON from llama-bench, 80 tok/s, or
+# 120 with -rtr 1; only a table from llama-batched-bench) and --long
+ik=$tmp/fakeik
+mkdir -p "$ik"
+cat >"$ik/llama-bench" <<'SH'
+#!/bin/sh
+case " $* " in *" -rtr 1 "*) v=120 ;; *) v=80 ;; esac
+printf '[\n  {\n    "n_prompt": 1,\n    "avg_ts": %s.000000,\n    "stddev_ts": 1.0\n  }\n]\n' $v
+SH
+cat >"$ik/llama-batched-bench" <<'SH'
+#!/bin/sh
+case " $* " in *" -rtr "*) s=30 ;; *) s=20 ;; esac
+echo "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |"
+echo "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|"
+echo "|    16 |      8 |    2 |     48 |    0.100 |    40.00 |    0.500 |    $s.00 |    0.600 |    80.00 |"
+SH
+chmod +x "$ik/llama-bench" "$ik/llama-batched-bench"
+"$C" --llama "$fake" --ik "$ik" --long --long-pp 32 --depths 16,40 --inflight "$BIN" -t 1 --rounds 1 -r 1 \
+    --pp 16 --tg 8 -B 2 --bandwidth --log "$tmp/iklog" "$M" >"$tmp/ik.md" 2>"$tmp/ik.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | ik tok/s (-rtr 0) | ik tok/s (-rtr 1) | ratio to ik.s better |' "$tmp/ik.md" &&
+    grep -Eq '^CPU flags: .*; inflight.s (scalar|avx2|avx512) \(chosen by cpuid|IFL_KERNELS\)' "$tmp/ik.md" &&
+    ok "compare --ik: header, CPU flags and inflight's kernels" || { bad "compare --ik: header, CPU flags and inflight's kernels"; cat "$tmp/ik.md" "$tmp/ik.err"; }
+# rows: pp16, tg8, the long pp32 and tg8 at depths 16 and 40, B=2 decode and prompt;
+# ik's columns the stand-in's, the last ratio inflight's over the better
+awk -F' *\\| *' '/^\| stories260K \|/ {
+    rows++; lbl = lbl $3 ";"
+    i0 = ($3 ~ /decode/) ? 20 : ($3 ~ /prompt/) ? 40 : 80
+    i1 = ($3 ~ /decode/) ? 30 : ($3 ~ /prompt/) ? 40 : 120
+    if ($7 != sprintf("%.1f", i0) || $8 != sprintf("%.1f", i1)) { print "ik columns: " $0; bad = 1 }
+    if (($9 - $4 / i1) ^ 2 > 0.01 ^ 2 * 4 + 0.0001) { print "ratio to ik: " $0; bad = 1 }
+    if ($3 ~ /^tg/) lim[$3] = $10
+} END {
+    if (lbl != "pp16;tg8;pp32 (peers -fa 1);tg8 @ d16 (peers -fa 1);tg8 @ d40 (peers -fa 1);B=2 decode (S_TG);B=2 prompt (S_PP);") { print "rows: " lbl; bad = 1 }
+    # the depth rows count the KV cache: a lower limit the deeper
+    if (!(lim["tg8"] > lim["tg8 @ d16 (peers -fa 1)"] && lim["tg8 @ d16 (peers -fa 1)"] > lim["tg8 @ d40 (peers -fa 1)"])) { print "limits"; bad = 1 }
+    exit bad }' "$tmp/ik.md" && ok "compare --ik --long: rows, ik's figures, ratios, KV in the depth limits" ||
+    { bad "compare --ik --long: rows, ik's figures, ratios, KV in the depth limits"; cat "$tmp/ik.md"; }
+# the depth rows: inflight --depth, llama.cpp -d with -fa 1, ik -gp D,N; 4 engines x 6 tests
+grep -q -- '--tg 8 --depth 40 ' "$tmp"/iklog/*-ifl-Ltg8@40-*.cmd && grep -q -- '-n 8 -d 40 -fa 1 ' "$tmp"/iklog/*-llama-Ltg8@40-*.cmd &&
+    grep -q -- '-gp 40,8 -fa 1 -r 1 -rtr 1 ' "$tmp"/iklog/*-ik1-Ltg8@40-*.cmd && grep -q -- '-npl 2 -rtr$' "$tmp"/iklog/*-ik1-B2-*.cmd &&
+    [ "$(ls "$tmp/iklog"/*.cmd | wc -l)" -eq 24 ] && ok "compare --ik --long: the commands of each engine" ||
+    { bad "compare --ik --long: the commands of each engine"; ls "$tmp/iklog"; }
 "$C" --make-models "$tmp/models" --dry-run --only "small-110m:q8_0 tinyllama-1.1b:q4_k_m" \
     --vocab "$M" --mkmodel "$BUILD/tools/mkmodel" >"$tmp/mk" 2>&1
 [ $? -eq 0 ] && grep -q -- "-o $tmp/models/small-110m-q8_0.gguf .* --preset small-110m --type q8_0" "$tmp/mk" &&

@@ -259,8 +259,17 @@ static int run_llama_test(ifl_executor *ex, const struct bench_opts *o, int is_p
                    sd_ns, avg, sd);
             for (int r = 0; r < reps; r++)
                 printf("%s%.3f", r ? "," : "", ts[r]);
-            printf("],\"bytes_per_token\":%llu,\"max_rss_bytes\":%llu}\n",
-                   (unsigned long long)ms->bytes_per_token, (unsigned long long)peak_rss_bytes());
+            /* the KV cache bytes one generated token's step reads, on
+             * average over the test: its first token attends D + 1
+             * positions and its last D + N, every layer's keys and values */
+            struct ifl_iteration_stats st;
+            double kv = 0;
+            if (!ifl_get_iteration_stats(ex, &st) && o->kv_block > 0)
+                kv = (o->depth + (n + 1) / 2.0) * (double)st.kv_block_bytes / o->kv_block;
+            printf(
+                "],\"bytes_per_token\":%llu,\"kv_bytes_per_token\":%.0f,\"max_rss_bytes\":%llu}\n",
+                (unsigned long long)ms->bytes_per_token, is_pp ? 0.0 : kv,
+                (unsigned long long)peak_rss_bytes());
         } else {
             char depth[32] = "";
             if (o->depth)

@@ -8,11 +8,13 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "core/syscpu.h"
 #include "inflight.h"
+#include "kernels/kernels.h"
 
 static void usage(FILE *f)
 {
@@ -71,6 +73,11 @@ static int dispatch(int argc, char **argv)
             printf("cgroup quota %.2f)\n", c.quota);
         else
             printf("no cgroup quota)\n");
+        /* the kernel table this CPU (or IFL_KERNELS) chose, as bench/compare
+         * prints it beside its figures */
+        const char *env = getenv("IFL_KERNELS");
+        printf("kernels: %s (%s)\n", ifl_kernels_best()->name,
+               env && *env ? "IFL_KERNELS" : "chosen by cpuid");
         return 0;
     }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
