@@ -178,6 +178,12 @@ check "bench --draft-min above --draft-max: exit 2" 2 "$?"
 "$BIN" run -m "$M" -p x --prediction "$tmp/missing" 2>"$tmp/err"
 check "run --prediction of a missing file: exit 2" 2 "$?"
 
+# the kernel table: cpuid's choice, or IFL_KERNELS's when it names one
+check "version names IFL_KERNELS's table" "scalar (IFL_KERNELS)" \
+    "$(IFL_KERNELS=scalar "$BIN" version | sed -n 's/^kernels: //p')"
+"$BIN" version | grep -Eq '^kernels: (scalar|avx2|avx512) \(chosen by cpuid\)$' &&
+    ok "version names cpuid's table" || bad "version names cpuid's table"
+
 # taskset -c 0, whatever the machine has (taskset is util-linux, in Debian's
 # base system; the test says so when it is missing rather than passing)
 if command -v taskset >/dev/null; then
