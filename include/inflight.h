@@ -278,6 +278,15 @@ struct ifl_executor_config {
      * ifl_executor_failed says so. Not owned; it must outlive the executor. */
     struct ifl_comm *tp_comm;
     double tp_timeout_s;
+    /* One process (no tp_comm) summing as a tensor parallel job of
+     * tp_emulate ranks does: attn_output's and ffn_down's products in the
+     * column slices those ranks hold, added in rank order, so that logits
+     * and tokens are the bits of that job's (a job adds the ranks' partial
+     * sums in another order than one process's kernels, which moves a
+     * model whose kernels quantise their input by up to a few hundredths).
+     * Costs speed and copies those two matrices; not with LoRA adapters or
+     * experts. 0 or 1: the plain sums (docs/distributed.md). */
+    int32_t tp_emulate;
 };
 
 #define IFL_LORA_TYPE_F32 0

@@ -141,11 +141,13 @@ struct run {
     struct ifl_fwd *f;
 };
 
-static int run_open(struct run *r, const char *path, int rank, int size, struct ifl_comm *comm,
-                    enum ifl_type kvt, char *err)
+/* A shard (size > 1 with comm), the whole model, or the whole model
+ * summing as `units` ranks do (--tp-emulate). */
+static int run_open_units(struct run *r, const char *path, int rank, int size, int units,
+                          struct ifl_comm *comm, enum ifl_type kvt, char *err)
 {
     memset(r, 0, sizeof(*r));
-    struct ifl_model_load_opts o = {.tp_rank = rank, .tp_size = size};
+    struct ifl_model_load_opts o = {.tp_rank = rank, .tp_size = size, .sum_units = units};
     int rc = ifl_model_load_with(&r->m, path, &o, err);
     if (!rc)
         rc = ifl_kv_store_create(&r->kv, &r->m->hp, kvt, 4, 16, err);
@@ -154,6 +156,12 @@ static int run_open(struct run *r, const char *path, int rank, int size, struct 
     if (!rc)
         rc = ifl_fwd_create(&r->f, r->m, r->kv, &fc, err);
     return rc;
+}
+
+static int run_open(struct run *r, const char *path, int rank, int size, struct ifl_comm *comm,
+                    enum ifl_type kvt, char *err)
+{
+    return run_open_units(r, path, rank, size, 0, comm, kvt, err);
 }
 
 static void run_close(struct run *r)
@@ -279,11 +287,25 @@ static void check_gen(struct run *sh, struct ifl_comm *comm, const char *path, c
         if (rank != 0 || rc)
             continue;
         struct run whole;
+        int32_t emu[N_GEN];
         rc = run_open(&whole, path, 0, 1, NULL, sh->kv->type, err);
         if (!rc)
             rc = generate(&whole, NULL, temp, 7, want, err);
         run_close(&whole);
         CHECK_MSG(rc == 0, "%s whole: %s", path, err);
+        /* one process summing as the job does: the very same ids, always */
+        const int size = ifl_comm_size(comm);
+        if (!rc && size > 1) {
+            rc = run_open_units(&whole, path, 0, 1, size, NULL, sh->kv->type, err);
+            if (!rc)
+                rc = generate(&whole, NULL, temp, 7, emu, err);
+            run_close(&whole);
+            CHECK_MSG(rc == 0, "%s --tp-emulate: %s", path, err);
+            const int same_emu = !rc && !memcmp(got, emu, sizeof got);
+            printf("%s: TP %d %s ids against one process with --tp-emulate %d: %s\n", path, size,
+                   mode ? "seeded sampled" : "greedy", size, same_emu ? "the same" : "DIFFER");
+            CHECK_MSG(same_emu, "%s: --tp-emulate ids differ", path);
+        }
         int same = !rc && !memcmp(got, want, sizeof got), at = 0;
         while (at < N_GEN && got[at] == want[at])
             at++;
@@ -364,6 +386,28 @@ static int mpi_logits(struct ifl_comm *comm, const char *kvs, int gen, int n_mod
                    same_argmax ? "the same" : "DIFFERS", n_close);
             CHECK_MSG(md <= tol, "%s: max diff %g", models[i], md);
             CHECK(same_argmax);
+            /* one process summing as the job does (--tp-emulate): the
+             * same bits, whatever the weights */
+            if (size > 1) {
+                struct run emu;
+                float *e = malloc(sizeof(float) * N_TOK * (size_t)V);
+                int erc = e ? run_open_units(&emu, models[i], 0, 1, size, NULL, kvt, err) : 1;
+                if (!erc)
+                    erc = run_seq(&emu, e, err);
+                run_close(&emu);
+                CHECK_MSG(erc == 0, "%s --tp-emulate: %s", models[i], err);
+                double me = 0;
+                for (size_t k = 0; !erc && k < (size_t)N_TOK * (size_t)V; k++) {
+                    double d = fabs((double)got[k] - (double)e[k]);
+                    me = d > me || isnan(d) ? d : me;
+                }
+                const int bits = !erc && !memcmp(got, e, sizeof(float) * N_TOK * (size_t)V);
+                printf("%s: TP %d against one process with --tp-emulate %d: max |logit diff| "
+                       "%.3g, %s\n",
+                       models[i], size, size, me, bits ? "bit for bit" : "NOT bit for bit");
+                CHECK_MSG(bits, "%s: --tp-emulate differs by %g", models[i], me);
+                free(e);
+            }
         }
         free(got);
         free(want);

@@ -56,6 +56,9 @@ logits() { # name, kv type, btl args...
     local name=$1 kv=$2; shift 2
     mpi_run "$name" 120 -np 2 "$@" "$T" logits "$kv" "${MODELS[@]}"
     grep -a "max |logit diff|" "$tmp/$name" | sed "s/^/  [$name] /"
+    # one process with --tp-emulate 2: the job's bits on every model
+    check "$name: --tp-emulate 2 bit for bit on ${#MODELS[@]} models" "${#MODELS[@]}" \
+        "$(grep -ac 'against one process with --tp-emulate 2: max |logit diff| 0, bit for bit' "$tmp/$name")"
     check "$name: rank 0 compared ${#MODELS[@]} models" "rank 0: ${#MODELS[@]} passed, 0 failed" \
         "$(grep -a '^rank 0: ' "$tmp/$name" | tail -1)"
     check "$name: rank 1" "rank 1: ${#MODELS[@]} passed, 0 failed" \
@@ -66,6 +69,9 @@ logits() { # name, kv type, btl args...
 t0=$SECONDS
 logits vader-f32 f32+gen "${VADER[@]}"
 grep -a " ids: " "$tmp/vader-f32" | sed "s/^/  [vader-f32] /"
+grep -a " ids against one process" "$tmp/vader-f32" | grep -v "the same$" | sed "s/^/  [vader-f32] /"
+check "vader-f32: greedy and seeded ids of --tp-emulate 2 the job's on ${#MODELS[@]} models" \
+    "$((2 * ${#MODELS[@]}))" "$(grep -ac 'ids against one process with --tp-emulate 2: the same$' "$tmp/vader-f32")"
 logits tcp-f32 f32 "${TCP[@]}"
 # over one rank the shard is the whole model: bitwise
 mpi_run one 60 -np 1 "${VADER[@]}" "$T" logits f32 ../shared/models/stories260K.gguf \
@@ -112,6 +118,27 @@ run_ids "$tmp/so" -m "$M" --temp 0.9 --seed 7 --tp 2
 same_ids "run --tp 2 without mpirun (spawned worker): seeded sampled ids as leader mode" "$tmp/s2" "$tmp/so"
 run_ids "$tmp/qgo" -m "$Q" --temp 0 --tp 2
 same_ids "run --tp 2 without mpirun, qwen2: greedy ids as one process" "$tmp/qg" "$tmp/qgo"
+# --tp-emulate 2: one process with the job's tokens, where the plain sums
+# draw another (llama-q8_0's seeded ids part from the job's at token 15)
+Q8=../shared/models/ref/llama-q8_0.gguf
+P0=$PROMPT PROMPT="Once upon a time"
+RUN_PRE=()
+run_ids "$tmp/q8" -m "$Q8" --temp 0.9 --seed 3
+run_ids "$tmp/q8e" -m "$Q8" --temp 0.9 --seed 3 --tp-emulate 2
+RUN_PRE=(timeout -k 5 60 "${MPIRUN[@]}" -np 2 "${VADER[@]}")
+run_ids "$tmp/q82" -m "$Q8" --temp 0.9 --seed 3 --tp 2
+PROMPT=$P0
+same_ids "run --tp-emulate 2: llama-q8_0's seeded ids those of run --tp 2" "$tmp/q82" "$tmp/q8e"
+[ "$(cat "$tmp/q8")" != "$(cat "$tmp/q82")" ] && ok "llama-q8_0: the plain sums draw other ids (what --tp-emulate is for)" ||
+    bad "llama-q8_0: the plain sums draw other ids (what --tp-emulate is for)"
+"$BIN" run -m "$M" -p x -n 2 --tp 2 --tp-emulate 2 >/dev/null 2>"$tmp/ee"
+check "--tp-emulate with --tp 2: exit 2" 2 $?
+has "--tp-emulate with --tp 2: says why" "--tp-emulate is for one process" "$(cat "$tmp/ee")"
+"$BIN" run -m "$M" -p x -n 2 --tp-emulate 3 >/dev/null 2>"$tmp/e3"
+check "--tp-emulate 3 on 4 KV heads: exit 2" 2 $?
+has "--tp-emulate 3 on 4 KV heads: says why" "4 KV heads, which 3 ranks cannot share" "$(cat "$tmp/e3")"
+"$BIN" run -m "$M" -p x -n 2 --tp-emulate 2 --lora "$tmp/none.gguf" >/dev/null 2>"$tmp/el"
+has "--tp-emulate with an adapter: refused" "summing as tensor parallel ranks do" "$(cat "$tmp/el")"
 timeout -k 5 60 "$BIN" bench -m "$M" --pp 8 --tg 4 -r 1 -t 1 --tp 2 >"$tmp/bo" 2>&1
 check "bench --tp 2 without mpirun: exit 0" 0 $?
 has "bench --tp 2 without mpirun: the collectives' share" "2 ranks" "$(cat "$tmp/bo")"

@@ -525,7 +525,8 @@ class GenerationExecutor:
     kv_block_size, kv_type, sched_policy, enable_prefix_caching,
     kv_cache_memory_share, kv_cache_memory_limit, kv_release_ms,
     kv_prefault, repack_cache_dir, speculative={type, draft_model, n_max,
-    ...}, lora_cache_bytes, lora_type "f32" | "f16" | "q8_0"), plus
+    ...}, lora_cache_bytes, lora_type "f32" | "f16" | "q8_0", tp_emulate N:
+    sum as a tensor parallel job of N ranks does), plus
     lora=[path or (path, scale), ...]
     (adapters loaded at start, global scale 1 unless given),
     lora_modules={name: path} (loaded at start, applied only when named), logits_processors={name: fn(request_id, logits, token_ids,

@@ -368,6 +368,7 @@ const struct ifl_py_field ifl_py_config_fields[] = {
     FLD(struct ifl_executor_config, kv_prefault, F_I32),
     FLD(struct ifl_executor_config, lora_cache_bytes, F_I64),
     FLD(struct ifl_executor_config, lora_type, F_I32),
+    FLD(struct ifl_executor_config, tp_emulate, F_I32),
     {NULL, F_I32, 0},
 };
 

@@ -12,7 +12,7 @@ import pytest
 
 import inflight
 from inflight import GenerationExecutor, GenerationRequest, SamplingParams
-from conftest import LARGER, SANITIZED, STORIES, rss_bytes
+from conftest import INFLIGHT_BIN, LARGER, SANITIZED, STORIES, rss_bytes
 
 PROMPT = [1, 403, 407, 261, 378]
 
@@ -364,3 +364,23 @@ def test_bad_executor_options():
         inflight.LLM(STORIES, speculative={"type": "magic"})
     with pytest.raises((ValueError, OSError), match="no-such.gguf"):
         inflight.LLM("/nonexistent/no-such.gguf")
+
+
+def test_tp_emulate_gives_the_cli_tokens():
+    """tp_emulate=2 reaches the executor: llama-q8_0's seeded tokens are
+    those of `inflight run --tp-emulate 2` (which are `--tp 2`'s,
+    tests/test_tp.sh), and differ from the plain sums' at token 15."""
+    q8 = os.path.join(os.path.dirname(STORIES), "ref", "llama-q8_0.gguf")
+    prompt = "Once upon a time"
+    sp = SamplingParams(max_tokens=16, temperature=0.9, seed=3)
+    with inflight.LLM(q8, n_threads=1, tp_emulate=2) as llm:
+        emu = llm.generate(prompt, sp)[0].outputs[0].token_ids
+    with inflight.LLM(q8, n_threads=1) as llm:
+        plain = llm.generate(prompt, sp)[0].outputs[0].token_ids
+    cli = subprocess.run([INFLIGHT_BIN, "run", "-m", q8, "-p", prompt, "-n", "16", "--temp",
+                          "0.9", "--seed", "3", "--ids", "-t", "1", "--tp-emulate", "2"],
+                         capture_output=True, text=True, check=True)
+    assert emu == [int(t) for t in cli.stdout.split()]
+    assert emu != plain
+    with pytest.raises(ValueError, match="3 ranks cannot share"):
+        inflight.LLM(STORIES, tp_emulate=3)

@@ -179,6 +179,7 @@ int cli_spec_finish(const char *cmd, struct ifl_speculative_config *c);
  * the job and returns status. */
 struct cli_tp {
     int n;
+    int emulate; /* --tp-emulate N: one process summing as N ranks do */
     double timeout_s;
     struct ifl_comm *comm;
 };
@@ -186,7 +187,9 @@ struct cli_tp {
     "  --tp N                    split the model over N ranks: an MPI job's (mpirun -np N),\n"     \
     "                            or this process and N-1 workers it starts "                       \
     "(docs/distributed.md)\n"                                                                      \
-    "  --tp-timeout S            a rank silent for S seconds ends the job (default 30)\n"
+    "  --tp-timeout S            a rank silent for S seconds ends the job (default 30)\n"          \
+    "  --tp-emulate N            one process summing as --tp N does: the same logits and\n"        \
+    "                            tokens as that job, bit for bit (slower; docs/distributed.md)\n"
 int cli_tp_option(const char *cmd, const char *a, const char *v, struct cli_tp *t);
 int cli_tp_start(const char *cmd, struct cli_tp *t, const char *model, int n_threads);
 int cli_tp_end(struct cli_tp *t, int status);

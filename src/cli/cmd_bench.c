@@ -779,6 +779,7 @@ static int bench_leader(struct bench_opts *op, int threads)
     ifl_executor_config_default(&cfg);
     cfg.n_threads = (int32_t)o.threads;
     cfg.tp_comm = o.tp.comm;
+    cfg.tp_emulate = o.tp.emulate;
     cfg.tp_timeout_s = o.tp.timeout_s;
     cfg.max_batch_size = max_conc;
     cfg.n_ctx = (int32_t)n_ctx;

@@ -248,6 +248,7 @@ static int run_leader(struct run_opts *op)
     cfg.lora_cache_bytes = o.lora.cache_bytes;
     cfg.lora_type = o.lora.type;
     cfg.tp_comm = o.tp.comm;
+    cfg.tp_emulate = o.tp.emulate;
     cfg.tp_timeout_s = o.tp.timeout_s;
     char cache_buf[4096];
     int cache_default;

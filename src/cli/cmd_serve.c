@@ -360,6 +360,7 @@ static int serve_main(int argc, char **argv)
     ifl_executor_config_default(&cfg.exec);
     cfg.exec.n_threads = (int32_t)threads;
     cfg.exec.tp_comm = g_tp.comm;
+    cfg.exec.tp_emulate = g_tp.emulate;
     cfg.exec.tp_timeout_s = g_tp.timeout_s;
     cfg.exec.max_batch_size = (int32_t)parallel;
     cfg.exec.max_num_tokens = (int32_t)max_num_tokens;

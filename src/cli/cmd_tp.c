@@ -40,6 +40,13 @@ int cli_tp_option(const char *cmd, const char *a, const char *v, struct cli_tp *
         t->n = (int)iv;
         return 0;
     }
+    if (!strcmp(a, "--tp-emulate")) {
+        if (cli_parse_i64(v, 1, 4096, &iv))
+            return cli_usage_error(cmd, "--tp-emulate wants a rank count from 1 to 4096, not '%s'",
+                                   v);
+        t->emulate = (int)iv;
+        return 0;
+    }
     if (!strcmp(a, "--tp-timeout")) {
         if (cli_parse_f64(v, 0.1, 86400, &t->timeout_s))
             return cli_usage_error(cmd, "--tp-timeout wants 0.1 to 86400 seconds, not '%s'", v);
@@ -166,6 +173,11 @@ static int run_worker(const char *cmd, struct cli_tp *t, const char *model, int 
 
 int cli_tp_start(const char *cmd, struct cli_tp *t, const char *model, int n_threads)
 {
+    if (t->emulate > 1 && t->n > 1)
+        return cli_usage_error(cmd,
+                               "--tp-emulate is for one process: with --tp %d the ranks sum "
+                               "that way already",
+                               t->n);
     if (!t->n)
         return -1;
     if (!ifl_comm_have_mpi())

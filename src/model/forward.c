@@ -64,6 +64,8 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->kvtmp);
     free(f->out_rows);
     free(f->mm_reg);
+    free(f->u_in);
+    free(f->u_out);
     free(f->run_start);
     free(f->run_share);
     free(f->att_claim);
@@ -181,6 +183,19 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     /* per layer at most 3 (q, k, v) + 1 (o) + 2 (gate, up) + 1 (down), when
      * no two share an input format; then the output */
     f->n_mm_groups = 7 * hp->n_layer + 1;
+    if (m->units) { /* wo and down: a group per unit */
+        const struct ifl_units *U = m->units;
+        int64_t wide = 0;
+        for (int u = 0; u < U->n; u++) {
+            int64_t a = U->wo_split ? U->o_off[u + 1] - U->o_off[u] : 0;
+            int64_t c = U->ff_off[u + 1] - U->ff_off[u];
+            wide = a > wide ? a : wide;
+            wide = c > wide ? c : wide;
+        }
+        f->n_mm_groups = (5 + 2 * U->n) * hp->n_layer + 1;
+        f->u_in = alloc_floats(R * (size_t)wide);
+        f->u_out = alloc_floats((size_t)(U->n - 1) * R * (size_t)hp->n_embd);
+    }
     f->mm_reg = aligned_alloc(64, sizeof(struct mm_region) * (size_t)f->n_mm_groups * (size_t)nth);
     f->run_start = malloc((R + 1) * sizeof(int32_t));
     f->run_share = malloc(((size_t)nth + 1) * sizeof(int32_t));
@@ -189,7 +204,7 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
         !f->kvtmp || !f->out_rows || !f->mm_reg || !f->run_start || !f->run_share ||
-        !f->att_claim || !f->lora_sc) {
+        !f->att_claim || !f->lora_sc || (m->units && (!f->u_in || !f->u_out))) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
     }
@@ -521,6 +536,42 @@ static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int
     }
 }
 
+/* y = x W^T for attn_output or ffn_down summed as the ranks of a tensor
+ * parallel job sum it (model.h, ifl_units): unit u's product of its
+ * columns [off[u], off[u + 1]) of x (nr rows, ldx apart), each with the
+ * kernel a rank runs on the same slice, then the products added in rank
+ * order, as the job's all-reduce adds them (two ranks: one addition,
+ * which commutes). Ends with y complete in this thread's rows; no
+ * barrier at the end. */
+static void mm_units(struct job *j, int ith, int nth, int *grp, const struct ifl_mat *um,
+                     const int64_t *off, const float *x, size_t ldx, int32_t nr, float *y,
+                     size_t ldy)
+{
+    struct ifl_fwd *f = j->f;
+    const int n = f->m->units->n;
+    long lo, hi;
+    ifl_pool_split(nr, ith, nth, &lo, &hi);
+    for (int u = 0; u < n; u++) {
+        const size_t w = (size_t)(off[u + 1] - off[u]);
+        for (long r = lo; r < hi; r++)
+            memcpy(f->u_in + (size_t)r * w, x + (size_t)r * ldx + off[u], sizeof(float) * w);
+        struct act_memo memo = {0};
+        const struct mm_task t = {&um[u], u ? f->u_out + (size_t)(u - 1) * (size_t)nr * ldy : y,
+                                  ldy};
+        mm_barrier(j, ith, nth, &t, 1); /* every row's columns are in u_in */
+        mm_group(j, ith, nth, &memo, grp, f->u_in, nr, &t, 1);
+        ifl_pool_barrier(f->pool); /* u_in is the next unit's */
+    }
+    const int64_t n_out = um[0].n_out;
+    for (long r = lo; r < hi; r++)
+        for (int u = 1; u < n; u++) {
+            const float *p = f->u_out + ((size_t)(u - 1) * (size_t)nr + (size_t)r) * ldy;
+            float *q = y + (size_t)r * ldy;
+            for (int64_t c = 0; c < n_out; c++)
+                q[c] += p[c];
+        }
+}
+
 /* ---- the step ---- */
 
 /* Row r's q, k and v of KV heads [h0, h1) (with their query heads) made
@@ -666,11 +717,18 @@ static void step(void *arg, int ith, int nth)
             memo.src = NULL;
         }
         const struct mm_task o = {&w->wo, f->tmp, (size_t)n_embd};
-        mm_barrier(j, ith, nth, &o, 1);
+        const struct ifl_units *U = m->units;
         const int lo_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_O, 1);
-        if (lo_)
-            ifl_fwd_lora_a(j, ith, nth, il, T_O, 1, f->att, (size_t)w->wo.n_in, &memo);
-        mm_group(j, ith, nth, &memo, &grp, att, nr, &o, 1);
+        if (U && U->wo_split) { /* summed as the ranks of a job do */
+            mm_units(j, ith, nth, &grp, &U->wo[(size_t)il * U->n], U->o_off, att,
+                     (size_t)w->wo.n_in, nr, f->tmp, (size_t)n_embd);
+            memo.src = NULL;
+        } else {
+            mm_barrier(j, ith, nth, &o, 1);
+            if (lo_)
+                ifl_fwd_lora_a(j, ith, nth, il, T_O, 1, f->att, (size_t)w->wo.n_in, &memo);
+            mm_group(j, ith, nth, &memo, &grp, att, nr, &o, 1);
+        }
         ifl_pool_barrier(f->pool);
         if (lo_) {
             float *const y[1] = {f->tmp};
@@ -712,13 +770,19 @@ static void step(void *arg, int ith, int nth)
                 f->kn->geglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
             else
                 f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
-        ifl_fwd_quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
-        const struct mm_task d = {&w->w_down, f->tmp, (size_t)n_embd};
-        mm_barrier(j, ith, nth, &d, 1);
         const int ld_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_D, 1);
-        if (ld_)
-            ifl_fwd_lora_a(j, ith, nth, il, T_D, 1, f->gate, (size_t)n_ff, &memo);
-        mm_group(j, ith, nth, &memo, &grp, f->gate, nr, &d, 1);
+        if (U) { /* summed as the ranks of a job do */
+            mm_units(j, ith, nth, &grp, &U->down[(size_t)il * U->n], U->ff_off, f->gate,
+                     (size_t)n_ff, nr, f->tmp, (size_t)n_embd);
+            memo.src = NULL;
+        } else {
+            ifl_fwd_quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
+            const struct mm_task d = {&w->w_down, f->tmp, (size_t)n_embd};
+            mm_barrier(j, ith, nth, &d, 1);
+            if (ld_)
+                ifl_fwd_lora_a(j, ith, nth, il, T_D, 1, f->gate, (size_t)n_ff, &memo);
+            mm_group(j, ith, nth, &memo, &grp, f->gate, nr, &d, 1);
+        }
         ifl_pool_barrier(f->pool);
         if (ld_) {
             float *const y[1] = {f->tmp};

@@ -93,8 +93,12 @@ struct ifl_fwd {
     float *tp_recv;                /* [R][n_vocab] rank 0's gathered logits, by rank */
     size_t *tp_counts;             /* [size] bytes each rank sends in a gather */
     float *att_full;               /* [R][whole n_head * head_dim_v] (shard->wo_whole) */
-    struct ifl_mat att_shape;      /* F32 of this rank's heads: what attention converts for */
-    struct ifl_fwd_moe *moe;       /* the experts' scratch (forward_moe.c); NULL: dense */
+    /* summing as tensor parallel ranks do (model->units): a unit's input
+     * columns, and the products of units 1.. (unit 0's is the output) */
+    float *u_in;              /* [R][the widest unit] */
+    float *u_out;             /* [units - 1][R][n_embd] */
+    struct ifl_mat att_shape; /* F32 of this rank's heads: what attention converts for */
+    struct ifl_fwd_moe *moe;  /* the experts' scratch (forward_moe.c); NULL: dense */
 };
 
 /* What one step's threads share. */

@@ -466,6 +466,12 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
                                       "(%d experts)",
                                       m->hp.n_expert)
                             : ifl_model_shard(m, o->tp_rank, o->tp_size, err);
+    else if (!rc && o && o->sum_units > 1)
+        rc = m->hp.n_expert ? ifl_err(err, IFL_EUNSUPPORTED,
+                                      "model: summing as tensor parallel ranks do is not "
+                                      "available for experts (%d experts)",
+                                      m->hp.n_expert)
+                            : ifl_model_sum_units(m, o->sum_units, err);
     if (rc) {
         ifl_model_free(m);
         return rc;
@@ -475,6 +481,7 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
         return rc;
     }
     ifl_model_shard_trim(m);
+    ifl_model_units_trim(m);
     *out = m;
     return 0;
 }
@@ -509,6 +516,7 @@ void ifl_model_free(struct ifl_model *m)
     free(m->owned);
     free(m->layers);
     ifl_model_shard_free(m->shard);
+    ifl_model_units_free(m->units);
     if (m->x16)
         munmap(m->x16, m->x16_bytes);
     ifl_gguf_free(m->gguf);

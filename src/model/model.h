@@ -139,6 +139,24 @@ struct ifl_model {
     int n_owned;
     uint64_t weight_bytes;   /* bytes of all tensors */
     struct ifl_shard *shard; /* NULL: the whole model (tensor parallelism off) */
+    struct ifl_units *units; /* NULL: plain sums (ifl_model_sum_units) */
+};
+
+/* One process summing as a tensor parallel job of n ranks does
+ * (ifl_model_sum_units): unit u of a layer's attn_output and ffn_down is
+ * the column slice rank u of n holds, its own matrix (repacked as a
+ * rank's is), and the forward pass adds the units' products in rank
+ * order, as the job's all-reduce does. */
+struct ifl_units {
+    int n;
+    int wo_split;       /* 0: attn_output whole, as every rank keeps it (ifl_shard.wo_whole) */
+    int64_t *o_off;     /* [n + 1] unit u's columns of attn_output: [o_off[u], o_off[u + 1]) */
+    int64_t *ff_off;    /* [n + 1] and of ffn_down */
+    struct ifl_mat *wo; /* [n_layer * n] layer il's unit u at il * n + u (wo_split) */
+    struct ifl_mat *down;
+    void **copies; /* [n_copies] their rows, owned */
+    const struct ifl_mat **copy_of;
+    int n_copies;
 };
 
 /* How a model loads. All fields may be 0/NULL. */
@@ -151,6 +169,9 @@ struct ifl_model_load_opts {
      * tp_size 0 or 1: the whole model. A shard is repacked in memory
      * (repack_cache_dir is ignored). */
     int tp_rank, tp_size;
+    /* one process (tp_size 0 or 1) summing as sum_units ranks do
+     * (ifl_model_sum_units); 0 or 1: plain sums */
+    int sum_units;
 };
 
 /* Opens and validates a GGUF model. Errors name the key or tensor. */
@@ -190,5 +211,13 @@ void ifl_mat_rows(struct ifl_mat *dst, const struct ifl_mat *src, int64_t r0, in
 int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err);
 void ifl_model_shard_trim(struct ifl_model *m);
 void ifl_model_shard_free(struct ifl_shard *s);
+/* shard.c: splits attn_output and ffn_down of a whole model, not yet
+ * repacked, into the column slices n ranks would hold (the same
+ * refusals as ifl_model_shard), each its own copied matrix; the whole
+ * matrices are no longer read. The units' products added in rank order
+ * are then the bits a job of n ranks sums (forward.c). */
+int ifl_model_sum_units(struct ifl_model *m, int n, char *err);
+void ifl_model_units_trim(struct ifl_model *m);
+void ifl_model_units_free(struct ifl_units *u);
 
 #endif

@@ -501,7 +501,8 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
         return 0;
     }
     const struct ifl_kernels *kn = ifl_kernels_best();
-    int per_layer = 7, cap = m->hp.n_layer * (per_layer + 3) + 1, rc = 0;
+    const struct ifl_units *U = m->units;
+    int per_layer = 7, cap = m->hp.n_layer * (per_layer + 3 + (U ? 2 * U->n : 0)) + 1, rc = 0;
     struct job J = {.m = m, .o = o, .total = total, .stage = "repacking"};
     J.mats = malloc(sizeof(*J.mats) * (size_t)cap);
     J.dst_off = malloc(sizeof(*J.dst_off) * (size_t)cap);
@@ -513,9 +514,20 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
     for (int il = 0; il < m->hp.n_layer; il++) {
         struct ifl_layer_weights *w = &m->layers[il];
         struct ifl_mat *lm[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        for (int i = 0; i < per_layer; i++)
+        for (int i = 0; i < per_layer; i++) {
+            /* summing in units: the units are read instead of wo and down */
+            if (U && ((lm[i] == &w->wo && U->wo_split) || lm[i] == &w->w_down))
+                continue;
             if (wants_x16(kn, lm[i]))
                 J.mats[J.n_mats++] = lm[i];
+        }
+        for (int r = 0; U && r < U->n; r++) {
+            struct ifl_mat *um[] = {U->wo_split ? &U->wo[(size_t)il * U->n + r] : NULL,
+                                    &U->down[(size_t)il * U->n + r]};
+            for (int i = 0; i < 2; i++)
+                if (um[i] && wants_x16(kn, um[i]))
+                    J.mats[J.n_mats++] = um[i];
+        }
         /* experts: one matrix of all their rows, repacked when each
          * expert's slice is whole groups (forward_moe.c computes a slice) */
         struct ifl_mat *em[] = {&w->gate_exps, &w->up_exps, &w->down_exps};
@@ -561,8 +573,8 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
     struct cache_id id = {0};
     const char *model_path = ifl_gguf_path(m->gguf);
     /* a shard's matrices are not the file's (copies, slices): no cache */
-    int use_cache =
-        o && o->repack_cache_dir && *o->repack_cache_dir && model_path && *model_path && !m->shard;
+    int use_cache = o && o->repack_cache_dir && *o->repack_cache_dir && model_path && *model_path &&
+                    !m->shard && !m->units;
     if (use_cache) {
         struct stat st;
         snprintf(id.kernels, sizeof id.kernels, "%s", kn->name);

@@ -19,7 +19,8 @@
  * whole matrix computes and only the order of the final sum changes.
  *
  * The n_ff split is cut on ffn_down's blocks (256 elements for the K
- * quants), unevenly if it must. The heads of attn_output cannot move: when
+ * quants, and 16 rows at least, whole x16 groups of gate and up), unevenly
+ * if it must. The heads of attn_output cannot move: when
  * a KV-head group's columns are not whole blocks (a 32-wide head group of
  * a Q4_K model), the rank keeps all of wo and the attention outputs are
  * gathered instead (forward_tp.c).
@@ -56,16 +57,30 @@ static void row_slice(struct ifl_mat *w, int64_t r0, int64_t n)
     w->n_out = n;
 }
 
+/* Columns [c0, c0 + n) of every row of w, copied into memory of their
+ * own; NULL (and err) when out of memory. */
+static char *copy_cols(const struct ifl_mat *w, int64_t c0, int64_t n, size_t *rb, char *err)
+{
+    size_t off = ifl_type_row_size(w->type, c0);
+    *rb = ifl_type_row_size(w->type, n);
+    char *p = aligned_alloc(64, ((size_t)w->n_out * *rb + 63) / 64 * 64);
+    if (!p) {
+        ifl_err(err, IFL_ENOMEM, "shard: out of memory for a slice of %zu bytes",
+                (size_t)w->n_out * *rb);
+        return NULL;
+    }
+    for (int64_t i = 0; i < w->n_out; i++)
+        memcpy(p + (size_t)i * *rb, (const char *)w->data + (size_t)i * w->row_bytes + off, *rb);
+    return p;
+}
+
 static int col_slice(struct ifl_model *m, struct ifl_shard *s, struct ifl_mat *w, int64_t c0,
                      int64_t n, char *err)
 {
-    size_t off = ifl_type_row_size(w->type, c0), rb = ifl_type_row_size(w->type, n);
-    char *p = aligned_alloc(64, ((size_t)w->n_out * rb + 63) / 64 * 64);
+    size_t rb;
+    char *p = copy_cols(w, c0, n, &rb, err);
     if (!p)
-        return ifl_err(err, IFL_ENOMEM, "shard: out of memory for a slice of %zu bytes",
-                       (size_t)w->n_out * rb);
-    for (int64_t i = 0; i < w->n_out; i++)
-        memcpy(p + (size_t)i * rb, (const char *)w->data + (size_t)i * w->row_bytes + off, rb);
+        return IFL_ENOMEM;
     ifl_gguf_release(m->gguf, w->data, (size_t)w->n_out * w->row_bytes);
     s->copies[s->n_copies] = p;
     s->copy_of[s->n_copies++] = w;
@@ -75,33 +90,67 @@ static int col_slice(struct ifl_model *m, struct ifl_shard *s, struct ifl_mat *w
     return 0;
 }
 
-int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
+/* How size ranks split a model: what ifl_model_shard and
+ * ifl_model_sum_units both check and cut by. */
+struct plan {
+    int64_t ff_unit; /* n_ff is cut on multiples of this */
+    int64_t nb;      /* n_ff in those blocks */
+    int64_t o_per;   /* attn_output columns of a rank's heads */
+    int group, kvl;  /* query heads per KV head; KV heads per rank */
+    int wo_whole;    /* those columns are not whole blocks of wo's type */
+};
+
+static int plan_split(const struct ifl_model *m, int size, struct plan *p, char *err)
 {
-    struct ifl_hparams *hp = &m->hp;
-    if (size < 1 || rank < 0 || rank >= size)
-        return ifl_err(err, IFL_EINVAL, "shard: rank %d of %d", rank, size);
-    if (m->shard || m->x16)
-        return ifl_err(err, IFL_ESTATE, "shard: the model is already split or repacked");
+    const struct ifl_hparams *hp = &m->hp;
     if (hp->n_head_kv % size)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "tensor parallelism over %d ranks: the model has %d KV heads, which %d "
                        "ranks cannot share evenly (--tp must divide the KV heads)",
                        size, hp->n_head_kv, size);
-    int64_t ff_unit = 1;
-    int wo_whole = 0;
-    const int group = hp->n_head / hp->n_head_kv, kvl = hp->n_head_kv / size;
-    const int64_t o_per = (int64_t)kvl * group * hp->head_dim_v;
+    /* 16 at least: gate's and up's rows of a rank then start on a group of
+     * 16 of the whole matrix's, so that a row's product comes from the
+     * same kernel (x16 groups and the rows after them are computed by
+     * different code, which for float weights adds in another order) */
+    p->ff_unit = 16;
+    p->wo_whole = 0;
+    p->group = hp->n_head / hp->n_head_kv;
+    p->kvl = hp->n_head_kv / size;
+    p->o_per = (int64_t)p->kvl * p->group * hp->head_dim_v;
     for (int il = 0; il < hp->n_layer; il++) {
         int64_t u = col_unit(&m->layers[il].w_down);
-        ff_unit = u > ff_unit ? u : ff_unit;
-        wo_whole |= o_per % col_unit(&m->layers[il].wo) != 0;
+        p->ff_unit = u > p->ff_unit ? u : p->ff_unit;
+        p->wo_whole |= p->o_per % col_unit(&m->layers[il].wo) != 0;
     }
-    int64_t nb = hp->n_ff / ff_unit;
-    if (nb < size)
+    p->nb = hp->n_ff / p->ff_unit;
+    if (p->nb < size)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "tensor parallelism over %d ranks: the FFN's %d rows are %lld blocks of "
                        "%lld for ffn_down's type, fewer than the ranks",
-                       size, hp->n_ff, (long long)nb, (long long)ff_unit);
+                       size, hp->n_ff, (long long)p->nb, (long long)p->ff_unit);
+    return 0;
+}
+
+/* Rank r's first row of n_ff (r = size: n_ff; the last rank takes the
+ * rows after the last whole unit, which only float weights have). */
+static int64_t plan_ff0(const struct plan *p, const struct ifl_hparams *hp, int r, int size)
+{
+    return r == size ? hp->n_ff : p->nb * r / size * p->ff_unit;
+}
+
+int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
+{
+    struct ifl_hparams *hp = &m->hp;
+    if (size < 1 || rank < 0 || rank >= size)
+        return ifl_err(err, IFL_EINVAL, "shard: rank %d of %d", rank, size);
+    if (m->shard || m->units || m->x16)
+        return ifl_err(err, IFL_ESTATE, "shard: the model is already split or repacked");
+    struct plan pl;
+    int rc = plan_split(m, size, &pl, err);
+    if (rc)
+        return rc;
+    const int group = pl.group, kvl = pl.kvl, wo_whole = pl.wo_whole;
+    const int64_t o_per = pl.o_per;
     struct ifl_shard *s = calloc(1, sizeof(*s));
     if (!s)
         return ifl_err(err, IFL_ENOMEM, "shard: out of memory");
@@ -119,9 +168,8 @@ int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
     s->n_ff = hp->n_ff;
     s->kv0 = rank * kvl;
     s->wo_whole = wo_whole;
-    int64_t b0 = nb * rank / size, b1 = nb * (rank + 1) / size;
-    s->ff0 = (int32_t)(b0 * ff_unit);
-    const int32_t nff = (int32_t)((b1 - b0) * ff_unit);
+    s->ff0 = (int32_t)plan_ff0(&pl, hp, rank, size);
+    const int32_t nff = (int32_t)(plan_ff0(&pl, hp, rank + 1, size) - s->ff0);
     const int64_t n16 = ((int64_t)hp->n_vocab + 15) / 16;
     for (int i = 0; i <= size; i++) {
         int64_t v = n16 * i / size * 16;
@@ -131,7 +179,6 @@ int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
     const int64_t q0 = (int64_t)s->kv0 * group * hd, nq = (int64_t)kvl * group * hd;
     const int64_t k0 = (int64_t)s->kv0 * hd, nk = (int64_t)kvl * hd;
     const int64_t v0 = (int64_t)s->kv0 * hdv, nv = (int64_t)kvl * hdv;
-    int rc = 0;
     for (int il = 0; il < hp->n_layer && !rc; il++) {
         struct ifl_layer_weights *w = &m->layers[il];
         row_slice(&w->wq, q0, nq);
@@ -172,5 +219,105 @@ void ifl_model_shard_trim(struct ifl_model *m)
         if (s->copies[i] && s->copy_of[i]->data != s->copies[i]) {
             free(s->copies[i]); /* repacked: the x16 copy is the one read */
             s->copies[i] = NULL;
+        }
+}
+
+void ifl_model_units_free(struct ifl_units *u)
+{
+    if (!u)
+        return;
+    for (int i = 0; i < u->n_copies; i++)
+        free(u->copies[i]);
+    free(u->copies);
+    free(u->copy_of);
+    free(u->o_off);
+    free(u->ff_off);
+    free(u->wo);
+    free(u->down);
+    free(u);
+}
+
+/* Unit u of w: columns [c0, c1), a copy of its own. */
+static int unit_of(struct ifl_units *U, struct ifl_mat *dst, const struct ifl_mat *w, int64_t c0,
+                   int64_t c1, char *err)
+{
+    size_t rb;
+    char *p = copy_cols(w, c0, c1 - c0, &rb, err);
+    if (!p)
+        return IFL_ENOMEM;
+    *dst = *w;
+    dst->data = p;
+    dst->n_in = c1 - c0;
+    dst->row_bytes = rb;
+    U->copies[U->n_copies] = p;
+    U->copy_of[U->n_copies++] = dst;
+    return 0;
+}
+
+int ifl_model_sum_units(struct ifl_model *m, int n, char *err)
+{
+    const struct ifl_hparams *hp = &m->hp;
+    if (n < 2 || n > 4096)
+        return ifl_err(err, IFL_EINVAL, "sum units: %d ranks (2 to 4096)", n);
+    if (m->shard || m->units || m->x16)
+        return ifl_err(err, IFL_ESTATE, "sum units: the model is already split or repacked");
+    struct plan pl;
+    int rc = plan_split(m, n, &pl, err);
+    if (rc)
+        return rc;
+    struct ifl_units *U = calloc(1, sizeof(*U));
+    const size_t nm = (size_t)hp->n_layer * (size_t)n;
+    if (U) {
+        U->n = n;
+        U->wo_split = !pl.wo_whole;
+        U->o_off = malloc(sizeof(int64_t) * (size_t)(n + 1));
+        U->ff_off = malloc(sizeof(int64_t) * (size_t)(n + 1));
+        U->wo = calloc(nm, sizeof(struct ifl_mat));
+        U->down = calloc(nm, sizeof(struct ifl_mat));
+        U->copies = calloc(2 * nm, sizeof(void *));
+        U->copy_of = calloc(2 * nm, sizeof(*U->copy_of));
+    }
+    if (!U || !U->o_off || !U->ff_off || !U->wo || !U->down || !U->copies || !U->copy_of) {
+        ifl_model_units_free(U);
+        return ifl_err(err, IFL_ENOMEM, "sum units: out of memory");
+    }
+    for (int r = 0; r <= n; r++) {
+        U->o_off[r] = pl.o_per * r;
+        U->ff_off[r] = plan_ff0(&pl, hp, r, n);
+    }
+    for (int il = 0; il < hp->n_layer && !rc; il++) {
+        struct ifl_layer_weights *w = &m->layers[il];
+        for (int r = 0; r < n && !rc; r++) {
+            if (U->wo_split)
+                rc = unit_of(U, &U->wo[(size_t)il * n + r], &w->wo, U->o_off[r], U->o_off[r + 1],
+                             err);
+            if (!rc)
+                rc = unit_of(U, &U->down[(size_t)il * n + r], &w->w_down, U->ff_off[r],
+                             U->ff_off[r + 1], err);
+        }
+        /* the whole matrices are not read again: their pages may go */
+        if (!rc && U->wo_split)
+            ifl_gguf_release(m->gguf, w->wo.data, (size_t)w->wo.n_out * w->wo.row_bytes);
+        if (!rc)
+            ifl_gguf_release(m->gguf, w->w_down.data,
+                             (size_t)w->w_down.n_out * w->w_down.row_bytes);
+    }
+    if (rc) {
+        ifl_model_units_free(U);
+        return rc;
+    }
+    m->units = U;
+    return 0;
+}
+
+void ifl_model_units_trim(struct ifl_model *m)
+{
+    struct ifl_units *U = m->units;
+    if (!U)
+        return;
+    for (int i = 0; i < U->n_copies; i++)
+        if (U->copies[i] && U->copy_of[i]->data != U->copies[i]) {
+            free(U->copies[i]); /* repacked: the x16 copy is the one read */
+            U->copies[i] = NULL;
         }
 }

@@ -668,6 +668,12 @@ static int create(ifl_executor **out, const char *model_path,
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "config: speculative decoding with a draft model or an EAGLE-3 head is not "
                        "available with tensor parallelism (--tp) in this version");
+    if (cfg.tp_emulate < 0 || cfg.tp_emulate > 4096)
+        return ifl_err(err, IFL_EINVAL, "config: tp_emulate %d (0 to 4096)", cfg.tp_emulate);
+    if (tp && cfg.tp_emulate > 1)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: tp_emulate is for one process; a tensor parallel job (tp_comm) "
+                       "sums as its ranks do already");
     if (!(cfg.tp_timeout_s >= 0))
         return ifl_err(err, IFL_EINVAL, "config: tp_timeout_s %g (>= 0; 0: 30 s)",
                        cfg.tp_timeout_s);
@@ -713,7 +719,8 @@ static int create(ifl_executor **out, const char *model_path,
                                          .progress = cfg.load_progress,
                                          .progress_user = cfg.load_progress_user,
                                          .tp_rank = 0,
-                                         .tp_size = tp ? ifl_comm_size(cfg.tp_comm) : 1};
+                                         .tp_size = tp ? ifl_comm_size(cfg.tp_comm) : 1,
+                                         .sum_units = cfg.tp_emulate};
         rc = ifl_model_load_with(&ex->model, model_path, &lo, err);
         if (ex->tp) {
             /* every rank loaded its shard, or all stop here */

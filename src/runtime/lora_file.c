@@ -49,6 +49,10 @@ int ifl_executor_load_lora(ifl_executor *ex, const char *path, const char *name,
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "load_lora: LoRA adapters are not available with tensor parallelism "
                        "(--tp) in this version");
+    if (ex->model->units)
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "load_lora: LoRA adapters are not available when summing as tensor "
+                       "parallel ranks do (--tp-emulate), as with --tp itself");
     struct ifl_lora_rt *rt = NULL;
     int rc = read_adapter(path, ex->cfg.lora_type, ex->model, &rt, err);
     if (rc)
