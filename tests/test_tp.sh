@@ -125,10 +125,16 @@ P0=$PROMPT PROMPT="Once upon a time"
 RUN_PRE=()
 run_ids "$tmp/q8" -m "$Q8" --temp 0.9 --seed 3
 run_ids "$tmp/q8e" -m "$Q8" --temp 0.9 --seed 3 --tp-emulate 2
+# two threads: a one-row decode splits attention by heads over them
+run_ids "$tmp/q8e2" -m "$Q8" --temp 0.9 --seed 3 --tp-emulate 2 -t 2
+run_ids "$tmp/se2" -m "$M" --temp 0.9 --seed 3 --tp-emulate 2 -t 2
+run_ids "$tmp/se1" -m "$M" --temp 0.9 --seed 3 --tp-emulate 2
 RUN_PRE=(timeout -k 5 60 "${MPIRUN[@]}" -np 2 "${VADER[@]}")
 run_ids "$tmp/q82" -m "$Q8" --temp 0.9 --seed 3 --tp 2
 PROMPT=$P0
 same_ids "run --tp-emulate 2: llama-q8_0's seeded ids those of run --tp 2" "$tmp/q82" "$tmp/q8e"
+same_ids "run --tp-emulate 2 -t 2: llama-q8_0's ids those of -t 1" "$tmp/q8e" "$tmp/q8e2"
+same_ids "run --tp-emulate 2 -t 2: stories260K's ids those of -t 1" "$tmp/se1" "$tmp/se2"
 [ "$(cat "$tmp/q8")" != "$(cat "$tmp/q82")" ] && ok "llama-q8_0: the plain sums draw other ids (what --tp-emulate is for)" ||
     bad "llama-q8_0: the plain sums draw other ids (what --tp-emulate is for)"
 "$BIN" run -m "$M" -p x -n 2 --tp 2 --tp-emulate 2 >/dev/null 2>"$tmp/ee"

@@ -551,6 +551,9 @@ static void mm_units(struct job *j, int ith, int nth, int *grp, const struct ifl
     const int n = f->m->units->n;
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
+    /* x is complete: attention split by heads writes every row's columns
+     * from every thread */
+    ifl_pool_barrier(f->pool);
     for (int u = 0; u < n; u++) {
         const size_t w = (size_t)(off[u + 1] - off[u]);
         for (long r = lo; r < hi; r++)
