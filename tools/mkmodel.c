@@ -132,7 +132,8 @@ struct opts {
     int rope_freqs;
     double rope_base; /* 0: default */
     /* gemma2 / gemma3 / phi3 (write_arch_tensors) */
-    int64_t n_swa;                      /* sliding window; 0: the architecture's default */
+    int64_t n_swa;           /* sliding window; 0: the architecture's default */
+    const char *swa_pattern; /* --swa-pattern: P (a uint32) or 0/1 per layer; NULL: none */
     double attn_softcap, final_softcap; /* --softcap; < 0: the architecture's default */
     int64_t ctx_orig;                   /* phi3 LongRoPE's original context; 0: ctx / 32 */
     uint64_t seed;
@@ -165,6 +166,7 @@ static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
     "               [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3] [--n-embd N]\n"
     "               [--n-layer N] [--n-head N] [--n-swa N] [--softcap ATTN,FINAL]\n"
+    "               [--swa-pattern P|B0,B1,...]\n"
     "               [--ctx-orig N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
     "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, llama)\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
@@ -265,12 +267,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab",    "--preset",       "--arch",         "--type",
-            "--rope-base", "--seed",     "--n-embd",       "--n-layer",      "--n-head",
-            "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",          "--swap-tokens",
-            "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",    "--lora-of",
-            "--rank",      "--alpha",    "--lora-targets", "--lora-type",    "--n-swa",
-            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used"};
+            "-o",          "--vocab",    "--preset",       "--arch",          "--type",
+            "--rope-base", "--seed",     "--n-embd",       "--n-layer",       "--n-head",
+            "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",           "--swap-tokens",
+            "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",     "--lora-of",
+            "--rank",      "--alpha",    "--lora-targets", "--lora-type",     "--n-swa",
+            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used", "--swa-pattern"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -340,6 +342,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return bad_arg("--softcap: bad value '%s' (want ATTN,FINAL: two numbers in 0..1e6, "
                                "0 for none)%s",
                                v, "");
+        } else if (!strcmp(a, "--swa-pattern")) {
+            int64_t p;
+            int ok = parse_int(v, 0, UINT32_MAX, &p) == 0;
+            if (!ok && strchr(v, ',')) { /* a per-layer list of 0 and 1 */
+                ok = 1;
+                for (const char *c = v; *c; c++)
+                    ok &=
+                        c == v || c[-1] == ',' ? (*c == '0' || *c == '1') : *c == ',' && c[1] != 0;
+            }
+            if (!ok)
+                return bad_arg("--swa-pattern: bad value '%s' (want a period in 0..4294967295 or "
+                               "a list of 0 and 1 per layer)%s",
+                               v, "");
+            o->swa_pattern = v;
         } else if (!strcmp(a, "--eagle3")) {
             o->eagle3 = v;
         } else if (!strcmp(a, "--lora-of")) {
@@ -530,8 +546,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (o->rope_base == 0)
         o->rope_base = o->rope_freqs ? 500000.0 : o->arch == ARCH_GEMMA3 ? 1000000.0 : 10000.0;
     int gemma = o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3;
-    if ((given[O_SWA] || o->attn_softcap >= 0) && !gemma)
-        return bad_arg("--n-swa and --softcap need --arch gemma2 or gemma3%s%s", "", "");
+    if ((given[O_SWA] || o->attn_softcap >= 0 || o->swa_pattern) && !gemma)
+        return bad_arg("--n-swa, --swa-pattern and --softcap need --arch gemma2 or gemma3%s%s", "",
+                       "");
     if (given[O_CTX_ORIG] && o->arch != ARCH_PHI3)
         return bad_arg("--ctx-orig needs --arch phi3%s%s", "", "");
     if (o->arch == ARCH_PHI3 && (o->tied || o->rope_freqs))
@@ -752,6 +769,22 @@ static int add_longrope(struct gen *g, int64_t hd)
 }
 
 /* tokenizer.ggml.tokens with the texts of ids a and b exchanged. */
+/* `attention.sliding_window_pattern`: a uint32 period, or (a list) one
+ * bool per entry, as llama.cpp's gguf_writer writes either form. */
+static int write_swa_pattern(struct ifl_gguf_writer *w, const char *an, const char *v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", an);
+    if (!strchr(v, ','))
+        return ifl_gguf_writer_set_u32(w, key, (uint32_t)strtoul(v, NULL, 10));
+    uint8_t b[1024];
+    uint64_t n = 0;
+    for (const char *c = v; *c && n < sizeof b; c++)
+        if (*c != ',')
+            b[n++] = *c == '1';
+    return ifl_gguf_writer_set_arr(w, key, IFL_GGUF_BOOL, b, n);
+}
+
 static int write_swapped_tokens(struct ifl_gguf_writer *w, const struct ifl_gguf *v, int64_t a,
                                 int64_t b)
 {
@@ -839,6 +872,8 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
                       o->arch == ARCH_LLAMA || o->arch == ARCH_PHI3 ? 1e-5f : 1e-6f);
     if (o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3) {
         rc |= set_key_u32(w, an, "attention.sliding_window", (uint32_t)o->n_swa);
+        if (o->swa_pattern)
+            rc |= write_swa_pattern(w, an, o->swa_pattern);
         if (o->arch == ARCH_GEMMA3)
             rc |= set_key_f32(w, an, "rope.freq_base_swa", 10000.0f);
         if (o->attn_softcap > 0)
