@@ -1,7 +1,7 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table (F,
- * BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
+ * Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table
+ * (F, BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
  * over weights in rows are in x86_avx512_gemm.c.
  */
 #include <immintrin.h>
@@ -258,9 +258,9 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
         }
         if (kind == X16_Q5_1) {
             const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 2 * X16)));
-            UNROLL FOR_R acc[r] = _mm512_fmadd_ps(_mm512_set1_ps((float)xoff[r][b]),
-                                                  _mm512_mul_ps(m, _mm512_set1_ps(xd[r][b])),
-                                                  acc[r]);
+            UNROLL FOR_R acc[r] =
+                _mm512_fmadd_ps(_mm512_set1_ps((float)xoff[r][b]),
+                                _mm512_mul_ps(m, _mm512_set1_ps(xd[r][b])), acc[r]);
         }
     }
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
