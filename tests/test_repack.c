@@ -438,7 +438,7 @@ static void test_newer_types(void)
     static const struct {
         const char *type;
         int avx2; /* AVX2 repacks it */
-    } types[] = {{"q5_0", 1}, {"q5_1", 1}, {"iq4_nl", 1}, {"iq4_xs", 0}, {"q2_k", 0}, {"q3_k", 0}};
+    } types[] = {{"q5_0", 1}, {"q5_1", 1}, {"iq4_nl", 1}, {"iq4_xs", 1}, {"q2_k", 1}, {"q3_k", 1}};
     static const char *const tables[] = {"scalar", "avx2", "avx512"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         char path[512], cmd[2048];

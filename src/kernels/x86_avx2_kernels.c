@@ -12,5 +12,6 @@ void ifl_kernels_fill_avx2(struct ifl_kernels *k)
     x86_fill(k);
     ifl_kernels_fill_avx2_gemm(k);
     ifl_kernels_fill_avx2_x16q(k);
+    ifl_kernels_fill_avx2_x16k(k);
     ifl_kernels_fill_avx2_lora(k);
 }
