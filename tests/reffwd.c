@@ -270,6 +270,24 @@ static int get_int(const struct ifl_gguf *g, const char *arch, const char *suffi
     return rc;
 }
 
+/* The sliding-window period as llama.cpp's gemma loaders take it: a
+ * scalar in uint32 (0: every layer slides); an array is passed over. */
+static int get_pattern(const struct ifl_gguf *g, const char *arch, int64_t def, int64_t *out,
+                       char *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    int64_t i = ifl_gguf_find_key(g, key);
+    struct ifl_gguf_value v;
+    *out = def;
+    if (i < 0 || (ifl_gguf_value(g, i, &v) == 0 && v.type == IFL_GGUF_ARRAY))
+        return 0;
+    int rc = ifl_gguf_get_int(g, key, out, err);
+    if (rc == 0 && (*out < 0 || *out > UINT32_MAX))
+        return ifl_err(err, IFL_EFORMAT, "reffwd: key '%s' out of range", key);
+    return rc;
+}
+
 static int get_float(const struct ifl_gguf *g, const char *arch, const char *suffix, double def,
                      double *out, char *err)
 {
@@ -355,8 +373,7 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     if ((rc = get_float(g, a, "attn_logit_softcapping", d_attn_cap, &m->attn_cap, err)) ||
         (rc = get_float(g, a, "final_logit_softcapping", d_final_cap, &m->final_cap, err)) ||
         (rc = get_int(g, a, "attention.sliding_window", 0, &win, err)) ||
-        (rc = get_int(g, a, "attention.sliding_window_pattern", gemma2 ? 2 : 6, &m->swa_period,
-                      err)) ||
+        (rc = get_pattern(g, a, gemma2 ? 2 : 6, &m->swa_period, err)) ||
         (rc = get_float(g, a, "rope.freq_base_swa", gemma3 ? 10000.0 : m->base, &m->base_swa,
                         err)) ||
         (rc = get_float(g, a, "rope.scaling.attn_factor", 1.0, &m->attn_factor, err)) ||
@@ -367,7 +384,7 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     m->n_swa = gemma2 ? (win ? win : 4096) : gemma3 ? win : 0;
     if (!m->n_ctx_orig && (rc = get_int(g, a, "context_length", 2048, &m->n_ctx_orig, err)))
         goto done;
-    if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2 || m->swa_period < 1) {
+    if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2) {
         rc = ifl_err(err, IFL_EFORMAT, "reffwd: inconsistent head counts or rope dimensions");
         goto done;
     }
@@ -749,7 +766,7 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
 
     for (int64_t l = 0; l < m.n_layer; l++) {
         const struct rlayer *L = &m.layers[l];
-        const int slide = m.n_swa > 0 && l % m.swa_period < m.swa_period - 1;
+        const int slide = m.n_swa > 0 && (m.swa_period == 0 || l % m.swa_period < m.swa_period - 1);
         const double base = slide ? m.base_swa : m.base;
         /* Projections, norms and RoPE for every position. */
         for (int i = 0; i < n; i++) {

@@ -21,6 +21,9 @@
  *   with decode rows, bitwise equal, over F16, F32 and Q8_0 caches (the
  *   blocked, row and dequantising attentions), and a lone row on 2 threads
  *   (split by KV heads) equal to 1 thread.
+ * - `attention.sliding_window_pattern` as llama.cpp reads it: 0 (every
+ *   layer slides), a period other than the default, and an array (which
+ *   llama.cpp's gemma loaders pass over), each in models.txt.
  * - LongRoPE: phi3's short factors below its original context, the long
  *   ones above, each against the reference.
  *
@@ -535,8 +538,11 @@ static void test_batch_invariance(void)
                        "--n-head-kv 2 --n-ff 512 --n-swa 16 --seed 5"},
         {"inv-gemma2", "--arch gemma2 --type f16 --n-embd 256 --n-layer 4 --n-head 8 "
                        "--n-head-kv 2 --n-ff 512 --n-swa 20 --softcap 0.5,2 --seed 6"},
+        /* every layer slides (sliding_window_pattern 0) */
+        {"inv-gemma2-all", "--arch gemma2 --type q4_0 --n-embd 256 --n-layer 3 --n-head 8 "
+                           "--n-head-kv 2 --n-ff 512 --n-swa 12 --swa-pattern 0 --seed 8"},
     };
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         if (make_model(models[i][0], models[i][1], path, sizeof path))
             continue;
         check_invariance(path, IFL_TYPE_F16);

@@ -87,6 +87,10 @@ for arch in gemma2 gemma3 phi3; do
 done
 "$MK" -o "$tmp/g.gguf" --vocab "$VOCAB" $small --arch gemma2 --n-swa 8 --softcap 0,2 2>/dev/null
 check_info "gemma2 --n-swa --softcap" "$tmp/g.gguf" "window 8 on 1 of 2" "attention 50, final 2"
+"$MK" -o "$tmp/g.gguf" --vocab "$VOCAB" $small --arch gemma2 --n-swa 8 --swa-pattern 0 2>/dev/null
+check_info "gemma2 --swa-pattern 0" "$tmp/g.gguf" "window 8 on 2 of 2"
+"$MK" -o "$tmp/g.gguf" --vocab "$VOCAB" $small --arch gemma3 --n-swa 8 --swa-pattern 1,0 2>/dev/null
+check_info "gemma3 --swa-pattern array (passed over)" "$tmp/g.gguf" "window 8 on 2 of 2"
 rm -f "$tmp/g.gguf"
 
 # the same seed gives the same bytes, another seed other bytes
@@ -163,6 +167,10 @@ check_usage "negative ctx" "$MK" $o --vocab "$VOCAB" --ctx -4
 check_usage "heads not a multiple of kv heads" "$MK" $o --vocab "$VOCAB" --n-head 4 --n-head-kv 3
 check_usage "n_embd not a multiple of heads" "$MK" $o --vocab "$VOCAB" --n-embd 250 --n-head 4
 check_usage "--n-swa on llama" "$MK" $o --vocab "$VOCAB" --n-swa 16
+check_usage "--swa-pattern on llama" "$MK" $o --vocab "$VOCAB" --swa-pattern 2
+check_usage "--swa-pattern not 0/1" "$MK" $o --vocab "$VOCAB" --arch gemma2 --swa-pattern 1,2
+check_usage "--swa-pattern trailing comma" "$MK" $o --vocab "$VOCAB" --arch gemma2 --swa-pattern 1,
+check_usage "--swa-pattern negative" "$MK" $o --vocab "$VOCAB" --arch gemma2 --swa-pattern -1
 check_usage "--softcap on phi3" "$MK" $o --vocab "$VOCAB" --arch phi3 --softcap 1,2
 check_usage "--softcap one number" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap 5
 check_usage "--softcap negative" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap -1,2

@@ -24,6 +24,9 @@
  *                                       and for attn_v and ffn_down of the
  *                                       layers where use_more_bits(i, n) holds:
  *                                       i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2
+ *   q3_k_m q3_k_l iq4_xs_mix           exactly the types llama-quantize's Q3_K_M,
+ *                                       Q3_K_L and IQ4_XS presets choose, shape
+ *                                       fallbacks included (tools/mkmodel_mix.h)
  * With --tied there is no output.weight and token_embd.weight plays its part,
  * so it takes the output's type (as llama-quantize does). A matrix whose row
  * length is not a multiple of its type's block falls back to Q8_0 when 32
@@ -99,25 +102,29 @@ struct mix {
     enum ifl_type output; /* output.weight (and a tied token_embd) */
     enum ifl_type more;   /* attn_v / ffn_down where use_more_bits holds */
     uint32_t file_type;
+    int preset; /* enum preset (mkmodel_mix.h): llama-quantize's rules; 0: the fields above */
 };
 
 static const struct mix mixes[] = {
-    {"f32", IFL_TYPE_F32, IFL_TYPE_F32, IFL_TYPE_F32, 0},
-    {"f16", IFL_TYPE_F16, IFL_TYPE_F16, IFL_TYPE_F16, 1},
-    {"bf16", IFL_TYPE_BF16, IFL_TYPE_BF16, IFL_TYPE_BF16, 32},
-    {"q8_0", IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, 7},
-    {"q4_0", IFL_TYPE_Q4_0, IFL_TYPE_Q6_K, IFL_TYPE_Q4_0, 2},
-    {"q5_0", IFL_TYPE_Q5_0, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0, 8},
-    {"q5_1", IFL_TYPE_Q5_1, IFL_TYPE_Q6_K, IFL_TYPE_Q5_1, 9},
-    {"iq4_nl", IFL_TYPE_IQ4_NL, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_NL, 25},
-    {"iq4_xs", IFL_TYPE_IQ4_XS, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_XS, 30},
-    {"q2_k", IFL_TYPE_Q2_K, IFL_TYPE_Q6_K, IFL_TYPE_Q2_K, 10},
-    {"q3_k", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 11},
-    {"q4_k", IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, 14},
-    {"q5_k", IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, 16},
-    {"q6_k", IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 18},
-    {"q4_k_m", IFL_TYPE_Q4_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 15},
-    {"q5_k_m", IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 17},
+    {"f32", IFL_TYPE_F32, IFL_TYPE_F32, IFL_TYPE_F32, 0, 0},
+    {"f16", IFL_TYPE_F16, IFL_TYPE_F16, IFL_TYPE_F16, 1, 0},
+    {"bf16", IFL_TYPE_BF16, IFL_TYPE_BF16, IFL_TYPE_BF16, 32, 0},
+    {"q8_0", IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, 7, 0},
+    {"q4_0", IFL_TYPE_Q4_0, IFL_TYPE_Q6_K, IFL_TYPE_Q4_0, 2, 0},
+    {"q5_0", IFL_TYPE_Q5_0, IFL_TYPE_Q6_K, IFL_TYPE_Q5_0, 8, 0},
+    {"q5_1", IFL_TYPE_Q5_1, IFL_TYPE_Q6_K, IFL_TYPE_Q5_1, 9, 0},
+    {"iq4_nl", IFL_TYPE_IQ4_NL, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_NL, 25, 0},
+    {"iq4_xs", IFL_TYPE_IQ4_XS, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_XS, 30, 0},
+    {"q2_k", IFL_TYPE_Q2_K, IFL_TYPE_Q6_K, IFL_TYPE_Q2_K, 10, 0},
+    {"q3_k", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 11, 0},
+    {"q4_k", IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, IFL_TYPE_Q4_K, 14, 0},
+    {"q5_k", IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, IFL_TYPE_Q5_K, 16, 0},
+    {"q6_k", IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 18, 0},
+    {"q4_k_m", IFL_TYPE_Q4_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 15, 0},
+    {"q5_k_m", IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 17, 0},
+    {"q3_k_m", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 12, 1 /* PRESET_Q3_K_M */},
+    {"q3_k_l", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 13, 2 /* PRESET_Q3_K_L */},
+    {"iq4_xs_mix", IFL_TYPE_IQ4_XS, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_XS, 30, 3 /* PRESET_IQ4_XS */},
 };
 #define N_MIXES (sizeof(mixes) / sizeof(mixes[0]))
 
@@ -132,7 +139,8 @@ struct opts {
     int rope_freqs;
     double rope_base; /* 0: default */
     /* gemma2 / gemma3 / phi3 (write_arch_tensors) */
-    int64_t n_swa;                      /* sliding window; 0: the architecture's default */
+    int64_t n_swa;           /* sliding window; 0: the architecture's default */
+    const char *swa_pattern; /* --swa-pattern: P (a uint32) or 0/1 per layer; NULL: none */
     double attn_softcap, final_softcap; /* --softcap; < 0: the architecture's default */
     int64_t ctx_orig;                   /* phi3 LongRoPE's original context; 0: ctx / 32 */
     uint64_t seed;
@@ -165,10 +173,11 @@ static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
     "               [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3] [--n-embd N]\n"
     "               [--n-layer N] [--n-head N] [--n-swa N] [--softcap ATTN,FINAL]\n"
+    "               [--swa-pattern P|B0,B1,...]\n"
     "               [--ctx-orig N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
     "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, llama)\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
-    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|q3_k_m|q3_k_l|iq4_xs_mix]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
     "               [--swap-tokens A,B]\n"
     "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"
@@ -265,12 +274,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab",    "--preset",       "--arch",         "--type",
-            "--rope-base", "--seed",     "--n-embd",       "--n-layer",      "--n-head",
-            "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",          "--swap-tokens",
-            "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",    "--lora-of",
-            "--rank",      "--alpha",    "--lora-targets", "--lora-type",    "--n-swa",
-            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used"};
+            "-o",          "--vocab",    "--preset",       "--arch",          "--type",
+            "--rope-base", "--seed",     "--n-embd",       "--n-layer",       "--n-head",
+            "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",           "--swap-tokens",
+            "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",     "--lora-of",
+            "--rank",      "--alpha",    "--lora-targets", "--lora-type",     "--n-swa",
+            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used", "--swa-pattern"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -340,6 +349,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return bad_arg("--softcap: bad value '%s' (want ATTN,FINAL: two numbers in 0..1e6, "
                                "0 for none)%s",
                                v, "");
+        } else if (!strcmp(a, "--swa-pattern")) {
+            int64_t p;
+            int ok = parse_int(v, 0, UINT32_MAX, &p) == 0;
+            if (!ok && strchr(v, ',')) { /* a per-layer list of 0 and 1 */
+                ok = 1;
+                for (const char *c = v; *c; c++)
+                    ok &=
+                        c == v || c[-1] == ',' ? (*c == '0' || *c == '1') : *c == ',' && c[1] != 0;
+            }
+            if (!ok)
+                return bad_arg("--swa-pattern: bad value '%s' (want a period in 0..4294967295 or "
+                               "a list of 0 and 1 per layer)%s",
+                               v, "");
+            o->swa_pattern = v;
         } else if (!strcmp(a, "--eagle3")) {
             o->eagle3 = v;
         } else if (!strcmp(a, "--lora-of")) {
@@ -530,8 +553,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (o->rope_base == 0)
         o->rope_base = o->rope_freqs ? 500000.0 : o->arch == ARCH_GEMMA3 ? 1000000.0 : 10000.0;
     int gemma = o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3;
-    if ((given[O_SWA] || o->attn_softcap >= 0) && !gemma)
-        return bad_arg("--n-swa and --softcap need --arch gemma2 or gemma3%s%s", "", "");
+    if ((given[O_SWA] || o->attn_softcap >= 0 || o->swa_pattern) && !gemma)
+        return bad_arg("--n-swa, --swa-pattern and --softcap need --arch gemma2 or gemma3%s%s", "",
+                       "");
     if (given[O_CTX_ORIG] && o->arch != ARCH_PHI3)
         return bad_arg("--ctx-orig needs --arch phi3%s%s", "", "");
     if (o->arch == ARCH_PHI3 && (o->tied || o->rope_freqs))
@@ -752,6 +776,22 @@ static int add_longrope(struct gen *g, int64_t hd)
 }
 
 /* tokenizer.ggml.tokens with the texts of ids a and b exchanged. */
+/* `attention.sliding_window_pattern`: a uint32 period, or (a list) one
+ * bool per entry, as llama.cpp's gguf_writer writes either form. */
+static int write_swa_pattern(struct ifl_gguf_writer *w, const char *an, const char *v)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", an);
+    if (!strchr(v, ','))
+        return ifl_gguf_writer_set_u32(w, key, (uint32_t)strtoul(v, NULL, 10));
+    uint8_t b[1024];
+    uint64_t n = 0;
+    for (const char *c = v; *c && n < sizeof b; c++)
+        if (*c != ',')
+            b[n++] = *c == '1';
+    return ifl_gguf_writer_set_arr(w, key, IFL_GGUF_BOOL, b, n);
+}
+
 static int write_swapped_tokens(struct ifl_gguf_writer *w, const struct ifl_gguf *v, int64_t a,
                                 int64_t b)
 {
@@ -839,6 +879,8 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
                       o->arch == ARCH_LLAMA || o->arch == ARCH_PHI3 ? 1e-5f : 1e-6f);
     if (o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3) {
         rc |= set_key_u32(w, an, "attention.sliding_window", (uint32_t)o->n_swa);
+        if (o->swa_pattern)
+            rc |= write_swa_pattern(w, an, o->swa_pattern);
         if (o->arch == ARCH_GEMMA3)
             rc |= set_key_f32(w, an, "rope.freq_base_swa", 10000.0f);
         if (o->attn_softcap > 0)
@@ -867,6 +909,8 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
     return rc ? -1 : 0;
 }
 
+#include "mkmodel_mix.h"
+
 static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
 {
     const struct mix *m = o->mix;
@@ -874,7 +918,8 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
     const int64_t q_dim = o->n_head * hd, kv_dim = o->n_head_kv * hd;
     char nm[96];
 
-    if (add_matrix(g, "token_embd.weight", o->tied ? m->output : m->main, E, n_vocab))
+    if (add_matrix(g, "token_embd.weight", mix_type(o, C_EMBD, 0, E, o->tied ? m->output : m->main),
+                   E, n_vocab))
         return -1;
     if (o->rope_freqs) {
         int64_t n_pairs = hd / 2;
@@ -897,18 +942,22 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
 #define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
         if (o->arch == ARCH_PHI3) { /* fused: q, k, v rows; gate, up rows */
             if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
-                add_matrix(g, NM("attn_qkv.weight"), m->main, E, q_dim + 2 * kv_dim) ||
-                add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
+                add_matrix(g, NM("attn_qkv.weight"), mix_type(o, C_V, l, E, m->main), E,
+                           q_dim + 2 * kv_dim) ||
+                add_matrix(g, NM("attn_output.weight"), mix_type(o, C_ATTN_OUT, l, q_dim, m->main),
+                           q_dim, E) ||
                 add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD) ||
-                add_matrix(g, NM("ffn_up.weight"), m->main, E, 2 * o->n_ff) ||
-                add_matrix(g, NM("ffn_down.weight"), more, o->n_ff, E))
+                add_matrix(g, NM("ffn_up.weight"), mix_type(o, C_UP, l, E, m->main), E,
+                           2 * o->n_ff) ||
+                add_matrix(g, NM("ffn_down.weight"), mix_type(o, C_DOWN, l, o->n_ff, more), o->n_ff,
+                           E))
                 return -1;
             continue;
         }
         if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
-            add_matrix(g, NM("attn_q.weight"), m->main, E, q_dim) ||
-            add_matrix(g, NM("attn_k.weight"), m->main, E, kv_dim) ||
-            add_matrix(g, NM("attn_v.weight"), more, E, kv_dim))
+            add_matrix(g, NM("attn_q.weight"), mix_type(o, C_Q, l, E, m->main), E, q_dim) ||
+            add_matrix(g, NM("attn_k.weight"), mix_type(o, C_K, l, E, m->main), E, kv_dim) ||
+            add_matrix(g, NM("attn_v.weight"), mix_type(o, C_V, l, E, more), E, kv_dim))
             return -1;
         if (o->arch == ARCH_QWEN2 && (add_vector(g, NM("attn_q.bias"), q_dim, 0.0f, BIAS_STD) ||
                                       add_vector(g, NM("attn_k.bias"), kv_dim, 0.0f, BIAS_STD) ||
@@ -921,28 +970,35 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
         if (gemma && (add_vector(g, NM("post_attention_norm.weight"), E, 1.0f, NORM_STD) ||
                       add_vector(g, NM("post_ffw_norm.weight"), E, 1.0f, NORM_STD)))
             return -1;
-        if (add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
+        if (add_matrix(g, NM("attn_output.weight"), mix_type(o, C_ATTN_OUT, l, q_dim, m->main),
+                       q_dim, E) ||
             add_vector(g, NM("ffn_norm.weight"), E, 1.0f, NORM_STD))
             return -1;
         const int64_t X = o->n_expert;
         if (X &&
             (add_random(g, NM("ffn_gate_inp.weight"), IFL_TYPE_F32, 2, E, X, 0.0f, ROUTER_STD) ||
-             add_random3(g, NM("ffn_gate_exps.weight"), fit_type("ffn_gate_exps", m->main, E), 3, E,
+             add_random3(g, NM("ffn_gate_exps.weight"),
+                         fit_type("ffn_gate_exps", mix_type(o, C_GATE, l, E, m->main), E), 3, E,
                          o->n_ff, X, 0.0f, W_STD) ||
-             add_random3(g, NM("ffn_up_exps.weight"), fit_type("ffn_up_exps", m->main, E), 3, E,
+             add_random3(g, NM("ffn_up_exps.weight"),
+                         fit_type("ffn_up_exps", mix_type(o, C_UP, l, E, m->main), E), 3, E,
                          o->n_ff, X, 0.0f, W_STD) ||
-             add_random3(g, NM("ffn_down_exps.weight"), fit_type("ffn_down_exps", more, o->n_ff), 3,
-                         o->n_ff, E, X, 0.0f, W_STD)))
+             add_random3(g, NM("ffn_down_exps.weight"),
+                         fit_type("ffn_down_exps", mix_type(o, C_DOWN, l, o->n_ff, more), o->n_ff),
+                         3, o->n_ff, E, X, 0.0f, W_STD)))
             return -1;
-        if (!X && (add_matrix(g, NM("ffn_gate.weight"), m->main, E, o->n_ff) ||
-                   add_matrix(g, NM("ffn_up.weight"), m->main, E, o->n_ff) ||
-                   add_matrix(g, NM("ffn_down.weight"), more, o->n_ff, E)))
+        if (!X &&
+            (add_matrix(g, NM("ffn_gate.weight"), mix_type(o, C_GATE, l, E, m->main), E, o->n_ff) ||
+             add_matrix(g, NM("ffn_up.weight"), mix_type(o, C_UP, l, E, m->main), E, o->n_ff) ||
+             add_matrix(g, NM("ffn_down.weight"), mix_type(o, C_DOWN, l, o->n_ff, more), o->n_ff,
+                        E)))
             return -1;
 #undef NM
     }
     if (add_vector(g, "output_norm.weight", E, 1.0f, NORM_STD))
         return -1;
-    if (!o->tied && add_matrix(g, "output.weight", m->output, E, n_vocab))
+    if (!o->tied &&
+        add_matrix(g, "output.weight", mix_type(o, C_OUTPUT, 0, E, m->output), E, n_vocab))
         return -1;
     return 0;
 }

@@ -17,6 +17,10 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k);
 /* The 256-bit gemm kernels over x16 groups (x86_avx2_gemm.c), over a
  * filled avx2 table. */
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k);
+/* Likewise for Q5_0, Q5_1 and IQ4_NL (x86_avx2_x16q.c), and for IQ4_XS,
+ * Q2_K and Q3_K (x86_avx2_x16k.c). */
+void ifl_kernels_fill_avx2_x16q(struct ifl_kernels *k);
+void ifl_kernels_fill_avx2_x16k(struct ifl_kernels *k);
 /* The 512-bit gemm kernels over weights in rows (x86_avx512_gemm.c), over
  * a filled avx512 table. */
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k);

@@ -11,5 +11,7 @@ void ifl_kernels_fill_avx2(struct ifl_kernels *k)
     k->name = "avx2";
     x86_fill(k);
     ifl_kernels_fill_avx2_gemm(k);
+    ifl_kernels_fill_avx2_x16q(k);
+    ifl_kernels_fill_avx2_x16k(k);
     ifl_kernels_fill_avx2_lora(k);
 }

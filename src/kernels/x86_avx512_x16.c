@@ -1,7 +1,7 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table (F,
- * BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
+ * Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table
+ * (F, BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
  * over weights in rows are in x86_avx512_gemm.c.
  */
 #include <immintrin.h>
@@ -141,12 +141,18 @@ AI __m512i spread(__m512i a, int k)
  * bits of one byte of the qh word: that byte is copied to the four bytes
  * of its lane, and a byte test against 1 << bit gives the mask of the
  * bytes that get 16. */
-enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL };
+/* Q5_1 (kind 10, after the K-quants' numbers) takes the Q5_0 tile with
+ * its quants unsigned and no offset: its group has m's 16 values after d,
+ * then qh and qs as Q5_0's, and per block, lane i: acc += isum * (d_i d_x)
+ * + xsum * (m_i d_x), xsum the activation block's sum of quants (x16_sums
+ * with offset -1), as ref's dot_q5_1 sums it. */
+enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL, X16_Q5_1 = 10 };
 
 AI size_t x16_block_bytes(int kind)
 {
     return kind == X16_Q8_0   ? sizeof(struct ifl_block_q8_0)
            : kind == X16_Q5_0 ? sizeof(struct ifl_block_q5_0)
+           : kind == X16_Q5_1 ? sizeof(struct ifl_block_q5_1)
                               : sizeof(struct ifl_block_q4_0);
 }
 
@@ -180,7 +186,8 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
 {
     const int q4 = kind != X16_Q8_0; /* nibbles */
     const size_t gbs = X16 * x16_block_bytes(kind);
-    const size_t qs_off = 2 * X16 + (kind == X16_Q5_0 ? 64 : 0);
+    const int q5 = kind == X16_Q5_0 || kind == X16_Q5_1;
+    const size_t qh_off = (kind == X16_Q5_1 ? 4 : 2) * X16, qs_off = qh_off + (q5 ? 64 : 0);
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[XMR];
     UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
@@ -196,8 +203,8 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
                 wq[k] = _mm512_and_si512(z, m4);
                 wq[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
             }
-            if (kind == X16_Q5_0) {
-                const __m512i qh = _mm512_loadu_si512((const void *)(g + 2 * X16));
+            if (q5) {
+                const __m512i qh = _mm512_loadu_si512((const void *)(g + qh_off));
                 UNROLL for (int k = 0; k < 8; k++) wq[k] = q5_high(wq[k], qh, k);
             } else if (kind == X16_IQ4_NL) {
                 const __m512i lv = iq4nl_u8_table();
@@ -215,7 +222,7 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
          * at 2, -3 % at 1). The sums are of integers: the same in any order. */
         const int split = R == 2 || (q4 && R == 1);
         __m512i is[XMR], is2[XMR];
-        UNROLL FOR_R is[r] = _mm512_set1_epi32(xoff[r][b]);
+        UNROLL FOR_R is[r] = _mm512_set1_epi32(kind == X16_Q5_1 ? 0 : xoff[r][b]);
         UNROLL FOR_R is2[r] = _mm512_setzero_si512();
         /* Wider tiles take the first four runs' activations from one
          * 16-byte load a row, copied to every 128-bit lane and spread
@@ -248,6 +255,12 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
         {
             __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(xd[r][b]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r]), dd, acc[r]);
+        }
+        if (kind == X16_Q5_1) {
+            const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 2 * X16)));
+            UNROLL FOR_R acc[r] =
+                _mm512_fmadd_ps(_mm512_set1_ps((float)xoff[r][b]),
+                                _mm512_mul_ps(m, _mm512_set1_ps(xd[r][b])), acc[r]);
         }
     }
     UNROLL FOR_R _mm512_storeu_ps(y + (size_t)r * ldy, acc[r]);
@@ -756,7 +769,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 /* ---- the x16 driver -------------------------------------------------- */
 
 /* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS, 8 Q2_K,
- * 9 Q3_K */
+ * 9 Q3_K, 10 Q5_1 */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
@@ -765,7 +778,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
             x16xs_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
         else if (kind == 8 || kind == 9)                                                           \
             x16k23_tile(kind == 9, R, nbs, xp, xs, wp, yp, ldy);                                   \
-        else if (kind >= 4)                                                                        \
+        else if (kind == 4 || kind == 5)                                                           \
             x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy);                                    \
         else                                                                                       \
             x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                     \
@@ -794,13 +807,13 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 /* What the unsigned quants of a Q8_0-activation kind stand above zero. */
 AI int x16_off(int kind)
 {
-    return kind == X16_Q4_0 ? 8 : kind == X16_Q5_0 ? 16 : 128;
+    return kind == X16_Q4_0 ? 8 : kind == X16_Q5_0 ? 16 : kind == X16_Q5_1 ? -1 : 128;
 }
 
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
-    const int kq = kind >= 4;
+    const int kq = kind >= 4 && kind != X16_Q5_1;
     const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
     const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
     const size_t gb = X16 * ws;         /* bytes of a group */
@@ -856,6 +869,7 @@ X16_GEMM(z_gemm_q8_0_x16, 0)
 X16_GEMM(z_gemm_q4_0_x16, 1)
 X16_GEMM(z_gemm_q5_0_x16, 2)
 X16_GEMM(z_gemm_iq4_nl_x16, 3)
+X16_GEMM(z_gemm_q5_1_x16, X16_Q5_1)
 X16_GEMM(z_gemm_iq4_xs_x16, 7)
 X16_GEMM(z_gemm_q2_k_x16, 8)
 X16_GEMM(z_gemm_q3_k_x16, 9)
@@ -879,4 +893,6 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k)
     k->x16_pays[IFL_TYPE_Q2_K] = 1;
     k->gemm_x16[IFL_TYPE_Q3_K] = z_gemm_q3_k_x16;
     k->x16_pays[IFL_TYPE_Q3_K] = 1;
+    k->gemm_x16[IFL_TYPE_Q5_1] = z_gemm_q5_1_x16;
+    k->x16_pays[IFL_TYPE_Q5_1] = 1;
 }

@@ -55,7 +55,7 @@ struct ifl_hparams {
     float final_softcap; /* likewise for the logits */
     int ffn_gelu;        /* 1: gelu(gate) * up (tanh form), 0: silu(gate) * up */
     int32_t n_swa;       /* sliding window in positions (0: every layer global) */
-    int32_t swa_period;  /* layer il slides iff il % period < period - 1 */
+    int32_t swa_period;  /* layer il slides iff il % period < period - 1; 0: every layer */
     float rope_base_swa; /* the sliding layers' RoPE base and position scale */
     float rope_pos_scale_swa;
     float rope_attn_factor; /* cos and sin multiplied by this (LongRoPE); 1: none */
@@ -65,7 +65,7 @@ struct ifl_hparams {
 /* Whether layer il attends over a sliding window of hp->n_swa positions. */
 static inline int ifl_hp_swa(const struct ifl_hparams *hp, int il)
 {
-    return hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
+    return hp->n_swa > 0 && (hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1);
 }
 
 /* A weight matrix: n_out rows of n_in elements of `type`, row_bytes apart.

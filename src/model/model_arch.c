@@ -13,7 +13,8 @@
  * layers: a query at position p sees positions p - n_swa + 1 .. p, and
  * layer il slides when il % period < period - 1
  * (`attention.sliding_window_pattern`, default 2 for gemma2: every other
- * layer from the first; 6 for gemma3: five local layers, then a global).
+ * layer from the first; 6 for gemma3: five local layers, then a global;
+ * 0: every layer slides).
  * gemma2: attention logits and the final logits soft-capped, c tanh(x / c)
  * (`attn_logit_softcapping`, default 50; `final_logit_softcapping`,
  * default 30), n_swa defaults to 4096, and sliding layers take the global
@@ -32,6 +33,7 @@
  * is ignored, as llama.cpp ignores it.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,6 +75,32 @@ static int get_i(const struct ifl_gguf *g, const struct ifl_hparams *hp, const c
         return ifl_err(err, IFL_EFORMAT, "model: key '%s' = %lld is out of range [%lld, %lld]", key,
                        (long long)v, (long long)lo, (long long)hi);
     *out = (int32_t)v;
+    return 0;
+}
+
+/* `attention.sliding_window_pattern` as llama.cpp's gemma2/gemma3 loaders
+ * read it (get_key_or_arr into a uint32, then set_swa_pattern): a scalar
+ * period P, where 0 makes every layer slide; an array (the per-layer bools
+ * newer converters write for other families) is passed over, leaving the
+ * default period, as llama.cpp passes over it for these two. A period past
+ * the layer count slides every layer below P - 1, which n_layer + 1 says
+ * as well and keeps in an int32. */
+static int get_swa_pattern(const struct ifl_gguf *g, struct ifl_hparams *hp, char *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch_name);
+    int64_t i = ifl_gguf_find_key(g, key);
+    struct ifl_gguf_value v;
+    if (i < 0 || (ifl_gguf_value(g, i, &v) == 0 && v.type == IFL_GGUF_ARRAY))
+        return 0;
+    int64_t p = 0;
+    int rc = ifl_gguf_get_int(g, key, &p, err);
+    if (rc)
+        return rc;
+    if (p < 0 || p > UINT32_MAX)
+        return ifl_err(err, IFL_EFORMAT, "model: key '%s' = %lld is out of range [0, %lu]", key,
+                       (long long)p, (unsigned long)UINT32_MAX);
+    hp->swa_period = p > hp->n_layer ? hp->n_layer + 1 : (int32_t)p;
     return 0;
 }
 
@@ -119,8 +147,7 @@ int ifl_model_arch_hparams(struct ifl_hparams *hp, const struct ifl_gguf *g, cha
         hp->rope_pos_scale_swa = 1.0f;
     }
     if ((rc = get_i(g, hp, "attention.sliding_window", 0, 1 << 24, &hp->n_swa, &found, err)) ||
-        (rc = get_i(g, hp, "attention.sliding_window_pattern", 1, 1 << 16, &hp->swa_period, NULL,
-                    err)) ||
+        (rc = get_swa_pattern(g, hp, err)) ||
         (rc = get_f(g, hp, "rope.freq_base_swa", 1e-3, 1e12, &hp->rope_base_swa, err)) ||
         (rc = get_f(g, hp, "final_logit_softcapping", 0, 1e6, &hp->final_softcap, err)))
         return rc;
