@@ -854,6 +854,26 @@ int ifl_vision_encode_pixels(ifl_vision *v, const uint8_t *pixels, int32_t w, in
  * IFL_ENOTFOUND when the executor has none. Thread-safe. */
 int ifl_executor_vision_info(ifl_executor *ex, struct ifl_vision_info *out);
 
+/* The marker of an image's place in a prompt's text (llama.cpp's). */
+#define IFL_IMAGE_MARKER "<__media__>"
+
+/* Tokenizes a prompt with n_images images: each occurrence of marker in
+ * the text (NULL or "": IFL_IMAGE_MARKER) stands for the next image; with
+ * no marker at all, every image goes before the text (after BOS, when one
+ * is added). The pieces of text between markers are tokenized apart
+ * (add_special for the first only, parse_special for all). Image k takes
+ * n_rows[k] placeholder tokens (n_rows NULL: the vision encoder's n_tokens
+ * each; the model's padding token, or 0) and pos[k] receives its first
+ * index: ready for struct ifl_image_input. ids, cap, n_out as
+ * ifl_executor_tokenize (IFL_EFULL when more than cap; pos is filled
+ * either way). IFL_EINVAL when the markers are neither none nor n_images
+ * (err says so), IFL_ENOTFOUND for n_rows NULL without an encoder.
+ * Thread-safe. */
+int ifl_executor_tokenize_images(ifl_executor *ex, const char *text, int64_t len,
+                                 const char *marker, int32_t add_special, int32_t parse_special,
+                                 int32_t n_images, const int32_t *n_rows, int32_t *ids, int64_t cap,
+                                 int64_t *n_out, int32_t *pos, char *err);
+
 #ifdef __cplusplus
 }
 #endif

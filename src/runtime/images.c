@@ -565,3 +565,89 @@ int ifl_img_batch_rows(struct ifl_executor *ex, int32_t rows, const float **embd
     }
     return any;
 }
+
+/* ---- prompts with markers ---- */
+
+/* Tokenizes text[0, len) onto ids at *n (counting past cap). */
+static int tok_piece(struct ifl_executor *ex, const char *text, size_t len, int add_special,
+                     int parse_special, int32_t *ids, int64_t cap, int64_t *n)
+{
+    int64_t got = 0, room = *n < cap ? cap - *n : 0;
+    int rc = ifl_tokenize(ex->vocab, text, len, add_special, parse_special, room ? ids + *n : NULL,
+                          room, &got);
+    if (rc && rc != IFL_EFULL)
+        return rc;
+    *n += got;
+    return 0;
+}
+
+static const char *find_marker(const char *p, const char *end, const char *m, size_t ml)
+{
+    for (; p + ml <= end; p++)
+        if (*p == m[0] && !memcmp(p, m, ml))
+            return p;
+    return NULL;
+}
+
+int ifl_executor_tokenize_images(ifl_executor *ex, const char *text, int64_t len,
+                                 const char *marker, int32_t add_special, int32_t parse_special,
+                                 int32_t n_images, const int32_t *n_rows, int32_t *ids, int64_t cap,
+                                 int64_t *n_out, int32_t *pos, char *err)
+{
+    if (!n_out)
+        return IFL_EINVAL;
+    *n_out = 0;
+    if (!ex || len < 0 || cap < 0 || (len && !text) || (cap && !ids) || n_images < 0 ||
+        n_images > IFL_MAX_IMAGES_PER_REQUEST || (n_images && !pos))
+        return ifl_err(err, IFL_EINVAL, "tokenize: invalid arguments");
+    if (!n_rows && n_images && !ex->clip)
+        return ifl_err(err, IFL_ENOTFOUND, "images: this executor has no vision encoder (mmproj)");
+    if (!marker || !marker[0])
+        marker = IFL_IMAGE_MARKER;
+    size_t ml = strlen(marker);
+    const char *end = text + len;
+    int32_t n_mark = 0;
+    for (const char *p = text; len && (p = find_marker(p, end, marker, ml)); p += ml)
+        n_mark++;
+    if (n_mark && n_mark != n_images)
+        return ifl_err(err, IFL_EINVAL,
+                       "images: the prompt marks %d image places (%s) but %d images are given",
+                       n_mark, marker, n_images);
+    int32_t ph = ifl_vocab_pad(ex->vocab);
+    if (ph < 0 || ph >= ex->n_vocab)
+        ph = 0;
+    int64_t n = 0;
+    int rc = 0;
+    const char *p = text;
+    for (int32_t k = 0; k < n_images && !rc; k++) {
+        if (n_mark) { /* the text up to the marker */
+            const char *m = find_marker(p, end, marker, ml);
+            rc = tok_piece(ex, p, (size_t)(m - p), add_special && k == 0, parse_special, ids, cap,
+                           &n);
+            p = m + ml;
+        } else if (k == 0 && add_special && ifl_vocab_add_bos(ex->vocab) &&
+                   ifl_vocab_bos(ex->vocab) >= 0) {
+            if (n < cap)
+                ids[n] = ifl_vocab_bos(ex->vocab);
+            n++;
+        }
+        int32_t r = n_rows ? n_rows[k] : ex->clip->hp.n_patches;
+        if (r < 1 || n + r > INT32_MAX) {
+            rc = ifl_err(err, IFL_EINVAL, "images: image %d: %d rows", k, r);
+            break;
+        }
+        pos[k] = (int32_t)n;
+        for (int32_t i = 0; i < r; i++, n++)
+            if (n < cap)
+                ids[n] = ph;
+    }
+    if (!rc) { /* the rest of the text: after a marker, or all of it without one */
+        /* (with images, BOS came with the first piece or before them) */
+        rc = tok_piece(ex, p, (size_t)(end - p), add_special && n_images == 0, parse_special, ids,
+                       cap, &n);
+    }
+    if (rc)
+        return rc == IFL_EINVAL ? rc : ifl_err(err, rc, "tokenize: %s", ifl_strerror(rc));
+    *n_out = n;
+    return n > cap ? IFL_EFULL : 0;
+}
