@@ -454,8 +454,8 @@ static void test_ext_keys(void)
     struct ifl_kvc_seq s[5];
     memset(s, 0, sizeof s);
     CHECK_EQ(start_ext(c, &s[0], tok, a, 65), 0);
-    CHECK_EQ(start_ext(c, &s[1], tok, b, 65), 16); /* the text block only */
-    CHECK_EQ(start_ext(c, &s[2], tok, a, 65), 64); /* everything */
+    CHECK_EQ(start_ext(c, &s[1], tok, b, 65), 16);    /* the text block only */
+    CHECK_EQ(start_ext(c, &s[2], tok, a, 65), 64);    /* everything */
     CHECK_EQ(start_ext(c, &s[3], tok, NULL, 65), 16); /* plain tokens: the text block */
     for (int j = 1; j < 4; j++)
         CHECK(s[2].blocks[j] == s[0].blocks[j] && s[1].blocks[j] != s[0].blocks[j]);

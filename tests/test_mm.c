@@ -25,7 +25,7 @@
 
 static char g_dir[256], g_mk[512], g_model[600], g_mmproj[600];
 
-#define NT 16 /* rows an image gives with mkmodel's default mmproj */
+#define NT 16  /* rows an image gives with mkmodel's default mmproj */
 #define PH 300 /* the placeholder token of the tests' prompts */
 
 static int mkproj(const char *name, const char *flags, char *path, size_t cap)
@@ -460,9 +460,9 @@ static void test_bad_input(void)
                   "case %zu: '%s'", k, err);
     }
     /* a PNG of 0 x 0 is refused by its header */
-    static const unsigned char zero[] = {
-        0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 'I', 'H', 'D', 'R', 0, 0,
-        0,    0,   0,   0,   0,    0,    8,    2,    0, 0, 0, 0,  0,   0,   0,   0};
+    static const unsigned char zero[] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13,
+                                         'I',  'H', 'D', 'R', 0,    0,    0,    0,    0, 0, 0, 0,
+                                         8,    2,   0,   0,   0,    0,    0,    0,    0, 0};
     struct ifl_image_input z = {.data = zero, .size = sizeof zero, .pos = 4};
     struct ifl_request q;
     greedy(&q, ids, n, 4);
@@ -525,8 +525,8 @@ static void test_preempt(void)
     struct ifl_request q[N];
     struct ifl_response *alone[N], *r[N];
     for (int i = 0; i < N; i++) {
-        in[i] = (struct ifl_image_input){.size = (int64_t)png_bytes(25, 25, 60 + i, &png[i]),
-                                         .pos = 2};
+        in[i] =
+            (struct ifl_image_input){.size = (int64_t)png_bytes(25, 25, 60 + i, &png[i]), .pos = 2};
         in[i].data = png[i];
         n[i] = prompt(ids[i], 1, 8, i);
         greedy(&q[i], ids[i], n[i], GEN);

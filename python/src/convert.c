@@ -430,8 +430,8 @@ static int to_images(PyObject *v, struct ifl_request *r, struct ifl_py_arena *a)
             rc = to_bytes(embd, nm, a, &p, &nb);
             im[i].embd = p; /* inflight/executor.py checks it is n_rows x n_embd floats */
             if (!rc && nb % (int64_t)sizeof(float)) {
-                PyErr_Format(PyExc_ValueError, "%s: %lld bytes is not a whole number of floats",
-                             nm, (long long)nb);
+                PyErr_Format(PyExc_ValueError, "%s: %lld bytes is not a whole number of floats", nm,
+                             (long long)nb);
                 rc = -1;
             }
             if (!rc && im[i].n_rows > 0 && nb / (int64_t)sizeof(float) % im[i].n_rows) {

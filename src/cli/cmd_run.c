@@ -30,10 +30,10 @@ struct run_opts {
     const char *guide_arg; /* --grammar / --json-schema FILE, or --regex RE */
     const char *guide_flag;
     struct ifl_speculative_config spec;
-    const char *prediction; /* --prediction FILE: client drafts */
-    struct cli_lora lora;   /* --lora, --lora-scaled */
-    struct cli_tp tp;       /* --tp, --tp-timeout */
-    const char *mmproj;     /* --mmproj FILE */
+    const char *prediction;                         /* --prediction FILE: client drafts */
+    struct cli_lora lora;                           /* --lora, --lora-scaled */
+    struct cli_tp tp;                               /* --tp, --tp-timeout */
+    const char *mmproj;                             /* --mmproj FILE */
     const char *images[IFL_MAX_IMAGES_PER_REQUEST]; /* --image FILE, in order */
     int n_images;
 };
@@ -121,7 +121,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             o->mmproj = v;
         } else if (is_run && !strcmp(a, "--image")) {
             if (o->n_images == IFL_MAX_IMAGES_PER_REQUEST)
-                return cli_usage_error(cmd, "--image: at most %d images", IFL_MAX_IMAGES_PER_REQUEST);
+                return cli_usage_error(cmd, "--image: at most %d images",
+                                       IFL_MAX_IMAGES_PER_REQUEST);
             o->images[o->n_images++] = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             o->prompt = v;

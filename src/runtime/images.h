@@ -48,12 +48,12 @@ struct ifl_img_entry;
 
 /* One image of a request as the executor keeps it. */
 struct ximg {
-    int32_t pos, n;              /* it stands for prompt positions [pos, pos + n) */
-    uint64_t h[2];               /* its identity: the pixels' (or given rows') hash */
-    float *px;                   /* encoder input [3][S][S], until encoded; NULL for rows */
-    float *own;                  /* given rows [n][n_embd] (owned), or NULL */
-    struct ifl_img_entry *ent;   /* its cache entry once encoded (engine-owned) */
-    const float *rows;           /* [n][n_embd] its rows once known, else NULL */
+    int32_t pos, n;            /* it stands for prompt positions [pos, pos + n) */
+    uint64_t h[2];             /* its identity: the pixels' (or given rows') hash */
+    float *px;                 /* encoder input [3][S][S], until encoded; NULL for rows */
+    float *own;                /* given rows [n][n_embd] (owned), or NULL */
+    struct ifl_img_entry *ent; /* its cache entry once encoded (engine-owned) */
+    const float *rows;         /* [n][n_embd] its rows once known, else NULL */
 };
 
 /* Creation: loads the mmproj (NULL: none) and checks it against the model;
@@ -87,7 +87,6 @@ int ifl_img_batch_rows(struct ifl_executor *ex, int32_t rows, const float **embd
 /* A request is done: its cache entries lose a reference. */
 void ifl_img_release(struct ifl_executor *ex, struct xreq *q);
 /* Figures since creation, for the iteration stats. */
-void ifl_img_stats(const struct ifl_executor *ex, int64_t *encoded, int64_t *hits,
-                   double *seconds);
+void ifl_img_stats(const struct ifl_executor *ex, int64_t *encoded, int64_t *hits, double *seconds);
 
 #endif

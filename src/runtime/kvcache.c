@@ -67,7 +67,7 @@ struct ifl_kvc {
     uint32_t *gen;       /* [n_blocks] bumped each time a block leaves the table */
     int32_t *canon;      /* [n_blocks] node standing for a hashed block's prefix */
     uint32_t *canon_gen;
-    int32_t *toks; /* [n_blocks][block_size] tokens of a registered block */
+    int32_t *toks;  /* [n_blocks][block_size] tokens of a registered block */
     uint64_t *xkey; /* [n_blocks] digest of a registered block's ext keys (0: none) */
 
     uint64_t *free_bits; /* [n_words] bit b: block b is free */
@@ -375,8 +375,8 @@ int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg)
     c->lru_next = malloc(n * sizeof(*c->lru_next));
     c->table = malloc((size_t)cap * sizeof(*c->table));
     if (!c->ref || !c->registered || !c->key || !c->parent || !c->pid || !c->pgen || !c->gen ||
-        !c->canon || !c->canon_gen || !c->toks || !c->xkey || !c->free_bits || !c->touched || !c->freed_at ||
-        !c->lru_prev || !c->lru_next || !c->table) {
+        !c->canon || !c->canon_gen || !c->toks || !c->xkey || !c->free_bits || !c->touched ||
+        !c->freed_at || !c->lru_prev || !c->lru_next || !c->table) {
         ifl_kvc_free(c);
         return IFL_ENOMEM;
     }

@@ -239,8 +239,9 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
             if (chunk <= 0)
                 break;
             /* a prefill stops before an image not encoded yet (images.h) */
-            if (s->q->n_img && (chunk = ifl_img_ready_until(s->q, s->kv.n_pos, s->kv.n_pos + chunk) -
-                                        s->kv.n_pos) <= 0)
+            if (s->q->n_img &&
+                (chunk = ifl_img_ready_until(s->q, s->kv.n_pos, s->kv.n_pos + chunk) -
+                         s->kv.n_pos) <= 0)
                 continue;
             /* context logits: every prompt row not captured yet needs a
              * logits row, so the chunk stops where the free ones run out */

@@ -46,8 +46,7 @@ static int b64_decode(const char *s, size_t n, unsigned char **out, size_t *n_ou
         int v = b64_value((unsigned char)s[i]);
         if (v < 0) {
             free(p);
-            return ifl_err(err, IFL_EINVAL, "its base64 data has a bad character at offset %zu",
-                           i);
+            return ifl_err(err, IFL_EINVAL, "its base64 data has a bad character at offset %zu", i);
         }
         acc = acc << 6 | (uint32_t)v;
         bits += 6;

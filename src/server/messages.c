@@ -184,10 +184,10 @@ static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int m
                 }
                 if (parts) {
                     json_array_append_new(
-                        parts, !is_image              ? json_pack("{s:s,s:O}", "type", "text", "text", t)
-                               : mode == PARTS_IMAGE ? json_pack("{s:s}", "type", "image")
-                                                     : json_pack("{s:s,s:s}", "type", "text",
-                                                                 "text", im->marker));
+                        parts, !is_image ? json_pack("{s:s,s:O}", "type", "text", "text", t)
+                               : mode == PARTS_IMAGE
+                                   ? json_pack("{s:s}", "type", "image")
+                                   : json_pack("{s:s,s:s}", "type", "text", "text", im->marker));
                     continue;
                 }
                 if (k)
@@ -301,9 +301,8 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
                                   const char *marker, char **out, size_t *n, char *err)
 {
     struct ifl_vision_info vi;
-    struct chat_imgs im = {.j = j,
-                           .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0,
-                           .marker = marker};
+    struct chat_imgs im = {
+        .j = j, .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0, .marker = marker};
     json_t *msgs = NULL;
     int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, err);
     if (rc)
