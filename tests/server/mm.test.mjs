@@ -67,6 +67,19 @@ await expectError('no url is 400', () => client.chat.completions.create({ model:
 await expectError('an unknown part type is 400', () => client.chat.completions.create({ model: MODEL, max_tokens: 4,
   messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: {} }] }] }), 400, 'messages', 'parts are supported');
 
+await test('bad images among good requests: nothing lost', async () => {
+  const corrupt = `data:image/png;base64,${Buffer.from('\x89PNG\r\n\x1a\n garbage').toString('base64')}`;
+  const all = await Promise.allSettled([ask(A), ask(corrupt), ask(B), ask('https://x.test/a.png'), ask(A), ask(corrupt)]);
+  const ok = all.filter((r, i) => i % 2 === 0);
+  const badOnes = all.filter((r, i) => i % 2 === 1);
+  check('the good ones answered', ok.every((r) => r.status === 'fulfilled'), all.map((r) => r.status));
+  check('the bad ones are 400', badOnes.every((r) => r.status === 'rejected' && r.reason.status === 400), badOnes.map((r) => r.reason && r.reason.status));
+  if (ok.every((r) => r.status === 'fulfilled')) {
+    check('the good ones as alone', JSON.stringify(lps(ok[0].value)) === JSON.stringify(lps(alone)) &&
+      JSON.stringify(lps(ok[2].value)) === JSON.stringify(lps(alone)));
+  }
+});
+
 await test('still serving after bad images', async () => {
   const r = await ask(A);
   check('the same answer as before the bad ones', JSON.stringify(lps(r)) === JSON.stringify(lps(alone)));
