@@ -267,6 +267,16 @@ static void test_batch_invariance(void)
     /* image 0 twice (no prefix caching here): once encoded, once found */
     CHECK_EQ(st.images_encoded, 11);
     CHECK_EQ(st.image_cache_hits, 1);
+    /* the images of several requests went through the encoder together,
+     * at most vision_images_per_step (3) a step */
+    static struct ifl_iteration_stats hist[1024];
+    int32_t nh = 0, most = 0;
+    CHECK_EQ(ifl_get_iteration_stats_since(ex, 0, hist, 1024, &nh), 0);
+    for (int32_t k = 1; k < nh; k++) {
+        int32_t d = (int32_t)(hist[k].images_encoded - hist[k - 1].images_encoded);
+        most = d > most ? d : most;
+    }
+    CHECK_EQ(most, 3);
     ifl_executor_destroy(ex, 1);
 }
 
