@@ -287,6 +287,20 @@ struct ifl_executor_config {
      * Costs speed and copies those two matrices; not with LoRA adapters or
      * experts. 0 or 1: the plain sums (docs/distributed.md). */
     int32_t tp_emulate;
+    /* Images (docs/api.md "Images in requests"): an mmproj GGUF file whose
+     * vision encoder turns requests' images into embedding rows; NULL:
+     * none (requests may still bring embedding rows of their own). Its
+     * projection width must equal the model's n_embd (IFL_EINVAL at
+     * creation otherwise). Not with tensor parallelism. Copied at creation. */
+    const char *mmproj_path;
+    /* most images one step's encoder pass takes (the others wait for the
+     * next steps, so that decoding requests are not held up behind a queue
+     * of images); 0: 2 */
+    int32_t vision_images_per_step;
+    /* the encoder's outputs kept for reuse by image hash once no request
+     * uses them, in bytes, least recently used dropped first; 0: 64 MiB;
+     * -1: none kept */
+    int64_t image_cache_bytes;
 };
 
 #define IFL_LORA_TYPE_F32 0
@@ -380,6 +394,32 @@ struct ifl_request_speculative {
     int32_t n_draft_tokens; /* 0..65536 */
 };
 
+/* One image of a request, or the embedding rows of one (TensorRT-LLM's
+ * prompt-table input). Its rows take the places of input_ids[pos .. pos +
+ * n): those tokens stay in the prompt as placeholders (any valid ids; they
+ * are what a response echoes, stop words see and the sampler's penalties
+ * count), and the forward pass takes the rows instead of their
+ * embeddings. Either:
+ *  - data, size: a PNG or JPEG file in memory, encoded by the executor's
+ *    vision encoder (config.mmproj_path) into its n_tokens rows
+ *    (ifl_executor_vision_info); n_rows 0 or that count. Bad data is
+ *    IFL_EINVAL at enqueue, naming the image;
+ *  - embd: n_rows rows of the model's n_embd floats, used as given (not
+ *    scaled by the model's embedding scale).
+ * Images must not overlap; positions in any order. The prefix cache keys
+ * each row by a hash of the image's pixels (or of the rows) and the row's
+ * index, so KV computed for one image is never reused for another, and
+ * the same image behind the same tokens reuses it. */
+struct ifl_image_input {
+    const void *data;
+    int64_t size;
+    const float *embd; /* [n_rows][n_embd] */
+    int32_t n_rows;
+    int32_t pos;
+};
+
+#define IFL_MAX_IMAGES_PER_REQUEST 64
+
 struct ifl_request {
     const int32_t *input_ids; /* prompt tokens; copied at enqueue */
     int32_t n_input;
@@ -421,6 +461,11 @@ struct ifl_request {
     const struct ifl_lora_ref *lora;
     int32_t n_lora; /* 0..IFL_LORA_MAX_PER_REQUEST */
     struct ifl_request_speculative speculative;
+    /* Images (docs/api.md "Images in requests"): n_images inputs, each
+     * standing in for n rows of placeholder tokens of input_ids; copied
+     * (and PNG/JPEG data decoded) at enqueue. */
+    const struct ifl_image_input *images;
+    int32_t n_images; /* 0..IFL_MAX_IMAGES_PER_REQUEST */
 };
 
 /* One alternative at a position: token and its log-probability. */
@@ -535,6 +580,11 @@ struct ifl_iteration_stats {
     int32_t tp_failed;
     int64_t tp_collectives;
     double tp_comm_seconds;
+    /* images, since creation: encoded by the vision encoder, found in its
+     * output cache instead, and the encoder's seconds */
+    int64_t images_encoded;
+    int64_t image_cache_hits;
+    double image_encode_seconds;
 };
 
 struct ifl_request_stats {
@@ -754,7 +804,8 @@ int ifl_executor_find_lora(ifl_executor *ex, const char *name, int32_t *id);
  * "clip"; the LLaVA-1.5 style, clip.projector_type "mlp": a CLIP ViT and
  * a two-layer MLP projector). The rows stand where a prompt's image
  * placeholder tokens would, one per image patch, each as wide as the text
- * model's n_embd. (The executor does not take such rows yet.)
+ * model's n_embd. An executor loads one with config.mmproj_path and
+ * encodes requests' images itself (struct ifl_image_input).
  *
  * Thread-safe: calls on one ifl_vision run one at a time (a lock); the
  * encoder's own threads do the work.
@@ -797,6 +848,31 @@ int ifl_vision_encode(ifl_vision *v, const void *const *images, const int64_t *s
  * (1 grey, 3 RGB, 4 RGBA whose alpha is dropped), rows packed. */
 int ifl_vision_encode_pixels(ifl_vision *v, const uint8_t *pixels, int32_t w, int32_t h,
                              int32_t channels, float *out, char *err);
+
+/* The executor's vision encoder (config.mmproj_path): its figures, n_tokens
+ * being the placeholder tokens each image of a request stands for.
+ * IFL_ENOTFOUND when the executor has none. Thread-safe. */
+int ifl_executor_vision_info(ifl_executor *ex, struct ifl_vision_info *out);
+
+/* The marker of an image's place in a prompt's text (llama.cpp's). */
+#define IFL_IMAGE_MARKER "<__media__>"
+
+/* Tokenizes a prompt with n_images images: each occurrence of marker in
+ * the text (NULL or "": IFL_IMAGE_MARKER) stands for the next image; with
+ * no marker at all, every image goes before the text (after BOS, when one
+ * is added). The pieces of text between markers are tokenized apart
+ * (add_special for the first only, parse_special for all). Image k takes
+ * n_rows[k] placeholder tokens (n_rows NULL: the vision encoder's n_tokens
+ * each; the model's padding token, or 0) and pos[k] receives its first
+ * index: ready for struct ifl_image_input. ids, cap, n_out as
+ * ifl_executor_tokenize (IFL_EFULL when more than cap; pos is filled
+ * either way). IFL_EINVAL when the markers are neither none nor n_images
+ * (err says so), IFL_ENOTFOUND for n_rows NULL without an encoder.
+ * Thread-safe. */
+int ifl_executor_tokenize_images(ifl_executor *ex, const char *text, int64_t len,
+                                 const char *marker, int32_t add_special, int32_t parse_special,
+                                 int32_t n_images, const int32_t *n_rows, int32_t *ids, int64_t cap,
+                                 int64_t *n_out, int32_t *pos, char *err);
 
 #ifdef __cplusplus
 }

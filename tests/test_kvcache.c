@@ -210,7 +210,7 @@ static void check_pool(const struct ifl_kvc *c, struct tseq *ts, int n_ts)
         CHECK(c->registered[b]);
         /* reachable from its home bucket, and the only entry for its data */
         struct kvc_node parent = {c->pid[b], c->pgen[b]};
-        CHECK_EQ(table_find(c, c->key[b], c->parent[b], parent, kvc_toks(c, b)), b);
+        CHECK_EQ(table_find(c, c->key[b], c->parent[b], parent, kvc_toks(c, b), c->xkey[b]), b);
     }
     CHECK_EQ(in_table, regs);
     free(cnt);
@@ -423,6 +423,52 @@ static void test_prefix_reuse(void)
     CHECK_EQ(st.n_used, 0);
     stats_sum_ok(c);
     check_pool(c, TS, 5);
+    free_pool(c, &f);
+}
+
+/* Per-position ext keys (an image's rows): a block is shared only between
+ * sequences whose tokens and ext keys agree; blocks without ext keys keep
+ * the keys they always had. */
+static int32_t start_ext(struct ifl_kvc *c, struct ifl_kvc_seq *s, const int32_t *tok,
+                         const uint64_t *ext, int32_t n)
+{
+    CHECK_EQ(ifl_kvc_seq_init(s, 16), 0);
+    ifl_kvc_seq_set_ext(s, ext, ext ? n : 0);
+    int32_t reused = ifl_kvc_match_prefix(c, s, tok, n - 1);
+    CHECK_EQ(ifl_kvc_reserve(c, s, n), 0);
+    ifl_kvc_commit(c, s, tok, n);
+    return reused;
+}
+
+static void test_ext_keys(void)
+{
+    struct fake f;
+    struct ifl_kvc *c = make_pool(&f, 64, 16, 1);
+    int32_t tok[65];
+    uint64_t a[65] = {0}, b[65] = {0};
+    iota(tok, 65, 100);
+    for (int i = 20; i < 36; i++) { /* an image at 20..35, a and b differ in its first row */
+        a[i] = 1000 + (uint64_t)i;
+        b[i] = a[i] + (i == 20);
+    }
+    struct ifl_kvc_seq s[5];
+    memset(s, 0, sizeof s);
+    CHECK_EQ(start_ext(c, &s[0], tok, a, 65), 0);
+    CHECK_EQ(start_ext(c, &s[1], tok, b, 65), 16);    /* the text block only */
+    CHECK_EQ(start_ext(c, &s[2], tok, a, 65), 64);    /* everything */
+    CHECK_EQ(start_ext(c, &s[3], tok, NULL, 65), 16); /* plain tokens: the text block */
+    for (int j = 1; j < 4; j++)
+        CHECK(s[2].blocks[j] == s[0].blocks[j] && s[1].blocks[j] != s[0].blocks[j]);
+    /* ext keys past the first block's text: a sequence without them keeps
+     * the plain key of its first block */
+    CHECK_EQ(s[3].blocks[0], s[0].blocks[0]);
+    /* a fork keeps them */
+    CHECK_EQ(ifl_kvc_seq_init(&s[4], 16), 0);
+    CHECK_EQ(ifl_kvc_fork(c, &s[2], &s[4]), 0);
+    CHECK(s[4].ext == a && s[4].n_ext == 65);
+    for (int i = 0; i < 5; i++)
+        ifl_kvc_seq_release(c, &s[i]);
+    stats_sum_ok(c);
     free_pool(c, &f);
 }
 
@@ -1118,6 +1164,7 @@ int main(void)
     T_RUN(test_create_args);
     T_RUN(test_accounting);
     T_RUN(test_prefix_reuse);
+    T_RUN(test_ext_keys);
     T_RUN(test_shared_in_use);
     T_RUN(test_fork);
     T_RUN(test_fork_reserved_tail);

@@ -10,6 +10,7 @@ Nothing polls.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import atexit
 import collections
@@ -191,6 +192,12 @@ class GenerationRequest:
     prompt: Optional[str] = None
     id: Optional[int] = None  # set by submit
     lora_request: LoRASpec = None
+    # images: [{"data": PNG/JPEG bytes, "pos": i} or {"embd": float32 bytes
+    # of n_rows x n_embd, "n_rows": n, "pos": i}], each standing for the
+    # placeholder tokens prompt_token_ids[pos : pos + rows] (the C API's
+    # struct ifl_image_input; LLM.generate builds them from
+    # multi_modal_data)
+    images: Optional[List[Dict[str, Any]]] = None
 
 
 def _wake(fut: "asyncio.Future[None]") -> None:
@@ -526,7 +533,9 @@ class GenerationExecutor:
     kv_cache_memory_share, kv_cache_memory_limit, kv_release_ms,
     kv_prefault, repack_cache_dir, speculative={type, draft_model, n_max,
     ...}, lora_cache_bytes, lora_type "f32" | "f16" | "q8_0", tp_emulate N:
-    sum as a tensor parallel job of N ranks does), plus
+    sum as a tensor parallel job of N ranks does, mmproj_path (a vision
+    encoder: requests may carry images), vision_images_per_step,
+    image_cache_bytes), plus
     lora=[path or (path, scale), ...]
     (adapters loaded at start, global scale 1 unless given),
     lora_modules={name: path} (loaded at start, applied only when named), logits_processors={name: fn(request_id, logits, token_ids,
@@ -598,6 +607,43 @@ class GenerationExecutor:
     def _detok(self, ids: Sequence[int]) -> str:
         return self._core.detokenize(list(ids), False)
 
+    def _images(self, images: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        out = []
+        n_embd = self._info["n_embd"]
+        for i, im in enumerate(images):
+            if not isinstance(im, dict):
+                raise ValueError(f"images[{i}]: expected a dict with data or embd, and pos")
+            im = dict(im)
+            if "embd" in im:
+                e = im["embd"]
+                if not isinstance(e, (bytes, bytearray, memoryview)):
+                    e = array.array("f", e).tobytes()  # a sequence of floats
+                rows = int(im.get("n_rows", 0))
+                if rows < 1 or len(e) != rows * n_embd * 4:
+                    raise ValueError(f"images[{i}].embd: {len(e)} bytes, but n_rows {rows} x "
+                                     f"n_embd {n_embd} float32 values are "
+                                     f"{max(rows, 0) * n_embd * 4}")
+                im["embd"] = bytes(e)
+            out.append(im)
+        return out
+
+    @property
+    def image_tokens(self) -> int:
+        """Placeholder tokens each image stands for (the vision encoder's
+        rows per image); 0 without an mmproj."""
+        return self._info.get("image_tokens", 0)
+
+    def tokenize_images(self, text: str, n_images: int, add_special: bool = True,
+                        marker: Optional[str] = None) -> Tuple[List[int], List[int]]:
+        """A prompt's token ids with each image's placeholders, and each
+        image's first position: every <__media__> (or marker) in text is
+        the next image's place; with none, the images go before the text."""
+        try:
+            ids, pos = self._core.tokenize_images(text, int(n_images), bool(add_special), marker)
+        except ValueError as e:
+            raise ValueError(_py_message(str(e))) from None
+        return list(ids), list(pos)
+
     def submit_many(self, requests: Sequence[GenerationRequest]) -> List[GenerationResult]:
         """Queues every request or, on any error, none (ValueError naming
         the field, QueueFullError when the queue is full)."""
@@ -611,6 +657,8 @@ class GenerationExecutor:
                                         self._tokenize)
             if r.lora_request is not None:
                 d["lora"] = self._lora_refs(r.lora_request)
+            if r.images:
+                d["images"] = self._images(r.images)
             dicts.append(d)
         try:
             ids = self._core.enqueue(dicts)

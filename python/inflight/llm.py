@@ -4,6 +4,7 @@ GenerationExecutor, taking prompts as text or token ids."""
 from __future__ import annotations
 
 import json
+import os
 
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -83,11 +84,22 @@ def _per_prompt_lora(spec, n: int) -> List[LoRASpec]:
     return specs
 
 
+def _image_bytes(x: Any, i: int) -> bytes:
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    if isinstance(x, (str, os.PathLike)):
+        with open(x, "rb") as f:
+            return f.read()
+    raise ValueError(f"multi_modal_data['image'][{i}]: expected PNG/JPEG bytes or a file path")
+
+
 class LLM:
     """A model served by an in-flight batching executor.
 
     LLM(model, **executor_config): model is a GGUF file; the options are
-    GenerationExecutor's (n_threads, max_batch_size, n_ctx, kv_type, ...).
+    GenerationExecutor's (n_threads, max_batch_size, n_ctx, kv_type,
+    mmproj_path for images, ...). A prompt may be a dict with
+    multi_modal_data={"image": ...} (see _mm_request).
     Use it as a context manager, or call shutdown().
     """
 
@@ -99,8 +111,43 @@ class LLM:
     def executor(self) -> GenerationExecutor:
         return self._executor
 
+    def _mm_request(self, prompt: Dict[str, Any], sp: SamplingParams, streaming: bool,
+                    lora: LoRASpec) -> GenerationRequest:
+        """A prompt dict with multi_modal_data={"image": one or a list}: each
+        image PNG/JPEG bytes or a file path, or {"embd": float32 rows,
+        "n_rows": n} (embedding rows given as they are). With "prompt" text,
+        each <__media__> marks the next image's place (none: the images go
+        before the text); with "prompt_token_ids", "image_positions" gives
+        each image's first placeholder index."""
+        imgs = prompt["multi_modal_data"].get("image")
+        if imgs is None:
+            raise ValueError("multi_modal_data: only 'image' is supported")
+        if not isinstance(imgs, (list, tuple)):
+            imgs = [imgs]
+        ins = [dict(x) if isinstance(x, dict) else {"data": _image_bytes(x, i)}
+               for i, x in enumerate(imgs)]
+        if "prompt_token_ids" in prompt:
+            pos = list(prompt.get("image_positions") or [])
+            if len(pos) != len(ins):
+                raise ValueError(f"image_positions: {len(pos)} positions for {len(ins)} images")
+            ids, text = list(prompt["prompt_token_ids"]), None
+        elif isinstance(prompt.get("prompt"), str):
+            if any("embd" in x for x in ins):
+                raise ValueError("multi_modal_data: embedding rows need prompt_token_ids and "
+                                 "image_positions")
+            text = prompt["prompt"]
+            ids, pos = self._executor.tokenize_images(text, len(ins), sp.add_special_tokens)
+        else:
+            raise ValueError("prompt: with multi_modal_data, give 'prompt' (text) or "
+                             "'prompt_token_ids' and 'image_positions'")
+        for x, p in zip(ins, pos):
+            x["pos"] = int(p)
+        return GenerationRequest(ids, sp, streaming, prompt=text, lora_request=lora, images=ins)
+
     def _request(self, prompt: Prompt, sp: SamplingParams, streaming: bool,
                  lora: LoRASpec = None) -> GenerationRequest:
+        if isinstance(prompt, dict) and prompt.get("multi_modal_data"):
+            return self._mm_request(prompt, sp, streaming, lora)
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt, add_special_tokens=sp.add_special_tokens)
             return GenerationRequest(ids, sp, streaming, prompt=prompt, lora_request=lora)

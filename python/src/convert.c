@@ -369,8 +369,83 @@ const struct ifl_py_field ifl_py_config_fields[] = {
     FLD(struct ifl_executor_config, lora_cache_bytes, F_I64),
     FLD(struct ifl_executor_config, lora_type, F_I32),
     FLD(struct ifl_executor_config, tp_emulate, F_I32),
+    FLD(struct ifl_executor_config, vision_images_per_step, F_I32),
+    FLD(struct ifl_executor_config, image_cache_bytes, F_I64),
     {NULL, F_I32, 0},
 };
+
+/* A bytes-like object copied into the arena. */
+static int to_bytes(PyObject *v, const char *name, struct ifl_py_arena *a, const void **out,
+                    int64_t *n)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected bytes", name);
+        return -1;
+    }
+    void *p = ifl_py_arena_alloc(a, b.len ? (size_t)b.len : 1);
+    if (p && b.len)
+        memcpy(p, b.buf, (size_t)b.len);
+    *out = p;
+    *n = (int64_t)b.len;
+    PyBuffer_Release(&b);
+    return p ? 0 : (PyErr_NoMemory(), -1);
+}
+
+/* "images": [{"data": bytes, "pos": int} or {"embd": float32 bytes,
+ * "n_rows": int, "pos": int}, ...] into struct ifl_image_input. */
+static int to_images(PyObject *v, struct ifl_request *r, struct ifl_py_arena *a)
+{
+    PyObject *seq = PySequence_Fast(v, "images: expected a list of dicts");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    struct ifl_image_input *im = ifl_py_arena_alloc(a, sizeof(*im) * (size_t)(n ? n : 1));
+    int rc = im ? 0 : (PyErr_NoMemory(), -1);
+    for (Py_ssize_t i = 0; !rc && i < n; i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(seq, i);
+        char nm[48];
+        memset(&im[i], 0, sizeof im[i]);
+        if (!PyDict_Check(d)) {
+            PyErr_Format(PyExc_TypeError, "images[%zd]: expected a dict", i);
+            rc = -1;
+            break;
+        }
+        PyObject *data = PyDict_GetItemString(d, "data"), *embd = PyDict_GetItemString(d, "embd");
+        PyObject *pos = PyDict_GetItemString(d, "pos"), *nr = PyDict_GetItemString(d, "n_rows");
+        static const struct ifl_py_field posf = {"pos", F_I32, 0}, nrf = {"n_rows", F_I32, 0};
+        snprintf(nm, sizeof nm, "images[%zd].", i);
+        if (pos)
+            rc = ifl_py_set_number(&im[i].pos, &posf, pos, nm);
+        if (!rc && nr)
+            rc = ifl_py_set_number(&im[i].n_rows, &nrf, nr, nm);
+        if (!rc && data) {
+            snprintf(nm, sizeof nm, "images[%zd].data", i);
+            rc = to_bytes(data, nm, a, &im[i].data, &im[i].size);
+        }
+        if (!rc && embd) {
+            const void *p;
+            int64_t nb;
+            snprintf(nm, sizeof nm, "images[%zd].embd", i);
+            rc = to_bytes(embd, nm, a, &p, &nb);
+            im[i].embd = p; /* inflight/executor.py checks it is n_rows x n_embd floats */
+            if (!rc && nb % (int64_t)sizeof(float)) {
+                PyErr_Format(PyExc_ValueError, "%s: %lld bytes is not a whole number of floats", nm,
+                             (long long)nb);
+                rc = -1;
+            }
+            if (!rc && im[i].n_rows > 0 && nb / (int64_t)sizeof(float) % im[i].n_rows) {
+                PyErr_Format(PyExc_ValueError, "%s: %lld floats do not make %d rows", nm,
+                             (long long)(nb / 4), (int)im[i].n_rows);
+                rc = -1;
+            }
+        }
+    }
+    Py_DECREF(seq);
+    r->images = im;
+    r->n_images = (int32_t)n;
+    return rc;
+}
 
 /* One request dict (inflight/executor.py builds it) into the C struct. */
 int ifl_py_to_request(PyObject *d, struct ifl_request *r, struct ifl_py_arena *a)
@@ -477,6 +552,8 @@ int ifl_py_to_request(PyObject *d, struct ifl_request *r, struct ifl_py_arena *a
             Py_DECREF(seq);
             r->lora = refs;
             r->n_lora = (int32_t)n;
+        } else if (!strcmp(name, "images")) {
+            rc = to_images(v, r, a);
         } else if (!strcmp(name, "logits_post_processor")) {
             rc = ifl_py_to_cstr(v, name, a, &r->logits_post_processor);
         } else if (!strcmp(name, "guide_text")) {

@@ -237,6 +237,9 @@ static int Executor_init(ExecutorObject *self, PyObject *args, PyObject *kw)
             } else if (!strcmp(name, "repack_cache_dir")) {
                 if (ifl_py_to_cstr(v, name, &a, &c.repack_cache_dir))
                     goto done;
+            } else if (!strcmp(name, "mmproj_path")) {
+                if (ifl_py_to_cstr(v, name, &a, &c.mmproj_path))
+                    goto done;
             } else if (!strcmp(name, "speculative")) {
                 PyObject *dm = PyDict_Check(v) ? PyDict_GetItemString(v, "draft_model") : NULL;
                 PyObject *rest = PyDict_Check(v) ? PyDict_Copy(v) : NULL;
@@ -633,6 +636,55 @@ static PyObject *Executor_tokenize(ExecutorObject *self, PyObject *args, PyObjec
     return out;
 }
 
+/* tokenize_images(text, n_images, add_special=True, marker=None) -> (ids,
+ * positions): ifl_executor_tokenize_images with each image n_tokens rows. */
+static PyObject *Executor_tokenize_images(ExecutorObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"text", "n_images", "add_special", "marker", NULL};
+    const char *text, *marker = NULL;
+    Py_ssize_t len;
+    int n_images, add_special = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s#i|pz", kwlist, &text, &len, &n_images,
+                                     &add_special, &marker))
+        return NULL;
+    if (n_images < 0 || n_images > IFL_MAX_IMAGES_PER_REQUEST) {
+        PyErr_Format(PyExc_ValueError, "images: %d (0..%d)", n_images, IFL_MAX_IMAGES_PER_REQUEST);
+        return NULL;
+    }
+    if (enter(self))
+        return NULL;
+    int32_t pos[IFL_MAX_IMAGES_PER_REQUEST];
+    char err[512] = "";
+    int64_t cap = (int64_t)len + 8, n = 0;
+    int32_t *ids = NULL;
+    int rc = IFL_EFULL;
+    Py_BEGIN_ALLOW_THREADS;
+    for (int tries = 0; rc == IFL_EFULL && tries < 2; tries++) {
+        free(ids);
+        if (!(ids = malloc(sizeof(int32_t) * (size_t)(cap > 0 ? cap : 1)))) {
+            rc = IFL_ENOMEM;
+            break;
+        }
+        rc = ifl_executor_tokenize_images(self->ex, text, len, marker, add_special, 1, n_images,
+                                          NULL, ids, cap, &n, pos, err);
+        cap = n;
+    }
+    Py_END_ALLOW_THREADS;
+    leave(self);
+    PyObject *out = NULL;
+    if (rc) {
+        ifl_py_raise(rc, err[0] ? err : NULL);
+    } else {
+        PyObject *l = ifl_py_ints(ids, (int32_t)n), *p = ifl_py_ints(pos, n_images);
+        if (l && p)
+            out = PyTuple_Pack(2, l, p);
+        Py_XDECREF(l);
+        Py_XDECREF(p);
+    }
+    free(ids);
+    return out;
+}
+
 static PyObject *Executor_detokenize(ExecutorObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"ids", "show_special", NULL};
@@ -680,16 +732,18 @@ static PyObject *Executor_model_info(ExecutorObject *self, PyObject *noarg)
     if (enter(self))
         return NULL;
     struct ifl_model_info m;
+    struct ifl_vision_info vi = {0};
     int rc = ifl_executor_model_info(self->ex, &m);
+    ifl_executor_vision_info(self->ex, &vi); /* n_tokens 0 without an encoder */
     leave(self);
     if (rc)
         return ifl_py_raise(rc, NULL);
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:i,s:L}", "architecture",
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:i,s:L,s:i}", "architecture",
                          m.architecture, "n_vocab", m.n_vocab, "n_ctx", m.n_ctx, "n_ctx_train",
                          m.n_ctx_train, "n_embd", m.n_embd, "n_layer", m.n_layer, "bos_id",
                          m.bos_id, "eos_id", m.eos_id, "add_bos", m.add_bos ? Py_True : Py_False,
                          "max_token_bytes", m.max_token_bytes, "kv_cache_tokens",
-                         (long long)m.kv_cache_tokens);
+                         (long long)m.kv_cache_tokens, "image_tokens", vi.n_tokens);
 }
 
 static PyObject *Executor_model_meta(ExecutorObject *self, PyObject *arg)
@@ -994,6 +1048,9 @@ static PyMethodDef Executor_methods[] = {
      "cancel(id) -> True if it will end as cancelled"},
     {"tokenize", (PyCFunction)(void (*)(void))Executor_tokenize, METH_VARARGS | METH_KEYWORDS,
      "tokenize(text, add_special=True, parse_special=False) -> ids"},
+    {"tokenize_images", (PyCFunction)(void (*)(void))Executor_tokenize_images,
+     METH_VARARGS | METH_KEYWORDS,
+     "tokenize_images(text, n_images, add_special=True, marker=None) -> (ids, positions)"},
     {"detokenize", (PyCFunction)(void (*)(void))Executor_detokenize, METH_VARARGS | METH_KEYWORDS,
      "detokenize(ids, show_special=False) -> str"},
     {"model_info", (PyCFunction)Executor_model_info, METH_NOARGS, "the model and context"},

@@ -33,6 +33,8 @@ double cli_percentile(double *v, int64_t n, double p);
 /* A whole file of at most max bytes, NUL-terminated, malloc'd; NULL with
  * *why set (strerror, "too large", ...) when it cannot be read. */
 char *cli_read_file(const char *path, size_t max, const char **why);
+/* The same, any bytes (an image), its size in *n_out; only what the file holds is allocated. */
+char *cli_read_file_n(const char *path, size_t max, size_t *n_out, const char **why);
 /* enum ifl_kv_type to the weight-type id the KV store uses. */
 enum ifl_type cli_kv_store_type(int kv_type);
 

@@ -30,9 +30,12 @@ struct run_opts {
     const char *guide_arg; /* --grammar / --json-schema FILE, or --regex RE */
     const char *guide_flag;
     struct ifl_speculative_config spec;
-    const char *prediction; /* --prediction FILE: client drafts */
-    struct cli_lora lora;   /* --lora, --lora-scaled */
-    struct cli_tp tp;       /* --tp, --tp-timeout */
+    const char *prediction;                         /* --prediction FILE: client drafts */
+    struct cli_lora lora;                           /* --lora, --lora-scaled */
+    struct cli_tp tp;                               /* --tp, --tp-timeout */
+    const char *mmproj;                             /* --mmproj FILE */
+    const char *images[IFL_MAX_IMAGES_PER_REQUEST]; /* --image FILE, in order */
+    int n_images;
 };
 
 static const char RUN_HELP[] =
@@ -57,7 +60,11 @@ static const char RUN_HELP[] =
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n"
     "  --prediction FILE    text the output is expected to resemble (an edited file):\n"
-    "                       proposed as drafts, checked by the model (speculation)\n" CLI_SPEC_HELP
+    "                       proposed as drafts, checked by the model (speculation)\n"
+    "  --mmproj FILE        a vision encoder (llama.cpp's mmproj GGUF) for the model\n"
+    "  --image FILE         a PNG or JPEG image (repeat for more, with --mmproj); each\n"
+    "                       <__media__> in the prompt marks the next one's place, and\n"
+    "                       without markers the images go before the text\n" CLI_SPEC_HELP
         CLI_LORA_HELP CLI_TP_HELP;
 
 static const char EVAL_HELP[] =
@@ -110,6 +117,13 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             o->so.model_path = v;
         } else if (is_run && !strcmp(a, "--prediction")) {
             o->prediction = v;
+        } else if (is_run && !strcmp(a, "--mmproj")) {
+            o->mmproj = v;
+        } else if (is_run && !strcmp(a, "--image")) {
+            if (o->n_images == IFL_MAX_IMAGES_PER_REQUEST)
+                return cli_usage_error(cmd, "--image: at most %d images",
+                                       IFL_MAX_IMAGES_PER_REQUEST);
+            o->images[o->n_images++] = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             o->prompt = v;
         } else if (!is_run && !strcmp(a, "--ids")) {
@@ -179,6 +193,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
         return cli_usage_error(cmd, "a model is required (-m FILE)");
     if (is_run && !o->prompt)
         return cli_usage_error(cmd, "a prompt is required (-p TEXT)");
+    if (o->n_images && !o->mmproj)
+        return cli_usage_error(cmd, "--image needs a vision encoder (--mmproj FILE)");
     if (!is_run && !!o->prompt == !!o->ids_text)
         return cli_usage_error(cmd, "give exactly one of -p TEXT or --ids \"1 2 3\"");
     if (!is_run && !o->logits_path)
@@ -250,6 +266,7 @@ static int run_leader(struct run_opts *op)
     cfg.tp_comm = o.tp.comm;
     cfg.tp_emulate = o.tp.emulate;
     cfg.tp_timeout_s = o.tp.timeout_s;
+    cfg.mmproj_path = o.mmproj;
     char cache_buf[4096];
     int cache_default;
     cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,
@@ -277,7 +294,27 @@ static int run_leader(struct run_opts *op)
     int64_t n_prompt = 0, n_gen = 0;
     int32_t *prompt = NULL, *drafts = NULL;
     size_t len = strlen(o.prompt);
-    rc = ifl_executor_tokenize(ex, o.prompt, (int64_t)len, 1, 1, NULL, 0, &n_prompt);
+    /* images: their files read, their places marked among the tokens */
+    struct ifl_image_input imgs[IFL_MAX_IMAGES_PER_REQUEST];
+    int32_t img_pos[IFL_MAX_IMAGES_PER_REQUEST];
+    char *img_data[IFL_MAX_IMAGES_PER_REQUEST] = {0};
+    memset(imgs, 0, sizeof imgs);
+    for (int k = 0; k < o.n_images; k++) {
+        const char *why = "";
+        size_t sz = 0;
+        if (!(img_data[k] = cli_read_file_n(o.images[k], (size_t)64 << 20, &sz, &why))) {
+            status = cli_usage_error("run", "--image: cannot read '%s': %s", o.images[k], why);
+            goto done;
+        }
+        imgs[k].data = img_data[k];
+        imgs[k].size = (int64_t)sz;
+    }
+    rc = ifl_executor_tokenize_images(ex, o.prompt, (int64_t)len, NULL, 1, 1, o.n_images, NULL,
+                                      NULL, 0, &n_prompt, img_pos, err);
+    if (rc == IFL_EINVAL) {
+        status = cli_usage_error("run", "%s", err);
+        goto done;
+    }
     if ((rc && rc != IFL_EFULL) || n_prompt == 0) {
         status = cli_usage_error("run", "the prompt gives no tokens");
         goto done;
@@ -288,7 +325,8 @@ static int run_leader(struct run_opts *op)
         goto done;
     }
     if (!(prompt = malloc(sizeof(int32_t) * (size_t)n_prompt)) ||
-        ifl_executor_tokenize(ex, o.prompt, (int64_t)len, 1, 1, prompt, n_prompt, &n_prompt)) {
+        ifl_executor_tokenize_images(ex, o.prompt, (int64_t)len, NULL, 1, 1, o.n_images, NULL,
+                                     prompt, n_prompt, &n_prompt, img_pos, err)) {
         fprintf(stderr, "inflight run: out of memory\n");
         status = 1;
         goto done;
@@ -297,6 +335,10 @@ static int run_leader(struct run_opts *op)
     ifl_request_init(&req);
     req.input_ids = prompt;
     req.n_input = (int32_t)n_prompt;
+    for (int k = 0; k < o.n_images; k++)
+        imgs[k].pos = img_pos[k];
+    req.images = imgs;
+    req.n_images = o.n_images;
     /* as on the server, prompt and generated tokens share the context */
     int64_t room = mi.n_ctx - n_prompt;
     if (room < 1 && o.n_predict > 0) {
@@ -403,6 +445,8 @@ static int run_leader(struct run_opts *op)
         fprintf(stderr, "speculation: %d of %d drafts kept (%.0f %%)\n", perf.accepted_draft_tokens,
                 perf.draft_tokens, 100.0 * perf.accepted_draft_tokens / perf.draft_tokens);
 done:
+    for (int k = 0; k < o.n_images; k++)
+        free(img_data[k]);
     free(drafts);
     free(prompt);
     free(guide);

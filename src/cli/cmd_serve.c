@@ -53,6 +53,8 @@ static const char SERVE_HELP[] =
     "                            (default, for models of 64 MiB or more: ~/.cache/inflight;\n"
     "                            off: repack in memory at every start)\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
+    "  --mmproj FILE             a vision encoder (llama.cpp's mmproj GGUF) for the model:\n"
+    "                            chat messages may then carry image_url parts (data URLs)\n"
     "  --served-model-name NAME  the model's name in the API (default: the file's base name);\n"
     "                            NAME,ALIAS,... or the flag repeated adds aliases\n"
     "  --strict-model-name       a request naming another model gets 404 (default: any name\n"
@@ -165,7 +167,7 @@ static int serve_main(int argc, char **argv)
     struct cli_lora *lora = &lora_opts;
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
     const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
-    const char *repack_cache = NULL;
+    const char *repack_cache = NULL, *mmproj = NULL;
     int rc0;
     int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
@@ -265,6 +267,8 @@ static int serve_main(int argc, char **argv)
             repack_cache = v;
         else if (!strcmp(a, "--chat-template"))
             tmpl_path = v;
+        else if (!strcmp(a, "--mmproj"))
+            mmproj = v;
         else if (!strcmp(a, "--served-model-name")) {
             size_t vl = strlen(v);
             if (!vl || v[0] == ',' || v[vl - 1] == ',' || strstr(v, ",,"))
@@ -377,6 +381,7 @@ static int serve_main(int argc, char **argv)
     cfg.on_load = load_adapters;
     cfg.on_load_user = lora;
     cfg.exec.kv_type = kv_type;
+    cfg.exec.mmproj_path = mmproj;
     char cache_buf[4096];
     int cache_default;
     cfg.exec.repack_cache_dir =

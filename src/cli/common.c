@@ -375,6 +375,38 @@ char *cli_read_file(const char *path, size_t max, const char **why)
     return buf;
 }
 
+char *cli_read_file_n(const char *path, size_t max, size_t *n_out, const char **why)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        *why = "not a regular file";
+        return NULL;
+    }
+    if ((size_t)size > max) {
+        fclose(f);
+        *why = "too large";
+        return NULL;
+    }
+    char *buf = malloc((size_t)size + 1);
+    size_t n = buf ? fread(buf, 1, (size_t)size, f) : 0;
+    int bad = ferror(f) || n != (size_t)size;
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        *why = buf ? "read error" : "out of memory";
+        return NULL;
+    }
+    buf[n] = 0;
+    *n_out = n;
+    return buf;
+}
+
 int cli_spec_option(const char *cmd, const char *a, const char *v, struct ifl_speculative_config *c)
 {
     int64_t iv;

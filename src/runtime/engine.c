@@ -193,7 +193,7 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
             return ifl_err(err, IFL_ENOMEM, "engine: out of memory for %d sequences", e->n_slots);
         e->tables[i] = s->kv.blocks;
     }
-    if ((rc = ifl_decoding_engine_init(ex, err)))
+    if ((rc = ifl_decoding_engine_init(ex, err)) || (rc = ifl_img_engine_init(ex, err)))
         return rc;
     publish_stats(ex, 0, 0, 0, 0, 0); /* the pool's size and use from creation on */
     return 0;
@@ -237,6 +237,7 @@ void ifl_engine_free(struct ifl_executor *ex)
             ifl_xreq_free(q);
         }
     }
+    ifl_img_engine_fini(ex); /* before the forward pass, whose threads it runs on */
     free(e->seqs);
     ifl_fwd_free(e->fwd);
     ifl_kvc_free(e->kvc);
@@ -365,6 +366,7 @@ static void publish_stats(struct ifl_executor *ex, double latency_ms, int32_t ct
     st.kv_blocks_released = k.released;
     st.draft_tokens = e->spec_drafted;
     st.accepted_draft_tokens = e->spec_accepted;
+    ifl_img_stats(ex, &st.images_encoded, &st.image_cache_hits, &st.image_encode_seconds);
     pthread_mutex_lock(&ex->out_mu);
     ex->last_stats = st;
     if (ex->hist) {
@@ -508,6 +510,10 @@ static void step(struct ifl_executor *ex)
     struct engine *e = ex->eng;
     double t0 = ifl_now_s();
     ifl_sched_admit(ex);
+    if (ifl_img_step(ex)) /* the encoder's share of the step (images.h) */
+        for (int32_t i = 0; i < e->n_slots; i++)
+            if (e->seqs[i].q && e->seqs[i].q->status) /* its final response says why */
+                ifl_seq_finish_request(ex, e->seqs[i].q, IFL_FINISH_CANCELLED);
     int32_t nlog, ctx_rows, ctx_reqs, gen_rows;
     int32_t rows = ifl_sched_build_batch(ex, &nlog, &ctx_rows, &ctx_reqs, &gen_rows);
     if (rows == 0) {
@@ -531,6 +537,8 @@ static void step(struct ifl_executor *ex)
         b.tree_path = e->b_path;
         b.n_tree_path = e->n_path;
     }
+    if (ifl_img_batch_rows(ex, rows, e->b_embd))
+        b.embd = e->b_embd;
     if (e->n_extract) {
         /* the configured strategy's sequences have their states captured */
         int any = 0;

@@ -214,6 +214,10 @@ struct engine {
     const struct ifl_lora_rt **l_rt; /* [l_cap] their applied forms */
     float *l_scale;                  /* [max_rows][l_cap] */
     int32_t l_cap;
+    /* images (images.h): the encoder's state and cache, and each row's
+     * given input of this step (the batch's embd) */
+    struct ifl_img_engine *img;
+    const float **b_embd; /* [max_rows] */
 };
 
 /* Path entries one sequence's tree rows take at most (depths 1 .. 32). */

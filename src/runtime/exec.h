@@ -30,6 +30,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "runtime/guided.h"
+#include "runtime/images.h"
 #include "runtime/kvcache.h"
 #include "runtime/lora_reg.h"
 #include "tokenizer/tokenizer.h"
@@ -53,6 +54,11 @@ struct xreq {
     /* LoRA adapters, resolved and held at enqueue (lora_reg.h); released
      * with the request */
     struct ifl_lora_set lora;
+    /* images (images.h), taken at enqueue: n_img of them, and each prompt
+     * position's ext key for the prefix cache (NULL without images) */
+    struct ximg *img;
+    int32_t n_img;
+    uint64_t *img_ext; /* [n_input] */
     struct xreq *next; /* incoming / waiting list link */
 
     /* engine-owned */
@@ -165,6 +171,10 @@ struct ifl_executor {
     pthread_mutex_t chat_mu;
     struct ifl_lora_reg lora; /* LoRA adapters (own lock) */
     int lora_ready;           /* lora is initialised */
+    /* images (images.h): the vision encoder (NULL: none), immutable after
+     * creation; the per-executor seed of image hashes */
+    struct ifl_clip *clip;
+    uint64_t img_seed;
     /* guided-decoding mask statistics, published by the engine (out_mu) */
     struct ifl_xguide_stats guide_stats;
 };

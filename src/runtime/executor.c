@@ -311,6 +311,12 @@ int ifl_enqueue_many(ifl_executor *ex, const struct ifl_request *reqs, int32_t n
                 ifl_err(err, rc, "%s", e2);
         } else if ((rc = copy_request(ex, &reqs[i], &qs[i]))) {
             ifl_err(err, rc, "enqueue: out of memory");
+        } else if ((rc = ifl_img_intake(ex, &reqs[i], qs[i], e2))) {
+            /* images are decoded here: a bad one fails the enqueue */
+            if (n > 1)
+                ifl_err(err, rc, "request %d: %s", i, e2);
+            else
+                ifl_err(err, rc, "%s", e2);
         } else if ((rc = ifl_lora_reg_acquire(&ex->lora, reqs[i].lora, reqs[i].n_lora, &qs[i]->lora,
                                               e2))) {
             /* the adapters and their scales are taken here, once */
@@ -674,6 +680,16 @@ static int create(ifl_executor **out, const char *model_path,
         return ifl_err(err, IFL_EINVAL,
                        "config: tp_emulate is for one process; a tensor parallel job (tp_comm) "
                        "sums as its ranks do already");
+    if (cfg.vision_images_per_step < 0 || cfg.vision_images_per_step > 64 ||
+        cfg.image_cache_bytes < -1)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: vision_images_per_step %d (0..64; 0: 2) and image_cache_bytes %lld "
+                       "(-1 none, 0 default, or bytes)",
+                       cfg.vision_images_per_step, (long long)cfg.image_cache_bytes);
+    if (!cfg.vision_images_per_step)
+        cfg.vision_images_per_step = 2;
+    if (!cfg.image_cache_bytes)
+        cfg.image_cache_bytes = (int64_t)64 << 20;
     if (!(cfg.tp_timeout_s >= 0))
         return ifl_err(err, IFL_EINVAL, "config: tp_timeout_s %g (>= 0; 0: 30 s)",
                        cfg.tp_timeout_s);
@@ -737,6 +753,9 @@ static int create(ifl_executor **out, const char *model_path,
         ex->lora_ready = 1;
         rc = ifl_vocab_load(&ex->vocab, ex->model->gguf, err);
     }
+    if (!rc) /* the vision encoder, checked against the model */
+        rc = ifl_img_exec_init(ex, cfg.mmproj_path, err);
+    ex->cfg.mmproj_path = NULL; /* not kept: the caller's string */
     if (!rc) {
         ex->n_vocab = ex->model->hp.n_vocab;
         int32_t n_ctx = cfg.n_ctx;
@@ -840,6 +859,7 @@ void ifl_executor_destroy(ifl_executor *ex, int cancel_in_flight)
     if (ex->lora_ready) /* after every request that could hold an adapter */
         ifl_lora_reg_deinit(&ex->lora);
     ifl_vocab_free(ex->vocab);
+    ifl_img_exec_fini(ex);
     ifl_model_free(ex->model);
     ifl_tp_free(ex->tp);
     pthread_mutex_destroy(&ex->in_mu);

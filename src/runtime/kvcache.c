@@ -67,7 +67,8 @@ struct ifl_kvc {
     uint32_t *gen;       /* [n_blocks] bumped each time a block leaves the table */
     int32_t *canon;      /* [n_blocks] node standing for a hashed block's prefix */
     uint32_t *canon_gen;
-    int32_t *toks; /* [n_blocks][block_size] tokens of a registered block */
+    int32_t *toks;  /* [n_blocks][block_size] tokens of a registered block */
+    uint64_t *xkey; /* [n_blocks] digest of a registered block's ext keys (0: none) */
 
     uint64_t *free_bits; /* [n_words] bit b: block b is free */
     uint64_t *touched;   /* [n_words] bit b: taken since creation or its last release */
@@ -120,6 +121,35 @@ static uint64_t kvc_hash_default(uint64_t parent, const int32_t *tokens, int32_t
  * collisions; it is not reachable from any other translation unit. */
 static uint64_t (*kvc_hash)(uint64_t parent, const int32_t *tokens, int32_t n) = kvc_hash_default;
 
+/* The digest of the ext keys of block j of s (kvcache.h): 0 when every
+ * position's is 0 (a block of plain tokens keeps the key it always had),
+ * else a hash of each position's key and its place in the block. */
+static uint64_t kvc_block_xkey(const struct ifl_kvc *c, const struct ifl_kvc_seq *s, int32_t j)
+{
+    int64_t p0 = (int64_t)j * c->block_size;
+    if (!s->ext || p0 >= s->n_ext)
+        return 0;
+    uint64_t h = 0;
+    int any = 0;
+    for (int32_t i = 0; i < c->block_size && p0 + i < s->n_ext; i++) {
+        uint64_t x = s->ext[p0 + i];
+        any |= x != 0;
+        h = kvc_mix(h ^ kvc_mix(x + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)));
+    }
+    if (!any)
+        return 0;
+    return h ? h : 1;
+}
+
+/* A block's key: its parent's and tokens', and its ext digest if any. */
+static uint64_t kvc_block_key(const struct ifl_kvc *c, uint64_t parent, const int32_t *t,
+                              uint64_t xkey)
+{
+    if (xkey)
+        parent = kvc_mix(parent ^ xkey ^ 0xbb67ae8584caa73bull);
+    return kvc_hash(parent, t, c->block_size);
+}
+
 /* ---- prefix table ------------------------------------------------------- */
 
 static int32_t *kvc_toks(const struct ifl_kvc *c, int32_t b)
@@ -145,7 +175,7 @@ static int node_valid(const struct ifl_kvc *c, struct kvc_node n)
 /* The registered child of parent (whose key is pkey) with this key and
  * tokens, or KVC_NONE. */
 static int32_t table_find(const struct ifl_kvc *c, uint64_t key, uint64_t pkey,
-                          struct kvc_node parent, const int32_t *tokens)
+                          struct kvc_node parent, const int32_t *tokens, uint64_t xkey)
 {
     size_t bytes = sizeof(int32_t) * (size_t)c->block_size;
     for (uint32_t i = (uint32_t)key & c->table_mask;; i = (i + 1) & c->table_mask) {
@@ -153,7 +183,8 @@ static int32_t table_find(const struct ifl_kvc *c, uint64_t key, uint64_t pkey,
         if (b == KVC_NONE)
             return KVC_NONE;
         if (c->key[b] == key && c->parent[b] == pkey && c->pid[b] == parent.id &&
-            c->pgen[b] == parent.gen && memcmp(kvc_toks(c, b), tokens, bytes) == 0)
+            c->pgen[b] == parent.gen && c->xkey[b] == xkey &&
+            memcmp(kvc_toks(c, b), tokens, bytes) == 0)
             return b;
     }
 }
@@ -191,9 +222,10 @@ static void table_remove(struct ifl_kvc *c, int32_t b)
 
 /* Block b, full with key c->key[b], enters the table as parent's child. */
 static void kvc_register(struct ifl_kvc *c, int32_t b, uint64_t pkey, struct kvc_node parent,
-                         const int32_t *tokens)
+                         const int32_t *tokens, uint64_t xkey)
 {
     memcpy(kvc_toks(c, b), tokens, sizeof(int32_t) * (size_t)c->block_size);
+    c->xkey[b] = xkey;
     c->parent[b] = pkey;
     c->pid[b] = parent.id;
     c->pgen[b] = parent.gen;
@@ -335,6 +367,7 @@ int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg)
     c->canon = calloc(n, sizeof(*c->canon));
     c->canon_gen = calloc(n, sizeof(*c->canon_gen));
     c->toks = calloc(n * (size_t)cfg->block_size, sizeof(*c->toks));
+    c->xkey = calloc(n, sizeof(*c->xkey));
     c->free_bits = calloc((size_t)c->n_words, sizeof(*c->free_bits));
     c->touched = calloc((size_t)c->n_words, sizeof(*c->touched));
     c->freed_at = malloc(n * sizeof(*c->freed_at));
@@ -342,8 +375,8 @@ int ifl_kvc_create(struct ifl_kvc **out, const struct ifl_kvc_config *cfg)
     c->lru_next = malloc(n * sizeof(*c->lru_next));
     c->table = malloc((size_t)cap * sizeof(*c->table));
     if (!c->ref || !c->registered || !c->key || !c->parent || !c->pid || !c->pgen || !c->gen ||
-        !c->canon || !c->canon_gen || !c->toks || !c->free_bits || !c->touched || !c->freed_at ||
-        !c->lru_prev || !c->lru_next || !c->table) {
+        !c->canon || !c->canon_gen || !c->toks || !c->xkey || !c->free_bits || !c->touched ||
+        !c->freed_at || !c->lru_prev || !c->lru_next || !c->table) {
         ifl_kvc_free(c);
         return IFL_ENOMEM;
     }
@@ -375,6 +408,7 @@ void ifl_kvc_free(struct ifl_kvc *c)
     free(c->canon);
     free(c->canon_gen);
     free(c->toks);
+    free(c->xkey);
     free(c->free_bits);
     free(c->touched);
     free(c->freed_at);
@@ -505,6 +539,13 @@ void ifl_kvc_seq_set_salt(struct ifl_kvc_seq *s, uint64_t salt)
     s->last_key = salt;
 }
 
+void ifl_kvc_seq_set_ext(struct ifl_kvc_seq *s, const uint64_t *ext, int32_t n_ext)
+{
+    IFL_ASSERT(s->n_blocks == 0 && s->n_pos == 0);
+    s->ext = n_ext > 0 ? ext : NULL;
+    s->n_ext = n_ext > 0 ? n_ext : 0;
+}
+
 void ifl_kvc_seq_reset(struct ifl_kvc *c, struct ifl_kvc_seq *s)
 {
     seq_drop_from(c, s, 0);
@@ -536,8 +577,9 @@ int32_t ifl_kvc_match_prefix(struct ifl_kvc *c, struct ifl_kvc_seq *s, const int
     int32_t i = 0;
     for (; i < n_full && i < s->cap; i++) {
         const int32_t *t = tokens + (size_t)i * (size_t)bs;
-        uint64_t k = kvc_hash(last, t, bs);
-        int32_t b = table_find(c, k, last, node, t);
+        uint64_t xk = kvc_block_xkey(c, s, i);
+        uint64_t k = kvc_block_key(c, last, t, xk);
+        int32_t b = table_find(c, k, last, node, t, xk);
         if (b == KVC_NONE)
             break;
         kvc_ref(c, b);
@@ -625,7 +667,8 @@ void ifl_kvc_commit(struct ifl_kvc *c, struct ifl_kvc_seq *s, const int32_t *tok
     while ((int64_t)(s->n_hashed + 1) * bs <= n_pos_total) {
         int32_t b = s->blocks[s->n_hashed];
         const int32_t *t = tokens + (size_t)s->n_hashed * (size_t)bs;
-        uint64_t k = kvc_hash(s->last_key, t, bs);
+        uint64_t xk = kvc_block_xkey(c, s, s->n_hashed);
+        uint64_t k = kvc_block_key(c, s->last_key, t, xk);
         IFL_ASSERT(!c->registered[b]);
         c->key[b] = k;
         struct kvc_node parent = {s->chain_block, s->chain_gen};
@@ -636,9 +679,9 @@ void ifl_kvc_commit(struct ifl_kvc *c, struct ifl_kvc_seq *s, const int32_t *tok
             /* An identical block registered by another sequence that
              * computed the same prefix meanwhile: keep that one, this one
              * stays private, and our next block becomes its child. */
-            int32_t twin = table_find(c, k, s->last_key, parent, t);
+            int32_t twin = table_find(c, k, s->last_key, parent, t, xk);
             if (twin == KVC_NONE)
-                kvc_register(c, b, s->last_key, parent, t);
+                kvc_register(c, b, s->last_key, parent, t, xk);
             self.id = twin == KVC_NONE ? b : twin;
             self.gen = c->gen[self.id];
         } /* else our prefix left the table: nothing below it can enter */
@@ -669,6 +712,8 @@ int ifl_kvc_fork(struct ifl_kvc *c, const struct ifl_kvc_seq *parent, struct ifl
     child->n_hashed = parent->n_hashed;
     child->last_key = parent->last_key;
     child->salt = parent->salt;
+    child->ext = parent->ext;
+    child->n_ext = parent->n_ext;
     child->chain_block = parent->chain_block;
     child->chain_gen = parent->chain_gen;
     return 0;

@@ -70,6 +70,16 @@ struct ifl_kvc_seq {
      * salt, as a lookup matches parent keys. Kept by reset and copied by
      * fork. */
     uint64_t salt;
+    /* Optional per-position keys besides the tokens (NULL: none), for
+     * positions [0, n_ext); positions past n_ext count as 0. A nonzero
+     * ext[p] says that position p's input is not its token's embedding
+     * but something else of that identity (an image's row: a hash of the
+     * image and the row's index). A full block's key and its match cover
+     * these too, so blocks are shared only between sequences whose
+     * positions agree in tokens and ext. Not owned; must outlive every
+     * match and commit of the sequence. Kept by reset, copied by fork. */
+    const uint64_t *ext;
+    int32_t n_ext;
 };
 
 struct ifl_kvc_stats {
@@ -125,6 +135,9 @@ void ifl_kvc_seq_reset(struct ifl_kvc *c, struct ifl_kvc_seq *s);
 
 /* Sets an empty sequence's salt (above), before ifl_kvc_match_prefix. */
 void ifl_kvc_seq_set_salt(struct ifl_kvc_seq *s, uint64_t salt);
+/* Sets an empty sequence's per-position keys (ext, n_ext above; NULL, 0
+ * for none), before ifl_kvc_match_prefix. */
+void ifl_kvc_seq_set_ext(struct ifl_kvc_seq *s, const uint64_t *ext, int32_t n_ext);
 
 /* For an empty sequence: shares the cached blocks that hold tokens[0..n),
  * whole blocks only, and sets n_pos to the positions covered. Callers pass

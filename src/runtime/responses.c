@@ -114,6 +114,7 @@ void ifl_xreq_free(struct xreq *q)
     free(q->post_name);
     ifl_xguide_release(q->xg);
     ifl_lora_set_release(&q->lora);
+    ifl_img_free_request(q);
     free(q);
 }
 

@@ -107,6 +107,8 @@ void ifl_sched_admit(struct ifl_executor *ex)
         ifl_kvc_get_stats(e->kvc, &k0);
         /* KV is shared only between requests of the same adapter set */
         ifl_kvc_seq_set_salt(&prim->kv, q->lora.salt);
+        /* and an image's rows are keyed by the image (images.h) */
+        ifl_kvc_seq_set_ext(&prim->kv, q->img_ext, q->img_ext ? q->r.n_input : 0);
         /* context logits need every prompt row computed: no prefix reuse */
         int32_t reused = q->r.output.return_context_logits
                              ? 0
@@ -236,6 +238,11 @@ int32_t ifl_sched_build_batch(struct ifl_executor *ex, int32_t *n_logit, int32_t
             int32_t chunk = pending < e->max_rows - rows ? pending : e->max_rows - rows;
             if (chunk <= 0)
                 break;
+            /* a prefill stops before an image not encoded yet (images.h) */
+            if (s->q->n_img &&
+                (chunk = ifl_img_ready_until(s->q, s->kv.n_pos, s->kv.n_pos + chunk) -
+                         s->kv.n_pos) <= 0)
+                continue;
             /* context logits: every prompt row not captured yet needs a
              * logits row, so the chunk stops where the free ones run out */
             int32_t ctx_from = s->kv.n_pos > s->q->ctx_captured ? s->kv.n_pos : s->q->ctx_captured;

@@ -120,6 +120,7 @@ static int release_request_if_done(struct ifl_executor *ex, struct xreq *q)
     e->n_active_req--;
     e->completed++;
     ifl_seq_free_outputs(q);
+    ifl_img_release(ex, q);
     ifl_xreq_free(q);
     return 1;
 }

@@ -29,6 +29,8 @@ void ifl_gen_job_destroy(struct ifl_gen_job *j)
     free(j->bias_ids);
     free(j->bias_vals);
     free(j->drafts);
+    for (int i = 0; i < j->n_images; i++)
+        free(j->image_data[i]);
     free(j->ids);
     free(j->req_final);
     free(j->order);

@@ -108,6 +108,35 @@ int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, i
     return rc;
 }
 
+int ifl_gen_add_prompt_images(struct ifl_gen_job *j, const char *text, size_t n, int add_special,
+                              const char *marker, char *err)
+{
+    int32_t pos[IFL_MAX_IMAGES_PER_REQUEST];
+    int64_t cap = (int64_t)n + 8, got = 0;
+    int32_t *ids = NULL;
+    int rc = IFL_EFULL;
+    for (int tries = 0; rc == IFL_EFULL && tries < 2; tries++) {
+        free(ids);
+        if (!(ids = malloc(sizeof(int32_t) * (size_t)(cap > 0 ? cap : 1))))
+            return IFL_ENOMEM;
+        rc = ifl_executor_tokenize_images(j->ex, text, (int64_t)n, marker, add_special, 1,
+                                          j->n_images, NULL, ids, cap, &got, pos, err);
+        cap = got;
+    }
+    if (!rc && got > INT32_MAX)
+        rc = ifl_err(err, IFL_EINVAL, "messages: too long");
+    if (!rc)
+        rc = ifl_gen_add_prompt(j, ids, (int32_t)got);
+    free(ids);
+    if (rc)
+        return rc;
+    for (int k = 0; k < j->n_images; k++)
+        j->images[k].pos = pos[k];
+    j->req.images = j->images;
+    j->req.n_images = j->n_images;
+    return 0;
+}
+
 int ifl_gen_set_lora_json(struct ifl_gen_job *j, json_t *v, char *param, char *err)
 {
     snprintf(param, 64, "lora");

@@ -117,6 +117,8 @@ struct ifl_server {
     char bos_text[64], eos_text[64];     /* the model's BOS/EOS token text, for templates */
     struct ifl_chat_template *chat_tmpl; /* compiled chat template (messages.c) */
     int chat_default;                    /* chat_tmpl is the built-in ChatML */
+    int chat_sees_images;                /* its source names "image": it is given content
+                                            parts (messages.c) */
     atomic_int draining;                 /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;                 /* grace ran out: cancel what is running (relaxed) */
     atomic_int forced;     /* ifl_server_abort: skip the rest of the grace (relaxed) */
@@ -328,6 +330,11 @@ struct ifl_gen_job {
     int32_t n_lora;
     char lora_model[128]; /* the adapter OpenAI's `model` named (responses echo it), or "" */
     int32_t n_drafts;
+    /* images of a chat request (image_url parts, decoded from their data
+     * URLs; owned), placed in req by ifl_gen_add_prompt_images */
+    struct ifl_image_input images[IFL_MAX_IMAGES_PER_REQUEST];
+    unsigned char *image_data[IFL_MAX_IMAGES_PER_REQUEST];
+    int n_images;
     int64_t drafted, accepted; /* from the final responses' perf metrics */
     ifl_id *ids;
     unsigned char *req_final; /* [n_prompts] its final response came */
@@ -548,5 +555,22 @@ void ifl_server_chat_free(struct ifl_server *s);
  * IFL_EINVAL with err naming the message field. */
 int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n,
                            char *err);
+/* The same, image_url parts accepted: their data URLs decoded into j's
+ * images (in order; 400-worthy IFL_EINVAL for a remote URL, another type,
+ * bad base64, or a server without a vision encoder), and marker written in
+ * the prompt where each goes. A template whose source names "image" sees
+ * the content as parts ({"type": "image"} for an image; its text for one
+ * is kept, the marker after it); any other sees a string with the marker
+ * where the part was. */
+int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct ifl_gen_job *j,
+                                  const char *marker, char **out, size_t *n, char *err);
+/* An image_url part's URL (dataurl.c): a PNG or JPEG data URL's bytes,
+ * malloc'd; IFL_EINVAL with a sentence for anything else (remote URLs
+ * are not fetched). */
+int ifl_server_data_url(const char *url, size_t len, unsigned char **out, size_t *n, char *err);
+/* Tokenizes a prompt rendered with images' markers and adds it to j with
+ * its images placed (gen.c). */
+int ifl_gen_add_prompt_images(struct ifl_gen_job *j, const char *text, size_t n, int add_special,
+                              const char *marker, char *err);
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * Chat messages to a prompt. Messages are validated here (roles system,
  * developer, user, assistant; content a string, null for an assistant, or a
- * list of {"type": "text", "text": ...} parts, joined with "\n") and
+ * list of {"type": "text", "text": ...} parts, joined with "\n", and
+ * {"type": "image_url", ...} parts where the server has a vision encoder:
+ * see ifl_server_chat_render_images) and
  * normalised to [{role, content}], then rendered with the chat template:
  * --chat-template FILE if given, else the model's tokenizer.chat_template,
  * else ChatML. A model template our renderer cannot compile falls back to
@@ -27,6 +29,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
             return ifl_err(err, IFL_EINVAL, "--chat-template: %s", cerr);
         s->chat_tmpl = t;
+        s->chat_sees_images = strstr(s->chat_template, "image") != NULL;
         return 0;
     }
     char probe[1];
@@ -38,6 +41,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
             return ifl_err(err, IFL_ENOMEM, "out of memory");
         ifl_executor_model_meta(ex, "tokenizer.chat_template", src, len + 1, &len);
         rc = ifl_chat_template_compile(&t, src, (size_t)len, cerr);
+        s->chat_sees_images = !rc && strstr(src, "image") != NULL;
         free(src);
         if (rc == IFL_ENOMEM)
             return ifl_err(err, rc, "out of memory");
@@ -63,7 +67,56 @@ void ifl_server_chat_free(struct ifl_server *s)
     s->chat_tmpl = NULL;
 }
 
-static int normalize(json_t *messages, json_t **out, char *err)
+/* What rendering a conversation with images needs: where the images go
+ * (the job) and the marker that stands for each in the rendered text. */
+struct chat_imgs {
+    struct ifl_gen_job *j; /* NULL: image parts are refused */
+    int has_vision;        /* the executor has a vision encoder */
+    const char *marker;
+};
+
+/* How content with image parts is given to the template: a string with
+ * the marker where each image was (text parts and markers joined with
+ * "\n"); or a list of parts, images as {"type": "image"} (PARTS_IMAGE) or
+ * as text parts holding the marker (PARTS_MARKER). */
+enum { AS_STRING = 0, PARTS_IMAGE, PARTS_MARKER };
+
+/* An image_url part: its data URL decoded into the job (first pass). */
+static int take_image(json_t *part, size_t i, size_t k, struct chat_imgs *im, char *err)
+{
+    if (!im || !im->j)
+        return ifl_err(err, IFL_EINVAL,
+                       "messages[%zu].content[%zu]: image parts are not accepted here", i, k);
+    if (!im->has_vision)
+        return ifl_err(err, IFL_EINVAL,
+                       "messages[%zu].content[%zu]: this server has no vision encoder for images "
+                       "(start it with --mmproj FILE)",
+                       i, k);
+    json_t *u = json_object_get(part, "image_url");
+    if (json_is_object(u))
+        u = json_object_get(u, "url");
+    if (!json_is_string(u))
+        return ifl_err(err, IFL_EINVAL,
+                       "messages[%zu].content[%zu].image_url: {\"url\": \"data:image/png;base64,"
+                       "...\"} is required",
+                       i, k);
+    struct ifl_gen_job *j = im->j;
+    if (j->n_images == IFL_MAX_IMAGES_PER_REQUEST)
+        return ifl_err(err, IFL_EINVAL, "messages: at most %d images a request",
+                       IFL_MAX_IMAGES_PER_REQUEST);
+    char why[IFL_ERR_LEN] = "";
+    unsigned char *data = NULL;
+    size_t n = 0;
+    int rc = ifl_server_data_url(json_string_value(u), json_string_length(u), &data, &n, why);
+    if (rc)
+        return ifl_err(err, rc, "messages[%zu].content[%zu].image_url: %s", i, k, why);
+    j->image_data[j->n_images] = data;
+    j->images[j->n_images] = (struct ifl_image_input){.data = data, .size = (int64_t)n};
+    j->n_images++;
+    return 0;
+}
+
+static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int mode, char *err)
 {
     if (!json_is_array(messages) || json_array_size(messages) == 0)
         return ifl_err(err, IFL_EINVAL, "messages: must be a non-empty list of messages");
@@ -94,41 +147,71 @@ static int normalize(json_t *messages, json_t **out, char *err)
         }
         json_t *content = json_object_get(m, "content");
         struct ifl_buf text = {0};
+        json_t *parts = NULL; /* PARTS_*: the content as a list, when it has an image */
         if (json_is_string(content)) {
             ifl_buf_add(&text, json_string_value(content), json_string_length(content));
         } else if (json_is_array(content)) {
             size_t k;
             json_t *part;
+            int has_image = 0;
+            json_array_foreach(content, k, part)
+            {
+                const char *type = json_string_value(json_object_get(part, "type"));
+                has_image |= type && !strcmp(type, "image_url");
+            }
+            if (has_image && mode != AS_STRING)
+                parts = json_array();
             json_array_foreach(content, k, part)
             {
                 const char *type = json_string_value(json_object_get(part, "type"));
                 json_t *t = json_object_get(part, "text");
-                if (!type || strcmp(type, "text") || !json_is_string(t)) {
+                int is_image = type && !strcmp(type, "image_url");
+                if (!is_image && (!type || strcmp(type, "text") || !json_is_string(t))) {
+                    ifl_buf_free(&text);
+                    json_decref(parts);
+                    json_decref(arr);
+                    return ifl_err(err, IFL_EINVAL,
+                                   "messages[%zu].content[%zu]: only {\"type\": \"text\", "
+                                   "\"text\": ...} and {\"type\": \"image_url\", \"image_url\": "
+                                   "{\"url\": ...}} parts are supported",
+                                   i, k);
+                }
+                int rc = is_image && mode == AS_STRING ? take_image(part, i, k, im, err) : 0;
+                if (rc) {
                     ifl_buf_free(&text);
                     json_decref(arr);
-                    return ifl_err(
-                        err, IFL_EINVAL,
-                        "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": "
-                        "...} parts are supported",
-                        i, k);
+                    return rc;
+                }
+                if (parts) {
+                    json_array_append_new(
+                        parts, !is_image ? json_pack("{s:s,s:O}", "type", "text", "text", t)
+                               : mode == PARTS_IMAGE
+                                   ? json_pack("{s:s}", "type", "image")
+                                   : json_pack("{s:s,s:s}", "type", "text", "text", im->marker));
+                    continue;
                 }
                 if (k)
                     ifl_buf_add(&text, "\n", 1);
-                ifl_buf_add(&text, json_string_value(t), json_string_length(t));
+                if (is_image)
+                    ifl_buf_add(&text, im->marker, strlen(im->marker));
+                else
+                    ifl_buf_add(&text, json_string_value(t), json_string_length(t));
             }
         } else if (!(json_is_null(content) || !content) || strcmp(role, "assistant")) {
             json_decref(arr);
             return ifl_err(err, IFL_EINVAL,
-                           "messages[%zu].content: must be a string or a list of text parts", i);
+                           "messages[%zu].content: must be a string or a list of parts", i);
         }
         if (text.oom) {
             ifl_buf_free(&text);
+            json_decref(parts);
             json_decref(arr);
             return ifl_err(err, IFL_ENOMEM, "out of memory");
         }
         json_t *o = json_object();
         json_object_set_new(o, "role", json_string(role));
-        json_object_set_new(o, "content", json_stringn(text.p ? text.p : "", text.len));
+        json_object_set_new(o, "content",
+                            parts ? parts : json_stringn(text.p ? text.p : "", text.len));
         ifl_buf_free(&text);
         json_array_append_new(arr, o);
     }
@@ -136,12 +219,8 @@ static int normalize(json_t *messages, json_t **out, char *err)
     return 0;
 }
 
-int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n, char *err)
+static int render(struct ifl_server *s, json_t *msgs, char **out, size_t *n, char *err)
 {
-    json_t *msgs = NULL;
-    int rc = normalize(messages, &msgs, err);
-    if (rc)
-        return rc;
     json_t *ctx = json_object();
     json_object_set_new(ctx, "messages", msgs);
     json_object_set_new(ctx, "tools", json_null());
@@ -150,11 +229,113 @@ int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, s
     json_object_set_new(ctx, "bos_token", json_string(s->bos_text));
     json_object_set_new(ctx, "eos_token", json_string(s->eos_text));
     char rerr[IFL_ERR_LEN] = "";
-    rc = ifl_chat_render(s->chat_tmpl, ctx, NULL, out, n, rerr);
+    int rc = ifl_chat_render(s->chat_tmpl, ctx, NULL, out, n, rerr);
     json_decref(ctx);
     if (rc == IFL_ENOMEM)
         return ifl_err(err, rc, "out of memory");
     if (rc) /* the template refused these messages (raise_exception) or failed on them */
         return ifl_err(err, IFL_EINVAL, "messages: the chat template says: %s", rerr);
     return 0;
+}
+
+/* A template that iterates content parts writes its own text for an image
+ * part. Rendered once with {"type": "image"} parts (a) and once with the
+ * marker as a text part in their place (b), the two differ only there: b
+ * cut at its markers gives the pieces a is made of, and between them, the
+ * text the template wrote for each image. The prompt is a with the marker
+ * after each such text (the image's rows follow what the template wrote
+ * for it). 0 and *out on success; 1 when the two renderings do not line
+ * up so (the caller then renders the marker as text). */
+static int splice(const char *a, size_t na, const char *b, size_t nb, const char *marker, int n_img,
+                  char **out, size_t *n_out)
+{
+    size_t ml = strlen(marker);
+    const char *seg[IFL_MAX_IMAGES_PER_REQUEST + 1];
+    size_t sl[IFL_MAX_IMAGES_PER_REQUEST + 1];
+    int ns = 0;
+    const char *p = b, *end = b + nb;
+    for (;;) {
+        const char *m = memmem(p, (size_t)(end - p), marker, ml);
+        if (ns > n_img)
+            return 1;
+        seg[ns] = p;
+        sl[ns++] = m ? (size_t)(m - p) : (size_t)(end - p);
+        if (!m)
+            break;
+        p = m + ml;
+    }
+    if (ns != n_img + 1 || na < sl[0] || memcmp(a, seg[0], sl[0]))
+        return 1;
+    struct ifl_buf o = {0};
+    ifl_buf_add(&o, seg[0], sl[0]);
+    size_t c = sl[0];
+    for (int k = 0; k < n_img; k++) {
+        size_t stop;
+        if (k == n_img - 1) {
+            if (na - c < sl[k + 1] || memcmp(a + na - sl[k + 1], seg[k + 1], sl[k + 1]))
+                break;
+            stop = na - sl[k + 1];
+        } else {
+            const char *f = sl[k + 1] ? memmem(a + c, na - c, seg[k + 1], sl[k + 1]) : NULL;
+            if (!f)
+                break;
+            stop = (size_t)(f - a);
+        }
+        ifl_buf_add(&o, a + c, stop - c);
+        ifl_buf_add(&o, marker, ml);
+        ifl_buf_add(&o, seg[k + 1], sl[k + 1]);
+        c = stop + sl[k + 1];
+        if (k == n_img - 1) {
+            if (o.oom)
+                break;
+            *out = o.p;
+            *n_out = o.len;
+            return 0;
+        }
+    }
+    ifl_buf_free(&o);
+    return 1;
+}
+
+int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct ifl_gen_job *j,
+                                  const char *marker, char **out, size_t *n, char *err)
+{
+    struct ifl_vision_info vi;
+    struct chat_imgs im = {
+        .j = j, .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0, .marker = marker};
+    json_t *msgs = NULL;
+    int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, err);
+    if (rc)
+        return rc;
+    if (!j || !j->n_images || !s->chat_sees_images)
+        return render(s, msgs, out, n, err);
+    /* the template may iterate content parts: let it see the image parts */
+    json_t *ma = NULL, *mb = NULL;
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    int ok = !normalize(messages, &ma, &im, PARTS_IMAGE, err) &&
+             !normalize(messages, &mb, &im, PARTS_MARKER, err);
+    if (ok) { /* render takes the messages, on failure too */
+        ok = !render(s, ma, &a, &na, err);
+        ma = NULL;
+    }
+    if (ok) {
+        ok = !render(s, mb, &b, &nb, err);
+        mb = NULL;
+    }
+    json_decref(ma);
+    json_decref(mb);
+    ok = ok && !splice(a, na, b, nb, marker, j->n_images, out, n);
+    free(a);
+    free(b);
+    if (ok) {
+        json_decref(msgs);
+        return 0;
+    }
+    return render(s, msgs, out, n, err); /* as a string with the markers */
+}
+
+int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n, char *err)
+{
+    return ifl_server_chat_render_images(s, messages, NULL, NULL, out, n, err);
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/err.h"
+#include "core/timeutil.h"
 #include "server/internal.h"
 
 #define MAX_PROMPTS 64
@@ -740,6 +741,9 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
         /* the executor checks adapter ids: its sentence names lora[i].id */
         if (!param && rc == IFL_EINVAL && !strncmp(err, "lora", 4))
             param = "lora";
+        /* and the images it decodes: a chat message's image_url part */
+        if (!param && rc == IFL_EINVAL && !strncmp(err, "images", 6))
+            param = "messages";
         ifl_gen_job_free(j);
         oai_req_free(q, n);
         if (rc == IFL_EFULL)
@@ -914,7 +918,13 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     char *prompt = NULL;
     size_t plen = 0;
     json_t *msgs = json_object_get(b, "messages");
-    int rc = ifl_server_chat_render(s, msgs, &prompt, &plen, err);
+    /* image_url parts: each image's place is a marker no client text holds */
+    static atomic_uint_fast64_t marker_no;
+    char marker[64];
+    snprintf(marker, sizeof marker, "<__media_%016llx__>",
+             (unsigned long long)(ifl_now_us() * 0x9e3779b97f4a7c15ull ^
+                                  atomic_fetch_add(&marker_no, 1) * 0xbf58476d1ce4e5b9ull));
+    int rc = ifl_server_chat_render_images(s, msgs, j, marker, &prompt, &plen, err);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
     if (ifl_gen_text_too_long(s, plen, 0, err)) {
@@ -923,8 +933,14 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     }
     size_t bl = strlen(s->bos_text);
     int add_special = !(bl && plen >= bl && !memcmp(prompt, s->bos_text, bl));
-    rc = ifl_gen_add_prompt_text(j, prompt, plen, add_special);
+    if (j->n_images)
+        rc = ifl_gen_add_prompt_images(j, prompt, plen, add_special, marker, err);
+    else
+        rc = ifl_gen_add_prompt_text(j, prompt, plen, add_special);
     free(prompt);
+    if (rc && j->n_images)
+        return fail(c, j, &q, rc == IFL_ENOMEM ? 500 : 400, "messages",
+                    rc == IFL_ENOMEM ? "out of memory" : err);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages",
                     rc == IFL_EINVAL ? "messages: too long" : "out of memory");
