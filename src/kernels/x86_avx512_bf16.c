@@ -140,7 +140,7 @@ static void zb_gemm_bf16(int64_t n, int nr, int nc, const void *x, size_t xs, co
 /* groups per tile: eight chains at least, at most 24 accumulators */
 #define XB_C(R) ((R) >= 4 ? 3 : (R) >= 2 ? 4 : 8)
 
-AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first,
+AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int pf,
                   const uint32_t (*xb)[XB_KC / 2], const char *g, size_t gb, float *y, size_t ldy)
 {
     __m512 acc[XB_R][8];
@@ -148,7 +148,8 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first,
         first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy + 16 * c);
     for (int64_t p = p0; p < p1; p++) {
         const char *gp = g + 64 * (size_t)p;
-        UNROLL FOR_C _mm_prefetch(gp + (size_t)c * gb + XB_PF, _MM_HINT_T0);
+        if (pf)
+            UNROLL FOR_C _mm_prefetch(gp + (size_t)c * gb + XB_PF, _MM_HINT_T0);
         __m512bh wv[8];
         UNROLL FOR_C wv[c] = as_bh(_mm512_loadu_si512((const void *)(gp + (size_t)c * gb)));
         UNROLL FOR_R
@@ -173,7 +174,8 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first,
 
 #define XB_CASE(R, C)                                                                              \
     case (R)*16 + (C):                                                                             \
-        x16b_tile(R, C, p0, p1, odd, k0 == 0, xb, (const char *)w + (size_t)gi * gb, gb, yp, ldy); \
+        x16b_tile(R, C, p0, p1, odd, k0 == 0, r0 == 0, xb, (const char *)w + (size_t)gi * gb, gb,  \
+                  yp, ldy);                                                                        \
         break;
 
 static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
