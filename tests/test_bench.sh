@@ -177,7 +177,7 @@ chmod +x "$ik/llama-bench" "$ik/llama-batched-bench"
     --pp 16 --tg 8 -B 2 --bandwidth --log "$tmp/iklog" "$M" >"$tmp/ik.md" 2>"$tmp/ik.err"
 rc=$?
 [ $rc -eq 0 ] && grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | ik tok/s (-rtr 0) | ik tok/s (-rtr 1) | ratio to ik.s better |' "$tmp/ik.md" &&
-    grep -Eq '^CPU flags: .*; inflight.s (scalar|avx2|avx512) \(chosen by cpuid|IFL_KERNELS\)' "$tmp/ik.md" &&
+    grep -Eq '^CPU flags: .*; inflight.s (scalar|avx2|avx512|avx512bf16) \(chosen by cpuid|IFL_KERNELS\)' "$tmp/ik.md" &&
     ok "compare --ik: header, CPU flags and inflight's kernels" || { bad "compare --ik: header, CPU flags and inflight's kernels"; cat "$tmp/ik.md" "$tmp/ik.err"; }
 # rows: pp16, tg8, the long pp32 and tg8 at depths 16 and 40, B=2 decode and prompt;
 # ik's columns the stand-in's, the last ratio inflight's over the better

@@ -181,7 +181,7 @@ check "run --prediction of a missing file: exit 2" 2 "$?"
 # the kernel table: cpuid's choice, or IFL_KERNELS's when it names one
 check "version names IFL_KERNELS's table" "scalar (IFL_KERNELS)" \
     "$(IFL_KERNELS=scalar "$BIN" version | sed -n 's/^kernels: //p')"
-"$BIN" version | grep -Eq '^kernels: (scalar|avx2|avx512) \(chosen by cpuid\)$' &&
+"$BIN" version | grep -Eq '^kernels: (scalar|avx2|avx512|avx512bf16) \(chosen by cpuid\)$' &&
     ok "version names cpuid's table" || bad "version names cpuid's table"
 
 # taskset -c 0, whatever the machine has (taskset is util-linux, in Debian's

@@ -119,6 +119,38 @@ static void test_pool(void)
     CHECK_EQ(ifl_pool_create(&p, -1), IFL_EINVAL);
 }
 
+/* ifl_pool_run_solo: fn runs once, as thread 0 of 1, on the caller, its
+ * barriers passing at once (with the workers counted they would wait
+ * forever); shared runs before and after it still meet at theirs. */
+static void test_pool_solo(void)
+{
+    for (int nth = 1; nth <= 3; nth++) {
+        struct ifl_pool *pool;
+        CHECK_EQ(ifl_pool_create(&pool, nth), 0);
+        for (int rep = 0; rep < 50; rep++) {
+            struct pool_job j = {.pool = pool};
+            if (rep % 2) {
+                ifl_pool_run_solo(pool, pool_fn, &j);
+                CHECK_EQ(atomic_load(&j.phase1), 1);
+                CHECK(j.seen_all[0]);
+                CHECK_EQ(j.sums[0], 999 * 1000 / 2);
+                for (int i = 1; i < nth; i++)
+                    CHECK_EQ(j.sums[i], 0);
+            } else {
+                ifl_pool_run(pool, pool_fn, &j);
+                CHECK_EQ(atomic_load(&j.phase1), nth);
+                long total = 0;
+                for (int i = 0; i < nth; i++) {
+                    CHECK(j.seen_all[i]);
+                    total += j.sums[i];
+                }
+                CHECK_EQ(total, 999 * 1000 / 2);
+            }
+        }
+        ifl_pool_free(pool);
+    }
+}
+
 /* Barriers that fetch memory while they wait count like plain ones: the
  * threads mix the two kinds, one thread late each phase so the others
  * wait (and fetch), and every phase must see all of the previous one. */
@@ -555,6 +587,7 @@ int main(void)
     T_RUN(test_bf16);
     T_RUN(test_rng);
     T_RUN(test_pool);
+    T_RUN(test_pool_solo);
     T_RUN(test_pool_fetch);
     T_RUN(test_pool_blocking);
     T_RUN(test_pool_oversubscribed);

@@ -255,6 +255,63 @@ static void test_batch_invariance(void)
     }
 }
 
+/* Steps small enough run on the engine thread alone (forward.c SOLO_BYTES,
+ * IFL_SOLO_BYTES): 16 sampled requests on two threads, every step shared
+ * (0) and every step alone (1e15), give the same tokens and log-probs bit
+ * for bit; so does the default, where the prefill's wide steps are shared
+ * and the decode's narrow ones are not. */
+static void test_solo_steps(void)
+{
+    static const char *const modes[] = {"0", "1e15", NULL};
+    int32_t first[16][40], first_n[16];
+    float first_lp[16][40];
+    for (int round = 0; round < 3; round++) {
+        if (modes[round])
+            setenv("IFL_SOLO_BYTES", modes[round], 1);
+        else
+            unsetenv("IFL_SOLO_BYTES");
+        ifl_executor *ex;
+        struct ifl_executor_config c;
+        ifl_executor_config_default(&c);
+        c.n_threads = 2;
+        char err[512];
+        CHECK_EQ(ifl_executor_create(&ex, model_path, &c, err), 0);
+        struct ifl_rng g;
+        ifl_rng_seed(&g, 9);
+        int32_t prompts[16][40];
+        struct ifl_request reqs[16];
+        ifl_id ids[16];
+        for (int k = 0; k < 16; k++) {
+            int len = 3 + (int)(ifl_rng_next(&g) % 30);
+            for (int i = 0; i < len; i++)
+                prompts[k][i] = i == 0 ? 1 : 3 + (int)(ifl_rng_next(&g) % 500);
+            greedy_req(&reqs[k], prompts[k], len, 12 + k);
+            reqs[k].sampling.temperature = 0.8f;
+            reqs[k].sampling.seed = 31 + k;
+            reqs[k].output.return_log_probs = 1;
+        }
+        CHECK_EQ(ifl_enqueue_many(ex, reqs, 16, ids, err), 0);
+        for (int k = 0; k < 16; k++) {
+            int32_t out[40], n;
+            float lp[40];
+            collect(ex, ids[k], 0, out, &n, lp, NULL, 0);
+            if (!round) {
+                memcpy(first[k], out, sizeof out);
+                memcpy(first_lp[k], lp, sizeof lp);
+                first_n[k] = n;
+            } else {
+                CHECK_EQ(n, first_n[k]);
+                CHECK_MSG(!memcmp(out, first[k], sizeof(int32_t) * (size_t)n) &&
+                              !memcmp(lp, first_lp[k], sizeof(float) * (size_t)n),
+                          "request %d differs with IFL_SOLO_BYTES=%s", k,
+                          modes[round] ? modes[round] : "(default)");
+            }
+        }
+        ifl_executor_destroy(ex, 0);
+    }
+    unsetenv("IFL_SOLO_BYTES");
+}
+
 /* The forward pass's threads may wait by spinning, by blocking (a futex),
  * or switch between the two when the cores are oversubscribed: none of it
  * may change a token or a log-prob. 16 sampled requests are run with the
@@ -1786,6 +1843,7 @@ int main(void)
     T_RUN(test_streaming_equals_whole);
     T_RUN(test_return_sequences);
     T_RUN(test_batch_invariance);
+    T_RUN(test_solo_steps);
     T_RUN(test_pool_wait_modes);
     T_RUN(test_prefix_caching);
     T_RUN(test_preemption_is_invisible);

@@ -19,7 +19,8 @@ static const enum ifl_type weight_types[] = {
     IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
 #define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
-static const char *table_names[] = {"scalar", "avx2", "avx512"};
+static const char *table_names[] = {"scalar", "avx2", "avx512", "avx512bf16"};
+#define N_TAB (int)(sizeof(table_names) / sizeof(table_names[0]))
 
 static void fill_normal(struct ifl_rng *r, float *x, int64_t n, float scale)
 {
@@ -344,6 +345,59 @@ static double tol_of(double mag)
     return 1e-5 * mag + 1e-6;
 }
 
+/* The tolerance of table k's gemm of type t against ref: tol_of, or for a
+ * table that rounds activations to BF16 (kernels.h act_bf16) 2^-8 of the
+ * magnitude on top: BF16 keeps 8 significant bits, so rounding moves each
+ * activation by at most 2^-8 of itself and the sum by at most 2^-8 mag. */
+static double tol_tab(const struct ifl_kernels *k, enum ifl_type t, double mag)
+{
+    return k->act_bf16[t] ? mag / 256 + tol_of(mag) : tol_of(mag);
+}
+
+/* For a table that rounds activations to BF16: a float64 dot of weight row
+ * c with activation row i rounded so, which its output must meet within
+ * tol_of (so the kernel computes that, and only the rounding moves it). */
+static double bf16_act_dot(const struct problem *p, int i, int c)
+{
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    float *wd = xmalloc((size_t)p->n * 4);
+    ref->dequant[p->t]((const char *)p->w + (size_t)c * p->ws, wd, p->n);
+    const float *x = p->xf + (size_t)i * (size_t)p->n;
+    double s = 0;
+    for (int64_t j = 0; j < p->n; j++)
+        s += (double)wd[j] * ifl_bf16_to_f32(ifl_f32_to_bf16(x[j]));
+    free(wd);
+    return s;
+}
+
+/* Checks output i (row i / nc, column i % nc) of table k's gemm (x16 or
+ * plain) against ref and, for a table rounding activations to BF16,
+ * against bf16_act_dot; returns 1 when it fails. */
+static double worst_bf16_act; /* the largest error / mag seen under act_bf16 */
+
+static int gemm_out_bad(const struct ifl_kernels *k, const struct problem *p, const float *y, int i,
+                        int x16)
+{
+    double err = fabs((double)y[i] - p->y_ref[i]);
+    if (k->act_bf16[p->t] && p->mag[i] > 0 && err / p->mag[i] > worst_bf16_act)
+        worst_bf16_act = err / p->mag[i];
+    if (!(err <= tol_tab(k, p->t, p->mag[i]))) {
+        T_FAIL_("%s%s gemm %s n=%lld nr=%d nc=%d out %d: %.9g vs ref %.9g (mag %g)", k->name,
+                x16 ? " x16" : "", ifl_type_info(p->t)->name, (long long)p->n, p->nr, p->nc, i,
+                y[i], p->y_ref[i], p->mag[i]);
+        return 1;
+    }
+    if (k->act_bf16[p->t]) {
+        double s = bf16_act_dot(p, i / p->nc, i % p->nc);
+        if (!(fabs((double)y[i] - s) <= tol_of(p->mag[i]))) {
+            T_FAIL_("%s%s gemm %s n=%lld out %d: %.9g vs %.9g with activations in bf16", k->name,
+                    x16 ? " x16" : "", ifl_type_info(p->t)->name, (long long)p->n, i, y[i], s);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The reference gemm equals a double dot of the dequantised rows: proves
  * the integer formulation (scales, mins, the -32 / -8 offsets) is right. */
 static void test_ref_gemm_vs_dequant(void)
@@ -457,14 +511,8 @@ static void check_table_gemm(const struct ifl_kernels *k)
                 float *y = xmalloc(sizeof(float) * (size_t)(nr * nc));
                 k->gemm[t](p.n, nr, nc, p.x, p.xs, p.w, p.ws, y, (size_t)nc);
                 int bad = 0;
-                for (int i = 0; i < nr * nc && bad < 3; i++) {
-                    if (!(fabs((double)y[i] - p.y_ref[i]) <= tol_of(p.mag[i]))) {
-                        bad++;
-                        T_FAIL_("%s gemm %s n=%lld nr=%d nc=%d out %d: %.9g vs ref %.9g (mag %g)",
-                                k->name, ifl_type_info(t)->name, (long long)p.n, nr, nc, i, y[i],
-                                p.y_ref[i], p.mag[i]);
-                    }
-                }
+                for (int i = 0; i < nr * nc && bad < 3; i++)
+                    bad += gemm_out_bad(k, &p, y, i, 0);
                 free(y);
                 problem_free(&p);
             }
@@ -1083,7 +1131,7 @@ static void test_tables(void)
 
 static void test_each_table(void)
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_TAB; i++) {
         const struct ifl_kernels *k = ifl_kernels_by_name(table_names[i]);
         if (!k) {
             fprintf(stderr, "  table %s: not supported here, skipped\n", table_names[i]);
@@ -1126,19 +1174,19 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
         ifl_repack_x16(t, p.n, (char *)p.w + (size_t)g * 16 * p.ws, p.ws, pk + (size_t)g * 16 * rs);
     float *y = xmalloc(sizeof(float) * (size_t)(nr * nc));
     float *one = xmalloc(sizeof(float) * 16);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
         if (!kt || !kt->gemm_x16[t])
             continue;
         kt->gemm_x16[t](p.n, nr, nc, p.x, p.xs, pk, rs, y, (size_t)nc);
         int bad = 0;
         for (int i = 0; i < nr * nc && bad < 3; i++) {
-            int exact = k == 0;
-            if (exact ? !bits_equal(&y[i], &p.y_ref[i], 4)
-                      : !(fabs((double)y[i] - p.y_ref[i]) <= tol_of(p.mag[i]))) {
+            if (k == 0 && !bits_equal(&y[i], &p.y_ref[i], 4)) {
                 bad++;
                 T_FAIL_("%s x16 gemm %s n=%lld nr=%d nc=%d out %d: %.9g vs ref %.9g", kt->name,
                         ifl_type_info(t)->name, (long long)p.n, nr, nc, i, y[i], p.y_ref[i]);
+            } else if (k > 0) {
+                bad += gemm_out_bad(kt, &p, y, i, 1);
             }
         }
         /* each row alone, each group alone */
@@ -1164,14 +1212,14 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
  * segments; K-quant rows run from one super-block to ffn_down's 22. */
 static void test_x16(void)
 {
-    static const enum ifl_type types[] = {IFL_TYPE_Q8_0,   IFL_TYPE_Q4_0, IFL_TYPE_Q4_K,
-                                          IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K, IFL_TYPE_F16,
-                                          IFL_TYPE_Q5_0,   IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL,
-                                          IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
+    static const enum ifl_type types[] = {
+        IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K, IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K,
+        IFL_TYPE_F16,  IFL_TYPE_Q5_0, IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS,
+        IFL_TYPE_Q3_K, IFL_TYPE_Q2_K, IFL_TYPE_BF16};
     const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     /* n by block size: 32, 256, and 1 (F16: any n) */
     static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
-                         fs[] = {5, 37, 768, 5632};
+                         fs[] = {5, 37, 777, 5632};
     /* one and two rows (split chains), row tiles ending on an odd row, one
      * or two whole tiles (a decode's single pass over the groups), three */
     static const int nrs[] = {1, 2, 3, 8, 9, 13, 16, 17};
@@ -1193,6 +1241,9 @@ static void test_x16(void)
     for (int ti = 2; ti < 5; ti++)
         for (int k = 0; k < 2; k++)
             check_x16(&r, types[ti], k ? 512 : 256, k ? 9 : 16, 16 * 150, k);
+    if (worst_bf16_act > 0)
+        fprintf(stderr, "  bf16 activations: largest |y - ref| / sum |w x| %.3g (bound 2^-8)\n",
+                worst_bf16_act);
 }
 
 /* ---- real llama.cpp files: layouts against the reference quantiser --- */
@@ -1265,7 +1316,7 @@ static void test_real_files(void)
                     se += ((double)y[j] - f[j]) * ((double)y[j] - f[j]);
                     sx += (double)f[j] * f[j];
                 }
-                for (int k = 1; k < 3 && row < 8; k++) {
+                for (int k = 1; k < N_TAB && row < 8; k++) {
                     const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
                     if (!kt)
                         continue;
@@ -1307,13 +1358,13 @@ static void test_real_files(void)
                     CHECK_NEAR(yr[a * nc + c], s, 4 * tol_of(m));
                 }
             }
-            for (int k = 1; k < 3; k++) {
+            for (int k = 1; k < N_TAB; k++) {
                 const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
                 if (!kt)
                     continue;
                 kt->gemm[ty](n, nr, nc, xa, xs, t->data, rs, yk, (size_t)nc);
                 for (int o = 0; o < nr * nc; o++)
-                    CHECK_MSG(fabs((double)yk[o] - yr[o]) <= tol_of(mag[o]),
+                    CHECK_MSG(fabs((double)yk[o] - yr[o]) <= tol_tab(kt, ty, mag[o]),
                               "%s gemm %s %s out %d: %.9g vs ref %.9g", kt->name, files[fi].file,
                               t->name, o, yk[o], yr[o]);
             }

@@ -127,9 +127,12 @@ static int engine_logits(const char *path, const int32_t *tok, int n, const int 
 
 /* ---- against the float64 reference ---- */
 
+/* Float weights whose activations stay F32: BF16 is not one when the
+ * kernels round its activations to BF16 (kernels.h act_bf16). */
 static int is_float_type(const char *type)
 {
-    return !strcmp(type, "f32") || !strcmp(type, "f16") || !strcmp(type, "bf16");
+    return !strcmp(type, "f32") || !strcmp(type, "f16") ||
+           (!strcmp(type, "bf16") && !ifl_kernels_best()->act_bf16[IFL_TYPE_BF16]);
 }
 
 /* mkmodel's model of this arch, type and shape options into path. */

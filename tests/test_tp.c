@@ -27,6 +27,7 @@
 #include "core/err.h"
 #include "core/rng.h"
 #include "dist/comm.h"
+#include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/kv_store.h"
 #include "model/model.h"
@@ -201,14 +202,17 @@ static int run_seq(struct run *r, float *logits, char *err)
     return 0;
 }
 
-/* Whether the model's kernels quantise their input (Q8_0, Q4_0, K quants). */
+/* Whether the model's kernels quantise their input (Q8_0, Q4_0, K quants,
+ * and BF16 on a table that rounds its activations, kernels.h act_bf16):
+ * then a sum's last-bit change may move an input by a rounding step. */
 static int quantised(const struct ifl_model *m)
 {
     const struct ifl_layer_weights *w0 = &m->layers[0];
     const struct ifl_mat *ms[] = {&w0->wq, &w0->wo, &w0->w_gate, &w0->w_down, &m->output};
     int q = 0;
     for (int k = 0; k < 5; k++)
-        q |= ifl_type_info(ifl_type_info(ms[k]->type)->act)->blck > 1;
+        q |= ifl_type_info(ifl_type_info(ms[k]->type)->act)->blck > 1 ||
+             ifl_kernels_best()->act_bf16[ms[k]->type];
     return q;
 }
 

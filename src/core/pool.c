@@ -94,6 +94,9 @@ struct ifl_pool {
     atomic_int idle_sleepers; /* workers asleep on gen */
     atomic_int done_sleeper;  /* the caller asleep on n_done */
     atomic_bool stop;
+    /* 1 while a job of ifl_pool_run_solo runs (the caller's only: workers
+     * read it in barriers of ifl_pool_run's jobs, after gen's acquire) */
+    int solo;
     /* barrier */
     atomic_int bar_count;
     atomic_uint bar_sense;
@@ -353,6 +356,13 @@ void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg)
     adapt(pool, done_ns);
 }
 
+void ifl_pool_run_solo(struct ifl_pool *pool, ifl_pool_fn fn, void *arg)
+{
+    pool->solo = 1;
+    fn(arg, 0, 1);
+    pool->solo = 0;
+}
+
 void ifl_pool_barrier(struct ifl_pool *pool)
 {
     ifl_pool_barrier_fetch(pool, NULL, 0);
@@ -360,7 +370,7 @@ void ifl_pool_barrier(struct ifl_pool *pool)
 
 void ifl_pool_barrier_fetch(struct ifl_pool *pool, const void *p, size_t n)
 {
-    if (pool->nth == 1)
+    if (pool->nth == 1 || pool->solo)
         return;
     unsigned sense = atomic_load_explicit(&pool->bar_sense, memory_order_acquire);
     if (atomic_fetch_add_explicit(&pool->bar_count, 1, memory_order_acq_rel) == pool->nth - 1) {

@@ -28,6 +28,11 @@ int ifl_pool_create(struct ifl_pool **out, int n_threads);
 void ifl_pool_free(struct ifl_pool *pool);
 int ifl_pool_size(const struct ifl_pool *pool);
 void ifl_pool_run(struct ifl_pool *pool, ifl_pool_fn fn, void *arg);
+/* fn(arg, 0, 1) on the calling thread alone, the workers left asleep or
+ * spinning on their own; barriers inside it return at once. For jobs too
+ * small to share: no wake-up, no barrier, no cache line passed between
+ * cores. */
+void ifl_pool_run_solo(struct ifl_pool *pool, ifl_pool_fn fn, void *arg);
 /* How the pool has waited so far: for tests and diagnostics; the figures
  * are read without a lock, each exact but not all of one instant. */
 struct ifl_pool_stats {

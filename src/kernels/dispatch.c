@@ -4,7 +4,8 @@
  * cpuid for the instruction sets and xgetbv for the OS saving their
  * registers; only then may a table's functions run. Tables are built once
  * (pthread_once) and never change after, so readers need no lock.
- * IFL_KERNELS=scalar|avx2|avx512 overrides the automatic choice.
+ * IFL_KERNELS=scalar|avx2|avx512|avx512bf16 overrides the automatic choice
+ * (avx512bf16 is avx512 with vdpbf16ps kernels for BF16 weights).
  */
 #include "kernels/impl.h"
 
@@ -20,8 +21,8 @@
 #define IFL_X86 0
 #endif
 
-static struct ifl_kernels tab_ref, tab_avx2, tab_avx512;
-static int have_avx2, have_avx512;
+static struct ifl_kernels tab_ref, tab_avx2, tab_avx512, tab_avx512bf16;
+static int have_avx2, have_avx512, have_avx512bf16;
 static const struct ifl_kernels *best;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -51,6 +52,9 @@ static void detect(void)
     int vnni = (c >> 11) & 1;
     have_avx2 = os_avx && avx2 && fma && f16c;
     have_avx512 = have_avx2 && os_avx512 && f && dq && bw && vl && vnni;
+    /* leaf 7 sub-leaf 1, EAX bit 5: AVX512_BF16 */
+    if (have_avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+        have_avx512bf16 = (a >> 5) & 1;
 }
 #else
 static void detect(void) {}
@@ -66,6 +70,8 @@ static const struct ifl_kernels *by_name(const char *name)
         return have_avx2 ? &tab_avx2 : NULL;
     if (strcmp(name, "avx512") == 0)
         return have_avx512 ? &tab_avx512 : NULL;
+    if (strcmp(name, "avx512bf16") == 0)
+        return have_avx512bf16 ? &tab_avx512bf16 : NULL;
     return NULL;
 }
 
@@ -82,8 +88,15 @@ static void init(void)
         ifl_kernels_fill_avx2(&tab_avx512);
         ifl_kernels_fill_avx512(&tab_avx512);
     }
+    if (have_avx512bf16) {
+        tab_avx512bf16 = tab_avx512;
+        ifl_kernels_fill_avx512bf16(&tab_avx512bf16);
+    }
 #endif
-    best = have_avx512 ? &tab_avx512 : have_avx2 ? &tab_avx2 : &tab_ref;
+    best = have_avx512bf16 ? &tab_avx512bf16
+           : have_avx512   ? &tab_avx512
+           : have_avx2     ? &tab_avx2
+                           : &tab_ref;
     const char *env = getenv("IFL_KERNELS");
     if (env && *env) {
         const struct ifl_kernels *k = by_name(env);

@@ -14,6 +14,9 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k);
 void ifl_kernels_fill_ref_ops(struct ifl_kernels *k);
 void ifl_kernels_fill_avx2(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512(struct ifl_kernels *k);
+/* BF16 weights by vdpbf16ps (x86_avx512_bf16.c), over a filled avx512
+ * table: makes it the avx512bf16 table. */
+void ifl_kernels_fill_avx512bf16(struct ifl_kernels *k);
 /* The 256-bit gemm kernels over x16 groups (x86_avx2_gemm.c), over a
  * filled avx2 table. */
 void ifl_kernels_fill_avx2_gemm(struct ifl_kernels *k);

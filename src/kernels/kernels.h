@@ -3,7 +3,7 @@
  *
  * ifl_kernels_ref() is the scalar ground truth (ref.c). ifl_kernels_best()
  * picks, once, from cpuid, the fastest table this CPU can run (AVX-512 with
- * VNNI/BF16 where present, else AVX2+FMA+F16C, else scalar). Every entry of a
+ * VNNI and BF16, else AVX-512 with VNNI, else AVX2+FMA+F16C, else scalar). Every entry of a
  * SIMD table must equal its ref counterpart: bit for bit where the
  * arithmetic is exact (conversions, quantisation, integer dot products),
  * within a stated tolerance where float sums are reassociated.
@@ -37,7 +37,7 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
 
 /* Weights repacked in groups of 16 rows (the "x16" layout), for the
  * block types Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K,
- * Q5_K and Q6_K, and for F16.
+ * Q5_K and Q6_K, and for F16 and BF16.
  *
  * A group of 16 rows of n elements takes the bytes of those 16 rows, so a
  * repacked matrix keeps its size and group g starts at byte 16 * g * row
@@ -55,6 +55,10 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
  *   Q3_K  d, scales, qs, hmask
  *   F16   the value (a block of one element): block group k is element
  *         k of the 16 rows, 32 bytes that one conversion makes 16 floats
+ *   BF16  the whole row as one field of 4-byte runs: run p holds elements
+ *         2p, 2p + 1 of row i at 4i, so vdpbf16ps meets 16 rows' pairs
+ *         with one activation pair broadcast (an odd n's last element is a
+ *         2-byte field after them)
  * A 2-byte field (d, dmin) is stored as its 16 values, row i at 2i. A
  * field of 4k bytes is stored as k runs of 64 bytes: run t holds bytes
  * 4t .. 4t + 3 of the field of row i at 4i. So one 64-byte run of quants
@@ -90,7 +94,7 @@ struct ifl_exp_pass {
 };
 
 struct ifl_kernels {
-    const char *name;                 /* "scalar", "avx2", "avx512" */
+    const char *name;                 /* "scalar", "avx2", "avx512", "avx512bf16" */
     ifl_gemm_fn gemm[IFL_TYPE_COUNT]; /* by weight type; NULL if unsupported */
     /* gemm over x16 weights (nc a multiple of 16, w at a group's start, ws
      * the unpacked row bytes); equal to gemm on the rows before repacking,
@@ -101,6 +105,13 @@ struct ifl_kernels {
     /* x16_cols[t]: gemm_x16 runs fastest on calls whose nc is a multiple of
      * this (its widest tile); 0 means 16 */
     int x16_cols[IFL_TYPE_COUNT];
+    /* act_bf16[t]: this table's gemm and gemm_x16 of type t round each
+     * activation to BF16 (nearest even, 8 significant bits) before
+     * multiplying, so an output may differ from ref's by up to 2^-8 of
+     * sum |w_i x_i| beyond the float sums' usual error; batch invariance
+     * still holds bit for bit. Set only for BF16 weights in the
+     * avx512bf16 table. */
+    int act_bf16[IFL_TYPE_COUNT];
     ifl_quant_fn quant[IFL_TYPE_COUNT];     /* every act type, and every weight type (for tools) */
     ifl_dequant_fn dequant[IFL_TYPE_COUNT]; /* every weight type and act type */
 
@@ -201,7 +212,7 @@ float ifl_kernels_exp(float x);
 
 const struct ifl_kernels *ifl_kernels_ref(void);
 const struct ifl_kernels *ifl_kernels_best(void);
-/* A table by name ("scalar", "avx2", "avx512"), or NULL when this CPU or
+/* A table by name ("scalar", "avx2", "avx512", "avx512bf16"), or NULL when this CPU or
  * build cannot run it. Tests use it to check each table against ref. */
 const struct ifl_kernels *ifl_kernels_by_name(const char *name);
 

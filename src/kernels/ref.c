@@ -1113,6 +1113,27 @@ static void gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, co
         }
 }
 
+/* BF16 as x16 groups: element pairs, row c's pair p (elements 2p, 2p + 1)
+ * the 4 bytes at 64 p + 4 (c % 16) of its group; an odd n's last element
+ * the 2 bytes at 64 (n / 2) + 2 (c % 16) (kernels.h) */
+static void gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                          size_t ws, float *y, size_t ldy)
+{
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+            const uint16_t *g = (const uint16_t *)((const char *)w + (size_t)(c / 16) * 16 * ws);
+            const float *xr = (const float *)((const char *)x + (size_t)r * xs);
+            const int i = c % 16;
+            float s = 0.0f;
+            for (int64_t k = 0; k < n; k++) {
+                size_t at = k < n / 2 * 2 ? 32 * (size_t)(k / 2) + 2 * (size_t)i + (size_t)(k & 1)
+                                          : 32 * (size_t)(n / 2) + (size_t)i;
+                s += ifl_bf16_to_f32(g[at]) * xr[k];
+            }
+            y[(size_t)r * ldy + c] = s;
+        }
+}
+
 /* Quantised weights, plain (x16 == 0) or as x16 groups (then nc is a
  * multiple of 16 and ws the unpacked row bytes). */
 #define REF_QGEMM(name, name_x16, t, dot, xtype)                                                   \
@@ -1291,6 +1312,18 @@ void ifl_repack_x16(enum ifl_type t, int64_t n, const void *rows, size_t row_byt
         }
         return;
     }
+    if (t == IFL_TYPE_BF16) { /* the row as one field: runs of 4 bytes, an odd n's last 2 */
+        uint8_t *g = dst;
+        for (int64_t p = 0; p < n / 2; p++)
+            for (int i = 0; i < X16; i++)
+                memcpy(g + 64 * (size_t)p + 4 * (size_t)i,
+                       (const uint8_t *)rows + (size_t)i * row_bytes + 4 * (size_t)p, 4);
+        if (n & 1)
+            for (int i = 0; i < X16; i++)
+                memcpy(g + 64 * (size_t)(n / 2) + 2 * (size_t)i,
+                       (const uint8_t *)rows + (size_t)i * row_bytes + 2 * (size_t)(n - 1), 2);
+        return;
+    }
     for (int64_t b = 0; b < n / ti->blck; b++) {
         /* reads rows only */
         x16_move(t, o, (uint8_t *)rows + (size_t)b * ti->size, row_bytes, 0, X16, 1);
@@ -1317,6 +1350,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q2_K] = gemm_q2_k;
     k->gemm[IFL_TYPE_Q3_K] = gemm_q3_k;
     k->gemm_x16[IFL_TYPE_F16] = gemm_f16_x16;
+    k->gemm_x16[IFL_TYPE_BF16] = gemm_bf16_x16;
     k->gemm_x16[IFL_TYPE_Q8_0] = gemm_q8_0_x16;
     k->gemm_x16[IFL_TYPE_Q4_0] = gemm_q4_0_x16;
     k->gemm_x16[IFL_TYPE_Q5_0] = gemm_q5_0_x16;

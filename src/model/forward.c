@@ -101,6 +101,17 @@ static int32_t max3(int32_t a, int32_t b, int32_t c)
     return m > c ? m : c;
 }
 
+/* A step whose rows times the model's weight bytes is at most this many
+ * runs on the calling thread alone (ifl_pool_run_solo): a decode of a tiny
+ * model is a few tens of microseconds of work, and on two threads it met
+ * the other some 35 times a step (stories260K: 5 layers). On the loaded
+ * 2-core Zen 5 VM (load 12-15), stories260K single-stream decode ran at
+ * ~220 tokens/s on two threads against 17-58 thousand on one: each barrier
+ * waited for a descheduled thread. IFL_SOLO_BYTES overrides it (0: never
+ * alone). Which thread computes what changes no result (mm_chunks), so a
+ * solo step gives the bits a shared one does. */
+#define SOLO_BYTES (4.0 * 1024 * 1024)
+
 /* The chunk step of matrix w: a multiple of 16 (an x16 group) that keeps
  * its kernel's widest tile whole. */
 static int mat_step(const struct ifl_fwd *f, const struct ifl_mat *w)
@@ -127,6 +138,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->kv = kv;
     f->kn = ifl_kernels_best();
     f->max_rows = cfg->max_rows;
+    const char *solo = getenv("IFL_SOLO_BYTES");
+    f->solo_bytes = solo && *solo ? atof(solo) : SOLO_BYTES;
     f->max_ctx = cfg->max_ctx;
     f->score_floats = cfg->attn_score_floats > 0 ? cfg->attn_score_floats : ATT_SCORE_FLOATS;
     if (cfg->pool) {
@@ -921,7 +934,10 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     /* the attention runs, and each thread's share of them: contiguous,
      * cut where the cost (positions attended, plus a fixed part per row)
      * crosses a thread's fraction */
-    const int nth = ifl_pool_size(f->pool);
+    const int nall = ifl_pool_size(f->pool);
+    const int solo =
+        nall > 1 && !f->shard && (double)b->n_rows * (double)f->m->weight_bytes <= f->solo_bytes;
+    const int nth = solo ? 1 : nall;
     long total = 0, cum = 0;
     for (int32_t r = 0; r < b->n_rows; r++)
         total += b->pos[r] + 1 + 16;
@@ -943,11 +959,14 @@ int ifl_forward(struct ifl_fwd *f, const struct ifl_batch *b, float *logits, cha
     while (t < nth)
         f->run_share[++t] = f->n_runs;
     /* published by the job's start */
-    for (int g = 0; g < f->n_mm_groups * nth; g++)
+    for (int g = 0; g < f->n_mm_groups * nall; g++)
         atomic_store_explicit(&f->mm_reg[g].taken, 0, memory_order_relaxed);
-    for (int i = 0; i < f->m->hp.n_layer * nth; i++)
+    for (int i = 0; i < f->m->hp.n_layer * nall; i++)
         atomic_store_explicit(&f->att_claim[i].taken, 0, memory_order_relaxed);
-    ifl_pool_run(f->pool, step, &j);
+    if (solo)
+        ifl_pool_run_solo(f->pool, step, &j);
+    else
+        ifl_pool_run(f->pool, step, &j);
     if (j.tp_rc)
         return ifl_err(err, j.tp_rc, "%s", tp_err);
     return 0;

@@ -27,6 +27,9 @@ struct ifl_fwd {
     const struct ifl_kernels *kn;
     struct ifl_pool *pool;
     int owns_pool; /* 0: the pool is another forward's (ifl_fwd_config.pool) */
+    /* a step whose rows times the model's weight bytes is at most this runs
+     * on the calling thread alone (ifl_forward) */
+    double solo_bytes;
     int32_t max_rows;
     int32_t max_ctx;
     int32_t max_in;   /* widest matmul input */
