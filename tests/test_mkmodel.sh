@@ -45,12 +45,13 @@ check_info() {
 small="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512"
 declare -A main_type=([f32]=f32 [f16]=f16 [bf16]=bf16 [q8_0]=q8_0 [q4_0]=q4_0 [q4_k]=q4_K
                       [q5_k]=q5_K [q6_k]=q6_K [q4_k_m]=q4_K [q5_k_m]=q5_K [q5_0]=q5_0
-                      [q5_1]=q5_1 [iq4_nl]=iq4_nl [iq4_xs]=iq4_xs [q3_k]=q3_K [q2_k]=q2_K)
+                      [q5_1]=q5_1 [iq4_nl]=iq4_nl [iq4_xs]=iq4_xs [q3_k]=q3_K [q2_k]=q2_K
+                      [mxfp4]=mxfp4)
 for arch in llama qwen2 qwen3; do
     extra=""
     [ "$arch" = qwen3 ] && extra="--head-dim 128"
     for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m \
-        q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k; do
+        q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k mxfp4; do
         f=$tmp/$arch-$type.gguf
         # shellcheck disable=SC2086
         if ! "$MK" -o "$f" --vocab "$VOCAB" --arch "$arch" $small $extra --type "$type" \
@@ -64,6 +65,17 @@ for arch in llama qwen2 qwen3; do
         rm -f "$f"
     done
 done
+
+# llama-quantize's MXFP4_MOE mix: experts MXFP4, every other matrix Q8_0
+f=$tmp/qwen3moe-mxfp4_moe.gguf
+# shellcheck disable=SC2086
+if "$MK" -o "$f" --vocab "$VOCAB" --arch qwen3moe $small --n-expert 4 --n-expert-used 2 \
+    --type mxfp4_moe 2>"$tmp/mkerr"; then
+    check_info "qwen3moe mxfp4_moe loads" "$f" "architecture: +qwen3moe" "q8_0 x10 mxfp4 x6$"
+else
+    bad "mkmodel qwen3moe mxfp4_moe"; head -5 "$tmp/mkerr"
+fi
+rm -f "$f"
 
 # gemma2, gemma3 and phi3 (their forward pass: tests/test_arch_dense.c)
 for arch in gemma2 gemma3 phi3; do

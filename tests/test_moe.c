@@ -274,9 +274,9 @@ out:
 /* n_ff 256: the down experts' rows take whole K-quant blocks */
 #define SHAPE_8X2 "--n-expert 8 --n-expert-used 2 --n-ff 256"
 
-static const char *const types[] = {"f32",  "f16",  "bf16",   "q8_0",  "q4_0", "q4_k",
-                                    "q5_k", "q6_k", "q4_k_m", "q5_0",  "q5_1", "iq4_nl",
-                                    "q2_k", "q3_k", "iq4_xs", "q5_k_m"};
+static const char *const types[] = {"f32",  "f16",  "bf16",   "q8_0",   "q4_0",  "q4_k",
+                                    "q5_k", "q6_k", "q4_k_m", "q5_0",   "q5_1",  "iq4_nl",
+                                    "q2_k", "q3_k", "iq4_xs", "q5_k_m", "mxfp4", "mxfp4_moe"};
 
 static void test_qwen3moe_types(void)
 {
@@ -602,7 +602,7 @@ static const struct {
 } lrefs[] = {
     {"qwen3moe-f32", 1e-4, 1e-5, 1},   {"mixtral-f32", 1e-4, 1e-5, 1},
     {"qwen3moe-f16", 1e-2, 1.5e-3, 1}, {"qwen3moe-q8_0", 0.2, 0.03, 0},
-    {"mixtral-q4_k_m", 0.3, 0.05, 0},
+    {"mixtral-q4_k_m", 0.3, 0.05, 0},  {"qwen3moe-mxfp4_moe", 0.2, 0.03, 0},
 };
 
 static void test_llamacpp(void)
@@ -764,6 +764,8 @@ static void test_batch_invariance(void)
     snprintf(p, sizeof p, "%s/mixtral-q4_k_m.gguf", moe_data());
     check_invariance(p);
     snprintf(p, sizeof p, "%s/qwen3moe-f16.gguf", moe_data());
+    check_invariance(p);
+    snprintf(p, sizeof p, "%s/qwen3moe-mxfp4_moe.gguf", moe_data());
     check_invariance(p);
     /* experts that are not repacked (rows not in whole x16 groups) */
     char path[512];

@@ -7,7 +7,7 @@
  * callback counts up to the weights' bytes and ends with "ready".
  *
  * Models come from $BUILD/tools/mkmodel (through system()) in a mkdtemp
- * directory removed at the end: llama Q8_0 and Q4_K_M with FFN matrices
+ * directory removed at the end: llama Q8_0, Q4_K_M and MXFP4 with FFN matrices
  * of several 1 MiB chunks, so chunking and folding are exercised.
  */
 #include <dirent.h>
@@ -321,6 +321,11 @@ static void test_q4_k_m(void)
 {
     check_model("q4_k_m");
 }
+/* MXFP4: one scale byte a block, the x16 layout's 1-byte field */
+static void test_mxfp4(void)
+{
+    check_model("mxfp4");
+}
 
 /* IFL_REPACK=0: nothing repacked, one "ready" call with everything done. */
 static void test_repack_off(void)
@@ -350,6 +355,7 @@ int main(void)
     snprintf(g_cache, sizeof g_cache, "%s/cache", g_dir);
     T_RUN(test_q8_0);
     T_RUN(test_q4_k_m);
+    T_RUN(test_mxfp4);
     T_RUN(test_repack_off);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -20,6 +20,10 @@
  *   f32 f16 bf16 q8_0 q4_k q5_k q6_k   every 2-D tensor in that type
  *   q4_0 q5_0 q5_1 iq4_nl iq4_xs        likewise, but output.weight in Q6_K
  *   q2_k q3_k
+ *   mxfp4                               every 2-D tensor MXFP4 (llama-quantize
+ *                                       --pure MXFP4_MOE)
+ *   mxfp4_moe                           expert matrices MXFP4, the rest Q8_0
+ *                                       (llama-quantize MXFP4_MOE, gpt-oss's files)
  *   q4_k_m / q5_k_m                     Q4_K / Q5_K, but Q6_K for output.weight
  *                                       and for attn_v and ffn_down of the
  *                                       layers where use_more_bits(i, n) holds:
@@ -118,8 +122,17 @@ static const struct mix mixes[] = {
     {"q6_k", IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 18},
     {"q4_k_m", IFL_TYPE_Q4_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 15},
     {"q5_k_m", IFL_TYPE_Q5_K, IFL_TYPE_Q6_K, IFL_TYPE_Q6_K, 17},
+    {"mxfp4", IFL_TYPE_MXFP4, IFL_TYPE_MXFP4, IFL_TYPE_MXFP4, 38},
+    {"mxfp4_moe", IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, 38},
 };
 #define N_MIXES (sizeof(mixes) / sizeof(mixes[0]))
+
+/* The type of the expert matrices: MXFP4 in llama-quantize's MXFP4_MOE
+ * mix (everything else Q8_0), else the type the dense FFN would take. */
+static enum ifl_type exps_type(const struct mix *m, enum ifl_type dense)
+{
+    return strcmp(m->name, "mxfp4_moe") == 0 ? IFL_TYPE_MXFP4 : dense;
+}
 
 struct opts {
     const char *out;
@@ -168,7 +181,7 @@ static const char usage[] =
     "               [--ctx-orig N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
     "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, llama)\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
-    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|mxfp4|mxfp4_moe]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
     "               [--swap-tokens A,B]\n"
     "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"
@@ -927,12 +940,15 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
         const int64_t X = o->n_expert;
         if (X &&
             (add_random(g, NM("ffn_gate_inp.weight"), IFL_TYPE_F32, 2, E, X, 0.0f, ROUTER_STD) ||
-             add_random3(g, NM("ffn_gate_exps.weight"), fit_type("ffn_gate_exps", m->main, E), 3, E,
-                         o->n_ff, X, 0.0f, W_STD) ||
-             add_random3(g, NM("ffn_up_exps.weight"), fit_type("ffn_up_exps", m->main, E), 3, E,
-                         o->n_ff, X, 0.0f, W_STD) ||
-             add_random3(g, NM("ffn_down_exps.weight"), fit_type("ffn_down_exps", more, o->n_ff), 3,
-                         o->n_ff, E, X, 0.0f, W_STD)))
+             add_random3(g, NM("ffn_gate_exps.weight"),
+                         fit_type("ffn_gate_exps", exps_type(m, m->main), E), 3, E, o->n_ff, X,
+                         0.0f, W_STD) ||
+             add_random3(g, NM("ffn_up_exps.weight"),
+                         fit_type("ffn_up_exps", exps_type(m, m->main), E), 3, E, o->n_ff, X, 0.0f,
+                         W_STD) ||
+             add_random3(g, NM("ffn_down_exps.weight"),
+                         fit_type("ffn_down_exps", exps_type(m, more), o->n_ff), 3, o->n_ff, E, X,
+                         0.0f, W_STD)))
             return -1;
         if (!X && (add_matrix(g, NM("ffn_gate.weight"), m->main, E, o->n_ff) ||
                    add_matrix(g, NM("ffn_up.weight"), m->main, E, o->n_ff) ||

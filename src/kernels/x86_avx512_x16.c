@@ -1,7 +1,7 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table (F,
- * BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
+ * Q4_0, Q5_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table
+ * (F, BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
  * over weights in rows are in x86_avx512_gemm.c.
  */
 #include <immintrin.h>
@@ -141,13 +141,37 @@ AI __m512i spread(__m512i a, int k)
  * bits of one byte of the qh word: that byte is copied to the four bytes
  * of its lane, and a byte test against 1 << bit gives the mask of the
  * bytes that get 16. */
-enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL };
+/* MXFP4 takes IQ4_NL's path with its own codes + 128 and its 16 scale
+ * bytes (one each row, not two) made floats: 2^(e - 128) as
+ * ifl_e8m0_half, whose exponent field is e - 1 (subnormal for e < 2).
+ * Driver kinds 4 .. 9 are the K-quants (below); MXFP4 is 10. */
+enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL, X16_MXFP4 = 10 };
 
 AI size_t x16_block_bytes(int kind)
 {
-    return kind == X16_Q8_0   ? sizeof(struct ifl_block_q8_0)
-           : kind == X16_Q5_0 ? sizeof(struct ifl_block_q5_0)
-                              : sizeof(struct ifl_block_q4_0);
+    return kind == X16_Q8_0    ? sizeof(struct ifl_block_q8_0)
+           : kind == X16_Q5_0  ? sizeof(struct ifl_block_q5_0)
+           : kind == X16_MXFP4 ? sizeof(struct ifl_block_mxfp4)
+                               : sizeof(struct ifl_block_q4_0);
+}
+
+/* MXFP4's codes + 128, as unsigned bytes, in every 128-bit lane. */
+AI __m512i mxfp4_u8_table(void)
+{
+    uint8_t t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = (uint8_t)(ifl_mxfp4_levels[i] + 128);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* The 16 rows' half scales from their E8M0 bytes at g. */
+AI __m512 e8m0_half16(const char *g)
+{
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
+    const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, norm, sub));
 }
 
 /* The level + 128 of each nibble, as unsigned bytes, in every 128-bit lane. */
@@ -180,14 +204,15 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
 {
     const int q4 = kind != X16_Q8_0; /* nibbles */
     const size_t gbs = X16 * x16_block_bytes(kind);
-    const size_t qs_off = 2 * X16 + (kind == X16_Q5_0 ? 64 : 0);
+    const size_t qs_off = (kind == X16_MXFP4 ? X16 : 2 * X16) + (kind == X16_Q5_0 ? 64 : 0);
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[XMR];
     UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
     for (int64_t b = 0; b < nbs; b++, g += gbs) {
         for (size_t l = 0; pf && l < gbs; l += 64)
             PF_X16(g + X16_PF_OF(q4, R) * gbs + l, R);
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512 d = kind == X16_MXFP4 ? e8m0_half16(g)
+                                     : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         __m512i wq[8];
         if (q4) {
             UNROLL for (int k = 0; k < 4; k++)
@@ -199,8 +224,8 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
             if (kind == X16_Q5_0) {
                 const __m512i qh = _mm512_loadu_si512((const void *)(g + 2 * X16));
                 UNROLL for (int k = 0; k < 8; k++) wq[k] = q5_high(wq[k], qh, k);
-            } else if (kind == X16_IQ4_NL) {
-                const __m512i lv = iq4nl_u8_table();
+            } else if (kind == X16_IQ4_NL || kind == X16_MXFP4) {
+                const __m512i lv = kind == X16_MXFP4 ? mxfp4_u8_table() : iq4nl_u8_table();
                 UNROLL for (int k = 0; k < 8; k++) wq[k] = _mm512_shuffle_epi8(lv, wq[k]);
             }
         } else {
@@ -756,7 +781,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 /* ---- the x16 driver -------------------------------------------------- */
 
 /* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS, 8 Q2_K,
- * 9 Q3_K */
+ * 9 Q3_K, 10 MXFP4 */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
@@ -765,7 +790,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
             x16xs_tile(R, nbs, xp, xs, wp, yp, ldy);                                               \
         else if (kind == 8 || kind == 9)                                                           \
             x16k23_tile(kind == 9, R, nbs, xp, xs, wp, yp, ldy);                                   \
-        else if (kind >= 4)                                                                        \
+        else if (kind == 4 || kind == 5)                                                           \
             x16k4_tile(kind == 5, R, nbs, xp, xs, wp, yp, ldy);                                    \
         else                                                                                       \
             x16_tile(kind, R, nbs, xp, xs, xo, xds, wp, yp, ldy, s0 == 0, pf);                     \
@@ -800,7 +825,7 @@ AI int x16_off(int kind)
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
-    const int kq = kind >= 4;
+    const int kq = kind >= 4 && kind != X16_MXFP4;
     const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
     const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
     const size_t gb = X16 * ws;         /* bytes of a group */
@@ -856,6 +881,7 @@ X16_GEMM(z_gemm_q8_0_x16, 0)
 X16_GEMM(z_gemm_q4_0_x16, 1)
 X16_GEMM(z_gemm_q5_0_x16, 2)
 X16_GEMM(z_gemm_iq4_nl_x16, 3)
+X16_GEMM(z_gemm_mxfp4_x16, X16_MXFP4)
 X16_GEMM(z_gemm_iq4_xs_x16, 7)
 X16_GEMM(z_gemm_q2_k_x16, 8)
 X16_GEMM(z_gemm_q3_k_x16, 9)
@@ -873,6 +899,8 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_IQ4_NL] = z_gemm_iq4_nl_x16;
     k->x16_pays[IFL_TYPE_Q5_0] = 1;
     k->x16_pays[IFL_TYPE_IQ4_NL] = 1;
+    k->gemm_x16[IFL_TYPE_MXFP4] = z_gemm_mxfp4_x16;
+    k->x16_pays[IFL_TYPE_MXFP4] = 1;
     k->gemm_x16[IFL_TYPE_IQ4_XS] = z_gemm_iq4_xs_x16;
     k->x16_pays[IFL_TYPE_IQ4_XS] = 1;
     k->gemm_x16[IFL_TYPE_Q2_K] = z_gemm_q2_k_x16;

@@ -150,7 +150,7 @@ static int bind_mat_n(struct loader *L, const char *name, int64_t n_in, int64_t 
         return ifl_err(L->err, IFL_EUNSUPPORTED,
                        "model: tensor '%s' has weight type %s, which inflight does not support "
                        "(supported: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, iq4_nl, iq4_xs, q2_K, "
-                       "q3_K, q4_K, q5_K, q6_K)",
+                       "q3_K, q4_K, q5_K, q6_K, mxfp4)",
                        name, ti ? ti->name : "unknown");
     const struct ifl_type_info *ai = ifl_type_info(ti->act);
     if (n_in % ti->blck || n_in % ai->blck)

@@ -25,7 +25,7 @@ cc -O2 -o "$tmp/refdump" "$root/tests/data/quant/refdump.c" -I"$LLAMA/include" \
 prompt="Once upon a time, there was a little robot"
 shape="--n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 2 --n-ff 64 --n-expert 8 --n-expert-used 2 --seed 41"
 # name  mkmodel arch  llama-quantize type of the kept model
-for spec in "qwen3moe qwen3moe F16 Q8_0" "mixtral llama Q4_K_M"; do
+for spec in "qwen3moe qwen3moe F16 Q8_0 MXFP4_MOE" "mixtral llama Q4_K_M"; do
     set -- $spec
     name=$1 arch=$2
     shift 2
