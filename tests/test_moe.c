@@ -183,7 +183,7 @@ static void check_vs_ref(const char *arch, const char *type, const char *shape)
         var += (ref[i] - mean) * (ref[i] - mean);
     double sd = sqrt(var / (double)sz);
     int fl = is_float_type(type);
-    double tol_max = fl ? 1e-4 * (sd > 1 ? sd : 1) : 0.15 * sd;
+    double tol_max = fl ? 1e-5 * (sd > 1 ? sd : 1) : 0.15 * sd;
     double tol_mean = fl ? tol_max : 0.03 * sd;
     /* the routes: the engine's equal the reference's own wherever those
      * were clear (float weights: everywhere); where the engine's rounded
@@ -288,6 +288,18 @@ static void test_mixtral_types(void)
 {
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         check_vs_ref("llama", types[t], SHAPE_8X2);
+}
+
+/* gpt-oss: a window of 4 on layer 0 (of 2), YaRN by default, the sinks,
+ * biases and clamped SwiGLU (mkmodel's expert biases make the clamps bind
+ * on some elements) */
+static const char *const oss_types[] = {"f32",  "f16",    "bf16",  "q8_0",
+                                        "q4_0", "iq4_nl", "mxfp4", "mxfp4_moe"};
+
+static void test_gptoss_types(void)
+{
+    for (size_t t = 0; t < sizeof oss_types / sizeof *oss_types; t++)
+        check_vs_ref("gpt-oss", oss_types[t], SHAPE_8X2 " --n-swa 4");
 }
 
 /* Other shapes: one expert a token (k 1), all of them (k = n), an odd
@@ -443,7 +455,8 @@ struct lref {
     int32_t seq[256];
     int n_seq, n_prompt, n_gen, n_vocab;
     double margins[128];
-    float *logits; /* [n_seq][n_vocab] */
+    double kv_f16_max, kv_f16_mean; /* llama.cpp with an F16 cache against its own file */
+    float *logits;                  /* [n_seq][n_vocab] */
 };
 
 static int load_lref(struct lref *r, const char *name)
@@ -471,6 +484,9 @@ static int load_lref(struct lref *r, const char *name)
                      json_string_value(json_object_get(js, "model")));
         }
         r->n_vocab = (int)json_integer_value(json_object_get(js, "n_vocab"));
+        json_t *d = json_object_get(js, "diff_vs_logits_file");
+        r->kv_f16_max = json_number_value(json_object_get(d, "kv_f16_max"));
+        r->kv_f16_mean = json_number_value(json_object_get(d, "kv_f16_mean"));
         r->n_prompt = (int)json_array_size(p);
         r->n_gen = (int)json_array_size(g);
         for (int i = 0; i < r->n_prompt; i++)
@@ -603,6 +619,7 @@ static const struct {
     {"qwen3moe-f32", 1e-4, 1e-5, 1},   {"mixtral-f32", 1e-4, 1e-5, 1},
     {"qwen3moe-f16", 1e-2, 1.5e-3, 1}, {"qwen3moe-q8_0", 0.2, 0.03, 0},
     {"mixtral-q4_k_m", 0.3, 0.05, 0},  {"qwen3moe-mxfp4_moe", 0.2, 0.03, 0},
+    {"gptoss-f32", 1e-4, 1e-5, 1},     {"gptoss-mxfp4_moe", 0.2, 0.03, 0},
 };
 
 static void test_llamacpp(void)
@@ -619,9 +636,13 @@ static void test_llamacpp(void)
             free(r.logits);
             continue;
         }
-        /* the class figures: llama.cpp with an F16 cache lands at most
-         * 0.017 from its file here (README), well inside them */
+        /* the class figures, without widening: llama.cpp with an F16 cache
+         * lands at most 0.017 from its file here, except gptoss-mxfp4_moe
+         * (0.49, printed), which the engine still meets at the class's */
         const double tmax = lrefs[i].max, tmean = lrefs[i].mean;
+        if (r.kv_f16_max > tmax / 2)
+            fprintf(stderr, "  %-16s llama.cpp with an F16 cache: max %.2e from its file\n",
+                    lrefs[i].name, r.kv_f16_max);
         size_t nl = (size_t)r.n_seq * (size_t)r.n_vocab;
         float *out = malloc(nl * sizeof(float)), *ref = malloc(nl * sizeof(float));
         char err[IFL_ERR_LEN] = "";
@@ -643,8 +664,8 @@ static void test_llamacpp(void)
                       lrefs[i].name, mx, mean);
             CHECK_MSG(rmx <= tmax && rmean <= tmean,
                       "%s: reference off llama.cpp by max %g mean %g", lrefs[i].name, rmx, rmean);
-            if (lrefs[i].float_weights)
-                CHECK_MSG(emx <= 1e-4, "%s: engine off the f64 reference by %g", lrefs[i].name,
+            if (lrefs[i].float_weights) /* issue 41's bound for float weights */
+                CHECK_MSG(emx <= 1e-5, "%s: engine off the f64 reference by %g", lrefs[i].name,
                           emx);
             check_greedy(&r, out, mx);
         }
@@ -767,10 +788,17 @@ static void test_batch_invariance(void)
     check_invariance(p);
     snprintf(p, sizeof p, "%s/qwen3moe-mxfp4_moe.gguf", moe_data());
     check_invariance(p);
+    snprintf(p, sizeof p, "%s/gptoss-mxfp4_moe.gguf", moe_data());
+    check_invariance(p);
     /* experts that are not repacked (rows not in whole x16 groups) */
     char path[512];
     if (!make_model(path, sizeof path, "llama", "f16",
                     "--n-expert 5 --n-expert-used 2 --n-ff 40")) {
+        check_invariance(path);
+        unlink(path);
+    }
+    /* gpt-oss in F16 over windows of 4: sinks, sliding and global layers */
+    if (!make_model(path, sizeof path, "gpt-oss", "f16", SHAPE_8X2 " --n-swa 4")) {
         check_invariance(path);
         unlink(path);
     }
@@ -796,6 +824,7 @@ int main(void)
     T_RUN(test_lora);
     T_RUN(test_qwen3moe_types);
     T_RUN(test_mixtral_types);
+    T_RUN(test_gptoss_types);
     T_RUN(test_shapes);
     T_RUN(test_llamacpp);
     T_RUN(test_batch_invariance);
