@@ -101,6 +101,30 @@ done
 check_info "gemma2 --n-swa --softcap" "$tmp/g.gguf" "window 8 on 1 of 2" "attention 50, final 2"
 rm -f "$tmp/g.gguf"
 
+# gpt-oss (its forward pass: tests/test_moe.c): window 128 on the even
+# layers, YaRN 32 over ctx / 32 by default, sinks; --yarn, --n-swa
+oss="--arch gpt-oss --n-expert 4 --n-expert-used 2"
+for type in f16 mxfp4_moe; do
+    # shellcheck disable=SC2086
+    if "$MK" -o "$tmp/o.gguf" --vocab "$VOCAB" $small $oss --type $type 2>"$tmp/mkerr"; then
+        pats=("architecture: +gpt-oss" "yarn: +factor 32, original context 16," "sinks: "
+              "window 128 on 1 of 2 layers" "experts: +4, 2 used")
+        [ $type = f16 ] && pats+=("f32 x[0-9]+ f16 x[0-9]+$") || pats+=("q8_0 x[0-9]+ mxfp4 x6$")
+        check_info "gpt-oss $type loads" "$tmp/o.gguf" "${pats[@]}"
+    else
+        bad "mkmodel gpt-oss $type"; head -5 "$tmp/mkerr"
+    fi
+done
+# shellcheck disable=SC2086
+"$MK" -o "$tmp/o.gguf" --vocab "$VOCAB" $small $oss --n-swa 8 --yarn 4,64 --head-dim 32 2>/dev/null
+check_info "gpt-oss --yarn --n-swa --head-dim" "$tmp/o.gguf" "factor 4, original context 64," \
+    "window 8 on 1 of 2" "head_dim 32"
+# shellcheck disable=SC2086
+"$MK" -o "$tmp/o.gguf" --vocab "$VOCAB" $small $oss --yarn 0 2>/dev/null
+"$BIN" info -m "$tmp/o.gguf" 2>&1 | grep -q '^yarn:' && bad "gpt-oss --yarn 0 writes no YaRN" ||
+    ok "gpt-oss --yarn 0 writes no YaRN"
+rm -f "$tmp/o.gguf"
+
 # the same seed gives the same bytes, another seed other bytes
 "$MK" -o "$tmp/s1.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
 "$MK" -o "$tmp/s2.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
@@ -176,6 +200,11 @@ check_usage "heads not a multiple of kv heads" "$MK" $o --vocab "$VOCAB" --n-hea
 check_usage "n_embd not a multiple of heads" "$MK" $o --vocab "$VOCAB" --n-embd 250 --n-head 4
 check_usage "--n-swa on llama" "$MK" $o --vocab "$VOCAB" --n-swa 16
 check_usage "--softcap on phi3" "$MK" $o --vocab "$VOCAB" --arch phi3 --softcap 1,2
+check_usage "--yarn on llama" "$MK" $o --vocab "$VOCAB" --yarn 4
+check_usage "--yarn below 1" "$MK" $o --vocab "$VOCAB" --arch gpt-oss --n-expert 4 --n-expert-used 2 --yarn 0.5
+check_usage "--yarn bad context" "$MK" $o --vocab "$VOCAB" --arch gpt-oss --n-expert 4 --n-expert-used 2 --yarn 4,x
+check_usage "gpt-oss without experts" "$MK" $o --vocab "$VOCAB" --arch gpt-oss
+check_usage "--tied on gpt-oss" "$MK" $o --vocab "$VOCAB" --arch gpt-oss --n-expert 4 --n-expert-used 2 --tied
 check_usage "--softcap one number" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap 5
 check_usage "--softcap negative" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap -1,2
 check_usage "--ctx-orig on gemma3" "$MK" $o --vocab "$VOCAB" --arch gemma3 --ctx-orig 64
