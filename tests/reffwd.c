@@ -45,6 +45,20 @@
  *   rope_factors_short, and both rotated vectors are scaled by
  *   rope.scaling.attn_factor.
  *
+ * gpt-oss (llama.cpp's src/models/openai-moe.cpp): q, k, v and Wo with
+ *   biases; head h's softmax has one more term in its denominator, e^(z_h)
+ *   for the sink z_h (attn_sinks), a column with no value; sliding layers
+ *   il % period < period - 1 (pattern, default 2) over attention.sliding_window;
+ *   the pre-FFN norm is post_attention_norm; the experts: logits = Wr h +
+ *   br, the top k by logit, weights their softmax, each expert
+ *   Wd_e (swiglu_oai(Wg_e h + bg_e, Wu_e h + bu_e)) + bd_e with
+ *   swiglu_oai(g, u) = min(g, 7) / (1 + e^(-1.702 min(g, 7))) (clamp(u, -7, 7) + 1).
+ * YaRN (rope.scaling.type "yarn", any architecture): pair i's frequency f
+ *   becomes f / factor (1 - r_i) + f r_i, r_i = 1 - clamp((i - lo) / (hi - lo),
+ *   0, 1), lo = max(0, floor(d(beta_fast))), hi = min(n_rot - 1,
+ *   ceil(d(beta_slow))), d(b) = n_rot ln(orig / (2 pi b)) / (2 ln base), and
+ *   cos and sin are multiplied by 1 + ln(factor) / 10 (ggml's rope_yarn).
+ *
  * LoRA adapters (ref_forward_lora): an adapted matrix W with lora_a
  * [n_in, r] and lora_b [r, n_out] computes W x + s B (A x) in double; the
  * embedding's lora_a is stored transposed, [r, n_vocab], so token t adds
@@ -86,6 +100,8 @@ struct rlayer {
     struct rmat q_norm, k_norm;          /* qwen3 */
     struct rmat router;                  /* experts: ffn_gate_inp, [n_expert][n_embd] */
     struct rmat *gate_e, *up_e, *down_e; /* [n_expert] each expert's matrices */
+    /* gpt-oss: Wo's bias, the sinks, router and expert biases ([n_expert][n]) */
+    struct rmat bo, sinks, router_b, gate_b, up_b, down_b;
 };
 
 struct rmodel {
@@ -102,6 +118,10 @@ struct rmodel {
     int64_t n_swa, swa_period, n_ctx_orig;
     struct rmat rope_long, rope_short;
     const float *rope_div; /* the factors RoPE divides by, or NULL */
+    int oss;               /* gpt-oss */
+    double yarn_factor;    /* 0: no YaRN */
+    int64_t yarn_orig;
+    double yarn_beta_fast, yarn_beta_slow;
 };
 
 static void rmat_free(struct rmat *m)
@@ -132,10 +152,11 @@ static void rmodel_free(struct rmodel *m)
     if (m->layers) {
         for (int64_t l = 0; l < m->n_layer; l++) {
             struct rlayer *L = &m->layers[l];
-            struct rmat *all[] = {&L->attn_norm, &L->q,        &L->k,         &L->v,
-                                  &L->o,         &L->ffn_norm, &L->gate,      &L->up,
-                                  &L->down,      &L->bq,       &L->bk,        &L->bv,
-                                  &L->q_norm,    &L->k_norm,   &L->post_attn, &L->post_ffn};
+            struct rmat *all[] = {&L->attn_norm, &L->q,     &L->k,      &L->v,        &L->o,
+                                  &L->ffn_norm,  &L->gate,  &L->up,     &L->down,     &L->bq,
+                                  &L->bk,        &L->bv,    &L->q_norm, &L->k_norm,   &L->post_attn,
+                                  &L->post_ffn,  &L->bo,    &L->sinks,  &L->router_b, &L->gate_b,
+                                  &L->up_b,      &L->down_b};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 rmat_free(all[i]);
             rmat_free(&L->router);
@@ -320,12 +341,13 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     int qwen2 = !strcmp(m->arch, "qwen2"), qwen3moe = !strcmp(m->arch, "qwen3moe");
     int qwen3 = !strcmp(m->arch, "qwen3") || qwen3moe;
     int gemma2 = !strcmp(m->arch, "gemma2"), gemma3 = !strcmp(m->arch, "gemma3");
-    int phi3 = !strcmp(m->arch, "phi3");
-    if (!qwen2 && !qwen3 && !gemma2 && !gemma3 && !phi3 && strcmp(m->arch, "llama")) {
+    int phi3 = !strcmp(m->arch, "phi3"), oss = !strcmp(m->arch, "gpt-oss");
+    m->oss = oss;
+    if (!qwen2 && !qwen3 && !gemma2 && !gemma3 && !phi3 && !oss && strcmp(m->arch, "llama")) {
         rc = ifl_err(err, IFL_EUNSUPPORTED, "reffwd: architecture '%s' not supported", m->arch);
         goto done;
     }
-    m->neox = qwen2 || qwen3 || gemma2 || gemma3 || phi3;
+    m->neox = qwen2 || qwen3 || gemma2 || gemma3 || phi3 || oss;
     m->gemma = m->gelu = gemma2 || gemma3;
     const char *a = m->arch;
     if ((rc = get_int(g, a, "embedding_length", -1, &m->n_embd, err)) ||
@@ -349,15 +371,15 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
             rc = erc;
             goto done;
         }
-        if (qwen3moe && ne <= 0) {
-            rc = ifl_err(err, IFL_EFORMAT, "reffwd: qwen3moe without experts");
+        if ((qwen3moe || oss) && ne <= 0) {
+            rc = ifl_err(err, IFL_EFORMAT, "reffwd: %s without experts", m->arch);
             goto done;
         }
         m->n_expert = ne > 0 ? ne : 0;
         if (m->n_expert &&
             ((rc = get_int(g, a, "expert_used_count", -1, &m->n_expert_used, err)) ||
-             (qwen3moe && (rc = get_int(g, a, "expert_feed_forward_length",
-                                        m->n_ff / m->n_expert_used, &m->n_ff, err)))))
+             ((qwen3moe || oss) && (rc = get_int(g, a, "expert_feed_forward_length",
+                                                 m->n_ff / m->n_expert_used, &m->n_ff, err)))))
             goto done;
         if (m->n_expert && m->n_expert_used > m->n_expert) {
             rc = ifl_err(err, IFL_EFORMAT, "reffwd: more experts used than there are");
@@ -373,7 +395,7 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
     if ((rc = get_float(g, a, "attn_logit_softcapping", d_attn_cap, &m->attn_cap, err)) ||
         (rc = get_float(g, a, "final_logit_softcapping", d_final_cap, &m->final_cap, err)) ||
         (rc = get_int(g, a, "attention.sliding_window", 0, &win, err)) ||
-        (rc = get_pattern(g, a, gemma2 ? 2 : 6, &m->swa_period, err)) ||
+        (rc = get_pattern(g, a, gemma2 || oss ? 2 : 6, &m->swa_period, err)) ||
         (rc = get_float(g, a, "rope.freq_base_swa", gemma3 ? 10000.0 : m->base, &m->base_swa,
                         err)) ||
         (rc = get_float(g, a, "rope.scaling.attn_factor", 1.0, &m->attn_factor, err)) ||
@@ -381,7 +403,29 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
         goto done;
     if (!gemma2)
         m->attn_cap = 0; /* llama.cpp caps scores in gemma2 only */
-    m->n_swa = gemma2 ? (win ? win : 4096) : gemma3 ? win : 0;
+    m->n_swa = gemma2 ? (win ? win : 4096) : gemma3 || oss ? win : 0;
+    {
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        int yrc = ifl_gguf_get_str(g, key, &s, &len, err);
+        if (yrc && yrc != IFL_ENOTFOUND) {
+            rc = yrc;
+            goto done;
+        }
+        if (!yrc && len == 4 && !memcmp(s, "yarn", 4)) {
+            int64_t ctx_train;
+            if ((rc = get_float(g, a, "rope.scaling.factor", 1.0, &m->yarn_factor, err)) ||
+                (rc = get_int(g, a, "context_length", 2048, &ctx_train, err)) ||
+                (rc = get_int(g, a, "rope.scaling.original_context_length", ctx_train,
+                              &m->yarn_orig, err)) ||
+                (rc = get_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, &m->yarn_beta_fast,
+                                err)) ||
+                (rc = get_float(g, a, "rope.scaling.yarn_beta_slow", 1.0, &m->yarn_beta_slow, err)))
+                goto done;
+            if (m->yarn_factor == 1.0)
+                m->yarn_factor = 0.0;
+        }
+    }
     if (!m->n_ctx_orig && (rc = get_int(g, a, "context_length", 2048, &m->n_ctx_orig, err)))
         goto done;
     if (m->n_head % m->n_head_kv || m->n_rot > m->head_dim || m->n_rot % 2) {
@@ -434,7 +478,20 @@ static int rmodel_load(struct rmodel *m, const char *path, char *err)
         }
         if ((rc = load_mat(g, NM("attn_norm.weight"), E, 1, 0, &L->attn_norm, err)) ||
             (rc = load_mat(g, NM("attn_output.weight"), od, E, 0, &L->o, err)) ||
-            (rc = load_mat(g, NM("ffn_norm.weight"), E, 1, 0, &L->ffn_norm, err)))
+            (rc = load_mat(g, oss ? NM("post_attention_norm.weight") : NM("ffn_norm.weight"), E, 1,
+                           0, &L->ffn_norm, err)))
+            goto done;
+        if (oss &&
+            ((rc = load_mat(g, NM("attn_q.bias"), qd, 1, 0, &L->bq, err)) ||
+             (rc = load_mat(g, NM("attn_k.bias"), kd, 1, 0, &L->bk, err)) ||
+             (rc = load_mat(g, NM("attn_v.bias"), vd, 1, 0, &L->bv, err)) ||
+             (rc = load_mat(g, NM("attn_output.bias"), E, 1, 0, &L->bo, err)) ||
+             (rc = load_mat(g, NM("attn_sinks.weight"), m->n_head, 1, 0, &L->sinks, err)) ||
+             (rc = load_mat(g, NM("ffn_gate_inp.bias"), m->n_expert, 1, 0, &L->router_b, err)) ||
+             (rc = load_mat(g, NM("ffn_gate_exps.bias"), m->n_ff, m->n_expert, 0, &L->gate_b,
+                            err)) ||
+             (rc = load_mat(g, NM("ffn_up_exps.bias"), m->n_ff, m->n_expert, 0, &L->up_b, err)) ||
+             (rc = load_mat(g, NM("ffn_down_exps.bias"), E, m->n_expert, 0, &L->down_b, err))))
             goto done;
         const int64_t X = m->n_expert;
         if (X &&
@@ -502,7 +559,7 @@ static void moe_ffn(const struct rmodel *m, const struct rlayer *L, const double
                     const struct ref_routes *rt, int64_t il, int64_t pos, int64_t n)
 {
     const int64_t X = m->n_expert, K = m->n_expert_used;
-    matvec(&L->router, NULL, h, pr);
+    matvec(&L->router, &L->router_b, h, pr);
     double mx = -INFINITY, sum = 0.0;
     for (int64_t e = 0; e < X; e++)
         mx = pr[e] > mx ? pr[e] : mx;
@@ -552,9 +609,22 @@ static void moe_ffn(const struct rmodel *m, const struct rlayer *L, const double
         const int64_t e = sel[i];
         matvec(&L->gate_e[e], NULL, h, g);
         matvec(&L->up_e[e], NULL, h, u);
-        for (int64_t f = 0; f < m->n_ff; f++)
-            g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+        if (m->oss) {
+            for (int64_t f = 0; f < m->n_ff; f++) {
+                double x0 = g[f] + L->gate_b.w[e * m->n_ff + f];
+                double u0 = u[f] + L->up_b.w[e * m->n_ff + f];
+                x0 = x0 < 7.0 ? x0 : 7.0;
+                u0 = u0 < -7.0 ? -7.0 : u0 > 7.0 ? 7.0 : u0;
+                g[f] = x0 / (1.0 + exp(-1.702 * x0)) * (u0 + 1.0);
+            }
+        } else {
+            for (int64_t f = 0; f < m->n_ff; f++)
+                g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+        }
         matvec(&L->down_e[e], NULL, g, y);
+        if (m->oss)
+            for (int64_t d = 0; d < m->n_embd; d++)
+                y[d] += L->down_b.w[e * m->n_embd + d];
         for (int64_t d = 0; d < m->n_embd; d++)
             t[d] += pr[e] / wsum * y[d];
     }
@@ -575,12 +645,24 @@ static void rmsnorm(const double *x, const float *w, int64_t n, double eps, doub
 static void rope(const struct rmodel *m, double *v, int64_t pos, double base)
 {
     int64_t half = m->n_rot / 2;
+    double mscale = m->attn_factor * (m->yarn_factor > 0 ? 1.0 + 0.1 * log(m->yarn_factor) : 1.0);
     for (int64_t i = 0; i < half; i++) {
         double freq = pow(base, -2.0 * (double)i / (double)m->n_rot);
         if (m->rope_div)
             freq /= (double)m->rope_div[i];
-        double ang = (double)pos * freq, c = cos(ang) * m->attn_factor,
-               s = sin(ang) * m->attn_factor;
+        if (m->yarn_factor > 0) {
+            double d_fast = (double)m->n_rot *
+                            log((double)m->yarn_orig / (m->yarn_beta_fast * 2 * M_PI)) /
+                            (2 * log(base));
+            double d_slow = (double)m->n_rot *
+                            log((double)m->yarn_orig / (m->yarn_beta_slow * 2 * M_PI)) /
+                            (2 * log(base));
+            double lo = fmax(0.0, floor(d_fast)), hi = fmin((double)(m->n_rot - 1), ceil(d_slow));
+            double y = ((double)i - lo) / fmax(0.001, hi - lo);
+            double r = 1.0 - fmin(1.0, fmax(0.0, y));
+            freq = freq / m->yarn_factor * (1.0 - r) + freq * r;
+        }
+        double ang = (double)pos * freq, c = cos(ang) * mscale, s = sin(ang) * mscale;
         int64_t a = m->neox ? i : 2 * i, b = m->neox ? i + half : 2 * i + 1;
         double x0 = v[a], x1 = v[b];
         v[a] = x0 * c - x1 * s;
@@ -804,7 +886,10 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
                         p[j] = m.attn_cap * tanh(p[j] / m.attn_cap);
                     mx = p[j] > mx ? p[j] : mx;
                 }
-                double sum = 0.0;
+                /* gpt-oss: the head's sink joins the denominator */
+                const double z = L->sinks.w ? (double)L->sinks.w[hh] : -INFINITY;
+                mx = z > mx ? z : mx;
+                double sum = L->sinks.w ? exp(z - mx) : 0.0;
                 for (int j = j0; j <= i; j++) {
                     p[j] = exp(p[j] - mx);
                     sum += p[j];
@@ -820,7 +905,7 @@ static int forward(const char *gguf_path, const struct ref_lora *loras, int n_lo
                 }
             }
             double *xi = x + i * E;
-            matvec(&L->o, NULL, att, t);
+            matvec(&L->o, &L->bo, att, t);
             if (L->post_attn.w)
                 rmsnorm(t, L->post_attn.w, E, m.eps, t);
             for (int64_t e = 0; e < E; e++)

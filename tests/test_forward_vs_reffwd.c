@@ -11,7 +11,7 @@
  *   F32 / F16 / BF16 weights: the engine keeps activations in F32 (BF16:
  *     unless the kernels round them to BF16; then as Q8_0 below), so
  *     max |d| <= 1e-4 * max(1, std(logits)) (float vs double sums only);
- *   Q8_0 / Q4_0 / Q5_0 / Q5_1 / IQ4_NL (activations rounded to Q8_0) and
+ *   Q8_0 / Q4_0 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 (activations rounded to Q8_0) and
  *   K-quants and IQ4_XS (Q8_K):
  *     max |d| <= 0.15 * std(logits) and mean |d| <= 0.03 * std(logits).
  *     Measured: max 0.05-0.07 std, mean about 0.012 std (logit std 0.32),
@@ -107,7 +107,7 @@ static int type_class(const char *type)
     if (!strcmp(type, "bf16") && ifl_kernels_best()->act_bf16[IFL_TYPE_BF16])
         return 1;
     if (!strcmp(type, "q8_0") || !strcmp(type, "q4_0") || !strcmp(type, "q5_0") ||
-        !strcmp(type, "q5_1") || !strcmp(type, "iq4_nl"))
+        !strcmp(type, "q5_1") || !strcmp(type, "iq4_nl") || !strcmp(type, "mxfp4"))
         return 1;
     if (type[0] == 'q' || type[0] == 'i')
         return 2;
@@ -230,7 +230,8 @@ static void test_qwen3(void)
 /* The newer weight types (Q8_0 activations for the 32-element ones, Q8_K
  * for the rest), on llama and on qwen3 (whose head_dim 128 makes attn_q
  * 256 -> 512): the types are the weights' matter, not the architecture's. */
-static const char *const new_types[] = {"q5_0", "q5_1", "iq4_nl", "iq4_xs", "q3_k", "q2_k"};
+static const char *const new_types[] = {"q5_0", "q5_1", "iq4_nl", "iq4_xs",
+                                        "q3_k", "q2_k", "mxfp4"};
 
 static void test_new_types(void)
 {

@@ -16,7 +16,7 @@
 static const enum ifl_type weight_types[] = {
     IFL_TYPE_F32,    IFL_TYPE_F16,    IFL_TYPE_BF16, IFL_TYPE_Q8_0, IFL_TYPE_Q4_0,
     IFL_TYPE_Q4_K,   IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K, IFL_TYPE_Q5_0, IFL_TYPE_Q5_1,
-    IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
+    IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K, IFL_TYPE_MXFP4};
 #define N_WT (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const char *table_names[] = {"scalar", "avx2", "avx512", "avx512bf16"};
@@ -92,6 +92,9 @@ static void make_weights(struct ifl_rng *r, enum ifl_type t, int64_t n, int nrow
                 break;
             case IFL_TYPE_Q3_K:
                 memcpy(blk + 108, &d, 2);
+                break;
+            case IFL_TYPE_MXFP4: /* scales 2^-12 .. 2^-5, like the f16 ones */
+                blk[0] = (uint8_t)(116 + ifl_rng_next(r) % 8);
                 break;
             default:
                 break;
@@ -233,6 +236,54 @@ static void test_known_q6_k_q8_k(void)
     CHECK_EQ(a.qs[5], 0);
 }
 
+/* MXFP4: the E2M1 codes and nibble order, the E8M0 half scale at its
+ * ends (subnormal 0 and 1, 2^127 at 255), and the quantiser's choice of
+ * the power of two. */
+static void test_known_mxfp4(void)
+{
+    const struct ifl_kernels *k = ifl_kernels_ref();
+    static const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    struct ifl_block_mxfp4 b;
+    b.e = 127; /* scale 1: the values are the E2M1 codes themselves */
+    for (int j = 0; j < 16; j++)
+        b.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    float y[32];
+    k->dequant[IFL_TYPE_MXFP4](&b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == (j < 8 ? e2m1[j] : -e2m1[j - 8]));
+        int h = 15 - j;
+        CHECK(y[j + 16] == (h < 8 ? e2m1[h] : -e2m1[h - 8]));
+    }
+    CHECK(ifl_e8m0_half(0) == ldexpf(1.0f, -128));
+    CHECK(ifl_e8m0_half(1) == ldexpf(1.0f, -127));
+    CHECK(ifl_e8m0_half(2) == ldexpf(1.0f, -126));
+    CHECK(ifl_e8m0_half(128) == 1.0f);
+    CHECK(ifl_e8m0_half(255) == ldexpf(1.0f, 127));
+    /* 6 and -3 in a block of amax 6: scale 1 (e 127) represents both exactly */
+    float x[32] = {0};
+    x[0] = 6.0f;
+    x[17] = -3.0f;
+    x[5] = 0.5f;
+    k->quant[IFL_TYPE_MXFP4](x, &b, 32);
+    CHECK_EQ(b.e, 127);
+    k->dequant[IFL_TYPE_MXFP4](&b, y, 32);
+    for (int j = 0; j < 32; j++)
+        CHECK(y[j] == x[j]);
+    /* zero block: e 0, every code 0 */
+    memset(x, 0, sizeof x);
+    k->quant[IFL_TYPE_MXFP4](x, &b, 32);
+    CHECK_EQ(b.e, 0);
+    for (int j = 0; j < 16; j++)
+        CHECK_EQ(b.qs[j], 0);
+    /* 7.5 alone: ggml's scale (e 127) clips it to 6, the next (e 128)
+     * rounds it to 8, the smaller error */
+    x[3] = 7.5f;
+    k->quant[IFL_TYPE_MXFP4](x, &b, 32);
+    CHECK_EQ(b.e, 128);
+    k->dequant[IFL_TYPE_MXFP4](&b, y, 32);
+    CHECK(y[3] == 8.0f);
+}
+
 /* ---- quantise -> dequantise round trips ----------------------------- */
 
 static void test_roundtrip(void)
@@ -246,6 +297,7 @@ static void test_roundtrip(void)
         {IFL_TYPE_Q4_K, 0.10},   {IFL_TYPE_Q5_K, 0.05}, {IFL_TYPE_Q6_K, 0.025},
         {IFL_TYPE_Q5_0, 0.08},   {IFL_TYPE_Q5_1, 0.06}, {IFL_TYPE_IQ4_NL, 0.12},
         {IFL_TYPE_IQ4_XS, 0.12}, {IFL_TYPE_Q3_K, 0.20}, {IFL_TYPE_Q2_K, 0.40},
+        {IFL_TYPE_MXFP4, 0.20},
     };
     const struct ifl_kernels *k = ifl_kernels_ref();
     struct ifl_rng r;
@@ -1215,7 +1267,7 @@ static void test_x16(void)
     static const enum ifl_type types[] = {
         IFL_TYPE_Q8_0, IFL_TYPE_Q4_0, IFL_TYPE_Q4_K, IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K,
         IFL_TYPE_F16,  IFL_TYPE_Q5_0, IFL_TYPE_Q5_1, IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS,
-        IFL_TYPE_Q3_K, IFL_TYPE_Q2_K, IFL_TYPE_BF16};
+        IFL_TYPE_Q3_K, IFL_TYPE_Q2_K, IFL_TYPE_BF16, IFL_TYPE_MXFP4};
     const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     /* n by block size: 32, 256, and 1 (F16: any n) */
     static const int64_t ns[] = {32, 96, 2048, 32 * 300}, ks[] = {256, 768, 2048, 5632},
@@ -1272,6 +1324,7 @@ static void test_real_files(void)
         {"+llama-iq4_xs.gguf", 0.12},
         {"+llama-q3_k.gguf", 0.25},
         {"+llama-q2_k.gguf", 0.45},
+        {"+llama-mxfp4.gguf", 0.20},
     };
     char path[1024], err[IFL_ERR_LEN];
     snprintf(path, sizeof(path), "%s/models/ref/llama-f32.gguf", t_shared());
@@ -1398,6 +1451,7 @@ int main(void)
     T_RUN(test_known_q4_0_q8_0);
     T_RUN(test_known_q4_k_q5_k);
     T_RUN(test_known_q6_k_q8_k);
+    T_RUN(test_known_mxfp4);
     T_RUN(test_roundtrip);
     T_RUN(test_ref_gemm_vs_dequant);
     T_RUN(test_each_table);

@@ -45,12 +45,13 @@ check_info() {
 small="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512"
 declare -A main_type=([f32]=f32 [f16]=f16 [bf16]=bf16 [q8_0]=q8_0 [q4_0]=q4_0 [q4_k]=q4_K
                       [q5_k]=q5_K [q6_k]=q6_K [q4_k_m]=q4_K [q5_k_m]=q5_K [q5_0]=q5_0
-                      [q5_1]=q5_1 [iq4_nl]=iq4_nl [iq4_xs]=iq4_xs [q3_k]=q3_K [q2_k]=q2_K)
+                      [q5_1]=q5_1 [iq4_nl]=iq4_nl [iq4_xs]=iq4_xs [q3_k]=q3_K [q2_k]=q2_K
+                      [mxfp4]=mxfp4)
 for arch in llama qwen2 qwen3; do
     extra=""
     [ "$arch" = qwen3 ] && extra="--head-dim 128"
     for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m \
-        q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k; do
+        q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k mxfp4; do
         f=$tmp/$arch-$type.gguf
         # shellcheck disable=SC2086
         if ! "$MK" -o "$f" --vocab "$VOCAB" --arch "$arch" $small $extra --type "$type" \
@@ -64,6 +65,17 @@ for arch in llama qwen2 qwen3; do
         rm -f "$f"
     done
 done
+
+# llama-quantize's MXFP4_MOE mix: experts MXFP4, every other matrix Q8_0
+f=$tmp/qwen3moe-mxfp4_moe.gguf
+# shellcheck disable=SC2086
+if "$MK" -o "$f" --vocab "$VOCAB" --arch qwen3moe $small --n-expert 4 --n-expert-used 2 \
+    --type mxfp4_moe 2>"$tmp/mkerr"; then
+    check_info "qwen3moe mxfp4_moe loads" "$f" "architecture: +qwen3moe" "q8_0 x10 mxfp4 x6$"
+else
+    bad "mkmodel qwen3moe mxfp4_moe"; head -5 "$tmp/mkerr"
+fi
+rm -f "$f"
 
 # gemma2, gemma3 and phi3 (their forward pass: tests/test_arch_dense.c)
 for arch in gemma2 gemma3 phi3; do
@@ -92,6 +104,30 @@ check_info "gemma2 --swa-pattern 0" "$tmp/g.gguf" "window 8 on 2 of 2"
 "$MK" -o "$tmp/g.gguf" --vocab "$VOCAB" $small --arch gemma3 --n-swa 8 --swa-pattern 1,0 2>/dev/null
 check_info "gemma3 --swa-pattern array (passed over)" "$tmp/g.gguf" "window 8 on 2 of 2"
 rm -f "$tmp/g.gguf"
+
+# gpt-oss (its forward pass: tests/test_moe.c): window 128 on the even
+# layers, YaRN 32 over ctx / 32 by default, sinks; --yarn, --n-swa
+oss="--arch gpt-oss --n-expert 4 --n-expert-used 2"
+for type in f16 mxfp4_moe; do
+    # shellcheck disable=SC2086
+    if "$MK" -o "$tmp/o.gguf" --vocab "$VOCAB" $small $oss --type $type 2>"$tmp/mkerr"; then
+        pats=("architecture: +gpt-oss" "yarn: +factor 32, original context 16," "sinks: "
+              "window 128 on 1 of 2 layers" "experts: +4, 2 used")
+        [ $type = f16 ] && pats+=("f32 x[0-9]+ f16 x[0-9]+$") || pats+=("q8_0 x[0-9]+ mxfp4 x6$")
+        check_info "gpt-oss $type loads" "$tmp/o.gguf" "${pats[@]}"
+    else
+        bad "mkmodel gpt-oss $type"; head -5 "$tmp/mkerr"
+    fi
+done
+# shellcheck disable=SC2086
+"$MK" -o "$tmp/o.gguf" --vocab "$VOCAB" $small $oss --n-swa 8 --yarn 4,64 --head-dim 32 2>/dev/null
+check_info "gpt-oss --yarn --n-swa --head-dim" "$tmp/o.gguf" "factor 4, original context 64," \
+    "window 8 on 1 of 2" "head_dim 32"
+# shellcheck disable=SC2086
+"$MK" -o "$tmp/o.gguf" --vocab "$VOCAB" $small $oss --yarn 0 2>/dev/null
+"$BIN" info -m "$tmp/o.gguf" 2>&1 | grep -q '^yarn:' && bad "gpt-oss --yarn 0 writes no YaRN" ||
+    ok "gpt-oss --yarn 0 writes no YaRN"
+rm -f "$tmp/o.gguf"
 
 # the same seed gives the same bytes, another seed other bytes
 "$MK" -o "$tmp/s1.gguf" --vocab "$VOCAB" $small --type q4_k_m --seed 7 2>/dev/null
@@ -172,6 +208,11 @@ check_usage "--swa-pattern not 0/1" "$MK" $o --vocab "$VOCAB" --arch gemma2 --sw
 check_usage "--swa-pattern trailing comma" "$MK" $o --vocab "$VOCAB" --arch gemma2 --swa-pattern 1,
 check_usage "--swa-pattern negative" "$MK" $o --vocab "$VOCAB" --arch gemma2 --swa-pattern -1
 check_usage "--softcap on phi3" "$MK" $o --vocab "$VOCAB" --arch phi3 --softcap 1,2
+check_usage "--yarn on llama" "$MK" $o --vocab "$VOCAB" --yarn 4
+check_usage "--yarn below 1" "$MK" $o --vocab "$VOCAB" --arch gpt-oss --n-expert 4 --n-expert-used 2 --yarn 0.5
+check_usage "--yarn bad context" "$MK" $o --vocab "$VOCAB" --arch gpt-oss --n-expert 4 --n-expert-used 2 --yarn 4,x
+check_usage "gpt-oss without experts" "$MK" $o --vocab "$VOCAB" --arch gpt-oss
+check_usage "--tied on gpt-oss" "$MK" $o --vocab "$VOCAB" --arch gpt-oss --n-expert 4 --n-expert-used 2 --tied
 check_usage "--softcap one number" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap 5
 check_usage "--softcap negative" "$MK" $o --vocab "$VOCAB" --arch gemma2 --softcap -1,2
 check_usage "--ctx-orig on gemma3" "$MK" $o --vocab "$VOCAB" --arch gemma3 --ctx-orig 64

@@ -356,14 +356,14 @@ static void test_ref_models(void)
 /* The newer weight types, each a --pure llama-quantize of llama-f32 kept in
  * tests/data/quant with llama.cpp's logits (README there). Tolerances as
  * ../shared/models/ref/README.md derives them: the class's figure (Q8_0
- * activations for Q5_0, Q5_1 and IQ4_NL; Q8_K for the rest), or twice
+ * activations for Q5_0, Q5_1, IQ4_NL and MXFP4; Q8_K for the rest), or twice
  * llama.cpp's own distance with an F16 KV cache when that is larger. */
 static const struct {
     const char *name;
     int quant_class;
 } quant_refs[] = {
-    {"llama-q5_0", 3},   {"llama-q5_1", 3}, {"llama-iq4_nl", 3},
-    {"llama-iq4_xs", 4}, {"llama-q3_k", 4}, {"llama-q2_k", 4},
+    {"llama-q5_0", 3}, {"llama-q5_1", 3}, {"llama-iq4_nl", 3}, {"llama-iq4_xs", 4},
+    {"llama-q3_k", 4}, {"llama-q2_k", 4}, {"llama-mxfp4", 3},
 };
 
 static void test_quant_refs(void)

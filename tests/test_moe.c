@@ -68,6 +68,10 @@ static int32_t argmax(const float *x, int32_t n)
 
 /* Evaluates tok[0..n) in steps of chunks[0], chunks[1], ... (the last entry
  * repeats) with logits of every row; nth threads. */
+/* The KV cache engine_logits runs over (F32 reads it position by
+ * position; F16 and Q8_0 take the blocked kernels, attention.c). */
+static enum ifl_type g_kv = IFL_TYPE_F32;
+
 static int engine_logits(const char *path, const int32_t *tok, int n, const int *chunks,
                          int n_chunks, int nth, float *out, int *n_vocab, int32_t *routes,
                          char *err)
@@ -80,7 +84,7 @@ static int engine_logits(const char *path, const int32_t *tok, int n, const int 
         return rc;
     *n_vocab = m->hp.n_vocab;
     int32_t n_blocks = (n + BLOCK - 1) / BLOCK;
-    rc = ifl_kv_store_create(&kv, &m->hp, IFL_TYPE_F32, n_blocks, BLOCK, err);
+    rc = ifl_kv_store_create(&kv, &m->hp, g_kv, n_blocks, BLOCK, err);
     struct ifl_fwd_config cfg = {.max_rows = n, .max_ctx = n, .n_threads = nth};
     if (!rc)
         rc = ifl_fwd_create(&f, m, kv, &cfg, err);
@@ -186,7 +190,7 @@ static void check_vs_ref(const char *arch, const char *type, const char *shape)
         var += (ref[i] - mean) * (ref[i] - mean);
     double sd = sqrt(var / (double)sz);
     int fl = is_float_type(type);
-    double tol_max = fl ? 1e-4 * (sd > 1 ? sd : 1) : 0.15 * sd;
+    double tol_max = fl ? 1e-5 * (sd > 1 ? sd : 1) : 0.15 * sd;
     double tol_mean = fl ? tol_max : 0.03 * sd;
     /* the routes: the engine's equal the reference's own wherever those
      * were clear (float weights: everywhere); where the engine's rounded
@@ -277,9 +281,9 @@ out:
 /* n_ff 256: the down experts' rows take whole K-quant blocks */
 #define SHAPE_8X2 "--n-expert 8 --n-expert-used 2 --n-ff 256"
 
-static const char *const types[] = {"f32",  "f16",  "bf16",   "q8_0",  "q4_0", "q4_k",
-                                    "q5_k", "q6_k", "q4_k_m", "q5_0",  "q5_1", "iq4_nl",
-                                    "q2_k", "q3_k", "iq4_xs", "q5_k_m"};
+static const char *const types[] = {"f32",  "f16",  "bf16",   "q8_0",   "q4_0",  "q4_k",
+                                    "q5_k", "q6_k", "q4_k_m", "q5_0",   "q5_1",  "iq4_nl",
+                                    "q2_k", "q3_k", "iq4_xs", "q5_k_m", "mxfp4", "mxfp4_moe"};
 
 static void test_qwen3moe_types(void)
 {
@@ -291,6 +295,82 @@ static void test_mixtral_types(void)
 {
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         check_vs_ref("llama", types[t], SHAPE_8X2);
+}
+
+/* gpt-oss: a window of 4 on layer 0 (of 2), YaRN by default, the sinks,
+ * biases and clamped SwiGLU (mkmodel's expert biases make the clamps bind
+ * on some elements) */
+static const char *const oss_types[] = {"f32",  "f16",    "bf16",  "q8_0",
+                                        "q4_0", "iq4_nl", "mxfp4", "mxfp4_moe"};
+
+static void test_gptoss_types(void)
+{
+    for (size_t t = 0; t < sizeof oss_types / sizeof *oss_types; t++)
+        check_vs_ref("gpt-oss", oss_types[t], SHAPE_8X2 " --n-swa 4");
+}
+
+/* gpt-oss's sinks in the blocked attention over F16 and Q8_0 caches: the
+ * whole sequence at once against the float64 reference (the cache's
+ * rounding: F16 within F16's class figure, Q8_0 within 0.15 sd), and one
+ * row a step on two threads (a lone row's heads shared between them)
+ * bitwise the whole. */
+static void test_gptoss_caches(void)
+{
+    char path[512], err[IFL_ERR_LEN] = "";
+    if (make_model(path, sizeof path, "gpt-oss", "f32", SHAPE_8X2 " --n-swa 4"))
+        return;
+    int nv = 0;
+    static float ref[N_TOK * 512], whole[N_TOK * 512], ones[N_TOK * 512];
+    CHECK(ref_forward(path, g_tok, N_TOK, ref, &nv, err) == 0 && nv == 512);
+    const enum ifl_type kvs[2] = {IFL_TYPE_F16, IFL_TYPE_Q8_0};
+    for (int i = 0; i < 2 && nv == 512; i++) {
+        g_kv = kvs[i];
+        int all[1] = {N_TOK}, one[1] = {1};
+        static int32_t routes[MAX_LAYERS * N_TOK * MAX_K], chosen[MAX_LAYERS * N_TOK * MAX_K];
+        static double margin[MAX_LAYERS * N_TOK];
+        int rc = engine_logits(path, g_tok, N_TOK, all, 1, 2, whole, &nv, routes, err);
+        int rc1 = rc ? rc : engine_logits(path, g_tok, N_TOK, one, 1, 2, ones, &nv, NULL, err);
+        /* the engine's routes forced on the reference: the cache's rounding
+         * tips near-ties of the router (Q8_0 here, by 0.9 in a logit when
+         * not forced), each worth a whole expert; those must be near-ties */
+        struct ref_routes rt = {.force = routes, .chosen = chosen, .margin = margin};
+        if (!rc && !rc1)
+            rc = ref_forward_routes(path, g_tok, N_TOK, ref, &rt, err);
+        int flips = 0;
+        double worst = 0;
+        for (int l = 0; l < 2; l++) /* make_model's two layers, k = 2 */
+            for (int r = 0; r < N_TOK; r++) {
+                const int32_t *a = routes + (l * N_TOK + r) * 2, *c = chosen + (l * N_TOK + r) * 2;
+                if ((a[0] == c[0] && a[1] == c[1]) || (a[0] == c[1] && a[1] == c[0]))
+                    continue;
+                flips++;
+                worst = margin[l * N_TOK + r] > worst ? margin[l * N_TOK + r] : worst;
+            }
+        CHECK_MSG(rc == 0 && rc1 == 0, "gpt-oss, %s cache: %s", ifl_type_info(kvs[i])->name, err);
+        double dmax = 0, mean = 0, var = 0;
+        for (int v = 0; v < N_TOK * 512; v++)
+            mean += ref[v] / (N_TOK * 512);
+        for (int v = 0; v < N_TOK * 512; v++) {
+            var += (ref[v] - mean) * (ref[v] - mean) / (N_TOK * 512);
+            double d = fabs((double)whole[v] - ref[v]);
+            dmax = d > dmax ? d : dmax;
+        }
+        double tol = i == 0 ? 1e-2 : 0.15 * sqrt(var);
+        int same = !memcmp(whole, ones, sizeof whole);
+        fprintf(stderr,
+                "  gpt-oss, %-4s cache: routes %d of %d other (margin <= %.3f), max |d| %.2e from "
+                "the f64 reference (tol %.2e), one row a step on 2 threads %s\n",
+                ifl_type_info(kvs[i])->name, flips, 2 * N_TOK, worst, dmax, tol,
+                same ? "bitwise equal" : "DIFFERS");
+        CHECK_MSG(worst <= ROUTE_TIE, "gpt-oss, %s cache: a route differs at margin %.3f",
+                  ifl_type_info(kvs[i])->name, worst);
+        CHECK_MSG(dmax <= tol, "gpt-oss, %s cache: %g from the reference",
+                  ifl_type_info(kvs[i])->name, dmax);
+        CHECK_MSG(same, "gpt-oss, %s cache: one row a step differs from the whole",
+                  ifl_type_info(kvs[i])->name);
+    }
+    g_kv = IFL_TYPE_F32;
+    unlink(path);
 }
 
 /* Other shapes: one expert a token (k 1), all of them (k = n), an odd
@@ -446,7 +526,8 @@ struct lref {
     int32_t seq[256];
     int n_seq, n_prompt, n_gen, n_vocab;
     double margins[128];
-    float *logits; /* [n_seq][n_vocab] */
+    double kv_f16_max, kv_f16_mean; /* llama.cpp with an F16 cache against its own file */
+    float *logits;                  /* [n_seq][n_vocab] */
 };
 
 static int load_lref(struct lref *r, const char *name)
@@ -474,6 +555,9 @@ static int load_lref(struct lref *r, const char *name)
                      json_string_value(json_object_get(js, "model")));
         }
         r->n_vocab = (int)json_integer_value(json_object_get(js, "n_vocab"));
+        json_t *d = json_object_get(js, "diff_vs_logits_file");
+        r->kv_f16_max = json_number_value(json_object_get(d, "kv_f16_max"));
+        r->kv_f16_mean = json_number_value(json_object_get(d, "kv_f16_mean"));
         r->n_prompt = (int)json_array_size(p);
         r->n_gen = (int)json_array_size(g);
         for (int i = 0; i < r->n_prompt; i++)
@@ -605,7 +689,8 @@ static const struct {
 } lrefs[] = {
     {"qwen3moe-f32", 1e-4, 1e-5, 1},   {"mixtral-f32", 1e-4, 1e-5, 1},
     {"qwen3moe-f16", 1e-2, 1.5e-3, 1}, {"qwen3moe-q8_0", 0.2, 0.03, 0},
-    {"mixtral-q4_k_m", 0.3, 0.05, 0},
+    {"mixtral-q4_k_m", 0.3, 0.05, 0},  {"qwen3moe-mxfp4_moe", 0.2, 0.03, 0},
+    {"gptoss-f32", 1e-4, 1e-5, 1},     {"gptoss-mxfp4_moe", 0.2, 0.03, 0},
 };
 
 static void test_llamacpp(void)
@@ -622,9 +707,13 @@ static void test_llamacpp(void)
             free(r.logits);
             continue;
         }
-        /* the class figures: llama.cpp with an F16 cache lands at most
-         * 0.017 from its file here (README), well inside them */
+        /* the class figures, without widening: llama.cpp with an F16 cache
+         * lands at most 0.017 from its file here, except gptoss-mxfp4_moe
+         * (0.49, printed), which the engine still meets at the class's */
         const double tmax = lrefs[i].max, tmean = lrefs[i].mean;
+        if (r.kv_f16_max > tmax)
+            fprintf(stderr, "  %-16s llama.cpp with an F16 cache: max %.2e from its file\n",
+                    lrefs[i].name, r.kv_f16_max);
         size_t nl = (size_t)r.n_seq * (size_t)r.n_vocab;
         float *out = malloc(nl * sizeof(float)), *ref = malloc(nl * sizeof(float));
         char err[IFL_ERR_LEN] = "";
@@ -646,8 +735,8 @@ static void test_llamacpp(void)
                       lrefs[i].name, mx, mean);
             CHECK_MSG(rmx <= tmax && rmean <= tmean,
                       "%s: reference off llama.cpp by max %g mean %g", lrefs[i].name, rmx, rmean);
-            if (lrefs[i].float_weights)
-                CHECK_MSG(emx <= 1e-4, "%s: engine off the f64 reference by %g", lrefs[i].name,
+            if (lrefs[i].float_weights) /* issue 41's bound for float weights */
+                CHECK_MSG(emx <= 1e-5, "%s: engine off the f64 reference by %g", lrefs[i].name,
                           emx);
             check_greedy(&r, out, mx);
         }
@@ -768,10 +857,19 @@ static void test_batch_invariance(void)
     check_invariance(p);
     snprintf(p, sizeof p, "%s/qwen3moe-f16.gguf", moe_data());
     check_invariance(p);
+    snprintf(p, sizeof p, "%s/qwen3moe-mxfp4_moe.gguf", moe_data());
+    check_invariance(p);
+    snprintf(p, sizeof p, "%s/gptoss-mxfp4_moe.gguf", moe_data());
+    check_invariance(p);
     /* experts that are not repacked (rows not in whole x16 groups) */
     char path[512];
     if (!make_model(path, sizeof path, "llama", "f16",
                     "--n-expert 5 --n-expert-used 2 --n-ff 40")) {
+        check_invariance(path);
+        unlink(path);
+    }
+    /* gpt-oss in F16 over windows of 4: sinks, sliding and global layers */
+    if (!make_model(path, sizeof path, "gpt-oss", "f16", SHAPE_8X2 " --n-swa 4")) {
         check_invariance(path);
         unlink(path);
     }
@@ -797,6 +895,8 @@ int main(void)
     T_RUN(test_lora);
     T_RUN(test_qwen3moe_types);
     T_RUN(test_mixtral_types);
+    T_RUN(test_gptoss_types);
+    T_RUN(test_gptoss_caches);
     T_RUN(test_shapes);
     T_RUN(test_llamacpp);
     T_RUN(test_batch_invariance);

@@ -7,11 +7,12 @@
  * callback counts up to the weights' bytes and ends with "ready".
  *
  * Models come from $BUILD/tools/mkmodel (through system()) in a mkdtemp
- * directory removed at the end: llama Q8_0 and Q4_K_M with FFN matrices
- * of several 1 MiB chunks, so chunking and folding are exercised. And the
- * newer types (Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K) run under each
- * kernel table through IFL_KERNELS (this program re-run as a child):
- * repacked where the table's x16 kernel pays, close to the scalar table.
+ * directory removed at the end: llama Q8_0, Q4_K_M and MXFP4 with FFN
+ * matrices of several 1 MiB chunks, so chunking and folding are
+ * exercised. And the newer types (Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K)
+ * run under each kernel table through IFL_KERNELS (this program re-run as
+ * a child): repacked where the table's x16 kernel pays, close to the
+ * scalar table.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -324,6 +325,11 @@ static void test_q4_k_m(void)
 {
     check_model("q4_k_m");
 }
+/* MXFP4: one scale byte a block, the x16 layout's 1-byte field */
+static void test_mxfp4(void)
+{
+    check_model("mxfp4");
+}
 
 /* IFL_REPACK=0: nothing repacked, one "ready" call with everything done. */
 static void test_repack_off(void)
@@ -509,6 +515,7 @@ int main(int argc, char **argv)
     snprintf(g_cache, sizeof g_cache, "%s/cache", g_dir);
     T_RUN(test_q8_0);
     T_RUN(test_q4_k_m);
+    T_RUN(test_mxfp4);
     T_RUN(test_repack_off);
     T_RUN(test_newer_types);
     char cmd[400];

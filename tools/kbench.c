@@ -35,7 +35,7 @@ int main(int argc, char **argv)
     static const enum ifl_type types[] = {
         IFL_TYPE_F32,    IFL_TYPE_F16,    IFL_TYPE_BF16, IFL_TYPE_Q8_0, IFL_TYPE_Q4_0,
         IFL_TYPE_Q4_K,   IFL_TYPE_Q5_K,   IFL_TYPE_Q6_K, IFL_TYPE_Q5_0, IFL_TYPE_Q5_1,
-        IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K};
+        IFL_TYPE_IQ4_NL, IFL_TYPE_IQ4_XS, IFL_TYPE_Q3_K, IFL_TYPE_Q2_K, IFL_TYPE_MXFP4};
     static const int nrs[] = {1, 16, 128};
     const int maxr = 128;
     const struct ifl_kernels *ref = ifl_kernels_ref();

@@ -20,6 +20,10 @@
  *   f32 f16 bf16 q8_0 q4_k q5_k q6_k   every 2-D tensor in that type
  *   q4_0 q5_0 q5_1 iq4_nl iq4_xs        likewise, but output.weight in Q6_K
  *   q2_k q3_k
+ *   mxfp4                               every 2-D tensor MXFP4 (llama-quantize
+ *                                       --pure MXFP4_MOE)
+ *   mxfp4_moe                           expert matrices MXFP4, the rest Q8_0
+ *                                       (llama-quantize MXFP4_MOE, gpt-oss's files)
  *   q4_k_m / q5_k_m                     Q4_K / Q5_K, but Q6_K for output.weight
  *                                       and for attn_v and ffn_down of the
  *                                       layers where use_more_bits(i, n) holds:
@@ -88,10 +92,14 @@ enum arch {
     ARCH_GEMMA2, /* write_arch_tensors */
     ARCH_GEMMA3,
     ARCH_PHI3,
+    ARCH_GPT_OSS, /* write_oss_layer */
     N_ARCH
 };
 static const char *const arch_names[N_ARCH] = {"llama",  "qwen2",  "qwen3", "qwen3moe",
-                                               "gemma2", "gemma3", "phi3"};
+                                               "gemma2", "gemma3", "phi3",  "gpt-oss"};
+/* gpt-oss's expert gate and up biases: wide enough that llama.cpp's clamp
+ * of the gate at 7 and of up at +-7 binds on a few elements */
+#define OSS_EXP_BIAS_STD 3.0f
 #define ROUTER_STD 0.1f /* ffn_gate_inp: logits of std ~1.6, so routes are rarely near-ties */
 
 /* One --type choice: the main type, the special types of the mix and the
@@ -125,8 +133,17 @@ static const struct mix mixes[] = {
     {"q3_k_m", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 12, 1 /* PRESET_Q3_K_M */},
     {"q3_k_l", IFL_TYPE_Q3_K, IFL_TYPE_Q6_K, IFL_TYPE_Q3_K, 13, 2 /* PRESET_Q3_K_L */},
     {"iq4_xs_mix", IFL_TYPE_IQ4_XS, IFL_TYPE_Q6_K, IFL_TYPE_IQ4_XS, 30, 3 /* PRESET_IQ4_XS */},
+    {"mxfp4", IFL_TYPE_MXFP4, IFL_TYPE_MXFP4, IFL_TYPE_MXFP4, 38, 0},
+    {"mxfp4_moe", IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, IFL_TYPE_Q8_0, 38, 0},
 };
 #define N_MIXES (sizeof(mixes) / sizeof(mixes[0]))
+
+/* The type of the expert matrices: MXFP4 in llama-quantize's MXFP4_MOE
+ * mix (everything else Q8_0), else the type the dense FFN would take. */
+static enum ifl_type exps_type(const struct mix *m, enum ifl_type dense)
+{
+    return strcmp(m->name, "mxfp4_moe") == 0 ? IFL_TYPE_MXFP4 : dense;
+}
 
 struct opts {
     const char *out;
@@ -143,6 +160,8 @@ struct opts {
     const char *swa_pattern; /* --swa-pattern: P (a uint32) or 0/1 per layer; NULL: none */
     double attn_softcap, final_softcap; /* --softcap; < 0: the architecture's default */
     int64_t ctx_orig;                   /* phi3 LongRoPE's original context; 0: ctx / 32 */
+    double yarn_factor;                 /* --yarn (gpt-oss); < 0: the default, 32 */
+    int64_t yarn_orig;                  /* its original context; 0: ctx / factor */
     uint64_t seed;
     int64_t swap_a, swap_b; /* --swap-tokens; -1: none */
     /* --eagle3 TARGET: an EAGLE-3 head for that model instead */
@@ -171,13 +190,15 @@ static const char *const lora_layer_names[] = {"attn_q",   "attn_k", "attn_v",  
 
 static const char usage[] =
     "usage: mkmodel -o OUT.gguf --vocab FROM.gguf [--preset small-110m|tinyllama-1.1b]\n"
-    "               [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3] [--n-embd N]\n"
+    "               [--arch llama|qwen2|qwen3|qwen3moe|gemma2|gemma3|phi3|gpt-oss]\n"
+    "               [--n-embd N] [--yarn FACTOR[,ORIG_CTX]]   (YaRN: gpt-oss)\n"
     "               [--n-layer N] [--n-head N] [--n-swa N] [--softcap ATTN,FINAL]\n"
     "               [--swa-pattern P|B0,B1,...]\n"
     "               [--ctx-orig N] [--n-head-kv N] [--n-ff N] [--head-dim N] [--ctx N]\n"
-    "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, llama)\n"
+    "               [--n-expert N --n-expert-used K]   (experts: qwen3moe, gpt-oss, llama)\n"
     "               [--type f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|iq4_nl|iq4_xs|\n"
-    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|q3_k_m|q3_k_l|iq4_xs_mix]\n"
+    "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|q3_k_m|q3_k_l|iq4_xs_mix|\n"
+    "                      mxfp4|mxfp4_moe]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
     "               [--swap-tokens A,B]\n"
     "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"
@@ -258,6 +279,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     o->lora_targets = LORA_T_DEFAULT;
     o->lora_type = IFL_TYPE_F32;
     o->attn_softcap = o->final_softcap = -1;
+    o->yarn_factor = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -279,7 +301,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",           "--swap-tokens",
             "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",     "--lora-of",
             "--rank",      "--alpha",    "--lora-targets", "--lora-type",     "--n-swa",
-            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used", "--swa-pattern"};
+            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used", "--swa-pattern",
+            "--yarn"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -363,6 +386,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
                                "a list of 0 and 1 per layer)%s",
                                v, "");
             o->swa_pattern = v;
+        } else if (!strcmp(a, "--yarn")) {
+            char *end;
+            errno = 0;
+            o->yarn_factor = strtod(v, &end);
+            int ok = !errno && end != v && (*end == ',' || !*end);
+            if (ok && *end == ',') {
+                const char *c = end + 1;
+                ok = !parse_int(c, 1, 1 << 24, &o->yarn_orig);
+            }
+            if (!ok || !(o->yarn_factor == 0 || (o->yarn_factor >= 1 && o->yarn_factor <= 1e6)))
+                return bad_arg("--yarn: bad value '%s' (want FACTOR[,ORIG_CTX]: FACTOR 0 for none "
+                               "or 1..1e6)%s",
+                               v, "");
         } else if (!strcmp(a, "--eagle3")) {
             o->eagle3 = v;
         } else if (!strcmp(a, "--lora-of")) {
@@ -511,13 +547,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
             }
         if (!ok)
             return bad_arg("--arch: unknown architecture '%s' (want llama, qwen2, qwen3, "
-                           "qwen3moe, gemma2, gemma3 or phi3)%s",
+                           "qwen3moe, gemma2, gemma3, phi3 or gpt-oss)%s",
                            arch, "");
     }
-    if (o->arch == ARCH_QWEN3MOE && !o->n_expert)
-        return bad_arg("--arch qwen3moe needs --n-expert N and --n-expert-used K%s%s", "", "");
-    if (o->n_expert && o->arch != ARCH_LLAMA && o->arch != ARCH_QWEN3MOE)
-        return bad_arg("--n-expert needs --arch qwen3moe or llama (Mixtral)%s%s", "", "");
+    const int oss = o->arch == ARCH_GPT_OSS;
+    if ((o->arch == ARCH_QWEN3MOE || oss) && !o->n_expert)
+        return bad_arg("--arch %s needs --n-expert N and --n-expert-used K%s", arch_names[o->arch],
+                       "");
+    if (o->n_expert && o->arch != ARCH_LLAMA && o->arch != ARCH_QWEN3MOE && !oss)
+        return bad_arg("--n-expert needs --arch qwen3moe, gpt-oss or llama (Mixtral)%s%s", "", "");
+    if (o->yarn_factor >= 0 && !oss)
+        return bad_arg("--yarn needs --arch gpt-oss%s%s", "", "");
+    if (oss && o->tied)
+        return bad_arg("--arch gpt-oss takes no --tied (llama.cpp's gpt-oss has output.weight)%s%s",
+                       "", "");
     if (!o->n_expert != !o->n_expert_used || o->n_expert_used > o->n_expert)
         return bad_arg("--n-expert N and --n-expert-used K go together, with K <= N%s%s", "", "");
     o->mix = &mixes[1]; /* f16 */
@@ -535,9 +578,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (given[O_HEAD_DIM]) {
         o->head_dim = val[O_HEAD_DIM];
         if (o->arch != ARCH_QWEN3 && o->arch != ARCH_QWEN3MOE && o->arch != ARCH_GEMMA2 &&
-            o->arch != ARCH_GEMMA3 && o->head_dim * o->n_head != o->n_embd)
+            o->arch != ARCH_GEMMA3 && !oss && o->head_dim * o->n_head != o->n_embd)
             return bad_arg("--head-dim other than n_embd/n_head needs --arch qwen3, qwen3moe, "
-                           "gemma2 or gemma3%s%s",
+                           "gemma2, gemma3 or gpt-oss%s%s",
                            "", "");
     } else {
         if (o->n_embd % o->n_head)
@@ -551,11 +594,24 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (o->n_head * o->head_dim > (1 << 18))
         return bad_arg("n_head * head_dim is too large%s%s", "", "");
     if (o->rope_base == 0)
-        o->rope_base = o->rope_freqs ? 500000.0 : o->arch == ARCH_GEMMA3 ? 1000000.0 : 10000.0;
+        o->rope_base = o->rope_freqs            ? 500000.0
+                       : o->arch == ARCH_GEMMA3 ? 1000000.0
+                       : oss                    ? 150000.0
+                                                : 10000.0;
     int gemma = o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3;
-    if ((given[O_SWA] || o->attn_softcap >= 0 || o->swa_pattern) && !gemma)
-        return bad_arg("--n-swa, --swa-pattern and --softcap need --arch gemma2 or gemma3%s%s", "",
-                       "");
+    if (given[O_SWA] && !gemma && !oss)
+        return bad_arg("--n-swa needs --arch gemma2, gemma3 or gpt-oss%s%s", "", "");
+    if ((o->attn_softcap >= 0 || o->swa_pattern) && !gemma)
+        return bad_arg("--swa-pattern and --softcap need --arch gemma2 or gemma3%s%s", "", "");
+    if (oss) { /* gpt-oss's window 128, YaRN factor 32 over ctx / 32 */
+        if (!o->n_swa)
+            o->n_swa = 128;
+        if (o->yarn_factor < 0)
+            o->yarn_factor = 32;
+        if (o->yarn_factor > 0 && !o->yarn_orig)
+            o->yarn_orig =
+                (int64_t)(o->ctx / o->yarn_factor) > 0 ? (int64_t)(o->ctx / o->yarn_factor) : 1;
+    }
     if (given[O_CTX_ORIG] && o->arch != ARCH_PHI3)
         return bad_arg("--ctx-orig needs --arch phi3%s%s", "", "");
     if (o->arch == ARCH_PHI3 && (o->tied || o->rope_freqs))
@@ -875,8 +931,21 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
         rc |= set_key_u32(w, an, "attention.value_length", (uint32_t)o->head_dim);
     }
     rc |= set_key_f32(w, an, "rope.freq_base", (float)o->rope_base);
-    rc |= set_key_f32(w, an, "attention.layer_norm_rms_epsilon",
-                      o->arch == ARCH_LLAMA || o->arch == ARCH_PHI3 ? 1e-5f : 1e-6f);
+    rc |= set_key_f32(
+        w, an, "attention.layer_norm_rms_epsilon",
+        o->arch == ARCH_LLAMA || o->arch == ARCH_PHI3 || o->arch == ARCH_GPT_OSS ? 1e-5f : 1e-6f);
+    if (o->arch == ARCH_GPT_OSS) { /* as conversion/gpt_oss.py writes it */
+        rc |= set_key_u32(w, an, "attention.sliding_window", (uint32_t)o->n_swa);
+        if (o->yarn_factor > 0) {
+            const char *y = "yarn";
+            char key[128];
+            snprintf(key, sizeof key, "%s.rope.scaling.type", an);
+            rc |= ifl_gguf_writer_set_str(w, key, y, strlen(y));
+            rc |= set_key_f32(w, an, "rope.scaling.factor", (float)o->yarn_factor);
+            rc |=
+                set_key_u32(w, an, "rope.scaling.original_context_length", (uint32_t)o->yarn_orig);
+        }
+    }
     if (o->arch == ARCH_GEMMA2 || o->arch == ARCH_GEMMA3) {
         rc |= set_key_u32(w, an, "attention.sliding_window", (uint32_t)o->n_swa);
         if (o->swa_pattern)
@@ -901,7 +970,7 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
     if (o->n_expert) {
         rc |= set_key_u32(w, an, "expert_count", (uint32_t)o->n_expert);
         rc |= set_key_u32(w, an, "expert_used_count", (uint32_t)o->n_expert_used);
-        if (o->arch == ARCH_QWEN3MOE)
+        if (o->arch == ARCH_QWEN3MOE || o->arch == ARCH_GPT_OSS)
             rc |= set_key_u32(w, an, "expert_feed_forward_length", (uint32_t)o->n_ff);
     }
     rc |= ifl_gguf_writer_set_u32(w, "general.quantization_version", 2);
@@ -910,6 +979,44 @@ static int write_metadata(struct ifl_gguf_writer *w, const struct opts *o, int64
 }
 
 #include "mkmodel_mix.h"
+
+/* One gpt-oss layer in llama.cpp's names: Q/K/V and output with biases,
+ * the sinks (N(0, 1): logits of the scores' size, so they matter), the
+ * pre-FFN norm as post_attention_norm, the router and experts with biases
+ * (the experts' in the mix's type, MXFP4 for mxfp4_moe). */
+static int write_oss_layer(struct gen *g, const struct opts *o, int64_t l, enum ifl_type more)
+{
+    const struct mix *m = o->mix;
+    const int64_t E = o->n_embd, hd = o->head_dim, X = o->n_expert, F = o->n_ff;
+    const int64_t q_dim = o->n_head * hd, kv_dim = o->n_head_kv * hd;
+    char nm[96];
+#define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
+    if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
+        add_matrix(g, NM("attn_q.weight"), m->main, E, q_dim) ||
+        add_vector(g, NM("attn_q.bias"), q_dim, 0.0f, BIAS_STD) ||
+        add_matrix(g, NM("attn_k.weight"), m->main, E, kv_dim) ||
+        add_vector(g, NM("attn_k.bias"), kv_dim, 0.0f, BIAS_STD) ||
+        add_matrix(g, NM("attn_v.weight"), more, E, kv_dim) ||
+        add_vector(g, NM("attn_v.bias"), kv_dim, 0.0f, BIAS_STD) ||
+        add_matrix(g, NM("attn_output.weight"), m->main, q_dim, E) ||
+        add_vector(g, NM("attn_output.bias"), E, 0.0f, BIAS_STD) ||
+        add_vector(g, NM("attn_sinks.weight"), o->n_head, 0.0f, 1.0f) ||
+        add_vector(g, NM("post_attention_norm.weight"), E, 1.0f, NORM_STD) ||
+        add_random(g, NM("ffn_gate_inp.weight"), IFL_TYPE_F32, 2, E, X, 0.0f, ROUTER_STD) ||
+        add_vector(g, NM("ffn_gate_inp.bias"), X, 0.0f, ROUTER_STD) ||
+        add_random3(g, NM("ffn_gate_exps.weight"),
+                    fit_type("ffn_gate_exps", exps_type(m, m->main), E), 3, E, F, X, 0.0f, W_STD) ||
+        add_random(g, NM("ffn_gate_exps.bias"), IFL_TYPE_F32, 2, F, X, 0.0f, OSS_EXP_BIAS_STD) ||
+        add_random3(g, NM("ffn_up_exps.weight"), fit_type("ffn_up_exps", exps_type(m, m->main), E),
+                    3, E, F, X, 0.0f, W_STD) ||
+        add_random(g, NM("ffn_up_exps.bias"), IFL_TYPE_F32, 2, F, X, 0.0f, OSS_EXP_BIAS_STD) ||
+        add_random3(g, NM("ffn_down_exps.weight"), fit_type("ffn_down_exps", exps_type(m, more), F),
+                    3, F, E, X, 0.0f, W_STD) ||
+        add_random(g, NM("ffn_down_exps.bias"), IFL_TYPE_F32, 2, E, X, 0.0f, BIAS_STD))
+        return -1;
+#undef NM
+    return 0;
+}
 
 static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
 {
@@ -940,6 +1047,11 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
     for (int64_t l = 0; l < o->n_layer; l++) {
         enum ifl_type more = use_more_bits(l, o->n_layer) ? m->more : m->main;
 #define NM(suffix) (snprintf(nm, sizeof nm, "blk.%lld." suffix, (long long)l), nm)
+        if (o->arch == ARCH_GPT_OSS) {
+            if (write_oss_layer(g, o, l, more))
+                return -1;
+            continue;
+        }
         if (o->arch == ARCH_PHI3) { /* fused: q, k, v rows; gate, up rows */
             if (add_vector(g, NM("attn_norm.weight"), E, 1.0f, NORM_STD) ||
                 add_matrix(g, NM("attn_qkv.weight"), mix_type(o, C_V, l, E, m->main), E,
@@ -978,13 +1090,15 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
         if (X &&
             (add_random(g, NM("ffn_gate_inp.weight"), IFL_TYPE_F32, 2, E, X, 0.0f, ROUTER_STD) ||
              add_random3(g, NM("ffn_gate_exps.weight"),
-                         fit_type("ffn_gate_exps", mix_type(o, C_GATE, l, E, m->main), E), 3, E,
-                         o->n_ff, X, 0.0f, W_STD) ||
+                         fit_type("ffn_gate_exps", exps_type(m, mix_type(o, C_GATE, l, E, m->main)),
+                                  E),
+                         3, E, o->n_ff, X, 0.0f, W_STD) ||
              add_random3(g, NM("ffn_up_exps.weight"),
-                         fit_type("ffn_up_exps", mix_type(o, C_UP, l, E, m->main), E), 3, E,
-                         o->n_ff, X, 0.0f, W_STD) ||
+                         fit_type("ffn_up_exps", exps_type(m, mix_type(o, C_UP, l, E, m->main)), E),
+                         3, E, o->n_ff, X, 0.0f, W_STD) ||
              add_random3(g, NM("ffn_down_exps.weight"),
-                         fit_type("ffn_down_exps", mix_type(o, C_DOWN, l, o->n_ff, more), o->n_ff),
+                         fit_type("ffn_down_exps",
+                                  exps_type(m, mix_type(o, C_DOWN, l, o->n_ff, more)), o->n_ff),
                          3, o->n_ff, E, X, 0.0f, W_STD)))
             return -1;
         if (!X &&

@@ -114,6 +114,11 @@ int cmd_info(int argc, char **argv)
     printf("rope:          %s, %d dims, base %g%s%s\n", hp->rope_neox ? "neox" : "normal",
            hp->n_rot, hp->rope_base, m->rope_freqs ? ", rope_freqs factors" : "",
            hp->rope_pos_scale != 1.0f ? ", linear scaling" : "");
+    if (hp->yarn_factor > 0)
+        printf("yarn:          factor %g, original context %d, beta fast %g, slow %g\n",
+               hp->yarn_factor, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow);
+    if (m->layers && m->layers[0].attn_sinks)
+        printf("sinks:         a learned logit per query head in each softmax\n");
     if (m->rope_long)
         printf("longrope:      short/long factors, original context %d, attn_factor %g\n",
                hp->n_ctx_orig, hp->rope_attn_factor);

@@ -8,6 +8,7 @@
 #define IFL_KERNELS_BLOCKS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define IFL_QK 32    /* elements per Q8_0 / Q4_0 block */
 #define IFL_QK_K 256 /* elements per K-quant super-block */
@@ -127,7 +128,18 @@ struct ifl_block_q3_k {
     uint16_t d;
 };
 
+/* MXFP4 (OCP microscaling FP4): 32 elements, nibbles packed as Q4_0's,
+ * each an E2M1 code (sign, two exponent bits, one mantissa bit: 0, 0.5, 1,
+ * 1.5, 2, 3, 4, 6 and their negatives), and one E8M0 scale byte e, 2^(e -
+ * 127). ggml keeps the codes doubled as integers (ifl_mxfp4_levels) and
+ * halves the scale: x = ifl_e8m0_half(e) * level. */
+struct ifl_block_mxfp4 {
+    uint8_t e;
+    uint8_t qs[IFL_QK / 2];
+};
+
 _Static_assert(sizeof(struct ifl_block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(struct ifl_block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(struct ifl_block_q5_1) == 24, "q5_1 layout");
 _Static_assert(sizeof(struct ifl_block_iq4_nl) == 18, "iq4_nl layout");
 _Static_assert(sizeof(struct ifl_block_iq4_xs) == 136, "iq4_xs layout");
@@ -137,6 +149,21 @@ _Static_assert(sizeof(struct ifl_block_q3_k) == 110, "q3_K layout");
 /* IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl): denser near 0. */
 static const int8_t ifl_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+/* MXFP4's E2M1 codes times two (ggml's kvalues_mxfp4): code 8 is -0. */
+static const int8_t ifl_mxfp4_levels[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Half of the E8M0 scale e, 2^(e - 128), exactly, as ggml's
+ * GGML_E8M0_TO_FP32_HALF: subnormal for e < 2; e = 255 gives 2^127 (no
+ * NaN). */
+static inline float ifl_e8m0_half(uint8_t e)
+{
+    uint32_t b = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
 
 /* Q3_K's 6-bit scale of sub-block j (0..15): the low four bits are the
  * low (j < 8) or high (j >= 8) nibble of scales[j % 8], the high two are

@@ -36,8 +36,8 @@ typedef void (*ifl_quant_fn)(const float *x, void *y, int64_t n);
 typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
 
 /* Weights repacked in groups of 16 rows (the "x16" layout), for the
- * block types Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K,
- * Q5_K and Q6_K, and for F16 and BF16.
+ * block types Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K,
+ * Q4_K, Q5_K and Q6_K, and for F16 and BF16.
  *
  * A group of 16 rows of n elements takes the bytes of those 16 rows, so a
  * repacked matrix keeps its size and group g starts at byte 16 * g * row
@@ -45,6 +45,7 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
  * b of rows 0..15, field by field, in this order:
  *   Q8_0  d, qs (+ 128: each byte's sign bit flipped)
  *   Q4_0  d, qs (IQ4_NL likewise)
+ *   MXFP4 e, qs
  *   Q5_0  d, qh, qs
  *   Q5_1  d, m, qh, qs
  *   Q4_K  d, dmin, scales, qs
@@ -59,7 +60,8 @@ typedef void (*ifl_dequant_fn)(const void *x, float *y, int64_t n);
  *         2p, 2p + 1 of row i at 4i, so vdpbf16ps meets 16 rows' pairs
  *         with one activation pair broadcast (an odd n's last element is a
  *         2-byte field after them)
- * A 2-byte field (d, dmin) is stored as its 16 values, row i at 2i. A
+ * A 2-byte field (d, dmin) is stored as its 16 values, row i at 2i, a
+ * 1-byte one (MXFP4's e) likewise, row i at i. A
  * field of 4k bytes is stored as k runs of 64 bytes: run t holds bytes
  * 4t .. 4t + 3 of the field of row i at 4i. So one 64-byte run of quants
  * holds four consecutive bytes of each of the 16 rows: a dot-product

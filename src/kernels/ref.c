@@ -9,7 +9,7 @@
  * sum of q_w * q_x, scaled by the two block scales. Each output is one
  * float sum over blocks in block order, so results never depend on the
  * shape of the call. The weight quantisers (Q4_0, Q5_0, Q5_1, IQ4_NL,
- * IQ4_XS and the K-quants) are our own fits; they emit valid ggml blocks but
+ * IQ4_XS, MXFP4 and the K-quants) are our own fits; they emit valid ggml blocks but
  * not ggml's bytes. Q5_1's dot takes Q8_0 activations with the exact sum of
  * their quants where ggml's Q8_1 keeps that sum times d rounded to f16.
  * Attention, activations, sampler passes and LoRA are in ref_ops.c.
@@ -311,6 +311,80 @@ static void dequant_iq4_nl(const void *vx, float *y, int64_t n)
         for (int j = 0; j < IFL_QK / 2; j++) {
             y[j] = d * (float)ifl_iq4nl_levels[x[b].qs[j] & 15];
             y[j + 16] = d * (float)ifl_iq4nl_levels[x[b].qs[j] >> 4];
+        }
+    }
+}
+
+/* ---- MXFP4 ---------------------------------------------------------- */
+
+/* The E2M1 code nearest v, a value in units of the half scale (the lower
+ * index on a tie, so +0 before -0). */
+static int mxfp4_nearest(float v)
+{
+    int best = 0;
+    float be = fabsf(v - (float)ifl_mxfp4_levels[0]);
+    for (int i = 1; i < 16; i++) {
+        float e = fabsf(v - (float)ifl_mxfp4_levels[i]);
+        if (e < be) {
+            be = e;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* The scale is a power of two: the block's largest magnitude a lands in
+ * [8, 16) half-scale units (ggml's choice, which clips a above 12 units,
+ * the largest code) or in [4, 8) (which never clips but has coarser
+ * steps). Both are tried and the one with the smaller squared error
+ * kept, the smaller scale on a tie. An all-zero block gets e = 0 and
+ * code 0. */
+static void quant_mxfp4(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_mxfp4 *y = vy;
+    for (int64_t b = 0; b < n / IFL_QK; b++, x += IFL_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < IFL_QK; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        y[b].e = 0;
+        memset(y[b].qs, 0, sizeof(y[b].qs));
+        if (!(amax > 0.0f))
+            continue;
+        int k;
+        frexpf(amax, &k); /* amax in [2^(k-1), 2^k) */
+        /* half scale 2^(e - 128) with amax / it in [8, 16): e = k + 124 */
+        double best_err = INFINITY;
+        for (int c = 0; c < 2; c++) {
+            int e = k + 124 + c;
+            if (e < 0 || e > 255)
+                continue;
+            float d = ifl_e8m0_half((uint8_t)e), id = 1.0f / d;
+            uint8_t qs[16];
+            double err = 0;
+            for (int j = 0; j < 16; j++) {
+                int lo = mxfp4_nearest(x[j] * id), hi = mxfp4_nearest(x[j + 16] * id);
+                double e0 = (double)x[j] - (double)d * ifl_mxfp4_levels[lo];
+                double e1 = (double)x[j + 16] - (double)d * ifl_mxfp4_levels[hi];
+                err += e0 * e0 + e1 * e1;
+                qs[j] = (uint8_t)(lo | hi << 4);
+            }
+            if (err < best_err) {
+                best_err = err;
+                y[b].e = (uint8_t)e;
+                memcpy(y[b].qs, qs, 16);
+            }
+        }
+    }
+}
+
+static void dequant_mxfp4(const void *vx, float *y, int64_t n)
+{
+    const struct ifl_block_mxfp4 *x = vx;
+    for (int64_t b = 0; b < n / IFL_QK; b++, y += IFL_QK) {
+        float d = ifl_e8m0_half(x[b].e);
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            y[j] = d * (float)ifl_mxfp4_levels[x[b].qs[j] & 15];
+            y[j + 16] = d * (float)ifl_mxfp4_levels[x[b].qs[j] >> 4];
         }
     }
 }
@@ -814,6 +888,7 @@ union wblk {
     struct ifl_block_q5_0 q5_0;
     struct ifl_block_q5_1 q5_1;
     struct ifl_block_iq4_nl iq4_nl;
+    struct ifl_block_mxfp4 mxfp4;
     struct ifl_block_iq4_xs iq4_xs;
     struct ifl_block_q2_k q2_k;
     struct ifl_block_q3_k q3_k;
@@ -910,6 +985,24 @@ static float dot_iq4_nl(int64_t n, const struct wrow *w, const struct ifl_block_
             isum += ifl_iq4nl_levels[wb->qs[j] >> 4] * x[b].qs[j + 16];
         }
         s += ifl_f16_to_f32(wb->d) * ifl_f16_to_f32(x[b].d) * (float)isum;
+    }
+    return s;
+}
+
+/* MXFP4: as IQ4_NL with the doubled E2M1 codes and the half E8M0 scale
+ * (ggml's ggml_vec_dot_mxfp4_q8_0). */
+static float dot_mxfp4(int64_t n, const struct wrow *w, const struct ifl_block_q8_0 *x)
+{
+    float s = 0.0f;
+    union wblk tmp;
+    for (int64_t b = 0; b < n / IFL_QK; b++) {
+        const struct ifl_block_mxfp4 *wb = wblock(w, b, &tmp);
+        int32_t isum = 0;
+        for (int j = 0; j < IFL_QK / 2; j++) {
+            isum += ifl_mxfp4_levels[wb->qs[j] & 15] * x[b].qs[j];
+            isum += ifl_mxfp4_levels[wb->qs[j] >> 4] * x[b].qs[j + 16];
+        }
+        s += ifl_e8m0_half(wb->e) * ifl_f16_to_f32(x[b].d) * (float)isum;
     }
     return s;
 }
@@ -1168,6 +1261,7 @@ REF_QGEMM(gemm_q4_0, gemm_q4_0_x16, IFL_TYPE_Q4_0, dot_q4_0, struct ifl_block_q8
 REF_QGEMM(gemm_q5_0, gemm_q5_0_x16, IFL_TYPE_Q5_0, dot_q5_0, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q5_1, gemm_q5_1_x16, IFL_TYPE_Q5_1, dot_q5_1, struct ifl_block_q8_0)
 REF_QGEMM(gemm_iq4_nl, gemm_iq4_nl_x16, IFL_TYPE_IQ4_NL, dot_iq4_nl, struct ifl_block_q8_0)
+REF_QGEMM(gemm_mxfp4, gemm_mxfp4_x16, IFL_TYPE_MXFP4, dot_mxfp4, struct ifl_block_q8_0)
 REF_QGEMM(gemm_q4_k, gemm_q4_k_x16, IFL_TYPE_Q4_K, dot_q4_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q5_k, gemm_q5_k_x16, IFL_TYPE_Q5_K, dot_q5_k, struct ifl_block_q8_k)
 REF_QGEMM(gemm_q6_k, gemm_q6_k_x16, IFL_TYPE_Q6_K, dot_q6_k, struct ifl_block_q8_k)
@@ -1180,8 +1274,8 @@ REF_QGEMM(gemm_q3_k, gemm_q3_k_x16, IFL_TYPE_Q3_K, dot_q3_k, struct ifl_block_q8
 #define X16 16
 
 /* The fields of a block in the order a block group stores them: each is
- * 2 bytes (stored as 16 values) or a multiple of 4 (stored as runs of 64
- * bytes, four bytes of each row). Q8_0's quants get + 128 (xor 0x80). */
+ * 1 or 2 bytes (stored as 16 values) or a multiple of 4 (stored as runs of
+ * 64 bytes, four bytes of each row). Q8_0's quants get + 128 (xor 0x80). */
 struct x16_field {
     uint8_t off, size;
 };
@@ -1197,7 +1291,7 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
                                   iq4_xs[] = {{0, 2}, {2, 2}, {4, 4}, {8, 128}},
                                   q2_k[] = {{80, 2}, {82, 2}, {0, 16}, {16, 64}},
                                   q3_k[] = {{108, 2}, {96, 12}, {32, 64}, {0, 32}},
-                                  f16[] = {{0, 2}};
+                                  mxfp4[] = {{0, 1}, {1, 16}}, f16[] = {{0, 2}};
     switch (t) {
     case IFL_TYPE_F16:
         *f = f16;
@@ -1208,6 +1302,9 @@ static int x16_fields(enum ifl_type t, const struct x16_field **f)
     case IFL_TYPE_Q4_0:
     case IFL_TYPE_IQ4_NL:
         *f = q4_0;
+        return 2;
+    case IFL_TYPE_MXFP4:
+        *f = mxfp4;
         return 2;
     case IFL_TYPE_Q5_0:
         *f = q5_0;
@@ -1268,12 +1365,13 @@ static void x16_move(enum ifl_type t, uint8_t *grp, uint8_t *blk, size_t stride,
     for (int k = 0; k < nf; k++) {
         const uint32_t flip = t == IFL_TYPE_Q8_0 && k == 1 ? 0x80808080u : 0;
         uint8_t *b0 = blk + f[k].off;
-        if (f[k].size == 2) {
+        if (f[k].size <= 2) {
+            const size_t sz = f[k].size;
             for (int i = i0; i < i1; i++) {
-                uint8_t *b = b0 + (size_t)(i - i0) * stride, *g = o + 2 * i;
-                uint16_t v;
-                memcpy(&v, to_group ? b : g, 2);
-                memcpy(to_group ? g : b, &v, 2);
+                uint8_t *b = b0 + (size_t)(i - i0) * stride, *g = o + sz * (size_t)i;
+                uint8_t v[2];
+                memcpy(v, to_group ? b : g, sz);
+                memcpy(to_group ? g : b, v, sz);
             }
         } else {
             for (int r = 0; r < f[k].size / 4; r++)
@@ -1343,6 +1441,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[IFL_TYPE_Q5_1] = gemm_q5_1;
     k->gemm[IFL_TYPE_IQ4_NL] = gemm_iq4_nl;
+    k->gemm[IFL_TYPE_MXFP4] = gemm_mxfp4;
     k->gemm[IFL_TYPE_Q4_K] = gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = gemm_q6_k;
@@ -1356,6 +1455,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_Q5_0] = gemm_q5_0_x16;
     k->gemm_x16[IFL_TYPE_Q5_1] = gemm_q5_1_x16;
     k->gemm_x16[IFL_TYPE_IQ4_NL] = gemm_iq4_nl_x16;
+    k->gemm_x16[IFL_TYPE_MXFP4] = gemm_mxfp4_x16;
     k->gemm_x16[IFL_TYPE_Q4_K] = gemm_q4_k_x16;
     k->gemm_x16[IFL_TYPE_Q5_K] = gemm_q5_k_x16;
     k->gemm_x16[IFL_TYPE_Q6_K] = gemm_q6_k_x16;
@@ -1371,6 +1471,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->quant[IFL_TYPE_Q5_0] = quant_q5_0;
     k->quant[IFL_TYPE_Q5_1] = quant_q5_1;
     k->quant[IFL_TYPE_IQ4_NL] = quant_iq4_nl;
+    k->quant[IFL_TYPE_MXFP4] = quant_mxfp4;
     k->quant[IFL_TYPE_Q8_K] = quant_q8_k;
     k->quant[IFL_TYPE_Q4_K] = quant_q4_k;
     k->quant[IFL_TYPE_Q5_K] = quant_q5_k;
@@ -1387,6 +1488,7 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k)
     k->dequant[IFL_TYPE_Q5_0] = dequant_q5_0;
     k->dequant[IFL_TYPE_Q5_1] = dequant_q5_1;
     k->dequant[IFL_TYPE_IQ4_NL] = dequant_iq4_nl;
+    k->dequant[IFL_TYPE_MXFP4] = dequant_mxfp4;
     k->dequant[IFL_TYPE_Q8_K] = dequant_q8_k;
     k->dequant[IFL_TYPE_Q4_K] = dequant_q4_k;
     k->dequant[IFL_TYPE_Q5_K] = dequant_q5_k;

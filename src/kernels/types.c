@@ -41,7 +41,7 @@ static const struct ifl_type_info infos[IFL_TYPE_COUNT] = {
     [IFL_TYPE_BF16] = {"bf16", 1, 2, 1, IFL_TYPE_F32},
     [IFL_TYPE_TQ1_0] = {"tq1_0", QK_K, 2 + 4 * 13, 0, IFL_TYPE_F32},
     [IFL_TYPE_TQ2_0] = {"tq2_0", QK_K, 2 + 64, 0, IFL_TYPE_F32},
-    [IFL_TYPE_MXFP4] = {"mxfp4", 32, 1 + 16, 0, IFL_TYPE_F32},
+    [IFL_TYPE_MXFP4] = {"mxfp4", 32, 1 + 16, 1, IFL_TYPE_Q8_0},
 };
 
 const struct ifl_type_info *ifl_type_info(uint32_t t)

@@ -10,6 +10,8 @@
  *   Q5_1 (32):  f16 d, m; u8 qh[4]; u8 qs[16]   likewise; x = d * q + m
  *   IQ4_NL (32): f16 d; u8 qs[16]   Q4_0's nibbles, each an index into 16 fixed
  *               non-uniform levels L; x = d * L[q]
+ *   MXFP4 (32): u8 e; u8 qs[16]   Q4_0's nibbles, each an E2M1 code; x = 2^(e - 128) * L[q],
+ *               L the codes doubled (0, 1, 2, 3, 4, 6, 8, 12, then negated)
  *   Q8_K (256): f32 d; int8 qs[256]; int16 bsums[16]   (activations only; bsums = sums of 16)
  *   Q4_K (256): f16 d, dmin; u8 scales[12] (8 x 6-bit scale + 6-bit min); u8 qs[128]
  *   Q5_K (256): f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]

@@ -1,6 +1,6 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table
+ * Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table
  * (F, BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
  * over weights in rows are in x86_avx512_gemm.c.
  */
@@ -145,15 +145,38 @@ AI __m512i spread(__m512i a, int k)
  * its quants unsigned and no offset: its group has m's 16 values after d,
  * then qh and qs as Q5_0's, and per block, lane i: acc += isum * (d_i d_x)
  * + xsum * (m_i d_x), xsum the activation block's sum of quants (x16_sums
- * with offset -1), as ref's dot_q5_1 sums it. */
-enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL, X16_Q5_1 = 10 };
+ * with offset -1), as ref's dot_q5_1 sums it.
+ * MXFP4 (kind 11) takes IQ4_NL's path with its own codes + 128 and its 16
+ * scale bytes (one each row, not two) made floats: 2^(e - 128) as
+ * ifl_e8m0_half, whose exponent field is e - 1 (subnormal for e < 2). */
+enum { X16_Q8_0, X16_Q4_0, X16_Q5_0, X16_IQ4_NL, X16_Q5_1 = 10, X16_MXFP4 = 11 };
 
 AI size_t x16_block_bytes(int kind)
 {
-    return kind == X16_Q8_0   ? sizeof(struct ifl_block_q8_0)
-           : kind == X16_Q5_0 ? sizeof(struct ifl_block_q5_0)
-           : kind == X16_Q5_1 ? sizeof(struct ifl_block_q5_1)
-                              : sizeof(struct ifl_block_q4_0);
+    return kind == X16_Q8_0    ? sizeof(struct ifl_block_q8_0)
+           : kind == X16_Q5_0  ? sizeof(struct ifl_block_q5_0)
+           : kind == X16_Q5_1  ? sizeof(struct ifl_block_q5_1)
+           : kind == X16_MXFP4 ? sizeof(struct ifl_block_mxfp4)
+                               : sizeof(struct ifl_block_q4_0);
+}
+
+/* MXFP4's codes + 128, as unsigned bytes, in every 128-bit lane. */
+AI __m512i mxfp4_u8_table(void)
+{
+    uint8_t t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = (uint8_t)(ifl_mxfp4_levels[i] + 128);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* The 16 rows' half scales from their E8M0 bytes at g. */
+AI __m512 e8m0_half16(const char *g)
+{
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
+    const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, norm, sub));
 }
 
 /* The level + 128 of each nibble, as unsigned bytes, in every 128-bit lane. */
@@ -187,14 +210,16 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
     const int q4 = kind != X16_Q8_0; /* nibbles */
     const size_t gbs = X16 * x16_block_bytes(kind);
     const int q5 = kind == X16_Q5_0 || kind == X16_Q5_1;
-    const size_t qh_off = (kind == X16_Q5_1 ? 4 : 2) * X16, qs_off = qh_off + (q5 ? 64 : 0);
+    const size_t qh_off = (kind == X16_Q5_1 ? 4 : 2) * X16;
+    const size_t qs_off = kind == X16_MXFP4 ? X16 : qh_off + (q5 ? 64 : 0);
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[XMR];
     UNROLL FOR_R acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)r * ldy);
     for (int64_t b = 0; b < nbs; b++, g += gbs) {
         for (size_t l = 0; pf && l < gbs; l += 64)
             PF_X16(g + X16_PF_OF(q4, R) * gbs + l, R);
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512 d = kind == X16_MXFP4 ? e8m0_half16(g)
+                                     : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         __m512i wq[8];
         if (q4) {
             UNROLL for (int k = 0; k < 4; k++)
@@ -206,8 +231,8 @@ AI void x16_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const i
             if (q5) {
                 const __m512i qh = _mm512_loadu_si512((const void *)(g + qh_off));
                 UNROLL for (int k = 0; k < 8; k++) wq[k] = q5_high(wq[k], qh, k);
-            } else if (kind == X16_IQ4_NL) {
-                const __m512i lv = iq4nl_u8_table();
+            } else if (kind == X16_IQ4_NL || kind == X16_MXFP4) {
+                const __m512i lv = kind == X16_MXFP4 ? mxfp4_u8_table() : iq4nl_u8_table();
                 UNROLL for (int k = 0; k < 8; k++) wq[k] = _mm512_shuffle_epi8(lv, wq[k]);
             }
         } else {
@@ -769,7 +794,7 @@ static void z_gemm_f16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, 
 /* ---- the x16 driver -------------------------------------------------- */
 
 /* kind: 0 Q8_0, 1 Q4_0, 2 Q5_0, 3 IQ4_NL, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS, 8 Q2_K,
- * 9 Q3_K, 10 Q5_1 */
+ * 9 Q3_K, 10 Q5_1, 11 MXFP4 */
 #define X16_CASE(R)                                                                                \
     case R:                                                                                        \
         if (kind == 6)                                                                             \
@@ -813,7 +838,7 @@ AI int x16_off(int kind)
 AI void x16_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                  size_t ws, float *y, size_t ldy)
 {
-    const int kq = kind >= 4 && kind != X16_Q5_1;
+    const int kq = kind >= 4 && kind != X16_Q5_1 && kind != X16_MXFP4;
     const size_t xbs = kq ? X8KBS : XBS; /* bytes of an activation block */
     const int64_t nb = n / (kq ? IFL_QK_K : IFL_QK), ng = nc / X16, seg = kq ? nb : SEG;
     const size_t gb = X16 * ws;         /* bytes of a group */
@@ -870,6 +895,7 @@ X16_GEMM(z_gemm_q4_0_x16, 1)
 X16_GEMM(z_gemm_q5_0_x16, 2)
 X16_GEMM(z_gemm_iq4_nl_x16, 3)
 X16_GEMM(z_gemm_q5_1_x16, X16_Q5_1)
+X16_GEMM(z_gemm_mxfp4_x16, X16_MXFP4)
 X16_GEMM(z_gemm_iq4_xs_x16, 7)
 X16_GEMM(z_gemm_q2_k_x16, 8)
 X16_GEMM(z_gemm_q3_k_x16, 9)
@@ -891,6 +917,8 @@ void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k)
     k->gemm_x16[IFL_TYPE_IQ4_NL] = z_gemm_iq4_nl_x16;
     k->x16_pays[IFL_TYPE_Q5_0] = 1;
     k->x16_pays[IFL_TYPE_IQ4_NL] = 1;
+    k->gemm_x16[IFL_TYPE_MXFP4] = z_gemm_mxfp4_x16;
+    k->x16_pays[IFL_TYPE_MXFP4] = 1;
     k->gemm_x16[IFL_TYPE_IQ4_XS] = z_gemm_iq4_xs_x16;
     k->x16_pays[IFL_TYPE_IQ4_XS] = 1;
     k->gemm_x16[IFL_TYPE_Q2_K] = z_gemm_q2_k_x16;

@@ -132,6 +132,7 @@ static void x86_fill(struct ifl_kernels *k)
     k->gemm[IFL_TYPE_Q5_0] = x86_gemm_q5_0;
     k->gemm[IFL_TYPE_Q5_1] = x86_gemm_q5_1;
     k->gemm[IFL_TYPE_IQ4_NL] = x86_gemm_iq4_nl;
+    k->gemm[IFL_TYPE_MXFP4] = x86_gemm_mxfp4;
     k->gemm[IFL_TYPE_Q4_K] = x86_gemm_q4_k;
     k->gemm[IFL_TYPE_Q5_K] = x86_gemm_q5_k;
     k->gemm[IFL_TYPE_Q6_K] = x86_gemm_q6_k;

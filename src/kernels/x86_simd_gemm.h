@@ -197,7 +197,7 @@ AI void tile_q4_0(TILE_PARAMS)
 DEFINE_GEMM(x86_gemm_q8_0, tile_q8_0)
 DEFINE_GEMM(x86_gemm_q4_0, tile_q4_0)
 
-/* ---- Q5_0, Q5_1 and IQ4_NL weights, Q8_0 activations ---------------- */
+/* ---- Q5_0, Q5_1, IQ4_NL and MXFP4 weights, Q8_0 activations --------- */
 
 /* 32 bytes, byte j all ones where bit j of the little-endian word at p is
  * set, else zero: the word broadcast, byte j / 8 moved to byte j, then
@@ -229,23 +229,33 @@ AI __m256i iq4nl_table(void)
     return _mm256_set_m128i(t, t);
 }
 
-/* gemm_q5_0 / gemm_iq4_nl of ref.c: the signed weights of a block (q - 16,
- * or the level of each nibble) meet the activations as in tile_q80.
+/* MXFP4's doubled E2M1 codes, likewise. */
+AI __m256i mxfp4_table(void)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)ifl_mxfp4_levels);
+    return _mm256_set_m128i(t, t);
+}
+
+/* gemm_q5_0 / gemm_iq4_nl / gemm_mxfp4 of ref.c: the signed weights of a
+ * block (q - 16, or the level of each nibble) meet the activations as in
+ * tile_q80; MXFP4's scale is the byte e made a power of two.
  * gemm_q5_1: q in 0..31 is unsigned already; the min term m * d_x * (sum
  * of the activation quants) is one more multiply-add into the lanes, the
  * activation sums taken per block by a dot with ones (exact). */
-enum { K5_Q5_0, K5_Q5_1, K5_IQ4_NL };
+enum { K5_Q5_0, K5_Q5_1, K5_IQ4_NL, K5_MXFP4 };
 
 AI void tile_q5(int kind, int64_t n, int R, int C, const char *x, size_t xs, const char *w,
                 size_t ws, float *y, size_t ldy)
 {
-    const size_t wbs = kind == K5_Q5_0   ? sizeof(struct ifl_block_q5_0)
-                       : kind == K5_Q5_1 ? sizeof(struct ifl_block_q5_1)
-                                         : sizeof(struct ifl_block_iq4_nl);
-    const size_t qs_off = kind == K5_Q5_0   ? offsetof(struct ifl_block_q5_0, qs)
-                          : kind == K5_Q5_1 ? offsetof(struct ifl_block_q5_1, qs)
-                                            : offsetof(struct ifl_block_iq4_nl, qs);
-    const __m256i lv = iq4nl_table(), ones = _mm256_set1_epi8(1);
+    const size_t wbs = kind == K5_Q5_0    ? sizeof(struct ifl_block_q5_0)
+                       : kind == K5_Q5_1  ? sizeof(struct ifl_block_q5_1)
+                       : kind == K5_MXFP4 ? sizeof(struct ifl_block_mxfp4)
+                                          : sizeof(struct ifl_block_iq4_nl);
+    const size_t qs_off = kind == K5_Q5_0    ? offsetof(struct ifl_block_q5_0, qs)
+                          : kind == K5_Q5_1  ? offsetof(struct ifl_block_q5_1, qs)
+                          : kind == K5_MXFP4 ? offsetof(struct ifl_block_mxfp4, qs)
+                                             : offsetof(struct ifl_block_iq4_nl, qs);
+    const __m256i lv = kind == K5_MXFP4 ? mxfp4_table() : iq4nl_table(), ones = _mm256_set1_epi8(1);
     __m256 acc[TR][TCMAX];
     UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / IFL_QK; b++) {
@@ -256,10 +266,10 @@ AI void tile_q5(int kind, int64_t n, int R, int C, const char *x, size_t xs, con
             const char *blk = w + (size_t)c * ws + (size_t)b * wbs;
             if (!(b & 1)) /* two blocks are 36 to 48 bytes */
                 pf_lines(blk, 1);
-            wd[c] = ld_f16(blk);
+            wd[c] = kind == K5_MXFP4 ? ifl_e8m0_half((uint8_t)blk[0]) : ld_f16(blk);
             wm[c] = kind == K5_Q5_1 ? ld_f16(blk + 2) : 0.0f;
             __m256i q = nibbles_32(blk + qs_off);
-            if (kind == K5_IQ4_NL) {
+            if (kind == K5_IQ4_NL || kind == K5_MXFP4) {
                 wq[c] = _mm256_shuffle_epi8(lv, q);
             } else {
                 __m256i hb =
@@ -306,6 +316,11 @@ AI void tile_iq4_nl(TILE_PARAMS)
 }
 DEFINE_GEMM(x86_gemm_q5_1, tile_q5_1)
 DEFINE_GEMM(x86_gemm_iq4_nl, tile_iq4_nl)
+AI void tile_mxfp4(TILE_PARAMS)
+{
+    tile_q5(K5_MXFP4, n, R, C, x, xs, w, ws, y, ldy);
+}
+DEFINE_GEMM(x86_gemm_mxfp4, tile_mxfp4)
 
 /* ---- K-quant weights, Q8_K activations ------------------------------ */
 

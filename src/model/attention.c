@@ -72,6 +72,19 @@ static float row_max(const float *s, int n)
     return a > b ? a : b;
 }
 
+/* A softmax's numerators over s[0 .. n) (largest mx) and their sum, for
+ * query head h of a layer whose heads have sinks (gpt-oss; NULL
+ * elsewhere): the sink z takes part in the maximum and adds e^(z - max)
+ * to the sum, a column with no value, as llama.cpp's soft_max with sinks. */
+static double soft_sum(const struct ifl_fwd *f, float *s, int n, float mx, const float *sinks,
+                       int h)
+{
+    if (!sinks)
+        return f->kn->softmax_exp(n, s, mx);
+    const float z = sinks[h], m = z > mx ? z : mx;
+    return f->kn->softmax_exp(n, s, m) + (double)expf(z - m);
+}
+
 /* Takes one run of layer il's attention from thread t's share: its first
  * untaken one (thief 0) or its last (thief 1); -1 when none is left. The
  * shares are contiguous, so each thread reads the cache of its own
@@ -210,7 +223,8 @@ static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1
             float *s = sc + (size_t)g * lds + w0;
             if (hp->attn_softcap > 0)
                 ifl_fwd_softcap(s, n_pos - w0, hp->attn_softcap);
-            sum[g] = f->kn->softmax_exp(n_pos - w0, s, row_max(s, n_pos - w0));
+            sum[g] = soft_sum(f, s, n_pos - w0, row_max(s, n_pos - w0), f->m->layers[il].attn_sinks,
+                              hk * group + g);
         }
         memset(o, 0, sizeof(float) * (size_t)group * (size_t)hdv);
         for (int32_t t0 = w0; t0 < n_pos;) {
@@ -363,7 +377,9 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
                 int32_t p = b->pos[r + g % per_kv / group], w0 = ifl_fwd_win0(hp, il, p);
                 if (hp->attn_softcap > 0)
                     ifl_fwd_softcap(s + w0, p + 1 - w0, hp->attn_softcap);
-                sum[g] = f->kn->softmax_exp(p + 1 - w0, s + w0, row_max(s + w0, p + 1 - w0));
+                sum[g] = soft_sum(f, s + w0, p + 1 - w0, row_max(s + w0, p + 1 - w0),
+                                  f->m->layers[il].attn_sinks,
+                                  (h0 + g / per_kv) * group + g % per_kv % group);
                 if (w0 > tb)
                     memset(s + tb, 0, sizeof(float) * (size_t)(w0 - tb));
             }
@@ -483,7 +499,7 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
             if (s > mx)
                 mx = s;
         }
-        double sum = f->kn->softmax_exp(n_pos - w0, sc + w0, mx);
+        double sum = soft_sum(f, sc + w0, n_pos - w0, mx, f->m->layers[il].attn_sinks, h);
         float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
         memset(o, 0, sizeof(float) * (size_t)hdv);
         for (int32_t t = w0; t < n_pos; t++) {

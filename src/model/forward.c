@@ -16,7 +16,7 @@
  *             [qwen3: rmsnorm each head of q and k];  rope(q), rope(k)
  *             store k, v at each row's (sequence, position)
  *             att = softmax(q K^T / sqrt(head_dim)) V over positions 0..pos
- *             x += att Wo
+ *             x += att Wo (+bo)
  *             xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
  * Then, for rows that want logits: logits = rmsnorm(x) * out_norm Wout
  * (and, when the batch asks, that normed row is copied out as the hidden state).
@@ -754,6 +754,8 @@ static void step(void *arg, int ith, int nth)
         if (f->shard && !wo_whole) /* the heads' partial products summed */
             ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
         for (long r = lo; r < hi; r++) {
+            if (w->bo) /* after the shards' sum: added once */
+                add_residual(f->tmp + r * n_embd, w->bo, n_embd);
             if (w->attn_post_norm)
                 rmsnorm(f->tmp + r * n_embd, f->tmp + r * n_embd, w->attn_post_norm, n_embd,
                         hp->rms_eps);

@@ -12,6 +12,12 @@
  *   out    = sum_i w_i * Wd_e (silu(Wg_e xn) * (Wu_e xn)),  e = sel_i, in
  *            order of i (llama.cpp adds the weighted experts in that order)
  *
+ * gpt-oss (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT there): the router
+ * and every expert matrix have a bias (added where each product is made);
+ * its weights are the softmax of the k chosen logits, which is the
+ * renormalised top-k above; and the activation is the clamped SwiGLU
+ * (swiglu_oai below) in place of silu(g) * u.
+ *
  * A batch's rows are grouped by expert: every (row, choice) pair becomes
  * a gathered row, those of expert e consecutive (rows in batch order), so
  * the matmuls run once per expert over all its rows and read its weights
@@ -210,6 +216,33 @@ static void route(const float *l, int n, int k, int32_t *sel, float *w)
     }
 }
 
+/* llama.cpp's swiglu_oai with its fixed alpha 1.702 and limit 7 (gpt-oss):
+ * g = min(g, 7), u = clamp(u, -7, 7), out = g / (1 + e^(-1.702 g)) (u + 1),
+ * in float with expf, as ggml computes it. */
+static void swiglu_oai(int64_t n, float *g, const float *u)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < 7.0f ? g[i] : 7.0f;
+        const float y = u[i] < -7.0f ? -7.0f : u[i] > 7.0f ? 7.0f : u[i];
+        g[i] = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+    }
+}
+
+/* The expert whose gathered rows hold row g: the last x with off[x] <= g
+ * (an expert with no rows has off[x] == off[x + 1]). */
+static int expert_of(const struct lists *L, int n_exp, int32_t g)
+{
+    int lo = 0, hi = n_exp; /* off[lo] <= g < off[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (L->off[mid] <= g)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* The slice of the stacked experts matrix w that is expert x's. */
 static const char *expert_rows(const struct ifl_mat *w, int n_exp, int x)
 {
@@ -277,6 +310,10 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
         ifl_gemm_fn gemm = f->kn->gemm[r->type];
         gemm(n_embd, (int)(hi - lo), n_exp, xa, xs, r->data, r->row_bytes, e->logits + lo * n_exp,
              (size_t)n_exp);
+        if (w->gate_inp_b)
+            for (long i = lo; i < hi; i++)
+                for (int x = 0; x < n_exp; x++)
+                    e->logits[i * n_exp + x] += w->gate_inp_b[x];
         for (long i = lo; i < hi; i++)
             route(e->logits + i * n_exp, n_exp, k, e->sel + i * k, e->wsel + i * k);
         if (e->trace)
@@ -338,8 +375,20 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     ifl_pool_barrier(f->pool);
 
     for (long g = glo; g < ghi; g++) {
-        float *gr = e->hg + (size_t)g * n_ff;
-        f->kn->swiglu(n_ff, gr, e->hu + (size_t)g * n_ff);
+        float *gr = e->hg + (size_t)g * n_ff, *ur = e->hu + (size_t)g * n_ff;
+        if (w->gate_exps_b) { /* gpt-oss: biases, then its SwiGLU */
+            const int x = expert_of(L, n_exp, (int32_t)g);
+            const float *bg = w->gate_exps_b + (size_t)x * n_ff,
+                        *bu = w->up_exps_b + (size_t)x * n_ff;
+            for (int i = 0; i < n_ff; i++) {
+                gr[i] += bg[i];
+                ur[i] += bu[i];
+            }
+        }
+        if (f->m->hp.ffn_swiglu_oai)
+            swiglu_oai(n_ff, gr, ur);
+        else
+            f->kn->swiglu(n_ff, gr, ur);
         to_act(f, w->down_exps.type, gr, e->hd + g * e->h_ld, n_ff);
     }
     ifl_pool_barrier(f->pool);
@@ -360,7 +409,21 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     }
     ifl_pool_barrier(f->pool);
 
-    /* this thread's rows: the weighted experts, added in order of choice */
+    /* this thread's rows: the weighted experts (plus their down biases),
+     * added in order of choice */
+    if (w->down_exps_b) {
+        for (long r = lo; r < hi; r++) {
+            float *t = f->tmp + r * n_embd;
+            for (int c = 0; c < k; c++) {
+                const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
+                const float *bd = w->down_exps_b + (size_t)e->sel[r * k + c] * n_embd;
+                const float wc = e->wsel[r * k + c];
+                for (int i = 0; i < n_embd; i++)
+                    t[i] = c ? t[i] + (y[i] + bd[i]) * wc : (y[i] + bd[i]) * wc;
+            }
+        }
+        return;
+    }
     for (long r = lo; r < hi; r++) {
         float *t = f->tmp + r * n_embd;
         const float *y0 = e->yd + (size_t)L->slot[r * k] * n_embd;

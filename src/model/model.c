@@ -87,8 +87,10 @@ static int shape_err(struct loader *L, const struct ifl_gguf_tensor *t, int64_t 
                    (long long)t->ne[0], (long long)t->ne[1], (long long)e0);
 }
 
-/* Binds a 1-D tensor of n floats; converts other types into an owned copy. */
-static int bind_vec(struct loader *L, const char *name, int64_t n, int required, const float **out)
+/* Binds a tensor of n0 x n1 floats (n1 1: a vector); converts other types
+ * into an owned copy. */
+static int bind_vec2(struct loader *L, const char *name, int64_t n0, int64_t n1, int required,
+                     const float **out)
 {
     *out = NULL;
     const struct ifl_gguf_tensor *t = find(L, name);
@@ -97,8 +99,9 @@ static int bind_vec(struct loader *L, const char *name, int64_t n, int required,
             return ifl_err(L->err, IFL_EFORMAT, "model: required tensor '%s' is missing", name);
         return 0;
     }
-    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return shape_err(L, t, n, 0);
+    if (t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return shape_err(L, t, n0, n1 > 1 ? n1 : 0);
+    const int64_t n = n0 * n1;
     if (t->type == IFL_TYPE_F32) {
         *out = t->data;
         return 0;
@@ -121,6 +124,11 @@ static int bind_vec(struct loader *L, const char *name, int64_t n, int required,
     dq(t->data, buf, n);
     *out = buf;
     return 0;
+}
+
+static int bind_vec(struct loader *L, const char *name, int64_t n, int required, const float **out)
+{
+    return bind_vec2(L, name, n, 1, required, out);
 }
 
 /* Binds a matrix of n_out rows of n_in elements, in a type the kernels
@@ -150,7 +158,7 @@ static int bind_mat_n(struct loader *L, const char *name, int64_t n_in, int64_t 
         return ifl_err(L->err, IFL_EUNSUPPORTED,
                        "model: tensor '%s' has weight type %s, which inflight does not support "
                        "(supported: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, iq4_nl, iq4_xs, q2_K, "
-                       "q3_K, q4_K, q5_K, q6_K)",
+                       "q3_K, q4_K, q5_K, q6_K, mxfp4)",
                        name, ti ? ti->name : "unknown");
     const struct ifl_type_info *ai = ifl_type_info(ti->act);
     if (n_in % ti->blck || n_in % ai->blck)
@@ -184,19 +192,18 @@ static int load_expert_hparams(struct loader *L)
 {
     struct ifl_hparams *hp = &L->m->hp;
     int rc;
-    if ((rc = get_hp_int(L, "expert_count", hp->arch == IFL_ARCH_QWEN3MOE, 0, 0, 1024,
-                         &hp->n_expert)))
+    const int moe = hp->arch == IFL_ARCH_QWEN3MOE || hp->arch == IFL_ARCH_GPT_OSS;
+    if ((rc = get_hp_int(L, "expert_count", moe, 0, 0, 1024, &hp->n_expert)))
         return rc;
     if (hp->n_expert == 0) {
-        if (hp->arch == IFL_ARCH_QWEN3MOE)
-            return ifl_err(L->err, IFL_EFORMAT, "model: key 'qwen3moe.expert_count' is 0");
+        if (moe)
+            return ifl_err(L->err, IFL_EFORMAT, "model: key '%s.expert_count' is 0", hp->arch_name);
         return 0;
     }
     if ((rc = get_hp_int(L, "expert_used_count", 1, 0, 1, hp->n_expert, &hp->n_expert_used)))
         return rc;
-    if (hp->arch == IFL_ARCH_QWEN3MOE &&
-        (rc = get_hp_int(L, "expert_feed_forward_length", 0, hp->n_ff / hp->n_expert_used, 1,
-                         1 << 22, &hp->n_ff)))
+    if (moe && (rc = get_hp_int(L, "expert_feed_forward_length", 0, hp->n_ff / hp->n_expert_used, 1,
+                                1 << 22, &hp->n_ff)))
         return rc;
     return 0;
 }
@@ -233,10 +240,12 @@ static int load_hparams(struct loader *L)
         hp->arch = IFL_ARCH_GEMMA3;
     else if (!strcmp(hp->arch_name, "phi3"))
         hp->arch = IFL_ARCH_PHI3;
+    else if (!strcmp(hp->arch_name, "gpt-oss"))
+        hp->arch = IFL_ARCH_GPT_OSS;
     else
         return ifl_err(L->err, IFL_EUNSUPPORTED,
                        "model: architecture '%s' is not supported (supported: llama, mistral, "
-                       "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)",
+                       "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt-oss)",
                        hp->arch_name);
 
     if ((rc = get_hp_int(L, "embedding_length", 1, 0, 1, 1 << 20, &hp->n_embd)) ||
@@ -267,6 +276,7 @@ static int load_hparams(struct loader *L)
         return rc;
     hp->rope_neox = hp->arch != IFL_ARCH_LLAMA;
     hp->rope_pos_scale = 1.0f;
+    ifl_model_arch_defaults(hp);
 
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
@@ -279,10 +289,33 @@ static int load_hparams(struct loader *L)
             if ((rc = get_hp_float(L, "rope.scaling.factor", 1.0, 1e-6, 1e6, &factor)))
                 return rc;
             hp->rope_pos_scale = 1.0f / factor;
+            hp->rope_pos_scale_swa = hp->rope_pos_scale;
+        } else if (len == 4 && !memcmp(s, "yarn", 4)) {
+            float log_mul;
+            if ((rc = get_hp_float(L, "rope.scaling.factor", 1.0, 1.0, 1e6, &hp->yarn_factor)) ||
+                (rc = get_hp_int(L, "rope.scaling.original_context_length", 0, hp->n_ctx_train, 1,
+                                 1 << 24, &hp->yarn_orig_ctx)) ||
+                (rc = get_hp_float(L, "rope.scaling.yarn_beta_fast", 32.0, 1e-3, 1e6,
+                                   &hp->yarn_beta_fast)) ||
+                (rc = get_hp_float(L, "rope.scaling.yarn_beta_slow", 1.0, 1e-3, 1e6,
+                                   &hp->yarn_beta_slow)) ||
+                (rc = get_hp_float(L, "rope.scaling.yarn_log_multiplier", 0.0, -1e6, 1e6,
+                                   &log_mul)) ||
+                (rc = get_hp_float(L, "rope.scaling.attn_factor", 1.0, 1e-3, 1e3,
+                                   &hp->rope_attn_factor)))
+                return rc;
+            if (log_mul != 0.0f)
+                return ifl_err(L->err, IFL_EUNSUPPORTED,
+                               "model: YaRN with '%s.rope.scaling.yarn_log_multiplier' %g "
+                               "(DeepSeek's mscale) is not supported",
+                               hp->arch_name, log_mul);
+            if (hp->yarn_factor == 1.0f)
+                hp->yarn_factor = 0.0f; /* no scaling: llama.cpp's ramp then changes nothing */
         } else {
             return ifl_err(L->err, IFL_EUNSUPPORTED,
-                           "model: key '%s' = '%.*s': only linear RoPE scaling is supported", key,
-                           (int)(len > 32 ? 32 : len), s);
+                           "model: key '%s' = '%.*s': only linear and YaRN RoPE scaling are "
+                           "supported",
+                           key, (int)(len > 32 ? 32 : len), s);
         }
     }
     return ifl_model_arch_hparams(hp, L->g, L->err);
@@ -333,7 +366,7 @@ static int load_tensors(struct loader *L)
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
         /* phi3: Wq, Wk, Wv as rows of attn_qkv, the gate and up as rows of ffn_up */
         struct ifl_mat fused;
-        const int phi3 = hp->arch == IFL_ARCH_PHI3;
+        const int phi3 = hp->arch == IFL_ARCH_PHI3, oss = hp->arch == IFL_ARCH_GPT_OSS;
         if ((rc = bind_mat(L, NAME("attn_qkv.weight"), hp->n_embd, q_dim + 2 * k_dim, 0, &fused)))
             return rc;
         if (fused.data && k_dim != v_dim)
@@ -352,7 +385,21 @@ static int load_tensors(struct loader *L)
               (rc = bind_mat(L, NAME("attn_k.weight"), hp->n_embd, k_dim, 1, &w->wk)) ||
               (rc = bind_mat(L, NAME("attn_v.weight"), hp->n_embd, v_dim, 1, &w->wv)))) ||
             (rc = bind_mat(L, NAME("attn_output.weight"), o_dim, hp->n_embd, 1, &w->wo)) ||
-            (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, 1, &w->ffn_norm)))
+            (rc = bind_vec(L, oss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"),
+                           hp->n_embd, 1, &w->ffn_norm)))
+            return rc;
+        /* gpt-oss's biases and sinks (optional elsewhere: a bias is added
+         * where a file has one) */
+        if ((rc = bind_vec(L, NAME("attn_output.bias"), hp->n_embd, oss, &w->bo)) ||
+            (rc = bind_vec(L, NAME("attn_sinks.weight"), hp->n_head, oss, &w->attn_sinks)) ||
+            (hp->n_expert &&
+             ((rc = bind_vec(L, NAME("ffn_gate_inp.bias"), hp->n_expert, oss, &w->gate_inp_b)) ||
+              (rc = bind_vec2(L, NAME("ffn_gate_exps.bias"), hp->n_ff, hp->n_expert, oss,
+                              &w->gate_exps_b)) ||
+              (rc = bind_vec2(L, NAME("ffn_up_exps.bias"), hp->n_ff, hp->n_expert, oss,
+                              &w->up_exps_b)) ||
+              (rc = bind_vec2(L, NAME("ffn_down_exps.bias"), hp->n_embd, hp->n_expert, oss,
+                              &w->down_exps_b)))))
             return rc;
         const int64_t ne = hp->n_expert;
         if (ne &&
@@ -380,11 +427,11 @@ static int load_tensors(struct loader *L)
             return rc;
         }
         const int gemma = hp->arch == IFL_ARCH_GEMMA2 || hp->arch == IFL_ARCH_GEMMA3;
-        if ((rc = bind_vec(L, NAME("post_attention_norm.weight"), hp->n_embd, gemma,
-                           &w->attn_post_norm)) ||
+        if ((!oss && (rc = bind_vec(L, NAME("post_attention_norm.weight"), hp->n_embd, gemma,
+                                    &w->attn_post_norm))) ||
             (rc = bind_vec(L, NAME("post_ffw_norm.weight"), hp->n_embd, gemma, &w->ffn_post_norm)))
             return rc;
-        int biases = hp->arch == IFL_ARCH_QWEN2;
+        int biases = hp->arch == IFL_ARCH_QWEN2 || oss;
         if ((rc = bind_vec(L, NAME("attn_q.bias"), q_dim, biases, &w->bq)) ||
             (rc = bind_vec(L, NAME("attn_k.bias"), k_dim, biases, &w->bk)) ||
             (rc = bind_vec(L, NAME("attn_v.bias"), v_dim, biases, &w->bv)))
@@ -430,7 +477,8 @@ static int load_tensors(struct loader *L)
                                    "post_attention_norm.",
                                    "post_ffw_norm.",
                                    "rope_factors_long.",
-                                   "rope_factors_short."};
+                                   "rope_factors_short.",
+                                   "attn_sinks."};
             int ok = 0;
             for (size_t k = 0; k < sizeof known / sizeof *known && !ok; k++) {
                 const char *p = strstr(name, known[k]);

@@ -6,7 +6,7 @@
  * Architectures: llama (Llama 2, Llama 3.x with rope_freqs, and Mistral,
  * which llama.cpp's converter writes as llama), qwen2 (Q/K/V biases, NEOX
  * RoPE) and qwen3 (per-head Q/K RMS norm, NEOX RoPE, explicit head_dim);
- * gemma2, gemma3 and phi3 (model_arch.c says what each adds).
+ * gemma2, gemma3, phi3 and gpt-oss (model_arch.c says what each adds).
  */
 #ifndef IFL_MODEL_MODEL_H
 #define IFL_MODEL_MODEL_H
@@ -25,6 +25,7 @@ enum ifl_arch {
     IFL_ARCH_GEMMA2 = 20,   /* model_arch.c */
     IFL_ARCH_GEMMA3 = 21,
     IFL_ARCH_PHI3 = 22,
+    IFL_ARCH_GPT_OSS = 30, /* experts with biases, attention sinks (model_arch.c) */
 };
 
 struct ifl_hparams {
@@ -60,6 +61,12 @@ struct ifl_hparams {
     float rope_pos_scale_swa;
     float rope_attn_factor; /* cos and sin multiplied by this (LongRoPE); 1: none */
     int32_t n_ctx_orig;     /* LongRoPE: contexts beyond this take the long factors */
+    /* YaRN RoPE scaling (rope.scaling.type "yarn"); yarn_factor 0: none */
+    float yarn_factor;     /* rope.scaling.factor: 1 / the frequency scale */
+    int32_t yarn_orig_ctx; /* rope.scaling.original_context_length */
+    float yarn_beta_fast;  /* the ramp's ends, in rotations over yarn_orig_ctx */
+    float yarn_beta_slow;
+    int ffn_swiglu_oai; /* gpt-oss: min(g, 7) sigmoid(1.702 g') (clamp(u, +-7) + 1) */
 };
 
 /* Whether layer il attends over a sliding window of hp->n_swa positions. */
@@ -101,6 +108,15 @@ struct ifl_layer_weights {
     struct ifl_mat gate_exps; /* per expert n_embd -> n_ff */
     struct ifl_mat up_exps;   /* per expert n_embd -> n_ff */
     struct ifl_mat down_exps; /* per expert n_ff -> n_embd */
+    /* gpt-oss (else NULL): attention's output bias, each query head's sink
+     * logit (a term e^sink in its softmax's denominator), and the router's
+     * and experts' biases, expert e's n_ff (down: n_embd) after e - 1's */
+    const float *bo;          /* [n_embd] */
+    const float *attn_sinks;  /* [n_head] */
+    const float *gate_inp_b;  /* [n_expert] */
+    const float *gate_exps_b; /* [n_expert][n_ff] */
+    const float *up_exps_b;   /* [n_expert][n_ff] */
+    const float *down_exps_b; /* [n_expert][n_embd] */
 };
 
 /* A rank's share of a model split for tensor parallelism (shard.c); the

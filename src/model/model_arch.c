@@ -24,6 +24,17 @@
  * `rope.freq_base_swa` or 10000, unscaled (the linear factor of the 4B+
  * models is for the global layers).
  *
+ * gpt-oss: Q/K/V and output biases; a learned logit per query head (its
+ * "sink", attn_sinks) joins that head's softmax denominator as e^sink,
+ * and takes no value; sliding windows (attention.sliding_window, required)
+ * on layers il % period < period - 1 (attention.sliding_window_pattern,
+ * default 2: the even layers); NEOX RoPE, usually YaRN-scaled (model.c
+ * reads the YaRN keys for every architecture); the pre-FFN norm is
+ * post_attention_norm; the experts' FFN (forward_moe.c): router and expert
+ * biases, top-k of the router logits, their softmax as weights, and the
+ * clamped SwiGLU out = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7)
+ * + 1) (llama.cpp's swiglu_oai, alpha 1.702 and limit 7 fixed there).
+ *
  * phi3: attn_qkv holds Wq, Wk and Wv one after another by rows, ffn_up
  * the gate's rows then the up projection's (model.c binds both as views
  * of those rows); LongRoPE: rope_factors_short and rope_factors_long
@@ -117,12 +128,32 @@ void ifl_model_arch_defaults(struct ifl_hparams *hp)
     hp->rope_pos_scale_swa = hp->rope_pos_scale;
     hp->rope_attn_factor = 1.0f;
     hp->n_ctx_orig = hp->n_ctx_train;
+    hp->yarn_factor = 0.0f;
+    hp->yarn_orig_ctx = hp->n_ctx_train;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    hp->ffn_swiglu_oai = 0;
 }
 
 int ifl_model_arch_hparams(struct ifl_hparams *hp, const struct ifl_gguf *g, char *err)
 {
-    ifl_model_arch_defaults(hp);
     int rc, found = 0;
+    if (hp->arch == IFL_ARCH_GPT_OSS) {
+        /* sliding windows on every other layer from the first, unless the
+         * pattern key says otherwise; the same RoPE there unless
+         * rope.freq_base_swa says */
+        hp->swa_period = 2;
+        hp->ffn_swiglu_oai = 1;
+        if ((rc = get_i(g, hp, "attention.sliding_window", 0, 1 << 24, &hp->n_swa, &found, err)) ||
+            (rc = get_i(g, hp, "attention.sliding_window_pattern", 1, 1 << 16, &hp->swa_period,
+                        NULL, err)) ||
+            (rc = get_f(g, hp, "rope.freq_base_swa", 1e-3, 1e12, &hp->rope_base_swa, err)))
+            return rc;
+        if (!found)
+            return ifl_err(err, IFL_EFORMAT,
+                           "model: required key 'gpt-oss.attention.sliding_window' is missing");
+        return 0;
+    }
     if (hp->arch == IFL_ARCH_PHI3) {
         if ((rc = get_i(g, hp, "rope.scaling.original_context_length", 1, 1 << 24, &hp->n_ctx_orig,
                         NULL, err)) ||

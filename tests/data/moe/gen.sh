@@ -1,7 +1,7 @@
 #!/bin/bash
-# Regenerates the reference data of this folder (see README.md): two
-# synthetic mixture-of-experts models from our tools/mkmodel (qwen3moe and
-# llama with experts, Mixtral's layout), llama.cpp's quantisations of
+# Regenerates the reference data of this folder (see README.md): three
+# synthetic mixture-of-experts models from our tools/mkmodel (qwen3moe,
+# llama with experts, Mixtral's layout, and gpt-oss), llama.cpp's quantisations of
 # them, and what llama.cpp's libllama computes for each (the refdump.c of
 # tests/data/quant).
 #
@@ -25,14 +25,18 @@ cc -O2 -o "$tmp/refdump" "$root/tests/data/quant/refdump.c" -I"$LLAMA/include" \
 prompt="Once upon a time, there was a little robot"
 shape="--n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 2 --n-ff 64 --n-expert 8 --n-expert-used 2 --seed 41"
 # name  mkmodel arch  llama-quantize type of the kept model
-for spec in "qwen3moe qwen3moe F16 Q8_0" "mixtral llama Q4_K_M"; do
+for spec in "qwen3moe qwen3moe F16 Q8_0 MXFP4_MOE" "mixtral llama Q4_K_M" "gptoss gpt-oss MXFP4_MOE"; do
     set -- $spec
     name=$1 arch=$2
     shift 2
     f32=$tmp/$name-f32.gguf
+    # gpt-oss: windows of 8 on the even layers, so the 46 positions cross
+    # them, and the YaRN of the real models (factor 32 over 4096)
+    extra=""
+    [ "$arch" != gpt-oss ] || extra=" --n-swa 8 --yarn 32,4096"
     # the recorded arguments leave --vocab out: the test gives its own path
     # to stories260K.gguf (the file's bytes do not depend on it)
-    args="--arch $arch --type f32 $shape"
+    args="--arch $arch --type f32 $shape$extra"
     (cd "$root" && "$BUILD/tools/mkmodel" -o "$f32" --vocab "$shared/models/stories260K.gguf" $args) 2>/dev/null
     "$tmp/refdump" "$f32" "$here/$name-f32" 32 "$prompt"
     sum=$(sha256sum "$f32" | cut -d' ' -f1)

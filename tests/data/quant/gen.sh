@@ -14,7 +14,7 @@ shared=${SHARED:-$here/../../../../shared}
 LLAMA=${LLAMA:?set LLAMA to a llama.cpp tree with build/bin}
 bin=$LLAMA/build/bin
 types=("$@")
-[ ${#types[@]} -gt 0 ] || types=(q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k)
+[ ${#types[@]} -gt 0 ] || types=(q5_0 q5_1 iq4_nl iq4_xs q3_k q2_k mxfp4)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cc -O2 -o "$tmp/refdump" "$here/refdump.c" -I"$LLAMA/include" -I"$LLAMA/ggml/include" \
@@ -22,6 +22,8 @@ cc -O2 -o "$tmp/refdump" "$here/refdump.c" -I"$LLAMA/include" -I"$LLAMA/ggml/inc
 prompt="Once upon a time, there was a little robot"
 for t in "${types[@]}"; do
     T=$(echo "$t" | tr a-z A-Z)
+    # llama-quantize names MXFP4 by its preset; --pure makes every tensor MXFP4
+    [ "$t" != mxfp4 ] || T=MXFP4_MOE
     out=$here/llama-$t
     # --pure: every 2-D tensor in the one type (token_embd and output too)
     "$bin/llama-quantize" --pure "$shared/models/ref/llama-f32.gguf" "$out.gguf" "$T" 2 \
