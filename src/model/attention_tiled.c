@@ -79,46 +79,51 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
     float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
     float m[ATT_QHEADS], l[ATT_QHEADS];
     uint8_t lo[ATT_QHEADS], hi[ATT_QHEADS];
-    const char *kr[2][TILE], *vr[2][TILE];
+    const char *kr[2][TILE], *vr[2][TILE], *kh[TILE], *vh[TILE];
     /* the run's positions: its first row's window start to its last row */
     const int32_t w_first = ifl_fwd_win0(hp, il, b->pos[r]);
     const int32_t n_max = b->pos[r + nr - 1] + 1;
     const int32_t tb = w_first / TILE * TILE;
-    for (int hk = kh0; hk < kh1; hk++) {
-        const float *qs = f->q + (size_t)r * q_row + (size_t)hk * group * hd;
-        float *os = f->att + (size_t)r * o_row + (size_t)hk * group * hdv;
+    /* A lone row (a decode) takes its KV heads together, tile by tile, so
+     * each tile's rows are read once for them all, in address order; a
+     * prompt's run takes one KV head at a time, its queries gathered. */
+    const int hstep = nr > 1 ? 1 : ATT_QHEADS / group;
+    for (int hc0 = kh0; hc0 < kh1; hc0 += hstep) {
+        const int hc1 = kh1 - hc0 < hstep ? kh1 : hc0 + hstep, nqa = (hc1 - hc0) * nq;
+        const float *qs = f->q + (size_t)r * q_row + (size_t)hc0 * group * hd;
+        float *os = f->att + (size_t)r * o_row + (size_t)hc0 * group * hdv;
         if (nr > 1) {
             for (long i = 0; i < nr; i++)
                 memcpy(qbuf + (size_t)i * group * hd,
-                       f->q + (size_t)(r + i) * q_row + (size_t)hk * group * hd,
+                       f->q + (size_t)(r + i) * q_row + (size_t)hc0 * group * hd,
                        sizeof(float) * (size_t)group * (size_t)hd);
             qs = qbuf;
             os = obuf;
         }
-        for (int i = 0; i < nq; i++) {
+        for (int i = 0; i < nqa; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
         }
-        memset(os, 0, sizeof(float) * (size_t)nq * (size_t)hdv);
-        const size_t kh = head_ofs(q8, hk, hd), vh = head_ofs(q8, hk, hdv);
-        const size_t kh_end = head_ofs(q8, hk + 1, hd), vh_end = head_ofs(q8, hk + 1, hdv);
+        memset(os, 0, sizeof(float) * (size_t)nqa * (size_t)hdv);
+        const size_t k_lo = head_ofs(q8, hc0, hd), k_hi = head_ofs(q8, hc1, hd);
+        const size_t v_lo = head_ofs(q8, hc0, hdv), v_hi = head_ofs(q8, hc1, hdv);
         int cur = 0;
         int nt = n_max - tb < TILE ? n_max - tb : TILE;
         for (int t = 0; t < nt; t++) {
-            kr[0][t] = row_at(f, b, kv->k, kv->k_row, il, r, tb + t) + kh;
-            vr[0][t] = row_at(f, b, kv->v, kv->v_row, il, r, tb + t) + vh;
+            kr[0][t] = row_at(f, b, kv->k, kv->k_row, il, r, tb + t);
+            vr[0][t] = row_at(f, b, kv->v, kv->v_row, il, r, tb + t);
         }
         for (int32_t t0 = tb; t0 < n_max; t0 += TILE) {
             /* the next tile's rows, asked for while this one is worked on */
             const int32_t t0n = t0 + TILE;
             const int ntn = n_max - t0n < TILE ? n_max - t0n : TILE;
             for (int t = 0; t < ntn; t++) {
-                kr[!cur][t] = row_at(f, b, kv->k, kv->k_row, il, r, t0n + t) + kh;
-                vr[!cur][t] = row_at(f, b, kv->v, kv->v_row, il, r, t0n + t) + vh;
+                kr[!cur][t] = row_at(f, b, kv->k, kv->k_row, il, r, t0n + t);
+                vr[!cur][t] = row_at(f, b, kv->v, kv->v_row, il, r, t0n + t);
             }
             if (ntn > 0) {
-                tile_prefetch(kr[!cur], ntn, 0, kh_end - kh);
-                tile_prefetch(vr[!cur], ntn, 0, vh_end - vh);
+                tile_prefetch(kr[!cur], ntn, k_lo, k_hi);
+                tile_prefetch(vr[!cur], ntn, v_lo, v_hi);
             }
             for (long i = 0; i < nr; i++) {
                 const int32_t p = b->pos[r + i], w0 = ifl_fwd_win0(hp, il, p);
@@ -132,24 +137,32 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
                     hi[i * group + g] = (uint8_t)e;
                 }
             }
-            const struct ifl_attn_tile at = {.q = qs,
-                                             .k = (const void *const *)kr[cur],
-                                             .v = (const void *const *)vr[cur],
-                                             .lo = lo,
-                                             .hi = hi,
-                                             .m = m,
-                                             .l = l,
-                                             .o = os,
-                                             .scale = hp->attn_scale,
-                                             .d = hd,
-                                             .dv = hdv,
-                                             .nq = nq,
-                                             .nt = nt};
-            tile(&at);
+            for (int hk = hc0; hk < hc1; hk++) {
+                const size_t ko = head_ofs(q8, hk, hd), vo = head_ofs(q8, hk, hdv);
+                for (int t = 0; t < nt; t++) {
+                    kh[t] = kr[cur][t] + ko;
+                    vh[t] = vr[cur][t] + vo;
+                }
+                const size_t qi = (size_t)(hk - hc0) * (size_t)nq;
+                const struct ifl_attn_tile at = {.q = qs + qi * hd,
+                                                 .k = (const void *const *)kh,
+                                                 .v = (const void *const *)vh,
+                                                 .lo = lo,
+                                                 .hi = hi,
+                                                 .m = m + qi,
+                                                 .l = l + qi,
+                                                 .o = os + qi * hdv,
+                                                 .scale = hp->attn_scale,
+                                                 .d = hd,
+                                                 .dv = hdv,
+                                                 .nq = nq,
+                                                 .nt = nt};
+                tile(&at);
+            }
             cur = !cur;
             nt = ntn;
         }
-        for (int i = 0; i < nq; i++) {
+        for (int i = 0; i < nqa; i++) {
             const float inv = 1.0f / l[i];
             float *o = os + (size_t)i * hdv;
             for (int e = 0; e < hdv; e++)
@@ -157,7 +170,7 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
         }
         if (nr > 1)
             for (long i = 0; i < nr; i++)
-                memcpy(f->att + (size_t)(r + i) * o_row + (size_t)hk * group * hdv,
+                memcpy(f->att + (size_t)(r + i) * o_row + (size_t)hc0 * group * hdv,
                        obuf + (size_t)i * group * hdv, sizeof(float) * (size_t)group * (size_t)hdv);
     }
 }
