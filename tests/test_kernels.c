@@ -732,6 +732,8 @@ static void check_attn(const struct ifl_kernels *k, int q8, int d, struct ifl_rn
     free(mag);
 }
 
+#include "test_kernels_attn_tile.h"
+
 static void check_table_f16(const struct ifl_kernels *k)
 {
     struct ifl_rng r;
@@ -1196,6 +1198,8 @@ static void test_each_table(void)
             const struct ifl_kernels *ref = ifl_kernels_ref();
             CHECK(k->attn_qk_f16 != ref->attn_qk_f16 && k->attn_pv_f16 != ref->attn_pv_f16);
             CHECK(k->attn_qk_q8_0 != ref->attn_qk_q8_0 && k->attn_pv_q8_0 != ref->attn_pv_q8_0);
+            CHECK(k->attn_tile_f16 != ref->attn_tile_f16 &&
+                  k->attn_tile_q8_0 != ref->attn_tile_q8_0);
         }
         int before = t_cur_failed_;
         check_table_quant(k);
@@ -1208,6 +1212,7 @@ static void test_each_table(void)
         check_table_rows(k);
         check_table_lora(k);
         check_table_lora_q8(k);
+        check_table_attn_tile(k);
         fprintf(stderr, "  table %s: %s\n", k->name, t_cur_failed_ && !before ? "FAILED" : "ok");
     }
 }

@@ -12,6 +12,12 @@ void ifl_kernels_fill_ref(struct ifl_kernels *k);
 /* The scalar attention, activation, sampler and LoRA entries (ref_ops.c),
  * called by ifl_kernels_fill_ref. */
 void ifl_kernels_fill_ref_ops(struct ifl_kernels *k);
+/* The tiled attention's reference (ref_attn.c), called by
+ * ifl_kernels_fill_ref_ops, and its 512- and 256-bit versions
+ * (x86_avx512_attn_tile.c, x86_avx2_attn_tile.c) over a filled table. */
+void ifl_kernels_fill_ref_attn(struct ifl_kernels *k);
+void ifl_kernels_fill_avx512_attn_tile(struct ifl_kernels *k);
+void ifl_kernels_fill_avx2_attn_tile(struct ifl_kernels *k);
 void ifl_kernels_fill_avx2(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512(struct ifl_kernels *k);
 /* BF16 weights by vdpbf16ps (x86_avx512_bf16.c), over a filled avx512

@@ -95,6 +95,35 @@ struct ifl_exp_pass {
     int32_t *count;
 };
 
+/* One tile of attn_tile_*: cached positions t0 .. t0 + nt - 1 (nt <= 64;
+ * the caller aligns t0 to a multiple of 64, so a row meets the same tiles
+ * whatever else is computed with it). Query i takes positions
+ * [lo[i], hi[i]) of the tile and nothing when lo[i] >= hi[i]; the others
+ * are never read for it. For each such query, with q its d values:
+ *   s_t = c * scale, c the dot16 of q and the cached key of position t:
+ *     16 lanes from 0.0f, lane e % 16 = fmaf(k[e], q[e], lane) for e
+ *     ascending, then lane l += lane l + h for h = 8, 4, 2, 1; c = lane 0
+ *     (a cached value is its F16 as float, or a Q8_0 block's d * q);
+ *   mt = the largest s_t; when mt > m[i]: a = ifl_kernels_exp(m[i] - mt),
+ *     l[i] *= a, every o value *= a, m[i] = mt;
+ *   p_t = ifl_kernels_exp(s_t - m[i]); the tile's p in 64 lanes by t (0
+ *     for positions not taken), folded (lane l += lane l + h for h = 32,
+ *     16, 8, 4, 2, 1), is added to l[i];
+ *   for t ascending: o[e] = fmaf(p_t, v_t[e], o[e]) for e < dv.
+ * The caller starts m at -inf (or an attention sink's logit, with l = 1),
+ * l and o at 0, and divides o by l at the end. */
+struct ifl_attn_tile {
+    const float *q;       /* [nq][d] queries */
+    const void *const *k; /* [nt] where the KV head starts in each cached row */
+    const void *const *v; /* [nt] likewise for the values */
+    const uint8_t *lo;    /* [nq] first position taken, within the tile */
+    const uint8_t *hi;    /* [nq] one past the last */
+    float *m, *l;         /* [nq] running max and sum */
+    float *o;             /* [nq][dv] running weighted values */
+    float scale;
+    int d, dv, nq, nt;
+};
+
 struct ifl_kernels {
     const char *name;                 /* "scalar", "avx2", "avx512", "avx512bf16" */
     ifl_gemm_fn gemm[IFL_TYPE_COUNT]; /* by weight type; NULL if unsupported */
@@ -153,6 +182,14 @@ struct ifl_kernels {
                          float scale, float *s, size_t lds);
     void (*attn_pv_q8_0)(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,
                          int nt, float *o);
+
+    /* Tiled attention with an online softmax (model/attention_tiled.c):
+     * one tile of nt <= 64 cached positions for nq query heads of one KV
+     * group, each query folding the tile into its running max, sum and
+     * weighted values. See struct ifl_attn_tile for the arithmetic, which
+     * every table does bit for bit alike (ref's exact operations). */
+    void (*attn_tile_f16)(const struct ifl_attn_tile *a);
+    void (*attn_tile_q8_0)(const struct ifl_attn_tile *a); /* d, dv multiples of 32 */
 
     /* LoRA's two low-rank products (model/forward_lora.c), over F32.
      * lora_a: t[i * ldt + k] = dot16(n, a + k * n, x + rows[i] * ldx) for

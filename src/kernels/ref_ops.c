@@ -288,5 +288,6 @@ void ifl_kernels_fill_ref_ops(struct ifl_kernels *k)
     k->lora_b = lora_b;
     k->lora_a_f16 = lora_a_f16;
     k->lora_b_f16 = lora_b_f16;
+    ifl_kernels_fill_ref_attn(k);
     k->lora_b_q8 = lora_b_q8;
 }

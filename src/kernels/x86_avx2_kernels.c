@@ -14,4 +14,5 @@ void ifl_kernels_fill_avx2(struct ifl_kernels *k)
     ifl_kernels_fill_avx2_x16q(k);
     ifl_kernels_fill_avx2_x16k(k);
     ifl_kernels_fill_avx2_lora(k);
+    ifl_kernels_fill_avx2_attn_tile(k);
 }

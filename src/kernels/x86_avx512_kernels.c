@@ -15,6 +15,7 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k)
     ifl_kernels_fill_avx512_gemm(k);
     ifl_kernels_fill_avx512_x16(k);
     ifl_kernels_fill_avx512_attn(k);
+    ifl_kernels_fill_avx512_attn_tile(k);
     ifl_kernels_fill_avx512_rows(k);
     ifl_kernels_fill_avx512_lora(k);
 }

@@ -286,6 +286,7 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
     float *sc = f->scores + (size_t)ith * (size_t)f->score_heads * lds;
     float *qbuf = f->att_q + (size_t)ith * (size_t)f->score_heads * hd;
     float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
+    const int tiled = ifl_fwd_attn_tiled(f);
     for (int32_t k = 0, victim = 0;; k++) {
         /* split: every run in turn; else the runs of this thread's share
          * from its front, then those left of the others' from their backs */
@@ -299,6 +300,12 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
             break;
         }
         const long r = f->run_start[run], nr = f->run_start[run + 1] - r;
+        if (tiled) { /* attention_tiled.c: every row alike, tree rows too */
+            ifl_fwd_attend_run(j, ith, il, r, nr, kh0, kh1);
+            if (!split)
+                ifl_fwd_quant_rows(j, memo, wo, f->att, b->n_rows, r, r + nr);
+            continue;
+        }
         if (ifl_fwd_tree_row(b, r)) {
             tree_attend(j, ith, il, r, kh0, kh1);
             if (!split)

@@ -187,6 +187,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->run_rows = (ATT_TILE_QUERIES < f->score_heads ? ATT_TILE_QUERIES : f->score_heads) / group;
     if (f->run_rows < 1)
         f->run_rows = 1;
+    if (ifl_fwd_attn_tiled(f)) /* one tiled pass holds a run's queries of one KV head */
+        f->run_rows = f->score_heads / group;
     f->att_q = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)hp->head_dim);
     f->att_o = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)hp->head_dim_v);
     /* a head spans at most its width plus one partial block on each side */

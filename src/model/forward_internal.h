@@ -214,4 +214,11 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
 void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo *memo,
                        const struct ifl_mat *wo);
 
+/* attention_tiled.c: whether the tiled attention takes this model and
+ * cache (then every row of ifl_fwd_attention_blocks goes through it, and
+ * runs hold score_heads / group rows); and one run [r, r + nr) of the
+ * step on KV heads [kh0, kh1), into f->att. */
+int ifl_fwd_attn_tiled(const struct ifl_fwd *f);
+void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0, int kh1);
+
 #endif

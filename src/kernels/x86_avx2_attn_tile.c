@@ -1,0 +1,215 @@
+/*
+ * attn_tile_f16 and attn_tile_q8_0 of ref_attn.c for the AVX2 table, bit
+ * for bit (struct ifl_attn_tile in kernels.h names the operations).
+ *
+ * As in x86_avx512_attn_tile.c, the tile's rows are converted to floats
+ * once for all queries. A dot16's sixteen lanes are two eight-lane
+ * accumulators (elements e % 16 < 8, then the rest), four positions at a
+ * time; each is folded on its own in the reference's order (the halves
+ * added lane by lane, then 128-bit halves, then pairs, then the last
+ * two). The exponentials are ifl_kernels_exp's operations in eight lanes;
+ * the 64 lanes of a tile's p are eight vectors, folded as ref folds.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/impl.h"
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+#define TILE_DMAX 256 /* d and dv at most (model/attention_tiled.c checks) */
+#define TILE 64       /* positions a tile at most */
+
+/* ifl_kernels_exp in eight lanes, each operation rounded on its own. */
+AI __m256 texp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f), magic = _mm256_set1_ps(IFL_EXP_ROUND);
+    x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    __m256 n =
+        _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(IFL_EXP_LOG2E)), magic), magic);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(IFL_EXP_LN2_HI))),
+                             _mm256_mul_ps(n, _mm256_set1_ps(IFL_EXP_LN2_LO)));
+    __m256 p =
+        _mm256_add_ps(_mm256_mul_ps(r, _mm256_set1_ps(IFL_EXP_P0)), _mm256_set1_ps(IFL_EXP_P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(IFL_EXP_P5));
+    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r),
+                      _mm256_set1_ps(1.0f));
+    __m256i s =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(s));
+}
+
+/* fold16 of ref_attn.c over the sixteen lanes lo (0..7) and hi (8..15). */
+AI float fold2x8(__m256 lo, __m256 hi)
+{
+    __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* Lanes 0 .. m-1 set. */
+AI __m256i lanes_lt8(int m)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* n values of a cached head as floats into out. */
+AI void cvt_head(int q8, const void *row, int n, float *out)
+{
+    if (!q8) {
+        const uint16_t *h = row;
+        int e = 0;
+        for (; e + 8 <= n; e += 8)
+            _mm256_storeu_ps(out + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + e))));
+        for (; e < n; e++) {
+            __m128i one = _mm_cvtsi32_si128(h[e]);
+            out[e] = _mm_cvtss_f32(_mm_cvtph_ps(one));
+        }
+        return;
+    }
+    const char *b = row;
+    for (int e = 0; e < n; e += 32, b += 34) {
+        uint16_t dh;
+        memcpy(&dh, b, 2);
+        const __m256 d = _mm256_cvtph_ps(_mm_cvtsi32_si128(dh));
+        const __m256 dd = _mm256_permutevar8x32_ps(d, _mm256_setzero_si256());
+        UNROLL for (int k = 0; k < 4; k++)
+        {
+            __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + 8 * k));
+            _mm256_storeu_ps(out + e + 8 * k,
+                             _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        }
+    }
+}
+
+/* Scores of one query against rows t .. t + 3 of kf (d floats each). */
+AI void scores4(int d, const float *q, const float *kf, int t, float scale, float *s)
+{
+    __m256 lo[4], hi[4];
+    UNROLL for (int u = 0; u < 4; u++) lo[u] = hi[u] = _mm256_setzero_ps();
+    int e = 0;
+    for (; e + 16 <= d; e += 16) {
+        const __m256 q0 = _mm256_loadu_ps(q + e), q1 = _mm256_loadu_ps(q + e + 8);
+        UNROLL for (int u = 0; u < 4; u++)
+        {
+            const float *kr = kf + (size_t)(t + u) * d + e;
+            lo[u] = _mm256_fmadd_ps(_mm256_loadu_ps(kr), q0, lo[u]);
+            hi[u] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8), q1, hi[u]);
+        }
+    }
+    if (e < d) {
+        const int left = d - e;
+        const __m256i m0 = lanes_lt8(left), m1 = lanes_lt8(left - 8);
+        const __m256 q0 = _mm256_maskload_ps(q + e, m0), q1 = _mm256_maskload_ps(q + e + 8, m1);
+        UNROLL for (int u = 0; u < 4; u++)
+        {
+            const float *kr = kf + (size_t)(t + u) * d + e;
+            __m256 a0 = _mm256_fmadd_ps(_mm256_maskload_ps(kr, m0), q0, lo[u]);
+            __m256 a1 = _mm256_fmadd_ps(_mm256_maskload_ps(kr + 8, m1), q1, hi[u]);
+            lo[u] = _mm256_blendv_ps(lo[u], a0, _mm256_castsi256_ps(m0));
+            hi[u] = _mm256_blendv_ps(hi[u], a1, _mm256_castsi256_ps(m1));
+        }
+    }
+    UNROLL for (int u = 0; u < 4; u++) s[u] = fold2x8(lo[u], hi[u]) * scale;
+}
+
+AI void attn_tile(const struct ifl_attn_tile *a, int q8)
+{
+    float kf[(TILE + 3) * TILE_DMAX], vf[TILE * TILE_DMAX];
+    const int d = a->d, dv = a->dv;
+    int t0 = TILE, t1 = 0;
+    for (int i = 0; i < a->nq; i++)
+        if (a->lo[i] < a->hi[i]) {
+            t0 = a->lo[i] < t0 ? a->lo[i] : t0;
+            t1 = a->hi[i] > t1 ? a->hi[i] : t1;
+        }
+    if (t0 >= t1)
+        return;
+    for (int t = t0; t < t1; t++) {
+        cvt_head(q8, a->k[t], d, kf + (size_t)t * d);
+        cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
+    }
+    /* scores4 reads up to three rows past t1 (their scores are dropped) */
+    memset(kf + (size_t)t1 * d, 0, sizeof(float) * 3 * (size_t)d);
+    for (int i = 0; i < a->nq; i++) {
+        const int lo = a->lo[i], hi = a->hi[i];
+        if (lo >= hi)
+            continue;
+        float s[TILE + 4] = {0}, pt[TILE] = {0};
+        for (int t = lo; t < hi; t += 4)
+            scores4(d, a->q + (size_t)i * d, kf, t, a->scale, s + t);
+        float mt = -INFINITY;
+        for (int t = lo; t < hi; t++)
+            mt = s[t] > mt ? s[t] : mt;
+        float *o = a->o + (size_t)i * dv;
+        const int rescale = mt > a->m[i];
+        float al = 1.0f;
+        if (rescale) {
+            al = ifl_kernels_exp(a->m[i] - mt);
+            a->l[i] *= al;
+            a->m[i] = mt;
+        }
+        const __m256 mv = _mm256_set1_ps(a->m[i]);
+        __m256 p[8];
+        UNROLL for (int j = 0; j < 8; j++)
+        {
+            const __m256i take = _mm256_andnot_si256(lanes_lt8(lo - 8 * j), lanes_lt8(hi - 8 * j));
+            p[j] = _mm256_setzero_ps();
+            if (8 * j + 8 > lo && 8 * j < hi)
+                p[j] = _mm256_and_ps(texp8(_mm256_sub_ps(_mm256_loadu_ps(s + 8 * j), mv)),
+                                     _mm256_castsi256_ps(take));
+            _mm256_storeu_ps(pt + 8 * j, p[j]);
+        }
+        /* the 64 lanes' fold: h = 32, then 16, then fold2x8's sixteen */
+        a->l[i] += fold2x8(_mm256_add_ps(_mm256_add_ps(p[0], p[4]), _mm256_add_ps(p[2], p[6])),
+                           _mm256_add_ps(_mm256_add_ps(p[1], p[5]), _mm256_add_ps(p[3], p[7])));
+        const __m256 alv = _mm256_set1_ps(al);
+        int e = 0;
+        for (; e + 32 <= dv; e += 32) {
+            __m256 acc[4];
+            UNROLL for (int j = 0; j < 4; j++)
+            {
+                acc[j] = _mm256_loadu_ps(o + e + 8 * j);
+                if (rescale)
+                    acc[j] = _mm256_mul_ps(acc[j], alv);
+            }
+            for (int t = lo; t < hi; t++) {
+                const __m256 pb = _mm256_set1_ps(pt[t]);
+                const float *vr = vf + (size_t)t * dv + e;
+                UNROLL for (int j = 0; j < 4; j++) acc[j] =
+                    _mm256_fmadd_ps(pb, _mm256_loadu_ps(vr + 8 * j), acc[j]);
+            }
+            UNROLL for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + e + 8 * j, acc[j]);
+        }
+        for (; e < dv; e++) {
+            float acc = rescale ? o[e] * al : o[e];
+            for (int t = lo; t < hi; t++)
+                acc = fmaf(pt[t], vf[(size_t)t * dv + e], acc);
+            o[e] = acc;
+        }
+    }
+}
+
+static void x_attn_tile_f16(const struct ifl_attn_tile *a)
+{
+    attn_tile(a, 0);
+}
+
+static void x_attn_tile_q8_0(const struct ifl_attn_tile *a)
+{
+    attn_tile(a, 1);
+}
+
+void ifl_kernels_fill_avx2_attn_tile(struct ifl_kernels *k)
+{
+    k->attn_tile_f16 = x_attn_tile_f16;
+    k->attn_tile_q8_0 = x_attn_tile_q8_0;
+}

@@ -1,0 +1,300 @@
+/*
+ * attn_tile_f16 and attn_tile_q8_0 of ref_attn.c for the AVX-512 table,
+ * bit for bit (struct ifl_attn_tile in kernels.h names the operations).
+ *
+ * The tile's cached rows that any query takes are first converted to
+ * floats (an F16 value, or a Q8_0 block's d * q, both exact) into a
+ * buffer on the stack, so each is converted once for all nq queries and
+ * then read from L1 by the fused multiply-adds. Per query and sixteen
+ * positions: sixteen accumulators, one per position, each a dot16 with
+ * the lanes the reference has (lane l takes the elements e % 16 == l in
+ * order); the sixteen folds (l += l + h for h = 8, 4, 2, 1) go together
+ * through a transposing network whose every addition is one of the
+ * reference's, and leave position t in lane 4 (t % 4) + t / 4. Then the
+ * tile's max, the rescale, the exponentials (ifl_kernels_exp's operations
+ * in sixteen lanes), their fold, and the weighted values position by
+ * position with one fused multiply-add per value, for up to four queries
+ * of the same range at once (a row's group): each value row is loaded
+ * once for them, and their sixteen chains hide the multiply-add latency.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/impl.h"
+#include "kernels/x86_avx512.h"
+
+#define UNROLL _Pragma("GCC unroll 16")
+#define TILE_DMAX 256 /* d and dv at most (model/attention_tiled.c checks) */
+#define TILE 64       /* positions a tile at most */
+
+/* ifl_kernels_exp in sixteen lanes, each operation rounded on its own (the
+ * same as x86_avx512_rows.c's). */
+AI __m512 texp16(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.0f), magic = _mm512_set1_ps(IFL_EXP_ROUND);
+    x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), lo);
+    __m512 n =
+        _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(IFL_EXP_LOG2E)), magic), magic);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(IFL_EXP_LN2_HI))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(IFL_EXP_LN2_LO)));
+    __m512 p =
+        _mm512_add_ps(_mm512_mul_ps(r, _mm512_set1_ps(IFL_EXP_P0)), _mm512_set1_ps(IFL_EXP_P1));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(IFL_EXP_P2));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(IFL_EXP_P3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(IFL_EXP_P4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(IFL_EXP_P5));
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r),
+                      _mm512_set1_ps(1.0f));
+    __m512i s =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(s));
+}
+
+/* fold16 of ref_attn.c over one vector. */
+AI float fold1(__m512 x)
+{
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* fold16 of each of c[0..16), as one vector: position t in lane
+ * 4 (t % 4) + t / 4. Stage h = 8 pairs 256-bit halves, h = 4 128-bit
+ * quarters, h = 2 and h = 1 lanes within quarters. */
+AI __m512 fold16x16(const __m512 *c)
+{
+    __m512 x[8], z[4], u[2];
+    UNROLL for (int j = 0; j < 8; j++) x[j] =
+        _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x44),
+                      _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xee));
+    UNROLL for (int k = 0; k < 4; k++) z[k] =
+        _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    UNROLL for (int m = 0; m < 2; m++) u[m] =
+        _mm512_add_ps(_mm512_shuffle_ps(z[2 * m], z[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_ps(z[2 * m], z[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* n values of a cached head as floats into out. */
+AI void cvt_head(int q8, const void *row, int n, float *out)
+{
+    if (!q8) {
+        const uint16_t *h = row;
+        int e = 0;
+        for (; e + 16 <= n; e += 16)
+            _mm512_storeu_ps(out + e,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + e))));
+        if (e < n) {
+            __mmask16 m = (__mmask16)((1u << (n - e)) - 1);
+            _mm512_mask_storeu_ps(out + e, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + e)));
+        }
+        return;
+    }
+    const char *b = row;
+    for (int e = 0; e < n; e += 32, b += 34) {
+        uint16_t dh;
+        memcpy(&dh, b, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
+        __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2));
+        __m128i q1 = _mm_loadu_si128((const __m128i *)(b + 18));
+        _mm512_storeu_ps(out + e, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+        _mm512_storeu_ps(out + e + 16,
+                         _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+    }
+}
+
+/* The scores of one query against the tile's sixteen rows of kf (d
+ * floats each; rows no query takes are zeros), in fold16x16's lane order,
+ * times scale. Every position is scored: the caller masks its own. */
+AI __m512 scores(int d, const float *q, const float *kf, float scale)
+{
+    __m512 acc[16];
+    UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+    int e = 0;
+    for (; e + 16 <= d; e += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + e);
+        UNROLL for (int t = 0; t < 16; t++) acc[t] =
+            _mm512_fmadd_ps(_mm512_loadu_ps(kf + (size_t)t * d + e), qv, acc[t]);
+    }
+    if (e < d) {
+        const __mmask16 m = (__mmask16)((1u << (d - e)) - 1);
+        const __m512 qv = _mm512_maskz_loadu_ps(m, q + e);
+        UNROLL for (int t = 0; t < 16; t++) acc[t] =
+            _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, kf + (size_t)t * d + e), qv, acc[t], m);
+    }
+    return _mm512_mul_ps(fold16x16(acc), _mm512_set1_ps(scale));
+}
+
+/* Lane of position t after fold16x16, and its inverse as a permutation. */
+#define LANE_OF(t) (4 * ((t) % 4) + (t) / 4)
+
+/* Q queries' values [e, e + 64) (o, dv apart) over positions [lo, hi) of
+ * vf: o = o * al (al 1: left) then one fused multiply-add per position in
+ * order; the Q queries' 4Q chains side by side, each value's V loaded
+ * once for all of them. */
+AI void pv_block(int Q, int dv, int e, float (*pt)[TILE], const float *al, const float *vf, int lo,
+                 int hi, float *o)
+{
+    __m512 acc[4][4];
+    UNROLL for (int b = 0; b < Q; b++) UNROLL for (int j = 0; j < 4; j++)
+    {
+        acc[b][j] = _mm512_loadu_ps(o + (size_t)b * dv + e + 16 * j);
+        if (al[b] != 1.0f)
+            acc[b][j] = _mm512_mul_ps(acc[b][j], _mm512_set1_ps(al[b]));
+    }
+    for (int t = lo; t < hi; t++) {
+        const float *vr = vf + (size_t)t * dv + e;
+        __m512 vv[4];
+        UNROLL for (int j = 0; j < 4; j++) vv[j] = _mm512_loadu_ps(vr + 16 * j);
+        UNROLL for (int b = 0; b < Q; b++)
+        {
+            const __m512 pb = _mm512_set1_ps(pt[b][t]);
+            UNROLL for (int j = 0; j < 4; j++) acc[b][j] = _mm512_fmadd_ps(pb, vv[j], acc[b][j]);
+        }
+    }
+    UNROLL for (int b = 0; b < Q; b++) UNROLL for (int j = 0; j < 4; j++)
+        _mm512_storeu_ps(o + (size_t)b * dv + e + 16 * j, acc[b][j]);
+}
+
+/* One query's values [e, min(e + 64, dv)), as pv_block does them. */
+AI void pv_part(int dv, int e, const float *pt, float al, const float *vf, int lo, int hi, float *o)
+{
+    __mmask16 mk[4];
+    __m512 acc[4];
+    UNROLL for (int j = 0; j < 4; j++)
+    {
+        int left = dv - e - 16 * j;
+        mk[j] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        acc[j] = _mm512_maskz_loadu_ps(mk[j], o + e + 16 * j);
+        if (al != 1.0f)
+            acc[j] = _mm512_mul_ps(acc[j], _mm512_set1_ps(al));
+    }
+    for (int t = lo; t < hi; t++) {
+        const __m512 pb = _mm512_set1_ps(pt[t]);
+        const float *vr = vf + (size_t)t * dv + e;
+        UNROLL for (int j = 0; j < 4; j++) acc[j] =
+            _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mk[j], vr + 16 * j), acc[j]);
+    }
+    UNROLL for (int j = 0; j < 4; j++) _mm512_mask_storeu_ps(o + e + 16 * j, mk[j], acc[j]);
+}
+
+/* The tile with head widths d and dv (literals for the common ones, so
+ * that the sixteen rows' addresses are offsets of one register). */
+AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const int dv)
+{
+    _Alignas(64) float kf[TILE * TILE_DMAX];
+    _Alignas(64) float vf[TILE * TILE_DMAX];
+    int t0 = TILE, t1 = 0;
+    for (int i = 0; i < a->nq; i++)
+        if (a->lo[i] < a->hi[i]) {
+            t0 = a->lo[i] < t0 ? a->lo[i] : t0;
+            t1 = a->hi[i] > t1 ? a->hi[i] : t1;
+        }
+    if (t0 >= t1)
+        return;
+    for (int t = t0; t < t1; t++) {
+        cvt_head(q8, a->k[t], d, kf + (size_t)t * d);
+        cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
+    }
+    /* the rows of a scored sixteen that no query takes are scored too (and
+     * masked): zeros, not whatever the stack held */
+    const int z0 = t0 / 16 * 16, z1 = (t1 + 15) / 16 * 16;
+    memset(kf + (size_t)z0 * d, 0, sizeof(float) * (size_t)(t0 - z0) * (size_t)d);
+    memset(kf + (size_t)t1 * d, 0, sizeof(float) * (size_t)(z1 - t1) * (size_t)d);
+    /* lane L of the folded scores holds position LANE_OF^-1(L); back to order */
+    const __m512i order =
+        _mm512_setr_epi32(LANE_OF(0), LANE_OF(1), LANE_OF(2), LANE_OF(3), LANE_OF(4), LANE_OF(5),
+                          LANE_OF(6), LANE_OF(7), LANE_OF(8), LANE_OF(9), LANE_OF(10), LANE_OF(11),
+                          LANE_OF(12), LANE_OF(13), LANE_OF(14), LANE_OF(15));
+    for (int i = 0; i < a->nq;) {
+        const int lo = a->lo[i], hi = a->hi[i];
+        /* up to four queries with this range (a row's group shares it) */
+        int nb = 1;
+        while (nb < 4 && i + nb < a->nq && a->lo[i + nb] == lo && a->hi[i + nb] == hi)
+            nb++;
+        if (lo >= hi) {
+            i += nb;
+            continue;
+        }
+        const int k0 = lo / 16, k1 = (hi + 15) / 16; /* the sixteens scored */
+        __mmask16 take[4];
+        for (int k = 0; k < 4; k++) {
+            int a0 = lo - 16 * k, a1 = hi - 16 * k;
+            a0 = a0 < 0 ? 0 : a0 > 16 ? 16 : a0;
+            a1 = a1 < 0 ? 0 : a1 > 16 ? 16 : a1;
+            take[k] = (__mmask16)(((1u << a1) - 1) & ~((1u << a0) - 1));
+        }
+        _Alignas(64) float pt[4][TILE];
+        float al[4];
+        for (int b = 0; b < nb; b++) {
+            const float *q = a->q + (size_t)(i + b) * d;
+            __m512 s[4], mv = _mm512_set1_ps(-INFINITY);
+            for (int k = k0; k < k1; k++) {
+                s[k] =
+                    _mm512_permutexvar_ps(order, scores(d, q, kf + (size_t)16 * k * d, a->scale));
+                mv = _mm512_mask_max_ps(mv, take[k], mv, s[k]);
+            }
+            const float mt = _mm512_reduce_max_ps(mv);
+            al[b] = 1.0f; /* o unchanged: a multiply by 1 is exact */
+            if (mt > a->m[i + b]) {
+                al[b] = ifl_kernels_exp(a->m[i + b] - mt);
+                a->l[i + b] *= al[b];
+                a->m[i + b] = mt;
+            }
+            const __m512 m = _mm512_set1_ps(a->m[i + b]);
+            __m512 p[4];
+            UNROLL for (int k = 0; k < 4; k++)
+            {
+                p[k] = _mm512_setzero_ps();
+                if (k >= k0 && k < k1)
+                    p[k] = _mm512_maskz_mov_ps(take[k], texp16(_mm512_sub_ps(s[k], m)));
+                _mm512_store_ps(pt[b] + 16 * k, p[k]);
+            }
+            /* the 64 lanes' fold: h = 32, then 16, then within sixteen */
+            a->l[i + b] +=
+                fold1(_mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3])));
+        }
+        float *o = a->o + (size_t)i * dv;
+        int e = 0;
+        if (nb == 4)
+            for (; e + 64 <= dv; e += 64)
+                pv_block(4, dv, e, pt, al, vf, lo, hi, o);
+        for (; e < dv; e += 64)
+            for (int b = 0; b < nb; b++)
+                pv_part(dv, e, pt[b], al[b], vf, lo, hi, o + (size_t)b * dv);
+        i += nb;
+    }
+}
+
+AI void attn_tile(const struct ifl_attn_tile *a, int q8)
+{
+    if (a->d == 64 && a->dv == 64)
+        attn_tile_d(a, q8, 64, 64);
+    else if (a->d == 128 && a->dv == 128)
+        attn_tile_d(a, q8, 128, 128);
+    else
+        attn_tile_d(a, q8, a->d, a->dv);
+}
+
+static void z_attn_tile_f16(const struct ifl_attn_tile *a)
+{
+    attn_tile(a, 0);
+}
+
+static void z_attn_tile_q8_0(const struct ifl_attn_tile *a)
+{
+    attn_tile(a, 1);
+}
+
+void ifl_kernels_fill_avx512_attn_tile(struct ifl_kernels *k)
+{
+    k->attn_tile_f16 = z_attn_tile_f16;
+    k->attn_tile_q8_0 = z_attn_tile_q8_0;
+}

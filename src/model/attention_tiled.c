@@ -1,0 +1,176 @@
+/*
+ * Tiled attention over the paged KV cache (F16 or Q8_0) with an online
+ * softmax: for every row, its positions in tiles of 64 aligned to
+ * multiples of 64 (positions 64k .. 64k + 63), folded one after another
+ * into the row's running max, sum and weighted values (the kernels'
+ * attn_tile_*, kernels.h), then divided by the sum.
+ *
+ * Batch invariance: the tiles a row meets and what it takes of each depend
+ * only on its own position and window, and a kernel's arithmetic for a
+ * query does not depend on the other queries of the call; so a row's
+ * attention is the same bits whether it is decoded alone, sits among a
+ * prompt's rows, is a tree row (its positions taken at their places), or
+ * shares the step with anything else.
+ *
+ * Work: one item is a run of a sequence's consecutive rows (a prompt's,
+ * ifl_fwd_attn_run; one row when decoding), taken one KV head at a time
+ * with every query of the run on that head (rows times the group) in each
+ * kernel call: each cached row is read and converted once for all of
+ * them. ifl_fwd_attention_blocks deals the runs (and, with fewer rows
+ * than threads, the KV heads) and calls ifl_fwd_attend_run for each.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/forward_internal.h"
+
+#define TILE 64       /* positions of a tile at most (struct ifl_attn_tile) */
+#define TILE_DMAX 256 /* head widths the kernels' buffers hold */
+
+int ifl_fwd_attn_tiled(const struct ifl_fwd *f)
+{
+    const struct ifl_hparams *hp = &f->m->hp;
+    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0)
+        return 0; /* softcap: the score pass of attention.c keeps it */
+    return hp->head_dim <= TILE_DMAX && hp->head_dim_v <= TILE_DMAX &&
+           (f->kv->type == IFL_TYPE_F16 || (hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0));
+}
+
+/* The place in the cache of row r's position t, as a pointer into layer
+ * il's K or V store: a tree row's own places (forward.h), else t. */
+static const char *row_at(const struct ifl_fwd *f, const struct ifl_batch *b, void *const *base,
+                          size_t row_bytes, int il, long r, int32_t t)
+{
+    const struct ifl_kv_store *kv = f->kv;
+    const int32_t pl = ifl_fwd_tree_row(b, r) ? ifl_fwd_place(b, r, t) : t;
+    const int32_t blk = b->block_tables[b->seq[r]][pl / kv->block_size];
+    size_t idx = (size_t)blk * (size_t)kv->block_size + (size_t)(pl % kv->block_size);
+    return (const char *)base[il] + idx * row_bytes;
+}
+
+/* Asks for the lines [lo, hi) of n rows (a head of a tile's rows) into L2,
+ * as attention.c's kv_prefetch does: neither the paged blocks nor a
+ * head's rows a row apart are a stream the hardware finds. */
+static void tile_prefetch(const char *const *rows, int n, size_t lo, size_t hi)
+{
+    for (int i = 0; i < n; i++)
+        for (size_t off = lo & ~(size_t)63; off < hi; off += 64)
+            __builtin_prefetch(rows[i] + off, 0, 2);
+}
+
+/* The byte where head h starts in a cached row of d values a head. */
+static size_t head_ofs(int q8, int h, int d)
+{
+    return q8 ? (size_t)h * (size_t)d / 32 * 34 : (size_t)h * (size_t)d * 2;
+}
+
+void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0, int kh1)
+{
+    struct ifl_fwd *f = j->f;
+    const struct ifl_batch *b = j->b;
+    const struct ifl_hparams *hp = &f->m->hp;
+    const struct ifl_kv_store *kv = f->kv;
+    const int hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+    const int q8 = kv->type == IFL_TYPE_Q8_0;
+    void (*tile)(const struct ifl_attn_tile *) = q8 ? f->kn->attn_tile_q8_0 : f->kn->attn_tile_f16;
+    const size_t q_row = (size_t)hp->n_head * hd, o_row = (size_t)hp->n_head * hdv;
+    const int nq = (int)nr * group; /* queries per KV head: by the run's rows, then the group */
+    float *qbuf = f->att_q + (size_t)ith * (size_t)f->score_heads * hd;
+    float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
+    float m[ATT_QHEADS], l[ATT_QHEADS];
+    uint8_t lo[ATT_QHEADS], hi[ATT_QHEADS];
+    const char *kr[2][TILE], *vr[2][TILE], *kh[TILE], *vh[TILE];
+    /* the run's positions: its first row's window start to its last row */
+    const int32_t w_first = ifl_fwd_win0(hp, il, b->pos[r]);
+    const int32_t n_max = b->pos[r + nr - 1] + 1;
+    const int32_t tb = w_first / TILE * TILE;
+    /* A lone row (a decode) takes its KV heads together, tile by tile, so
+     * each tile's rows are read once for them all, in address order; a
+     * prompt's run takes one KV head at a time, its queries gathered. */
+    const int hstep = nr > 1 ? 1 : ATT_QHEADS / group;
+    for (int hc0 = kh0; hc0 < kh1; hc0 += hstep) {
+        const int hc1 = kh1 - hc0 < hstep ? kh1 : hc0 + hstep, nqa = (hc1 - hc0) * nq;
+        const float *qs = f->q + (size_t)r * q_row + (size_t)hc0 * group * hd;
+        float *os = f->att + (size_t)r * o_row + (size_t)hc0 * group * hdv;
+        if (nr > 1) {
+            for (long i = 0; i < nr; i++)
+                memcpy(qbuf + (size_t)i * group * hd,
+                       f->q + (size_t)(r + i) * q_row + (size_t)hc0 * group * hd,
+                       sizeof(float) * (size_t)group * (size_t)hd);
+            qs = qbuf;
+            os = obuf;
+        }
+        for (int i = 0; i < nqa; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+        memset(os, 0, sizeof(float) * (size_t)nqa * (size_t)hdv);
+        const size_t k_lo = head_ofs(q8, hc0, hd), k_hi = head_ofs(q8, hc1, hd);
+        const size_t v_lo = head_ofs(q8, hc0, hdv), v_hi = head_ofs(q8, hc1, hdv);
+        int cur = 0;
+        int nt = n_max - tb < TILE ? n_max - tb : TILE;
+        for (int t = 0; t < nt; t++) {
+            kr[0][t] = row_at(f, b, kv->k, kv->k_row, il, r, tb + t);
+            vr[0][t] = row_at(f, b, kv->v, kv->v_row, il, r, tb + t);
+        }
+        for (int32_t t0 = tb; t0 < n_max; t0 += TILE) {
+            /* the next tile's rows, asked for while this one is worked on */
+            const int32_t t0n = t0 + TILE;
+            const int ntn = n_max - t0n < TILE ? n_max - t0n : TILE;
+            for (int t = 0; t < ntn; t++) {
+                kr[!cur][t] = row_at(f, b, kv->k, kv->k_row, il, r, t0n + t);
+                vr[!cur][t] = row_at(f, b, kv->v, kv->v_row, il, r, t0n + t);
+            }
+            if (ntn > 0) {
+                tile_prefetch(kr[!cur], ntn, k_lo, k_hi);
+                tile_prefetch(vr[!cur], ntn, v_lo, v_hi);
+            }
+            for (long i = 0; i < nr; i++) {
+                const int32_t p = b->pos[r + i], w0 = ifl_fwd_win0(hp, il, p);
+                int32_t a = w0 > t0 ? w0 - t0 : 0, e = p + 1 - t0;
+                if (e > nt)
+                    e = nt;
+                if (e <= a) /* the tile is past the row, or before its window */
+                    a = e = 0;
+                for (int g = 0; g < group; g++) {
+                    lo[i * group + g] = (uint8_t)a;
+                    hi[i * group + g] = (uint8_t)e;
+                }
+            }
+            for (int hk = hc0; hk < hc1; hk++) {
+                const size_t ko = head_ofs(q8, hk, hd), vo = head_ofs(q8, hk, hdv);
+                for (int t = 0; t < nt; t++) {
+                    kh[t] = kr[cur][t] + ko;
+                    vh[t] = vr[cur][t] + vo;
+                }
+                const size_t qi = (size_t)(hk - hc0) * (size_t)nq;
+                const struct ifl_attn_tile at = {.q = qs + qi * hd,
+                                                 .k = (const void *const *)kh,
+                                                 .v = (const void *const *)vh,
+                                                 .lo = lo,
+                                                 .hi = hi,
+                                                 .m = m + qi,
+                                                 .l = l + qi,
+                                                 .o = os + qi * hdv,
+                                                 .scale = hp->attn_scale,
+                                                 .d = hd,
+                                                 .dv = hdv,
+                                                 .nq = nq,
+                                                 .nt = nt};
+                tile(&at);
+            }
+            cur = !cur;
+            nt = ntn;
+        }
+        for (int i = 0; i < nqa; i++) {
+            const float inv = 1.0f / l[i];
+            float *o = os + (size_t)i * hdv;
+            for (int e = 0; e < hdv; e++)
+                o[e] *= inv;
+        }
+        if (nr > 1)
+            for (long i = 0; i < nr; i++)
+                memcpy(f->att + (size_t)(r + i) * o_row + (size_t)hc0 * group * hdv,
+                       obuf + (size_t)i * group * hdv, sizeof(float) * (size_t)group * (size_t)hdv);
+    }
+}
