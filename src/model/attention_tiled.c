@@ -30,8 +30,10 @@
 int ifl_fwd_attn_tiled(const struct ifl_fwd *f)
 {
     const struct ifl_hparams *hp = &f->m->hp;
-    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0)
-        return 0; /* softcap: the score pass of attention.c keeps it */
+    /* softcap, and gpt-oss's sinks (every layer has them or none): the
+     * score pass of attention.c keeps them */
+    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0 || f->m->layers[0].attn_sinks)
+        return 0;
     return hp->head_dim <= TILE_DMAX && hp->head_dim_v <= TILE_DMAX &&
            (f->kv->type == IFL_TYPE_F16 || (hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0));
 }
