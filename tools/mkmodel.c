@@ -1089,10 +1089,10 @@ static int write_tensors(struct gen *g, const struct opts *o, int64_t n_vocab)
         const int64_t X = o->n_expert;
         if (X &&
             (add_random(g, NM("ffn_gate_inp.weight"), IFL_TYPE_F32, 2, E, X, 0.0f, ROUTER_STD) ||
-             add_random3(g, NM("ffn_gate_exps.weight"),
-                         fit_type("ffn_gate_exps", exps_type(m, mix_type(o, C_GATE, l, E, m->main)),
-                                  E),
-                         3, E, o->n_ff, X, 0.0f, W_STD) ||
+             add_random3(
+                 g, NM("ffn_gate_exps.weight"),
+                 fit_type("ffn_gate_exps", exps_type(m, mix_type(o, C_GATE, l, E, m->main)), E), 3,
+                 E, o->n_ff, X, 0.0f, W_STD) ||
              add_random3(g, NM("ffn_up_exps.weight"),
                          fit_type("ffn_up_exps", exps_type(m, mix_type(o, C_UP, l, E, m->main)), E),
                          3, E, o->n_ff, X, 0.0f, W_STD) ||

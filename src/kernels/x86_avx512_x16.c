@@ -1,8 +1,8 @@
 /*
  * 512-bit gemm over the repacked x16 groups (kernels.h) of F16, Q8_0,
- * Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512 table
- * (F, BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The kernels
- * over weights in rows are in x86_avx512_gemm.c.
+ * Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, for the AVX-512
+ * table (F, BW, DQ, VL, VNNI): one lane per weight row, so an output needs no horizontal sum. The
+ * kernels over weights in rows are in x86_avx512_gemm.c.
  */
 #include <immintrin.h>
 #include <stddef.h>
