@@ -942,7 +942,11 @@ static void test_exec_host_cache(void)
         rs[i] = r;
         ls[i] = (struct ifl_lora_ref){id[i], 1.0f};
         rs[i].lora = &ls[i];
-        rs[i].max_tokens = 30;
+        /* long enough to be running still when the list is read: a step
+         * of this model on one thread is tens of microseconds, and the
+         * enqueue reloads two adapters first */
+        rs[i].max_tokens = 256 - PLEN - 8;
+        rs[i].sampling.ignore_eos = 1;
     }
     ifl_id q[3];
     CHECK_EQ(ifl_enqueue_many(ex, rs, 3, q, err), 0);
