@@ -83,8 +83,30 @@ struct model_size {
     uint64_t params;
     uint64_t bytes_per_token; /* read by one decode step: all but the embedding
                                  table, of which one row (the whole table when
-                                 the output matrix is tied to it) */
+                                 the output matrix is tied to it), and of the
+                                 expert tensors only the used experts' share */
 };
+
+/* The share of an expert tensor (a name with "_exps") one token reads:
+ * expert_used_count of expert_count; 1 for a model without experts. */
+static void expert_share(const struct ifl_gguf *g, uint64_t *used, uint64_t *count)
+{
+    *used = *count = 1;
+    const char *arch;
+    size_t alen;
+    char key[128], err[256];
+    if (ifl_gguf_get_str(g, "general.architecture", &arch, &alen, err) || alen > 64)
+        return;
+    int64_t n, k;
+    snprintf(key, sizeof key, "%.*s.expert_count", (int)alen, arch);
+    if (ifl_gguf_get_int(g, key, &n, err) || n <= 0)
+        return;
+    snprintf(key, sizeof key, "%.*s.expert_used_count", (int)alen, arch);
+    if (ifl_gguf_get_int(g, key, &k, err) || k <= 0 || k > n)
+        return;
+    *used = (uint64_t)k;
+    *count = (uint64_t)n;
+}
 
 static int read_model_size(const char *path, struct model_size *s, char *err)
 {
@@ -93,15 +115,19 @@ static int read_model_size(const char *path, struct model_size *s, char *err)
     if (rc)
         return rc;
     memset(s, 0, sizeof(*s));
+    uint64_t used, count;
+    expert_share(g, &used, &count);
     for (int64_t i = 0; i < ifl_gguf_n_tensors(g); i++) {
         const struct ifl_gguf_tensor *t = ifl_gguf_tensor(g, i);
         s->bytes += t->nbytes;
         s->params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        /* A token reads K of the N experts of each layer (a batch may read
+         * more; this is the one-stream figure the tg limit is counted on). */
+        s->bytes_per_token += strstr(t->name, "_exps") ? t->nbytes / count * used : t->nbytes;
     }
-    s->bytes_per_token = s->bytes;
     const struct ifl_gguf_tensor *e = ifl_gguf_find_tensor(g, "token_embd.weight");
     if (e && ifl_gguf_find_tensor(g, "output.weight") && e->ne[1] > 0)
-        s->bytes_per_token = s->bytes - e->nbytes + e->nbytes / (uint64_t)e->ne[1];
+        s->bytes_per_token -= e->nbytes - e->nbytes / (uint64_t)e->ne[1];
     ifl_gguf_free(g);
     return 0;
 }
