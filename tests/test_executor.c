@@ -82,11 +82,14 @@ static int collect(ifl_executor *ex, ifl_id id, int32_t index, int32_t *out, int
             CHECK(r[i]->request_id == id);
             if (r[i]->sequence_index == index && r[i]->n_results == 1) {
                 struct ifl_sequence_result *s = &r[i]->results[0];
-                memcpy(out + *n, s->tokens, sizeof(int32_t) * (size_t)s->n_tokens);
-                if (lps && s->log_probs)
+                /* a final result may carry no tokens (and a NULL array):
+                 * a request timed out before its first */
+                if (s->n_tokens)
+                    memcpy(out + *n, s->tokens, sizeof(int32_t) * (size_t)s->n_tokens);
+                if (lps && s->log_probs && s->n_tokens)
                     memcpy(lps + *n, s->log_probs, sizeof(float) * (size_t)s->n_tokens);
                 *n += s->n_tokens;
-                if (text && tl + (size_t)s->n_text < text_cap) {
+                if (text && s->n_text && tl + (size_t)s->n_text < text_cap) {
                     memcpy(text + tl, s->text, (size_t)s->n_text);
                     tl += (size_t)s->n_text;
                     text[tl] = 0;
