@@ -15,6 +15,15 @@
  * LN(x) = (x - mean) / sqrt(var + eps) * w + b; gelu is the tanh form, act
  * quick GELU (x sigmoid(1.702 x)) unless clip.use_gelu / clip.use_silu;
  * n_run = clip.vision.feature_layer, else block_count - 1.
+ *
+ * InternVL (clip.projector_type "internvl"), after OpenGVLab's
+ * InternVisionModel and InternVLChatModel.mlp1:
+ *   every layer runs; h += ls1 * (o Wo + bo), h += ls2 * FFN(...) when the
+ *   file has the layer scales;
+ *   drop the class row; pixel shuffle by m = scale_factor: the merged
+ *   token (X, Y) is the patches (m X + dx, m Y + dy) side by side, dy
+ *   outer, dx inner; then LN (eps 1e-5, mm.model.mlp.0), mlp.1, gelu,
+ *   mlp.3.
  */
 #include "refclip.h"
 
@@ -121,7 +130,8 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
         return rc;
     int64_t S, P, E, F, L, H, D, fl = -1;
     double eps;
-    int gelu = 0, silu = 0;
+    int gelu = 0, silu = 0, vl = 0;
+    int64_t M = 1;
     if ((rc = get(g, "clip.vision.image_size", &S, err)) ||
         (rc = get(g, "clip.vision.patch_size", &P, err)) ||
         (rc = get(g, "clip.vision.embedding_length", &E, err)) ||
@@ -133,15 +143,22 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
         ifl_gguf_free(g);
         return rc;
     }
+    const char *pt;
+    size_t ptl;
+    if (!ifl_gguf_get_str(g, "clip.projector_type", &pt, &ptl, NULL))
+        vl = ptl == 8 && !memcmp(pt, "internvl", 8);
+    if (vl && ifl_gguf_get_int(g, "clip.vision.projector.scale_factor", &M, NULL))
+        M = 2;
     ifl_gguf_get_bool(g, "clip.use_gelu", &gelu, NULL);
     ifl_gguf_get_bool(g, "clip.use_silu", &silu, NULL);
     struct ifl_gguf_value fla;
     if (!ifl_gguf_get_arr(g, "clip.vision.feature_layer", &fla, NULL))
         ifl_gguf_arr_int(&fla, 0, &fl);
-    const int64_t side = S / P, N = side * side, n_run = fl >= 0 ? fl : L - 1, hd = E / H;
+    const int64_t side = S / P, N = side * side, hd = E / H;
+    const int64_t n_run = vl ? L : fl >= 0 ? fl : L - 1, NT = N / (M * M), EM = E * M * M;
     if (shape) {
         shape->image_size = (int)S;
-        shape->n_patches = (int)N;
+        shape->n_patches = (int)NT;
         shape->n_out = (int)D;
     }
     if (!out) {
@@ -149,7 +166,8 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
         return 0;
     }
     double *pw = NULL, *pb = NULL, *cls = NULL, *pos = NULL, *prew = NULL, *preb = NULL,
-           *postw = NULL, *postb = NULL, *m0 = NULL, *m0b = NULL, *m2 = NULL, *m2b = NULL;
+           *postw = NULL, *postb = NULL, *m0 = NULL, *m0b = NULL, *m2 = NULL, *m2b = NULL,
+           *mlnw = NULL, *mlnb = NULL, *ls1 = NULL, *ls2 = NULL;
     double *h = NULL, *a = NULL, *q = NULL, *k = NULL, *v = NULL, *o = NULL, *t = NULL, *f = NULL,
            *s = NULL;
     int64_t H0 = 0;
@@ -163,24 +181,28 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
         (rc = tensor(g, "v.pre_ln.bias", E, &preb, NULL, err)) ||
         (rc = tensor(g, "v.post_ln.weight", E, &postw, NULL, err)) ||
         (rc = tensor(g, "v.post_ln.bias", E, &postb, NULL, err)) ||
-        (rc = tensor(g, "mm.0.weight", 0, &m0, &H0, err)) ||
-        (rc = tensor(g, "mm.0.bias", 0, &m0b, NULL, err)) ||
-        (rc = tensor(g, "mm.2.weight", 0, &m2, NULL, err)) ||
-        (rc = tensor(g, "mm.2.bias", 0, &m2b, NULL, err)))
+        (rc = tensor(g, vl ? "mm.model.mlp.1.weight" : "mm.0.weight", 0, &m0, &H0, err)) ||
+        (rc = tensor(g, vl ? "mm.model.mlp.1.bias" : "mm.0.bias", 0, &m0b, NULL, err)) ||
+        (rc = tensor(g, vl ? "mm.model.mlp.3.weight" : "mm.2.weight", 0, &m2, NULL, err)) ||
+        (rc = tensor(g, vl ? "mm.model.mlp.3.bias" : "mm.2.bias", 0, &m2b, NULL, err)) ||
+        (vl && (rc = need(g, "mm.model.mlp.0.weight", EM, &mlnw, err))) ||
+        (vl && (rc = need(g, "mm.model.mlp.0.bias", EM, &mlnb, err))))
         goto out;
-    if (!m0 || !m2 || H0 != E) {
+    if (!m0 || !m2 || H0 != EM) {
         rc = ifl_err(err, IFL_EFORMAT, "refclip: the projector's tensors are missing or misshapen");
         goto out;
     }
-    const struct ifl_gguf_tensor *tm0 = ifl_gguf_find_tensor(g, "mm.0.weight");
+    const struct ifl_gguf_tensor *tm0 =
+        ifl_gguf_find_tensor(g, vl ? "mm.model.mlp.1.weight" : "mm.0.weight");
     const int64_t HM = tm0->ne[1];
-    const struct ifl_gguf_tensor *tm2 = ifl_gguf_find_tensor(g, "mm.2.weight");
+    const struct ifl_gguf_tensor *tm2 =
+        ifl_gguf_find_tensor(g, vl ? "mm.model.mlp.3.weight" : "mm.2.weight");
     if (tm2->ne[0] != HM || tm2->ne[1] != D) {
         rc = ifl_err(err, IFL_EFORMAT, "refclip: mm.2.weight is not [%lld, %lld]", (long long)HM,
                      (long long)D);
         goto out;
     }
-    int64_t W = E > F ? E : F;
+    int64_t W = EM > F ? EM : F;
     W = W > HM ? W : HM;
     W = W > D ? W : D;
     h = calloc((size_t)(T * E), sizeof(double));
@@ -267,9 +289,15 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
                         o[i * E + hh * hd + e] = acc;
                     }
                 }
+            char ln[80];
+            snprintf(ln, sizeof ln, "v.blk.%lld.ls1.weight", (long long)il);
+            rc = tensor(g, ln, E, &ls1, NULL, err);
+            snprintf(ln, sizeof ln, "v.blk.%lld.ls2.weight", (long long)il);
+            if (!rc)
+                rc = tensor(g, ln, E, &ls2, NULL, err);
             linear(t, o, (int)T, w[8], w[9], (int)E, (int)E);
             for (int64_t i = 0; i < T * E; i++)
-                h[i] += t[i];
+                h[i] += t[i] * (ls1 ? ls1[i % E] : 1);
             lnorm(a, h, (int)T, (int)E, w[10], w[11], eps);
             linear(f, a, (int)T, fc1, fc1b, (int)E, (int)F);
             for (int64_t i = 0; i < T * F; i++) {
@@ -278,8 +306,11 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
             }
             linear(t, f, (int)T, fc2, fc2b, (int)F, (int)E);
             for (int64_t i = 0; i < T * E; i++)
-                h[i] += t[i];
+                h[i] += t[i] * (ls2 ? ls2[i % E] : 1);
         }
+        free(ls1);
+        free(ls2);
+        ls1 = ls2 = NULL;
         for (int i = 0; i < 16; i++)
             free(w[i]);
         if (rc)
@@ -291,11 +322,25 @@ int ref_clip_encode(const char *path, const float *pixels, int cls_last, float *
      * (with cls_last that keeps the class row and drops patch 0, as
      * llama.cpp's "patches" input does) */
     const double *kept = h + (cls ? E : 0);
-    linear(f, kept, (int)N, m0, m0b, (int)E, (int)HM);
-    for (int64_t i = 0; i < N * HM; i++)
+    if (vl) {
+        /* llama.cpp's InternVL graph puts the class token last and keeps
+         * the first N rows: the patches either way */
+        kept = h + (cls && !cls_last ? E : 0);
+        for (int64_t tk = 0; tk < NT; tk++) {
+            int64_t bx = tk % (side / M), by = tk / (side / M);
+            for (int64_t dy = 0; dy < M; dy++)
+                for (int64_t dx = 0; dx < M; dx++)
+                    memcpy(a + tk * EM + (dy * M + dx) * E,
+                           kept + ((by * M + dy) * side + bx * M + dx) * E, sizeof(double) * E);
+        }
+        lnorm(a, a, (int)NT, (int)EM, mlnw, mlnb, 1e-5);
+        kept = a;
+    }
+    linear(f, kept, (int)NT, m0, m0b, (int)EM, (int)HM);
+    for (int64_t i = 0; i < NT * HM; i++)
         f[i] = gelu_tanh(f[i]);
-    linear(t, f, (int)N, m2, m2b, (int)HM, (int)D);
-    for (int64_t i = 0; i < N * D; i++)
+    linear(t, f, (int)NT, m2, m2b, (int)HM, (int)D);
+    for (int64_t i = 0; i < NT * D; i++)
         out[i] = (float)t[i];
 out:
     free(pw);
@@ -310,6 +355,10 @@ out:
     free(m0b);
     free(m2);
     free(m2b);
+    free(mlnw);
+    free(mlnb);
+    free(ls1);
+    free(ls2);
     free(h);
     free(a);
     free(q);

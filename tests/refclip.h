@@ -13,7 +13,7 @@
 /* What the file says the encoder takes and gives. */
 struct refclip_shape {
     int image_size;
-    int n_patches; /* output rows per image */
+    int n_patches; /* output rows per image (InternVL: per tile, after the shuffle) */
     int n_out;     /* floats per row */
 };
 

@@ -77,7 +77,7 @@ static void check_vs_ref(const char *path, int tol_class)
         return;
     rc = ifl_clip_ctx_create(&x, c, 2, NULL, 2, err);
     CHECK_MSG(rc == 0, "ctx: %s", err);
-    const int S = c->hp.image_size, NP = c->hp.n_patches, D = c->hp.n_out;
+    const int S = c->hp.image_size, NP = c->hp.n_tok, D = c->hp.n_out;
     float *px = images(2, S, 7);
     float *got = calloc((size_t)2 * NP * D, sizeof(float));
     float *ref = calloc((size_t)NP * D, sizeof(float));

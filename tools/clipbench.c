@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     const struct ifl_clip_hparams *hp = &c->hp;
     size_t img = (size_t)3 * hp->image_size * hp->image_size;
     float *px = malloc(img * (size_t)batch * sizeof(float));
-    float *out = malloc((size_t)batch * hp->n_patches * hp->n_out * sizeof(float));
+    float *out = malloc((size_t)batch * hp->n_tok * hp->n_out * sizeof(float));
     struct ifl_rng r;
     ifl_rng_seed(&r, 1);
     for (size_t i = 0; i < img * (size_t)batch; i++)

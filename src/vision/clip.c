@@ -101,6 +101,47 @@ static int get_rgb(const struct ifl_gguf *g, const char *key, float out[3], char
     return 0;
 }
 
+/* Optional u32 key: *out keeps its default when absent. */
+static int get_opt_u32(const struct ifl_gguf *g, const char *key, int64_t lo, int64_t hi,
+                       int32_t *out, char *err)
+{
+    if (ifl_gguf_find_key(g, key) < 0)
+        return 0;
+    return get_u32(g, key, lo, hi, out, err);
+}
+
+/* InternVL's keys: the pixel shuffle's side (clip.vision.projector.scale_factor,
+ * 1 / downsample_ratio; 2 when absent, InternVL's downsample_ratio of 0.5)
+ * and the tiling grid's bounds (preproc_min_tiles / preproc_max_tiles; 1
+ * and 12 when absent, as llama.cpp takes them). */
+static int read_internvl(const struct ifl_gguf *g, struct ifl_clip_hparams *hp, char *err)
+{
+    int rc;
+    hp->merge = 2;
+    hp->min_tiles = 1;
+    hp->max_tiles = 12;
+    if ((rc = get_opt_u32(g, "clip.vision.projector.scale_factor", 1, 64, &hp->merge, err)) ||
+        (rc = get_opt_u32(g, "clip.vision.preproc_min_tiles", 1, IFL_CLIP_MAX_TILES - 1,
+                          &hp->min_tiles, err)) ||
+        (rc = get_opt_u32(g, "clip.vision.preproc_max_tiles", 1, IFL_CLIP_MAX_TILES - 1,
+                          &hp->max_tiles, err)))
+        return rc;
+    if (hp->min_tiles > hp->max_tiles)
+        return ifl_err(err, IFL_EFORMAT,
+                       "mmproj: preproc_min_tiles %d is over preproc_max_tiles %d", hp->min_tiles,
+                       hp->max_tiles);
+    if (hp->n_side % hp->merge)
+        return ifl_err(err, IFL_EFORMAT,
+                       "mmproj: projector.scale_factor %d does not divide the %d patches a side",
+                       hp->merge, hp->n_side);
+    hp->n_tok = hp->n_patches / (hp->merge * hp->merge);
+    if (!ifl_gguf_find_tensor(g, "v.class_embd"))
+        return ifl_err(err, IFL_EFORMAT,
+                       "mmproj: tensor 'v.class_embd' is missing (InternViT has "
+                       "a class token)");
+    return 0;
+}
+
 static int read_hparams(struct ifl_clip *c, char *err)
 {
     const struct ifl_gguf *g = c->gguf;
@@ -126,17 +167,23 @@ static int read_hparams(struct ifl_clip *c, char *err)
         return ifl_err(err, IFL_EFORMAT, "mmproj: key clip.projector_type is missing");
     if (rc)
         return rc;
-    if (len != 3 || memcmp(s, "mlp", 3)) {
+    if (len == 3 && !memcmp(s, "mlp", 3)) {
+        hp->proj = IFL_CLIP_PROJ_MLP;
+    } else if (len == 8 && !memcmp(s, "internvl", 8)) {
+        hp->proj = IFL_CLIP_PROJ_INTERNVL;
+    } else {
         char shown[65]; /* the file's bytes, printable ASCII only */
         size_t n = len < 64 ? len : 64;
         for (size_t i = 0; i < n; i++)
             shown[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
         shown[n] = 0;
         return ifl_err(err, IFL_EUNSUPPORTED,
-                       "mmproj: projector type \"%s\" is not supported (only \"mlp\", LLaVA-1.5)",
+                       "mmproj: projector type \"%s\" is not supported (only \"mlp\", LLaVA-1.5, "
+                       "and \"internvl\")",
                        shown);
     }
-    if (ifl_gguf_find_key(g, "clip.vision.image_grid_pinpoints") >= 0)
+    if (hp->proj == IFL_CLIP_PROJ_MLP &&
+        ifl_gguf_find_key(g, "clip.vision.image_grid_pinpoints") >= 0)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "mmproj: clip.vision.image_grid_pinpoints (LLaVA-1.6 tiling) is not "
                        "supported");
@@ -156,6 +203,11 @@ static int read_hparams(struct ifl_clip *c, char *err)
         return ifl_err(err, IFL_EFORMAT, "mmproj: %d x %d patches is over the limit of %d",
                        hp->n_side, hp->n_side, MAX_PATCHES);
     hp->n_patches = hp->n_side * hp->n_side;
+    hp->n_tok = hp->n_patches;
+    hp->merge = 1;
+    hp->min_tiles = hp->max_tiles = 1;
+    if (hp->proj == IFL_CLIP_PROJ_INTERNVL && (rc = read_internvl(g, hp, err)))
+        return rc;
     if (hp->n_embd % hp->n_head)
         return ifl_err(err, IFL_EFORMAT, "mmproj: %d heads do not divide embedding_length %d",
                        hp->n_head, hp->n_embd);
@@ -196,8 +248,17 @@ static int read_hparams(struct ifl_clip *c, char *err)
     hp->pad[0] = 122;
     hp->pad[1] = 116;
     hp->pad[2] = 104;
-    /* the layer whose output the projector reads */
+    /* the layer whose output the projector reads: InternVL's is the last
+     * (llama.cpp's graph runs every layer and reads no feature_layer key) */
     hp->n_run = hp->n_layer - 1;
+    if (hp->proj == IFL_CLIP_PROJ_INTERNVL) {
+        hp->n_run = hp->n_layer;
+        if (hp->n_embd == 3200 && hp->n_layer == 45)
+            return ifl_err(err, IFL_EUNSUPPORTED,
+                           "mmproj: InternViT-6B (RMSNorm, 3200 wide, 45 layers) is not "
+                           "supported; the 300M ViT of the smaller InternVL models is");
+        return 0;
+    }
     struct ifl_gguf_value fl;
     rc = ifl_gguf_get_arr(g, "clip.vision.feature_layer", &fl, err);
     if (!rc) {
@@ -369,7 +430,16 @@ static int load_layer(struct ifl_clip *c, int il, char *err)
     if ((rc = load_linear(c, base, hp->n_embd, hp->n_ff, &L->up, &L->b_up, err)))
         return rc;
     snprintf(base, sizeof base, "v.blk.%d.%s", il, swapped ? "ffn_up" : "ffn_down");
-    return load_linear(c, base, hp->n_ff, hp->n_embd, &L->down, &L->b_down, err);
+    if ((rc = load_linear(c, base, hp->n_ff, hp->n_embd, &L->down, &L->b_down, err)))
+        return rc;
+    /* InternViT's layer scales: the attention's and the FFN's outputs are
+     * multiplied by them before the residual adds */
+    int64_t E = hp->n_embd;
+    snprintf(base, sizeof base, "v.blk.%d.ls1.weight", il);
+    if ((rc = load_floats(c, base, 1, &E, 0, &L->ls1, err)))
+        return rc;
+    snprintf(base, sizeof base, "v.blk.%d.ls2.weight", il);
+    return load_floats(c, base, 1, &E, 0, &L->ls2, err);
 }
 
 /* Every matrix whose type has an x16 kernel goes into that layout (a copy;
@@ -411,6 +481,53 @@ static int repack_all(struct ifl_clip *c, char *err)
     return rc;
 }
 
+/* The projector's hidden width: mm_name's outputs, bounded. */
+static int proj_width(struct ifl_clip *c, const char *w0, const char *w1, char *err)
+{
+    const struct ifl_gguf_tensor *t0 = ifl_gguf_find_tensor(c->gguf, w0);
+    if (!t0 || !ifl_gguf_find_tensor(c->gguf, w1))
+        return ifl_err(err, IFL_EFORMAT, "mmproj: tensor '%s' is missing", t0 ? w1 : w0);
+    if (t0->ne[1] < 1 || t0->ne[1] > MAX_FF)
+        return ifl_err(err, IFL_EFORMAT, "mmproj: %s's %lld outputs are out of range", w0,
+                       (long long)t0->ne[1]);
+    c->hp.n_mm = (int32_t)t0->ne[1];
+    return 0;
+}
+
+/* LLaVA-1.5: mm.0 (n_embd -> H), GELU, mm.2 (H -> D). */
+static int load_mlp_proj(struct ifl_clip *c, char *err)
+{
+    struct ifl_clip_hparams *hp = &c->hp;
+    int rc = proj_width(c, "mm.0.weight", "mm.2.weight", err);
+    if (!rc)
+        rc = load_linear(c, "mm.0", hp->n_embd, hp->n_mm, &c->mm0, &c->mm0_b, err);
+    if (!rc)
+        rc = load_linear(c, "mm.2", hp->n_mm, hp->n_out, &c->mm2, &c->mm2_b, err);
+    return rc;
+}
+
+/* InternVL (llama.cpp's names, its converter's mlp1.0 / .1 / .3): the
+ * LayerNorm mm.model.mlp.0 over the shuffled rows of n_embd merge^2, then
+ * mm.model.mlp.1 (-> H), GELU, mm.model.mlp.3 (H -> D). */
+static int load_internvl_proj(struct ifl_clip *c, char *err)
+{
+    struct ifl_clip_hparams *hp = &c->hp;
+    int64_t W = (int64_t)hp->n_embd * hp->merge * hp->merge;
+    if (W > MAX_FF)
+        return ifl_err(err, IFL_EFORMAT, "mmproj: shuffled rows of %lld are over the limit",
+                       (long long)W);
+    int rc = proj_width(c, "mm.model.mlp.1.weight", "mm.model.mlp.3.weight", err);
+    if (!rc)
+        rc = load_floats(c, "mm.model.mlp.0.weight", 1, &W, 1, &c->mmln_w, err);
+    if (!rc)
+        rc = load_floats(c, "mm.model.mlp.0.bias", 1, &W, 1, &c->mmln_b, err);
+    if (!rc)
+        rc = load_linear(c, "mm.model.mlp.1", W, hp->n_mm, &c->mm0, &c->mm0_b, err);
+    if (!rc)
+        rc = load_linear(c, "mm.model.mlp.3", hp->n_mm, hp->n_out, &c->mm2, &c->mm2_b, err);
+    return rc;
+}
+
 int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
 {
     *out = NULL;
@@ -448,20 +565,8 @@ int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
     for (int il = 0; il < hp->n_layer; il++)
         if ((rc = load_layer(c, il, err)))
             goto fail;
-    const struct ifl_gguf_tensor *t0 = ifl_gguf_find_tensor(g, "mm.0.weight");
-    if (!t0 || !ifl_gguf_find_tensor(g, "mm.2.weight")) {
-        rc = ifl_err(err, IFL_EFORMAT, "mmproj: tensor '%s' is missing",
-                     t0 ? "mm.2.weight" : "mm.0.weight");
-        goto fail;
-    }
-    if (t0->ne[1] < 1 || t0->ne[1] > MAX_FF) {
-        rc = ifl_err(err, IFL_EFORMAT, "mmproj: mm.0.weight's %lld outputs are out of range",
-                     (long long)t0->ne[1]);
-        goto fail;
-    }
-    hp->n_mm = (int32_t)t0->ne[1];
-    if ((rc = load_linear(c, "mm.0", E, hp->n_mm, &c->mm0, &c->mm0_b, err)) ||
-        (rc = load_linear(c, "mm.2", hp->n_mm, hp->n_out, &c->mm2, &c->mm2_b, err)) ||
+    if ((rc = hp->proj == IFL_CLIP_PROJ_INTERNVL ? load_internvl_proj(c, err)
+                                                 : load_mlp_proj(c, err)) ||
         (rc = repack_all(c, err)))
         goto fail;
     *out = c;

@@ -1,7 +1,8 @@
 /*
- * A CLIP vision encoder with a LLaVA-1.5 projector, read from llama.cpp's
- * mmproj GGUF files (general.architecture "clip", clip.projector_type
- * "mlp"), and run on the project's kernels.
+ * A CLIP vision encoder with a LLaVA-1.5 or an InternVL projector, read
+ * from llama.cpp's mmproj GGUF files (general.architecture "clip",
+ * clip.projector_type "mlp" or "internvl"), and run on the project's
+ * kernels.
  *
  * What the file holds (ggml shapes, ne[0] first; E = n_embd, F = n_ff,
  * P = patch_size, N = (image_size / P)^2 patches, H = the projector's
@@ -35,6 +36,17 @@
  * (llama.cpp issue 25814); tests/refclip.c can compute that order too, to
  * show it is the only difference.
  *
+ * InternVL (clip.projector_type "internvl"; llama.cpp's models/internvl.cpp):
+ * the same ViT with InternViT's differences: no pre-LN, every layer run,
+ * the layer scales v.blk.L.ls1 / ls2 ([E]) multiplying the attention's and
+ * the FFN's outputs before each residual add; the class token is first
+ * here too (llama.cpp's graph puts it last, as for llava). Then the pixel
+ * shuffle (clip.vision.projector.scale_factor m = 1 / downsample_ratio):
+ * each m x m block of patches becomes one row of E m^2, the block's
+ * patches side by side (top row first, left to right); then
+ * mm.model.mlp.0 (a LayerNorm, eps 1e-5), mm.model.mlp.1 [E m^2, H], GELU,
+ * mm.model.mlp.3 [H, D]. An image becomes several tiles (clip_prep.c).
+ *
  * Ownership: an ifl_clip owns its mapping; matrices are views into it,
  * vectors owned F32 copies. Immutable after loading: share it between
  * threads. An ifl_clip_ctx (scratch for a batch of images and a thread
@@ -53,10 +65,15 @@ struct ifl_pool;
 
 enum ifl_clip_act { IFL_CLIP_GELU_QUICK = 0, IFL_CLIP_GELU, IFL_CLIP_SILU };
 
+/* The projector families: LLaVA-1.5's two linears ("mlp"), and InternVL's
+ * pixel shuffle with a LayerNorm and two linears ("internvl"). */
+enum ifl_clip_proj { IFL_CLIP_PROJ_MLP = 0, IFL_CLIP_PROJ_INTERNVL };
+
 struct ifl_clip_hparams {
     int32_t image_size, patch_size;
     int32_t n_side;    /* image_size / patch_size */
-    int32_t n_patches; /* n_side^2: the rows one image gives the text model */
+    int32_t n_patches; /* n_side^2: the ViT's patch rows of one tile */
+    int32_t n_tok;     /* output rows of one tile: n_patches / merge^2 */
     int32_t n_pos;     /* n_patches, plus one with a class token */
     int32_t n_embd, n_ff, n_head, head_dim;
     int32_t n_layer; /* block_count: the layers the file holds */
@@ -67,6 +84,9 @@ struct ifl_clip_hparams {
     enum ifl_clip_act act;
     float mean[3], std[3];
     uint8_t pad[3]; /* the colour padding fills with: 122, 116, 104 (llava's mean) */
+    enum ifl_clip_proj proj;
+    int32_t merge;                /* internvl: the pixel shuffle's side (1 / downsample_ratio) */
+    int32_t min_tiles, max_tiles; /* internvl: the tiling grid's bounds (1 and 1: no tiles) */
 };
 
 struct ifl_clip_layer {
@@ -76,6 +96,7 @@ struct ifl_clip_layer {
     struct ifl_mat up;                          /* n_embd -> n_ff */
     struct ifl_mat down;                        /* n_ff -> n_embd */
     const float *b_up, *b_down;                 /* [n_ff], [n_embd] or NULL */
+    const float *ls1, *ls2;                     /* [n_embd] layer scales (InternViT) or NULL */
 };
 
 struct ifl_clip {
@@ -88,9 +109,10 @@ struct ifl_clip {
     const float *pre_w, *pre_b;    /* [n_embd] or NULL */
     const float *post_w, *post_b;  /* [n_embd] or NULL */
     struct ifl_clip_layer *layers; /* [n_layer] */
-    struct ifl_mat mm0, mm2;       /* n_embd -> n_mm -> n_out */
+    struct ifl_mat mm0, mm2;       /* n_embd (internvl: n_embd merge^2) -> n_mm -> n_out */
     const float *mm0_b, *mm2_b;
-    float **owned; /* the F32 copies */
+    const float *mmln_w, *mmln_b; /* internvl: the projector's LayerNorm [n_embd merge^2] */
+    float **owned;                /* the F32 copies */
     int n_owned, cap_owned;
 };
 
@@ -102,12 +124,28 @@ int ifl_clip_load(struct ifl_clip **out, const char *path, char *err);
 int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err);
 void ifl_clip_free(struct ifl_clip *c);
 
-/* An image as the encoder wants it, llava's way (llama.cpp's fixed-size
- * preprocessor): scaled to fit image_size x image_size keeping its aspect
- * (each side ceil(side * scale), bicubic), centred on a square filled with
- * hp.pad, then (px / 255 - mean) / std per channel, planar:
- * out[c][y][x], 3 * image_size^2 floats. An image already of that size is
- * only normalised. IFL_EINVAL (a bad mean/std), IFL_ENOMEM. */
+/* Most tiles one image becomes (InternVL's grid plus its thumbnail). */
+#define IFL_CLIP_MAX_TILES 64
+
+/* The tiles an image of w x h pixels becomes, each image_size square and
+ * n_tok output rows: 1 for "mlp"; for "internvl" 1 when neither side is
+ * over image_size, else the grid llama.cpp picks (clip_prep.c) plus the
+ * thumbnail. */
+int ifl_clip_n_tiles(const struct ifl_clip *c, int32_t w, int32_t h);
+
+/* An image as the encoder wants it: ifl_clip_n_tiles(w, h) tiles of
+ * 3 * image_size^2 floats each, (px / 255 - mean) / std per channel,
+ * planar: out[tile][c][y][x]. As llama.cpp's mtmd prepares them:
+ *  - "mlp" (llava's fixed-size preprocessor): scaled to fit image_size x
+ *    image_size keeping its aspect (each side ceil(side * scale),
+ *    bicubic), centred on a square filled with hp.pad; an image already of
+ *    that size is only normalised;
+ *  - "internvl": an image that fits is stretched to the square (bilinear);
+ *    a larger one is scaled to fit the grid's resolution keeping its
+ *    aspect (bicubic), centred on black, and cut into the grid's tiles in
+ *    raster order, followed by the whole image stretched to the square
+ *    (bilinear) as a thumbnail.
+ * IFL_EINVAL (a bad mean/std), IFL_ENOMEM. */
 int ifl_clip_preprocess(const struct ifl_clip *c, const struct ifl_image *im, float *out,
                         char *err);
 
@@ -119,9 +157,10 @@ int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int
                         struct ifl_pool *pool, int n_threads, char *err);
 void ifl_clip_ctx_free(struct ifl_clip_ctx *x);
 
-/* Encodes n_img preprocessed images (pixels: n_img x 3 x image_size^2
- * floats, as ifl_clip_preprocess writes them) into out: n_img x n_patches
- * rows of n_out floats, image by image, patches in raster order. Images
+/* Encodes n_img preprocessed tiles (pixels: n_img x 3 x image_size^2
+ * floats, as ifl_clip_preprocess writes them) into out: n_img x n_tok
+ * rows of n_out floats, tile by tile, in raster order (of the merged
+ * patches for "internvl"). Images
  * are batched through every matmul; each output row depends only on its
  * own image (not on n_img or the thread count), bit for bit. IFL_EINVAL
  * for n_img outside 1..max_images. Allocates nothing. */

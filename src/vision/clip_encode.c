@@ -1,7 +1,6 @@
 /*
- * The CLIP encoder's pass (clip.h): preprocessing as llama.cpp's mtmd does
- * it for LLaVA-1.5, then the ViT and the projector over a batch of images
- * on the kernels of the text model.
+ * The CLIP encoder's pass (clip.h): the ViT and the projector over a batch
+ * of preprocessed tiles (clip_prep.c) on the kernels of the text model.
  *
  * One call is one pool job. The threads walk the same list of phases and
  * meet at barriers between them: element-wise work takes a slice of rows,
@@ -22,81 +21,6 @@
 #include "core/pool.h"
 #include "kernels/kernels.h"
 #include "vision/clip.h"
-
-/* ---- preprocessing ---- */
-
-static int clampi(int v, int lo, int hi)
-{
-    return v < lo ? lo : v > hi ? hi : v;
-}
-
-/* llama.cpp's bicubic resize (mtmd-image.cpp, "adapted from ViT.cpp"): a
- * cubic through four samples along x for each of four rows, then one
- * through those four along y; the source point of output (j, i) is
- * (nx / tw * j, ny / th * i), samples past an edge repeat it, and the
- * value is rounded and clamped to a byte. The coefficients are formed in
- * double and kept in float, as there. */
-static void resize_bicubic(const struct ifl_image *src, uint8_t *dst, int tw, int th)
-{
-    const int nx = src->w, ny = src->h;
-    const float tx = (float)nx / (float)tw, ty = (float)ny / (float)th;
-    for (int i = 0; i < th; i++) {
-        for (int j = 0; j < tw; j++) {
-            int x = (int)(tx * (float)j), y = (int)(ty * (float)i);
-            float dx = tx * (float)j - (float)x, dy = ty * (float)i - (float)y;
-            for (int k = 0; k < 3; k++) {
-                float C[4];
-                for (int jj = 0; jj < 4; jj++) {
-                    const uint8_t *row = src->rgb + (size_t)clampi(y - 1 + jj, 0, ny - 1) * nx * 3;
-                    float p0 = row[clampi(x, 0, nx - 1) * 3 + k];
-                    float d0 = row[clampi(x - 1, 0, nx - 1) * 3 + k] - p0;
-                    float d2 = row[clampi(x + 1, 0, nx - 1) * 3 + k] - p0;
-                    float d3 = row[clampi(x + 2, 0, nx - 1) * 3 + k] - p0;
-                    float a1 = (float)(-1.0 / 3 * d0 + d2 - 1.0 / 6 * d3);
-                    float a2 = (float)(1.0 / 2 * d0 + 1.0 / 2 * d2);
-                    float a3 = (float)(-1.0 / 6 * d0 - 1.0 / 2 * d2 + 1.0 / 6 * d3);
-                    C[jj] = p0 + a1 * dx + a2 * dx * dx + a3 * dx * dx * dx;
-                }
-                float d0 = C[0] - C[1], d2 = C[2] - C[1], d3 = C[3] - C[1];
-                float a1 = (float)(-1.0 / 3 * d0 + d2 - 1.0 / 6 * d3);
-                float a2 = (float)(1.0 / 2 * d0 + 1.0 / 2 * d2);
-                float a3 = (float)(-1.0 / 6 * d0 - 1.0 / 2 * d2 + 1.0 / 6 * d3);
-                float cc = C[1] + a1 * dy + a2 * dy * dy + a3 * dy * dy * dy;
-                float r = roundf(cc);
-                dst[((size_t)i * tw + j) * 3 + k] = (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
-            }
-        }
-    }
-}
-
-int ifl_clip_preprocess(const struct ifl_clip *c, const struct ifl_image *im, float *out, char *err)
-{
-    const int S = c->hp.image_size;
-    if (im->w == S && im->h == S)
-        return ifl_image_normalize(out, im, c->hp.mean, c->hp.std, err);
-    /* fit inside S x S keeping the aspect, each side rounded up */
-    float scale = fminf((float)S / (float)im->w, (float)S / (float)im->h);
-    int nw = (int)ceilf((float)im->w * scale), nh = (int)ceilf((float)im->h * scale);
-    nw = clampi(nw, 1, S);
-    nh = clampi(nh, 1, S);
-    struct ifl_image sq = {S, S, malloc((size_t)S * S * 3)};
-    uint8_t *fit = malloc((size_t)nw * nh * 3);
-    if (!sq.rgb || !fit) {
-        free(sq.rgb);
-        free(fit);
-        return ifl_err(err, IFL_ENOMEM, "image: out of memory resizing to %d x %d", S, S);
-    }
-    resize_bicubic(im, fit, nw, nh);
-    for (size_t p = 0; p < (size_t)S * S; p++)
-        memcpy(sq.rgb + 3 * p, c->hp.pad, 3);
-    int ox = (S - nw) / 2, oy = (S - nh) / 2;
-    for (int y = 0; y < nh; y++)
-        memcpy(sq.rgb + ((size_t)(y + oy) * S + ox) * 3, fit + (size_t)y * nw * 3, (size_t)nw * 3);
-    free(fit);
-    int rc = ifl_image_normalize(out, &sq, c->hp.mean, c->hp.std, err);
-    free(sq.rgb);
-    return rc;
-}
 
 /* ---- the pass ---- */
 
@@ -190,6 +114,7 @@ int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int
     size_t R = (size_t)max_images * (size_t)hp->n_pos;
     int32_t n_hid = max_i32(hp->n_ff, hp->n_mm);
     x->max_in = max_i32(max_i32(hp->n_embd, n_hid), 3 * hp->patch_size * hp->patch_size);
+    x->max_in = max_i32(x->max_in, (int32_t)c->mm0.n_in); /* internvl's shuffled rows */
     /* the widest act format (Q8_K) takes under 2 bytes a value */
     x->act_row_bytes = ((size_t)x->max_in * 2 + 63) / 64 * 64;
     size_t E = (size_t)hp->n_embd;
@@ -407,8 +332,12 @@ static void encode_job(void *arg, int ith, int nth)
         for (long r = lo; r < hi; r++) {
             float *xr = c->x + (size_t)r * E;
             const float *tr = c->tmp + (size_t)r * E;
-            for (int i = 0; i < E; i++)
-                xr[i] += tr[i];
+            if (L->ls1)
+                for (int i = 0; i < E; i++)
+                    xr[i] += tr[i] * L->ls1[i];
+            else
+                for (int i = 0; i < E; i++)
+                    xr[i] += tr[i];
             layernorm(c->xn + r * ld_in, xr, L->ln2_w, L->ln2_b, E, hp->eps);
         }
         ifl_pool_barrier(c->pool);
@@ -419,27 +348,59 @@ static void encode_job(void *arg, int ith, int nth)
         for (long r = lo; r < hi; r++) {
             float *xr = c->x + (size_t)r * E;
             const float *tr = c->tmp + (size_t)r * E;
-            for (int i = 0; i < E; i++)
-                xr[i] += tr[i];
+            if (L->ls2)
+                for (int i = 0; i < E; i++)
+                    xr[i] += tr[i] * L->ls2[i];
+            else
+                for (int i = 0; i < E; i++)
+                    xr[i] += tr[i];
         }
         ifl_pool_barrier(c->pool);
     }
 
-    /* the patch rows (not the class token), post-LN'd, into the projector */
+    /* the patch rows (not the class token), post-LN'd, into the projector
+     * (internvl: into tmp, to be shuffled) */
+    const int shuffle = hp->proj == IFL_CLIP_PROJ_INTERNVL;
+    float *dst0 = shuffle ? c->tmp : c->xn;
+    const size_t ld0 = shuffle ? (size_t)E : ld_in;
     ifl_pool_split(RP, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         long img = r / NP;
         const float *xr = c->x + ((size_t)img * n_pos + (size_t)cls + (size_t)(r % NP)) * E;
-        float *dst = c->xn + (size_t)r * ld_in;
+        float *dst = dst0 + (size_t)r * ld0;
         if (m->post_w)
             layernorm(dst, xr, m->post_w, m->post_b, E, hp->eps);
         else
             memcpy(dst, xr, sizeof(float) * (size_t)E);
     }
     ifl_pool_barrier(c->pool);
-    matmul(j, ith, nth, &m->mm0, m->mm0_b, IFL_CLIP_GELU, c->xn, ld_in, RP, c->hid, ld_hid, 1);
+    const int RT = j->n_img * hp->n_tok;
+    if (shuffle) {
+        /* InternVL's pixel shuffle (llama.cpp's reshape/permute of the
+         * patch grid): each merge x merge block of patches becomes one row,
+         * the patches' rows side by side, the block's top row first and
+         * left to right within a row; the blocks in raster order. Then the
+         * projector's LayerNorm, eps 1e-5 (PyTorch's default) whatever the
+         * ViT's. */
+        const int s = hp->merge, nb = hp->n_side / s, W = E * s * s;
+        ifl_pool_split(RT, ith, nth, &lo, &hi);
+        for (long r = lo; r < hi; r++) {
+            long img = r / hp->n_tok;
+            int t = (int)(r % hp->n_tok), bx = t % nb, by = t / nb;
+            float *dst = c->xn + (size_t)r * ld_in;
+            for (int dy = 0; dy < s; dy++)
+                for (int dx = 0; dx < s; dx++) {
+                    size_t p = (size_t)(by * s + dy) * hp->n_side + (size_t)(bx * s + dx);
+                    memcpy(dst + (size_t)(dy * s + dx) * E, c->tmp + ((size_t)img * NP + p) * E,
+                           sizeof(float) * (size_t)E);
+                }
+            layernorm(dst, dst, m->mmln_w, m->mmln_b, W, 1e-5f);
+        }
+        ifl_pool_barrier(c->pool);
+    }
+    matmul(j, ith, nth, &m->mm0, m->mm0_b, IFL_CLIP_GELU, c->xn, ld_in, RT, c->hid, ld_hid, 1);
     ifl_pool_barrier(c->pool);
-    matmul(j, ith, nth, &m->mm2, m->mm2_b, EPI_NONE, c->hid, ld_hid, RP, j->out, (size_t)hp->n_out,
+    matmul(j, ith, nth, &m->mm2, m->mm2_b, EPI_NONE, c->hid, ld_hid, RT, j->out, (size_t)hp->n_out,
            1);
 }
 

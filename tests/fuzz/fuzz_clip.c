@@ -64,7 +64,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!L->ln1_w || !L->ln2_w)
             abort();
     }
-    check_mat(&c->mm0, hp->n_embd, hp->n_mm);
+    check_mat(&c->mm0, (int64_t)hp->n_embd * hp->merge * hp->merge, hp->n_mm);
+    if (hp->n_tok * hp->merge * hp->merge != hp->n_patches ||
+        (hp->proj == IFL_CLIP_PROJ_INTERNVL && (!c->cls || !c->mmln_w || !c->mmln_b)))
+        abort();
     check_mat(&c->mm2, hp->n_mm, hp->n_out);
     /* small enough to run quickly: encode one image */
     int64_t work = (int64_t)hp->n_pos * hp->n_embd * (hp->n_embd + hp->n_ff) * hp->n_run +
@@ -74,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!ifl_clip_ctx_create(&x, c, 1, NULL, 1, err)) {
             size_t np = (size_t)3 * hp->image_size * hp->image_size;
             float *px = calloc(np, sizeof(float));
-            float *out = malloc(sizeof(float) * (size_t)hp->n_patches * hp->n_out);
+            float *out = malloc(sizeof(float) * (size_t)hp->n_tok * hp->n_out);
             if (px && out && !ifl_clip_encode(x, px, 1, out, err))
                 sink = out[0];
             free(px);
