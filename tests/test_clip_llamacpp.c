@@ -22,6 +22,11 @@
  * class token last (its issue 25814): our float64 reference computing that
  * order agrees with llama.cpp, and our encoder (class first, as CLIP and
  * LLaVA are trained) differs from it by far more than the bound.
+ * InternVL likewise (test_internvl*): its files all have a class token, so
+ * the direct comparison uses files whose position rows are all the same
+ * (mkmodel --flat-pos), where the class token's place changes nothing;
+ * those cases cover the pixel shuffle, the projector and llama.cpp's
+ * tiling (tiles first, the thumbnail last, each chunk's rows in order).
  */
 #include <math.h>
 #include <stdio.h>
@@ -121,29 +126,37 @@ static void pattern_pixels(const struct ifl_clip *c, int w, int h, float *out)
     free(px);
 }
 
-/* Our encoder on mmproj `path` and a w x h pattern vs llama.cpp's `bin`. */
+/* Our encoder on mmproj `path` and a w x h pattern vs llama.cpp's `bin`
+ * (every tile's rows, in llama.cpp's chunk order). */
 static void check_case(const char *path, const char *bin, int w, int h, double k)
 {
     char err[IFL_ERR_LEN] = "";
     struct ifl_clip *c = NULL;
     struct ifl_clip_ctx *x = NULL;
-    if (ifl_clip_load(&c, path, err) || ifl_clip_ctx_create(&x, c, 1, NULL, 2, err)) {
+    int nt = 1;
+    if (ifl_clip_load(&c, path, err) || (nt = ifl_clip_n_tiles(c, w, h)) < 1 ||
+        ifl_clip_ctx_create(&x, c, nt, NULL, 2, err)) {
         CHECK_MSG(0, "%s: %s", path, err);
         ifl_clip_free(c);
         return;
     }
     const int S = c->hp.image_size;
-    const size_t n = (size_t)c->hp.n_patches * c->hp.n_out;
-    float *px = malloc(sizeof(float) * 3 * S * S), *got = malloc(n * sizeof(float));
+    const size_t per = (size_t)c->hp.n_tok * c->hp.n_out, n = per * (size_t)nt;
+    const size_t T = (size_t)3 * S * S;
+    float *px = malloc(sizeof(float) * T * (size_t)nt), *got = malloc(n * sizeof(float));
     float *want = load_bin(bin, n);
     pattern_pixels(c, w, h, px);
-    CHECK(ifl_clip_encode(x, px, 1, got, err) == 0);
+    CHECK(ifl_clip_encode(x, px, nt, got, err) == 0);
     if (want) {
         struct cmp d = compare(got, want, n);
-        fprintf(stderr, "  %-14s max |d| %.2e  mean %.2e  (std %.3f)", bin, d.max, d.mean, d.sd);
+        fprintf(stderr, "  %-16s %d tile%s max |d| %.2e  mean %.2e  (std %.3f)", bin, nt,
+                nt > 1 ? "s" : " ", d.max, d.mean, d.sd);
         /* and each against the float64 reference, to tell whose error it is */
         float *ref = malloc(n * sizeof(float));
-        if (!ref_clip_encode(path, px, 0, ref, NULL, err)) {
+        int rc = 0;
+        for (int t = 0; t < nt && !rc; t++)
+            rc = ref_clip_encode(path, px + t * T, 0, ref + t * per, NULL, err);
+        if (!rc) {
             struct cmp a = compare(got, ref, n), b = compare(want, ref, n);
             fprintf(stderr, "; vs float64: ours max %.2e mean %.2e, llama.cpp's max %.2e mean %.2e",
                     a.max, a.mean, b.max, b.mean);
@@ -208,6 +221,67 @@ static void test_class_order(void)
     ifl_clip_free(c);
 }
 
+/* InternVL: with every position the same row (--flat-pos) the class
+ * token's place changes nothing, so llama.cpp's class-last graph and our
+ * class-first encoder compute the same function, and its embeddings test
+ * ours directly: the pixel shuffle, the projector, and the preprocessing
+ * with llama.cpp's tiling (an image that fits: one stretched tile; 20 x 48:
+ * a 1 x 2 grid and the thumbnail; 70 x 40: 3 x 2 and the thumbnail). */
+static void test_internvl(void)
+{
+    char path[512];
+    if (!remake("ivl-flat", "--projector internvl --type f32 --flat-pos --seed 71", path,
+                sizeof path)) {
+        check_case(path, "ivl-flat-32x32", 32, 32, 1);
+        check_case(path, "ivl-flat-20x48", 20, 48, 1);
+        check_case(path, "ivl-flat-70x40", 70, 40, 1);
+        check_case(path, "ivl-flat-24x17", 24, 17, 1);
+    }
+    if (!remake("ivl-f16", "--projector internvl --type f16 --flat-pos --seed 73", path,
+                sizeof path))
+        check_case(path, "ivl-f16-70x40", 70, 40, 1);
+    if (!remake("ivl-q8", "--projector internvl --type q8_0 --flat-pos --seed 74", path,
+                sizeof path))
+        check_case(path, "ivl-q8-32x32", 32, 32, 5);
+}
+
+/* InternVL with the usual position rows: llama.cpp's graph (class last)
+ * agrees with the reference computing that order; ours (class first, as
+ * InternViT is trained) does not, by far more than the bound. */
+static void test_internvl_class_order(void)
+{
+    char path[512], err[IFL_ERR_LEN] = "";
+    if (remake("ivl", "--projector internvl --type f32 --seed 72", path, sizeof path))
+        return;
+    struct ifl_clip *c = NULL;
+    if (ifl_clip_load(&c, path, err)) {
+        CHECK_MSG(0, "%s", err);
+        return;
+    }
+    const int S = c->hp.image_size;
+    const size_t n = (size_t)c->hp.n_tok * c->hp.n_out;
+    float *px = malloc(sizeof(float) * 3 * S * S), *last = malloc(n * 4), *first = malloc(n * 4);
+    float *want = load_bin("ivl-32x32", n);
+    pattern_pixels(c, 32, 32, px);
+    CHECK(ref_clip_encode(path, px, 1, last, NULL, err) == 0);
+    CHECK(ref_clip_encode(path, px, 0, first, NULL, err) == 0);
+    if (want) {
+        struct cmp d = compare(last, want, n), e = compare(first, want, n);
+        fprintf(stderr, "  ivl-32x32 vs class-last reference: max |d| %.2e mean %.2e (std %.3f)\n",
+                d.max, d.mean, d.sd);
+        fprintf(stderr, "  ivl-32x32 vs class-first (ours):   max |d| %.2e mean %.2e\n", e.max,
+                e.mean);
+        CHECK_MSG(d.max <= 0.02 * d.sd && d.mean <= 0.004 * d.sd, "class last: max %g mean %g",
+                  d.max, d.mean);
+        CHECK_MSG(e.mean > 0.05 * e.sd, "class first agrees with llama.cpp's class-last graph");
+    }
+    free(px);
+    free(last);
+    free(first);
+    free(want);
+    ifl_clip_free(c);
+}
+
 int main(void)
 {
     const char *build = getenv("BUILD");
@@ -220,6 +294,8 @@ int main(void)
     }
     T_RUN(test_no_class);
     T_RUN(test_class_order);
+    T_RUN(test_internvl);
+    T_RUN(test_internvl_class_order);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0)

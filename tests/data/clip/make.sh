@@ -26,6 +26,10 @@ cls --type f32 --seed 61
 nocls --type f32 --no-class --seed 62
 f16 --type f16 --no-class --seed 63
 q8 --type q8_0 --no-class --seed 64
+ivl-flat --projector internvl --type f32 --flat-pos --seed 71
+ivl --projector internvl --type f32 --seed 72
+ivl-f16 --projector internvl --type f16 --flat-pos --seed 73
+ivl-q8 --projector internvl --type q8_0 --flat-pos --seed 74
 LIST
 while read -r name w h; do
     "$tmp/mtmd_dump" "$TEXT" "$tmp/$name.gguf" "$w" "$h" "$D/$name-${w}x$h.bin" 2>"$tmp/log" ||
@@ -38,4 +42,11 @@ nocls 48 20
 nocls 13 40
 f16 32 32
 q8 32 32
+ivl-flat 32 32
+ivl-flat 20 48
+ivl-flat 70 40
+ivl-flat 24 17
+ivl 32 32
+ivl-f16 70 40
+ivl-q8 32 32
 LIST

@@ -1,6 +1,7 @@
 /*
  * Writes llama.cpp's image embeddings (libmtmd) for one mmproj file and one
- * synthetic image, as raw little-endian float32, n_tokens x n_embd. Built
+ * synthetic image, as raw little-endian float32, n_tokens x n_embd: every
+ * image chunk in prompt order (InternVL's tiles, then its thumbnail). Built
  * and run by make.sh against a llama.cpp build tree; not part of our
  * build. The image is the pattern tests/test_clip_llamacpp.c draws:
  * pixel (x, y) channel c = (x * 37 + y * 91 + c * 53 + (x * y) % 17 * 5) % 256.
@@ -51,6 +52,10 @@ int main(int argc, char **argv)
     const mtmd_bitmap *bms[1] = {bm};
     if (mtmd_tokenize(ctx, chunks, &text, bms, 1) != 0)
         return 1;
+    FILE *f = fopen(argv[5], "wb");
+    if (!f)
+        return 1;
+    size_t total = 0;
     for (size_t i = 0; i < mtmd_input_chunks_size(chunks); i++) {
         const mtmd_input_chunk *ch = mtmd_input_chunks_get(chunks, i);
         if (mtmd_input_chunk_get_type(ch) != MTMD_INPUT_CHUNK_TYPE_IMAGE)
@@ -72,12 +77,14 @@ int main(int argc, char **argv)
         size_t n_tok = mtmd_input_chunk_get_n_tokens(ch);
         int n_embd = llama_model_n_embd_inp(model);
         const float *e = mtmd_get_output_embd(ctx);
-        FILE *f = fopen(argv[5], "wb");
-        if (!f || fwrite(e, sizeof(float), n_tok * (size_t)n_embd, f) != n_tok * (size_t)n_embd)
+        if (fwrite(e, sizeof(float), n_tok * (size_t)n_embd, f) != n_tok * (size_t)n_embd)
             return 1;
-        fclose(f);
-        fprintf(stderr, "mtmd_dump: %s: %zu tokens x %d\n", argv[5], n_tok, n_embd);
+        total += n_tok;
+        fprintf(stderr, "mtmd_dump: %s: chunk %zu: %zu tokens x %d\n", argv[5], i, n_tok, n_embd);
     }
+    if (fclose(f))
+        return 1;
+    fprintf(stderr, "mtmd_dump: %s: %zu tokens\n", argv[5], total);
     mtmd_input_chunks_free(chunks);
     mtmd_bitmap_free(bm);
     free(px);
