@@ -401,9 +401,10 @@ struct ifl_request_speculative {
  * count), and the forward pass takes the rows instead of their
  * embeddings. Either:
  *  - data, size: a PNG or JPEG file in memory, encoded by the executor's
- *    vision encoder (config.mmproj_path) into its n_tokens rows
- *    (ifl_executor_vision_info); n_rows 0 or that count. Bad data is
- *    IFL_EINVAL at enqueue, naming the image;
+ *    vision encoder (config.mmproj_path) into its rows: n_tokens
+ *    (ifl_executor_vision_info) for LLaVA; for InternVL n_tokens per tile,
+ *    tiles by the image's size (ifl_executor_image_rows); n_rows 0 or that
+ *    count. Bad data is IFL_EINVAL at enqueue, naming the image;
  *  - embd: n_rows rows of the model's n_embd floats, used as given (not
  *    scaled by the model's embedding scale).
  * Images must not overlap; positions in any order. The prefix cache keys
@@ -801,10 +802,13 @@ int ifl_executor_find_lora(ifl_executor *ex, const char *name, int32_t *id);
  *
  * An image turned into embedding rows for a text model, by a vision
  * encoder read from a llama.cpp mmproj GGUF file (general.architecture
- * "clip"; the LLaVA-1.5 style, clip.projector_type "mlp": a CLIP ViT and
- * a two-layer MLP projector). The rows stand where a prompt's image
- * placeholder tokens would, one per image patch, each as wide as the text
- * model's n_embd. An executor loads one with config.mmproj_path and
+ * "clip"): the LLaVA-1.5 style (clip.projector_type "mlp": a CLIP ViT and
+ * a two-layer MLP projector), or InternVL ("internvl": an InternViT, a
+ * pixel shuffle and an MLP projector; an image larger than image_size is
+ * cut into tiles of image_size plus a thumbnail, as llama.cpp does). The
+ * rows stand where a prompt's image placeholder tokens would, one per
+ * image patch (InternVL: per merged block of patches, tile after tile),
+ * each as wide as the text model's n_embd. An executor loads one with config.mmproj_path and
  * encodes requests' images itself (struct ifl_image_input).
  *
  * Thread-safe: calls on one ifl_vision run one at a time (a lock); the
@@ -816,7 +820,8 @@ typedef struct ifl_vision ifl_vision;
 struct ifl_vision_info {
     int32_t image_size; /* the side images are scaled and padded to */
     int32_t patch_size;
-    int32_t n_tokens;   /* embedding rows per image: (image_size / patch_size)^2 */
+    int32_t n_tokens;   /* embedding rows per image (per tile for InternVL):
+                           (image_size / patch_size)^2, over merge^2 for InternVL */
     int32_t n_embd;     /* floats per row: the text model's n_embd */
     int32_t n_layer;    /* encoder layers in the file */
     int32_t n_run;      /* layers run: the feature layer (by default the penultimate) */
@@ -833,12 +838,19 @@ int ifl_vision_load(ifl_vision **out, const char *mmproj_path, int32_t max_image
                     int32_t n_threads, char *err);
 void ifl_vision_free(ifl_vision *v); /* NULL is fine */
 int ifl_vision_info(const ifl_vision *v, struct ifl_vision_info *out);
+/* The rows an image of w x h pixels becomes: n_tokens, or for InternVL
+ * n_tokens times its tiles (1 when it fits in image_size, else the grid's
+ * tiles plus the thumbnail). IFL_EINVAL for a side under 1. */
+int ifl_vision_image_rows(const ifl_vision *v, int32_t w, int32_t h, int32_t *rows);
 /* Encodes n_images PNG or JPEG files held in memory (images[i], sizes[i]
- * bytes; 1..max_images of them) into out: n_images * n_tokens * n_embd
- * floats, image after image, rows in raster order of the patches. Each
- * image is scaled to fit image_size keeping its aspect, padded with
- * LLaVA's mean colour (122, 116, 104), normalised with the file's mean
- * and std. An image's rows do not depend on the others in the call.
+ * bytes; 1..max_images of them) into out: each image's rows
+ * (ifl_vision_image_rows; n_tokens for LLaVA) of n_embd floats, image
+ * after image, rows in raster order of the patches (InternVL: tile after
+ * tile, the thumbnail last). LLaVA: each image is scaled to fit
+ * image_size keeping its aspect, padded with LLaVA's mean colour (122,
+ * 116, 104); InternVL: tiled as llama.cpp's mtmd does; then normalised
+ * with the file's mean and std. An image's rows do not depend on the
+ * others in the call.
  * IFL_EINVAL naming the image for data that is not a PNG or JPEG, is
  * corrupt or truncated, or is over the limits (64 MiB, 8192 pixels a
  * side, 32 Mi pixels); then nothing is written. */
@@ -854,6 +866,14 @@ int ifl_vision_encode_pixels(ifl_vision *v, const uint8_t *pixels, int32_t w, in
  * IFL_ENOTFOUND when the executor has none. Thread-safe. */
 int ifl_executor_vision_info(ifl_executor *ex, struct ifl_vision_info *out);
 
+/* The rows (placeholder tokens) a PNG or JPEG file in memory takes with
+ * the executor's vision encoder, from its header's size: n_tokens, or for
+ * InternVL n_tokens per tile. IFL_EINVAL naming the problem for data that
+ * is not a PNG or JPEG header within the limits, IFL_ENOTFOUND without an
+ * encoder. Thread-safe. */
+int ifl_executor_image_rows(ifl_executor *ex, const void *data, int64_t size, int32_t *rows,
+                            char *err);
+
 /* The marker of an image's place in a prompt's text (llama.cpp's). */
 #define IFL_IMAGE_MARKER "<__media__>"
 
@@ -863,8 +883,11 @@ int ifl_executor_vision_info(ifl_executor *ex, struct ifl_vision_info *out);
  * is added). The pieces of text between markers are tokenized apart
  * (add_special for the first only, parse_special for all). Image k takes
  * n_rows[k] placeholder tokens (n_rows NULL: the vision encoder's n_tokens
- * each; the model's padding token, or 0) and pos[k] receives its first
- * index: ready for struct ifl_image_input. ids, cap, n_out as
+ * each, not allowed for InternVL, whose rows depend on each image's size;
+ * the model's padding token, or 0) and pos[k] receives its first index:
+ * ready for struct ifl_image_input. With an InternVL encoder each image's
+ * placeholders are wrapped in "<img>" and "</img>" (tokenized with special
+ * tokens parsed), as llama.cpp's mtmd does. ids, cap, n_out as
  * ifl_executor_tokenize (IFL_EFULL when more than cap; pos is filled
  * either way). IFL_EINVAL when the markers are neither none nor n_images
  * (err says so), IFL_ENOTFOUND for n_rows NULL without an encoder.

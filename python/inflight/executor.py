@@ -633,13 +633,26 @@ class GenerationExecutor:
         rows per image); 0 without an mmproj."""
         return self._info.get("image_tokens", 0)
 
+    def image_rows(self, data: bytes) -> int:
+        """Placeholder tokens a PNG/JPEG image takes, from its header: the
+        vision encoder's rows per image, or for InternVL per tile, times
+        its tiles."""
+        try:
+            return int(self._core.image_rows(bytes(data)))
+        except ValueError as e:
+            raise ValueError(_py_message(str(e))) from None
+
     def tokenize_images(self, text: str, n_images: int, add_special: bool = True,
-                        marker: Optional[str] = None) -> Tuple[List[int], List[int]]:
+                        marker: Optional[str] = None,
+                        rows: Optional[Sequence[int]] = None) -> Tuple[List[int], List[int]]:
         """A prompt's token ids with each image's placeholders, and each
         image's first position: every <__media__> (or marker) in text is
-        the next image's place; with none, the images go before the text."""
+        the next image's place; with none, the images go before the text.
+        rows: each image's placeholder count (None: image_tokens each; an
+        InternVL encoder needs them, see image_rows)."""
         try:
-            ids, pos = self._core.tokenize_images(text, int(n_images), bool(add_special), marker)
+            ids, pos = self._core.tokenize_images(text, int(n_images), bool(add_special), marker,
+                                                  None if rows is None else [int(r) for r in rows])
         except ValueError as e:
             raise ValueError(_py_message(str(e))) from None
         return list(ids), list(pos)

@@ -136,7 +136,14 @@ class LLM:
                 raise ValueError("multi_modal_data: embedding rows need prompt_token_ids and "
                                  "image_positions")
             text = prompt["prompt"]
-            ids, pos = self._executor.tokenize_images(text, len(ins), sp.add_special_tokens)
+            ex = self._executor
+            rows = []
+            for x in ins:  # from each header; one that does not read fails at submit
+                try:
+                    rows.append(ex.image_rows(x["data"]))
+                except ValueError:
+                    rows.append(max(1, ex.image_tokens))
+            ids, pos = ex.tokenize_images(text, len(ins), sp.add_special_tokens, rows=rows)
         else:
             raise ValueError("prompt: with multi_modal_data, give 'prompt' (text) or "
                              "'prompt_token_ids' and 'image_positions'")

@@ -636,20 +636,59 @@ static PyObject *Executor_tokenize(ExecutorObject *self, PyObject *args, PyObjec
     return out;
 }
 
-/* tokenize_images(text, n_images, add_special=True, marker=None) -> (ids,
- * positions): ifl_executor_tokenize_images with each image n_tokens rows. */
+/* image_rows(data) -> int: ifl_executor_image_rows (the rows a PNG/JPEG
+ * file takes, from its header). */
+static PyObject *Executor_image_rows(ExecutorObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b))
+        return NULL;
+    if (enter(self)) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    char err[512] = "";
+    int32_t rows = 0;
+    int rc = ifl_executor_image_rows(self->ex, b.buf, (int64_t)b.len, &rows, err);
+    leave(self);
+    PyBuffer_Release(&b);
+    return rc ? ifl_py_raise(rc, err[0] ? err : NULL) : PyLong_FromLong(rows);
+}
+
+/* tokenize_images(text, n_images, add_special=True, marker=None, rows=None)
+ * -> (ids, positions): ifl_executor_tokenize_images with each image
+ * rows[k] rows (None: n_tokens each). */
 static PyObject *Executor_tokenize_images(ExecutorObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"text", "n_images", "add_special", "marker", NULL};
+    static char *kwlist[] = {"text", "n_images", "add_special", "marker", "rows", NULL};
     const char *text, *marker = NULL;
     Py_ssize_t len;
     int n_images, add_special = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s#i|pz", kwlist, &text, &len, &n_images,
-                                     &add_special, &marker))
+    PyObject *rows_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s#i|pzO", kwlist, &text, &len, &n_images,
+                                     &add_special, &marker, &rows_obj))
         return NULL;
     if (n_images < 0 || n_images > IFL_MAX_IMAGES_PER_REQUEST) {
         PyErr_Format(PyExc_ValueError, "images: %d (0..%d)", n_images, IFL_MAX_IMAGES_PER_REQUEST);
         return NULL;
+    }
+    int32_t rows[IFL_MAX_IMAGES_PER_REQUEST];
+    if (rows_obj != Py_None) {
+        PyObject *seq = PySequence_Fast(rows_obj, "rows: a sequence of ints");
+        if (!seq)
+            return NULL;
+        int bad = PySequence_Fast_GET_SIZE(seq) != n_images;
+        for (int k = 0; k < n_images && !bad; k++) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, k));
+            bad = (v == -1 && PyErr_Occurred()) || v < 1 || v > INT32_MAX;
+            rows[k] = (int32_t)v;
+        }
+        Py_DECREF(seq);
+        if (bad) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "rows: %d positive ints, one an image", n_images);
+            return NULL;
+        }
     }
     if (enter(self))
         return NULL;
@@ -665,8 +704,9 @@ static PyObject *Executor_tokenize_images(ExecutorObject *self, PyObject *args, 
             rc = IFL_ENOMEM;
             break;
         }
-        rc = ifl_executor_tokenize_images(self->ex, text, len, marker, add_special, 1, n_images,
-                                          NULL, ids, cap, &n, pos, err);
+        rc =
+            ifl_executor_tokenize_images(self->ex, text, len, marker, add_special, 1, n_images,
+                                         rows_obj != Py_None ? rows : NULL, ids, cap, &n, pos, err);
         cap = n;
     }
     Py_END_ALLOW_THREADS;
@@ -1048,9 +1088,12 @@ static PyMethodDef Executor_methods[] = {
      "cancel(id) -> True if it will end as cancelled"},
     {"tokenize", (PyCFunction)(void (*)(void))Executor_tokenize, METH_VARARGS | METH_KEYWORDS,
      "tokenize(text, add_special=True, parse_special=False) -> ids"},
+    {"image_rows", (PyCFunction)Executor_image_rows, METH_VARARGS,
+     "image_rows(data) -> rows a PNG/JPEG file takes with the vision encoder"},
     {"tokenize_images", (PyCFunction)(void (*)(void))Executor_tokenize_images,
      METH_VARARGS | METH_KEYWORDS,
-     "tokenize_images(text, n_images, add_special=True, marker=None) -> (ids, positions)"},
+     "tokenize_images(text, n_images, add_special=True, marker=None, rows=None) -> (ids, "
+     "positions)"},
     {"detokenize", (PyCFunction)(void (*)(void))Executor_detokenize, METH_VARARGS | METH_KEYWORDS,
      "detokenize(ids, show_special=False) -> str"},
     {"model_info", (PyCFunction)Executor_model_info, METH_NOARGS, "the model and context"},

@@ -103,3 +103,39 @@ def test_bad_images(vllm):
     r = vllm.generate({"prompt": "Once <__media__>", "multi_modal_data": {"image": png(9, 9, 3)}},
                       sp)[0]
     assert len(r.outputs[0].token_ids) >= 1
+
+
+def test_internvl_tiles(tmp_path):
+    """An InternVL mmproj with a qwen2 text model: an image's placeholder
+    count follows its size (tiles), the text prompt gets them and the
+    <img> markers, and the same through token ids and positions."""
+    q = str(tmp_path / "qwen2.gguf")
+    p = str(tmp_path / "ivl.gguf")
+    vocab = os.path.join(os.path.dirname(STORIES), "vocab", "ggml-vocab-qwen2.gguf")
+    subprocess.run([MKMODEL, "-o", q, "--vocab", vocab, "--arch", "qwen2", "--n-embd", "64",
+                    "--n-layer", "1", "--n-head", "2", "--n-head-kv", "1", "--n-ff", "128",
+                    "--type", "f32", "--seed", "1"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([MKMODEL, "-o", p, "--mmproj", "--projector", "internvl", "--proj-dim", "64",
+                    "--seed", "5"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    with inflight.LLM(q, n_threads=2, kv_type="f32", mmproj_path=p) as m:
+        ex = m.executor
+        big, small = png(70, 40, 1), png(20, 20, 2)
+        assert ex.image_tokens == 4
+        assert ex.image_rows(big) == 28 and ex.image_rows(small) == 4
+        with pytest.raises(ValueError, match="give n_rows"):
+            ex.tokenize_images("a <__media__>", 1)
+        text = "Look <__media__> here"
+        ids, pos = ex.tokenize_images(text, 1, rows=[28])
+        img = m.tokenizer.encode("<img>", add_special_tokens=False, parse_special=True)
+        assert ids[pos[0] - len(img):pos[0]] == img
+        r = m.generate({"prompt": text, "multi_modal_data": {"image": big}}, GREEDY)[0]
+        rt = m.generate({"prompt_token_ids": ids, "image_positions": pos,
+                         "multi_modal_data": {"image": big}}, GREEDY)[0]
+        assert len(r.outputs[0].token_ids) == 10
+        assert r.outputs[0].token_ids == rt.outputs[0].token_ids
+        with pytest.raises(ValueError, match="its 28 rows at position"):
+            ids4, pos4 = ex.tokenize_images(text, 1, rows=[4])
+            m.generate({"prompt_token_ids": ids4, "image_positions": pos4,
+                        "multi_modal_data": {"image": big}}, GREEDY)

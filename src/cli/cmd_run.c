@@ -309,7 +309,15 @@ static int run_leader(struct run_opts *op)
         imgs[k].data = img_data[k];
         imgs[k].size = (int64_t)sz;
     }
-    rc = ifl_executor_tokenize_images(ex, o.prompt, (int64_t)len, NULL, 1, 1, o.n_images, NULL,
+    /* each image's rows from its header (InternVL's tiles depend on its
+     * size); one that does not read fails at enqueue, naming it */
+    int32_t img_rows[IFL_MAX_IMAGES_PER_REQUEST];
+    struct ifl_vision_info vi;
+    int have_vi = ifl_executor_vision_info(ex, &vi) == 0;
+    for (int k = 0; k < o.n_images; k++)
+        if (!have_vi || ifl_executor_image_rows(ex, imgs[k].data, imgs[k].size, &img_rows[k], NULL))
+            img_rows[k] = have_vi ? vi.n_tokens : 1;
+    rc = ifl_executor_tokenize_images(ex, o.prompt, (int64_t)len, NULL, 1, 1, o.n_images, img_rows,
                                       NULL, 0, &n_prompt, img_pos, err);
     if (rc == IFL_EINVAL) {
         status = cli_usage_error("run", "%s", err);
@@ -325,7 +333,7 @@ static int run_leader(struct run_opts *op)
         goto done;
     }
     if (!(prompt = malloc(sizeof(int32_t) * (size_t)n_prompt)) ||
-        ifl_executor_tokenize_images(ex, o.prompt, (int64_t)len, NULL, 1, 1, o.n_images, NULL,
+        ifl_executor_tokenize_images(ex, o.prompt, (int64_t)len, NULL, 1, 1, o.n_images, img_rows,
                                      prompt, n_prompt, &n_prompt, img_pos, err)) {
         fprintf(stderr, "inflight run: out of memory\n");
         status = 1;

@@ -54,8 +54,9 @@ struct xreq {
     /* LoRA adapters, resolved and held at enqueue (lora_reg.h); released
      * with the request */
     struct ifl_lora_set lora;
-    /* images (images.h), taken at enqueue: n_img of them, and each prompt
-     * position's ext key for the prefix cache (NULL without images) */
+    /* images (images.h), taken at enqueue: n_img encoder units (an image
+     * each, or each tile of an InternVL image), and each prompt position's
+     * ext key for the prefix cache (NULL without images) */
     struct ximg *img;
     int32_t n_img;
     uint64_t *img_ext; /* [n_input] */

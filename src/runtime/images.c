@@ -22,7 +22,7 @@
 
 struct ifl_img_entry {
     uint64_t h[2];
-    float *rows; /* [n_patches][n_embd] */
+    float *rows; /* [n_tok][n_embd] */
     int64_t bytes;
     int32_t refs;                      /* requests using it */
     struct ifl_img_entry *prev, *next; /* most recently used first */
@@ -32,7 +32,7 @@ struct ifl_img_engine {
     struct ifl_clip_ctx *ctx;
     int32_t per_step;
     float *px;           /* [per_step][3][S][S] this pass's inputs */
-    float *out;          /* [per_step][n_patches][n_embd] its outputs */
+    float *out;          /* [per_step][n_tok][n_embd] its outputs */
     struct ximg **batch; /* [per_step] */
     struct xreq **bq;    /* [per_step] their requests */
     struct xreq **order; /* [n_slots] running requests with images, in scheduling order */
@@ -134,7 +134,7 @@ int ifl_executor_vision_info(ifl_executor *ex, struct ifl_vision_info *out)
     memset(out, 0, sizeof *out);
     out->image_size = hp->image_size;
     out->patch_size = hp->patch_size;
-    out->n_tokens = hp->n_patches;
+    out->n_tokens = hp->n_tok;
     out->n_embd = hp->n_out;
     out->n_layer = hp->n_layer;
     out->n_run = hp->n_run;
@@ -157,42 +157,102 @@ void ifl_img_free_request(struct xreq *q)
     q->n_img = 0;
 }
 
-/* Decodes and preprocesses one PNG/JPEG image into m. */
-static int take_data(struct ifl_executor *ex, const struct ifl_image_input *in, struct ximg *m,
-                     char *why)
+/* The request's units: img grows by n (zeroed); NULL on ENOMEM. */
+static struct ximg *grow(struct xreq *q, int32_t n)
+{
+    struct ximg *p = realloc(q->img, sizeof(*p) * (size_t)(q->n_img + n));
+    if (!p)
+        return NULL;
+    q->img = p;
+    memset(p + q->n_img, 0, sizeof(*p) * (size_t)n);
+    q->n_img += n;
+    return p + q->n_img - n;
+}
+
+/* Decodes and preprocesses one PNG/JPEG image at positions [pos, pos +
+ * rows) into its units: one per encoder tile (InternVL's tiling gives
+ * several, each n_tok rows, each hashed as the image's hash and its
+ * index), appended to q->img. */
+static int take_data(struct ifl_executor *ex, const struct ifl_image_input *in, int32_t pos,
+                     struct xreq *q, char *why)
 {
     struct ifl_image im = {0};
     int rc = ifl_image_decode(&im, in->data, (size_t)in->size, why);
     if (rc)
         return rc;
-    hash_start(ex, m->h, ((uint64_t)(uint32_t)im.w << 32 | (uint32_t)im.h) ^ 0x1);
-    hash_bytes(m->h, im.rgb, (size_t)im.w * (size_t)im.h * 3);
-    size_t S = (size_t)ex->clip->hp.image_size;
-    m->px = malloc(sizeof(float) * 3 * S * S);
-    if (!m->px)
+    uint64_t h[2];
+    hash_start(ex, h, ((uint64_t)(uint32_t)im.w << 32 | (uint32_t)im.h) ^ 0x1);
+    hash_bytes(h, im.rgb, (size_t)im.w * (size_t)im.h * 3);
+    const int32_t nt = ifl_clip_n_tiles(ex->clip, im.w, im.h), NT = ex->clip->hp.n_tok;
+    const size_t T = (size_t)3 * ex->clip->hp.image_size * ex->clip->hp.image_size;
+    float *px = malloc(sizeof(float) * T * (size_t)nt);
+    struct ximg *u = px ? grow(q, nt) : NULL;
+    if (!u)
         rc = ifl_err(why, IFL_ENOMEM, "out of memory");
     else
-        rc = ifl_clip_preprocess(ex->clip, &im, m->px, why);
+        rc = ifl_clip_preprocess(ex->clip, &im, px, why);
     ifl_image_free(&im);
+    for (int32_t t = 0; t < nt && !rc; t++) {
+        u[t].pos = pos + t * NT;
+        u[t].n = NT;
+        u[t].h[0] = nt == 1 ? h[0] : mix64(h[0] ^ 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1));
+        u[t].h[1] = nt == 1 ? h[1] : mix64(h[1] + (uint64_t)t);
+        if (!(u[t].px = malloc(sizeof(float) * T)))
+            rc = ifl_err(why, IFL_ENOMEM, "out of memory");
+        else
+            memcpy(u[t].px, px + (size_t)t * T, sizeof(float) * T);
+    }
+    free(px);
     return rc;
 }
 
-/* Copies given rows into m. */
-static int take_rows(struct ifl_executor *ex, const struct ifl_image_input *in, struct ximg *m,
-                     char *why)
+/* Copies given rows into a new unit. */
+static int take_rows(struct ifl_executor *ex, const struct ifl_image_input *in, int32_t pos,
+                     int32_t n, struct xreq *q, char *why)
 {
-    size_t n = (size_t)m->n * (size_t)ex->model->hp.n_embd;
-    for (size_t k = 0; k < n; k++)
-        if (!isfinite(in->embd[k]))
-            return ifl_err(why, IFL_EINVAL, "embd: value %zu of row %zu is not finite", k,
-                           k / (size_t)ex->model->hp.n_embd);
-    if (!(m->own = malloc(sizeof(float) * n)))
+    size_t k = (size_t)n * (size_t)ex->model->hp.n_embd;
+    for (size_t i = 0; i < k; i++)
+        if (!isfinite(in->embd[i]))
+            return ifl_err(why, IFL_EINVAL, "embd: value %zu of row %zu is not finite", i,
+                           i / (size_t)ex->model->hp.n_embd);
+    struct ximg *m = grow(q, 1);
+    if (!m || !(m->own = malloc(sizeof(float) * k)))
         return ifl_err(why, IFL_ENOMEM, "out of memory");
-    memcpy(m->own, in->embd, sizeof(float) * n);
-    hash_start(ex, m->h, (uint64_t)m->n ^ 0x2);
-    hash_bytes(m->h, m->own, sizeof(float) * n);
+    memcpy(m->own, in->embd, sizeof(float) * k);
+    m->pos = pos;
+    m->n = n;
+    hash_start(ex, m->h, (uint64_t)n ^ 0x2);
+    hash_bytes(m->h, m->own, sizeof(float) * k);
     m->rows = m->own;
     return 0;
+}
+
+/* The rows a PNG/JPEG image takes with this executor's encoder, from its
+ * header. */
+static int data_rows(struct ifl_executor *ex, const void *data, int64_t size, int32_t *rows,
+                     char *why)
+{
+    int32_t w, h;
+    if (size <= 0)
+        return ifl_err(why, IFL_EINVAL, "empty data (%lld bytes)", (long long)size);
+    int rc = ifl_image_dims(data, (size_t)size, &w, &h, why);
+    if (!rc)
+        *rows = ifl_clip_n_tiles(ex->clip, w, h) * ex->clip->hp.n_tok;
+    return rc;
+}
+
+int ifl_executor_image_rows(ifl_executor *ex, const void *data, int64_t size, int32_t *rows,
+                            char *err)
+{
+    if (!ex || !data || !rows)
+        return ifl_err(err, IFL_EINVAL, "images: a NULL argument");
+    if (!ex->clip)
+        return ifl_err(err, IFL_ENOTFOUND, "images: this executor has no vision encoder (mmproj)");
+    char why[IFL_ERR_LEN] = "";
+    int rc = data_rows(ex, data, size, rows, why);
+    if (rc)
+        ifl_err(err, rc, "images: %s", strncmp(why, "image: ", 7) ? why : why + 7);
+    return rc;
 }
 
 int ifl_img_intake(struct ifl_executor *ex, const struct ifl_request *req, struct xreq *q,
@@ -207,14 +267,14 @@ int ifl_img_intake(struct ifl_executor *ex, const struct ifl_request *req, struc
     if (ex->tp)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "images: not available with tensor parallelism (--tp) in this version");
-    q->img = calloc((size_t)n, sizeof(*q->img));
+    q->img = NULL;
+    q->n_img = 0;
     q->img_ext = calloc((size_t)N, sizeof(*q->img_ext));
-    q->n_img = n;
-    int rc = !q->img || !q->img_ext ? ifl_err(err, IFL_ENOMEM, "images: out of memory") : 0;
+    int rc = !q->img_ext ? ifl_err(err, IFL_ENOMEM, "images: out of memory") : 0;
     for (int32_t i = 0; i < n && !rc; i++) {
         const struct ifl_image_input *in = &req->images[i];
-        struct ximg *m = &q->img[i];
         char why[IFL_ERR_LEN] = "";
+        int32_t rows = 0;
         if (!in->data == !in->embd) {
             rc = ifl_err(err, IFL_EINVAL,
                          "images[%d]: give either data (a PNG or JPEG file) or embd (rows), %s", i,
@@ -229,35 +289,33 @@ int ifl_img_intake(struct ifl_executor *ex, const struct ifl_request *req, struc
                              i);
                 break;
             }
-            m->n = ex->clip->hp.n_patches;
-            if (in->n_rows != 0 && in->n_rows != m->n) {
-                rc = ifl_err(err, IFL_EINVAL,
-                             "images[%d]: n_rows %d, but the vision encoder gives %d rows an image",
-                             i, in->n_rows, m->n);
+            if ((rc = data_rows(ex, in->data, in->size, &rows, why))) {
+                ifl_err(err, rc, "images[%d]: %s", i, strncmp(why, "image: ", 7) ? why : why + 7);
                 break;
             }
-            if (in->size <= 0) {
-                rc = ifl_err(err, IFL_EINVAL, "images[%d]: empty data (%lld bytes)", i,
-                             (long long)in->size);
+            if (in->n_rows != 0 && in->n_rows != rows) {
+                rc = ifl_err(err, IFL_EINVAL,
+                             "images[%d]: n_rows %d, but the vision encoder gives this image %d "
+                             "rows",
+                             i, in->n_rows, rows);
                 break;
             }
         } else {
-            m->n = in->n_rows;
-            if (m->n < 1 || m->n > N) {
+            rows = in->n_rows;
+            if (rows < 1 || rows > N) {
                 rc = ifl_err(err, IFL_EINVAL, "images[%d]: n_rows %d (1..%d, the prompt's tokens)",
-                             i, m->n, N);
+                             i, rows, N);
                 break;
             }
         }
-        m->pos = in->pos;
-        if (in->pos < 0 || (int64_t)in->pos + m->n > N) {
+        if (in->pos < 0 || (int64_t)in->pos + rows > N) {
             rc = ifl_err(err, IFL_EINVAL,
                          "images[%d]: its %d rows at position %d run past the prompt's %d tokens "
                          "(an image stands for %d placeholder tokens of input_ids)",
-                         i, m->n, in->pos, N, m->n);
+                         i, rows, in->pos, N, rows);
             break;
         }
-        for (int32_t p = m->pos; p < m->pos + m->n; p++)
+        for (int32_t p = in->pos; p < in->pos + rows; p++)
             if (q->img_ext[p]) {
                 rc = ifl_err(err, IFL_EINVAL, "images[%d]: overlaps another image at position %d",
                              i, p);
@@ -265,13 +323,26 @@ int ifl_img_intake(struct ifl_executor *ex, const struct ifl_request *req, struc
             }
         if (rc)
             break;
-        rc = in->data ? take_data(ex, in, m, why) : take_rows(ex, in, m, why);
+        int32_t first = q->n_img;
+        rc = in->data ? take_data(ex, in, in->pos, q, why)
+                      : take_rows(ex, in, in->pos, rows, q, why);
         if (rc) { /* the image module's sentences start "image: " */
             ifl_err(err, rc, "images[%d]: %s", i, strncmp(why, "image: ", 7) ? why : why + 7);
             break;
         }
-        for (int32_t k = 0; k < m->n; k++)
-            q->img_ext[m->pos + k] = row_key(m->h, k);
+        int32_t got = 0;
+        for (int32_t u = first; u < q->n_img; u++)
+            got += q->img[u].n;
+        if (got != rows) { /* the header said one size, the pixels another */
+            rc = ifl_err(err, IFL_EINVAL,
+                         "images[%d]: its header and its pixels disagree on "
+                         "its size",
+                         i);
+            break;
+        }
+        for (int32_t u = first; u < q->n_img; u++)
+            for (int32_t k = 0; k < q->img[u].n; k++)
+                q->img_ext[q->img[u].pos + k] = row_key(q->img[u].h, k);
     }
     if (rc)
         ifl_img_free_request(q);
@@ -375,7 +446,7 @@ int ifl_img_engine_init(struct ifl_executor *ex, char *err)
     ie->cap = ex->cfg.image_cache_bytes < 0 ? 0 : ex->cfg.image_cache_bytes;
     size_t S = (size_t)hp->image_size;
     ie->px = malloc(sizeof(float) * 3 * S * S * (size_t)k);
-    ie->out = malloc(sizeof(float) * (size_t)hp->n_patches * (size_t)hp->n_out * (size_t)k);
+    ie->out = malloc(sizeof(float) * (size_t)hp->n_tok * (size_t)hp->n_out * (size_t)k);
     ie->batch = calloc((size_t)k, sizeof(*ie->batch));
     ie->bq = calloc((size_t)k, sizeof(*ie->bq));
     ie->order = calloc((size_t)e->n_slots, sizeof(*ie->order));
@@ -496,7 +567,7 @@ int ifl_img_step(struct ifl_executor *ex)
         return 0;
     const struct ifl_clip_hparams *hp = &ex->clip->hp;
     size_t in_n = 3 * (size_t)hp->image_size * (size_t)hp->image_size;
-    size_t out_n = (size_t)hp->n_patches * (size_t)hp->n_out;
+    size_t out_n = (size_t)hp->n_tok * (size_t)hp->n_out;
     for (int32_t b = 0; b < nb; b++)
         memcpy(ie->px + (size_t)b * in_n, ie->batch[b]->px, sizeof(float) * in_n);
     char err[IFL_ERR_LEN] = "";
@@ -602,6 +673,11 @@ int ifl_executor_tokenize_images(ifl_executor *ex, const char *text, int64_t len
         return ifl_err(err, IFL_EINVAL, "tokenize: invalid arguments");
     if (!n_rows && n_images && !ex->clip)
         return ifl_err(err, IFL_ENOTFOUND, "images: this executor has no vision encoder (mmproj)");
+    const int vl = ex->clip && ex->clip->hp.proj == IFL_CLIP_PROJ_INTERNVL;
+    if (!n_rows && n_images && vl)
+        return ifl_err(err, IFL_EINVAL,
+                       "images: this vision encoder tiles images, so their rows depend on their "
+                       "sizes: give n_rows (ifl_executor_image_rows)");
     if (!marker || !marker[0])
         marker = IFL_IMAGE_MARKER;
     size_t ml = strlen(marker);
@@ -631,15 +707,21 @@ int ifl_executor_tokenize_images(ifl_executor *ex, const char *text, int64_t len
                 ids[n] = ifl_vocab_bos(ex->vocab);
             n++;
         }
-        int32_t r = n_rows ? n_rows[k] : ex->clip->hp.n_patches;
+        int32_t r = n_rows ? n_rows[k] : ex->clip->hp.n_tok;
         if (r < 1 || n + r > INT32_MAX) {
             rc = ifl_err(err, IFL_EINVAL, "images: image %d: %d rows", k, r);
             break;
         }
+        /* InternVL's markers around an image's rows, as llama.cpp's mtmd
+         * writes them (special tokens when the vocabulary has them) */
+        if (vl && (rc = tok_piece(ex, "<img>", 5, 0, 1, ids, cap, &n)))
+            break;
         pos[k] = (int32_t)n;
         for (int32_t i = 0; i < r; i++, n++)
             if (n < cap)
                 ids[n] = ph;
+        if (vl && (rc = tok_piece(ex, "</img>", 6, 0, 1, ids, cap, &n)))
+            break;
     }
     if (!rc) { /* the rest of the text: after a marker, or all of it without one */
         /* (with images, BOS came with the first piece or before them) */

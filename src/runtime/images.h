@@ -46,10 +46,13 @@ struct xreq;
 struct ifl_clip;
 struct ifl_img_entry;
 
-/* One image of a request as the executor keeps it. */
+/* One unit of a request's images as the executor keeps it: an image, or
+ * one tile of an image that the encoder tiles (InternVL: the grid's tiles
+ * then the thumbnail, each n_tok rows, in order). */
 struct ximg {
     int32_t pos, n;            /* it stands for prompt positions [pos, pos + n) */
-    uint64_t h[2];             /* its identity: the pixels' (or given rows') hash */
+    uint64_t h[2];             /* its identity: the pixels' (or given rows') hash, and
+                                  the tile's index for a tiled image */
     float *px;                 /* encoder input [3][S][S], until encoded; NULL for rows */
     float *own;                /* given rows [n][n_embd] (owned), or NULL */
     struct ifl_img_entry *ent; /* its cache entry once encoded (engine-owned) */

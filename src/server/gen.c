@@ -111,7 +111,16 @@ int ifl_gen_add_prompt_text(struct ifl_gen_job *j, const char *text, size_t n, i
 int ifl_gen_add_prompt_images(struct ifl_gen_job *j, const char *text, size_t n, int add_special,
                               const char *marker, char *err)
 {
-    int32_t pos[IFL_MAX_IMAGES_PER_REQUEST];
+    int32_t pos[IFL_MAX_IMAGES_PER_REQUEST], rows[IFL_MAX_IMAGES_PER_REQUEST];
+    /* each image's rows from its header (InternVL's tiles depend on its
+     * size); a header that does not read takes the usual count here and
+     * fails at enqueue, naming the image */
+    struct ifl_vision_info vi;
+    int have = ifl_executor_vision_info(j->ex, &vi) == 0;
+    for (int k = 0; k < j->n_images; k++)
+        if (!have ||
+            ifl_executor_image_rows(j->ex, j->images[k].data, j->images[k].size, &rows[k], NULL))
+            rows[k] = have ? vi.n_tokens : 1;
     int64_t cap = (int64_t)n + 8, got = 0;
     int32_t *ids = NULL;
     int rc = IFL_EFULL;
@@ -120,7 +129,7 @@ int ifl_gen_add_prompt_images(struct ifl_gen_job *j, const char *text, size_t n,
         if (!(ids = malloc(sizeof(int32_t) * (size_t)(cap > 0 ? cap : 1))))
             return IFL_ENOMEM;
         rc = ifl_executor_tokenize_images(j->ex, text, (int64_t)n, marker, add_special, 1,
-                                          j->n_images, NULL, ids, cap, &got, pos, err);
+                                          j->n_images, rows, ids, cap, &got, pos, err);
         cap = got;
     }
     if (!rc && got > INT32_MAX)

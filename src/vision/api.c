@@ -2,7 +2,8 @@
  * The public vision calls (include/inflight.h, "Vision encoders"): an
  * mmproj's encoder (clip.h) with its threads and scratch, behind a lock so
  * that any thread may call; images decoded and preprocessed here, then
- * encoded in one batch.
+ * encoded in batches of max_images tiles (an image is one tile but for
+ * InternVL's tiling).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -72,7 +73,7 @@ int ifl_vision_info(const ifl_vision *v, struct ifl_vision_info *out)
     memset(out, 0, sizeof *out);
     out->image_size = hp->image_size;
     out->patch_size = hp->patch_size;
-    out->n_tokens = hp->n_patches;
+    out->n_tokens = hp->n_tok;
     out->n_embd = hp->n_out;
     out->n_layer = hp->n_layer;
     out->n_run = hp->n_run;
@@ -80,11 +81,43 @@ int ifl_vision_info(const ifl_vision *v, struct ifl_vision_info *out)
     return 0;
 }
 
-/* Preprocesses im into slot i of the pixel buffer. */
-static int prepare(ifl_vision *v, int i, const struct ifl_image *im, char *err)
+int ifl_vision_image_rows(const ifl_vision *v, int32_t w, int32_t h, int32_t *rows)
 {
-    size_t S = (size_t)v->clip->hp.image_size;
-    return ifl_clip_preprocess(v->clip, im, v->pixels + (size_t)i * 3 * S * S, err);
+    if (!v || !rows || w < 1 || h < 1)
+        return IFL_EINVAL;
+    *rows = ifl_clip_n_tiles(v->clip, w, h) * v->clip->hp.n_tok;
+    return 0;
+}
+
+/* Encodes n tiles (3 x S x S floats each, contiguous) into out, at most
+ * max_images at a time through the pixel buffer. */
+static int encode_tiles(ifl_vision *v, const float *tiles, int32_t n, float *out, char *err)
+{
+    const size_t T = (size_t)3 * v->clip->hp.image_size * v->clip->hp.image_size;
+    const size_t R = (size_t)v->clip->hp.n_tok * (size_t)v->clip->hp.n_out;
+    int rc = 0;
+    for (int32_t t = 0; t < n && !rc; t += v->max_images) {
+        int32_t k = n - t < v->max_images ? n - t : v->max_images;
+        memcpy(v->pixels, tiles + (size_t)t * T, sizeof(float) * T * (size_t)k);
+        rc = ifl_clip_encode(v->ctx, v->pixels, k, out + (size_t)t * R, err);
+    }
+    return rc;
+}
+
+/* The tiles of im, preprocessed into a new buffer (*n of them). */
+static int prepare(ifl_vision *v, const struct ifl_image *im, float **tiles, int32_t *n, char *err)
+{
+    const size_t T = (size_t)3 * v->clip->hp.image_size * v->clip->hp.image_size;
+    *n = ifl_clip_n_tiles(v->clip, im->w, im->h);
+    *tiles = malloc(sizeof(float) * T * (size_t)*n);
+    if (!*tiles)
+        return ifl_err(err, IFL_ENOMEM, "out of memory for %d tiles", (int)*n);
+    int rc = ifl_clip_preprocess(v->clip, im, *tiles, err);
+    if (rc) {
+        free(*tiles);
+        *tiles = NULL;
+    }
+    return rc;
 }
 
 int ifl_vision_encode(ifl_vision *v, const void *const *images, const int64_t *sizes,
@@ -95,8 +128,10 @@ int ifl_vision_encode(ifl_vision *v, const void *const *images, const int64_t *s
     if (n_images < 1 || n_images > v->max_images)
         return ifl_err(err, IFL_EINVAL, "vision: %d images (this encoder takes 1..%d a call)",
                        (int)n_images, (int)v->max_images);
-    pthread_mutex_lock(&v->lock);
+    float *tiles[1024] = {0};
+    int32_t nt[1024] = {0}, total = 0;
     int rc = 0;
+    /* every image decoded first, so that a bad one leaves out untouched */
     for (int32_t i = 0; i < n_images && !rc; i++) {
         struct ifl_image im = {0};
         char why[IFL_ERR_LEN] = "";
@@ -105,15 +140,30 @@ int ifl_vision_encode(ifl_vision *v, const void *const *images, const int64_t *s
         else
             rc = ifl_image_decode(&im, images[i], (size_t)sizes[i], why);
         if (!rc)
-            rc = prepare(v, i, &im, why);
+            rc = prepare(v, &im, &tiles[i], &nt[i], why);
         ifl_image_free(&im);
+        total += nt[i];
         if (rc) /* the image module's sentences start "image: " */
             ifl_err(err, rc, "vision: image %d: %s", (int)i,
                     strncmp(why, "image: ", 7) ? why : why + 7);
     }
-    if (!rc)
+    pthread_mutex_lock(&v->lock);
+    const size_t T = (size_t)3 * v->clip->hp.image_size * v->clip->hp.image_size;
+    const size_t R = (size_t)v->clip->hp.n_tok * (size_t)v->clip->hp.n_out;
+    if (!rc && total == n_images) { /* one tile each: the images batched together */
+        for (int32_t i = 0; i < n_images; i++)
+            memcpy(v->pixels + (size_t)i * T, tiles[i], sizeof(float) * T);
         rc = ifl_clip_encode(v->ctx, v->pixels, n_images, out, err);
+    } else if (!rc) {
+        size_t at = 0;
+        for (int32_t i = 0; i < n_images && !rc; i++) {
+            rc = encode_tiles(v, tiles[i], nt[i], out + at, err);
+            at += (size_t)nt[i] * R;
+        }
+    }
     pthread_mutex_unlock(&v->lock);
+    for (int32_t i = 0; i < n_images; i++)
+        free(tiles[i]);
     return rc;
 }
 
@@ -126,11 +176,15 @@ int ifl_vision_encode_pixels(ifl_vision *v, const uint8_t *pixels, int32_t w, in
     int rc = ifl_image_from_pixels(&im, pixels, w, h, channels, err);
     if (rc)
         return rc;
-    pthread_mutex_lock(&v->lock);
-    rc = prepare(v, 0, &im, err);
-    if (!rc)
-        rc = ifl_clip_encode(v->ctx, v->pixels, 1, out, err);
-    pthread_mutex_unlock(&v->lock);
+    float *tiles = NULL;
+    int32_t n = 0;
+    rc = prepare(v, &im, &tiles, &n, err);
     ifl_image_free(&im);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&v->lock);
+    rc = encode_tiles(v, tiles, n, out, err);
+    pthread_mutex_unlock(&v->lock);
+    free(tiles);
     return rc;
 }

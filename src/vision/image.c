@@ -204,6 +204,49 @@ int ifl_image_decode(struct ifl_image *out, const void *data, size_t len, char *
     }
 }
 
+int ifl_image_dims(const void *data, size_t len, int32_t *w, int32_t *h, char *err)
+{
+    const uint8_t *p = data;
+    int64_t W = 0, H = 0;
+    if (!data || !len)
+        return ifl_err(err, IFL_EINVAL, "image: no data");
+    if (len > IFL_IMAGE_MAX_BYTES)
+        return ifl_err(err, IFL_EINVAL, "image: %zu bytes is over the limit (%zu)", len,
+                       IFL_IMAGE_MAX_BYTES);
+    switch (ifl_image_sniff(data, len)) {
+    case IFL_IMAGE_PNG:
+        if (len < 24 || memcmp(p + 12, "IHDR", 4))
+            return ifl_err(err, IFL_EINVAL, "image: a PNG file without its IHDR header");
+        W = (int64_t)p[16] << 24 | p[17] << 16 | p[18] << 8 | p[19];
+        H = (int64_t)p[20] << 24 | p[21] << 16 | p[22] << 8 | p[23];
+        break;
+    case IFL_IMAGE_JPEG: {
+        tjhandle tj = tjInitDecompress();
+        int jw = 0, jh = 0, sub = 0, cs = 0;
+        if (!tj)
+            return ifl_err(err, IFL_ENOMEM, "image: out of memory reading a JPEG file");
+        int bad = len > (size_t)0xffffffffu ||
+                  tjDecompressHeader3(tj, data, (unsigned long)len, &jw, &jh, &sub, &cs);
+        if (bad)
+            ifl_err(err, IFL_EINVAL, "image: a corrupt JPEG header (%s)", tjGetErrorStr2(tj));
+        tjDestroy(tj);
+        if (bad)
+            return IFL_EINVAL;
+        W = jw;
+        H = jh;
+        break;
+    }
+    default:
+        return ifl_err(err, IFL_EINVAL, "image: not a PNG or JPEG file (its first bytes say)");
+    }
+    int rc = check_size(W, H, err);
+    if (rc)
+        return rc;
+    *w = (int32_t)W;
+    *h = (int32_t)H;
+    return 0;
+}
+
 int ifl_image_from_pixels(struct ifl_image *out, const uint8_t *px, int32_t w, int32_t h,
                           int channels, char *err)
 {

@@ -40,6 +40,12 @@ enum ifl_image_format ifl_image_sniff(const void *data, size_t len);
  * header, before decoding). IFL_ENOMEM. *out is untouched on error. */
 int ifl_image_decode(struct ifl_image *out, const void *data, size_t len, char *err);
 
+/* The size a PNG or JPEG file's header claims, without decoding it (a
+ * tiling encoder's row count depends on it). IFL_EINVAL as
+ * ifl_image_decode for what the header shows; a file whose header is fine
+ * may still fail to decode. */
+int ifl_image_dims(const void *data, size_t len, int32_t *w, int32_t *h, char *err);
+
 /* An image from raw pixels: w x h of `channels` bytes each (3 RGB, 4
  * RGBA whose alpha is dropped, 1 grey), rows packed. IFL_EINVAL for
  * another channel count, a side of 0 or over the limits, IFL_ENOMEM. */
