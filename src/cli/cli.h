@@ -38,6 +38,13 @@ char *cli_read_file_n(const char *path, size_t max, size_t *n_out, const char **
 /* enum ifl_kv_type to the weight-type id the KV store uses. */
 enum ifl_type cli_kv_store_type(int kv_type);
 
+/* serve --image-url-allow (fetch.c, libcurl): cli_fetch_init once before
+ * any thread fetches (-1 on failure); cli_fetch_image is the server's
+ * fetch_image (server.h). */
+int cli_fetch_init(void);
+int cli_fetch_image(void *user, const char *url, size_t max_bytes, unsigned char **out, size_t *n,
+                    char *err);
+
 /* LoRA adapters named on a command line (serve, run, bench):
  *   --lora FILE             global scale 1 (every request takes it, as
  *                           llama.cpp applies --lora)

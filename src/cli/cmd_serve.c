@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 
 #include "cli/cli.h"
@@ -54,7 +55,10 @@ static const char SERVE_HELP[] =
     "                            off: repack in memory at every start)\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
     "  --mmproj FILE             a vision encoder (llama.cpp's mmproj GGUF) for the model:\n"
-    "                            chat messages may then carry image_url parts (data URLs)\n"
+    "                            chat messages may then carry image_url parts (data URLs),\n"
+    "                            TGI inputs ![](URL), completions prompt objects\n"
+    "  --image-url-allow PREFIX  fetch remote images (http, https) whose URL starts with\n"
+    "                            PREFIX (repeatable; others get 400); no redirects\n"
     "  --served-model-name NAME  the model's name in the API (default: the file's base name);\n"
     "                            NAME,ALIAS,... or the flag repeated adds aliases\n"
     "  --strict-model-name       a request naming another model gets 404 (default: any name\n"
@@ -168,6 +172,8 @@ static int serve_main(int argc, char **argv)
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
     const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
     const char *repack_cache = NULL, *mmproj = NULL;
+    const char *url_allow[64];
+    int n_url_allow = 0;
     int rc0;
     int64_t port = 8080, parallel = 16, max_num_tokens = 512, kv_tokens = 0, max_queue = 256;
     int64_t threads = 0, ctx = 0, max_body = 4 << 20, shutdown_s = 30;
@@ -269,7 +275,18 @@ static int serve_main(int argc, char **argv)
             tmpl_path = v;
         else if (!strcmp(a, "--mmproj"))
             mmproj = v;
-        else if (!strcmp(a, "--served-model-name")) {
+        else if (!strcmp(a, "--image-url-allow")) {
+            if (strncasecmp(v, "http://", 7) && strncasecmp(v, "https://", 8))
+                return cli_usage_error("serve",
+                                       "--image-url-allow: '%s' is not an http:// or "
+                                       "https:// prefix",
+                                       v);
+            if (strlen(v) <= (size_t)(v[4] == 's' || v[4] == 'S' ? 8 : 7))
+                return cli_usage_error("serve", "--image-url-allow: '%s' names no host", v);
+            if (n_url_allow == 64)
+                return cli_usage_error("serve", "--image-url-allow: at most 64 prefixes");
+            url_allow[n_url_allow++] = v;
+        } else if (!strcmp(a, "--served-model-name")) {
             size_t vl = strlen(v);
             if (!vl || v[0] == ',' || v[vl - 1] == ',' || strstr(v, ",,"))
                 return cli_usage_error("serve", "--served-model-name: an empty name in '%s'", v);
@@ -380,6 +397,13 @@ static int serve_main(int argc, char **argv)
     cfg.exec.lora_type = lora->type;
     cfg.on_load = load_adapters;
     cfg.on_load_user = lora;
+    if (n_url_allow) {
+        if (cli_fetch_init())
+            return cli_usage_error("serve", "--image-url-allow: libcurl did not start");
+        cfg.image_url_allow = url_allow;
+        cfg.n_image_url_allow = n_url_allow;
+        cfg.fetch_image = cli_fetch_image;
+    }
     cfg.exec.kv_type = kv_type;
     cfg.exec.mmproj_path = mmproj;
     char cache_buf[4096];

@@ -564,10 +564,23 @@ int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, s
  * where the part was. */
 int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct ifl_gen_job *j,
                                   const char *marker, char **out, size_t *n, char *err);
-/* An image_url part's URL (dataurl.c): a PNG or JPEG data URL's bytes,
- * malloc'd; IFL_EINVAL with a sentence for anything else (remote URLs
- * are not fetched). */
-int ifl_server_data_url(const char *url, size_t len, unsigned char **out, size_t *n, char *err);
+/* An image's URL (dataurl.c): a PNG or JPEG data URL's bytes, or an
+ * http(s) URL under one of the server's --image-url-allow prefixes
+ * fetched (cfg.fetch_image), malloc'd; IFL_EINVAL with a sentence for
+ * anything else (a remote URL outside the list, another type, bad
+ * base64, a failed fetch). raw_b64: bare base64 (llama.cpp's
+ * multimodal_data) is taken too. */
+int ifl_server_image_url(struct ifl_server *s, const char *url, size_t len, int raw_b64,
+                         unsigned char **out, size_t *n, char *err);
+/* A marker for an image's place that no client text holds (a counter
+ * and the time, mixed): "<__media_%016llx__>". */
+void ifl_server_image_marker(char out[64]);
+/* TGI's image syntax in `inputs` (dataurl.c): each ![](URL) is an image,
+ * taken into j's images in order, and replaced by marker in *text
+ * (malloc'd, *tn bytes). 0 images: *text NULL. IFL_EINVAL naming the
+ * image (its index and the problem). */
+int ifl_server_md_images(struct ifl_server *s, struct ifl_gen_job *j, const char *in, size_t n,
+                         const char *marker, char **text, size_t *tn, char *err);
 /* Tokenizes a prompt rendered with images' markers and adds it to j with
  * its images placed (gen.c). */
 int ifl_gen_add_prompt_images(struct ifl_gen_job *j, const char *text, size_t n, int add_special,

@@ -70,6 +70,7 @@ void ifl_server_chat_free(struct ifl_server *s)
 /* What rendering a conversation with images needs: where the images go
  * (the job) and the marker that stands for each in the rendered text. */
 struct chat_imgs {
+    struct ifl_server *s;
     struct ifl_gen_job *j; /* NULL: image parts are refused */
     int has_vision;        /* the executor has a vision encoder */
     const char *marker;
@@ -107,7 +108,8 @@ static int take_image(json_t *part, size_t i, size_t k, struct chat_imgs *im, ch
     char why[IFL_ERR_LEN] = "";
     unsigned char *data = NULL;
     size_t n = 0;
-    int rc = ifl_server_data_url(json_string_value(u), json_string_length(u), &data, &n, why);
+    int rc =
+        ifl_server_image_url(im->s, json_string_value(u), json_string_length(u), 0, &data, &n, why);
     if (rc)
         return ifl_err(err, rc, "messages[%zu].content[%zu].image_url: %s", i, k, why);
     j->image_data[j->n_images] = data;
@@ -301,8 +303,10 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
                                   const char *marker, char **out, size_t *n, char *err)
 {
     struct ifl_vision_info vi;
-    struct chat_imgs im = {
-        .j = j, .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0, .marker = marker};
+    struct chat_imgs im = {.s = s,
+                           .j = j,
+                           .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0,
+                           .marker = marker};
     json_t *msgs = NULL;
     int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, err);
     if (rc)

@@ -741,9 +741,10 @@ static int finish(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q)
         /* the executor checks adapter ids: its sentence names lora[i].id */
         if (!param && rc == IFL_EINVAL && !strncmp(err, "lora", 4))
             param = "lora";
-        /* and the images it decodes: a chat message's image_url part */
+        /* and the images it decodes: a chat message's image_url part, or
+         * a completions prompt object's multimodal_data */
         if (!param && rc == IFL_EINVAL && !strncmp(err, "images", 6))
-            param = "messages";
+            param = q->chat ? "messages" : "prompt";
         ifl_gen_job_free(j);
         oai_req_free(q, n);
         if (rc == IFL_EFULL)
@@ -777,6 +778,83 @@ static int fail(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_req *q, i
 static ifl_executor *executor(struct ifl_hconn *c)
 {
     return atomic_load_explicit(&c->srv->ex, memory_order_acquire);
+}
+
+/* A completions prompt object (llama.cpp's server's shape): prompt_string
+ * with an <__media__> marker for each of multimodal_data's images (none:
+ * the images go first), each a PNG or JPEG as bare base64 or a data URL
+ * (or an allowed remote URL). 0, or an HTTP status with err filled. */
+static int multimodal_prompt(struct ifl_server *s, struct ifl_gen_job *j, json_t *po,
+                             struct oai_req *q, char *err)
+{
+    json_t *ps = json_object_get(po, "prompt_string");
+    json_t *md = json_object_get(po, "multimodal_data");
+    const char *k;
+    json_t *v;
+    json_object_foreach(po, k, v) if (strcmp(k, "prompt_string") && strcmp(k, "multimodal_data"))
+    {
+        snprintf(err, IFL_ERR_LEN,
+                 "prompt.%.64s: a prompt object takes prompt_string and multimodal_data only", k);
+        return 400;
+    }
+    if (!json_is_string(ps)) {
+        snprintf(err, IFL_ERR_LEN, "prompt.prompt_string: required, a string");
+        return 400;
+    }
+    if (md && !json_is_null(md) && !json_is_array(md)) {
+        snprintf(err, IFL_ERR_LEN, "prompt.multimodal_data: a list of base64 images");
+        return 400;
+    }
+    size_t n_md = md && json_is_array(md) ? json_array_size(md) : 0;
+    struct ifl_vision_info vi;
+    if (n_md && ifl_executor_vision_info(j->ex, &vi) != 0) {
+        snprintf(err, IFL_ERR_LEN,
+                 "prompt.multimodal_data: this server has no vision encoder for images (start it "
+                 "with --mmproj FILE)");
+        return 400;
+    }
+    if (n_md > IFL_MAX_IMAGES_PER_REQUEST) {
+        snprintf(err, IFL_ERR_LEN, "prompt.multimodal_data: at most %d images a request",
+                 IFL_MAX_IMAGES_PER_REQUEST);
+        return 400;
+    }
+    for (size_t i = 0; i < n_md; i++) {
+        json_t *e = json_array_get(md, i);
+        char why[IFL_ERR_LEN] = "";
+        unsigned char *data = NULL;
+        size_t dn = 0;
+        if (!json_is_string(e)) {
+            snprintf(err, IFL_ERR_LEN, "prompt.multimodal_data[%zu]: must be a base64 string", i);
+            return 400;
+        }
+        int rc = ifl_server_image_url(s, json_string_value(e), json_string_length(e), 1, &data, &dn,
+                                      why);
+        if (rc) {
+            snprintf(err, IFL_ERR_LEN, "prompt.multimodal_data[%zu]: %s", i, why);
+            return rc == IFL_ENOMEM ? 500 : 400;
+        }
+        j->image_data[j->n_images] = data;
+        j->images[j->n_images] = (struct ifl_image_input){.data = data, .size = (int64_t)dn};
+        j->n_images++;
+    }
+    const char *text = json_string_value(ps);
+    size_t len = json_string_length(ps);
+    if (ifl_gen_text_too_long(s, len, 0, err))
+        return 400;
+    int rc = j->n_images ? ifl_gen_add_prompt_images(j, text, len, 1, IFL_IMAGE_MARKER, err)
+                         : ifl_gen_add_prompt_text(j, text, len, 1);
+    if (rc == IFL_ENOMEM) {
+        snprintf(err, IFL_ERR_LEN, "out of memory");
+        return 500;
+    }
+    if (rc) {
+        if (!j->n_images)
+            snprintf(err, IFL_ERR_LEN, "prompt: too long");
+        return 400;
+    }
+    q->echo_text[0] = strndup(text, len);
+    q->echo_len[0] = len;
+    return q->echo_text[0] ? 0 : (snprintf(err, IFL_ERR_LEN, "out of memory"), 500);
 }
 
 int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
@@ -818,7 +896,31 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
         return fail(c, j, &q, 500, NULL, "out of memory");
     json_t *list[MAX_PROMPTS];
     int n_list = 0, ids_prompt = 0;
-    if (json_is_string(prompt)) {
+    /* llama.cpp's multimodal prompt object: {"prompt_string": text with
+     * <__media__> markers, "multimodal_data": [base64 or data URLs]}, alone
+     * or as the only element of the list */
+    json_t *po = json_is_object(prompt) ? prompt : NULL;
+    if (json_is_array(prompt)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(prompt, i, e) if (json_is_object(e))
+        {
+            if (json_array_size(prompt) != 1) {
+                snprintf(err, sizeof err,
+                         "prompt[%zu]: a prompt object (prompt_string, multimodal_data) must be "
+                         "the request's only prompt",
+                         i);
+                return fail(c, j, &q, 400, "prompt", err);
+            }
+            po = e;
+        }
+    }
+    if (po) {
+        int st2 = multimodal_prompt(s, j, po, &q, err);
+        if (st2)
+            return fail(c, j, &q, st2, "prompt", err);
+        n_list = -1;
+    } else if (json_is_string(prompt)) {
         list[n_list++] = prompt;
     } else if (json_is_array(prompt) && json_array_size(prompt) > 0) {
         if (json_is_integer(json_array_get(prompt, 0))) {

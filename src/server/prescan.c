@@ -14,7 +14,8 @@
  * as in jansson. A key written with escapes, or anything else it does not
  * follow, makes it step aside: the body is then parsed as usual and the
  * checks after parsing still apply. Chat prompts are checked once rendered
- * (a template may leave text out), so not here.
+ * (a template may leave text out), so not here; nor are a vision model's
+ * TGI inputs holding ![](...) images (their URLs are not text).
  */
 #include <stdio.h>
 #include <string.h>
@@ -200,8 +201,17 @@ static int one_prompt(const struct ifl_server *s, struct scan *sc, int tgi, char
     if (*sc->p == '"') {
         size_t len;
         int esc;
+        const char *start = sc->p;
         if (skip_string(sc, &len, &esc))
             return -1;
+        /* a vision model's TGI inputs may hold images (![](data URL)),
+         * whose bytes are not text: the route checks what is left */
+        struct ifl_vision_info vi;
+        ifl_executor *ex =
+            atomic_load_explicit(&((struct ifl_server *)s)->ex, memory_order_acquire);
+        if (tgi && ex && memmem(start, (size_t)(sc->p - start), "![](", 4) &&
+            ifl_executor_vision_info(ex, &vi) == 0)
+            return 0;
         return ifl_gen_text_too_long(s, len, tgi, msg);
     }
     if (*sc->p != '[' || tgi)

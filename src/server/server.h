@@ -54,6 +54,18 @@ struct ifl_server_config {
      * a status other than 0 fails the load with err (IFL_ERR_LEN) */
     int (*on_load)(void *user, ifl_executor *ex, char *err);
     void *on_load_user;
+    /* remote images (docs/http.md "Images"): an http(s) URL starting with
+     * one of the n_image_url_allow prefixes is fetched with fetch_image;
+     * any other remote URL is refused (400). The strings are kept by the
+     * caller for the server's life. fetch_image (NULL: no remote images)
+     * fills *out (malloc'd) and *n with at most max_bytes bytes, or
+     * returns a status with err (IFL_ERR_LEN) saying why; it may block
+     * (an HTTP pool thread waits for it). */
+    const char *const *image_url_allow;
+    int n_image_url_allow;
+    int (*fetch_image)(void *user, const char *url, size_t max_bytes, unsigned char **out,
+                       size_t *n, char *err);
+    void *fetch_image_user;
 };
 
 struct ifl_server;

@@ -262,13 +262,36 @@ static int parse(struct ifl_hconn *c, json_t *b, struct ifl_gen_job *j, struct t
     }
     const int64_t truncate = tp.truncate;
 
-    /* with truncate the input may be any length: its last tokens are kept */
-    if (!truncate && ifl_gen_text_too_long(s, json_string_length(in), 1, e2))
-        BAD("%s", e2);
     t->inputs = strndup(json_string_value(in), json_string_length(in));
     t->n_inputs = json_string_length(in);
-    if (!t->inputs || ifl_gen_add_prompt_text(j, t->inputs, t->n_inputs, 1))
+    if (!t->inputs)
+        BAD("out of memory");
+    /* a vision model's images, as TGI takes them: ![](URL) in the text */
+    struct ifl_vision_info vi;
+    char *mtext = NULL, marker[64];
+    size_t mlen = 0;
+    if (ifl_executor_vision_info(j->ex, &vi) == 0) {
+        ifl_server_image_marker(marker);
+        if (ifl_server_md_images(s, j, t->inputs, t->n_inputs, marker, &mtext, &mlen, e2))
+            BAD("%s", e2);
+    }
+    /* with truncate the input may be any length: its last tokens are
+     * kept (the images' URLs do not count: they are not text) */
+    if (!truncate && ifl_gen_text_too_long(s, mtext ? mlen : t->n_inputs, 1, e2)) {
+        free(mtext);
+        BAD("%s", e2);
+    }
+    if (mtext) {
+        int r2 = ifl_gen_add_prompt_images(j, mtext, mlen, 1, marker, e2);
+        free(mtext);
+        if (r2)
+            BAD("`inputs`: %s", r2 == IFL_ENOMEM ? "out of memory" : e2);
+    } else if (ifl_gen_add_prompt_text(j, t->inputs, t->n_inputs, 1)) {
         BAD("`inputs` could not be tokenized");
+    }
+    if (truncate > 0 && j->n_prompt[0] > truncate && j->n_images)
+        BAD("`truncate` %lld would cut a prompt with images (%d tokens); leave it out",
+            (long long)truncate, j->n_prompt[0]);
     if (truncate > 0 && j->n_prompt[0] > truncate) {
         int32_t drop = j->n_prompt[0] - (int32_t)truncate;
         memmove(j->prompts[0], j->prompts[0] + drop, sizeof(int32_t) * (size_t)truncate);
