@@ -3,7 +3,10 @@
  * a file's bytes. A failure must leave the image empty and say why in a
  * sentence starting "image: "; a success must hand out an image within the
  * documented limits, whose every pixel can be read (ASan watches), and
- * which pads and normalises. */
+ * which pads and normalises. The header-only size read (ifl_image_dims,
+ * what a tiling encoder counts rows by) must fail with a sentence or give
+ * a size within the limits, and the size the decoder found when both
+ * succeed. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +22,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ifl_image im = {0};
     char err[IFL_ERR_LEN] = "";
+    int32_t dw = -1, dh = -1;
+    int drc = ifl_image_dims(data, size, &dw, &dh, err);
+    if (drc ? strncmp(err, "image: ", 7) != 0
+            : dw < 1 || dh < 1 || dw > IFL_IMAGE_MAX_SIDE || dh > IFL_IMAGE_MAX_SIDE)
+        abort();
     int rc = ifl_image_decode(&im, data, size, err);
+    if (!rc && (drc || dw != im.w || dh != im.h))
+        abort();
     if (rc) {
         if (im.rgb || im.w || im.h || strncmp(err, "image: ", 7))
             abort();
