@@ -204,6 +204,36 @@ int ifl_image_decode(struct ifl_image *out, const void *data, size_t len, char *
     }
 }
 
+/* The size libpng's header read finds (no pixels decoded). */
+static int png_dims(const uint8_t *data, size_t len, int32_t *w, int32_t *h, char *err)
+{
+    struct png_src src = {data, len, 0, ""};
+    png_structp png =
+        png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return ifl_err(err, IFL_ENOMEM, "image: out of memory reading a PNG file");
+    }
+    volatile int rc = 0;
+    if (setjmp(png_jmpbuf(png))) {
+        rc = ifl_err(err, IFL_EINVAL, "image: corrupt or truncated PNG data (%s)", src.msg);
+        goto done;
+    }
+    png_set_read_fn(png, &src, png_read_mem);
+    png_set_user_limits(png, IFL_IMAGE_MAX_SIDE, IFL_IMAGE_MAX_SIDE);
+    png_set_chunk_malloc_max(png, (png_alloc_size_t)8 << 20);
+    png_read_info(png, info);
+    const png_uint_32 pw = png_get_image_width(png, info), ph = png_get_image_height(png, info);
+    if (!(rc = check_size(pw, ph, err))) {
+        *w = (int32_t)pw;
+        *h = (int32_t)ph;
+    }
+done:
+    png_destroy_read_struct(&png, &info, NULL);
+    return rc;
+}
+
 int ifl_image_dims(const void *data, size_t len, int32_t *w, int32_t *h, char *err)
 {
     const uint8_t *p = data;
@@ -215,11 +245,14 @@ int ifl_image_dims(const void *data, size_t len, int32_t *w, int32_t *h, char *e
                        IFL_IMAGE_MAX_BYTES);
     switch (ifl_image_sniff(data, len)) {
     case IFL_IMAGE_PNG:
-        if (len < 24 || memcmp(p + 12, "IHDR", 4))
-            return ifl_err(err, IFL_EINVAL, "image: a PNG file without its IHDR header");
-        W = (int64_t)p[16] << 24 | p[17] << 16 | p[18] << 8 | p[19];
-        H = (int64_t)p[20] << 24 | p[21] << 16 | p[22] << 8 | p[23];
-        break;
+        if (len >= 24 && !memcmp(p + 12, "IHDR", 4)) {
+            W = (int64_t)p[16] << 24 | p[17] << 16 | p[18] << 8 | p[19];
+            H = (int64_t)p[20] << 24 | p[21] << 16 | p[22] << 8 | p[23];
+            break;
+        }
+        /* IHDR not first (ancillary chunks may come before it): libpng
+         * reads the header as the decoder will */
+        return png_dims(data, len, w, h, err);
     case IFL_IMAGE_JPEG: {
         tjhandle tj = tjInitDecompress();
         int jw = 0, jh = 0, sub = 0, cs = 0;
