@@ -75,6 +75,31 @@ static inline int ifl_hp_swa(const struct ifl_hparams *hp, int il)
     return hp->n_swa > 0 && (hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1);
 }
 
+/* Whether every layer attends over a sliding window (no global layer). */
+static inline int ifl_hp_all_swa(const struct ifl_hparams *hp)
+{
+    for (int il = 0; il < hp->n_layer; il++)
+        if (!ifl_hp_swa(hp, il))
+            return 0;
+    return hp->n_swa > 0;
+}
+
+/* The first cached position a row at pos may read in any layer, all_swa
+ * being ifl_hp_all_swa(hp): 0 when a layer attends globally; otherwise
+ * the window's start rounded down to the block size bs and to 256
+ * positions (an attention pass starts reading at the block or the tile
+ * that the window starts in; attention_tiled.c's tiles of 64 divide 256).
+ * It never decreases with pos, so a sequence's blocks wholly before it are
+ * read by no later row either: the engine gives them back early. */
+static inline int32_t ifl_hp_kv_read_from(const struct ifl_hparams *hp, int all_swa, int32_t pos,
+                                          int32_t bs)
+{
+    if (!all_swa || pos < hp->n_swa)
+        return 0;
+    int32_t w0 = pos - hp->n_swa + 1, a = w0 / 256 * 256, b = w0 / bs * bs;
+    return a < b ? a : b;
+}
+
 /* A weight matrix: n_out rows of n_in elements of `type`, row_bytes apart.
  * y = W x computes n_out outputs from n_in inputs. */
 struct ifl_mat {
