@@ -767,6 +767,10 @@ static void step(void *arg, int ith, int nth)
         memo.src = NULL; /* xn now holds the ffn input */
         if (f->moe) {    /* experts (forward_moe.c) instead of one FFN */
             ifl_fwd_moe(j, ith, nth, il, lo, hi);
+            if (f->shard) { /* the ranks' weighted partial sums added */
+                ifl_pool_barrier(f->pool);
+                ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
+            }
             for (long r = lo; r < hi; r++)
                 add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             continue;

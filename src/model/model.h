@@ -158,8 +158,9 @@ struct ifl_shard {
      * outputs are gathered (a sum of zero-padded rows) and wo is applied
      * whole, with no sum after it */
     int wo_whole;
-    void **copies; /* [n_copies] the column-split matrices' rows, owned */
-    const struct ifl_mat **copy_of;
+    void **copies; /* [n_copies] the column-split matrices' rows, the experts' gathered
+                      rows and biases, owned */
+    const struct ifl_mat **copy_of; /* the matrix each copy is (NULL: biases) */
     int n_copies;
 };
 
@@ -190,12 +191,12 @@ struct ifl_model {
  * order, as the job's all-reduce does. */
 struct ifl_units {
     int n;
-    int wo_split;       /* 0: attn_output whole, as every rank keeps it (ifl_shard.wo_whole) */
-    int64_t *o_off;     /* [n + 1] unit u's columns of attn_output: [o_off[u], o_off[u + 1]) */
-    int64_t *ff_off;    /* [n + 1] and of ffn_down */
-    struct ifl_mat *wo; /* [n_layer * n] layer il's unit u at il * n + u (wo_split) */
-    struct ifl_mat *down;
-    void **copies; /* [n_copies] their rows, owned */
+    int wo_split;         /* 0: attn_output whole, as every rank keeps it (ifl_shard.wo_whole) */
+    int64_t *o_off;       /* [n + 1] unit u's columns of attn_output: [o_off[u], o_off[u + 1]) */
+    int64_t *ff_off;      /* [n + 1] and of ffn_down (experts: of each one's n_ff) */
+    struct ifl_mat *wo;   /* [n_layer * n] layer il's unit u at il * n + u (wo_split) */
+    struct ifl_mat *down; /* ffn_down, or with experts ffn_down_exps: every expert's columns */
+    void **copies;        /* [n_copies] their rows, owned */
     const struct ifl_mat **copy_of;
     int n_copies;
 };
