@@ -284,8 +284,9 @@ struct ifl_executor_config {
      * and tokens are the bits of that job's (a job adds the ranks' partial
      * sums in another order than one process's kernels, which moves a
      * model whose kernels quantise their input by up to a few hundredths).
-     * Costs speed and copies those two matrices; not with LoRA adapters or
-     * experts. 0 or 1: the plain sums (docs/distributed.md). */
+     * Costs speed and copies those two matrices (with experts, every
+     * expert's ffn_down); not with LoRA adapters. 0 or 1: the plain sums
+     * (docs/distributed.md). */
     int32_t tp_emulate;
     /* Images (docs/api.md "Images in requests"): an mmproj GGUF file whose
      * vision encoder turns requests' images into embedding rows; NULL:

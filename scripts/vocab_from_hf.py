@@ -16,7 +16,13 @@ tokenizer.json: spaces as U+2581, byte fallback) instead of byte-level BPE;
 --keep then keeps every one-character token and byte token instead of the
 byte alphabet.
 
-Usage: vocab_from_hf.py tokenizer.json --pre NAME [--keep N] [--model gemma4] -o OUT.gguf
+--special KEY=TEXT (repeatable; KEY bos, eos, unknown or padding) names the
+token of that id where the default texts (<bos>, <eos>, <unk>, <pad>) are not
+in the vocabulary; --chat-template FILE stores the file as
+tokenizer.chat_template.
+
+Usage: vocab_from_hf.py tokenizer.json --pre NAME [--keep N] [--model gemma4]
+                        [--special KEY=TEXT]... [--chat-template FILE] -o OUT.gguf
 """
 import re
 import argparse
@@ -62,6 +68,8 @@ def main():
     ap.add_argument('--pre', required=True)
     ap.add_argument('--keep', type=int, default=0)
     ap.add_argument('--model', default='gpt2', choices=['gpt2', 'gemma4'])
+    ap.add_argument('--special', action='append', default=[])
+    ap.add_argument('--chat-template')
     ap.add_argument('-o', required=True)
     a = ap.parse_args()
 
@@ -113,10 +121,15 @@ def main():
         kv('tokenizer.ggml.token_type', GGUF_ARRAY, arr(GGUF_INT32, types)),
         kv('tokenizer.ggml.merges', GGUF_ARRAY, arr(GGUF_STRING, merges)),
     ]
+    named = dict(x.split('=', 1) for x in a.special)
     for key, text in (('bos', '<bos>'), ('eos', '<eos>'), ('unknown', '<unk>'), ('padding', '<pad>')):
+        text = named.get(key, text)
         if text in present:
             kvs.append(kv('tokenizer.ggml.%s_token_id' % key, GGUF_UINT32,
                           struct.pack('<I', texts.index(text))))
+    if a.chat_template:
+        with open(a.chat_template, encoding='utf-8') as f:
+            kvs.append(kv('tokenizer.chat_template', GGUF_STRING, s(f.read())))
     with open(a.o, 'wb') as f:
         f.write(b'GGUF' + struct.pack('<IQQ', 3, 0, len(kvs)))
         for x in kvs:

@@ -521,6 +521,84 @@ static void test_fixtures(void)
     fprintf(stderr, "  fixtures: %d of %d match\n", fixtures_pass, fixtures_total);
 }
 
+/* gpt-oss's harmony template (tests/data/chat, README there): rendered by
+ * Jinja2 with transformers' settings, per-case variables such as
+ * reasoning_effort and builtin_tools, tool calls and tool results. An error
+ * the template raises must match; a Python TypeError only has to be an
+ * error (our engine names it in its own words). */
+static void test_gptoss_template(void)
+{
+    const char *dir = "tests/data/chat";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cases.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    CHECK_MSG(root, "cannot read %s: %s", path, je.text);
+    if (!root)
+        return;
+    snprintf(path, sizeof path, "%s/gpt-oss.jinja", dir);
+    size_t slen;
+    char *src = read_file(path, &slen);
+    struct ifl_chat_template *t = NULL;
+    char err[IFL_ERR_LEN] = "";
+    CHECK_MSG(src && ifl_chat_template_compile(&t, src, slen, err) == 0, "compile %s: %s", path,
+              err);
+    struct tm now = fixed_tm(json_string_value(json_object_get(root, "fixed_now")));
+    int pass = 0, total = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(t ? json_object_get(root, "cases") : NULL, ci, c)
+    {
+        const char *cn = json_string_value(json_object_get(c, "name"));
+        size_t wn = 0, en = 0;
+        snprintf(path, sizeof path, "%s/expected/gpt-oss__%s.txt", dir, cn);
+        char *want = read_file(path, &wn), *want_err = NULL;
+        if (!want) {
+            snprintf(path, sizeof path, "%s/expected/gpt-oss__%s.error", dir, cn);
+            want_err = read_file(path, &en);
+        }
+        CHECK_MSG(want || want_err, "no expected render for %s", cn);
+        total++;
+        json_t *ctx =
+            json_pack("{s:s,s:s}", "bos_token", "<|startoftext|>", "eos_token", "<|return|>");
+        json_t *vars = json_object_get(c, "vars");
+        if (vars)
+            json_object_update(ctx, vars);
+        json_object_set(ctx, "messages", json_object_get(c, "messages"));
+        json_object_set(ctx, "tools", json_object_get(c, "tools"));
+        json_object_set_new(ctx, "documents", json_null());
+        json_object_set(ctx, "add_generation_prompt", json_object_get(c, "add_generation_prompt"));
+        char *out = NULL;
+        size_t on = 0;
+        int rc = ifl_chat_render(t, ctx, &now, &out, &on, err);
+        json_decref(ctx);
+        if (want && rc) {
+            fprintf(stderr, "  FAIL gpt-oss %s: %s\n", cn, err);
+            t_cur_failed_ = 1;
+        } else if (want && (on != wn || memcmp(out, want, wn) != 0)) {
+            show_diff(cn, out, on, want, wn);
+            t_cur_failed_ = 1;
+        } else if (want_err && rc == 0) {
+            fprintf(stderr, "  FAIL gpt-oss %s: rendered, want error \"%s\"\n", cn, want_err);
+            t_cur_failed_ = 1;
+        } else if (want_err && strncmp(want_err, "TemplateError: ", 15) == 0 &&
+                   strcmp(err, want_err) != 0) {
+            fprintf(stderr, "  FAIL gpt-oss %s: error \"%s\", want \"%s\"\n", cn, err, want_err);
+            t_cur_failed_ = 1;
+        } else if (want || want_err) {
+            pass++;
+        }
+        free(out);
+        free(want);
+        free(want_err);
+    }
+    fprintf(stderr, "  gpt-oss (harmony): %d of %d renders match Jinja2\n", pass, total);
+    CHECK(total >= 14);
+    ifl_chat_template_free(t);
+    free(src);
+    json_decref(root);
+}
+
 int main(void)
 {
     T_RUN(test_reference);
@@ -529,5 +607,6 @@ int main(void)
     T_RUN(test_default_template);
     T_RUN(test_speed);
     T_RUN(test_fixtures);
+    T_RUN(test_gptoss_template);
     return t_done();
 }

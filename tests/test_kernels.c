@@ -1303,6 +1303,38 @@ static void test_x16(void)
                 worst_bf16_act);
 }
 
+/* MXFP4's E8M0 scales at their ends in every table's x16 gemm: 16 rows
+ * of code 1 (level 1) with the row's e from 0 (2^-128, subnormal) to 250,
+ * against an activation of 32 ones at d = 1: each output is exactly
+ * 32 * 2^(e - 128), in the reference and in every table. */
+static void test_x16_mxfp4_scales(void)
+{
+    static const uint8_t es[16] = {0,   1,   2,   3,   4,   64,  100, 126,
+                                   127, 128, 129, 130, 180, 200, 249, 250};
+    struct ifl_block_mxfp4 w[16];
+    for (int r = 0; r < 16; r++) {
+        w[r].e = es[r];
+        memset(w[r].qs, 0x11, sizeof w[r].qs);
+    }
+    char pk[16 * sizeof(struct ifl_block_mxfp4)];
+    ifl_repack_x16(IFL_TYPE_MXFP4, 32, w, sizeof w[0], pk);
+    struct ifl_block_q8_0 x;
+    x.d = ifl_f32_to_f16(1.0f);
+    memset(x.qs, 1, sizeof x.qs);
+    for (int k = 0; k < N_TAB; k++) {
+        const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
+        if (!kt || !kt->gemm_x16[IFL_TYPE_MXFP4])
+            continue;
+        float y[16];
+        kt->gemm_x16[IFL_TYPE_MXFP4](32, 1, 16, &x, sizeof x, pk, sizeof w[0], y, 16);
+        for (int r = 0; r < 16; r++) {
+            float want = 32.0f * ifl_e8m0_half(es[r]);
+            CHECK_MSG(bits_equal(&y[r], &want, 4), "%s: e %d gives %g, want %g", kt->name, es[r],
+                      (double)y[r], (double)want);
+        }
+    }
+}
+
 /* ---- real llama.cpp files: layouts against the reference quantiser --- */
 
 /* Each quantised copy of the shared llama model dequantises close to the
@@ -1457,6 +1489,7 @@ int main(void)
     T_RUN(test_known_q4_k_q5_k);
     T_RUN(test_known_q6_k_q8_k);
     T_RUN(test_known_mxfp4);
+    T_RUN(test_x16_mxfp4_scales);
     T_RUN(test_roundtrip);
     T_RUN(test_ref_gemm_vs_dequant);
     T_RUN(test_each_table);

@@ -459,11 +459,20 @@ static void test_load(void)
         CHECK_EQ(m->layers[1].gate_inp.x16, 0);
     }
     ifl_model_free(m);
-    /* tensor parallelism does not split experts: a clear refusal */
-    struct ifl_model_load_opts o = {.tp_rank = 0, .tp_size = 2};
+    /* tensor parallelism: rank 1 of 2 holds half of every expert's n_ff
+     * (tests/test_tp.sh runs the split against one process) */
+    struct ifl_model_load_opts o = {.tp_rank = 1, .tp_size = 2};
     m = NULL;
-    CHECK_EQ(ifl_model_load_with(&m, path, &o, err), IFL_EUNSUPPORTED);
-    CHECK(strstr(err, "experts") != NULL);
+    CHECK_EQ(ifl_model_load_with(&m, path, &o, err), 0);
+    if (m) {
+        CHECK_EQ(m->hp.n_ff, 128);
+        CHECK_EQ(m->layers[1].gate_exps.n_out, 8 * 128);
+        CHECK_EQ(m->layers[1].up_exps.n_out, 8 * 128);
+        CHECK_EQ(m->layers[1].down_exps.n_in, 128);
+        CHECK_EQ(m->layers[1].down_exps.n_out, 8 * 256);
+        CHECK_EQ(m->layers[1].gate_inp.n_out, 8); /* the router whole */
+    }
+    ifl_model_free(m);
 
     snprintf(bad, sizeof bad, "%s.bad.gguf", path);
     CHECK_EQ(rewrite(path, bad, "qwen3moe.expert_used_count", 9, NULL), 0);

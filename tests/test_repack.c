@@ -9,7 +9,7 @@
  * Models come from $BUILD/tools/mkmodel (through system()) in a mkdtemp
  * directory removed at the end: llama Q8_0, Q4_K_M and MXFP4 with FFN
  * matrices of several 1 MiB chunks, so chunking and folding are
- * exercised. And the newer types (Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K)
+ * exercised. And the newer types (Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, MXFP4)
  * run under each kernel table through IFL_KERNELS (this program re-run as
  * a child): repacked where the table's x16 kernel pays, close to the
  * scalar table.
@@ -444,7 +444,8 @@ static void test_newer_types(void)
     static const struct {
         const char *type;
         int avx2; /* AVX2 repacks it */
-    } types[] = {{"q5_0", 1}, {"q5_1", 1}, {"iq4_nl", 1}, {"iq4_xs", 1}, {"q2_k", 1}, {"q3_k", 1}};
+    } types[] = {{"q5_0", 1}, {"q5_1", 1}, {"iq4_nl", 1}, {"iq4_xs", 1},
+                 {"q2_k", 1}, {"q3_k", 1}, {"mxfp4", 1}};
     static const char *const tables[] = {"scalar", "avx2", "avx512"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         char path[512], cmd[2048];

@@ -208,7 +208,9 @@ static int run_seq(struct run *r, float *logits, char *err)
 static int quantised(const struct ifl_model *m)
 {
     const struct ifl_layer_weights *w0 = &m->layers[0];
-    const struct ifl_mat *ms[] = {&w0->wq, &w0->wo, &w0->w_gate, &w0->w_down, &m->output};
+    const int x = w0->gate_exps.data != NULL; /* experts */
+    const struct ifl_mat *ms[] = {&w0->wq, &w0->wo, x ? &w0->gate_exps : &w0->w_gate,
+                                  x ? &w0->down_exps : &w0->w_down, &m->output};
     int q = 0;
     for (int k = 0; k < 5; k++)
         q |= ifl_type_info(ifl_type_info(ms[k]->type)->act)->blck > 1 ||

@@ -4,7 +4,7 @@
 # over TCP on the loopback interface. The forward pass of every rank's
 # shard against one process running the whole model, on stories260K,
 # every reference model (all have an even number of KV heads) and
-# synthetic gemma3, gemma2 and phi3. Runs as root
+# synthetic gemma3, gemma2, phi3, qwen3moe, Mixtral-style llama and gpt-oss. Runs as root
 # (OMPI_ALLOW_RUN_AS_ROOT). Every wait is bounded.
 set -u
 BUILD=${BUILD:-build}
@@ -43,6 +43,19 @@ S="--n-embd 256 --n-head 8 --n-head-kv 2 --n-ff 512"
     "$BUILD/tools/mkmodel" -o "$tmp/p3.gguf" --vocab $V $S --arch phi3 --n-layer 4 --type q4_k_m \
         2>/dev/null || bad "mkmodel gemma3 / gemma2 / phi3"
 MODELS+=("$tmp/g3.gguf" "$tmp/g2.gguf" "$tmp/p3.gguf")
+# and experts, each expert's n_ff split as a dense FFN's (the router whole
+# on every rank): qwen3moe (Q8_0), Mixtral-style llama (Q4_K_M: n_ff two
+# K-quant blocks, one a rank) and gpt-oss
+# (F16: gate/up biases sliced, down's added once, sinks, windows)
+E="--n-embd 256 --n-head 8 --n-head-kv 2 --n-expert 8 --n-expert-used 2"
+# shellcheck disable=SC2086
+"$BUILD/tools/mkmodel" -o "$tmp/q3m.gguf" --vocab $V $E --arch qwen3moe --n-layer 2 --type q8_0 --n-ff 256 \
+    2>/dev/null &&
+    "$BUILD/tools/mkmodel" -o "$tmp/mx.gguf" --vocab $V $E --arch llama --n-layer 2 \
+        --type q4_k_m --n-ff 512 2>/dev/null &&
+    "$BUILD/tools/mkmodel" -o "$tmp/oss.gguf" --vocab $V $E --arch gpt-oss --n-layer 2 \
+        --type f16 --n-ff 256 --n-swa 8 2>/dev/null || bad "mkmodel qwen3moe / llama experts / gpt-oss"
+MODELS+=("$tmp/q3m.gguf" "$tmp/mx.gguf" "$tmp/oss.gguf")
 
 # mpi_run NAME SECS ARGS...: output in $tmp/NAME, status in RC
 mpi_run() {

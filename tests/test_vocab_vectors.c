@@ -20,11 +20,22 @@
 #include "t.h"
 #include "tokenizer/internal.h"
 
-enum { V_BERT, V_DS_CODER, V_DS_LLM, V_FALCON, V_STARCODER, V_GPT4O, V_UGM, V_GEMMA, V_COUNT };
+enum {
+    V_BERT,
+    V_DS_CODER,
+    V_DS_LLM,
+    V_FALCON,
+    V_STARCODER,
+    V_GPT4O,
+    V_UGM,
+    V_GEMMA,
+    V_GPTOSS,
+    V_COUNT
+};
 static const char *const names[V_COUNT] = {
     "ggml-vocab-bert-bge", "ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm",
     "ggml-vocab-falcon",   "ggml-vocab-starcoder",      "ggml-vocab-gpt4o-20k",
-    "ggml-vocab-ugm-spm",  "ggml-vocab-gemma3-20k",
+    "ggml-vocab-ugm-spm",  "ggml-vocab-gemma3-20k",     "ggml-vocab-gptoss-20k",
 };
 static struct ifl_vocab *vocabs[V_COUNT];
 static char tmpdir[256];
@@ -654,6 +665,58 @@ static void test_gemma4_raw(void)
     ifl_vocab_free(v);
 }
 
+/* ---- gpt-oss's harmony tokens ---- */
+
+/* o200k_harmony cut to 20000 tokens with its 21 added tokens (README):
+ * <|return|> and <|call|> end a turn, <|end|> only closes one message of
+ * it, and the framing tokens show in generated text, where the server
+ * reads the channels from. */
+static void test_harmony_specials(void)
+{
+    const struct ifl_vocab *v = vocabs[V_GPTOSS];
+    CHECK_MSG(v, "%s not loaded", names[V_GPTOSS]);
+    if (!v)
+        return;
+    static const char *const eog[] = {"<|return|>", "<|call|>"};
+    static const char *const shown[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>",
+                                        "<|end|>"};
+    for (size_t i = 0; i < 2; i++) {
+        int32_t id = ifl_vocab_find(v, eog[i], strlen(eog[i]));
+        CHECK_MSG(id >= 0 && ifl_vocab_is_eog(v, id), "%s: id %d not end-of-generation", eog[i],
+                  id);
+    }
+    int32_t end = ifl_vocab_find(v, "<|end|>", 7);
+    CHECK_MSG(end >= 0 && !ifl_vocab_is_eog(v, end), "<|end|> (id %d) must not end generation",
+              end);
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+        int32_t id = ifl_vocab_find(v, shown[i], strlen(shown[i]));
+        char piece[32];
+        size_t n = ifl_vocab_piece(v, id, 0, piece, sizeof piece);
+        CHECK_MSG(id >= 0 && n == strlen(shown[i]) && !memcmp(piece, shown[i], n),
+                  "%s: shows %zu bytes", shown[i], n);
+    }
+    /* a reply as the model writes it: special tokens parsed, text kept */
+    const char *reply = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant"
+                        "<|channel|>final<|message|>Hi!";
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CHECK_EQ(ifl_tokenize_alloc(v, reply, strlen(reply), 0, 1, &ids, &n), 0);
+    int specials = 0;
+    for (int64_t i = 0; i < n; i++)
+        specials += ifl_vocab_is_control(v, ids[i]);
+    CHECK_EQ(specials, 6);
+    size_t len = 0;
+    char *back = ids ? detokenize(v, ids, n, &len) : NULL;
+    CHECK_MSG(back && len == strlen(reply) && !memcmp(back, reply, len), "shown: %s",
+              back ? back : "(null)");
+    free(back);
+    free(ids);
+    /* <|startoftext|> stays hidden as control tokens are */
+    int32_t bos = ifl_vocab_bos(v);
+    CHECK(bos >= 0 && ifl_vocab_piece(v, bos, 0, NULL, 0) == 0);
+    CHECK_EQ(ifl_vocab_eos(v), ifl_vocab_find(v, "<|return|>", 10));
+}
+
 /* ---- bad input ---- */
 
 static void test_bad_input(void)
@@ -765,6 +828,7 @@ int main(void)
     T_RUN(test_wordpiece);
     T_RUN(test_every_pretokenizer);
     T_RUN(test_gemma4_raw);
+    T_RUN(test_harmony_specials);
     T_RUN(test_bad_input);
     for (int w = 0; w < V_COUNT; w++)
         ifl_vocab_free(vocabs[w]);

@@ -1,10 +1,11 @@
 /*
  * 256-bit gemm over x16 groups (kernels.h) of the newer 32-element types,
- * Q5_0, Q5_1 and IQ4_NL against Q8_0 activations, for the AVX2 table: the
- * Q8_0 / Q4_0 tiles of x86_avx2_gemm.c, with these types' quants. The
- * AVX-512 table has its own (x86_avx512_x16.c). Must equal ref.c's
- * gemm_q5_0_x16, gemm_q5_1_x16 and gemm_iq4_nl_x16 within the tests'
- * tolerance (the integer dot of a block exactly; the float sums fused).
+ * Q5_0, Q5_1, IQ4_NL and MXFP4 against Q8_0 activations, for the AVX2
+ * table: the Q8_0 / Q4_0 tiles of x86_avx2_gemm.c, with these types'
+ * quants. The AVX-512 table has its own (x86_avx512_x16.c). Must equal
+ * ref.c's gemm_q5_0_x16, gemm_q5_1_x16, gemm_iq4_nl_x16 and
+ * gemm_mxfp4_x16 within the tests' tolerance (the integer dot of a block
+ * exactly; the float sums fused).
  *
  * A 64-byte run of a block group holds four elements of each of 16 rows,
  * rows 0..7 in its first 32 bytes and 8..15 in the second, one row per
@@ -23,6 +24,11 @@
  * IQ4_NL: vpshufb of a table turns each nibble into its level (signed,
  * -127 .. 113); as for Q8_0, |level| meets the activation with the level's
  * sign moved onto it (a pair at most 32258, exact).
+ * MXFP4: IQ4_NL's path with its doubled E2M1 codes (-12 .. 12) for levels;
+ * its group starts with the 16 rows' E8M0 bytes (one each, not an F16
+ * pair), the nibbles after them; a row's scale is 2^(e - 128) as
+ * ifl_e8m0_half gives it: exponent field e - 1, or the subnormal
+ * 0x00200000 << e for e < 2.
  *
  * Per block, lane i of row r: y += (float)isum * (d_i * d_x) in an FMA,
  * blocks in order; each output the same instructions in the same order
@@ -49,13 +55,24 @@
 #define X16_PF_NEAR 1152 /* ...and prefetches this many bytes ahead */
 #define COL_BLOCK_BYTES (256 * 1024)
 
-enum { K_Q5_0, K_Q5_1, K_IQ4_NL };
+enum { K_Q5_0, K_Q5_1, K_IQ4_NL, K_MXFP4 };
 
 AI size_t block_bytes(int kind)
 {
-    return kind == K_Q5_0   ? sizeof(struct ifl_block_q5_0)
-           : kind == K_Q5_1 ? sizeof(struct ifl_block_q5_1)
-                            : sizeof(struct ifl_block_iq4_nl);
+    return kind == K_Q5_0    ? sizeof(struct ifl_block_q5_0)
+           : kind == K_Q5_1  ? sizeof(struct ifl_block_q5_1)
+           : kind == K_MXFP4 ? sizeof(struct ifl_block_mxfp4)
+                             : sizeof(struct ifl_block_iq4_nl);
+}
+
+/* Eight rows' half scales from their E8M0 bytes at g (ifl_e8m0_half). */
+AI __m256 e8m0_half8(const char *g)
+{
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g));
+    const __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
 }
 
 /* The offset x16_sums folds into the start value: Q5_0's 16; -1 makes it
@@ -104,10 +121,11 @@ AI void q_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const int
 {
     const size_t gbs = X16 * block_bytes(kind);
     const size_t qh_off = kind == K_Q5_1 ? 4 * X16 : 2 * X16;
-    const size_t qs_off = kind == K_IQ4_NL ? 2 * X16 : qh_off + 64;
+    const size_t qs_off = kind == K_MXFP4 ? X16 : kind == K_IQ4_NL ? 2 * X16 : qh_off + 64;
+    const int lut = kind == K_IQ4_NL || kind == K_MXFP4; /* levels by table */
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const __m256i lv =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ifl_iq4nl_levels));
+    const __m256i lv = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(kind == K_MXFP4 ? ifl_mxfp4_levels : ifl_iq4nl_levels)));
     if (first)
         UNROLL FOR_R UNROLL for (int h = 0; h < 2; h++)
             _mm256_storeu_ps(y + (size_t)r * ldy + 8 * h, _mm256_setzero_ps());
@@ -120,7 +138,7 @@ AI void q_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const int
         UNROLL FOR_R UNROLL for (int h = 0; h < 2; h++) is[r][h] =
             _mm256_set1_epi32(kind == K_Q5_0 ? xoff[r][b] : 0);
         __m256i qh0 = _mm256_setzero_si256(), qh1 = qh0;
-        if (kind != K_IQ4_NL) {
+        if (!lut) {
             qh0 = _mm256_loadu_si256((const __m256i *)(g + qh_off));
             qh1 = _mm256_loadu_si256((const __m256i *)(g + qh_off + 32));
         }
@@ -135,7 +153,7 @@ AI void q_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const int
             }
             z0 = _mm256_and_si256(z0, m4);
             z1 = _mm256_and_si256(z1, m4);
-            if (kind == K_IQ4_NL) {
+            if (lut) {
                 const __m256i w0 = _mm256_shuffle_epi8(lv, z0), w1 = _mm256_shuffle_epi8(lv, z1);
                 const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
                 UNROLL FOR_R
@@ -163,7 +181,9 @@ AI void q_tile(int kind, int R, int64_t nbs, const char *x, size_t xs, const int
         }
         UNROLL for (int h = 0; h < 2; h++)
         {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));
+            const __m256 d = kind == K_MXFP4
+                                 ? e8m0_half8(g + 8 * h)
+                                 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));
             UNROLL FOR_R
             {
                 float *yr = y + (size_t)r * ldy + 8 * h;
@@ -253,6 +273,7 @@ AI void q_gemm(int kind, int64_t n, int nr, int nc, const void *x, size_t xs, co
 Q_GEMM(y_gemm_q5_0_x16, K_Q5_0)
 Q_GEMM(y_gemm_q5_1_x16, K_Q5_1)
 Q_GEMM(y_gemm_iq4_nl_x16, K_IQ4_NL)
+Q_GEMM(y_gemm_mxfp4_x16, K_MXFP4)
 
 void ifl_kernels_fill_avx2_x16q(struct ifl_kernels *k)
 {
@@ -261,7 +282,8 @@ void ifl_kernels_fill_avx2_x16q(struct ifl_kernels *k)
         ifl_gemm_fn fn;
     } e[] = {{IFL_TYPE_Q5_0, y_gemm_q5_0_x16},
              {IFL_TYPE_Q5_1, y_gemm_q5_1_x16},
-             {IFL_TYPE_IQ4_NL, y_gemm_iq4_nl_x16}};
+             {IFL_TYPE_IQ4_NL, y_gemm_iq4_nl_x16},
+             {IFL_TYPE_MXFP4, y_gemm_mxfp4_x16}};
     for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
         k->gemm_x16[e[i].t] = e[i].fn;
         k->x16_pays[e[i].t] = 1;

@@ -767,6 +767,10 @@ static void step(void *arg, int ith, int nth)
         memo.src = NULL; /* xn now holds the ffn input */
         if (f->moe) {    /* experts (forward_moe.c) instead of one FFN */
             ifl_fwd_moe(j, ith, nth, il, lo, hi);
+            if (f->shard) { /* the ranks' weighted partial sums added */
+                ifl_pool_barrier(f->pool);
+                ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
+            }
             for (long r = lo; r < hi; r++)
                 add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             continue;
@@ -880,6 +884,7 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
     if (b->embd && f->shard) /* src/dist/tp.c sends the other ranks tokens, not rows */
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "forward: input embedding rows are not supported with tensor parallelism");
+    const int all_swa = ifl_hp_all_swa(hp);
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t t = b->tokens[r], p = b->pos[r], s = b->seq[r];
         if (t < 0 || t >= hp->n_vocab)
@@ -913,7 +918,10 @@ static int check_batch(const struct ifl_fwd *f, const struct ifl_batch *b, char 
             return ifl_err(err, IFL_EINVAL,
                            "forward: row %d: position %d needs %d blocks, sequence %d has %d", r,
                            last, need, s, b->n_blocks[s]);
-        for (int32_t i = 0; i < need; i++) {
+        /* blocks wholly before every layer's window may be given back
+         * (-1): no row reads them (ifl_hp_kv_read_from) */
+        for (int32_t i = ifl_hp_kv_read_from(hp, all_swa, p, f->kv->block_size) / f->kv->block_size;
+             i < need; i++) {
             int32_t blk = b->block_tables[s][i];
             if (blk < 0 || blk >= f->kv->n_blocks)
                 return ifl_err(err, IFL_EINVAL, "forward: sequence %d: block %d outside 0..%d", s,

@@ -32,6 +32,14 @@
  * row's result does not depend on which other rows chose the same expert,
  * on the batch, or on the thread count (batch invariance, forward.h).
  *
+ * Tensor parallelism (shard.c): a rank holds a slice of every expert's
+ * n_ff and computes its weighted partial sum; forward.c adds the ranks'
+ * sums. Summing as the ranks do in one process (--tp-emulate, model.h
+ * ifl_units): gate and up whole (each column is what a rank computes of
+ * its slice), then per unit its columns of down over its slice of the
+ * activation, weighted as a rank weights them (down's bias in unit 0
+ * alone), the units' sums added in rank order.
+ *
  * Threads: every thread runs ifl_fwd_moe with the same arguments; phases
  * meet at barriers; the matmul units (an expert's slice of columns) are
  * handed out by a ticket counter. Nothing is allocated per step.
@@ -77,7 +85,9 @@ struct ifl_fwd_moe {
     size_t h_ld;
     float *yd;         /* [ng][n_embd] down outputs */
     int32_t *trace;    /* ifl_fwd_moe_trace's array, or NULL */
-    struct ticket *tk; /* [n_layer][2] units handed out: gate/up, down */
+    struct ticket *tk; /* [n_layer][n_tk] units handed out: gate/up, down (per sum unit) */
+    int n_tk;
+    float *urow; /* [nth][n_embd] a sum unit's weighted row (--tp-emulate) */
 };
 
 static size_t round64(size_t n)
@@ -108,6 +118,7 @@ void ifl_fwd_moe_free(struct ifl_fwd *f)
     }
     free(e->ls);
     free(e->tk);
+    free(e->urow);
     if (e->xu != e->xg)
         free(e->xu);
     free(e->xg);
@@ -162,7 +173,9 @@ int ifl_fwd_moe_create(struct ifl_fwd *f, char *err)
         l->active = malloc(sizeof(int32_t) * (size_t)e->n_exp);
         lists_ok = l->slot && l->src && l->off && l->active;
     }
-    e->tk = aligned_alloc(64, sizeof(struct ticket) * 2 * (size_t)hp->n_layer);
+    e->n_tk = 2 + (m->units ? m->units->n : 0);
+    e->tk = aligned_alloc(64, sizeof(struct ticket) * (size_t)e->n_tk * (size_t)hp->n_layer);
+    e->urow = m->units ? malloc(sizeof(float) * (size_t)e->nth * (size_t)hp->n_embd) : NULL;
     e->xg = aligned_alloc(64, e->ng * e->x_ld);
     e->xu = split_up ? aligned_alloc(64, e->ng * e->x_ld) : e->xg;
     e->hg = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_ff));
@@ -170,7 +183,7 @@ int ifl_fwd_moe_create(struct ifl_fwd *f, char *err)
     e->hd = aligned_alloc(64, e->ng * e->h_ld);
     e->yd = aligned_alloc(64, round64(sizeof(float) * e->ng * (size_t)e->n_embd));
     if (!e->logits || !e->sel || !e->wsel || !lists_ok || !e->tk || !e->xg || !e->xu || !e->hg ||
-        !e->hu || !e->hd || !e->yd) {
+        !e->hu || !e->hd || !e->yd || (m->units && !e->urow)) {
         ifl_fwd_moe_free(f);
         return ifl_err(err, IFL_ENOMEM,
                        "forward: out of memory for %zu expert rows (%d rows, %d experts each)",
@@ -280,6 +293,85 @@ static void to_act(const struct ifl_fwd *f, enum ifl_type t, const float *x, voi
         f->kn->quant[at](x, dst, n);
 }
 
+/* Gathered rows' down products by expert: tickets from tk, matrix w over
+ * the rows at xa (ld apart), into e->yd. */
+static void down_units(struct ifl_fwd *f, const struct lists *L, const struct ifl_mat *w,
+                       const char *xa, struct ticket *tk)
+{
+    struct ifl_fwd_moe *e = f->moe;
+    const int cw = unit_cols(f, w);
+    const int64_t nch = (e->n_embd + cw - 1) / cw, n_units = (int64_t)L->n_active * nch;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&tk->next, 1, memory_order_relaxed);
+        if (u >= n_units)
+            break;
+        const int x = L->active[u / nch];
+        const int64_t c0 = (u % nch) * cw, c1 = c0 + cw < e->n_embd ? c0 + cw : e->n_embd;
+        const int32_t g0 = L->off[x], n = L->off[x + 1] - g0;
+        expert_gemm(f, w, x, xa, e->h_ld, g0, n, c0, c1, e->yd, (size_t)e->n_embd);
+    }
+}
+
+/* Row r's weighted sum of its experts' outputs in e->yd into t, plus their
+ * down biases bd (or NULL), added in order of choice. */
+static void weigh(const struct ifl_fwd_moe *e, const struct lists *L, const float *bd, long r,
+                  float *t)
+{
+    const int k = e->k, n_embd = e->n_embd;
+    if (bd) {
+        for (int c = 0; c < k; c++) {
+            const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
+            const float *b = bd + (size_t)e->sel[r * k + c] * n_embd;
+            const float wc = e->wsel[r * k + c];
+            for (int i = 0; i < n_embd; i++)
+                t[i] = c ? t[i] + (y[i] + b[i]) * wc : (y[i] + b[i]) * wc;
+        }
+        return;
+    }
+    const float *y0 = e->yd + (size_t)L->slot[r * k] * n_embd;
+    const float w0 = e->wsel[r * k];
+    for (int i = 0; i < n_embd; i++)
+        t[i] = y0[i] * w0;
+    for (int c = 1; c < k; c++) {
+        const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
+        const float wc = e->wsel[r * k + c];
+        for (int i = 0; i < n_embd; i++)
+            t[i] += y[i] * wc;
+    }
+}
+
+/* down summed as the ranks of a tensor parallel job sum it (--tp-emulate):
+ * unit u's columns of every expert's down over its slice of the
+ * activation, weighted as rank u weights them (down's biases in unit 0),
+ * the units' rows added in rank order. */
+static void moe_down_units(struct job *j, int ith, int nth, int il, long lo, long hi,
+                           struct ticket *tk)
+{
+    (void)nth;
+    struct ifl_fwd *f = j->f;
+    struct ifl_fwd_moe *e = f->moe;
+    const struct ifl_units *U = f->m->units;
+    const struct ifl_layer_weights *w = &f->m->layers[il];
+    const struct lists *L = &e->ls[ith];
+    float *urow = e->urow + (size_t)ith * (size_t)e->n_embd;
+    for (int u = 0; u < U->n; u++) {
+        const struct ifl_mat *um = &U->down[(size_t)il * U->n + u];
+        down_units(f, L, um, e->hd + act_bytes(um->type, U->ff_off[u]), &tk[u]);
+        ifl_pool_barrier(f->pool);
+        for (long r = lo; r < hi; r++) {
+            float *t = f->tmp + r * e->n_embd;
+            if (u == 0) {
+                weigh(e, L, w->down_exps_b, r, t);
+                continue;
+            }
+            weigh(e, L, NULL, r, urow);
+            for (int i = 0; i < e->n_embd; i++)
+                t[i] += urow[i];
+        }
+        ifl_pool_barrier(f->pool); /* yd is the next unit's */
+    }
+}
+
 void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
 {
     struct ifl_fwd *f = j->f;
@@ -288,12 +380,11 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     const int32_t nr = j->b->n_rows;
     const int n_exp = e->n_exp, k = e->k, n_ff = e->n_ff, n_embd = e->n_embd;
     struct lists *L = &e->ls[ith];
-    struct ticket *tk = e->tk + 2 * il;
-    if (ith == 0) { /* published by the barrier after the routes; no thread
-                       takes this layer's units before it */
-        atomic_store_explicit(&tk[0].next, 0, memory_order_relaxed);
-        atomic_store_explicit(&tk[1].next, 0, memory_order_relaxed);
-    }
+    struct ticket *tk = e->tk + (size_t)e->n_tk * (size_t)il;
+    if (ith == 0) /* published by the barrier after the routes; no thread
+                     takes this layer's units before it */
+        for (int t = 0; t < e->n_tk; t++)
+            atomic_store_explicit(&tk[t].next, 0, memory_order_relaxed);
 
     /* this thread's rows: router logits, then the top k and their weights */
     if (hi > lo) {
@@ -393,48 +484,17 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
     }
     ifl_pool_barrier(f->pool);
 
-    /* down: units of (active expert, columns) */
-    {
-        const int cw = unit_cols(f, &w->down_exps);
-        const int64_t nch = (n_embd + cw - 1) / cw, n_units = (int64_t)L->n_active * nch;
-        for (;;) {
-            int64_t u = atomic_fetch_add_explicit(&tk[1].next, 1, memory_order_relaxed);
-            if (u >= n_units)
-                break;
-            const int x = L->active[u / nch];
-            const int64_t c0 = (u % nch) * cw, c1 = c0 + cw < n_embd ? c0 + cw : n_embd;
-            const int32_t g0 = L->off[x], n = L->off[x + 1] - g0;
-            expert_gemm(f, &w->down_exps, x, e->hd, e->h_ld, g0, n, c0, c1, e->yd, (size_t)n_embd);
-        }
+    if (f->m->units) {
+        moe_down_units(j, ith, nth, il, lo, hi, tk + 2);
+        return;
     }
+
+    /* down: units of (active expert, columns) */
+    down_units(f, L, &w->down_exps, e->hd, &tk[1]);
     ifl_pool_barrier(f->pool);
 
     /* this thread's rows: the weighted experts (plus their down biases),
      * added in order of choice */
-    if (w->down_exps_b) {
-        for (long r = lo; r < hi; r++) {
-            float *t = f->tmp + r * n_embd;
-            for (int c = 0; c < k; c++) {
-                const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
-                const float *bd = w->down_exps_b + (size_t)e->sel[r * k + c] * n_embd;
-                const float wc = e->wsel[r * k + c];
-                for (int i = 0; i < n_embd; i++)
-                    t[i] = c ? t[i] + (y[i] + bd[i]) * wc : (y[i] + bd[i]) * wc;
-            }
-        }
-        return;
-    }
-    for (long r = lo; r < hi; r++) {
-        float *t = f->tmp + r * n_embd;
-        const float *y0 = e->yd + (size_t)L->slot[r * k] * n_embd;
-        const float w0 = e->wsel[r * k];
-        for (int i = 0; i < n_embd; i++)
-            t[i] = y0[i] * w0;
-        for (int c = 1; c < k; c++) {
-            const float *y = e->yd + (size_t)L->slot[r * k + c] * n_embd;
-            const float wc = e->wsel[r * k + c];
-            for (int i = 0; i < n_embd; i++)
-                t[i] += y[i] * wc;
-        }
-    }
+    for (long r = lo; r < hi; r++)
+        weigh(e, L, w->down_exps_b, r, f->tmp + r * n_embd);
 }

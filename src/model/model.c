@@ -509,17 +509,9 @@ int ifl_model_from_gguf_with(struct ifl_model **out, struct ifl_gguf *g,
     if (!rc)
         rc = load_tensors(&L);
     if (!rc && o && o->tp_size > 1)
-        rc = m->hp.n_expert ? ifl_err(err, IFL_EUNSUPPORTED,
-                                      "model: tensor parallelism does not split experts yet "
-                                      "(%d experts)",
-                                      m->hp.n_expert)
-                            : ifl_model_shard(m, o->tp_rank, o->tp_size, err);
+        rc = ifl_model_shard(m, o->tp_rank, o->tp_size, err);
     else if (!rc && o && o->sum_units > 1)
-        rc = m->hp.n_expert ? ifl_err(err, IFL_EUNSUPPORTED,
-                                      "model: summing as tensor parallel ranks do is not "
-                                      "available for experts (%d experts)",
-                                      m->hp.n_expert)
-                            : ifl_model_sum_units(m, o->sum_units, err);
+        rc = ifl_model_sum_units(m, o->sum_units, err);
     if (rc) {
         ifl_model_free(m);
         return rc;

@@ -75,6 +75,31 @@ static inline int ifl_hp_swa(const struct ifl_hparams *hp, int il)
     return hp->n_swa > 0 && (hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1);
 }
 
+/* Whether every layer attends over a sliding window (no global layer). */
+static inline int ifl_hp_all_swa(const struct ifl_hparams *hp)
+{
+    for (int il = 0; il < hp->n_layer; il++)
+        if (!ifl_hp_swa(hp, il))
+            return 0;
+    return hp->n_swa > 0;
+}
+
+/* The first cached position a row at pos may read in any layer, all_swa
+ * being ifl_hp_all_swa(hp): 0 when a layer attends globally; otherwise
+ * the window's start rounded down to the block size bs and to 256
+ * positions (an attention pass starts reading at the block or the tile
+ * that the window starts in; attention_tiled.c's tiles of 64 divide 256).
+ * It never decreases with pos, so a sequence's blocks wholly before it are
+ * read by no later row either: the engine gives them back early. */
+static inline int32_t ifl_hp_kv_read_from(const struct ifl_hparams *hp, int all_swa, int32_t pos,
+                                          int32_t bs)
+{
+    if (!all_swa || pos < hp->n_swa)
+        return 0;
+    int32_t w0 = pos - hp->n_swa + 1, a = w0 / 256 * 256, b = w0 / bs * bs;
+    return a < b ? a : b;
+}
+
 /* A weight matrix: n_out rows of n_in elements of `type`, row_bytes apart.
  * y = W x computes n_out outputs from n_in inputs. */
 struct ifl_mat {
@@ -133,8 +158,9 @@ struct ifl_shard {
      * outputs are gathered (a sum of zero-padded rows) and wo is applied
      * whole, with no sum after it */
     int wo_whole;
-    void **copies; /* [n_copies] the column-split matrices' rows, owned */
-    const struct ifl_mat **copy_of;
+    void **copies; /* [n_copies] the column-split matrices' rows, the experts' gathered
+                      rows and biases, owned */
+    const struct ifl_mat **copy_of; /* the matrix each copy is (NULL: biases) */
     int n_copies;
 };
 
@@ -165,12 +191,12 @@ struct ifl_model {
  * order, as the job's all-reduce does. */
 struct ifl_units {
     int n;
-    int wo_split;       /* 0: attn_output whole, as every rank keeps it (ifl_shard.wo_whole) */
-    int64_t *o_off;     /* [n + 1] unit u's columns of attn_output: [o_off[u], o_off[u + 1]) */
-    int64_t *ff_off;    /* [n + 1] and of ffn_down */
-    struct ifl_mat *wo; /* [n_layer * n] layer il's unit u at il * n + u (wo_split) */
-    struct ifl_mat *down;
-    void **copies; /* [n_copies] their rows, owned */
+    int wo_split;         /* 0: attn_output whole, as every rank keeps it (ifl_shard.wo_whole) */
+    int64_t *o_off;       /* [n + 1] unit u's columns of attn_output: [o_off[u], o_off[u + 1]) */
+    int64_t *ff_off;      /* [n + 1] and of ffn_down (experts: of each one's n_ff) */
+    struct ifl_mat *wo;   /* [n_layer * n] layer il's unit u at il * n + u (wo_split) */
+    struct ifl_mat *down; /* ffn_down, or with experts ffn_down_exps: every expert's columns */
+    void **copies;        /* [n_copies] their rows, owned */
     const struct ifl_mat **copy_of;
     int n_copies;
 };

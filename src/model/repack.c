@@ -525,14 +525,16 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
             struct ifl_mat *um[] = {U->wo_split ? &U->wo[(size_t)il * U->n + r] : NULL,
                                     &U->down[(size_t)il * U->n + r]};
             for (int i = 0; i < 2; i++)
-                if (um[i] && wants_x16(kn, um[i]))
+                if (um[i] && wants_x16(kn, um[i]) &&
+                    (!m->hp.n_expert || i == 0 || (um[i]->n_out / m->hp.n_expert) % 16 == 0))
                     J.mats[J.n_mats++] = um[i];
         }
         /* experts: one matrix of all their rows, repacked when each
-         * expert's slice is whole groups (forward_moe.c computes a slice) */
-        struct ifl_mat *em[] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+         * expert's slice is whole groups (forward_moe.c computes a slice);
+         * summing in units, down's units stand for down */
+        struct ifl_mat *em[] = {&w->gate_exps, &w->up_exps, U ? NULL : &w->down_exps};
         for (int i = 0; i < 3 && m->hp.n_expert; i++)
-            if (wants_x16(kn, em[i]) && (em[i]->n_out / m->hp.n_expert) % 16 == 0)
+            if (em[i] && wants_x16(kn, em[i]) && (em[i]->n_out / m->hp.n_expert) % 16 == 0)
                 J.mats[J.n_mats++] = em[i];
     }
     if (!m->tied_output && wants_x16(kn, &m->output))

@@ -20,7 +20,17 @@
  *
  * The n_ff split is cut on ffn_down's blocks (256 elements for the K
  * quants, and 16 rows at least, whole x16 groups of gate and up), unevenly
- * if it must. The heads of attn_output cannot move: when
+ * if it must.
+ *
+ * Experts split the same way, each expert's n_ff alike: a rank holds rows
+ * [ff0, ff0 + n_ff_local) of every expert's gate and up (gathered into a
+ * copy of its own: the stacked tensor's rows of one expert are
+ * consecutive, the rank's of all experts are not), the matching columns of
+ * every expert's down, the same slices of gate's and up's biases, and
+ * down's biases on rank 0 alone (added once, before the sum). The router
+ * is whole on every rank, so every rank picks the same experts; each sums
+ * its partial outputs of them, weighted, and one all-reduce adds the
+ * ranks' sums, as for a dense FFN. The heads of attn_output cannot move: when
  * a KV-head group's columns are not whole blocks (a 32-wide head group of
  * a Q4_K model), the rank keeps all of wo and the attention outputs are
  * gathered instead (forward_tp.c).
@@ -118,10 +128,18 @@ static int plan_split(const struct ifl_model *m, int size, struct plan *p, char 
     p->kvl = hp->n_head_kv / size;
     p->o_per = (int64_t)p->kvl * p->group * hp->head_dim_v;
     for (int il = 0; il < hp->n_layer; il++) {
-        int64_t u = col_unit(&m->layers[il].w_down);
+        const struct ifl_layer_weights *w = &m->layers[il];
+        int64_t u = col_unit(w->down_exps.data ? &w->down_exps : &w->w_down);
         p->ff_unit = u > p->ff_unit ? u : p->ff_unit;
         p->wo_whole |= p->o_per % col_unit(&m->layers[il].wo) != 0;
     }
+    /* an expert's rows of gate and up must be whole x16 groups of the
+     * stacked tensor in the whole model and in the shard alike */
+    if (hp->n_expert && hp->n_ff % p->ff_unit)
+        return ifl_err(err, IFL_EUNSUPPORTED,
+                       "tensor parallelism over %d ranks: each expert's %d FFN rows are not "
+                       "whole blocks of %lld for ffn_down_exps' type",
+                       size, hp->n_ff, (long long)p->ff_unit);
     p->nb = hp->n_ff / p->ff_unit;
     if (p->nb < size)
         return ifl_err(err, IFL_EUNSUPPORTED,
@@ -136,6 +154,43 @@ static int plan_split(const struct ifl_model *m, int size, struct plan *p, char 
 static int64_t plan_ff0(const struct plan *p, const struct ifl_hparams *hp, int r, int size)
 {
     return r == size ? hp->n_ff : p->nb * r / size * p->ff_unit;
+}
+
+/* Rows [ff0, ff0 + n) of each of the n_exp experts of the stacked w (each
+ * n_ff rows), gathered into memory of their own. */
+static int expert_rows(struct ifl_model *m, struct ifl_shard *s, struct ifl_mat *w, int n_exp,
+                       int64_t n_ff, int64_t ff0, int64_t n, char *err)
+{
+    char *p = aligned_alloc(64, ((size_t)n_exp * (size_t)n * w->row_bytes + 63) / 64 * 64);
+    if (!p)
+        return ifl_err(err, IFL_ENOMEM, "shard: out of memory for a slice of the experts");
+    for (int x = 0; x < n_exp; x++)
+        memcpy(p + (size_t)x * (size_t)n * w->row_bytes,
+               (const char *)w->data + ((size_t)x * (size_t)n_ff + (size_t)ff0) * w->row_bytes,
+               (size_t)n * w->row_bytes);
+    ifl_gguf_release(m->gguf, w->data, (size_t)w->n_out * w->row_bytes);
+    s->copies[s->n_copies] = p;
+    s->copy_of[s->n_copies++] = w;
+    w->data = p;
+    w->n_out = (int64_t)n_exp * n;
+    return 0;
+}
+
+/* The same slice of each expert's n_ff biases; NULL (and err) when out of memory. */
+static const float *expert_bias(struct ifl_shard *s, const float *b, int n_exp, int64_t n_ff,
+                                int64_t ff0, int64_t n, char *err)
+{
+    float *p = malloc(sizeof(float) * (size_t)n_exp * (size_t)n);
+    if (!p) {
+        ifl_err(err, IFL_ENOMEM, "shard: out of memory for the experts' biases");
+        return NULL;
+    }
+    for (int x = 0; x < n_exp; x++)
+        memcpy(p + (size_t)x * (size_t)n, b + (size_t)x * (size_t)n_ff + ff0,
+               sizeof(float) * (size_t)n);
+    s->copies[s->n_copies] = p;
+    s->copy_of[s->n_copies++] = NULL; /* (not a matrix: never repacked) */
+    return p;
 }
 
 int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
@@ -154,8 +209,9 @@ int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
     struct ifl_shard *s = calloc(1, sizeof(*s));
     if (!s)
         return ifl_err(err, IFL_ENOMEM, "shard: out of memory");
-    s->copies = calloc((size_t)hp->n_layer * 2, sizeof(void *));
-    s->copy_of = calloc((size_t)hp->n_layer * 2, sizeof(*s->copy_of));
+    s->copies = calloc((size_t)hp->n_layer * 6,
+                       sizeof(void *)); /* wo, down; or wo, gate, up, down and two biases */
+    s->copy_of = calloc((size_t)hp->n_layer * 6, sizeof(*s->copy_of));
     s->v_off = malloc(sizeof(int32_t) * (size_t)(size + 1));
     if (!s->copies || !s->copy_of || !s->v_off) {
         ifl_model_shard_free(s);
@@ -189,10 +245,29 @@ int ifl_model_shard(struct ifl_model *m, int rank, int size, char *err)
             w->bk += k0;
             w->bv += v0;
         }
-        row_slice(&w->w_gate, s->ff0, nff);
-        row_slice(&w->w_up, s->ff0, nff);
+        if (w->attn_sinks) /* gpt-oss: one a query head, the rank's heads' */
+            w->attn_sinks += (size_t)s->kv0 * (size_t)group;
         if (!wo_whole)
             rc = col_slice(m, s, &w->wo, (int64_t)s->kv0 * group * hdv, o_per, err);
+        if (w->gate_exps.data) {
+            const int nx = hp->n_expert;
+            if (!rc)
+                rc = expert_rows(m, s, &w->gate_exps, nx, hp->n_ff, s->ff0, nff, err);
+            if (!rc)
+                rc = expert_rows(m, s, &w->up_exps, nx, hp->n_ff, s->ff0, nff, err);
+            if (!rc)
+                rc = col_slice(m, s, &w->down_exps, s->ff0, nff, err);
+            if (!rc && w->gate_exps_b &&
+                (!(w->gate_exps_b =
+                       expert_bias(s, w->gate_exps_b, nx, hp->n_ff, s->ff0, nff, err)) ||
+                 !(w->up_exps_b = expert_bias(s, w->up_exps_b, nx, hp->n_ff, s->ff0, nff, err))))
+                rc = IFL_ENOMEM;
+            if (rank) /* added once, on rank 0 */
+                w->down_exps_b = NULL;
+            continue;
+        }
+        row_slice(&w->w_gate, s->ff0, nff);
+        row_slice(&w->w_up, s->ff0, nff);
         if (!rc)
             rc = col_slice(m, s, &w->w_down, s->ff0, nff, err);
     }
@@ -216,7 +291,7 @@ void ifl_model_shard_trim(struct ifl_model *m)
     if (!s)
         return;
     for (int i = 0; i < s->n_copies; i++)
-        if (s->copies[i] && s->copy_of[i]->data != s->copies[i]) {
+        if (s->copies[i] && s->copy_of[i] && s->copy_of[i]->data != s->copies[i]) {
             free(s->copies[i]); /* repacked: the x16 copy is the one read */
             s->copies[i] = NULL;
         }
@@ -287,20 +362,21 @@ int ifl_model_sum_units(struct ifl_model *m, int n, char *err)
     }
     for (int il = 0; il < hp->n_layer && !rc; il++) {
         struct ifl_layer_weights *w = &m->layers[il];
+        /* experts: every expert's columns of the unit's n_ff slice */
+        struct ifl_mat *down = w->down_exps.data ? &w->down_exps : &w->w_down;
         for (int r = 0; r < n && !rc; r++) {
             if (U->wo_split)
                 rc = unit_of(U, &U->wo[(size_t)il * n + r], &w->wo, U->o_off[r], U->o_off[r + 1],
                              err);
             if (!rc)
-                rc = unit_of(U, &U->down[(size_t)il * n + r], &w->w_down, U->ff_off[r],
-                             U->ff_off[r + 1], err);
+                rc = unit_of(U, &U->down[(size_t)il * n + r], down, U->ff_off[r], U->ff_off[r + 1],
+                             err);
         }
         /* the whole matrices are not read again: their pages may go */
         if (!rc && U->wo_split)
             ifl_gguf_release(m->gguf, w->wo.data, (size_t)w->wo.n_out * w->wo.row_bytes);
         if (!rc)
-            ifl_gguf_release(m->gguf, w->w_down.data,
-                             (size_t)w->w_down.n_out * w->w_down.row_bytes);
+            ifl_gguf_release(m->gguf, down->data, (size_t)down->n_out * down->row_bytes);
     }
     if (rc) {
         ifl_model_units_free(U);

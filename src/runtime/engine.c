@@ -127,6 +127,9 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
                                 .release_user = e->store};
     if (ifl_kvc_create(&e->kvc, &kc))
         return ifl_err(err, IFL_ENOMEM, "engine: out of memory for the KV block manager");
+    /* IFL_KV_WINDOW_FREE=0 keeps every block (for comparing: outputs are the same) */
+    const char *wf = getenv("IFL_KV_WINDOW_FREE");
+    e->kv_window = ifl_hp_all_swa(hp) && !(wf && !strcmp(wf, "0"));
     e->max_rows = c->max_num_tokens;
     struct ifl_fwd_config fc = {.max_rows = e->max_rows,
                                 .max_ctx = ex->n_ctx,
@@ -509,6 +512,7 @@ static void step(struct ifl_executor *ex)
 {
     struct engine *e = ex->eng;
     double t0 = ifl_now_s();
+    ifl_seq_drop_behind_window(ex); /* before admission: what it gives back serves there */
     ifl_sched_admit(ex);
     if (ifl_img_step(ex)) /* the encoder's share of the step (images.h) */
         for (int32_t i = 0; i < e->n_slots; i++)

@@ -153,6 +153,7 @@ struct engine {
     int32_t n_waiting;
     int32_t n_active_req;
     int64_t reserved; /* guaranteed_no_evict: blocks promised, not yet taken */
+    int kv_window;    /* every layer slides: blocks behind the windows go back early */
     /* batch */
     int32_t max_rows;
     int32_t *b_tok, *b_pos, *b_seq;
@@ -277,6 +278,11 @@ void ifl_seq_finish(struct ifl_executor *ex, struct eseq *s, int32_t reason);
 void ifl_seq_finish_beams(struct ifl_executor *ex, struct xreq *q, int32_t reason);
 void ifl_seq_finish_request(struct ifl_executor *ex, struct xreq *q, int32_t reason);
 int ifl_seq_reserve(struct engine *e, struct eseq *s, int32_t n_pos_total);
+/* A model whose every layer slides (e->kv_window): gives each running
+ * sequence's blocks that its windows have passed back to the pool
+ * (ifl_kvc_drop_before). Called at a step's start, when drafts are
+ * settled, so no later row of the sequence reads them. */
+void ifl_seq_drop_behind_window(struct ifl_executor *ex);
 void ifl_seq_preempt(struct ifl_executor *ex, struct xreq *q);
 
 /* emit.c */

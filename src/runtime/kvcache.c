@@ -528,8 +528,11 @@ int ifl_kvc_seq_init(struct ifl_kvc_seq *s, int32_t max_blocks)
 static void seq_drop_from(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t keep)
 {
     for (int32_t j = s->n_blocks - 1; j >= keep; j--)
-        kvc_unref(c, s->blocks[j]);
+        if (s->blocks[j] != KVC_NONE) /* (given back early) */
+            kvc_unref(c, s->blocks[j]);
     s->n_blocks = keep;
+    if (s->n_dropped > keep)
+        s->n_dropped = keep;
 }
 
 void ifl_kvc_seq_set_salt(struct ifl_kvc_seq *s, uint64_t salt)
@@ -704,10 +707,12 @@ int ifl_kvc_fork(struct ifl_kvc *c, const struct ifl_kvc_seq *parent, struct ifl
     if (n > child->cap)
         return IFL_EINVAL;
     for (int32_t j = 0; j < n; j++) {
-        kvc_ref(c, parent->blocks[j]);
+        if (parent->blocks[j] != KVC_NONE)
+            kvc_ref(c, parent->blocks[j]);
         child->blocks[j] = parent->blocks[j];
     }
     child->n_blocks = n;
+    child->n_dropped = parent->n_dropped < n ? parent->n_dropped : n;
     child->n_pos = parent->n_pos;
     child->n_hashed = parent->n_hashed;
     child->last_key = parent->last_key;
@@ -729,6 +734,7 @@ void ifl_kvc_truncate(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t n_pos)
     s->n_pos = n_pos;
     if (s->n_hashed > n_pos / bs) {
         s->n_hashed = n_pos / bs;
+        /* (a block given back early ends the chain: nothing more registers) */
         int32_t last = s->n_hashed ? s->blocks[s->n_hashed - 1] : KVC_NONE;
         s->last_key = last != KVC_NONE ? c->key[last] : s->salt;
         s->chain_block = last != KVC_NONE ? c->canon[last] : KVC_NONE;
@@ -741,4 +747,23 @@ void ifl_kvc_truncate(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t n_pos)
         if (c->ref[b] == 1 && c->registered[b])
             kvc_unregister(c, b);
     }
+}
+
+int32_t ifl_kvc_drop_before(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t pos)
+{
+    if (pos > s->n_pos)
+        pos = s->n_pos;
+    int32_t end = pos / c->block_size, n = 0;
+    if (end > s->n_blocks)
+        end = s->n_blocks;
+    for (int32_t j = s->n_dropped; j < end; j++) {
+        if (s->blocks[j] != KVC_NONE) {
+            kvc_unref(c, s->blocks[j]);
+            s->blocks[j] = KVC_NONE;
+            n++;
+        }
+    }
+    if (end > s->n_dropped)
+        s->n_dropped = end;
+    return n;
 }

@@ -80,6 +80,9 @@ struct ifl_kvc_seq {
      * match and commit of the sequence. Kept by reset, copied by fork. */
     const uint64_t *ext;
     int32_t n_ext;
+    /* Leading blocks given back early (ifl_kvc_drop_before): their
+     * entries in blocks are -1; the sequence reads none of them again. */
+    int32_t n_dropped;
 };
 
 struct ifl_kvc_stats {
@@ -173,6 +176,15 @@ void ifl_kvc_commit(struct ifl_kvc *c, struct ifl_kvc_seq *s, const int32_t *tok
  * last_key and chain. IFL_EINVAL (nothing changed) if child's max_blocks is
  * too small. */
 int ifl_kvc_fork(struct ifl_kvc *c, const struct ifl_kvc_seq *parent, struct ifl_kvc_seq *child);
+
+/* Gives back the sequence's blocks that lie wholly before position pos
+ * (at most its written ones), which it promises never to read again (every
+ * layer slides its window past them): each reference is dropped as a
+ * release drops it (a keyed block stays in the prefix cache, its K/V still
+ * right for that prefix; a block another sequence shares stays theirs) and
+ * its entry becomes -1. Later calls give back only what is new. Returns
+ * the blocks dropped. */
+int32_t ifl_kvc_drop_before(struct ifl_kvc *c, struct ifl_kvc_seq *s, int32_t pos);
 
 /* Forgets positions >= n_pos (speculative decoding rollback): blocks wholly
  * past the end (reserved ones included) are released; a block cut in the

@@ -204,6 +204,21 @@ int ifl_seq_reserve(struct engine *e, struct eseq *s, int32_t n_pos_total)
     return rc;
 }
 
+void ifl_seq_drop_behind_window(struct ifl_executor *ex)
+{
+    struct engine *e = ex->eng;
+    if (!e->kv_window)
+        return;
+    const struct ifl_hparams *hp = &ex->model->hp;
+    int32_t bs = ifl_kvc_block_size(e->kvc);
+    for (int32_t i = 0; i < e->n_slots; i++) {
+        struct eseq *s = &e->seqs[i];
+        /* the next row reads from its window on, and rows only move on */
+        if (s->q && s->started && s->kv.n_pos > 0)
+            ifl_kvc_drop_before(e->kvc, &s->kv, ifl_hp_kv_read_from(hp, 1, s->kv.n_pos, bs));
+    }
+}
+
 /* Drops the KV of every sequence of q; they are recomputed later. */
 void ifl_seq_preempt(struct ifl_executor *ex, struct xreq *q)
 {

@@ -119,6 +119,9 @@ struct ifl_server {
     int chat_default;                    /* chat_tmpl is the built-in ChatML */
     int chat_sees_images;                /* its source names "image": it is given content
                                             parts (messages.c) */
+    int chat_harmony;                    /* gpt-oss's harmony format: the template writes
+                                            <|channel|>; tools accepted, replies parsed
+                                            (harmony.c) */
     atomic_int draining;                 /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;                 /* grace ran out: cancel what is running (relaxed) */
     atomic_int forced;     /* ifl_server_abort: skip the rest of the grace (relaxed) */
@@ -564,6 +567,46 @@ int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, s
  * where the part was. */
 int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct ifl_gen_job *j,
                                   const char *marker, char **out, size_t *n, char *err);
+/* The same with tools (an OpenAI tools list, or NULL) and vars (an
+ * object of more template variables, or NULL: chat_template_kwargs,
+ * reasoning_effort) given to the template; the variables the server sets
+ * win over vars. With a harmony template (s->chat_harmony) messages may also
+ * be tool results (role "tool") and assistant turns with tool_calls (their
+ * JSON arguments given to the template as objects) and reasoning_content
+ * (given as "thinking", as gpt-oss's template names it). */
+int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t *tools,
+                                 json_t *vars, struct ifl_gen_job *j, const char *marker,
+                                 char **out, size_t *n, char *err);
+
+/* ---- gpt-oss's harmony replies (harmony.c) ---- */
+
+/* One choice's parser state: text pushed in pieces as it streams. */
+struct ifl_harmony {
+    int state, channel, seen_header, n_calls;
+    struct ifl_buf hdr;  /* the header being read, up to <|message|> */
+    struct ifl_buf hold; /* bytes not yet placed (a tag may be starting) */
+    struct ifl_buf args; /* the tool call's arguments so far */
+    char name[128];      /* the tool call's function */
+    size_t name_len;
+    char id_base[80]; /* tool call ids are call_<id_base>_<n> (set by the caller) */
+};
+/* What pieces gave: appended to, never reset by the parser. */
+struct ifl_harmony_out {
+    struct ifl_buf reasoning; /* the analysis channel */
+    struct ifl_buf content;   /* the final channel (or the text, when not harmony) */
+    json_t *calls;            /* OpenAI tool_calls, each with its index (caller's array) */
+    int oom;
+};
+void ifl_harmony_init(struct ifl_harmony *h);
+void ifl_harmony_deinit(struct ifl_harmony *h);
+void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct ifl_harmony_out *o);
+/* The text ended: bytes held for a tag that never came are text, and a
+ * tool call cut short is given as it stands. */
+void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_harmony_out *o);
+/* An image_url part's URL (dataurl.c): a PNG or JPEG data URL's bytes,
+ * malloc'd; IFL_EINVAL with a sentence for anything else (remote URLs
+ * are not fetched). */
+int ifl_server_data_url(const char *url, size_t len, unsigned char **out, size_t *n, char *err);
 /* An image's URL (dataurl.c): a PNG or JPEG data URL's bytes, or an
  * http(s) URL under one of the server's --image-url-allow prefixes
  * fetched (cfg.fetch_image), malloc'd; IFL_EINVAL with a sentence for

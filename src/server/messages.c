@@ -9,6 +9,11 @@
  * else ChatML. A model template our renderer cannot compile falls back to
  * ChatML with a warning (the model still serves); a --chat-template file
  * that does not compile stops the server from starting.
+ *
+ * A template that writes gpt-oss's harmony tokens (<|channel|>, <|start|>)
+ * also takes tools, tool results (role "tool") and assistant turns with
+ * tool_calls and reasoning_content: the server reads such a model's
+ * replies back into those fields (harmony.c), so a conversation can go on.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,17 +24,26 @@
 #include "core/err.h"
 #include "server/internal.h"
 
+/* gpt-oss's template writes each message as <|start|>ROLE...<|message|>
+ * and the assistant's channels with <|channel|>. */
+static int is_harmony(const char *src)
+{
+    return strstr(src, "<|channel|>") && strstr(src, "<|start|>") && strstr(src, "<|message|>");
+}
+
 int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
 {
     struct ifl_chat_template *t = NULL;
     char cerr[IFL_ERR_LEN] = "";
     s->chat_tmpl = NULL;
     s->chat_default = 0;
+    s->chat_harmony = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
             return ifl_err(err, IFL_EINVAL, "--chat-template: %s", cerr);
         s->chat_tmpl = t;
         s->chat_sees_images = strstr(s->chat_template, "image") != NULL;
+        s->chat_harmony = is_harmony(s->chat_template);
         return 0;
     }
     char probe[1];
@@ -42,6 +56,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         ifl_executor_model_meta(ex, "tokenizer.chat_template", src, len + 1, &len);
         rc = ifl_chat_template_compile(&t, src, (size_t)len, cerr);
         s->chat_sees_images = !rc && strstr(src, "image") != NULL;
+        s->chat_harmony = !rc && is_harmony(src);
         free(src);
         if (rc == IFL_ENOMEM)
             return ifl_err(err, rc, "out of memory");
@@ -118,7 +133,47 @@ static int take_image(json_t *part, size_t i, size_t k, struct chat_imgs *im, ch
     return 0;
 }
 
-static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int mode, char *err)
+/* An assistant turn's tool_calls for the template: each {id, type,
+ * function: {name, arguments}} with the arguments' JSON text given as the
+ * value it holds (gpt-oss's template writes them with tojson, as
+ * llama.cpp's server gives them). NULL with err on a bad entry. */
+static json_t *tool_calls(json_t *calls, size_t i, char *err)
+{
+    if (!json_is_array(calls)) {
+        ifl_err(err, IFL_EINVAL, "messages[%zu].tool_calls: must be a list", i);
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c)
+    {
+        json_t *f = json_object_get(c, "function");
+        json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments");
+        if (!json_is_string(name) || !(json_is_string(args) || json_is_object(args))) {
+            json_decref(out);
+            ifl_err(err, IFL_EINVAL,
+                    "messages[%zu].tool_calls[%zu]: {\"type\": \"function\", \"function\": "
+                    "{\"name\": ..., \"arguments\": ...}} is required",
+                    i, k);
+            return NULL;
+        }
+        json_t *val = NULL;
+        if (json_is_string(args))
+            val = json_loadb(json_string_value(args), json_string_length(args),
+                             JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        if (!val) /* not JSON: given as the string it is */
+            val = json_incref(args);
+        json_t *id = json_object_get(c, "id");
+        json_array_append_new(
+            out, json_pack("{s:O,s:s,s:{s:O,s:o}}", "id", json_is_string(id) ? id : json_null(),
+                           "type", "function", "function", "name", name, "arguments", val));
+    }
+    return out;
+}
+
+static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int mode, int harmony,
+                     char *err)
 {
     if (!json_is_array(messages) || json_array_size(messages) == 0)
         return ifl_err(err, IFL_EINVAL, "messages: must be a non-empty list of messages");
@@ -140,12 +195,13 @@ static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int m
         }
         if (!strcmp(role, "developer"))
             role = "system";
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+            (!harmony || strcmp(role, "tool"))) {
             json_decref(arr);
             return ifl_err(err, IFL_EINVAL,
                            "messages[%zu].role: '%.40s' is not supported (system, developer, user, "
-                           "assistant)",
-                           i, role);
+                           "assistant%s)",
+                           i, role, harmony ? ", tool" : "");
         }
         json_t *content = json_object_get(m, "content");
         struct ifl_buf text = {0};
@@ -216,16 +272,36 @@ static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int m
                             parts ? parts : json_stringn(text.p ? text.p : "", text.len));
         ifl_buf_free(&text);
         json_array_append_new(arr, o);
+        if (!harmony || strcmp(role, "assistant"))
+            continue;
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls)) {
+            json_t *tc = tool_calls(calls, i, err);
+            if (!tc) {
+                json_decref(arr);
+                return IFL_EINVAL;
+            }
+            if (json_array_size(tc))
+                json_object_set_new(o, "tool_calls", tc);
+            else
+                json_decref(tc);
+        }
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (json_is_string(rc) && json_string_length(rc))
+            json_object_set(o, "thinking", rc);
     }
     *out = arr;
     return 0;
 }
 
-static int render(struct ifl_server *s, json_t *msgs, char **out, size_t *n, char *err)
+static int render(struct ifl_server *s, json_t *msgs, json_t *tools, json_t *vars, char **out,
+                  size_t *n, char *err)
 {
     json_t *ctx = json_object();
+    if (vars)
+        json_object_update(ctx, vars);
     json_object_set_new(ctx, "messages", msgs);
-    json_object_set_new(ctx, "tools", json_null());
+    json_object_set(ctx, "tools", tools ? tools : json_null());
     json_object_set_new(ctx, "documents", json_null());
     json_object_set_new(ctx, "add_generation_prompt", json_true());
     json_object_set_new(ctx, "bos_token", json_string(s->bos_text));
@@ -302,29 +378,37 @@ static int splice(const char *a, size_t na, const char *b, size_t nb, const char
 int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct ifl_gen_job *j,
                                   const char *marker, char **out, size_t *n, char *err)
 {
+    return ifl_server_chat_render_tools(s, messages, NULL, NULL, j, marker, out, n, err);
+}
+
+int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t *tools,
+                                 json_t *vars, struct ifl_gen_job *j, const char *marker,
+                                 char **out, size_t *n, char *err)
+{
     struct ifl_vision_info vi;
     struct chat_imgs im = {.s = s,
                            .j = j,
                            .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0,
                            .marker = marker};
     json_t *msgs = NULL;
-    int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, err);
+    int h = s->chat_harmony;
+    int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, h, err);
     if (rc)
         return rc;
     if (!j || !j->n_images || !s->chat_sees_images)
-        return render(s, msgs, out, n, err);
+        return render(s, msgs, tools, vars, out, n, err);
     /* the template may iterate content parts: let it see the image parts */
     json_t *ma = NULL, *mb = NULL;
     char *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
-    int ok = !normalize(messages, &ma, &im, PARTS_IMAGE, err) &&
-             !normalize(messages, &mb, &im, PARTS_MARKER, err);
+    int ok = !normalize(messages, &ma, &im, PARTS_IMAGE, h, err) &&
+             !normalize(messages, &mb, &im, PARTS_MARKER, h, err);
     if (ok) { /* render takes the messages, on failure too */
-        ok = !render(s, ma, &a, &na, err);
+        ok = !render(s, ma, tools, vars, &a, &na, err);
         ma = NULL;
     }
     if (ok) {
-        ok = !render(s, mb, &b, &nb, err);
+        ok = !render(s, mb, tools, vars, &b, &nb, err);
         mb = NULL;
     }
     json_decref(ma);
@@ -336,7 +420,7 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
         json_decref(msgs);
         return 0;
     }
-    return render(s, msgs, out, n, err); /* as a string with the markers */
+    return render(s, msgs, tools, vars, out, n, err); /* as a string with the markers */
 }
 
 int ifl_server_chat_render(struct ifl_server *s, json_t *messages, char **out, size_t *n, char *err)

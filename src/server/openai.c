@@ -43,6 +43,7 @@ struct oai_req {
     const char *model; /* the name responses show (one of srv->names, lives as long) */
     int chat, stream, include_usage, echo;
     int full_text; /* TGI's return_full_text (completions: echo unless echo is given) */
+    int harmony;   /* chat with gpt-oss's format: replies parsed (harmony.c) */
     int want_lp;   /* log-probs asked */
     int top;       /* alternatives per token */
     struct ifl_gen_params p;
@@ -429,6 +430,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
                                               "audio", "modalities",  "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
+        if (i < 2 && q->chat && s->chat_harmony)
+            continue; /* tools: read by ifl_oai_chat */
         json_t *x = json_object_get(b, unsupported[i]);
         if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
             !(json_is_string(x) &&
@@ -494,7 +497,42 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
         json_t *cj = json_object();
         json_object_set_new(cj, "index", json_integer(i));
         const char *fin = finish_name(ch->finish);
-        if (q->chat) {
+        if (q->chat && q->harmony) {
+            /* the channels: reasoning, the answer, tool calls */
+            struct ifl_harmony h;
+            struct ifl_harmony_out ho = {.calls = json_array()};
+            ifl_harmony_init(&h);
+            snprintf(h.id_base, sizeof h.id_base, "%s_%d", id + strlen("chatcmpl-"), i);
+            ifl_harmony_push(&h, ch->text.p ? ch->text.p : "", ch->text.len, &ho);
+            ifl_harmony_finish(&h, &ho);
+            ifl_harmony_deinit(&h);
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            size_t n_calls = json_array_size(ho.calls);
+            json_object_set_new(
+                msg, "content",
+                ho.content.len || !n_calls
+                    ? ifl_json_text(ho.content.p ? ho.content.p : "", ho.content.len)
+                    : json_null());
+            if (ho.reasoning.len)
+                json_object_set_new(msg, "reasoning_content",
+                                    ifl_json_text(ho.reasoning.p, ho.reasoning.len));
+            if (n_calls) {
+                json_object_set_new(msg, "tool_calls", ho.calls);
+                if (ch->finish == IFL_FINISH_END_ID || ch->finish == IFL_FINISH_STOP_WORDS)
+                    fin = "tool_calls";
+            } else {
+                json_decref(ho.calls);
+            }
+            ifl_buf_free(&ho.content);
+            ifl_buf_free(&ho.reasoning);
+            json_object_set_new(msg, "refusal", json_null());
+            json_object_set_new(cj, "message", msg);
+            json_object_set_new(cj, "logprobs",
+                                q->want_lp ? ifl_oai_lp_chat(s, ch->tokens, ch->lps, ch->tops,
+                                                             ch->n_top, ch->n_tokens)
+                                           : json_null());
+        } else if (q->chat) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
             json_object_set_new(msg, "content",
@@ -538,12 +576,42 @@ struct oai_stream {
     struct ifl_server *srv;
     struct ifl_stream *st;
     struct oai_req q;
-    int n_prompts;
+    int n_prompts, n_choices;
     char id[64];
     int64_t created;
     int64_t *offset;         /* completions: text_offset per choice */
     unsigned char *echo_due; /* completions, echo with logprobs: the prompt is still to send */
+    struct ifl_harmony *h;   /* chat in harmony: a parser per choice */
+    unsigned char *called;   /* per choice: a tool call was sent */
 };
+
+/* A harmony choice's streamed text: the delta of what it gave (NULL when
+ * nothing yet), fin set when the text ended. */
+static json_t *harmony_delta(struct oai_stream *os, int choice, const char *text, size_t n, int fin)
+{
+    struct ifl_harmony *h = &os->h[choice];
+    struct ifl_harmony_out ho = {.calls = json_array()};
+    ifl_harmony_push(h, text, n, &ho);
+    if (fin)
+        ifl_harmony_finish(h, &ho);
+    json_t *d = NULL;
+    if (ho.reasoning.len || ho.content.len || json_array_size(ho.calls)) {
+        d = json_object();
+        if (ho.reasoning.len)
+            json_object_set_new(d, "reasoning_content",
+                                ifl_json_text(ho.reasoning.p, ho.reasoning.len));
+        if (ho.content.len)
+            json_object_set_new(d, "content", ifl_json_text(ho.content.p, ho.content.len));
+        if (json_array_size(ho.calls)) {
+            json_object_set(d, "tool_calls", ho.calls);
+            os->called[choice] = 1;
+        }
+    }
+    json_decref(ho.calls);
+    ifl_buf_free(&ho.content);
+    ifl_buf_free(&ho.reasoning);
+    return d;
+}
 
 static void sse(struct ifl_buf *out, json_t *o)
 {
@@ -587,7 +655,26 @@ static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
     int seq_final = r->is_sequence_final || r->is_final;
     const char *fin = seq_final ? finish_name(res->finish_reason) : NULL;
     int has_lp = os->q.want_lp && res->n_tokens > 0;
-    if (res->n_text > 0 || has_lp || (fin && !os->q.chat)) {
+    if (os->h && (res->n_text > 0 || fin || has_lp)) {
+        json_t *delta =
+            harmony_delta(os, choice, res->text ? res->text : "", (size_t)res->n_text, fin != NULL);
+        if (delta || has_lp) {
+            json_t *cj = json_object();
+            json_object_set_new(cj, "index", json_integer(choice));
+            json_object_set_new(cj, "delta", delta ? delta : json_object());
+            json_object_set_new(cj, "logprobs",
+                                has_lp
+                                    ? ifl_oai_lp_chat(s, res->tokens, res->log_probs,
+                                                      res->top_log_probs, res->n_top, res->n_tokens)
+                                    : json_null());
+            json_object_set_new(cj, "finish_reason", json_null());
+            sse(&os->st->out, chunk(os, cj));
+        }
+        if (fin && os->called[choice] &&
+            (res->finish_reason == IFL_FINISH_END_ID ||
+             res->finish_reason == IFL_FINISH_STOP_WORDS))
+            fin = "tool_calls";
+    } else if (res->n_text > 0 || has_lp || (fin && !os->q.chat)) {
         json_t *cj = json_object();
         json_object_set_new(cj, "index", json_integer(choice));
         if (os->q.chat) {
@@ -649,6 +736,10 @@ static void oai_stream_free(void *user)
     oai_req_free(&os->q, os->n_prompts);
     free(os->offset);
     free(os->echo_due);
+    for (int i = 0; os->h && i < os->n_choices; i++)
+        ifl_harmony_deinit(&os->h[i]);
+    free(os->h);
+    free(os->called);
     free(os);
 }
 
@@ -659,11 +750,16 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     int n_choices = j->n_prompts * j->n_per;
     int64_t *offset = calloc((size_t)n_choices, sizeof(int64_t));
     unsigned char *due = q->echo && q->want_lp ? calloc((size_t)n_choices, 1) : NULL;
-    if (!st || !os || !offset || (q->echo && q->want_lp && !due)) {
+    struct ifl_harmony *h = q->harmony ? calloc((size_t)n_choices, sizeof *h) : NULL;
+    unsigned char *called = q->harmony ? calloc((size_t)n_choices, 1) : NULL;
+    if (!st || !os || !offset || (q->echo && q->want_lp && !due) ||
+        (q->harmony && (!h || !called))) {
         free(st);
         free(os);
         free(offset);
         free(due);
+        free(h);
+        free(called);
         ifl_gen_cancel(j, 0);
         ifl_gen_job_free(j);
         oai_req_free(q, j->n_prompts);
@@ -677,6 +773,13 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     os->echo_due = due;
     os->created = (int64_t)time(NULL);
     ifl_server_make_id(c->srv, q->chat ? "chatcmpl" : "cmpl", os->id, sizeof os->id);
+    os->n_choices = n_choices;
+    os->h = h;
+    os->called = called;
+    for (int i = 0; h && i < n_choices; i++) {
+        ifl_harmony_init(&h[i]);
+        snprintf(h[i].id_base, sizeof h[i].id_base, "%s_%d", os->id + strlen("chatcmpl-"), i);
+    }
     st->job = j;
     st->user = os;
     st->on_resp = oai_on_resp;
@@ -998,6 +1101,96 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
     return finish(c, j, &q);
 }
 
+/* tools and tool_choice for a harmony template: *tools is the request's
+ * list for the template (a view of b), or NULL for none. tool_choice
+ * "none" hides them; "required" and a named function would need the call
+ * forced, which this server does not do. */
+static int read_tools(json_t *b, json_t **tools, char *param, char *err)
+{
+    json_t *t = json_object_get(b, "tools"), *tc = json_object_get(b, "tool_choice");
+    *tools = NULL;
+    if (tc && !json_is_null(tc) &&
+        !(json_is_string(tc) &&
+          (!strcmp(json_string_value(tc), "auto") || !strcmp(json_string_value(tc), "none")))) {
+        snprintf(param, 64, "tool_choice");
+        snprintf(err, IFL_ERR_LEN,
+                 "tool_choice: only \"auto\" or \"none\" (this server does not force a call)");
+        return 400;
+    }
+    if (!t || json_is_null(t))
+        return 0;
+    snprintf(param, 64, "tools");
+    if (!json_is_array(t) || json_array_size(t) > 256) {
+        snprintf(err, IFL_ERR_LEN, "tools: must be a list of at most 256 functions");
+        return 400;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(t, i, e)
+    {
+        const char *type = json_string_value(json_object_get(e, "type"));
+        json_t *f = json_object_get(e, "function");
+        json_t *params = json_object_get(f, "parameters");
+        if (!type || strcmp(type, "function") || !json_is_object(f) ||
+            !json_is_string(json_object_get(f, "name")) ||
+            (params && !json_is_null(params) && !json_is_object(params))) {
+            snprintf(err, IFL_ERR_LEN,
+                     "tools[%zu]: {\"type\": \"function\", \"function\": {\"name\": ..., "
+                     "\"description\": ..., \"parameters\": {...}}} is required",
+                     i);
+            return 400;
+        }
+    }
+    param[0] = 0;
+    if (json_array_size(t) && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
+        *tools = t;
+    return 0;
+}
+
+/* More variables for the chat template: chat_template_kwargs (an object,
+ * as vLLM and llama.cpp's server take it) and OpenAI's reasoning_effort
+ * (gpt-oss's template reads it; "low", "medium" or "high"). *vars is a new
+ * object or NULL. The variables the server sets itself cannot be given. */
+static int read_template_vars(json_t *b, json_t **vars, char *param, char *err)
+{
+    json_t *kw = json_object_get(b, "chat_template_kwargs");
+    json_t *re = json_object_get(b, "reasoning_effort");
+    *vars = NULL;
+    if (kw && !json_is_null(kw)) {
+        static const char *const fixed[] = {"messages",  "tools",     "documents",
+                                            "bos_token", "eos_token", "add_generation_prompt"};
+        snprintf(param, 64, "chat_template_kwargs");
+        if (!json_is_object(kw)) {
+            snprintf(err, IFL_ERR_LEN, "chat_template_kwargs: must be an object");
+            return 400;
+        }
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+            if (json_object_get(kw, fixed[i])) {
+                snprintf(err, IFL_ERR_LEN,
+                         "chat_template_kwargs: '%s' is set by the server (give it as a request "
+                         "field)",
+                         fixed[i]);
+                return 400;
+            }
+        *vars = json_deep_copy(kw);
+    }
+    if (re && !json_is_null(re)) {
+        const char *v = json_string_value(re);
+        if (!v || (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))) {
+            json_decref(*vars);
+            *vars = NULL;
+            snprintf(param, 64, "reasoning_effort");
+            snprintf(err, IFL_ERR_LEN, "reasoning_effort: \"low\", \"medium\" or \"high\"");
+            return 400;
+        }
+        if (!*vars)
+            *vars = json_object();
+        json_object_set(*vars, "reasoning_effort", re);
+    }
+    param[0] = 0;
+    return 0;
+}
+
 int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
 {
     struct ifl_server *s = c->srv;
@@ -1017,6 +1210,16 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
         snprintf(err, sizeof err, "top_logprobs: needs logprobs set to true");
         return fail(c, j, &q, 400, "top_logprobs", err);
     }
+    json_t *tools = NULL;
+    if (s->chat_harmony) {
+        q.harmony = 1;
+        st = read_tools(b, &tools, param, err);
+        if (st)
+            return fail(c, j, &q, st, param, err);
+    }
+    json_t *vars = NULL;
+    if ((st = read_template_vars(b, &vars, param, err)))
+        return fail(c, j, &q, st, param, err);
     char *prompt = NULL;
     size_t plen = 0;
     json_t *msgs = json_object_get(b, "messages");
@@ -1026,7 +1229,8 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     snprintf(marker, sizeof marker, "<__media_%016llx__>",
              (unsigned long long)(ifl_now_us() * 0x9e3779b97f4a7c15ull ^
                                   atomic_fetch_add(&marker_no, 1) * 0xbf58476d1ce4e5b9ull));
-    int rc = ifl_server_chat_render_images(s, msgs, j, marker, &prompt, &plen, err);
+    int rc = ifl_server_chat_render_tools(s, msgs, tools, vars, j, marker, &prompt, &plen, err);
+    json_decref(vars);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
     if (ifl_gen_text_too_long(s, plen, 0, err)) {

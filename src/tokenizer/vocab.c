@@ -359,6 +359,37 @@ static int32_t find_special_text(const struct ifl_vocab *v, const char *s)
     return -1;
 }
 
+/* gpt-oss's harmony format (o200k_harmony): a reply is several messages,
+ * each "<|channel|>NAME<|message|>TEXT" closed by <|end|>, and only
+ * <|return|> (the final answer done) or <|call|> (a tool call written) end
+ * the turn. So with those two present <|end|> no longer ends generation,
+ * and the framing tokens show in the text, where the server's harmony
+ * parser reads the channels (llama.cpp's loader does the same). */
+static void harmony_specials(struct ifl_vocab *v)
+{
+    int32_t ret = find_special_text(v, "<|return|>"), call = find_special_text(v, "<|call|>");
+    int32_t chan = find_special_text(v, "<|channel|>");
+    if (chan < 0 || (ret < 0 && call < 0))
+        return;
+    int32_t end = find_special_text(v, "<|end|>");
+    if (end >= 0 && end != v->eos) {
+        v->flags[end] &= (uint8_t)~IFL_TOKF_EOG;
+        if (v->eot == end)
+            v->eot = ret >= 0 ? ret : call;
+    }
+    if (ret >= 0)
+        v->flags[ret] |= IFL_TOKF_EOG;
+    if (call >= 0)
+        v->flags[call] |= IFL_TOKF_EOG;
+    static const char *const shown[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>",
+                                        "<|end|>",   "<|call|>",    "<|return|>"};
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+        int32_t id = find_special_text(v, shown[i]);
+        if (id >= 0)
+            v->flags[id] &= (uint8_t)~IFL_TOKF_HIDDEN;
+    }
+}
+
 static int build_specials(struct ifl_vocab *v, char *err)
 {
     int32_t n = 0;
@@ -395,6 +426,7 @@ static int build_specials(struct ifl_vocab *v, char *err)
         if (id >= 0)
             v->flags[id] |= IFL_TOKF_EOG;
     }
+    harmony_specials(v);
     return 0;
 }
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Renders gpt-oss.jinja over cases.json with Jinja2 the way Hugging Face
+transformers sets it up (ImmutableSandboxedEnvironment, trim_blocks,
+lstrip_blocks, loopcontrols, tojson as json.dumps without ASCII escaping,
+raise_exception, strftime_now frozen at fixed_now) and writes
+expected/<case>.txt, or expected/<case>.error with "<Class>: <message>"
+when Jinja2 raises. Run from this folder: python3 gen.py
+(Debian: apt-get install python3-jinja2)."""
+import datetime
+import json
+import os
+
+import jinja2
+import jinja2.ext
+import jinja2.sandbox
+
+
+def render(src, case, now):
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys)
+
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+
+    env.filters['tojson'] = tojson
+    env.globals['raise_exception'] = raise_exception
+    env.globals['strftime_now'] = lambda fmt: now.strftime(fmt)
+    t = env.from_string(src)
+    ctx = {'bos_token': '<|startoftext|>', 'eos_token': '<|return|>'}
+    ctx.update(case.get('vars', {}))
+    return t.render(messages=case['messages'], tools=case['tools'], documents=None,
+                    add_generation_prompt=case['add_generation_prompt'], **ctx)
+
+
+def main():
+    with open('cases.json', encoding='utf-8') as f:
+        cases = json.load(f)
+    with open('gpt-oss.jinja', encoding='utf-8') as f:
+        src = f.read()
+    now = datetime.datetime.fromisoformat(cases['fixed_now'])
+    os.makedirs('expected', exist_ok=True)
+    for case in cases['cases']:
+        base = os.path.join('expected', 'gpt-oss__' + case['name'])
+        for ext in ('.txt', '.error'):
+            if os.path.exists(base + ext):
+                os.remove(base + ext)
+        try:
+            out, ext = render(src, json.loads(json.dumps(case)), now), '.txt'
+        except Exception as e:  # the reference raised: keep its class and message
+            out, ext = '%s: %s' % (type(e).__name__, e), '.error'
+        with open(base + ext, 'w', encoding='utf-8', newline='') as f:
+            f.write(out)
+        print(base + ext)
+
+
+if __name__ == '__main__':
+    main()
