@@ -145,9 +145,10 @@ int main(int argc, char **argv)
     const double wm = wall[steps / 2], cm = cpu[steps / 2];
     printf("%s: %d sequences at positions %d.., %d threads, %.3f G weights multiplied a row\n",
            argv[1], n_seq, prompt, nth, params * 1e-9);
-    printf("step: wall median %.2f ms (best %.2f), CPU median %.2f ms (best %.2f); "
-           "%.1f tok/s\n",
-           wm * 1e3, wall[0] * 1e3, cm * 1e3, cpu[0] * 1e3, n_seq / wm);
+    printf("step: wall median %.2f ms (best %.2f, tenth %.2f), CPU median %.2f ms (best %.2f, "
+           "tenth %.2f); %.1f tok/s\n",
+           wm * 1e3, wall[0] * 1e3, wall[steps / 10] * 1e3, cm * 1e3, cpu[0] * 1e3,
+           cpu[steps / 10] * 1e3, n_seq / wm);
     printf("GOP/s: %.1f by the wall clock (best step %.1f), %.1f by CPU time / %d threads "
            "(best %.1f)\n",
            ops / wm * 1e-9, ops / wall[0] * 1e-9, ops / (cm / nth) * 1e-9, nth,
