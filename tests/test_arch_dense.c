@@ -85,6 +85,20 @@ struct runner {
     int nv;
 };
 
+/* ifl_fwd_create with every step shared between the threads: the test
+ * models are small enough that a forward of two threads would run their
+ * steps on one alone (forward.c, SOLO_BYTES), and the shared path (a lone
+ * row's element-wise phases on every thread, its KV heads split) is what
+ * a check on two threads is for. */
+static int fwd_create_shared(struct ifl_fwd **f, const struct ifl_model *m, struct ifl_kv_store *kv,
+                             const struct ifl_fwd_config *fc, char *err)
+{
+    setenv("IFL_SOLO_BYTES", "0", 1);
+    int rc = ifl_fwd_create(f, m, kv, fc, err);
+    unsetenv("IFL_SOLO_BYTES");
+    return rc;
+}
+
 static int runner_open(struct runner *r, const char *path, enum ifl_type kv_type, int nth,
                        int max_ctx, int shuffle)
 {
@@ -95,7 +109,7 @@ static int runner_open(struct runner *r, const char *path, enum ifl_type kv_type
         rc = ifl_kv_store_create(&r->kv, &r->m->hp, kv_type, MAX_SEQS * BLOCKS, BS, err);
     struct ifl_fwd_config fc = {.max_rows = 256, .max_ctx = max_ctx, .n_threads = nth};
     if (!rc)
-        rc = ifl_fwd_create(&r->f, r->m, r->kv, &fc, err);
+        rc = fwd_create_shared(&r->f, r->m, r->kv, &fc, err);
     CHECK_MSG(rc == 0, "%s: %s", path, err);
     if (rc)
         return rc;

@@ -158,6 +158,20 @@ struct runner {
     const int32_t *tptr[MAX_SEQ];
 };
 
+/* ifl_fwd_create with every step shared between the threads: the test
+ * models are small enough that a forward of two threads would run their
+ * steps on one alone (forward.c, SOLO_BYTES), and the shared path (a lone
+ * row's element-wise phases on every thread, its KV heads split) is what
+ * a check on two threads is for. */
+static int fwd_create_shared(struct ifl_fwd **f, const struct ifl_model *m, struct ifl_kv_store *kv,
+                             const struct ifl_fwd_config *fc, char *err)
+{
+    setenv("IFL_SOLO_BYTES", "0", 1);
+    int rc = ifl_fwd_create(f, m, kv, fc, err);
+    unsetenv("IFL_SOLO_BYTES");
+    return rc;
+}
+
 static int runner_open(struct runner *r, const char *path, enum ifl_type kv_type, int nth,
                        int max_rows, int reverse_blocks)
 {
@@ -174,7 +188,7 @@ static int runner_open(struct runner *r, const char *path, enum ifl_type kv_type
                                 .max_ctx = BS * BLOCKS_PER_SEQ,
                                 .n_threads = nth,
                                 .attn_score_floats = reverse_blocks ? 1 : 0};
-    if (ifl_fwd_create(&r->f, r->m, r->kv, &fc, err)) {
+    if (fwd_create_shared(&r->f, r->m, r->kv, &fc, err)) {
         fprintf(stderr, "  fwd: %s\n", err);
         return -1;
     }

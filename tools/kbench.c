@@ -3,14 +3,19 @@
  * for decode-like (nr = 1, 16) and prefill-like (nr = 128) shapes at
  * n = nc = 2048 by default, and the x16 kernels (kernels.h) on the same
  * rows repacked. Prints figures; checks nothing (the tests do).
+ * `kbench peak` measures the CPU's int8 dot-product peak instead, one
+ * thread and two (tools/kbench_peak.h).
  *
  *   build/tools/kbench [n] [nc] [table...]
+ *   build/tools/kbench peak
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#include <immintrin.h>
 
 #include "core/rng.h"
 #include "kernels/kernels.h"
@@ -25,8 +30,12 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+#include "kbench_peak.h"
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "peak") == 0)
+        return peak_main();
     int64_t n = argc > 1 ? atoll(argv[1]) : 2048;
     int nc = argc > 2 ? atoi(argv[2]) : 2048;
     static const char *all[] = {"scalar", "avx2", "avx512"};

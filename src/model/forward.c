@@ -75,6 +75,11 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->lora_t);
     free(f->lora_sc);
     free(f->lora_q);
+    free(f->rep_x);
+    free(f->rep_xn);
+    free(f->rep_act);
+    free(f->rep_g);
+    free(f->rep_t);
     ifl_fwd_moe_free(f);
     ifl_fwd_tp_free(f);
     free(f);
@@ -216,6 +221,24 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->run_share = malloc(((size_t)nth + 1) * sizeof(int32_t));
     f->att_claim = aligned_alloc(64, sizeof(struct mm_region) * (size_t)hp->n_layer * (size_t)nth);
     f->lora_sc = malloc(sizeof(float) * R * (size_t)nth);
+    /* rows on every thread (step): fewer rows than threads; IFL_REP_ROWS=0
+     * turns it off, to measure what it brings */
+    const char *rep_env = getenv("IFL_REP_ROWS");
+    f->rep_rows = nth - 1 < cfg->max_rows ? nth - 1 : cfg->max_rows;
+    if (rep_env && !strcmp(rep_env, "0"))
+        f->rep_rows = 0;
+    if (f->rep_rows > 0) {
+        const size_t rr = (size_t)f->rep_rows, others = (size_t)(nth - 1);
+        f->rep_x = alloc_floats(others * rr * (size_t)hp->n_embd);
+        f->rep_xn = alloc_floats(others * rr * (size_t)f->max_in);
+        f->rep_act = aligned_alloc(64, others * rr * f->act_row_bytes);
+        f->rep_g = alloc_floats((size_t)nth * rr * (size_t)hp->n_ff);
+        f->rep_t = alloc_floats((size_t)nth * rr * (size_t)hp->n_embd);
+        if (!f->rep_x || !f->rep_xn || !f->rep_act || !f->rep_g || !f->rep_t) {
+            ifl_fwd_free(f);
+            return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);
+        }
+    }
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
         !f->kvtmp || !f->out_rows || !f->mm_reg || !f->run_start || !f->run_share ||
@@ -350,6 +373,7 @@ static void mm_prepare(struct job *j, int ith, int nth, struct act_memo *memo,
     memo->src = x;
     memo->type = at;
     memo->nr = nr;
+    memo->buf = NULL;
     ifl_pool_barrier(f->pool);
 }
 
@@ -358,18 +382,26 @@ static void mm_prepare(struct job *j, int ith, int nth, struct act_memo *memo,
  * done its share: the caller meets the others at a barrier before the
  * matmul (mm_prepare then finds the memo and converts nothing). Lets a
  * thread convert rows it has just written, with no barrier in between. */
-void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
-                        const float *x, int32_t nr, long lo, long hi)
+static void quant_rows_to(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
+                          const float *x, int32_t nr, long lo, long hi, char *buf)
 {
     struct ifl_fwd *f = j->f;
     enum ifl_type at = ifl_type_info(w->type)->act;
     if (at == IFL_TYPE_F32)
         return;
+    char *dst = buf ? buf : (char *)f->act;
     for (long r = lo; r < hi; r++)
-        f->kn->quant[at](x + r * w->n_in, (char *)f->act + r * f->act_row_bytes, w->n_in);
+        f->kn->quant[at](x + r * w->n_in, dst + r * f->act_row_bytes, w->n_in);
     memo->src = x;
     memo->type = at;
     memo->nr = nr;
+    memo->buf = buf;
+}
+
+void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
+                        const float *x, int32_t nr, long lo, long hi)
+{
+    quant_rows_to(j, memo, w, x, nr, lo, hi, NULL);
 }
 
 /* One matmul of a group: y = x W^T, y rows ldy apart. */
@@ -469,14 +501,14 @@ static int64_t take_units(const struct mm_units *u, struct mm_region *r, int64_t
  * units were level. Which thread computes an output changes nothing about
  * how it is computed, so results stay the same. No barrier at the end. */
 static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_task *t, int nt,
-                      const float *x, int32_t nr)
+                      const float *x, int32_t nr, const char *act)
 {
     struct ifl_fwd *f = j->f;
     enum ifl_type at = ifl_type_info(t[0].w->type)->act;
     const void *xa = x;
     size_t xs = (size_t)t[0].w->n_in * sizeof(float);
     if (at != IFL_TYPE_F32) {
-        xa = f->act;
+        xa = act ? act : (const char *)f->act;
         xs = f->act_row_bytes;
     }
     struct mm_units u;
@@ -546,7 +578,7 @@ static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int
         if (i > 0)
             ifl_pool_barrier(j->f->pool);
         mm_prepare(j, ith, nth, memo, t[i].w, x, nr);
-        mm_chunks(j, (*grp)++, ith, nth, t + i, k - i, x, nr);
+        mm_chunks(j, (*grp)++, ith, nth, t + i, k - i, x, nr, memo->buf);
         i = k;
     }
 }
@@ -651,22 +683,53 @@ static void step(void *arg, int ith, int nth)
     const int wo_whole = f->shard && f->shard->wo_whole;
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
+    /* Rows on every thread: with fewer rows than threads (a decode), each
+     * thread runs every row's element-wise phases (residual adds, norms,
+     * the conversion of a matmul's input, SwiGLU) itself, into buffers of
+     * its own (thread 0's are the shared ones, which the output phase and
+     * the heads' attention read), so a matmul that takes such an input
+     * needs no barrier before it: per layer the barriers before q/k/v,
+     * gate/up and down go, five are left of eight. The threads compute
+     * the same values in the same order, so nothing changes in the
+     * results. Paths that read the shared rows elsewhere (adapters,
+     * experts, tensor parallelism, extraction) keep the plain phases. */
+    const int rep = heads_split && nr <= f->rep_rows && !b->n_lora && !f->moe && !f->shard &&
+                    !m->units && !b->n_extract;
+    /* this thread's rows of the element-wise phases, and their buffers */
+    long elo = lo, ehi = hi;
+    float *x = f->x, *xn = f->xn;
+    char *act = NULL; /* NULL: f->act */
+    float *rg = NULL, *rt = NULL;
+    if (rep) {
+        elo = 0;
+        ehi = nr;
+        rg = f->rep_g + (size_t)ith * (size_t)f->rep_rows * (size_t)n_ff;
+        rt = f->rep_t + (size_t)ith * (size_t)f->rep_rows * (size_t)n_embd;
+        if (ith > 0) {
+            const size_t t = (size_t)(ith - 1) * (size_t)f->rep_rows;
+            x = f->rep_x + t * (size_t)n_embd;
+            xn = f->rep_xn + t * (size_t)f->max_in;
+            act = f->rep_act + t * f->act_row_bytes;
+        }
+    }
 
     /* embeddings and rotary angles; each thread's rows stay its own for
      * every per-row phase below, so those need no barrier between them */
-    for (long r = lo; r < hi; r++) {
+    for (long r = elo; r < ehi; r++) {
         const struct ifl_mat *te = &m->tok_embd;
         if (b->embd && b->embd[r]) { /* an image's row: given, not looked up (nor scaled) */
-            memcpy(f->x + r * n_embd, b->embd[r], sizeof(float) * (size_t)n_embd);
+            memcpy(x + r * n_embd, b->embd[r], sizeof(float) * (size_t)n_embd);
         } else {
             f->kn->dequant[te->type]((const char *)te->data + (size_t)b->tokens[r] * te->row_bytes,
-                                     f->x + r * n_embd, n_embd);
+                                     x + r * n_embd, n_embd);
             if (b->n_lora)
                 ifl_fwd_lora_embed(j, r);
             if (hp->emb_scale != 1.0f)
                 for (int i = 0; i < n_embd; i++)
-                    f->x[r * n_embd + i] *= hp->emb_scale;
+                    x[r * n_embd + i] *= hp->emb_scale;
         }
+    }
+    for (long r = lo; r < hi; r++) { /* the row's owner alone: read after barriers */
         float *cs = f->rope_cs + r * half * 2;
         for (int i = 0; i < half; i++) {
             double th = (double)b->pos[r] * f->inv_freq[i];
@@ -692,18 +755,19 @@ static void step(void *arg, int ith, int nth)
                         if (b->extract_rows[r])
                             memcpy(b->extract_out + ((size_t)r * b->n_extract + i) * n_embd,
                                    f->x + r * n_embd, sizeof(float) * (size_t)n_embd);
-        for (long r = lo; r < hi; r++)
-            rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
+        for (long r = elo; r < ehi; r++)
+            rmsnorm(xn + r * n_embd, x + r * n_embd, w->attn_norm, n_embd, hp->rms_eps);
         memo.src = NULL;
-        ifl_fwd_quant_rows(j, &memo, &w->wq, f->xn, nr, lo, hi);
+        quant_rows_to(j, &memo, &w->wq, xn, nr, elo, ehi, act);
         const struct mm_task qkv[3] = {{&w->wq, f->q, (size_t)q_dim},
                                        {&w->wk, f->k, (size_t)k_dim},
                                        {&w->wv, f->v, (size_t)v_dim}};
-        mm_barrier(j, ith, nth, qkv, 3);
+        if (!rep)
+            mm_barrier(j, ith, nth, qkv, 3);
         const int lqkv = b->n_lora && ifl_fwd_lora_any(f, b, il, T_QKV, 3);
         if (lqkv)
             ifl_fwd_lora_a(j, ith, nth, il, T_QKV, 3, f->xn, (size_t)n_embd, &memo);
-        mm_group(j, ith, nth, &memo, &grp, f->xn, nr, qkv, 3);
+        mm_group(j, ith, nth, &memo, &grp, xn, nr, qkv, 3);
         ifl_pool_barrier(f->pool);
         if (lqkv) {
             float *const y[3] = {f->q, f->k, f->v};
@@ -755,14 +819,19 @@ static void step(void *arg, int ith, int nth)
         }
         if (f->shard && !wo_whole) /* the heads' partial products summed */
             ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
-        for (long r = lo; r < hi; r++) {
+        for (long r = elo; r < ehi; r++) {
+            /* with rows on every thread, tmp is read by all: changed in a copy */
+            float *t = f->tmp + r * n_embd;
+            if (rep && (w->bo || w->attn_post_norm)) {
+                memcpy(rt + r * n_embd, t, sizeof(float) * (size_t)n_embd);
+                t = rt + r * n_embd;
+            }
             if (w->bo) /* after the shards' sum: added once */
-                add_residual(f->tmp + r * n_embd, w->bo, n_embd);
+                add_residual(t, w->bo, n_embd);
             if (w->attn_post_norm)
-                rmsnorm(f->tmp + r * n_embd, f->tmp + r * n_embd, w->attn_post_norm, n_embd,
-                        hp->rms_eps);
-            add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
-            rmsnorm(f->xn + r * n_embd, f->x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
+                rmsnorm(t, t, w->attn_post_norm, n_embd, hp->rms_eps);
+            add_residual(x + r * n_embd, t, n_embd);
+            rmsnorm(xn + r * n_embd, x + r * n_embd, w->ffn_norm, n_embd, hp->rms_eps);
         }
         memo.src = NULL; /* xn now holds the ffn input */
         if (f->moe) {    /* experts (forward_moe.c) instead of one FFN */
@@ -775,37 +844,45 @@ static void step(void *arg, int ith, int nth)
                 add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
             continue;
         }
-        ifl_fwd_quant_rows(j, &memo, &w->w_gate, f->xn, nr, lo, hi);
+        quant_rows_to(j, &memo, &w->w_gate, xn, nr, elo, ehi, act);
         const struct mm_task gu[2] = {{&w->w_gate, f->gate, (size_t)n_ff},
                                       {&w->w_up, f->up, (size_t)n_ff}};
-        mm_barrier(j, ith, nth, gu, 2);
+        if (!rep)
+            mm_barrier(j, ith, nth, gu, 2);
         const int lgu = b->n_lora && ifl_fwd_lora_any(f, b, il, T_GU, 2);
         if (lgu)
             ifl_fwd_lora_a(j, ith, nth, il, T_GU, 2, f->xn, (size_t)n_embd, &memo);
-        mm_group(j, ith, nth, &memo, &grp, f->xn, nr, gu, 2);
+        mm_group(j, ith, nth, &memo, &grp, xn, nr, gu, 2);
         ifl_pool_barrier(f->pool);
         if (lgu) {
             float *const y[2] = {f->gate, f->up};
             const size_t ld[2] = {(size_t)n_ff, (size_t)n_ff};
             ifl_fwd_lora_b_rows(j, ith, il, T_GU, 2, y, ld, lo, hi);
         }
-        for (long r = lo; r < hi; r++)
+        /* the FFN product, in gate (in a copy with rows on every thread) */
+        float *g = f->gate;
+        if (rep) {
+            g = rg;
+            memcpy(g, f->gate, sizeof(float) * (size_t)nr * (size_t)n_ff);
+        }
+        for (long r = elo; r < ehi; r++)
             if (hp->ffn_gelu)
-                f->kn->geglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
+                f->kn->geglu(n_ff, g + r * n_ff, f->up + r * n_ff);
             else
-                f->kn->swiglu(n_ff, f->gate + r * n_ff, f->up + r * n_ff);
+                f->kn->swiglu(n_ff, g + r * n_ff, f->up + r * n_ff);
         const int ld_ = b->n_lora && ifl_fwd_lora_any(f, b, il, T_D, 1);
         if (U) { /* summed as the ranks of a job do */
             mm_units(j, ith, nth, &grp, &U->down[(size_t)il * U->n], U->ff_off, f->gate,
                      (size_t)n_ff, nr, f->tmp, (size_t)n_embd);
             memo.src = NULL;
         } else {
-            ifl_fwd_quant_rows(j, &memo, &w->w_down, f->gate, nr, lo, hi);
+            quant_rows_to(j, &memo, &w->w_down, g, nr, elo, ehi, act);
             const struct mm_task d = {&w->w_down, f->tmp, (size_t)n_embd};
-            mm_barrier(j, ith, nth, &d, 1);
+            if (!rep)
+                mm_barrier(j, ith, nth, &d, 1);
             if (ld_)
                 ifl_fwd_lora_a(j, ith, nth, il, T_D, 1, f->gate, (size_t)n_ff, &memo);
-            mm_group(j, ith, nth, &memo, &grp, f->gate, nr, &d, 1);
+            mm_group(j, ith, nth, &memo, &grp, g, nr, &d, 1);
         }
         ifl_pool_barrier(f->pool);
         if (ld_) {
@@ -815,11 +892,15 @@ static void step(void *arg, int ith, int nth)
         }
         if (f->shard) /* the n_ff slices' partial products summed */
             ifl_fwd_tp_reduce(j, ith, f->tmp, (size_t)nr * (size_t)n_embd);
-        for (long r = lo; r < hi; r++) {
+        for (long r = elo; r < ehi; r++) {
+            float *t = f->tmp + r * n_embd;
+            if (rep && w->ffn_post_norm) {
+                memcpy(rt + r * n_embd, t, sizeof(float) * (size_t)n_embd);
+                t = rt + r * n_embd;
+            }
             if (w->ffn_post_norm)
-                rmsnorm(f->tmp + r * n_embd, f->tmp + r * n_embd, w->ffn_post_norm, n_embd,
-                        hp->rms_eps);
-            add_residual(f->x + r * n_embd, f->tmp + r * n_embd, n_embd);
+                rmsnorm(t, t, w->ffn_post_norm, n_embd, hp->rms_eps);
+            add_residual(x + r * n_embd, t, n_embd);
         }
     }
     ifl_pool_barrier(f->pool); /* the output rows below are any thread's */

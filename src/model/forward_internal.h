@@ -102,6 +102,18 @@ struct ifl_fwd {
     float *u_out;             /* [units - 1][R][n_embd] */
     struct ifl_mat att_shape; /* F32 of this rank's heads: what attention converts for */
     struct ifl_fwd_moe *moe;  /* the experts' scratch (forward_moe.c); NULL: dense */
+    /* A step of fewer rows than threads (a decode) runs each row's
+     * element-wise phases on every thread, into buffers of its own
+     * (forward.c, "rows on every thread"): thread t > 0's residual stream,
+     * matmul input and its conversion at rep_x, rep_xn, rep_act + (t - 1)
+     * * rep_rows rows; every thread's FFN product and sub-layer output at
+     * rep_g, rep_t + t * rep_rows rows. rep_rows = threads - 1 (0: none). */
+    int32_t rep_rows;
+    float *rep_x;  /* [threads - 1][rep_rows][n_embd] */
+    float *rep_xn; /* [threads - 1][rep_rows][max_in] */
+    char *rep_act; /* [threads - 1][rep_rows][act_row_bytes] */
+    float *rep_g;  /* [threads][rep_rows][n_ff] */
+    float *rep_t;  /* [threads][rep_rows][n_embd] */
 };
 
 /* What one step's threads share. */
@@ -120,6 +132,7 @@ struct act_memo {
     const float *src;
     enum ifl_type type;
     int32_t nr;
+    char *buf; /* where the converted rows are: NULL for act (the shared one) */
 };
 
 /* ifl_fwd_attention_blocks: query heads per pass at most (a wider KV group goes

@@ -1,0 +1,170 @@
+/*
+ * stepbench: the batched decode step alone, on the forward pass without
+ * the executor. n_seq sequences get a prompt of p positions each, then
+ * decode together, one row each a step, for `steps` steps. Prints the
+ * median step's wall time and the process's CPU time for it (all threads),
+ * and the operations a second: 2 x (weights multiplied) x n_seq per step,
+ * against the wall clock and against the CPU time divided by the threads
+ * (what the step would take if no neighbour took a core from it: on a
+ * shared machine the wall figure moves with the load, the CPU one much
+ * less). Compare with `kbench peak`. Checks nothing (the tests do).
+ *
+ *   build/tools/stepbench MODEL.gguf [n_seq 16] [steps 32] [threads 2] [prompt 128]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/err.h"
+#include "model/forward.h"
+#include "model/kv_store.h"
+#include "model/model.h"
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double mat_params(const struct ifl_mat *w)
+{
+    return w->data ? (double)w->n_in * (double)w->n_out : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: stepbench MODEL.gguf [n_seq 16] [steps 32] [threads 2] [prompt "
+                        "128]\n");
+        return 2;
+    }
+    const int n_seq = argc > 2 ? atoi(argv[2]) : 16, steps = argc > 3 ? atoi(argv[3]) : 32;
+    const int nth = argc > 4 ? atoi(argv[4]) : 2, prompt = argc > 5 ? atoi(argv[5]) : 128;
+    if (n_seq < 1 || n_seq > 256 || steps < 2 || nth < 1 || prompt < 1 || prompt > 8192) {
+        fprintf(stderr, "stepbench: n_seq 1..256, steps >= 2, threads >= 1, prompt 1..8192\n");
+        return 2;
+    }
+    char err[IFL_ERR_LEN] = "";
+    struct ifl_model *m = NULL;
+    if (ifl_model_load(&m, argv[1], err)) {
+        fprintf(stderr, "stepbench: %s\n", err);
+        return 1;
+    }
+    enum { BS = 16, CHUNK = 256 };
+    const int ctx = prompt + steps + 1, bps = (ctx + BS - 1) / BS;
+    const int R = n_seq > CHUNK ? n_seq : CHUNK;
+    struct ifl_kv_store *kv = NULL;
+    struct ifl_fwd *f = NULL;
+    struct ifl_fwd_config fc = {.max_rows = R, .max_ctx = ctx, .n_threads = nth};
+    if (ifl_kv_store_create(&kv, &m->hp, IFL_TYPE_F16, n_seq * bps, BS, err) ||
+        ifl_fwd_create(&f, m, kv, &fc, err)) {
+        fprintf(stderr, "stepbench: %s\n", err);
+        return 1;
+    }
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)(n_seq * bps));
+    const int32_t **tp = malloc(sizeof(*tp) * (size_t)n_seq);
+    int32_t *nb = malloc(sizeof(int32_t) * (size_t)n_seq);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)R), *pos = malloc(sizeof(int32_t) * (size_t)R);
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)R);
+    uint8_t *want = calloc((size_t)R, 1);
+    float *logits = malloc(sizeof(float) * (size_t)R * (size_t)m->hp.n_vocab);
+    double *wall = malloc(sizeof(double) * (size_t)steps), *cpu = malloc(sizeof(double) * steps);
+    if (!tables || !tp || !nb || !tok || !pos || !seq || !want || !logits || !wall || !cpu)
+        return 1;
+    for (int s = 0; s < n_seq; s++) {
+        for (int i = 0; i < bps; i++)
+            tables[s * bps + i] = s * bps + i;
+        tp[s] = tables + s * bps;
+        nb[s] = bps;
+    }
+    const int32_t nv = m->hp.n_vocab;
+    for (int s = 0; s < n_seq; s++)
+        for (int p0 = 0; p0 < prompt; p0 += CHUNK) {
+            int n = prompt - p0 < CHUNK ? prompt - p0 : CHUNK;
+            for (int i = 0; i < n; i++) {
+                tok[i] = (s * 7919 + (p0 + i) * 104729) % (nv - 10) + 10;
+                pos[i] = p0 + i;
+                seq[i] = s;
+                want[i] = p0 + i == prompt - 1;
+            }
+            struct ifl_batch b = {.n_rows = n,
+                                  .tokens = tok,
+                                  .pos = pos,
+                                  .seq = seq,
+                                  .logits = want,
+                                  .n_seqs = n_seq,
+                                  .block_tables = tp,
+                                  .n_blocks = nb};
+            if (ifl_forward(f, &b, logits, err)) {
+                fprintf(stderr, "stepbench: %s\n", err);
+                return 1;
+            }
+        }
+    for (int st = 0; st < steps; st++) {
+        for (int s = 0; s < n_seq; s++) {
+            tok[s] = (s * 31 + st * 17) % (nv - 10) + 10;
+            pos[s] = prompt + st;
+            seq[s] = s;
+            want[s] = 1;
+        }
+        struct ifl_batch b = {.n_rows = n_seq,
+                              .tokens = tok,
+                              .pos = pos,
+                              .seq = seq,
+                              .logits = want,
+                              .n_seqs = n_seq,
+                              .block_tables = tp,
+                              .n_blocks = nb};
+        double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (ifl_forward(f, &b, logits, err)) {
+            fprintf(stderr, "stepbench: %s\n", err);
+            return 1;
+        }
+        wall[st] = clock_s(CLOCK_MONOTONIC) - w0;
+        cpu[st] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    }
+    /* the weights each row multiplies: every matrix but the embedding table */
+    double params = mat_params(&m->output);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct ifl_layer_weights *w = &m->layers[il];
+        params += mat_params(&w->wq) + mat_params(&w->wk) + mat_params(&w->wv) +
+                  mat_params(&w->wo) + mat_params(&w->w_gate) + mat_params(&w->w_up) +
+                  mat_params(&w->w_down);
+    }
+    const double ops = 2.0 * params * n_seq;
+    qsort(wall, (size_t)steps, sizeof(double), cmp_double);
+    qsort(cpu, (size_t)steps, sizeof(double), cmp_double);
+    const double wm = wall[steps / 2], cm = cpu[steps / 2];
+    printf("%s: %d sequences at positions %d.., %d threads, %.3f G weights multiplied a row\n",
+           argv[1], n_seq, prompt, nth, params * 1e-9);
+    printf("step: wall median %.2f ms (best %.2f, tenth %.2f), CPU median %.2f ms (best %.2f, "
+           "tenth %.2f); %.1f tok/s\n",
+           wm * 1e3, wall[0] * 1e3, wall[steps / 10] * 1e3, cm * 1e3, cpu[0] * 1e3,
+           cpu[steps / 10] * 1e3, n_seq / wm);
+    printf("GOP/s: %.1f by the wall clock (best step %.1f), %.1f by CPU time / %d threads "
+           "(best %.1f)\n",
+           ops / wm * 1e-9, ops / wall[0] * 1e-9, ops / (cm / nth) * 1e-9, nth,
+           ops / (cpu[0] / nth) * 1e-9);
+    free(tables);
+    free(tp);
+    free(nb);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
+    free(logits);
+    free(wall);
+    free(cpu);
+    ifl_fwd_free(f);
+    ifl_kv_store_free(kv);
+    ifl_model_free(m);
+    return 0;
+}
