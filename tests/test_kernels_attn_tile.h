@@ -54,7 +54,11 @@ static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, int q0
                                   .d = d,
                                   .dv = dv,
                                   .nq = nq,
-                                  .nt = 64};
+                                  .nt = 64,
+                                  /* the next tile's rows, asked for (no effect) */
+                                  .pk = t0 + 64 < TILE_POS ? krow + t0 + 64 : NULL,
+                                  .pv = vrow + t0 + 64,
+                                  .pnt = t0 + 64 < TILE_POS ? 64 : 0};
         (q8 ? k->attn_tile_q8_0 : k->attn_tile_f16)(&a);
     }
 }
@@ -91,10 +95,16 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
     for (int i = 0; i < TILE_NQ; i++) {
         rhi[i] = 20 + (int)(ifl_rng_next(r) % (TILE_POS - 22));
         rlo[i] = i % 3 == 0 ? (int)(ifl_rng_next(r) % (uint64_t)(rhi[i] + 1)) : 0;
-        if (i % 6 && i < 12) { /* runs of queries that share a range, as a row's group does */
+        if (i % 6 && i < 6) { /* runs of queries that share a range, as a row's group does */
             rlo[i] = rlo[i - 1];
             rhi[i] = rhi[i - 1];
         }
+    }
+    /* queries 6 .. 13: a group of eight (a decode's), from an odd position
+     * within the first tile to an odd one within the last */
+    for (int i = 6; i < 14; i++) {
+        rlo[i] = 37;
+        rhi[i] = 2 * 64 + 22;
     }
     rhi[TILE_NQ - 1] = TILE_POS - 2; /* one query reaches the last tile */
     for (int t = 0; t < TILE_POS; t++) {
@@ -125,15 +135,19 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
         }
     }
     const char *name = q8 ? "q8_0" : "f16";
-    for (int nq = 1; nq <= TILE_NQ; nq += 6) {
-        tile_walk(k, q8, d, dv, TILE_NQ - nq, nq, q, krow, vrow, rlo, rhi, m1, l1, o1);
-        tile_walk(ref, q8, d, dv, TILE_NQ - nq, nq, q, krow, vrow, rlo, rhi, m2, l2, o2);
+    /* calls of the last nq queries, and the group of eight alone */
+    static const int calls[][2] = {
+        {TILE_NQ - 1, 1}, {TILE_NQ - 7, 7}, {TILE_NQ - 13, 13}, {0, 19}, {6, 8}};
+    for (size_t ci = 0; ci < sizeof calls / sizeof calls[0]; ci++) {
+        const int q0 = calls[ci][0], nq = calls[ci][1];
+        tile_walk(k, q8, d, dv, q0, nq, q, krow, vrow, rlo, rhi, m1, l1, o1);
+        tile_walk(ref, q8, d, dv, q0, nq, q, krow, vrow, rlo, rhi, m2, l2, o2);
         CHECK_MSG(bits_equal(m1, m2, sizeof(float) * (size_t)nq) &&
                       bits_equal(l1, l2, sizeof(float) * (size_t)nq) &&
                       bits_equal(o1, o2, sizeof(float) * (size_t)nq * (size_t)dv),
                   "%s attn_tile_%s d=%d dv=%d nq=%d differs from ref", k->name, name, d, dv, nq);
         for (int i = 0; i < nq; i++) {
-            const int qi = TILE_NQ - nq + i;
+            const int qi = q0 + i;
             tile_walk(k, q8, d, dv, qi, 1, q, krow, vrow, rlo, rhi, &m3, &l3, o3);
             CHECK_MSG(bits_equal(&l3, &l1[i], sizeof(float)) &&
                           bits_equal(o3, o1 + (size_t)i * dv, sizeof(float) * (size_t)dv),

@@ -122,6 +122,11 @@ struct ifl_attn_tile {
     float *o;             /* [nq][dv] running weighted values */
     float scale;
     int d, dv, nq, nt;
+    /* The next tile's rows of the same KV head (pnt of them; pk NULL for
+     * none): the kernel asks for them, spread over its own work, while it
+     * works on this tile. They change nothing in the results. */
+    const void *const *pk, *const *pv;
+    int pnt;
 };
 
 struct ifl_kernels {
