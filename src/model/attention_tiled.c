@@ -3,7 +3,8 @@
  * softmax: for every row, its positions in tiles of 64 aligned to
  * multiples of 64 (positions 64k .. 64k + 63), folded one after another
  * into the row's running max, sum and weighted values (the kernels'
- * attn_tile_*, kernels.h), then divided by the sum.
+ * attn_tile_*, kernels.h), then divided by the sum. gpt-oss's sinks start
+ * the max at the head's sink logit and the sum at 1.
  *
  * Batch invariance: the tiles a row meets and what it takes of each depend
  * only on its own position and window, and a kernel's arithmetic for a
@@ -30,9 +31,8 @@
 int ifl_fwd_attn_tiled(const struct ifl_fwd *f)
 {
     const struct ifl_hparams *hp = &f->m->hp;
-    /* softcap, and gpt-oss's sinks (every layer has them or none): the
-     * score pass of attention.c keeps them */
-    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0 || f->m->layers[0].attn_sinks)
+    /* softcap: the score pass of attention.c keeps it */
+    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0)
         return 0;
     return hp->head_dim <= TILE_DMAX && hp->head_dim_v <= TILE_DMAX &&
            (f->kv->type == IFL_TYPE_F16 || (hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0));
@@ -102,9 +102,14 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
             qs = qbuf;
             os = obuf;
         }
+        /* query i is head (hc0 + i / nq) * group + i % nq % group; a head's
+         * sink (gpt-oss) is a position of its own with no value, taken
+         * first: the running max starts at its logit z and the sum at
+         * e^(z - z) = 1, as llama.cpp's softmax with sinks counts it */
+        const float *sinks = f->m->layers[il].attn_sinks;
         for (int i = 0; i < nqa; i++) {
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
+            m[i] = sinks ? sinks[(hc0 + i / nq) * group + i % nq % group] : -INFINITY;
+            l[i] = sinks ? 1.0f : 0.0f;
         }
         memset(os, 0, sizeof(float) * (size_t)nqa * (size_t)hdv);
         int cur = 0;
