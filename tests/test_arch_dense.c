@@ -41,6 +41,7 @@
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
+#include "model/forward_internal.h"
 #include "model/model.h"
 #include "reffwd.h"
 #include "t.h"
@@ -461,6 +462,10 @@ static void check_invariance(const char *path, enum ifl_type kv_type)
         return;
     }
     const int nv = a.nv;
+    /* F16 and Q8_0 caches take the tiled attention, soft caps included */
+    if (kv_type != IFL_TYPE_F32)
+        CHECK_MSG(ifl_fwd_attn_tiled(a.f), "%s kv %s: not the tiled attention", path,
+                  ifl_type_info(kv_type)->name);
     /* alone: the prompt whole, then GEN decode rows; keep the last prompt
      * row's and each decode row's logits */
     float *alone = malloc(sizeof(float) * (size_t)nv * MAX_SEQS * (GEN + 1));

@@ -153,6 +153,9 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
         float s[TILE + 4] = {0}, pt[TILE] = {0};
         for (int t = lo; t < hi; t += 4)
             scores4(d, a->q + (size_t)i * d, kf, t, a->scale, s + t);
+        if (a->softcap > 0) /* gemma2's: ref's scalar operations */
+            for (int t = lo; t < hi; t++)
+                s[t] = a->softcap * ifl_kernels_tanh(s[t] * (1.0f / a->softcap));
         float mt = -INFINITY;
         for (int t = lo; t < hi; t++)
             mt = s[t] > mt ? s[t] : mt;

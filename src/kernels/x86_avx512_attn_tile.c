@@ -53,6 +53,22 @@ AI __m512 texp16(__m512 x)
     return _mm512_mul_ps(p, _mm512_castsi512_ps(s));
 }
 
+/* The soft cap of kernels.h in sixteen lanes: ifl_kernels_tanh's
+ * operations (texp16 being ifl_kernels_exp's), the sign ORed in as
+ * copysignf does (the quotient is never negative). */
+AI __m512 softcap16(__m512 s, float cap)
+{
+    const __m512 x = _mm512_mul_ps(s, _mm512_set1_ps(1.0f / cap));
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+    const __m512 e = texp16(_mm512_mul_ps(_mm512_set1_ps(-2.0f), ax));
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+    const __m512i sx = _mm512_and_si512(sign, _mm512_castps_si512(x));
+    return _mm512_mul_ps(_mm512_set1_ps(cap),
+                         _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sx)));
+}
+
 /* fold16 of ref_attn.c over one vector. */
 AI float fold1(__m512 x)
 {
@@ -246,7 +262,9 @@ AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const 
                 c[2 * j + 1] = _mm512_fmadd_ps(k1, qv, c[2 * j + 1]);
             }
         }
-        const __m512 sv = _mm512_mul_ps(_mm512_permutexvar_ps(order, fold16x16(c)), scale);
+        __m512 sv = _mm512_mul_ps(_mm512_permutexvar_ps(order, fold16x16(c)), scale);
+        if (a->softcap > 0)
+            sv = softcap16(sv, a->softcap);
         const __mmask16 take = (__mmask16)((ok0 ? 0x5555 : 0) | (ok1 ? 0xaaaa : 0));
         mv = _mm512_mask_max_ps(mv, take, mv, sv);
         _mm512_store_ps(sc[p], sv);
@@ -400,6 +418,8 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
             for (int k = k0; k < k1; k++) {
                 s[k] =
                     _mm512_permutexvar_ps(order, scores(d, q, kf + (size_t)16 * k * d, a->scale));
+                if (a->softcap > 0)
+                    s[k] = softcap16(s[k], a->softcap);
                 mv = _mm512_mask_max_ps(mv, take[k], mv, s[k]);
             }
             const float mt = _mm512_reduce_max_ps(mv);

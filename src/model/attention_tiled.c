@@ -31,8 +31,7 @@
 int ifl_fwd_attn_tiled(const struct ifl_fwd *f)
 {
     const struct ifl_hparams *hp = &f->m->hp;
-    /* softcap: the score pass of attention.c keeps it */
-    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0)
+    if (!ifl_fwd_attn_blocked(f))
         return 0;
     return hp->head_dim <= TILE_DMAX && hp->head_dim_v <= TILE_DMAX &&
            (f->kv->type == IFL_TYPE_F16 || (hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0));
@@ -162,6 +161,7 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
                                                  .l = l + qi,
                                                  .o = os + qi * hdv,
                                                  .scale = hp->attn_scale,
+                                                 .softcap = hp->attn_softcap,
                                                  .d = hd,
                                                  .dv = hdv,
                                                  .nq = nq,
