@@ -41,6 +41,7 @@
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
+#include "model/forward_internal.h"
 #include "model/model.h"
 #include "reffwd.h"
 #include "t.h"
@@ -475,6 +476,10 @@ static void check_invariance(const char *path, enum ifl_type kv_type)
         return;
     }
     const int nv = a.nv;
+    /* F16 and Q8_0 caches take the tiled attention, soft caps included */
+    if (kv_type != IFL_TYPE_F32)
+        CHECK_MSG(ifl_fwd_attn_tiled(a.f), "%s kv %s: not the tiled attention", path,
+                  ifl_type_info(kv_type)->name);
     /* alone: the prompt whole, then GEN decode rows; keep the last prompt
      * row's and each decode row's logits */
     float *alone = malloc(sizeof(float) * (size_t)nv * MAX_SEQS * (GEN + 1));
@@ -560,6 +565,11 @@ static void test_batch_invariance(void)
         /* every layer slides (sliding_window_pattern 0) */
         {"inv-gemma2-all", "--arch gemma2 --type q4_0 --n-embd 256 --n-layer 3 --n-head 8 "
                            "--n-head-kv 2 --n-ff 512 --n-swa 12 --swa-pattern 0 --seed 8"},
+        /* groups of eight query heads of width 64 (a tinyllama's shape): a
+         * decode's group takes attn_tile's eight-query path, and so do a
+         * prompt row's eight */
+        {"inv-llama-g8", "--arch llama --type q8_0 --n-embd 512 --n-layer 2 --n-head 8 "
+                         "--n-head-kv 1 --n-ff 512 --seed 9"},
     };
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         if (make_model(models[i][0], models[i][1], path, sizeof path))

@@ -29,7 +29,7 @@ static void tile_range(int t0, int nt, int lo, int hi, uint8_t *a, uint8_t *e)
 }
 
 /* Walks queries [q0, q0 + nq) (ranges rlo, rhi) through every tile. */
-static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, int q0, int nq,
+static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, float cap, int q0, int nq,
                       const float *q, const void *const *krow, const void *const *vrow,
                       const int *rlo, const int *rhi, float *m, float *l, float *o)
 {
@@ -51,15 +51,21 @@ static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, int q0
                                   .l = l,
                                   .o = o,
                                   .scale = 0.125f,
+                                  .softcap = cap,
                                   .d = d,
                                   .dv = dv,
                                   .nq = nq,
-                                  .nt = 64};
+                                  .nt = 64,
+                                  /* the next tile's rows, asked for (no effect) */
+                                  .pk = t0 + 64 < TILE_POS ? krow + t0 + 64 : NULL,
+                                  .pv = vrow + t0 + 64,
+                                  .pnt = t0 + 64 < TILE_POS ? 64 : 0};
         (q8 ? k->attn_tile_q8_0 : k->attn_tile_f16)(&a);
     }
 }
 
-static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, struct ifl_rng *r)
+static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, float cap,
+                            struct ifl_rng *r)
 {
     const struct ifl_kernels *ref = ifl_kernels_ref();
     const size_t kb = q8 ? (size_t)d / 32 * 34 : (size_t)d * 2;
@@ -91,10 +97,16 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
     for (int i = 0; i < TILE_NQ; i++) {
         rhi[i] = 20 + (int)(ifl_rng_next(r) % (TILE_POS - 22));
         rlo[i] = i % 3 == 0 ? (int)(ifl_rng_next(r) % (uint64_t)(rhi[i] + 1)) : 0;
-        if (i % 6 && i < 12) { /* runs of queries that share a range, as a row's group does */
+        if (i % 6 && i < 6) { /* runs of queries that share a range, as a row's group does */
             rlo[i] = rlo[i - 1];
             rhi[i] = rhi[i - 1];
         }
+    }
+    /* queries 6 .. 13: a group of eight (a decode's), from an odd position
+     * within the first tile to an odd one within the last */
+    for (int i = 6; i < 14; i++) {
+        rlo[i] = 37;
+        rhi[i] = 2 * 64 + 22;
     }
     rhi[TILE_NQ - 1] = TILE_POS - 2; /* one query reaches the last tile */
     for (int t = 0; t < TILE_POS; t++) {
@@ -125,16 +137,21 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
         }
     }
     const char *name = q8 ? "q8_0" : "f16";
-    for (int nq = 1; nq <= TILE_NQ; nq += 6) {
-        tile_walk(k, q8, d, dv, TILE_NQ - nq, nq, q, krow, vrow, rlo, rhi, m1, l1, o1);
-        tile_walk(ref, q8, d, dv, TILE_NQ - nq, nq, q, krow, vrow, rlo, rhi, m2, l2, o2);
+    /* calls of the last nq queries, and the group of eight alone */
+    static const int calls[][2] = {
+        {TILE_NQ - 1, 1}, {TILE_NQ - 7, 7}, {TILE_NQ - 13, 13}, {0, 19}, {6, 8}};
+    for (size_t ci = 0; ci < sizeof calls / sizeof calls[0]; ci++) {
+        const int q0 = calls[ci][0], nq = calls[ci][1];
+        tile_walk(k, q8, d, dv, cap, q0, nq, q, krow, vrow, rlo, rhi, m1, l1, o1);
+        tile_walk(ref, q8, d, dv, cap, q0, nq, q, krow, vrow, rlo, rhi, m2, l2, o2);
         CHECK_MSG(bits_equal(m1, m2, sizeof(float) * (size_t)nq) &&
                       bits_equal(l1, l2, sizeof(float) * (size_t)nq) &&
                       bits_equal(o1, o2, sizeof(float) * (size_t)nq * (size_t)dv),
-                  "%s attn_tile_%s d=%d dv=%d nq=%d differs from ref", k->name, name, d, dv, nq);
+                  "%s attn_tile_%s d=%d dv=%d cap=%g nq=%d differs from ref", k->name, name, d, dv,
+                  (double)cap, nq);
         for (int i = 0; i < nq; i++) {
-            const int qi = TILE_NQ - nq + i;
-            tile_walk(k, q8, d, dv, qi, 1, q, krow, vrow, rlo, rhi, &m3, &l3, o3);
+            const int qi = q0 + i;
+            tile_walk(k, q8, d, dv, cap, qi, 1, q, krow, vrow, rlo, rhi, &m3, &l3, o3);
             CHECK_MSG(bits_equal(&l3, &l1[i], sizeof(float)) &&
                           bits_equal(o3, o1 + (size_t)i * dv, sizeof(float) * (size_t)dv),
                       "%s attn_tile_%s d=%d dv=%d: query %d depends on the call's queries", k->name,
@@ -145,7 +162,7 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
                 double c = 0;
                 for (int e = 0; e < d; e++)
                     c += (double)q[(size_t)qi * d + e] * kf[(size_t)t * d + e];
-                s[t] = 0.125 * c;
+                s[t] = cap > 0 ? cap * tanh(0.125 * c / cap) : 0.125 * c;
                 mx = s[t] > mx ? s[t] : mx;
             }
             for (int t = rlo[qi]; t <= rhi[qi]; t++)
@@ -179,8 +196,12 @@ static void check_table_attn_tile(const struct ifl_kernels *k)
     ifl_rng_seed(&r, 42);
     static const int f16_d[][2] = {{64, 64}, {128, 128}, {80, 80}, {40, 72}, {256, 256}, {8, 8}};
     for (size_t i = 0; i < sizeof f16_d / sizeof f16_d[0]; i++)
-        check_attn_tile(k, 0, f16_d[i][0], f16_d[i][1], &r);
+        check_attn_tile(k, 0, f16_d[i][0], f16_d[i][1], 0, &r);
+    /* soft caps (gemma2's): one that bends most scores, one nearly linear */
+    check_attn_tile(k, 0, 64, 64, 1.5f, &r);
+    check_attn_tile(k, 0, 40, 72, 30.0f, &r);
+    check_attn_tile(k, 1, 64, 64, 1.5f, &r);
     static const int q8_d[][2] = {{64, 64}, {128, 128}, {32, 96}, {256, 256}};
     for (size_t i = 0; i < sizeof q8_d / sizeof q8_d[0]; i++)
-        check_attn_tile(k, 1, q8_d[i][0], q8_d[i][1], &r);
+        check_attn_tile(k, 1, q8_d[i][0], q8_d[i][1], 0, &r);
 }

@@ -104,6 +104,8 @@ struct ifl_exp_pass {
  *     16 lanes from 0.0f, lane e % 16 = fmaf(k[e], q[e], lane) for e
  *     ascending, then lane l += lane l + h for h = 8, 4, 2, 1; c = lane 0
  *     (a cached value is its F16 as float, or a Q8_0 block's d * q);
+ *     with softcap > 0 (gemma2) then s_t = softcap * ifl_kernels_tanh(s_t
+ *     * (1.0f / softcap));
  *   mt = the largest s_t; when mt > m[i]: a = ifl_kernels_exp(m[i] - mt),
  *     l[i] *= a, every o value *= a, m[i] = mt;
  *   p_t = ifl_kernels_exp(s_t - m[i]); the tile's p in 64 lanes by t (0
@@ -121,7 +123,13 @@ struct ifl_attn_tile {
     float *m, *l;         /* [nq] running max and sum */
     float *o;             /* [nq][dv] running weighted values */
     float scale;
+    float softcap; /* > 0: the scores' soft cap; 0: none */
     int d, dv, nq, nt;
+    /* The next tile's rows of the same KV head (pnt of them; pk NULL for
+     * none): the kernel asks for them, spread over its own work, while it
+     * works on this tile. They change nothing in the results. */
+    const void *const *pk, *const *pv;
+    int pnt;
 };
 
 struct ifl_kernels {
@@ -248,6 +256,10 @@ struct ifl_kernels {
  * own (no fused multiply-add). The SIMD exp_pass lanes do the very same
  * operations. */
 float ifl_kernels_exp(float x);
+/* tanh(x) as copysignf((1 - e) / (1 + e), x) with e = ifl_kernels_exp(-2
+ * |x|), each operation rounded on its own (absolute error a few times
+ * 1e-8; the SIMD attn_tile kernels do the same operations). */
+float ifl_kernels_tanh(float x);
 
 const struct ifl_kernels *ifl_kernels_ref(void);
 const struct ifl_kernels *ifl_kernels_best(void);

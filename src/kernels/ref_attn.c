@@ -45,6 +45,8 @@ static void attn_tile(const struct ifl_attn_tile *a, int q8)
             for (int e = 0; e < a->d; e++)
                 c[e % 16] = fmaf(kv_val(q8, a->k[t], e), q[e], c[e % 16]);
             s[t] = fold(c, 16) * a->scale;
+            if (a->softcap > 0)
+                s[t] = a->softcap * ifl_kernels_tanh(s[t] * (1.0f / a->softcap));
             if (s[t] > mt)
                 mt = s[t];
         }

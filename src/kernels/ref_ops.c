@@ -127,6 +127,12 @@ float ifl_kernels_exp(float x)
     return p * s;
 }
 
+float ifl_kernels_tanh(float x)
+{
+    const float e = ifl_kernels_exp(-2.0f * fabsf(x));
+    return copysignf((1.0f - e) / (1.0f + e), x);
+}
+
 static float max_f32(int64_t n, const float *x)
 {
     float m = -INFINITY;

@@ -131,12 +131,19 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
             t0 = a->lo[i] < t0 ? a->lo[i] : t0;
             t1 = a->hi[i] > t1 ? a->hi[i] : t1;
         }
-    if (t0 >= t1)
+    const size_t kb = q8 ? (size_t)d / 32 * 34 : (size_t)d * 2;
+    const size_t vb = q8 ? (size_t)dv / 32 * 34 : (size_t)dv * 2;
+    if (t0 >= t1) {
+        ifl_attn_tile_ask(a, 0, TILE, kb, vb);
         return;
+    }
+    ifl_attn_tile_ask(a, 0, t0, kb, vb);
     for (int t = t0; t < t1; t++) {
+        ifl_attn_tile_ask(a, t, t + 1, kb, vb);
         cvt_head(q8, a->k[t], d, kf + (size_t)t * d);
         cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
     }
+    ifl_attn_tile_ask(a, t1, TILE, kb, vb);
     /* scores4 reads up to three rows past t1 (their scores are dropped) */
     memset(kf + (size_t)t1 * d, 0, sizeof(float) * 3 * (size_t)d);
     for (int i = 0; i < a->nq; i++) {
@@ -146,6 +153,9 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
         float s[TILE + 4] = {0}, pt[TILE] = {0};
         for (int t = lo; t < hi; t += 4)
             scores4(d, a->q + (size_t)i * d, kf, t, a->scale, s + t);
+        if (a->softcap > 0) /* gemma2's: ref's scalar operations */
+            for (int t = lo; t < hi; t++)
+                s[t] = a->softcap * ifl_kernels_tanh(s[t] * (1.0f / a->softcap));
         float mt = -INFINITY;
         for (int t = lo; t < hi; t++)
             mt = s[t] > mt ? s[t] : mt;

@@ -53,6 +53,22 @@ AI __m512 texp16(__m512 x)
     return _mm512_mul_ps(p, _mm512_castsi512_ps(s));
 }
 
+/* The soft cap of kernels.h in sixteen lanes: ifl_kernels_tanh's
+ * operations (texp16 being ifl_kernels_exp's), the sign ORed in as
+ * copysignf does (the quotient is never negative). */
+AI __m512 softcap16(__m512 s, float cap)
+{
+    const __m512 x = _mm512_mul_ps(s, _mm512_set1_ps(1.0f / cap));
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+    const __m512 e = texp16(_mm512_mul_ps(_mm512_set1_ps(-2.0f), ax));
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+    const __m512i sx = _mm512_and_si512(sign, _mm512_castps_si512(x));
+    return _mm512_mul_ps(_mm512_set1_ps(cap),
+                         _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sx)));
+}
+
 /* fold16 of ref_attn.c over one vector. */
 AI float fold1(__m512 x)
 {
@@ -109,6 +125,23 @@ AI void cvt_head(int q8, const void *row, int n, float *out)
                          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
     }
 }
+
+/* Values [e, e + 16) of a cached head as floats (cvt_head's, in place). */
+AI __m512 ld16(int q8, const void *row, int e)
+{
+    if (!q8)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e)));
+    const char *b = (const char *)row + (size_t)(e / 32) * 34;
+    uint16_t dh;
+    memcpy(&dh, b, 2);
+    const __m128i q = _mm_loadu_si128((const __m128i *)(b + 2 + e % 32));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(dh)),
+                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
+/* A zero row for the positions of a scored pair that its queries do not
+ * take (their scores are masked; the row may not exist). */
+static const _Alignas(64) char zero_row[TILE_DMAX * 2];
 
 /* The scores of one query against the tile's sixteen rows of kf (d
  * floats each; rows no query takes are zeros), in fold16x16's lane order,
@@ -185,34 +218,170 @@ AI void pv_part(int dv, int e, const float *pt, float al, const float *vf, int l
     UNROLL for (int j = 0; j < 4; j++) _mm512_mask_storeu_ps(o + e + 16 * j, mk[j], acc[j]);
 }
 
+/* Eight queries i .. i + 7 that take the same positions [lo, hi) (a
+ * decode's KV group, or a prompt row's): each cached key is loaded once
+ * for all eight, two positions at a time, so the sixteen dot16
+ * accumulators of fold16x16 are (query j, position 2p + u) in lane 2j + u;
+ * the exponentials go sixteen of those at a time, the 64 lanes of a
+ * query's p fold as pairs of positions and then within a pair, and the
+ * values go 32 at a time for all eight (sixteen chains). The arithmetic
+ * per query is the reference's, as in the one-query path. With conv the
+ * rows come from kf and vf (converted once for a call's many queries),
+ * else from the cache itself (a decode: each row is used by these eight
+ * alone, so converting it into a buffer first only added stores). ask:
+ * this call's asks for the next tile are made here. */
+AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const int dv, int lo,
+               int hi, const int conv, const float *kf, const float *vf, __m512i order, int ask)
+{
+    const size_t kb = q8 ? (size_t)d / 32 * 34 : (size_t)d * 2;
+    const size_t vb = q8 ? (size_t)dv / 32 * 34 : (size_t)dv * 2;
+    const int p0 = lo / 2, p1 = (hi + 1) / 2; /* the pairs scored: 2 p0 .. 2 p1 - 1 */
+    _Alignas(64) float sc[TILE / 2][16];
+    const float *q = a->q + (size_t)i * d;
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    if (ask)
+        ifl_attn_tile_ask(a, 0, 2 * p0, kb, vb);
+    for (int p = p0; p < p1; p++) {
+        const int t = 2 * p, ok0 = t >= lo, ok1 = t + 1 < hi; /* t < hi always */
+        if (ask)
+            ifl_attn_tile_ask(a, t, t + 2, kb, vb);
+        const void *r0 = ok0 ? a->k[t] : zero_row, *r1 = ok1 ? a->k[t + 1] : zero_row;
+        const float *f0 = kf + (size_t)t * d, *f1 = kf + (size_t)(t + 1) * d;
+        __m512 c[16];
+        UNROLL for (int x = 0; x < 16; x++) c[x] = _mm512_setzero_ps();
+        for (int e = 0; e < d; e += 16) {
+            const __m512 k0 =
+                conv ? (ok0 ? _mm512_loadu_ps(f0 + e) : _mm512_setzero_ps()) : ld16(q8, r0, e);
+            const __m512 k1 =
+                conv ? (ok1 ? _mm512_loadu_ps(f1 + e) : _mm512_setzero_ps()) : ld16(q8, r1, e);
+            UNROLL for (int j = 0; j < 8; j++)
+            {
+                const __m512 qv = _mm512_loadu_ps(q + (size_t)j * d + e);
+                c[2 * j] = _mm512_fmadd_ps(k0, qv, c[2 * j]);
+                c[2 * j + 1] = _mm512_fmadd_ps(k1, qv, c[2 * j + 1]);
+            }
+        }
+        __m512 sv = _mm512_mul_ps(_mm512_permutexvar_ps(order, fold16x16(c)), scale);
+        if (a->softcap > 0)
+            sv = softcap16(sv, a->softcap);
+        const __mmask16 take = (__mmask16)((ok0 ? 0x5555 : 0) | (ok1 ? 0xaaaa : 0));
+        mv = _mm512_mask_max_ps(mv, take, mv, sv);
+        _mm512_store_ps(sc[p], sv);
+    }
+    if (ask)
+        ifl_attn_tile_ask(a, 2 * p1, TILE, kb, vb);
+    /* each query's largest: its two lanes */
+    mv = _mm512_max_ps(mv, _mm512_permute_ps(mv, _MM_SHUFFLE(2, 3, 0, 1)));
+    _Alignas(64) float mt[16], mq[16];
+    _mm512_store_ps(mt, mv);
+    float al[8];
+    for (int j = 0; j < 8; j++) {
+        al[j] = 1.0f; /* o unchanged: a multiply by 1 is exact */
+        if (mt[2 * j] > a->m[i + j]) {
+            al[j] = ifl_kernels_exp(a->m[i + j] - mt[2 * j]);
+            a->l[i + j] *= al[j];
+            a->m[i + j] = mt[2 * j];
+        }
+        mq[2 * j] = mq[2 * j + 1] = a->m[i + j];
+    }
+    const __m512 m = _mm512_load_ps(mq);
+    for (int p = 0; p < TILE / 2; p++) {
+        __m512 pv = _mm512_setzero_ps();
+        if (p >= p0 && p < p1) {
+            const int t = 2 * p;
+            const __mmask16 take = (__mmask16)((t >= lo ? 0x5555 : 0) | (t + 1 < hi ? 0xaaaa : 0));
+            pv = _mm512_maskz_mov_ps(take, texp16(_mm512_sub_ps(_mm512_load_ps(sc[p]), m)));
+        }
+        _mm512_store_ps(sc[p], pv);
+    }
+    /* the fold by t: h = 32 .. 2 add pairs of positions, h = 1 within one */
+    __m512 f[16];
+    UNROLL for (int p = 0; p < 16; p++) f[p] =
+        _mm512_add_ps(_mm512_load_ps(sc[p]), _mm512_load_ps(sc[p + 16]));
+    UNROLL for (int p = 0; p < 8; p++) f[p] = _mm512_add_ps(f[p], f[p + 8]);
+    UNROLL for (int p = 0; p < 4; p++) f[p] = _mm512_add_ps(f[p], f[p + 4]);
+    UNROLL for (int p = 0; p < 2; p++) f[p] = _mm512_add_ps(f[p], f[p + 2]);
+    f[0] = _mm512_add_ps(f[0], f[1]);
+    f[0] = _mm512_add_ps(f[0], _mm512_permute_ps(f[0], _MM_SHUFFLE(2, 3, 0, 1)));
+    _mm512_store_ps(mt, f[0]);
+    for (int j = 0; j < 8; j++)
+        a->l[i + j] += mt[2 * j];
+    float *o = a->o + (size_t)i * dv;
+    for (int e = 0; e < dv; e += 32) {
+        __m512 acc[8][2];
+        UNROLL for (int j = 0; j < 8; j++) UNROLL for (int h = 0; h < 2; h++)
+        {
+            acc[j][h] = _mm512_loadu_ps(o + (size_t)j * dv + e + 16 * h);
+            if (al[j] != 1.0f)
+                acc[j][h] = _mm512_mul_ps(acc[j][h], _mm512_set1_ps(al[j]));
+        }
+        for (int t = lo; t < hi; t++) {
+            const __m512 v0 =
+                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e) : ld16(q8, a->v[t], e);
+            const __m512 v1 =
+                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e + 16) : ld16(q8, a->v[t], e + 16);
+            const float *pp = &sc[t / 2][t % 2];
+            UNROLL for (int j = 0; j < 8; j++)
+            {
+                const __m512 pb = _mm512_set1_ps(pp[2 * j]);
+                acc[j][0] = _mm512_fmadd_ps(pb, v0, acc[j][0]);
+                acc[j][1] = _mm512_fmadd_ps(pb, v1, acc[j][1]);
+            }
+        }
+        UNROLL for (int j = 0; j < 8; j++) UNROLL for (int h = 0; h < 2; h++)
+            _mm512_storeu_ps(o + (size_t)j * dv + e + 16 * h, acc[j][h]);
+    }
+}
+
 /* The tile with head widths d and dv (literals for the common ones, so
  * that the sixteen rows' addresses are offsets of one register). */
 AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const int dv)
 {
     _Alignas(64) float kf[TILE * TILE_DMAX];
     _Alignas(64) float vf[TILE * TILE_DMAX];
+    const size_t kb = q8 ? (size_t)d / 32 * 34 : (size_t)d * 2;
+    const size_t vb = q8 ? (size_t)dv / 32 * 34 : (size_t)dv * 2;
+    /* lane L of the folded scores holds position LANE_OF^-1(L); back to order */
+    const __m512i order =
+        _mm512_setr_epi32(LANE_OF(0), LANE_OF(1), LANE_OF(2), LANE_OF(3), LANE_OF(4), LANE_OF(5),
+                          LANE_OF(6), LANE_OF(7), LANE_OF(8), LANE_OF(9), LANE_OF(10), LANE_OF(11),
+                          LANE_OF(12), LANE_OF(13), LANE_OF(14), LANE_OF(15));
+    const int g8ok = d % 16 == 0 && dv % 32 == 0;
+    if (g8ok && a->nq == 8) { /* a decode's group, its rows read in place */
+        int same = 1;
+        for (int i = 1; i < 8; i++)
+            same &= a->lo[i] == a->lo[0] && a->hi[i] == a->hi[0];
+        if (same) {
+            if (a->lo[0] < a->hi[0])
+                group8(a, 0, q8, d, dv, a->lo[0], a->hi[0], 0, kf, vf, order, 1);
+            else
+                ifl_attn_tile_ask(a, 0, TILE, kb, vb);
+            return;
+        }
+    }
     int t0 = TILE, t1 = 0;
     for (int i = 0; i < a->nq; i++)
         if (a->lo[i] < a->hi[i]) {
             t0 = a->lo[i] < t0 ? a->lo[i] : t0;
             t1 = a->hi[i] > t1 ? a->hi[i] : t1;
         }
-    if (t0 >= t1)
+    if (t0 >= t1) {
+        ifl_attn_tile_ask(a, 0, TILE, kb, vb);
         return;
+    }
+    ifl_attn_tile_ask(a, 0, t0, kb, vb);
     for (int t = t0; t < t1; t++) {
+        ifl_attn_tile_ask(a, t, t + 1, kb, vb);
         cvt_head(q8, a->k[t], d, kf + (size_t)t * d);
         cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
     }
+    ifl_attn_tile_ask(a, t1, TILE, kb, vb);
     /* the rows of a scored sixteen that no query takes are scored too (and
      * masked): zeros, not whatever the stack held */
     const int z0 = t0 / 16 * 16, z1 = (t1 + 15) / 16 * 16;
     memset(kf + (size_t)z0 * d, 0, sizeof(float) * (size_t)(t0 - z0) * (size_t)d);
     memset(kf + (size_t)t1 * d, 0, sizeof(float) * (size_t)(z1 - t1) * (size_t)d);
-    /* lane L of the folded scores holds position LANE_OF^-1(L); back to order */
-    const __m512i order =
-        _mm512_setr_epi32(LANE_OF(0), LANE_OF(1), LANE_OF(2), LANE_OF(3), LANE_OF(4), LANE_OF(5),
-                          LANE_OF(6), LANE_OF(7), LANE_OF(8), LANE_OF(9), LANE_OF(10), LANE_OF(11),
-                          LANE_OF(12), LANE_OF(13), LANE_OF(14), LANE_OF(15));
     for (int i = 0; i < a->nq;) {
         const int lo = a->lo[i], hi = a->hi[i];
         /* up to four queries with this range (a row's group shares it) */
@@ -222,6 +391,16 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
         if (lo >= hi) {
             i += nb;
             continue;
+        }
+        if (nb == 4 && g8ok && i + 8 <= a->nq) { /* eight with this range? */
+            int same = 1;
+            for (int b = 4; b < 8; b++)
+                same &= a->lo[i + b] == lo && a->hi[i + b] == hi;
+            if (same) {
+                group8(a, i, q8, d, dv, lo, hi, 1, kf, vf, order, 0);
+                i += 8;
+                continue;
+            }
         }
         const int k0 = lo / 16, k1 = (hi + 15) / 16; /* the sixteens scored */
         __mmask16 take[4];
@@ -239,6 +418,8 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
             for (int k = k0; k < k1; k++) {
                 s[k] =
                     _mm512_permutexvar_ps(order, scores(d, q, kf + (size_t)16 * k * d, a->scale));
+                if (a->softcap > 0)
+                    s[k] = softcap16(s[k], a->softcap);
                 mv = _mm512_mask_max_ps(mv, take[k], mv, s[k]);
             }
             const float mt = _mm512_reduce_max_ps(mv);

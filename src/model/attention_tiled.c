@@ -3,7 +3,8 @@
  * softmax: for every row, its positions in tiles of 64 aligned to
  * multiples of 64 (positions 64k .. 64k + 63), folded one after another
  * into the row's running max, sum and weighted values (the kernels'
- * attn_tile_*, kernels.h), then divided by the sum.
+ * attn_tile_*, kernels.h), then divided by the sum. gpt-oss's sinks start
+ * the max at the head's sink logit and the sum at 1.
  *
  * Batch invariance: the tiles a row meets and what it takes of each depend
  * only on its own position and window, and a kernel's arithmetic for a
@@ -30,9 +31,7 @@
 int ifl_fwd_attn_tiled(const struct ifl_fwd *f)
 {
     const struct ifl_hparams *hp = &f->m->hp;
-    /* softcap, and gpt-oss's sinks (every layer has them or none): the
-     * score pass of attention.c keeps them */
-    if (!ifl_fwd_attn_blocked(f) || hp->attn_softcap > 0 || f->m->layers[0].attn_sinks)
+    if (!ifl_fwd_attn_blocked(f))
         return 0;
     return hp->head_dim <= TILE_DMAX && hp->head_dim_v <= TILE_DMAX &&
            (f->kv->type == IFL_TYPE_F16 || (hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0));
@@ -81,7 +80,7 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
     float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
     float m[ATT_QHEADS], l[ATT_QHEADS];
     uint8_t lo[ATT_QHEADS], hi[ATT_QHEADS];
-    const char *kr[2][TILE], *vr[2][TILE], *kh[TILE], *vh[TILE];
+    const char *kr[2][TILE], *vr[2][TILE], *kh[TILE], *vh[TILE], *kn[TILE], *vn[TILE];
     /* the run's positions: its first row's window start to its last row */
     const int32_t w_first = ifl_fwd_win0(hp, il, b->pos[r]);
     const int32_t n_max = b->pos[r + nr - 1] + 1;
@@ -102,19 +101,26 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
             qs = qbuf;
             os = obuf;
         }
+        /* query i is head (hc0 + i / nq) * group + i % nq % group; a head's
+         * sink (gpt-oss) is a position of its own with no value, taken
+         * first: the running max starts at its logit z and the sum at
+         * e^(z - z) = 1, as llama.cpp's softmax with sinks counts it */
+        const float *sinks = f->m->layers[il].attn_sinks;
         for (int i = 0; i < nqa; i++) {
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
+            m[i] = sinks ? sinks[(hc0 + i / nq) * group + i % nq % group] : -INFINITY;
+            l[i] = sinks ? 1.0f : 0.0f;
         }
         memset(os, 0, sizeof(float) * (size_t)nqa * (size_t)hdv);
-        const size_t k_lo = head_ofs(q8, hc0, hd), k_hi = head_ofs(q8, hc1, hd);
-        const size_t v_lo = head_ofs(q8, hc0, hdv), v_hi = head_ofs(q8, hc1, hdv);
         int cur = 0;
         int nt = n_max - tb < TILE ? n_max - tb : TILE;
         for (int t = 0; t < nt; t++) {
             kr[0][t] = row_at(f, b, kv->k, kv->k_row, il, r, tb + t);
             vr[0][t] = row_at(f, b, kv->v, kv->v_row, il, r, tb + t);
         }
+        /* the first tile's rows asked for here; each next one's by the
+         * kernel (pk, pv), spread over its work on the one before */
+        tile_prefetch(kr[0], nt, head_ofs(q8, hc0, hd), head_ofs(q8, hc1, hd));
+        tile_prefetch(vr[0], nt, head_ofs(q8, hc0, hdv), head_ofs(q8, hc1, hdv));
         for (int32_t t0 = tb; t0 < n_max; t0 += TILE) {
             /* the next tile's rows, asked for while this one is worked on */
             const int32_t t0n = t0 + TILE;
@@ -122,10 +128,6 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
             for (int t = 0; t < ntn; t++) {
                 kr[!cur][t] = row_at(f, b, kv->k, kv->k_row, il, r, t0n + t);
                 vr[!cur][t] = row_at(f, b, kv->v, kv->v_row, il, r, t0n + t);
-            }
-            if (ntn > 0) {
-                tile_prefetch(kr[!cur], ntn, k_lo, k_hi);
-                tile_prefetch(vr[!cur], ntn, v_lo, v_hi);
             }
             for (long i = 0; i < nr; i++) {
                 const int32_t p = b->pos[r + i], w0 = ifl_fwd_win0(hp, il, p);
@@ -145,6 +147,10 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
                     kh[t] = kr[cur][t] + ko;
                     vh[t] = vr[cur][t] + vo;
                 }
+                for (int t = 0; t < ntn; t++) {
+                    kn[t] = kr[!cur][t] + ko;
+                    vn[t] = vr[!cur][t] + vo;
+                }
                 const size_t qi = (size_t)(hk - hc0) * (size_t)nq;
                 const struct ifl_attn_tile at = {.q = qs + qi * hd,
                                                  .k = (const void *const *)kh,
@@ -155,10 +161,14 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
                                                  .l = l + qi,
                                                  .o = os + qi * hdv,
                                                  .scale = hp->attn_scale,
+                                                 .softcap = hp->attn_softcap,
                                                  .d = hd,
                                                  .dv = hdv,
                                                  .nq = nq,
-                                                 .nt = nt};
+                                                 .nt = nt,
+                                                 .pk = ntn > 0 ? (const void *const *)kn : NULL,
+                                                 .pv = (const void *const *)vn,
+                                                 .pnt = ntn > 0 ? ntn : 0};
                 tile(&at);
             }
             cur = !cur;
