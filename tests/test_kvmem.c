@@ -153,8 +153,8 @@ static void test_rss_follows_use(void)
               (long long)peak);
 
     /* free for 300 ms: given back (allow a loaded machine 20 s); the
-     * resident figure and the release count are published one after the
-     * other, so wait for both */
+     * resident figure is measured at the call while the release count is
+     * the engine's last published step's, so wait for both */
     for (int i = 0; i < 200; i++) {
         CHECK_EQ(ifl_get_iteration_stats(ex, &s), 0);
         if (s.kv_bytes_resident < (int64_t)1 << 20 && s.kv_blocks_released >= s.kv_blocks_peak)
