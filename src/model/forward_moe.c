@@ -94,8 +94,8 @@ struct ifl_fwd_moe {
     float *hg, *hu; /* [ng][n_ff] gate and up outputs; hg then silu(g) * u */
     char *hd;       /* [ng][h_ld] silu(g) * u in down's input format */
     size_t h_ld;
-    float *yd;         /* [ng][n_embd] down outputs */
-    int32_t *trace;    /* ifl_fwd_moe_trace's array, or NULL */
+    float *yd;        /* [ng][n_embd] down outputs */
+    int32_t *trace;   /* ifl_fwd_moe_trace's array, or NULL */
     struct share *tk; /* [n_layer][n_tk][nth] shares taken: gate/up, down (per sum unit) */
     int n_tk;
     float *urow; /* [nth][n_embd] a sum unit's weighted row (--tp-emulate) */
@@ -566,12 +566,12 @@ void ifl_fwd_moe(struct job *j, int ith, int nth, int il, long lo, long hi)
         .x = {e->xg, e->xu},
         .y = {e->hg, e->hu},
         .nm = 2,
-        .cw = unit_cols(f, &w->gate_exps) > unit_cols(f, &w->up_exps) ? unit_cols(f, &w->gate_exps)
-                                                                       : unit_cols(f, &w->up_exps),
         .n_out = n_ff,
         .xs = e->x_ld,
         .ldy = (size_t)n_ff,
     };
+    const int cwg = unit_cols(f, &w->gate_exps), cwu = unit_cols(f, &w->up_exps);
+    gu.cw = cwg > cwu ? cwg : cwu;
     gu.nch = (n_ff + gu.cw - 1) / gu.cw;
     phase_barrier(f, L, &gu, ith, nth);
     phase_go(f, L, &gu, tk, ith, nth);
