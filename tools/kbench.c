@@ -4,10 +4,12 @@
  * n = nc = 2048 by default, and the x16 kernels (kernels.h) on the same
  * rows repacked. Prints figures; checks nothing (the tests do).
  * `kbench peak` measures the CPU's int8 dot-product peak instead, one
- * thread and two (tools/kbench_peak.h).
+ * thread and two (tools/kbench_peak.h); `kbench ports` which of the
+ * tiles' other instructions share vpdpbusd's pipes (tools/kbench_ports.h).
  *
  *   build/tools/kbench [n] [nc] [table...]
  *   build/tools/kbench peak
+ *   build/tools/kbench ports
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +33,14 @@ static double now(void)
 }
 
 #include "kbench_peak.h"
+#include "kbench_ports.h"
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "peak") == 0)
         return peak_main();
+    if (argc > 1 && strcmp(argv[1], "ports") == 0)
+        return ports_main();
     int64_t n = argc > 1 ? atoll(argv[1]) : 2048;
     int nc = argc > 2 ? atoi(argv[2]) : 2048;
     static const char *all[] = {"scalar", "avx2", "avx512"};
