@@ -10,6 +10,12 @@
  * less). Compare with `kbench peak`. Checks nothing (the tests do).
  *
  *   build/tools/stepbench MODEL.gguf [n_seq 16] [steps 32] [threads 2] [prompt 128]
+ *                         [fill: prompt | random] [kv type: f16 | q8_0]
+ *
+ * fill random skips the prompt's forward passes: the cache's first
+ * `prompt` positions get random keys and values (normal, as F16 or Q8_0),
+ * so a decode at depth 8192 is measured in seconds, not minutes of
+ * prefill. The attention reads as many bytes either way.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +23,9 @@
 #include <time.h>
 
 #include "core/err.h"
+#include "core/fp16.h"
+#include "core/rng.h"
+#include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/kv_store.h"
 #include "model/model.h"
@@ -48,8 +57,13 @@ int main(int argc, char **argv)
     }
     const int n_seq = argc > 2 ? atoi(argv[2]) : 16, steps = argc > 3 ? atoi(argv[3]) : 32;
     const int nth = argc > 4 ? atoi(argv[4]) : 2, prompt = argc > 5 ? atoi(argv[5]) : 128;
-    if (n_seq < 1 || n_seq > 256 || steps < 2 || nth < 1 || prompt < 1 || prompt > 8192) {
-        fprintf(stderr, "stepbench: n_seq 1..256, steps >= 2, threads >= 1, prompt 1..8192\n");
+    const int fill_random = argc > 6 && !strcmp(argv[6], "random");
+    const enum ifl_type kvt = argc > 7 && !strcmp(argv[7], "q8_0") ? IFL_TYPE_Q8_0 : IFL_TYPE_F16;
+    if (n_seq < 1 || n_seq > 256 || steps < 2 || nth < 1 || prompt < 1 || prompt > 8192 ||
+        (argc > 6 && !fill_random && strcmp(argv[6], "prompt")) ||
+        (argc > 7 && kvt == IFL_TYPE_F16 && strcmp(argv[7], "f16"))) {
+        fprintf(stderr, "stepbench: n_seq 1..256, steps >= 2, threads >= 1, prompt 1..8192, "
+                        "fill prompt or random, kv type f16 or q8_0\n");
         return 2;
     }
     char err[IFL_ERR_LEN] = "";
@@ -64,7 +78,7 @@ int main(int argc, char **argv)
     struct ifl_kv_store *kv = NULL;
     struct ifl_fwd *f = NULL;
     struct ifl_fwd_config fc = {.max_rows = R, .max_ctx = ctx, .n_threads = nth};
-    if (ifl_kv_store_create(&kv, &m->hp, IFL_TYPE_F16, n_seq * bps, BS, err) ||
+    if (ifl_kv_store_create(&kv, &m->hp, kvt, n_seq * bps, BS, err) ||
         ifl_fwd_create(&f, m, kv, &fc, err)) {
         fprintf(stderr, "stepbench: %s\n", err);
         return 1;
@@ -86,7 +100,32 @@ int main(int argc, char **argv)
         nb[s] = bps;
     }
     const int32_t nv = m->hp.n_vocab;
-    for (int s = 0; s < n_seq; s++)
+    if (fill_random) { /* every sequence's blocks are its own: s * bps .. */
+        struct ifl_rng rng;
+        ifl_rng_seed(&rng, 7);
+        const int dmax = kv->k_dim > kv->v_dim ? kv->k_dim : kv->v_dim;
+        float *row = malloc(sizeof(float) * (size_t)dmax);
+        if (!row)
+            return 1;
+        for (int il = 0; il < m->hp.n_layer; il++)
+            for (int s = 0; s < n_seq; s++)
+                for (int p = 0; p < prompt; p++)
+                    for (int h = 0; h < 2; h++) {
+                        const int n = h ? kv->v_dim : kv->k_dim;
+                        const size_t rb = h ? kv->v_row : kv->k_row;
+                        char *dst = (char *)(h ? kv->v : kv->k)[il] +
+                                    ((size_t)(s * bps + p / BS) * BS + (size_t)(p % BS)) * rb;
+                        for (int e = 0; e < n; e++)
+                            row[e] = ifl_rng_normal(&rng);
+                        if (kvt == IFL_TYPE_Q8_0)
+                            ifl_kernels_ref()->quant[IFL_TYPE_Q8_0](row, dst, n);
+                        else
+                            for (int e = 0; e < n; e++)
+                                ((uint16_t *)(void *)dst)[e] = ifl_f32_to_f16(row[e]);
+                    }
+        free(row);
+    }
+    for (int s = 0; s < n_seq && !fill_random; s++)
         for (int p0 = 0; p0 < prompt; p0 += CHUNK) {
             int n = prompt - p0 < CHUNK ? prompt - p0 : CHUNK;
             for (int i = 0; i < n; i++) {
