@@ -246,8 +246,9 @@ static void test_bf16_precision(void)
         }
         double sd = sqrt(ss / n - (s / n) * (s / n));
         mean /= n;
-        fprintf(stderr, "  bf16 products, image %d: max |d| %.2e, mean %.2e (std %.3f; f32 max %.2e)\n",
-                im, mx, mean, sd, mx0);
+        fprintf(stderr,
+                "  bf16 products, image %d: max |d| %.2e, mean %.2e (std %.3f; f32 max %.2e)\n", im,
+                mx, mean, sd, mx0);
         CHECK_MSG(mx <= 0.05 * sd && mean <= 0.01 * sd, "bf16: max |d| %g, mean %g, std %g", mx,
                   mean, sd);
         CHECK_MSG(mx > mx0, "bf16 products are no farther from float64 than f32 (%g, %g)", mx, mx0);

@@ -1311,9 +1311,9 @@ static void test_x16(void)
 static void test_f32_kn(void)
 {
     static const int shapes[][3] = {/* n, nr, nc */
-                                     {1, 1, 1},    {7, 3, 15},  {16, 9, 16},  {5, 8, 17},
-                                     {33, 13, 47}, {64, 8, 48}, {64, 17, 49}, {64, 64, 577},
-                                     {577, 64, 64}, {100, 5, 100}};
+                                    {1, 1, 1},     {7, 3, 15},   {16, 9, 16},  {5, 8, 17},
+                                    {33, 13, 47},  {64, 8, 48},  {64, 17, 49}, {64, 64, 577},
+                                    {577, 64, 64}, {100, 5, 100}};
     struct ifl_rng r;
     ifl_rng_seed(&r, 99);
     const struct ifl_kernels *ref = ifl_kernels_ref();

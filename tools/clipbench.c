@@ -45,9 +45,8 @@ int main(int argc, char **argv)
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr,
-                    "usage: clipbench MMPROJ.gguf [--images N] [--batch B] [--threads T] "
-                    "[--precision f32|bf16]\n");
+            fprintf(stderr, "usage: clipbench MMPROJ.gguf [--images N] [--batch B] [--threads T] "
+                            "[--precision f32|bf16]\n");
             return 2;
         }
     }
@@ -88,8 +87,7 @@ int main(int argc, char **argv)
     printf("clipbench: %s: image %d patch %d n_embd %d layers %d/%d, threads %d, batch %d: "
            "%d images in %.2f s, %.1f ms/image, %.3f images/s (CPU time %.1f ms/image)%s\n",
            path, hp->image_size, hp->patch_size, hp->n_embd, hp->n_run, hp->n_layer, threads, batch,
-           done, s, 1e3 * s / done, done / s, 1e3 * u / done,
-           c->bf16 ? ", bf16 products" : "");
+           done, s, 1e3 * s / done, done / s, 1e3 * u / done, c->bf16 ? ", bf16 products" : "");
     free(px);
     free(out);
     ifl_clip_ctx_free(x);

@@ -284,8 +284,7 @@ static int serve_main(int argc, char **argv)
                 return cli_usage_error("serve", "--vision-precision wants f32 or bf16, not '%s'",
                                        v);
             vision_prec = !strcmp(v, "bf16") ? IFL_VISION_PREC_BF16 : IFL_VISION_PREC_F32;
-        }
-        else if (!strcmp(a, "--image-url-allow")) {
+        } else if (!strcmp(a, "--image-url-allow")) {
             if (strncasecmp(v, "http://", 7) && strncasecmp(v, "https://", 8))
                 return cli_usage_error("serve",
                                        "--image-url-allow: '%s' is not an http:// or "

@@ -27,8 +27,8 @@ AI void kn_tile(int R, int C, __mmask16 m, int64_t n, const float *x, size_t ldx
     for (int64_t k = 0; k < n; k++) {
         const float *bk = b + (size_t)k * ldb;
         __m512 w[KN_C];
-        UNROLL FOR_C w[c] = c == C - 1 ? _mm512_maskz_loadu_ps(m, bk + 16 * c)
-                                       : _mm512_loadu_ps(bk + 16 * c);
+        UNROLL FOR_C w[c] =
+            c == C - 1 ? _mm512_maskz_loadu_ps(m, bk + 16 * c) : _mm512_loadu_ps(bk + 16 * c);
         UNROLL FOR_R
         {
             __m512 xv = _mm512_set1_ps(x[(size_t)r * ldx + (size_t)k]);

@@ -544,8 +544,7 @@ static int load_internvl_proj(struct ifl_clip *c, char *err)
     return rc;
 }
 
-static int from_gguf(struct ifl_clip **out, struct ifl_gguf *g, enum ifl_clip_prec prec,
-                     char *err)
+static int from_gguf(struct ifl_clip **out, struct ifl_gguf *g, enum ifl_clip_prec prec, char *err)
 {
     *out = NULL;
     struct ifl_clip *c = calloc(1, sizeof *c);
@@ -600,8 +599,7 @@ int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
     return from_gguf(out, g, IFL_CLIP_PREC_F32, err);
 }
 
-int ifl_clip_load_prec(struct ifl_clip **out, const char *path, enum ifl_clip_prec prec,
-                       char *err)
+int ifl_clip_load_prec(struct ifl_clip **out, const char *path, enum ifl_clip_prec prec, char *err)
 {
     struct ifl_gguf *g = NULL;
     *out = NULL;

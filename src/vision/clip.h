@@ -133,8 +133,7 @@ int ifl_clip_load(struct ifl_clip **out, const char *path, char *err);
  *    other tables it changes nothing (no faster kernel to pay for it). */
 enum ifl_clip_prec { IFL_CLIP_PREC_F32 = 0, IFL_CLIP_PREC_BF16 = 1 };
 /* ifl_clip_load with a precision (IFL_EINVAL for another value). */
-int ifl_clip_load_prec(struct ifl_clip **out, const char *path, enum ifl_clip_prec prec,
-                       char *err);
+int ifl_clip_load_prec(struct ifl_clip **out, const char *path, enum ifl_clip_prec prec, char *err);
 /* The same from an open reader, which the result then owns (also on failure). */
 int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err);
 void ifl_clip_free(struct ifl_clip *c);
