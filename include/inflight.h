@@ -298,6 +298,13 @@ struct ifl_executor_config {
      * next steps, so that decoding requests are not held up behind a queue
      * of images); 0: 2 */
     int32_t vision_images_per_step;
+    /* The vision encoder's compute precision (enum ifl_vision_precision,
+     * docs/api.md "Vision encoders"): F32 (0, the default) multiplies the
+     * file's values in F32; BF16 rounds its F16 matrices, and their
+     * activations, to BF16 for vdpbf16ps on CPUs with AVX-512 BF16 (the
+     * embeddings move by about 1e-2 of their scale; on other CPUs it
+     * changes nothing). IFL_EINVAL for another value. */
+    int32_t vision_precision;
     /* the encoder's outputs kept for reuse by image hash once no request
      * uses them, in bytes, least recently used dropped first; 0: 64 MiB;
      * -1: none kept */
@@ -817,6 +824,9 @@ int ifl_executor_find_lora(ifl_executor *ex, const char *name, int32_t *id);
  * ====================================================================== */
 
 typedef struct ifl_vision ifl_vision;
+
+/* The encoder's compute precision (config.vision_precision). */
+enum ifl_vision_precision { IFL_VISION_PREC_F32 = 0, IFL_VISION_PREC_BF16 = 1 };
 
 struct ifl_vision_info {
     int32_t image_size; /* the side images are scaled and padded to */

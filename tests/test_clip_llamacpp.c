@@ -14,7 +14,9 @@
  * from the float64 reference; ours is under 1.4e-6). Q8_0 rounds the
  * activations too, in both, each its own way (ours max 0.044 / mean 0.011
  * from float64, llama.cpp's 0.067 / 0.010), so there the bounds are 5x:
- * max 0.1 * std, mean 0.02 * std (measured 0.054 / 0.011).
+ * max 0.1 * std, mean 0.02 * std (measured 0.054 / 0.011). The BF16
+ * compute precision (clip.h, an option) takes the same 5x bounds
+ * (measured 0.021 / 0.004 of the std for LLaVA, 0.019 / 0.004 InternVL).
  * Cases: no class token (our encoder and llama.cpp compute the same
  * function), square images (no resize), and 48 x 20 and 13 x 40 images
  * (llama.cpp's bicubic resize and padding, which ifl_clip_preprocess
@@ -127,14 +129,16 @@ static void pattern_pixels(const struct ifl_clip *c, int w, int h, float *out)
 }
 
 /* Our encoder on mmproj `path` and a w x h pattern vs llama.cpp's `bin`
- * (every tile's rows, in llama.cpp's chunk order). */
-static void check_case(const char *path, const char *bin, int w, int h, double k)
+ * (every tile's rows, in llama.cpp's chunk order), at compute precision
+ * prec (clip.h). */
+static void check_case_prec(const char *path, const char *bin, int w, int h, double k,
+                            enum ifl_clip_prec prec)
 {
     char err[IFL_ERR_LEN] = "";
     struct ifl_clip *c = NULL;
     struct ifl_clip_ctx *x = NULL;
     int nt = 1;
-    if (ifl_clip_load(&c, path, err) || (nt = ifl_clip_n_tiles(c, w, h)) < 1 ||
+    if (ifl_clip_load_prec(&c, path, prec, err) || (nt = ifl_clip_n_tiles(c, w, h)) < 1 ||
         ifl_clip_ctx_create(&x, c, nt, NULL, 2, err)) {
         CHECK_MSG(0, "%s: %s", path, err);
         ifl_clip_free(c);
@@ -149,8 +153,8 @@ static void check_case(const char *path, const char *bin, int w, int h, double k
     CHECK(ifl_clip_encode(x, px, nt, got, err) == 0);
     if (want) {
         struct cmp d = compare(got, want, n);
-        fprintf(stderr, "  %-16s %d tile%s max |d| %.2e  mean %.2e  (std %.3f)", bin, nt,
-                nt > 1 ? "s" : " ", d.max, d.mean, d.sd);
+        fprintf(stderr, "  %-16s %d tile%s%s max |d| %.2e  mean %.2e  (std %.3f)", bin, nt,
+                nt > 1 ? "s" : " ", c->bf16 ? " bf16" : "", d.max, d.mean, d.sd);
         /* and each against the float64 reference, to tell whose error it is */
         float *ref = malloc(n * sizeof(float));
         int rc = 0;
@@ -173,6 +177,11 @@ static void check_case(const char *path, const char *bin, int w, int h, double k
     ifl_clip_free(c);
 }
 
+static void check_case(const char *path, const char *bin, int w, int h, double k)
+{
+    check_case_prec(path, bin, w, h, k, IFL_CLIP_PREC_F32);
+}
+
 static void test_no_class(void)
 {
     char path[512];
@@ -181,8 +190,12 @@ static void test_no_class(void)
         check_case(path, "nocls-48x20", 48, 20, 1);
         check_case(path, "nocls-13x40", 13, 40, 1);
     }
-    if (!remake("f16", "--type f16 --no-class --seed 63", path, sizeof path))
+    if (!remake("f16", "--type f16 --no-class --seed 63", path, sizeof path)) {
         check_case(path, "f16-32x32", 32, 32, 1);
+        /* the BF16 option (clip.h): bounds as Q8_0's, 5x the float ones
+         * (takes effect on the avx512bf16 table only) */
+        check_case_prec(path, "f16-32x32", 32, 32, 5, IFL_CLIP_PREC_BF16);
+    }
     if (!remake("q8", "--type q8_0 --no-class --seed 64", path, sizeof path))
         check_case(path, "q8-32x32", 32, 32, 5);
 }
@@ -238,8 +251,10 @@ static void test_internvl(void)
         check_case(path, "ivl-flat-24x17", 24, 17, 1);
     }
     if (!remake("ivl-f16", "--projector internvl --type f16 --flat-pos --seed 73", path,
-                sizeof path))
+                sizeof path)) {
         check_case(path, "ivl-f16-70x40", 70, 40, 1);
+        check_case_prec(path, "ivl-f16-70x40", 70, 40, 5, IFL_CLIP_PREC_BF16);
+    }
     if (!remake("ivl-q8", "--projector internvl --type q8_0 --flat-pos --seed 74", path,
                 sizeof path))
         check_case(path, "ivl-q8-32x32", 32, 32, 5);

@@ -1303,6 +1303,63 @@ static void test_x16(void)
                 worst_bf16_act);
 }
 
+/* gemm_f32_kn (the vision encoder's attention products) of every table
+ * gives ref's bits: shapes of one row or column, column counts around the
+ * 16- and 48-wide vectors and tiles (masked ends), row tiles ending short,
+ * attention's own (64 queries against 577 keys and back), strides wider
+ * than the rows; and its ref equals a fmaf chain written out here. */
+static void test_f32_kn(void)
+{
+    static const int shapes[][3] = {/* n, nr, nc */
+                                    {1, 1, 1},     {7, 3, 15},   {16, 9, 16},  {5, 8, 17},
+                                    {33, 13, 47},  {64, 8, 48},  {64, 17, 49}, {64, 64, 577},
+                                    {577, 64, 64}, {100, 5, 100}};
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 99);
+    const struct ifl_kernels *ref = ifl_kernels_ref();
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si][0];
+        const int nr = shapes[si][1], nc = shapes[si][2];
+        const size_t ldx = (size_t)n + 3, ldb = (size_t)nc + 5, ldy = (size_t)nc + 2;
+        float *x = xmalloc(sizeof(float) * ldx * (size_t)nr);
+        float *b = xmalloc(sizeof(float) * ldb * (size_t)n);
+        float *y0 = xmalloc(sizeof(float) * ldy * (size_t)nr);
+        float *y = xmalloc(sizeof(float) * ldy * (size_t)nr);
+        fill_normal(&r, x, (int64_t)(ldx * (size_t)nr), 1.0f);
+        fill_normal(&r, b, (int64_t)(ldb * (size_t)n), 1.0f);
+        for (size_t i = 0; i < ldy * (size_t)nr; i++)
+            y0[i] = -7.0f; /* the gaps between rows must stay untouched */
+        memcpy(y, y0, sizeof(float) * ldy * (size_t)nr);
+        ref->gemm_f32_kn(n, nr, nc, x, ldx, b, ldb, y0, ldy);
+        for (int i = 0; i < nr; i++)
+            for (int c = 0; c < nc; c++) {
+                float acc = 0.0f;
+                for (int64_t k = 0; k < n; k++)
+                    acc = fmaf(x[(size_t)i * ldx + (size_t)k], b[(size_t)k * ldb + (size_t)c], acc);
+                CHECK_MSG(bits_equal(&acc, &y0[(size_t)i * ldy + (size_t)c], 4),
+                          "ref gemm_f32_kn n=%lld [%d][%d]: %.9g vs %.9g", (long long)n, i, c,
+                          y0[(size_t)i * ldy + (size_t)c], acc);
+            }
+        for (int k = 1; k < N_TAB; k++) {
+            const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
+            if (!kt)
+                continue;
+            for (size_t i = 0; i < ldy * (size_t)nr; i++)
+                y[i] = -7.0f;
+            /* the x86 tables have their own (the scalar one is slow) */
+            CHECK(kt->gemm_f32_kn != ref->gemm_f32_kn);
+            kt->gemm_f32_kn(n, nr, nc, x, ldx, b, ldb, y, ldy);
+            CHECK_MSG(bits_equal(y, y0, sizeof(float) * ldy * (size_t)nr),
+                      "%s gemm_f32_kn n=%lld nr=%d nc=%d differs from ref", kt->name, (long long)n,
+                      nr, nc);
+        }
+        free(x);
+        free(b);
+        free(y0);
+        free(y);
+    }
+}
+
 /* MXFP4's E8M0 scales at their ends in every table's x16 gemm: 16 rows
  * of code 1 (level 1) with the row's e from 0 (2^-128, subnormal) to 250,
  * against an activation of 32 ones at d = 1: each output is exactly
@@ -1494,6 +1551,7 @@ int main(void)
     T_RUN(test_ref_gemm_vs_dequant);
     T_RUN(test_each_table);
     T_RUN(test_x16);
+    T_RUN(test_f32_kn);
     T_RUN(test_real_files);
     return t_done();
 }

@@ -143,6 +143,11 @@ static void test_mismatch(void)
     CHECK(ex == NULL);
     c.mmproj_path = "/nonexistent/mmproj.gguf";
     CHECK_EQ(ifl_executor_create(&ex, g_model, &c, err), IFL_EIO);
+    /* a compute precision that does not exist */
+    c.vision_precision = 2;
+    CHECK_EQ(ifl_executor_create(&ex, g_model, &c, err), IFL_EINVAL);
+    CHECK_MSG(strstr(err, "vision_precision") != NULL, "%s", err);
+    c.vision_precision = IFL_VISION_PREC_F32;
     /* without one: no vision info */
     c.mmproj_path = NULL;
     CHECK_EQ(ifl_executor_create(&ex, g_model, &c, err), 0);

@@ -82,6 +82,12 @@ run_fails "a missing image" "cannot read" --mmproj "$tmp/p64.gguf" --image "$tmp
 run_fails "a corrupt image" "images[0]" --mmproj "$tmp/p64.gguf" --image tests/fuzz/corpus/fuzz_image/png_bad_idat -p "x"
 run_fails "two markers, one image" "marks 2 image places" --mmproj "$tmp/p64.gguf" --image "$tmp/a.png" -p "<__media__> and <__media__>"
 run_fails "an mmproj of another width" "n_embd is 64" --mmproj "$tmp/p32.gguf" -p "x"
+run_fails "an unknown --vision-precision" "wants f32 or bf16" --mmproj "$tmp/p64.gguf" --vision-precision f8 -p "x"
+bf=$(run --mmproj "$tmp/p64.gguf" --vision-precision bf16 --image "$tmp/a.png" -p "Once upon a time")
+check "run --vision-precision bf16: 12 ids" 12 "$(echo "$bf" | wc -w)"
+"$BIN" serve -m "$M" --port 0 --mmproj "$tmp/p64.gguf" --vision-precision f8 >/dev/null 2>"$tmp/err"
+check "serve --vision-precision f8: exit 2" 2 "$?"
+has "serve --vision-precision f8: says why" "wants f32 or bf16" "$(cat "$tmp/err")"
 
 # ---- serve ----
 code() { curl -s -m 60 -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$U$1"; }

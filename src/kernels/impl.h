@@ -57,6 +57,10 @@ void ifl_kernels_fill_avx2_x16k(struct ifl_kernels *k);
 void ifl_kernels_fill_avx512_gemm(struct ifl_kernels *k);
 /* The 512-bit gemm kernels over x16 groups (x86_avx512_x16.c), likewise. */
 void ifl_kernels_fill_avx512_x16(struct ifl_kernels *k);
+/* gemm_f32_kn in 256 and 512 bits (x86_avx2_kn.c, x86_avx512_kn.c),
+ * over a filled avx2 / avx512 table. */
+void ifl_kernels_fill_avx2_kn(struct ifl_kernels *k);
+void ifl_kernels_fill_avx512_kn(struct ifl_kernels *k);
 /* F16 attention kernels (x86_avx512_attn.c), likewise. */
 void ifl_kernels_fill_avx512_attn(struct ifl_kernels *k);
 /* The sampler's row passes (x86_avx512_rows.c), likewise. */

@@ -238,6 +238,16 @@ struct ifl_kernels {
                       const float *scale, const int8_t *tq, size_t ldq, const float *td, float *y,
                       size_t ldy);
 
+    /* A float product whose second operand is in rows of k (not one row
+     * per output, as gemm takes weights): y[r * ldy + c] = sum over k < n
+     * of x[r * ldx + k] * b[k * ldb + c], r < nr, c < nc; strides in
+     * floats. The vision encoder's attention takes q K^T (K transposed per
+     * head) and p V (V as it is) so. Each output is one chain, acc =
+     * fmaf(x[r][k], b[k][c], acc) for k ascending from 0.0f, so every
+     * table gives ref's bits, whatever nr and nc. */
+    void (*gemm_f32_kn)(int64_t n, int nr, int nc, const float *x, size_t ldx, const float *b,
+                        size_t ldb, float *y, size_t ldy);
+
     /* The sampler's passes over a row of logits (runtime/sampler.c), which
      * run once per generated token over the whole vocabulary. Every table
      * gives exactly ref's results, bits of the sums included, so what a

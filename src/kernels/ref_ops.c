@@ -275,8 +275,21 @@ static void lora_b_q8(int nkb, int64_t ng, const void *bq, int nr, const int32_t
         }
 }
 
+static void gemm_f32_kn(int64_t n, int nr, int nc, const float *x, size_t ldx, const float *b,
+                        size_t ldb, float *y, size_t ldy)
+{
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < n; k++)
+                acc = fmaf(x[(size_t)r * ldx + (size_t)k], b[(size_t)k * ldb + (size_t)c], acc);
+            y[(size_t)r * ldy + (size_t)c] = acc;
+        }
+}
+
 void ifl_kernels_fill_ref_ops(struct ifl_kernels *k)
 {
+    k->gemm_f32_kn = gemm_f32_kn;
     k->dot_f16 = dot_f16;
     k->axpy_f16 = axpy_f16;
     k->attn_qk_f16 = attn_qk_f16;

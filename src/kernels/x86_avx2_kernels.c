@@ -15,4 +15,5 @@ void ifl_kernels_fill_avx2(struct ifl_kernels *k)
     ifl_kernels_fill_avx2_x16k(k);
     ifl_kernels_fill_avx2_lora(k);
     ifl_kernels_fill_avx2_attn_tile(k);
+    ifl_kernels_fill_avx2_kn(k);
 }

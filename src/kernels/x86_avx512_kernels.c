@@ -18,4 +18,5 @@ void ifl_kernels_fill_avx512(struct ifl_kernels *k)
     ifl_kernels_fill_avx512_attn_tile(k);
     ifl_kernels_fill_avx512_rows(k);
     ifl_kernels_fill_avx512_lora(k);
+    ifl_kernels_fill_avx512_kn(k);
 }

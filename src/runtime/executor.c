@@ -688,6 +688,9 @@ static int create(ifl_executor **out, const char *model_path,
                        cfg.vision_images_per_step, (long long)cfg.image_cache_bytes);
     if (!cfg.vision_images_per_step)
         cfg.vision_images_per_step = 2;
+    if (cfg.vision_precision != IFL_VISION_PREC_F32 && cfg.vision_precision != IFL_VISION_PREC_BF16)
+        return ifl_err(err, IFL_EINVAL, "config: vision_precision %d (0: f32, 1: bf16)",
+                       cfg.vision_precision);
     if (!cfg.image_cache_bytes)
         cfg.image_cache_bytes = (int64_t)64 << 20;
     if (!(cfg.tp_timeout_s >= 0))

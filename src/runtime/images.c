@@ -107,7 +107,10 @@ int ifl_img_exec_init(struct ifl_executor *ex, const char *mmproj_path, char *er
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "config: mmproj_path: images are not available with tensor parallelism "
                        "(--tp) in this version");
-    int rc = ifl_clip_load(&ex->clip, mmproj_path, err);
+    int rc = ifl_clip_load_prec(
+        &ex->clip, mmproj_path,
+        ex->cfg.vision_precision == IFL_VISION_PREC_BF16 ? IFL_CLIP_PREC_BF16 : IFL_CLIP_PREC_F32,
+        err);
     if (rc)
         return rc;
     if (ex->clip->hp.n_out != ex->model->hp.n_embd)

@@ -447,20 +447,36 @@ static int load_layer(struct ifl_clip *c, int il, char *err)
  * a call, where the x16 kernels' outer-product tiles (16 columns per
  * vector, several rows per tile) beat the dot-product ones that decoding
  * one token favours, so this ignores x16_pays, which is tuned for decoding. */
+/* With c->bf16 an F16 matrix is rounded to BF16 on the way (clip.h's
+ * IFL_CLIP_PREC_BF16), 16 rows at a time through a small buffer: both
+ * types take 2 bytes an element, so the rows keep their size. */
 static int repack(struct ifl_clip *c, struct ifl_mat *m, char *err)
 {
     const struct ifl_kernels *kn = ifl_kernels_best();
-    if (!kn->gemm_x16[m->type] || m->n_out % 16)
+    const enum ifl_type t = c->bf16 && m->type == IFL_TYPE_F16 ? IFL_TYPE_BF16 : m->type;
+    if (!kn->gemm_x16[t] || m->n_out % 16)
         return 0;
     size_t bytes = m->row_bytes * (size_t)m->n_out;
     void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!dst)
+    uint16_t *rows = t != m->type ? malloc(16 * m->row_bytes) : NULL;
+    if (!dst || (t != m->type && !rows)) {
+        free(dst);
         return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory repacking a matrix");
-    for (int64_t g = 0; g < m->n_out / 16; g++)
-        ifl_repack_x16(m->type, m->n_in, (const char *)m->data + (size_t)g * 16 * m->row_bytes,
-                       m->row_bytes, (char *)dst + (size_t)g * 16 * m->row_bytes);
+    }
+    for (int64_t g = 0; g < m->n_out / 16; g++) {
+        const char *src = (const char *)m->data + (size_t)g * 16 * m->row_bytes;
+        if (rows) {
+            const uint16_t *h = (const uint16_t *)src;
+            for (size_t i = 0; i < 16 * (size_t)m->n_in; i++)
+                rows[i] = ifl_f32_to_bf16(ifl_f16_to_f32(h[i]));
+            src = (const char *)rows;
+        }
+        ifl_repack_x16(t, m->n_in, src, m->row_bytes, (char *)dst + (size_t)g * 16 * m->row_bytes);
+    }
+    free(rows);
     ifl_gguf_release(c->gguf, m->data, bytes);
     m->data = dst;
+    m->type = t;
     m->x16 = 1;
     return own(c, dst, err);
 }
@@ -528,7 +544,7 @@ static int load_internvl_proj(struct ifl_clip *c, char *err)
     return rc;
 }
 
-int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
+static int from_gguf(struct ifl_clip **out, struct ifl_gguf *g, enum ifl_clip_prec prec, char *err)
 {
     *out = NULL;
     struct ifl_clip *c = calloc(1, sizeof *c);
@@ -537,6 +553,8 @@ int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
         return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory");
     }
     c->gguf = g;
+    /* BF16 products only where a kernel makes them faster (clip.h) */
+    c->bf16 = prec == IFL_CLIP_PREC_BF16 && ifl_kernels_best()->act_bf16[IFL_TYPE_BF16];
     struct ifl_clip_hparams *hp = &c->hp;
     int rc = read_hparams(c, err);
     if (rc)
@@ -576,12 +594,25 @@ fail:
     return rc;
 }
 
-int ifl_clip_load(struct ifl_clip **out, const char *path, char *err)
+int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err)
+{
+    return from_gguf(out, g, IFL_CLIP_PREC_F32, err);
+}
+
+int ifl_clip_load_prec(struct ifl_clip **out, const char *path, enum ifl_clip_prec prec, char *err)
 {
     struct ifl_gguf *g = NULL;
     *out = NULL;
+    if (prec != IFL_CLIP_PREC_F32 && prec != IFL_CLIP_PREC_BF16)
+        return ifl_err(err, IFL_EINVAL, "mmproj: compute precision %d (0: f32, 1: bf16)",
+                       (int)prec);
     int rc = ifl_gguf_open(&g, path, err);
     if (rc)
         return rc;
-    return ifl_clip_from_gguf(out, g, err);
+    return from_gguf(out, g, prec, err);
+}
+
+int ifl_clip_load(struct ifl_clip **out, const char *path, char *err)
+{
+    return ifl_clip_load_prec(out, path, IFL_CLIP_PREC_F32, err);
 }

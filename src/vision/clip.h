@@ -114,12 +114,26 @@ struct ifl_clip {
     const float *mmln_w, *mmln_b; /* internvl: the projector's LayerNorm [n_embd merge^2] */
     float **owned;                /* the F32 copies */
     int n_owned, cap_owned;
+    int bf16; /* IFL_CLIP_PREC_BF16 took effect: the F16 matrices are BF16 now */
 };
 
 /* Loads an mmproj file; IFL_EFORMAT / IFL_EUNSUPPORTED with a sentence
  * naming the key or tensor (an unknown projector, tiling grids, a missing
  * or misshapen tensor, a weight type the kernels lack). */
 int ifl_clip_load(struct ifl_clip **out, const char *path, char *err);
+
+/* The encoder's compute precision: a choice of the caller's, never made
+ * by the loader on its own (it moves the embeddings; docs/api.md).
+ *  F32: the file's values, every product and sum in F32 (the default);
+ *  BF16: where the kernels multiply BF16 by vdpbf16ps (the avx512bf16
+ *    table: kernels.h act_bf16), the F16 matrices are rounded to BF16
+ *    (nearest even, 8 significant bits of their 11) as they are repacked,
+ *    and their products take the activations rounded to BF16 too, at
+ *    twice the F32 FMA rate; F32 and Q8_0 matrices are left alone. On
+ *    other tables it changes nothing (no faster kernel to pay for it). */
+enum ifl_clip_prec { IFL_CLIP_PREC_F32 = 0, IFL_CLIP_PREC_BF16 = 1 };
+/* ifl_clip_load with a precision (IFL_EINVAL for another value). */
+int ifl_clip_load_prec(struct ifl_clip **out, const char *path, enum ifl_clip_prec prec, char *err);
 /* The same from an open reader, which the result then owns (also on failure). */
 int ifl_clip_from_gguf(struct ifl_clip **out, struct ifl_gguf *g, char *err);
 void ifl_clip_free(struct ifl_clip *c);

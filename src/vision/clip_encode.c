@@ -48,7 +48,10 @@ struct ifl_clip_ctx {
     float *tmp;    /* [R][n_embd] a sub-layer's output */
     size_t att_ld; /* n_pos rounded up to 16 */
     float *scores; /* [n_threads][ATT_ROWS][att_ld] attention weights */
-    float *vt;     /* [n_threads][head_dim][att_ld] a head's values, transposed */
+    float *vt;     /* [n_threads][head_dim][att_ld] a head's keys, transposed */
+    /* [max(n_ff, n_mm)] the u operands of the kernels' gates that give
+     * the activations (act_rows): all 1, and all 1 / 1.702 */
+    float *ones, *quick_u;
 };
 
 struct job {
@@ -80,6 +83,8 @@ void ifl_clip_ctx_free(struct ifl_clip_ctx *x)
     free(x->tmp);
     free(x->scores);
     free(x->vt);
+    free(x->ones);
+    free(x->quick_u);
     free(x);
 }
 
@@ -131,29 +136,75 @@ int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int
     x->att_ld = ((size_t)hp->n_pos + 15) / 16 * 16;
     x->scores = alloc_floats(nth * ATT_ROWS * x->att_ld);
     x->vt = alloc_floats(nth * (size_t)hp->head_dim * x->att_ld);
+    x->ones = alloc_floats((size_t)n_hid);
+    x->quick_u = alloc_floats((size_t)n_hid);
     if (!x->x || !x->xn || !x->act || !x->q || !x->k || !x->v || !x->att || !x->hid || !x->tmp ||
-        !x->scores || !x->vt) {
+        !x->scores || !x->vt || !x->ones || !x->quick_u) {
         ifl_clip_ctx_free(x);
         return ifl_err(err, IFL_ENOMEM, "clip: out of memory for %d images", max_images);
+    }
+    for (int32_t i = 0; i < n_hid; i++) {
+        x->ones[i] = 1.0f;
+        x->quick_u[i] = 1.0f / 1.702f;
     }
     *out = x;
     return 0;
 }
 
+/* Four floats at a time (SSE, which every x86-64 has) for the row passes
+ * between the matmuls: each element takes the scalar code's very
+ * operations (no fused multiply-add), so the bits are the same. */
+typedef float v4 __attribute__((vector_size(16)));
+
+static inline v4 ld4(const float *p)
+{
+    v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st4(float *p, v4 v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
 /* LayerNorm of one row: (x - mean) / sqrt(var + eps) * w + b, the moments
- * summed in double (w, b NULL: 1 and 0). */
+ * summed in double (w, b NULL: 1 and 0), in eight running sums (element i
+ * into sum i % 8, then added in order), so that eight additions are in
+ * flight rather than one chain waiting on each add's latency. */
 static void layernorm(float *out, const float *in, const float *w, const float *b, int n, float eps)
 {
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++)
-        s += in[i];
+    double p[8] = {0}, s = 0, ss = 0;
+    int i8 = n & ~7;
+    for (int i = 0; i < i8; i += 8)
+        for (int l = 0; l < 8; l++)
+            p[l] += in[i + l];
+    for (int i = i8; i < n; i++)
+        p[i - i8] += in[i];
+    for (int l = 0; l < 8; l++)
+        s += p[l];
     double mean = s / n;
-    for (int i = 0; i < n; i++) {
+    for (int l = 0; l < 8; l++)
+        p[l] = 0;
+    for (int i = 0; i < i8; i += 8)
+        for (int l = 0; l < 8; l++) {
+            double d = in[i + l] - mean;
+            p[l] += d * d;
+        }
+    for (int i = i8; i < n; i++) {
         double d = in[i] - mean;
-        ss += d * d;
+        p[i - i8] += d * d;
     }
+    for (int l = 0; l < 8; l++)
+        ss += p[l];
     float m = (float)mean, r = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) {
+    int i = 0;
+    if (w && b) {
+        const v4 mv = {m, m, m, m}, rv = {r, r, r, r};
+        for (; i + 4 <= n; i += 4)
+            st4(out + i, (ld4(in + i) - mv) * rv * ld4(w + i) + ld4(b + i));
+    }
+    for (; i < n; i++) {
         float v = (in[i] - m) * r;
         out[i] = (w ? v * w[i] : v) + (b ? b[i] : 0.0f);
     }
@@ -161,17 +212,62 @@ static void layernorm(float *out, const float *in, const float *w, const float *
 
 enum epi { EPI_NONE = -1 };
 
-/* The activations (clip.h): the FFN's, and GELU (tanh form) for the projector. */
-static float act_fn(int a, float v)
+/* y[i] = (y[i] + b[i]) * m, or y[i] * m for b NULL */
+static void bias_mul(float *y, const float *b, float m, int64_t n)
 {
-    switch (a) {
-    case IFL_CLIP_GELU_QUICK:
-        return v / (1.0f + expf(-1.702f * v));
-    case IFL_CLIP_SILU:
-        return v / (1.0f + expf(-v));
-    default:
-        return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    int64_t i = 0;
+    const v4 mv = {m, m, m, m};
+    if (b) {
+        for (; i + 4 <= n; i += 4)
+            st4(y + i, (ld4(y + i) + ld4(b + i)) * mv);
+        for (; i < n; i++)
+            y[i] = (y[i] + b[i]) * m;
+    } else {
+        for (; i + 4 <= n; i += 4)
+            st4(y + i, ld4(y + i) * mv);
+        for (; i < n; i++)
+            y[i] = y[i] * m;
     }
+}
+
+/* x[i] += t[i] * s[i], or x[i] += t[i] for s NULL (a residual add) */
+static void residual(float *x, const float *t, const float *s, int n)
+{
+    int i = 0;
+    if (s) {
+        for (; i + 4 <= n; i += 4)
+            st4(x + i, ld4(x + i) + ld4(t + i) * ld4(s + i));
+        for (; i < n; i++)
+            x[i] += t[i] * s[i];
+    } else {
+        for (; i + 4 <= n; i += 4)
+            st4(x + i, ld4(x + i) + ld4(t + i));
+        for (; i < n; i++)
+            x[i] += t[i];
+    }
+}
+
+/* The bias and the activation (clip.h: the FFN's, and GELU's tanh form
+ * for the projector) over y[0..n) of a row, on the kernels' gates with a
+ * constant u: GELU is geglu with u = 1 (0.5 v (1 + tanh(c)) = v / (1 +
+ * e^(-2c))), SiLU swiglu with u = 1, and quick GELU v sigmoid(1.702 v)
+ * swiglu of 1.702 v with u = 1 / 1.702 (a few float roundings more than
+ * the formula, about 1e-7 of the value). A gate's element depends only on
+ * n and its place, and every call's row starts at a multiple of 16
+ * columns, so an element's bits do not depend on the thread split. */
+static void act_row(const struct ifl_clip_ctx *c, int a, float *y, const float *bias, int64_t n)
+{
+    if (a == IFL_CLIP_GELU_QUICK) {
+        bias_mul(y, bias, 1.702f, n);
+        c->kn->swiglu(n, y, c->quick_u);
+        return;
+    }
+    if (bias)
+        bias_mul(y, bias, 1.0f, n); /* times 1: exact */
+    if (a == IFL_CLIP_SILU)
+        c->kn->swiglu(n, y, c->ones);
+    else if (a != EPI_NONE)
+        c->kn->geglu(n, y, c->ones);
 }
 
 /* y = x W^T (+ bias), then act (EPI_NONE: none) on every value: nr rows of
@@ -179,8 +275,9 @@ static float act_fn(int a, float v)
  * into `act` first (0 when the previous matmul had the same input and
  * weight type). Every thread calls it; a barrier must follow before y is
  * read. */
-static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *bias,
-                   int act, const float *x, size_t ldx, int nr, float *y, size_t ldy, int convert)
+static void matmul_mul(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *bias,
+                       int act, const float *x, size_t ldx, int nr, float *y, size_t ldy,
+                       int convert, float mul)
 {
     struct ifl_clip_ctx *c = j->x;
     enum ifl_type at = ifl_type_info(w->type)->act;
@@ -197,8 +294,13 @@ static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, con
         in = c->act;
         in_stride = c->act_row_bytes;
     }
-    /* columns in units of an x16 group, or of the x16 kernel's widest tile */
+    /* columns in units of an x16 group, or of the x16 kernel's widest tile
+     * when those split evenly between the threads (1024 columns in units
+     * of 48 gave one thread 528 and the other 496, and every thread waits
+     * for the slowest at the barrier) */
     int step = w->x16 && c->kn->x16_cols[w->type] > 16 ? c->kn->x16_cols[w->type] : 16;
+    if (step > 16 && w->n_out % ((int64_t)step * nth))
+        step = 16;
     long units = (long)((w->n_out + step - 1) / step), lo, hi;
     ifl_pool_split(units, ith, nth, &lo, &hi);
     int64_t c0 = lo * step, c1 = hi * step < w->n_out ? hi * step : w->n_out;
@@ -207,59 +309,63 @@ static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, con
     ifl_gemm_fn gemm = w->x16 ? c->kn->gemm_x16[w->type] : c->kn->gemm[w->type];
     gemm(w->n_in, nr, (int)(c1 - c0), in, in_stride,
          (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0, ldy);
-    if (!bias && act == EPI_NONE)
+    if (!bias && act == EPI_NONE && mul == 1.0f)
         return;
     for (int r = 0; r < nr; r++) {
-        float *yr = y + (size_t)r * ldy;
-        for (int64_t col = c0; col < c1; col++) {
-            float v = yr[col] + (bias ? bias[col] : 0.0f);
-            yr[col] = act == EPI_NONE ? v : act_fn(act, v);
-        }
+        float *yr = y + (size_t)r * ldy + c0;
+        act_row(c, act, yr, bias ? bias + c0 : NULL, c1 - c0);
+        if (mul != 1.0f)
+            bias_mul(yr, NULL, mul, c1 - c0);
     }
+}
+
+static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *bias,
+                   int act, const float *x, size_t ldx, int nr, float *y, size_t ldy, int convert)
+{
+    matmul_mul(j, ith, nth, w, bias, act, x, ldx, nr, y, ldy, convert, 1.0f);
 }
 
 /* Self-attention over each image's rows, all heads: att = softmax(q k^T /
  * sqrt(head_dim)) v, (image, head) pairs shared out between the threads.
- * Both products are the F32 gemm kernel: scores = q . k (the keys as a
- * weight matrix's rows), then att = p . v^T (v transposed per head into
- * rows of n_pos), ATT_ROWS queries at a time. Each output's sums run in
- * the kernel's fixed order, so the result is the same whatever the thread
- * or image count. */
+ * q comes scaled by 1 / sqrt(head_dim) (its matmul's epilogue). Both
+ * products are gemm_f32_kn (an outer product, 16 columns a vector):
+ * scores = q kt with the head's keys transposed into kt (rows of n_pos),
+ * then att = e v with the values as they lie, ATT_ROWS queries at a time,
+ * each output row divided by its sum of e afterwards (hd values, not
+ * n_pos). Each output's sum runs in the kernel's fixed order, so the
+ * result is the same whatever the thread or image count. */
 static void attention(struct job *j, int ith, int nth)
 {
     struct ifl_clip_ctx *c = j->x;
     const struct ifl_clip_hparams *hp = &c->c->hp;
     const int n_pos = hp->n_pos, hd = hp->head_dim, E = hp->n_embd;
-    const float scale = 1.0f / sqrtf((float)hd);
     const size_t ld = c->att_ld;
     float *sc = c->scores + (size_t)ith * ATT_ROWS * ld;
-    float *vt = c->vt + (size_t)ith * hd * ld;
-    ifl_gemm_fn gemm = c->kn->gemm[IFL_TYPE_F32];
+    float *kt = c->vt + (size_t)ith * hd * ld;
     long lo, hi;
     ifl_pool_split((long)j->n_img * hp->n_head, ith, nth, &lo, &hi);
     for (long u = lo; u < hi; u++) {
         size_t base = (size_t)(u / hp->n_head) * n_pos, off = (size_t)(u % hp->n_head) * hd;
         for (int t = 0; t < n_pos; t++) {
-            const float *vr = c->v + (base + t) * E + off;
+            const float *kr = c->k + (base + t) * E + off;
             for (int d = 0; d < hd; d++)
-                vt[(size_t)d * ld + t] = vr[d];
+                kt[(size_t)d * ld + t] = kr[d];
         }
         for (int q0 = 0; q0 < n_pos; q0 += ATT_ROWS) {
             int nq = n_pos - q0 < ATT_ROWS ? n_pos - q0 : ATT_ROWS;
-            gemm(hd, nq, n_pos, c->q + (base + q0) * E + off, sizeof(float) * E,
-                 c->k + base * E + off, sizeof(float) * E, sc, ld);
+            c->kn->gemm_f32_kn(hd, nq, n_pos, c->q + (base + q0) * E + off, (size_t)E, kt, ld, sc,
+                               ld);
+            float inv[ATT_ROWS];
             for (int i = 0; i < nq; i++) {
-                float *p = sc + (size_t)i * ld, mx = -INFINITY;
-                for (int t = 0; t < n_pos; t++) {
-                    p[t] *= scale;
-                    mx = p[t] > mx ? p[t] : mx;
-                }
-                float inv = (float)(1.0 / c->kn->softmax_exp(n_pos, p, mx));
-                for (int t = 0; t < n_pos; t++)
-                    p[t] *= inv;
+                float *p = sc + (size_t)i * ld;
+                inv[i] = (float)(1.0 / c->kn->softmax_exp(n_pos, p, c->kn->max_f32(n_pos, p)));
             }
-            gemm(n_pos, nq, hd, sc, sizeof(float) * ld, vt, sizeof(float) * ld,
-                 c->att + (base + q0) * E + off, E);
+            float *o = c->att + (base + q0) * E + off;
+            c->kn->gemm_f32_kn(n_pos, nq, hd, sc, ld, c->v + base * E + off, (size_t)E, o,
+                               (size_t)E);
+            for (int i = 0; i < nq; i++)
+                for (int d = 0; d < hd; d++)
+                    o[(size_t)i * E + d] *= inv[i];
         }
     }
 }
@@ -313,7 +419,9 @@ static void encode_job(void *arg, int ith, int nth)
         for (long r = lo; r < hi; r++)
             layernorm(c->xn + r * ld_in, c->x + r * E, L->ln1_w, L->ln1_b, E, hp->eps);
         ifl_pool_barrier(c->pool);
-        matmul(j, ith, nth, &L->wq, L->bq, EPI_NONE, c->xn, ld_in, R, c->q, (size_t)E, 1);
+        /* q scaled for the attention's scores (attention()) */
+        matmul_mul(j, ith, nth, &L->wq, L->bq, EPI_NONE, c->xn, ld_in, R, c->q, (size_t)E, 1,
+                   1.0f / sqrtf((float)hp->head_dim));
         /* k and v reuse q's converted input when their type is q's; else
          * they convert again, once every thread is done reading it */
         int same = L->wk.type == L->wq.type;
@@ -332,12 +440,7 @@ static void encode_job(void *arg, int ith, int nth)
         for (long r = lo; r < hi; r++) {
             float *xr = c->x + (size_t)r * E;
             const float *tr = c->tmp + (size_t)r * E;
-            if (L->ls1)
-                for (int i = 0; i < E; i++)
-                    xr[i] += tr[i] * L->ls1[i];
-            else
-                for (int i = 0; i < E; i++)
-                    xr[i] += tr[i];
+            residual(xr, tr, L->ls1, E);
             layernorm(c->xn + r * ld_in, xr, L->ln2_w, L->ln2_b, E, hp->eps);
         }
         ifl_pool_barrier(c->pool);
@@ -348,12 +451,7 @@ static void encode_job(void *arg, int ith, int nth)
         for (long r = lo; r < hi; r++) {
             float *xr = c->x + (size_t)r * E;
             const float *tr = c->tmp + (size_t)r * E;
-            if (L->ls2)
-                for (int i = 0; i < E; i++)
-                    xr[i] += tr[i] * L->ls2[i];
-            else
-                for (int i = 0; i < E; i++)
-                    xr[i] += tr[i];
+            residual(xr, tr, L->ls2, E);
         }
         ifl_pool_barrier(c->pool);
     }
