@@ -131,31 +131,31 @@ static void zb_gemm_bf16(int64_t n, int nr, int nc, const void *x, size_t xs, co
  * partner. A tile takes R activation rows against C groups (R C chains;
  * a weight run serves R rows).
  *
- * The activations are rounded to pairs once per call, a block of rows
- * (up to XB_SR) and a chunk of elements at a time, into XB_BYTES on the
- * stack; the chunk is as long as that allows (the whole row for a decode,
- * 256 elements for 128 rows). Over a chunk, each column tile of C groups
+ * The activations are rounded to pairs once per column block (all of a
+ * prompt's call up to 512 columns: XB_YBYTES of sums, which stay in L2
+ * from one chunk to the next), a block of rows (up to XB_SR) and a chunk
+ * of elements at a time, into XB_BYTES on the stack; the chunk is as
+ * long as that allows (2048 elements for up to 16 rows, the whole row
+ * for one, 256 for 128). Over a chunk, each column tile of C groups
  * passes over the block's rows, XB_R at a time: its weight runs (24 KiB
  * for C = 3 and 256 elements) stay in L1 while the rows go by, and the
  * next tile's are fetched into L2 meanwhile. A chunk's sums continue from
  * y (a float stored and loaded back is the same float, so the chain is
  * the same however the elements are chunked or the rows blocked).
- * Rounding per column block instead (6 groups of 2048 elements, 2 of
- * 5632) read the activations again for every block: measured in
- * bench/README.md. */
+ * Rounding per 384 KiB of weights instead (6 groups of 2048 elements, 2
+ * of 5632) read and rounded the activations again for every 32 or 96
+ * columns: figures in bench/README.md. */
 #define XB_R 8
 #define XB_SR 128              /* rows rounded at once at most */
 #define XB_BYTES (64 * 1024)   /* the rounded block */
 #define XB_PF 1024             /* bytes ahead, a first pass over a weight run */
 #define XB_YBYTES (256 * 1024) /* the sums of a column block */
+#define XB_XPF 4               /* rows ahead, rounding */
 /* groups per tile: eight chains at least, at most 24 accumulators */
 #define XB_C(R) ((R) >= 4 ? 3 : (R) >= 2 ? 4 : 8)
 
-/* nx: a run of the next tile (nxc groups gb apart); this pass asks for
- * nxn of its runs from there into L2, one a pair, while it works. */
 AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int pf,
-                  const uint32_t *xb, size_t xbs, const char *g, size_t gb, float *y, size_t ldy,
-                  const char *nx, int nxc, int64_t nxn)
+                  const uint32_t *xb, size_t xbs, const char *g, size_t gb, float *y, size_t ldy)
 {
     __m512 acc[XB_R][8];
     UNROLL FOR_R UNROLL FOR_C acc[r][c] =
@@ -164,9 +164,6 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int 
         const char *gp = g + 64 * (size_t)p;
         if (pf)
             UNROLL FOR_C _mm_prefetch(gp + (size_t)c * gb + XB_PF, _MM_HINT_T0);
-        if (p - p0 < nxn)
-            for (int c = 0; c < nxc; c++)
-                _mm_prefetch(nx + (size_t)c * gb + 64 * (size_t)(p - p0), _MM_HINT_T1);
         __m512bh wv[8];
         UNROLL FOR_C wv[c] = as_bh(_mm512_loadu_si512((const void *)(gp + (size_t)c * gb)));
         UNROLL FOR_R
@@ -202,8 +199,7 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int 
 #define XB_CASE(R, C, M)                                                                           \
     case (M)*256 + (R)*16 + (C):                                                                   \
         x16b_tile(R, C, p0, p1, odd, k0 == 0, r0 == 0, xb + (size_t)r0 * (size_t)kp,               \
-                  (M) ? XB_KP_MANY : XB_KP_FEW, (const char *)w + (size_t)gi * gb, gb, yp, ldy,    \
-                  nxn ? nx + 64 * (size_t)nxo : nx, nxc, nxn);                                     \
+                  (M) ? XB_KP_MANY : XB_KP_FEW, (const char *)w + (size_t)gi * gb, gb, yp, ldy);   \
         break;
 /* clang-format off */
 #define XB_CASES(M)                                                                                \
@@ -240,7 +236,14 @@ static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs
                 const int odd = (int)(k1 & 1);
                 for (int r = 0; r < S; r++) {
                     const float *xr = (const float *)((const char *)x + (size_t)(s0 + r) * xs);
+                    /* the row XB_XPF on: its chunk is 1 KiB at 128 rows, too
+                     * short for the hardware to see a stream in */
+                    const char *xn = r + XB_XPF < S ? (const char *)xr + XB_XPF * xs : NULL;
                     for (int64_t i = k0; i < k1; i += 32) {
+                        if (xn) {
+                            _mm_prefetch(xn + 4 * (size_t)i, _MM_HINT_T0);
+                            _mm_prefetch(xn + 4 * (size_t)i + 64, _MM_HINT_T0);
+                        }
                         uint32_t m =
                             k1 - i >= 32 ? 0xffffffffu : (uint32_t)((1ull << (k1 - i)) - 1);
                         _mm512_store_si512(
@@ -252,10 +255,10 @@ static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs
                     /* CM groups, but two and two rather than a lone one last */
                     int64_t left = g1 - gi;
                     C = left <= CM ? left : left == CM + 1 ? left / 2 : CM;
-                    /* The next tile (the next groups, or the first of the next
-                     * chunk): the passes after the first ask for its runs, an
-                     * equal share each. All in one pass kept more misses in
-                     * flight than the core holds (measured in bench/README.md). */
+                    /* The next tile (the next groups, the first of the next
+                     * chunk or of the next column block): the passes after
+                     * the first ask for its runs into L2, an equal share
+                     * before each (a few dozen lines). */
                     const char *nx = (const char *)w;
                     int nxc = 0;
                     if (gi + C < g1) {
@@ -278,6 +281,9 @@ static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs
                                             : np - nxo < share       ? np - nxo
                                                                      : share;
                         float *yp = y + (size_t)(s0 + r0) * ldy + (size_t)gi * X16;
+                        for (int c = 0; c < nxc; c++)
+                            for (int64_t q = nxo; q < nxo + nxn; q++)
+                                _mm_prefetch(nx + (size_t)c * gb + 64 * (size_t)q, _MM_HINT_T1);
                         switch (many * 256 + R * 16 + (int)C) {
                             XB_CASES(0)
                             XB_CASES(1)
