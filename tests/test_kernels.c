@@ -1298,6 +1298,16 @@ static void test_x16(void)
     for (int ti = 2; ti < 5; ti++)
         for (int k = 0; k < 2; k++)
             check_x16(&r, types[ti], k ? 512 : 256, k ? 9 : 16, 16 * 150, k);
+    /* BF16 prompts (x86_avx512_bf16.c rounds the activations a block of
+     * up to 128 rows and a chunk at a time: 2048 elements for up to 16
+     * rows, 256 above): 130 rows are two blocks, the second of two rows;
+     * 777 elements are three chunks of 256 and an odd 9 in the first;
+     * seven groups are tiles of 3, 2 and 2, five of 3 and 2, each tile's
+     * later row blocks fetching the next tile's weights; 50 groups are
+     * two column blocks at 128 rows (32 and 18), one at 2 */
+    check_x16(&r, IFL_TYPE_BF16, 777, 130, 16 * 7, 1);
+    check_x16(&r, IFL_TYPE_BF16, 5632, 24, 16 * 5, 0);
+    check_x16(&r, IFL_TYPE_BF16, 37, 130, 16 * 50, 0);
     if (worst_bf16_act > 0)
         fprintf(stderr, "  bf16 activations: largest |y - ref| / sum |w x| %.3g (bound 2^-8)\n",
                 worst_bf16_act);

@@ -3,13 +3,16 @@
  * for decode-like (nr = 1, 16) and prefill-like (nr = 128) shapes at
  * n = nc = 2048 by default, and the x16 kernels (kernels.h) on the same
  * rows repacked. Prints figures; checks nothing (the tests do).
- * `kbench peak` measures the CPU's int8 dot-product peak instead, one
- * thread and two (tools/kbench_peak.h); `kbench ports` which of the
- * tiles' other instructions share vpdpbusd's pipes (tools/kbench_ports.h).
+ * `kbench peak` measures the CPU's int8 and BF16 dot-product peaks
+ * instead, one thread and two (tools/kbench_peak.h); `kbench ports` which
+ * of the tiles' other instructions share vpdpbusd's pipes
+ * (tools/kbench_ports.h).
  *
- *   build/tools/kbench [n] [nc] [table...]
+ *   build/tools/kbench [n] [nc] [table[:type]...]
  *   build/tools/kbench peak
  *   build/tools/kbench ports
+ *
+ * A table named as table:type (avx512bf16:bf16) runs that type alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +37,17 @@ static double now(void)
 
 #include "kbench_peak.h"
 #include "kbench_ports.h"
+
+/* Whether any of the tables named runs type t (table:type runs one). */
+static int wanted(const char **names, int ntab, enum ifl_type t)
+{
+    for (int k = 0; k < ntab; k++) {
+        const char *only = strchr(names[k], ':');
+        if (!only || strcmp(only + 1, ifl_type_info(t)->name) == 0)
+            return 1;
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -66,6 +80,8 @@ int main(int argc, char **argv)
     printf("%-10s %-10s %9s %9s %9s\n", "table", "type", "nr=1", "nr=16", "nr=128");
     for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
         enum ifl_type t = types[ti], act = ifl_type_info(t)->act;
+        if (!wanted(names, ntab, t))
+            continue;
         size_t ws = ifl_type_row_size(t, n), xs = ifl_type_row_size(act, n);
         char *w = malloc(ws * (size_t)nc), *x = malloc(xs * maxr);
         if (!w || !x)
@@ -86,8 +102,13 @@ int main(int argc, char **argv)
         for (int r = 0; r < maxr; r++)
             ref->quant[act](xf + r * n, x + (size_t)r * xs, n);
         for (int k = 0; k < ntab; k++) {
-            const struct ifl_kernels *kt = ifl_kernels_by_name(names[k]);
-            if (!kt)
+            char tab[64];
+            snprintf(tab, sizeof tab, "%s", names[k]);
+            char *only = strchr(tab, ':');
+            if (only)
+                *only++ = '\0';
+            const struct ifl_kernels *kt = ifl_kernels_by_name(tab);
+            if (!kt || (only && strcmp(only, ifl_type_info(t)->name) != 0))
                 continue;
             for (int x16 = 0; x16 < 2; x16++) {
                 ifl_gemm_fn gemm = x16 ? kt->gemm_x16[t] : kt->gemm[t];

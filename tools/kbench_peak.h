@@ -1,7 +1,7 @@
 /*
- * kbench's `peak` mode: the int8 dot-product peak of this CPU, the figure
- * a batched decode's GFLOP/s is judged against. Part of tools/kbench.c,
- * included by it.
+ * kbench's `peak` mode: the int8 and BF16 dot-product peaks of this CPU,
+ * the figures a batched decode's (int8) and a BF16 prompt's GFLOP/s are
+ * judged against. Part of tools/kbench.c, included by it.
  *
  * Each loop issues one instruction mix over K independent accumulators
  * and nothing else (inline assembly, so the compiler can neither merge
@@ -18,7 +18,10 @@
  * - ymm vpdpbusd, VEX-encoded (AVX-VNNI), where cpuid has it: 32; the
  *   avx2 table does not use it today;
  * - ymm vpmaddubsw + vpmaddwd (by ones) + vpaddd (AVX2): 32 multiply-adds
- *   in three instructions, the avx2 table's int8 dot product.
+ *   in three instructions, the avx2 table's int8 dot product;
+ * - zmm vdpbf16ps (AVX-512 BF16), where cpuid has it: 32 bf16 pair
+ *   products into 16 float lanes, what the avx512bf16 table's BF16
+ *   kernels issue (its operands are normal numbers: 1 and 2^-7).
  * A dependent chain of scalar adds (one cycle's latency on every x86
  * core) gives the core clock, so each peak is also said in instructions a
  * cycle.
@@ -38,6 +41,7 @@
 #define PK_Z __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline))
 #define PK_Y __attribute__((target("avx2"), noinline))
 #define PK_YV __attribute__((target("avx2,avxvnni"), noinline))
+#define PK_ZB __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline))
 
 /* PK_REPn(S): S(0) ... S(n - 1); PK_LSTn(C, g, R): C(0, g, R), ...,
  * C(n - 1, g, R). An asm statement takes at most 30 operands (an in-out
@@ -60,6 +64,7 @@
 #define PK_SUMV(i, g, ADD) s = ADD(s, PK_VAR(g, i))
 #define PK_DPZ(i) "vpdpbusd %[b], %[a], %[c" #i "]\n\t"
 #define PK_DPY(i) "%{vex%} vpdpbusd %[b], %[a], %[c" #i "]\n\t"
+#define PK_DPB(i) "vdpbf16ps %[b], %[a], %[c" #i "]\n\t"
 #define PK_MIX(i)                                                                                  \
     "vpmaddubsw %[b], %[a], %[t]\n\t"                                                              \
     "vpmaddwd %[one], %[t], %[t]\n\t"                                                              \
@@ -74,15 +79,21 @@
                      : [t] "=&x"(t), PK_LST##n(PK_ACC, g, "x")                                     \
                      : [a] "x"(a), [b] "x"(b), [one] "x"(one))
 
+/* The operands: int8 bytes 3 and -2 (and words of 1 for the AVX2 mix),
+ * or bf16 pairs of 1 and 2^-7, so the float sums stay normal numbers. */
+#define PK_OPS_I8(V, SET1) V t, a = SET1##_epi8(3), b = SET1##_epi8(-2), one = SET1##_epi16(1)
+#define PK_OPS_BF(V, SET1)                                                                         \
+    V t, a = SET1##_epi16(0x3f80), b = SET1##_epi16(0x3c00), one = SET1##_epi16(1)
+
 /* One loop of K chains (BODY: the asm statements; 24 accumulators are
- * declared, the first K used), iters times; returns a
- * sum of the accumulators so the caller has something to print (the asm
- * is volatile anyway). */
-#define PK_DEF(NAME, ATTR, V, SET1, ZERO, ADD, K, BODY)                                            \
+ * declared, the first K used; OPS: PK_OPS_I8 or PK_OPS_BF), iters times;
+ * returns a sum of the accumulators so the caller has something to print
+ * (the asm is volatile anyway). */
+#define PK_DEF_OPS(NAME, ATTR, V, SET1, ZERO, ADD, OPS, K, BODY)                                   \
     static ATTR long NAME(long iters)                                                              \
     {                                                                                              \
         V PK_LST8(PK_DECL, 0, ZERO), PK_LST8(PK_DECL, 8, ZERO), PK_LST8(PK_DECL, 16, ZERO);        \
-        V t, a = SET1##_epi8(3), b = SET1##_epi8(-2), one = SET1##_epi16(1);                       \
+        OPS(V, SET1);                                                                              \
         (void)t;                                                                                   \
         (void)one;                                                                                 \
         for (long it = 0; it < iters; it++) {                                                      \
@@ -94,6 +105,11 @@
         memcpy(&r, &s, sizeof(r));                                                                 \
         return r;                                                                                  \
     }
+#define PK_DEF(NAME, ATTR, V, SET1, ZERO, ADD, K, BODY)                                            \
+    PK_DEF_OPS(NAME, ATTR, V, SET1, ZERO, ADD, PK_OPS_I8, K, BODY)
+#define PK_DEF_ZB(K, BODY)                                                                         \
+    PK_DEF_OPS(pk_zb##K, PK_ZB, __m512i, _mm512_set1, _mm512_setzero_si512, _mm512_add_epi32,      \
+               PK_OPS_BF, K, BODY)
 #define PK_DEF_Z(K, BODY)                                                                          \
     PK_DEF(pk_z##K, PK_Z, __m512i, _mm512_set1, _mm512_setzero_si512, _mm512_add_epi32, K, BODY)
 #define PK_DEF_YV(K, BODY)                                                                         \
@@ -119,6 +135,13 @@ PK_DEF_Y(2, PK_MX(2, 0))
 PK_DEF_Y(4, PK_MX(4, 0))
 PK_DEF_Y(8, PK_MX(8, 0))
 PK_DEF_Y(12, PK_MX(8, 0); PK_MX(4, 8))
+PK_DEF_ZB(1, PK_DP(PK_DPB, 1, 0, "v"))
+PK_DEF_ZB(2, PK_DP(PK_DPB, 2, 0, "v"))
+PK_DEF_ZB(4, PK_DP(PK_DPB, 4, 0, "v"))
+PK_DEF_ZB(8, PK_DP(PK_DPB, 8, 0, "v"))
+PK_DEF_ZB(12, PK_DP(PK_DPB, 8, 0, "v"); PK_DP(PK_DPB, 4, 8, "v"))
+PK_DEF_ZB(16, PK_DP(PK_DPB, 8, 0, "v"); PK_DP(PK_DPB, 8, 8, "v"))
+PK_DEF_ZB(24, PK_DP(PK_DPB, 8, 0, "v"); PK_DP(PK_DPB, 8, 8, "v"); PK_DP(PK_DPB, 8, 16, "v"))
 /* clang-format on */
 
 /* The clock: a chain of dependent scalar adds, one a cycle on every x86
@@ -136,6 +159,7 @@ typedef long (*pk_loop_fn)(long iters);
 
 struct pk_mix {
     const char *name;
+    int cls;       /* the peak it counts towards (peak_main's cls_name) */
     int k;         /* accumulators */
     int instr;     /* instructions an accumulator takes an iteration */
     double ops;    /* operations an accumulator adds an iteration (2 a multiply-add) */
@@ -234,8 +258,10 @@ static int pk_have_avxvnni(void)
 
 static int peak_main(void)
 {
-    /* dispatch.c's checks (cpuid and xgetbv): avx512 implies VNNI */
+    /* dispatch.c's checks (cpuid and xgetbv): avx512 implies VNNI,
+     * avx512bf16 is avx512 with AVX-512 BF16 */
     int z = ifl_kernels_by_name("avx512") != NULL;
+    int zb = ifl_kernels_by_name("avx512bf16") != NULL;
     int y = ifl_kernels_by_name("avx2") != NULL;
     int yv = y && pk_have_avxvnni();
     if (!y) {
@@ -243,35 +269,41 @@ static int peak_main(void)
         return 0;
     }
     const struct pk_mix mixes[] = {
-        {"zmm vpdpbusd", 1, 1, 128, z ? pk_z1 : NULL},
-        {"zmm vpdpbusd", 2, 1, 128, z ? pk_z2 : NULL},
-        {"zmm vpdpbusd", 4, 1, 128, z ? pk_z4 : NULL},
-        {"zmm vpdpbusd", 8, 1, 128, z ? pk_z8 : NULL},
-        {"zmm vpdpbusd", 12, 1, 128, z ? pk_z12 : NULL},
-        {"zmm vpdpbusd", 16, 1, 128, z ? pk_z16 : NULL},
-        {"zmm vpdpbusd", 24, 1, 128, z ? pk_z24 : NULL},
-        {"ymm vpdpbusd (avx-vnni)", 1, 1, 64, yv ? pk_yv1 : NULL},
-        {"ymm vpdpbusd (avx-vnni)", 2, 1, 64, yv ? pk_yv2 : NULL},
-        {"ymm vpdpbusd (avx-vnni)", 4, 1, 64, yv ? pk_yv4 : NULL},
-        {"ymm vpdpbusd (avx-vnni)", 8, 1, 64, yv ? pk_yv8 : NULL},
-        {"ymm vpdpbusd (avx-vnni)", 12, 1, 64, yv ? pk_yv12 : NULL},
-        {"ymm maddubs+madd+add", 1, 3, 64, pk_y1},
-        {"ymm maddubs+madd+add", 2, 3, 64, pk_y2},
-        {"ymm maddubs+madd+add", 4, 3, 64, pk_y4},
-        {"ymm maddubs+madd+add", 8, 3, 64, pk_y8},
-        {"ymm maddubs+madd+add", 12, 3, 64, pk_y12},
+        {"zmm vpdpbusd", 0, 1, 1, 128, z ? pk_z1 : NULL},
+        {"zmm vpdpbusd", 0, 2, 1, 128, z ? pk_z2 : NULL},
+        {"zmm vpdpbusd", 0, 4, 1, 128, z ? pk_z4 : NULL},
+        {"zmm vpdpbusd", 0, 8, 1, 128, z ? pk_z8 : NULL},
+        {"zmm vpdpbusd", 0, 12, 1, 128, z ? pk_z12 : NULL},
+        {"zmm vpdpbusd", 0, 16, 1, 128, z ? pk_z16 : NULL},
+        {"zmm vpdpbusd", 0, 24, 1, 128, z ? pk_z24 : NULL},
+        {"ymm vpdpbusd (avx-vnni)", 1, 1, 1, 64, yv ? pk_yv1 : NULL},
+        {"ymm vpdpbusd (avx-vnni)", 1, 2, 1, 64, yv ? pk_yv2 : NULL},
+        {"ymm vpdpbusd (avx-vnni)", 1, 4, 1, 64, yv ? pk_yv4 : NULL},
+        {"ymm vpdpbusd (avx-vnni)", 1, 8, 1, 64, yv ? pk_yv8 : NULL},
+        {"ymm vpdpbusd (avx-vnni)", 1, 12, 1, 64, yv ? pk_yv12 : NULL},
+        {"ymm maddubs+madd+add", 2, 1, 3, 64, pk_y1},
+        {"ymm maddubs+madd+add", 2, 2, 3, 64, pk_y2},
+        {"ymm maddubs+madd+add", 2, 4, 3, 64, pk_y4},
+        {"ymm maddubs+madd+add", 2, 8, 3, 64, pk_y8},
+        {"ymm maddubs+madd+add", 2, 12, 3, 64, pk_y12},
+        {"zmm vdpbf16ps", 3, 1, 1, 64, zb ? pk_zb1 : NULL},
+        {"zmm vdpbf16ps", 3, 2, 1, 64, zb ? pk_zb2 : NULL},
+        {"zmm vdpbf16ps", 3, 4, 1, 64, zb ? pk_zb4 : NULL},
+        {"zmm vdpbf16ps", 3, 8, 1, 64, zb ? pk_zb8 : NULL},
+        {"zmm vdpbf16ps", 3, 12, 1, 64, zb ? pk_zb12 : NULL},
+        {"zmm vdpbf16ps", 3, 16, 1, 64, zb ? pk_zb16 : NULL},
+        {"zmm vdpbf16ps", 3, 24, 1, 64, zb ? pk_zb24 : NULL},
     };
     const int nm = (int)(sizeof(mixes) / sizeof(mixes[0]));
     double ghz = pk_rate(pk_clock, 4, 1, 5, NULL) * 1e-9;
-    printf("int8 dot-product peak, GOP/s (2 per multiply-add); 1 thread by CPU time,\n"
+    printf("dot-product peaks, GOP/s (2 per multiply-add); 1 thread by CPU time,\n"
            "2 threads by the wall clock; best of 5 trials\n");
     printf("clock (a dependent chain of scalar adds): %.2f GHz on 1 thread\n", ghz);
     printf("%-24s %3s %10s %9s %10s %10s\n", "mix", "K", "1 thread", "instr/cyc", "2 threads",
            "2 by CPU");
-    double best1[3] = {0, 0, 0}, best2[3] = {0, 0, 0};
+    double best1[4] = {0, 0, 0, 0}, best2[4] = {0, 0, 0, 0};
     for (int m = 0; m < nm; m++) {
         const struct pk_mix *x = &mixes[m];
-        int cls = m < 7 ? 0 : m < 12 ? 1 : 2;
         if (!x->fn) {
             if (x->k == 1)
                 printf("%-24s   - (not on this CPU)\n", x->name);
@@ -284,16 +316,16 @@ static int peak_main(void)
         printf("%-24s %3d %10.1f %9.2f %10.1f %10.1f\n", x->name, x->k, r1 * 1e-9, ipc, r2 * 1e-9,
                r2c * 1e-9);
         fflush(stdout);
-        if (r1 > best1[cls])
-            best1[cls] = r1;
-        if (r2 > best2[cls])
-            best2[cls] = r2;
+        if (r1 > best1[x->cls])
+            best1[x->cls] = r1;
+        if (r2 > best2[x->cls])
+            best2[x->cls] = r2;
     }
     static const char *cls_name[] = {"avx512 (zmm vpdpbusd)", "avx-vnni (ymm vpdpbusd)",
-                                     "avx2 (maddubs+madd)"};
+                                     "avx2 (maddubs+madd)", "avx512bf16 (zmm vdpbf16ps)"};
     printf("peaks (best K): GOP/s 1 thread, 2 threads\n");
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 4; c++)
         if (best1[c] > 0)
-            printf("peak %-24s %8.1f %8.1f\n", cls_name[c], best1[c] * 1e-9, best2[c] * 1e-9);
+            printf("peak %-26s %8.1f %8.1f\n", cls_name[c], best1[c] * 1e-9, best2[c] * 1e-9);
     return 0;
 }

@@ -8,6 +8,8 @@
  * (what the step would take if no neighbour took a core from it: on a
  * shared machine the wall figure moves with the load, the CPU one much
  * less). Compare with `kbench peak`. Checks nothing (the tests do).
+ * The prompts are timed too, the same way: each sequence's prompt, in
+ * forward calls of up to 256 rows, its last row's logits asked for.
  *
  *   build/tools/stepbench MODEL.gguf [n_seq 16] [steps 32] [threads 2] [prompt 128]
  *                         [fill: prompt | random] [kv type: f16 | q8_0]
@@ -125,6 +127,11 @@ int main(int argc, char **argv)
                     }
         free(row);
     }
+    const int n_pc = n_seq * ((prompt + CHUNK - 1) / CHUNK);
+    double *pwall = malloc(sizeof(double) * (size_t)n_pc), *pcpu = malloc(sizeof(double) * n_pc);
+    if (!pwall || !pcpu)
+        return 1;
+    int pc = 0;
     for (int s = 0; s < n_seq && !fill_random; s++)
         for (int p0 = 0; p0 < prompt; p0 += CHUNK) {
             int n = prompt - p0 < CHUNK ? prompt - p0 : CHUNK;
@@ -142,10 +149,13 @@ int main(int argc, char **argv)
                                   .n_seqs = n_seq,
                                   .block_tables = tp,
                                   .n_blocks = nb};
+            double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
             if (ifl_forward(f, &b, logits, err)) {
                 fprintf(stderr, "stepbench: %s\n", err);
                 return 1;
             }
+            pwall[pc] = clock_s(CLOCK_MONOTONIC) - w0;
+            pcpu[pc++] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         }
     for (int st = 0; st < steps; st++) {
         for (int s = 0; s < n_seq; s++) {
@@ -171,12 +181,26 @@ int main(int argc, char **argv)
         cpu[st] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     }
     /* the weights each row multiplies: every matrix but the embedding table */
-    double params = mat_params(&m->output);
+    double params = mat_params(&m->output), lparams = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct ifl_layer_weights *w = &m->layers[il];
-        params += mat_params(&w->wq) + mat_params(&w->wk) + mat_params(&w->wv) +
-                  mat_params(&w->wo) + mat_params(&w->w_gate) + mat_params(&w->w_up) +
-                  mat_params(&w->w_down);
+        lparams += mat_params(&w->wq) + mat_params(&w->wk) + mat_params(&w->wv) +
+                   mat_params(&w->wo) + mat_params(&w->w_gate) + mat_params(&w->w_up) +
+                   mat_params(&w->w_down);
+    }
+    params += lparams;
+    /* a prompt call multiplies every row by the layers, its last by the output */
+    if (pc > 0 && prompt <= CHUNK) {
+        const double pops = 2.0 * (lparams * prompt + mat_params(&m->output));
+        qsort(pwall, (size_t)pc, sizeof(double), cmp_double);
+        qsort(pcpu, (size_t)pc, sizeof(double), cmp_double);
+        const double pwm = pwall[pc / 2], pcm = pcpu[pc / 2];
+        printf("prompt of %d (%d calls): wall median %.2f ms (best %.2f), CPU median %.2f ms "
+               "(best %.2f); %.1f tok/s by the wall, %.1f by CPU time / %d threads\n",
+               prompt, pc, pwm * 1e3, pwall[0] * 1e3, pcm * 1e3, pcpu[0] * 1e3, prompt / pwm,
+               prompt / (pcm / nth), nth);
+        printf("prompt GOP/s: %.1f by the wall clock, %.1f by CPU time / %d threads (best %.1f)\n",
+               pops / pwm * 1e-9, pops / (pcm / nth) * 1e-9, nth, pops / (pcpu[0] / nth) * 1e-9);
     }
     const double ops = 2.0 * params * n_seq;
     qsort(wall, (size_t)steps, sizeof(double), cmp_double);
@@ -202,6 +226,8 @@ int main(int argc, char **argv)
     free(logits);
     free(wall);
     free(cpu);
+    free(pwall);
+    free(pcpu);
     ifl_fwd_free(f);
     ifl_kv_store_free(kv);
     ifl_model_free(m);

@@ -129,19 +129,33 @@ static void zb_gemm_bf16(int64_t n, int nr, int nc, const void *x, size_t xs, co
  * row, so an output needs no horizontal sum. Each output is one chain
  * over the pairs in order, then an odd n's last element with a zero
  * partner. A tile takes R activation rows against C groups (R C chains;
- * a weight run serves R rows). The activations are rounded once per
- * chunk of XB_KC elements into a stack buffer of pairs, which the tiles
- * broadcast from; a chunk's sums continue from y (a float stored and
- * loaded back is the same float, so the chain is the same however the
- * elements are chunked). */
+ * a weight run serves R rows).
+ *
+ * The activations are rounded to pairs once per column block (all of a
+ * prompt's call up to 512 columns: XB_YBYTES of sums, which stay in L2
+ * from one chunk to the next), a block of rows (up to XB_SR) and a chunk
+ * of elements at a time, into XB_BYTES on the stack; the chunk is as
+ * long as that allows (2048 elements for up to 16 rows, the whole row
+ * for one, 256 for 128). Over a chunk, each column tile of C groups
+ * passes over the block's rows, XB_R at a time: its weight runs (24 KiB
+ * for C = 3 and 256 elements) stay in L1 while the rows go by, and the
+ * next tile's are fetched into L2 meanwhile. A chunk's sums continue from
+ * y (a float stored and loaded back is the same float, so the chain is
+ * the same however the elements are chunked or the rows blocked).
+ * Rounding per 384 KiB of weights instead (6 groups of 2048 elements, 2
+ * of 5632) read and rounded the activations again for every 32 or 96
+ * columns: figures in bench/README.md. */
 #define XB_R 8
-#define XB_KC 512 /* elements of a chunk: 16 KiB of each group */
-#define XB_PF 1024
+#define XB_SR 128              /* rows rounded at once at most */
+#define XB_BYTES (64 * 1024)   /* the rounded block */
+#define XB_PF 1024             /* bytes ahead, a first pass over a weight run */
+#define XB_YBYTES (256 * 1024) /* the sums of a column block */
+#define XB_XPF 4               /* rows ahead, rounding */
 /* groups per tile: eight chains at least, at most 24 accumulators */
 #define XB_C(R) ((R) >= 4 ? 3 : (R) >= 2 ? 4 : 8)
 
 AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int pf,
-                  const uint32_t (*xb)[XB_KC / 2], const char *g, size_t gb, float *y, size_t ldy)
+                  const uint32_t *xb, size_t xbs, const char *g, size_t gb, float *y, size_t ldy)
 {
     __m512 acc[XB_R][8];
     UNROLL FOR_R UNROLL FOR_C acc[r][c] =
@@ -154,7 +168,7 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int 
         UNROLL FOR_C wv[c] = as_bh(_mm512_loadu_si512((const void *)(gp + (size_t)c * gb)));
         UNROLL FOR_R
         {
-            __m512bh xv = as_bh(_mm512_set1_epi32((int)xb[r][p - p0]));
+            __m512bh xv = as_bh(_mm512_set1_epi32((int)xb[(size_t)r * xbs + (size_t)(p - p0)]));
             UNROLL FOR_C acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
         }
     }
@@ -165,62 +179,117 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int 
             _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(gp + (size_t)c * gb))));
         UNROLL FOR_R
         {
-            __m512bh xv = as_bh(_mm512_set1_epi32((int)xb[r][p1 - p0]));
+            __m512bh xv = as_bh(_mm512_set1_epi32((int)xb[(size_t)r * xbs + (size_t)(p1 - p0)]));
             UNROLL FOR_C acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
         }
     }
     UNROLL FOR_R UNROLL FOR_C _mm512_storeu_ps(y + (size_t)r * ldy + 16 * c, acc[r][c]);
 }
 
-#define XB_CASE(R, C)                                                                              \
-    case (R)*16 + (C):                                                                             \
-        x16b_tile(R, C, p0, p1, odd, k0 == 0, r0 == 0, xb, (const char *)w + (size_t)gi * gb, gb,  \
-                  yp, ldy);                                                                        \
+/* The rounded rows' stride, in pairs: a constant in the tiles (a stride
+ * in a register left too few for the eight row addresses, which went to
+ * the stack and were loaded back every pair). XB_KP_FEW for at most
+ * XB_FEW rows, XB_KP_MANY above; a lone row has no stride, so it takes
+ * the whole buffer (a decode's rows in one chunk). */
+#define XB_FEW 16
+#define XB_KP_FEW (XB_BYTES / 4 / XB_FEW) /* 1024: 2048 elements */
+#define XB_KP_MANY (XB_BYTES / 4 / XB_SR) /* 128: 256 elements */
+#define XB_KP_ONE (XB_BYTES / 4)
+
+#define XB_CASE(R, C, M)                                                                           \
+    case (M)*256 + (R)*16 + (C):                                                                   \
+        x16b_tile(R, C, p0, p1, odd, k0 == 0, r0 == 0, xb + (size_t)r0 * (size_t)kp,               \
+                  (M) ? XB_KP_MANY : XB_KP_FEW, (const char *)w + (size_t)gi * gb, gb, yp, ldy);   \
         break;
+/* clang-format off */
+#define XB_CASES(M)                                                                                \
+    XB_CASE(1, 1, M) XB_CASE(1, 2, M) XB_CASE(1, 3, M) XB_CASE(1, 4, M)                            \
+    XB_CASE(1, 5, M) XB_CASE(1, 6, M) XB_CASE(1, 7, M) XB_CASE(1, 8, M)                            \
+    XB_CASE(2, 1, M) XB_CASE(2, 2, M) XB_CASE(2, 3, M) XB_CASE(2, 4, M)                            \
+    XB_CASE(3, 1, M) XB_CASE(3, 2, M) XB_CASE(3, 3, M) XB_CASE(3, 4, M)                            \
+    XB_CASE(4, 1, M) XB_CASE(4, 2, M) XB_CASE(4, 3, M) XB_CASE(5, 1, M)                            \
+    XB_CASE(5, 2, M) XB_CASE(5, 3, M) XB_CASE(6, 1, M) XB_CASE(6, 2, M)                            \
+    XB_CASE(6, 3, M) XB_CASE(7, 1, M) XB_CASE(7, 2, M) XB_CASE(7, 3, M)                            \
+    XB_CASE(8, 1, M) XB_CASE(8, 2, M) XB_CASE(8, 3, M)
+/* clang-format on */
 
 static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
                              size_t ws, float *y, size_t ldy)
 {
     const size_t gb = X16 * ws;
     const int64_t ng = nc / X16;
-    const int64_t cbg = gb < COL_BLOCK_BYTES ? (int64_t)(COL_BLOCK_BYTES / gb) : 1;
-    uint32_t xb[XB_R][XB_KC / 2] __attribute__((aligned(64)));
-    for (int64_t g0 = 0; g0 < ng; g0 += cbg) {
-        int64_t g1 = ng - g0 < cbg ? ng : g0 + cbg;
-        for (int r0 = 0; r0 < nr; r0 += XB_R) {
-            const int R = nr - r0 < XB_R ? nr - r0 : XB_R;
+    uint32_t xb[XB_BYTES / 4] __attribute__((aligned(64)));
+    for (int s0 = 0; s0 < nr; s0 += XB_SR) {
+        const int S = nr - s0 < XB_SR ? nr - s0 : XB_SR;
+        /* the chunk: pairs a row, a multiple of 16 (x_pairs writes 16) */
+        const int many = S > XB_FEW;
+        const int64_t kp = S == 1 ? XB_KP_ONE : many ? XB_KP_MANY : XB_KP_FEW, kc = 2 * kp;
+        const int CM = XB_C(S < XB_R ? S : XB_R);
+        /* columns in blocks whose sums stay in L2 between chunks */
+        const int64_t cbg = XB_YBYTES / (64 * S) > CM ? XB_YBYTES / (64 * S) : CM;
+        for (int64_t g0 = 0, g1; g0 < ng; g0 = g1) {
+            g1 = ng - g0 <= cbg + cbg / 2 ? ng : g0 + cbg;
             for (int64_t k0 = 0, k1; k0 < n; k0 = k1) {
-                k1 = n - k0 < XB_KC ? n : k0 + XB_KC;
+                k1 = n - k0 < kc ? n : k0 + kc;
                 /* pairs [p0, p1) whole; odd: element k1 - 1 alone after them */
                 const int64_t p0 = k0 / 2, p1 = k1 / 2;
                 const int odd = (int)(k1 & 1);
-                for (int r = 0; r < R; r++) {
-                    const float *xr = (const float *)((const char *)x + (size_t)(r0 + r) * xs);
+                for (int r = 0; r < S; r++) {
+                    const float *xr = (const float *)((const char *)x + (size_t)(s0 + r) * xs);
+                    /* the row XB_XPF on: its chunk is 1 KiB at 128 rows, too
+                     * short for the hardware to see a stream in */
+                    const char *xn = r + XB_XPF < S ? (const char *)xr + XB_XPF * xs : NULL;
                     for (int64_t i = k0; i < k1; i += 32) {
+                        if (xn) {
+                            _mm_prefetch(xn + 4 * (size_t)i, _MM_HINT_T0);
+                            _mm_prefetch(xn + 4 * (size_t)i + 64, _MM_HINT_T0);
+                        }
                         uint32_t m =
                             k1 - i >= 32 ? 0xffffffffu : (uint32_t)((1ull << (k1 - i)) - 1);
-                        _mm512_store_si512((void *)&xb[r][(i - k0) / 2],
-                                           (__m512i)x_pairs(xr, i, m));
+                        _mm512_store_si512(
+                            (void *)&xb[(size_t)r * (size_t)kp + (size_t)(i - k0) / 2],
+                            (__m512i)x_pairs(xr, i, m));
                     }
                 }
                 for (int64_t gi = g0, C; gi < g1; gi += C) {
-                    /* XB_C(R) groups, but two and two rather than a lone one last */
+                    /* CM groups, but two and two rather than a lone one last */
                     int64_t left = g1 - gi;
-                    C = left <= XB_C(R) ? left : left == XB_C(R) + 1 ? left / 2 : XB_C(R);
-                    float *yp = y + (size_t)r0 * ldy + (size_t)gi * X16;
-                    switch (R * 16 + (int)C) {
-                        /* clang-format off */
-                        XB_CASE(1, 1) XB_CASE(1, 2) XB_CASE(1, 3) XB_CASE(1, 4)
-                        XB_CASE(1, 5) XB_CASE(1, 6) XB_CASE(1, 7) XB_CASE(1, 8)
-                        XB_CASE(2, 1) XB_CASE(2, 2) XB_CASE(2, 3) XB_CASE(2, 4)
-                        XB_CASE(3, 1) XB_CASE(3, 2) XB_CASE(3, 3) XB_CASE(3, 4)
-                        XB_CASE(4, 1) XB_CASE(4, 2) XB_CASE(4, 3) XB_CASE(5, 1)
-                        XB_CASE(5, 2) XB_CASE(5, 3) XB_CASE(6, 1) XB_CASE(6, 2)
-                        XB_CASE(6, 3) XB_CASE(7, 1) XB_CASE(7, 2) XB_CASE(7, 3)
-                        XB_CASE(8, 1) XB_CASE(8, 2) XB_CASE(8, 3)
-                    default:
-                        break;
-                        /* clang-format on */
+                    C = left <= CM ? left : left == CM + 1 ? left / 2 : CM;
+                    /* The next tile (the next groups, the first of the next
+                     * chunk or of the next column block): the passes after
+                     * the first ask for its runs into L2, an equal share
+                     * before each (a few dozen lines). */
+                    const char *nx = (const char *)w;
+                    int nxc = 0;
+                    if (gi + C < g1) {
+                        nx += (size_t)(gi + C) * gb + 64 * (size_t)p0;
+                        nxc = (int)(g1 - gi - C < CM ? g1 - gi - C : CM);
+                    } else if (k1 < n) {
+                        nx += (size_t)g0 * gb + 64 * (size_t)p1;
+                        nxc = (int)(g1 - g0 < CM ? g1 - g0 : CM);
+                    } else if (g1 < ng) {
+                        nx += (size_t)g1 * gb;
+                        nxc = (int)(ng - g1 < CM ? ng - g1 : CM);
+                    }
+                    const int64_t nrb = (S + XB_R - 1) / XB_R, np = p1 - p0 + 1;
+                    const int64_t share = nrb > 1 ? (np + nrb - 2) / (nrb - 1) : 0;
+                    for (int r0 = 0; r0 < S; r0 += XB_R) {
+                        const int R = S - r0 < XB_R ? S - r0 : XB_R;
+                        /* runs [nxo, nxo + nxn) of the next tile in this pass */
+                        const int64_t nxo = r0 ? (r0 / XB_R - 1) * share : 0;
+                        const int64_t nxn = !r0 || !nxc || nxo >= np ? 0
+                                            : np - nxo < share       ? np - nxo
+                                                                     : share;
+                        float *yp = y + (size_t)(s0 + r0) * ldy + (size_t)gi * X16;
+                        for (int c = 0; c < nxc; c++)
+                            for (int64_t q = nxo; q < nxo + nxn; q++)
+                                _mm_prefetch(nx + (size_t)c * gb + 64 * (size_t)q, _MM_HINT_T1);
+                        switch (many * 256 + R * 16 + (int)C) {
+                            XB_CASES(0)
+                            XB_CASES(1)
+                        default:
+                            break;
+                        }
                     }
                 }
             }
