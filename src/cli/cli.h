@@ -25,6 +25,8 @@ int cli_parse_f64(const char *s, double lo, double hi, double *out);
 int cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
 /* "f16", "f32" or "q8_0" to enum ifl_kv_type; -1 for anything else. */
 int cli_parse_kv_type(const char *s);
+/* --vision-precision: f32 or bf16 as enum ifl_vision_precision; -1 otherwise. */
+int cli_parse_vision_precision(const char *s);
 /* "1,4,16": 1..max counts, each in [lo, hi], into out; returns how many, or
  * -1 for anything else (an empty list included). */
 int cli_parse_int_list(const char *s, int64_t lo, int64_t hi, int *out, int max);

@@ -124,9 +124,8 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
         } else if (is_run && !strcmp(a, "--mmproj")) {
             o->mmproj = v;
         } else if (is_run && !strcmp(a, "--vision-precision")) {
-            if (strcmp(v, "f32") && strcmp(v, "bf16"))
+            if ((o->vision_prec = cli_parse_vision_precision(v)) < 0)
                 return cli_usage_error(cmd, "--vision-precision wants f32 or bf16, not '%s'", v);
-            o->vision_prec = !strcmp(v, "bf16") ? IFL_VISION_PREC_BF16 : IFL_VISION_PREC_F32;
         } else if (is_run && !strcmp(a, "--image")) {
             if (o->n_images == IFL_MAX_IMAGES_PER_REQUEST)
                 return cli_usage_error(cmd, "--image: at most %d images",

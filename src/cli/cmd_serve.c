@@ -280,10 +280,9 @@ static int serve_main(int argc, char **argv)
         else if (!strcmp(a, "--mmproj"))
             mmproj = v;
         else if (!strcmp(a, "--vision-precision")) {
-            if (strcmp(v, "f32") && strcmp(v, "bf16"))
+            if ((vision_prec = cli_parse_vision_precision(v)) < 0)
                 return cli_usage_error("serve", "--vision-precision wants f32 or bf16, not '%s'",
                                        v);
-            vision_prec = !strcmp(v, "bf16") ? IFL_VISION_PREC_BF16 : IFL_VISION_PREC_F32;
         } else if (!strcmp(a, "--image-url-allow")) {
             if (strncasecmp(v, "http://", 7) && strncasecmp(v, "https://", 8))
                 return cli_usage_error("serve",

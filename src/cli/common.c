@@ -130,6 +130,15 @@ int cli_parse_kv_type(const char *s)
     return -1;
 }
 
+int cli_parse_vision_precision(const char *s)
+{
+    if (!strcmp(s, "f32"))
+        return IFL_VISION_PREC_F32;
+    if (!strcmp(s, "bf16"))
+        return IFL_VISION_PREC_BF16;
+    return -1;
+}
+
 enum ifl_type cli_kv_store_type(int kv_type)
 {
     return kv_type == IFL_KV_F32    ? IFL_TYPE_F32

@@ -461,6 +461,7 @@ static int repack(struct ifl_clip *c, struct ifl_mat *m, char *err)
     uint16_t *rows = t != m->type ? malloc(16 * m->row_bytes) : NULL;
     if (!dst || (t != m->type && !rows)) {
         free(dst);
+        free(rows);
         return ifl_err(err, IFL_ENOMEM, "mmproj: out of memory repacking a matrix");
     }
     for (int64_t g = 0; g < m->n_out / 16; g++) {
