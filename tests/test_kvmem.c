@@ -77,18 +77,23 @@ static void run_load(ifl_executor *ex, int n, int32_t max_tokens, int32_t *out)
 {
     ifl_id ids[64];
     int32_t prompts[64][6];
+    static struct ifl_request reqs[64];
     for (int i = 0; i < n; i++) {
         memcpy(prompts[i], ONCE, sizeof(ONCE));
         prompts[i][5] = 3 + i;
-        struct ifl_request r;
-        ifl_request_init(&r);
-        r.input_ids = prompts[i];
-        r.n_input = 6;
-        r.max_tokens = max_tokens;
-        r.sampling.temperature = 0;
-        r.sampling.ignore_eos = 1;
-        CHECK_EQ(ifl_enqueue(ex, &r, &ids[i], NULL), 0);
+        ifl_request_init(&reqs[i]);
+        reqs[i].input_ids = prompts[i];
+        reqs[i].n_input = 6;
+        reqs[i].max_tokens = max_tokens;
+        reqs[i].sampling.temperature = 0;
+        reqs[i].sampling.ignore_eos = 1;
     }
+    /* queued together, so they step together: one by one, a loaded machine
+     * could hold this thread back while the engine ran a dozen steps, and
+     * a request that finished first would hand its partial last block to
+     * one that had yet to take its 13th */
+    char err[512] = "";
+    CHECK_MSG(ifl_enqueue_many(ex, reqs, n, ids, err) == 0, "%s", err);
     for (int i = 0; i < n; i++) {
         int32_t got = 0, k = 0, final = 0;
         while (!final) {
