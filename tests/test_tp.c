@@ -351,7 +351,10 @@ static int mpi_logits(struct ifl_comm *comm, const char *kvs, int gen, int n_mod
                 rc = run_seq(&whole, want, err);
             run_close(&whole);
         }
-        if (!rc || rank != 0) {
+        /* a rank whose shard would not load (a model that refuses the
+         * split) has nothing to run; the others then fail on their
+         * collectives' time limit, with a message */
+        if (sh.f && (!rc || rank != 0)) {
             rc = run_seq(&sh, got, err);
             CHECK_MSG(rc == 0, "%s: %s", models[i], err);
         }
