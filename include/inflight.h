@@ -847,6 +847,13 @@ struct ifl_vision_info {
  * IFL_EINVAL, IFL_ENOMEM. err: optional, 512 bytes. */
 int ifl_vision_load(ifl_vision **out, const char *mmproj_path, int32_t max_images,
                     int32_t n_threads, char *err);
+/* ifl_vision_load with a compute precision (enum ifl_vision_precision, as
+ * the executor's config.vision_precision takes it): IFL_VISION_PREC_BF16
+ * rounds the file's F16 matrices and their activations to BF16 on CPUs
+ * with AVX-512 BF16, and changes nothing elsewhere. IFL_EINVAL for another
+ * value. */
+int ifl_vision_load_prec(ifl_vision **out, const char *mmproj_path, int32_t max_images,
+                         int32_t n_threads, int32_t precision, char *err);
 void ifl_vision_free(ifl_vision *v); /* NULL is fine */
 int ifl_vision_info(const ifl_vision *v, struct ifl_vision_info *out);
 /* The rows an image of w x h pixels becomes: n_tokens, or for InternVL

@@ -611,6 +611,55 @@ static void test_public_api(void)
     ifl_vision_free(NULL);
 }
 
+/* The public call's precision reaches the encoder: ifl_vision_load_prec
+ * with BF16 encodes as the internal BF16 load does, bit for bit, and F32
+ * as ifl_vision_load; the two differ only on a table with BF16 products.
+ * A precision that does not exist is refused. */
+static void test_public_precision(void)
+{
+    char path[512], err[IFL_ERR_LEN] = "";
+    if (mk("apiprec", "--type f16 --seed 63", path, sizeof path))
+        return;
+    ifl_vision *v0 = NULL, *v1 = NULL;
+    CHECK_EQ(ifl_vision_load_prec(&v1, path, 1, 1, 7, err), IFL_EINVAL);
+    CHECK(v1 == NULL && strstr(err, "precision") != NULL);
+    CHECK(ifl_vision_load_prec(&v0, path, 1, 2, IFL_VISION_PREC_F32, err) == 0);
+    CHECK(ifl_vision_load_prec(&v1, path, 1, 2, IFL_VISION_PREC_BF16, err) == 0);
+    struct ifl_clip *c = NULL;
+    struct ifl_clip_ctx *x = NULL;
+    CHECK(ifl_clip_load_prec(&c, path, IFL_CLIP_PREC_BF16, err) == 0);
+    CHECK(c && ifl_clip_ctx_create(&x, c, 1, NULL, 1, err) == 0);
+    if (v0 && v1 && x) {
+        struct ifl_vision_info info;
+        CHECK(ifl_vision_info(v1, &info) == 0);
+        const size_t n = (size_t)info.n_tokens * info.n_embd;
+        unsigned char *png, *rgb;
+        const int64_t size = (int64_t)png_bytes(32, 32, 3, &png, &rgb);
+        const void *imgs[1] = {png};
+        float *a = malloc(n * 4), *b = malloc(n * 4), *want = malloc(n * 4);
+        float *px = malloc(sizeof(float) * 3 * (size_t)info.image_size * info.image_size);
+        CHECK(ifl_vision_encode(v0, imgs, &size, 1, a, err) == 0);
+        CHECK(ifl_vision_encode(v1, imgs, &size, 1, b, err) == 0);
+        struct ifl_image im = {32, 32, rgb};
+        CHECK(ifl_clip_preprocess(c, &im, px, err) == 0);
+        CHECK(ifl_clip_encode(x, px, 1, want, err) == 0);
+        CHECK_MSG(memcmp(b, want, n * 4) == 0, "public BF16 load: not the internal BF16 encoder");
+        const int bf = ifl_kernels_best()->act_bf16[IFL_TYPE_BF16];
+        CHECK_MSG((memcmp(a, b, n * 4) != 0) == bf, "f32 and bf16 %s on table %s (bf16: %d)",
+                  memcmp(a, b, n * 4) ? "differ" : "agree", ifl_kernels_best()->name, bf);
+        free(a);
+        free(b);
+        free(want);
+        free(px);
+        free(png);
+        free(rgb);
+    }
+    ifl_clip_ctx_free(x);
+    ifl_clip_free(c);
+    ifl_vision_free(v0);
+    ifl_vision_free(v1);
+}
+
 #define FW_ROWS 28
 #define FW_BLOCK 16
 
@@ -747,6 +796,7 @@ int main(void)
     T_RUN(test_preprocess);
     T_RUN(test_bad_files);
     T_RUN(test_public_api);
+    T_RUN(test_public_precision);
     T_RUN(test_embedding_rows);
     fprintf(stderr, "  worst: float max |d| / max(1, std) %.2e; q8_0 max %.3f, mean %.4f of std\n",
             g_worst[0], g_worst[1], g_worst[2]);

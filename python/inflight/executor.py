@@ -485,6 +485,7 @@ _POLICIES = {"guaranteed_no_evict": _core.SCHED_GUARANTEED_NO_EVICT,
 _SPEC_TYPES = {"none": _core.SPEC_NONE, "draft": _core.SPEC_DRAFT, "ngram": _core.SPEC_NGRAM,
                "eagle3": _core.SPEC_EAGLE3}
 _SPEC_ACCEPT = {"exact": _core.SPEC_ACCEPT_EXACT, "rejection": _core.SPEC_ACCEPT_REJECTION}
+_VISION_PREC = {"f32": _core.VISION_PREC_F32, "bf16": _core.VISION_PREC_BF16}
 
 
 def _named(field_name: str, v: Any, table: Dict[str, int]) -> int:
@@ -498,13 +499,15 @@ def _named(field_name: str, v: Any, table: Dict[str, int]) -> int:
 
 
 def _c_config(config: Dict[str, Any]) -> Dict[str, Any]:
-    """Executor options (the C config's field names; kv_type, sched_policy
-    and speculative's type/accept also by name) as inflight._core takes them."""
+    """Executor options (the C config's field names; kv_type, sched_policy,
+    vision_precision and speculative's type/accept also by name) as inflight._core takes them."""
     c = dict(config)
     if "kv_type" in c:
         c["kv_type"] = _named("kv_type", c["kv_type"], _KV_TYPES)
     if "sched_policy" in c:
         c["sched_policy"] = _named("sched_policy", c["sched_policy"], _POLICIES)
+    if "vision_precision" in c:
+        c["vision_precision"] = _named("vision_precision", c["vision_precision"], _VISION_PREC)
     for k in ("enable_prefix_caching", "kv_prefault"):
         if k in c and isinstance(c[k], bool):
             c[k] = int(c[k])
@@ -535,7 +538,7 @@ class GenerationExecutor:
     ...}, lora_cache_bytes, lora_type "f32" | "f16" | "q8_0", tp_emulate N:
     sum as a tensor parallel job of N ranks does, mmproj_path (a vision
     encoder: requests may carry images), vision_images_per_step,
-    image_cache_bytes), plus
+    image_cache_bytes, vision_precision "f32" | "bf16"), plus
     lora=[path or (path, scale), ...]
     (adapters loaded at start, global scale 1 unless given),
     lora_modules={name: path} (loaded at start, applied only when named), logits_processors={name: fn(request_id, logits, token_ids,

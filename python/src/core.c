@@ -1208,6 +1208,8 @@ PyMODINIT_FUNC PyInit__core(void)
         {"SPEC_EAGLE3", IFL_SPEC_EAGLE3},
         {"SPEC_ACCEPT_EXACT", IFL_SPEC_ACCEPT_EXACT},
         {"SPEC_ACCEPT_REJECTION", IFL_SPEC_ACCEPT_REJECTION},
+        {"VISION_PREC_F32", IFL_VISION_PREC_F32},
+        {"VISION_PREC_BF16", IFL_VISION_PREC_BF16},
         {"STATUS_CANCELLED", IFL_ECANCELLED},
     };
     for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)

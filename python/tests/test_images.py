@@ -139,3 +139,27 @@ def test_internvl_tiles(tmp_path):
             ids4, pos4 = ex.tokenize_images(text, 1, rows=[4])
             m.generate({"prompt_token_ids": ids4, "image_positions": pos4,
                         "multi_modal_data": {"image": big}}, GREEDY)
+
+
+def test_vision_precision(tmp_path):
+    """vision_precision by name: "bf16" rounds an F16 encoder's products to
+    BF16 where the CPU has AVX-512 BF16 (another embedding, so other
+    log-probs), changes nothing elsewhere; an unknown name raises."""
+    p = str(tmp_path / "f16.gguf")
+    subprocess.run([MKMODEL, "-o", p, "--mmproj", "--proj-dim", "64", "--seed", "6", "--type",
+                    "f16"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with pytest.raises(ValueError, match="vision_precision"):
+        inflight.LLM(STORIES, n_threads=1, mmproj_path=p, vision_precision="fp8")
+    req = {"prompt": "Once upon a time <__media__>", "multi_modal_data": {"image": png(40, 30, 3)}}
+    got = {}
+    for prec in ("f32", "bf16"):
+        with inflight.LLM(STORIES, n_threads=1, kv_type="f32", mmproj_path=p,
+                          vision_precision=prec) as m:
+            got[prec] = m.generate(req, GREEDY)[0].outputs[0]
+            assert len(got[prec].token_ids) == 10
+    with open("/proc/cpuinfo") as f:
+        bf16_cpu = " avx512_bf16" in f.read()
+    if bf16_cpu and not os.environ.get("IFL_KERNELS"):
+        assert got["f32"].cumulative_logprob != got["bf16"].cumulative_logprob
+    elif not bf16_cpu:
+        assert got["f32"].cumulative_logprob == got["bf16"].cumulative_logprob

@@ -36,18 +36,28 @@ void ifl_vision_free(ifl_vision *v)
 int ifl_vision_load(ifl_vision **out, const char *mmproj_path, int32_t max_images,
                     int32_t n_threads, char *err)
 {
+    return ifl_vision_load_prec(out, mmproj_path, max_images, n_threads, IFL_VISION_PREC_F32, err);
+}
+
+int ifl_vision_load_prec(ifl_vision **out, const char *mmproj_path, int32_t max_images,
+                         int32_t n_threads, int32_t precision, char *err)
+{
     if (!out || !mmproj_path)
         return ifl_err(err, IFL_EINVAL, "vision: no output or no path");
     *out = NULL;
     if (max_images < 1 || max_images > 1024 || n_threads < 0 || n_threads > 1024)
         return ifl_err(err, IFL_EINVAL, "vision: max_images %d / n_threads %d out of range",
                        (int)max_images, (int)n_threads);
+    if (precision != IFL_VISION_PREC_F32 && precision != IFL_VISION_PREC_BF16)
+        return ifl_err(err, IFL_EINVAL, "vision: precision %d (0: f32, 1: bf16)", (int)precision);
     ifl_vision *v = calloc(1, sizeof *v);
     if (!v)
         return ifl_err(err, IFL_ENOMEM, "vision: out of memory");
     pthread_mutex_init(&v->lock, NULL);
     v->max_images = max_images;
-    int rc = ifl_clip_load(&v->clip, mmproj_path, err);
+    int rc = ifl_clip_load_prec(
+        &v->clip, mmproj_path,
+        precision == IFL_VISION_PREC_BF16 ? IFL_CLIP_PREC_BF16 : IFL_CLIP_PREC_F32, err);
     if (!rc)
         rc = ifl_clip_ctx_create(&v->ctx, v->clip, max_images, NULL, n_threads, err);
     if (!rc) {
