@@ -249,6 +249,12 @@ struct ifl_executor_config {
      * crashed build left (its process gone) is removed by the next build.
      * Read during ifl_executor_create only. */
     const char *repack_cache_dir;
+    /* The bytes the cache files in repack_cache_dir may take in all: when
+     * a start writes a new file there, the other cache files go, least
+     * recently used first (each start that maps one marks it used), until
+     * the rest fits; the new file always stays. Only files named as cache
+     * files are counted or removed. 0: 32 GiB; -1: no bound. */
+    int64_t repack_cache_max_bytes;
     struct ifl_speculative_config speculative;
     /* LoRA adapters' host cache: when the adapters in memory take more
      * than this many bytes, idle ones loaded from files (used by no

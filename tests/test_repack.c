@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -121,6 +122,20 @@ static char *cache_file(void)
     if (d)
         closedir(d);
     CHECK_MSG(n == 1, "%d cache files in %s", n, g_cache);
+    return path;
+}
+
+/* The cache file of bound.gguf in g_cache, or "" */
+static const char *cache_path_of_new(void)
+{
+    static char path[600];
+    path[0] = 0;
+    DIR *d = opendir(g_cache);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "bound.gguf.", 11) && strstr(e->d_name, ".x16"))
+            snprintf(path, sizeof path, "%s/%s", g_cache, e->d_name);
+    if (d)
+        closedir(d);
     return path;
 }
 
@@ -500,6 +515,105 @@ static void test_newer_types(void)
     }
 }
 
+/* A file of n bytes at dir/name, last modified age_s seconds ago. */
+static void fake_file(const char *name, long n, long age_s)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", g_cache, name);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, n) == 0);
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= age_s;
+    t[1] = t[0];
+    CHECK(futimens(fd, t) == 0);
+    close(fd);
+}
+
+static int exists(const char *name)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", g_cache, name);
+    return access(p, F_OK) == 0;
+}
+
+/* The cache directory's bound: a start that writes a cache file removes
+ * the least recently used other cache files until the rest fits, keeps
+ * its own file and every file not named as a cache file, and says so; a
+ * start that maps its file marks it used; -1 is no bound. */
+static void test_cache_bound(void)
+{
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/bound.gguf", g_dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -o '%s' --vocab '%s' --arch llama --type q8_0 --n-embd 256 --n-layer 1 "
+             "--n-head 4 --n-head-kv 4 --n-ff 1024 --seed 9 >/dev/null 2>&1",
+             g_mk, path, g_vocab);
+    int sys = system(cmd);
+    CHECK_MSG(sys == 0, "mkmodel failed (%d): %s", sys, cmd);
+    if (sys)
+        return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
+    CHECK(system(cmd) == 0);
+    CHECK(mkdir(g_cache, 0755) == 0);
+    const long MiB = 1 << 20;
+    fake_file("old.gguf.0123456789abcdef.x16", MiB, 3 * 86400);
+    fake_file("mid.gguf.fedcba9876543210.x16", MiB, 86400);
+    fake_file("notes.txt", 8 * MiB, 5 * 86400);
+    fake_file("other.x16", MiB, 5 * 86400);
+    struct seen s;
+    struct ifl_model_load_opts o = {
+        .n_threads = 2, .repack_cache_dir = g_cache, .progress = on_progress, .progress_user = &s};
+    struct ifl_model *m = NULL;
+    char err[IFL_ERR_LEN] = "";
+    struct stat st;
+    /* first a size: the model's own cache file, written with no bound */
+    o.repack_cache_max = -1;
+    memset(&s, 0, sizeof s);
+    CHECK_MSG(ifl_model_load_with(&m, path, &o, err) == 0, "%s", err);
+    ifl_model_free(m);
+    m = NULL;
+    char own[700];
+    snprintf(own, sizeof own, "%s", cache_path_of_new());
+    CHECK(own[0] && stat(own, &st) == 0);
+    const long own_bytes = (long)st.st_size;
+    CHECK(exists("old.gguf.0123456789abcdef.x16") && exists("mid.gguf.fedcba9876543210.x16"));
+    CHECK_EQ(s.n_notices, 0);
+    /* room for the new file and one more: the older one goes */
+    unlink(own);
+    o.repack_cache_max = own_bytes + MiB + MiB / 2;
+    memset(&s, 0, sizeof s);
+    CHECK_MSG(ifl_model_load_with(&m, path, &o, err) == 0, "%s", err);
+    ifl_model_free(m);
+    m = NULL;
+    CHECK(access(own, F_OK) == 0);
+    CHECK(!exists("old.gguf.0123456789abcdef.x16"));
+    CHECK(exists("mid.gguf.fedcba9876543210.x16"));
+    CHECK(exists("notes.txt") && exists("other.x16"));
+    CHECK_MSG(has(s.notice, "removed 1 least recently used file") && has(s.notice, "1.0 MiB"),
+              "notice: %s", s.notice);
+    /* a warm start maps its file and marks it used: nothing removed */
+    struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
+    CHECK(utimensat(AT_FDCWD, own, old, 0) == 0);
+    o.repack_cache_max = 1;
+    memset(&s, 0, sizeof s);
+    CHECK_MSG(ifl_model_load_with(&m, path, &o, err) == 0, "%s", err);
+    ifl_model_free(m);
+    m = NULL;
+    CHECK(stat(own, &st) == 0 && st.st_mtim.tv_sec > 1000000000);
+    CHECK(exists("mid.gguf.fedcba9876543210.x16"));
+    CHECK_EQ(s.n_notices, 0);
+    /* a bound under the new file itself: it stays, every other cache file goes */
+    unlink(own);
+    memset(&s, 0, sizeof s);
+    CHECK_MSG(ifl_model_load_with(&m, path, &o, err) == 0, "%s", err);
+    ifl_model_free(m);
+    CHECK(access(own, F_OK) == 0);
+    CHECK(!exists("mid.gguf.fedcba9876543210.x16"));
+    CHECK(exists("notes.txt") && exists("other.x16"));
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--child"))
@@ -519,6 +633,7 @@ int main(int argc, char **argv)
     T_RUN(test_mxfp4);
     T_RUN(test_repack_off);
     T_RUN(test_newer_types);
+    T_RUN(test_cache_bound);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0)

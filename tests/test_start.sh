@@ -109,6 +109,19 @@ c=$("$BIN" run -m "$M" -p "once upon" -n 8 --temp 0 --ids -t 2 --repack-cache "$
 [ "$c" = "$want" ] && ok "run --repack-cache: same ids after a rebuild" || bad "run --repack-cache: '$c' after a rebuild"
 has "run --repack-cache: names the corrupt cache" "is corrupt: matrix" "$(cat "$tmp/e3")"
 has "run --repack-cache: says it rebuilds" "rebuilding it" "$(cat "$tmp/e3")"
+# --repack-cache-max: a new file makes the least recently used others go
+truncate -s 3M "$tmp/cache/gone.gguf.0123456789abcdef.x16"
+touch -d '2 days ago' "$tmp/cache/gone.gguf.0123456789abcdef.x16"
+rm -f "$f"
+d=$("$BIN" run -m "$M" -p "once upon" -n 8 --temp 0 --ids -t 2 --repack-cache "$tmp/cache" --repack-cache-max 1M 2>"$tmp/e5")
+[ "$d" = "$want" ] && ok "run --repack-cache-max: same ids" || bad "run --repack-cache-max: '$d'"
+check "run --repack-cache-max: the old file went, its own stayed" "1 0" \
+    "$(ls "$tmp"/cache/*.x16 | wc -l) $(ls "$tmp"/cache/gone.* 2>/dev/null | wc -l)"
+has "run --repack-cache-max: says what went" "removed 1 least recently used file (3.0 MiB)" "$(cat "$tmp/e5")"
+"$BIN" run -m "$M" -p hi --repack-cache "$tmp/cache" --repack-cache-max 12Q >/dev/null 2>"$tmp/e6"
+rc=$?
+[ $rc = 2 ] && ok "run --repack-cache-max 12Q: exit 2" || bad "run --repack-cache-max 12Q: exit $rc"
+has "run --repack-cache-max 12Q: says so" "--repack-cache-max wants a size" "$(cat "$tmp/e6")"
 "$BIN" run -m "$M" -p hi --repack-cache "$tmp/none" >/dev/null 2>"$tmp/e4"
 rc=$?
 [ $rc = 2 ] && ok "run --repack-cache missing dir: exit 2" || bad "run --repack-cache missing dir: exit $rc"

@@ -534,7 +534,7 @@ class GenerationExecutor:
     max_num_tokens, max_queue_size, n_ctx, kv_cache_tokens, kv_cache_bytes,
     kv_block_size, kv_type, sched_policy, enable_prefix_caching,
     kv_cache_memory_share, kv_cache_memory_limit, kv_release_ms,
-    kv_prefault, repack_cache_dir, speculative={type, draft_model, n_max,
+    kv_prefault, repack_cache_dir, repack_cache_max_bytes, speculative={type, draft_model, n_max,
     ...}, lora_cache_bytes, lora_type "f32" | "f16" | "q8_0", tp_emulate N:
     sum as a tensor parallel job of N ranks does, mmproj_path (a vision
     encoder: requests may carry images), vision_images_per_step,

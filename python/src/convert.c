@@ -372,6 +372,7 @@ const struct ifl_py_field ifl_py_config_fields[] = {
     FLD(struct ifl_executor_config, vision_images_per_step, F_I32),
     FLD(struct ifl_executor_config, image_cache_bytes, F_I64),
     FLD(struct ifl_executor_config, vision_precision, F_I32),
+    FLD(struct ifl_executor_config, repack_cache_max_bytes, F_I64),
     {NULL, F_I32, 0},
 };
 

@@ -364,6 +364,24 @@ def test_bad_executor_options():
         inflight.LLM(STORIES, speculative={"type": "magic"})
     with pytest.raises((ValueError, OSError), match="no-such.gguf"):
         inflight.LLM("/nonexistent/no-such.gguf")
+    with pytest.raises(ValueError, match="repack_cache_max_bytes"):
+        inflight.LLM(STORIES, repack_cache_max_bytes=-2)
+
+
+def test_repack_cache_bound(tmp_path):
+    """repack_cache_max_bytes reaches the loader: writing the model's cache
+    file removes an older cache file that no longer fits."""
+    q8 = os.path.join(os.path.dirname(STORIES), "ref", "llama-q8_0.gguf")
+    old = tmp_path / "old.gguf.0123456789abcdef.x16"
+    old.write_bytes(b"\0" * (1 << 20))
+    os.utime(old, (1e9, 1e9))
+    with inflight.LLM(q8, n_threads=1, repack_cache_dir=str(tmp_path),
+                      repack_cache_max_bytes=1 << 20) as llm:
+        assert len(llm.generate([1, 2, 3], SamplingParams(max_tokens=2))[0].outputs[0]
+                   .token_ids) == 2
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 1 and names[0].startswith("llama-q8_0.gguf.") and names[0].endswith(
+        ".x16")
 
 
 def test_tp_emulate_gives_the_cli_tokens():

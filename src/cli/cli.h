@@ -27,6 +27,9 @@ int cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
 int cli_parse_kv_type(const char *s);
 /* --vision-precision: f32 or bf16 as enum ifl_vision_precision; -1 otherwise. */
 int cli_parse_vision_precision(const char *s);
+/* --repack-cache-max: a size ("20G", "512M", bytes) or "off" (-1: no
+ * bound) into *out; 0, or -1 for anything else. */
+int cli_parse_cache_max(const char *s, int64_t *out);
 /* "1,4,16": 1..max counts, each in [lo, hi], into out; returns how many, or
  * -1 for anything else (an empty list included). */
 int cli_parse_int_list(const char *s, int64_t lo, int64_t hi, int *out, int max);
@@ -128,6 +131,7 @@ void cli_progress_fn(void *user, const struct ifl_load_progress *lp);
 struct cli_session_opts {
     const char *model_path;
     const char *repack_cache_dir; /* NULL: repack in memory */
+    int64_t repack_cache_max;     /* --repack-cache-max (0: the default bound) */
     int32_t n_ctx;                /* 0: the model's training context, at most 4096 */
     int n_threads;                /* 0: the CPUs this process may use (ifl_syscpu_count) */
     enum ifl_type kv_type;

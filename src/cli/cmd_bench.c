@@ -69,6 +69,7 @@ struct bench_opts {
     int32_t *depth_ctx;       /* those tokens, the same for every run */
     int kv_block;             /* positions per KV block */
     const char *repack_cache; /* NULL: repack in memory */
+    int64_t repack_cache_max; /* --repack-cache-max; 0: the default bound */
     struct ifl_speculative_config spec;
     struct cli_lora lora; /* --lora, --lora-scaled */
     struct cli_tp tp;     /* --tp, --tp-timeout */
@@ -616,6 +617,7 @@ static const char BENCH_HELP[] =
     "  -t, --threads N         threads (default: the CPUs this process may use)\n"
     "  --kv-type f16|f32|q8_0  KV cache precision (default f16)\n"
     "  --repack-cache DIR      map the repacked weights from a cache file there (as serve)\n"
+    "  --repack-cache-max SIZE the cache files there may take SIZE in all (as serve)\n"
     "  --json                  one JSON object per test instead of tables\n"
     "  --bandwidth             measure memory read bandwidth (no model)\n"
     "  --bw-mib N              its buffer in MiB (default 512)\n"
@@ -714,6 +716,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             if (rc)
                 return rc;
             o->repack_cache = v;
+        } else if (!strcmp(a, "--repack-cache-max")) {
+            if (cli_parse_cache_max(v, &o->repack_cache_max))
+                return cli_usage_error(
+                    "bench", "--repack-cache-max wants a size (20G, 512M) or off, not '%s'", v);
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->kv_type = cli_parse_kv_type(v)) < 0)
                 return cli_usage_error("bench", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
@@ -820,6 +826,7 @@ static int bench_leader(struct bench_opts *op, int threads)
     cfg.lora_type = o.lora.type;
     /* no default cache here: a benchmark of many files should not fill the disk */
     cfg.repack_cache_dir = o.repack_cache && strcmp(o.repack_cache, "off") ? o.repack_cache : NULL;
+    cfg.repack_cache_max_bytes = o.repack_cache_max;
     struct cli_progress progress;
     cli_progress_init(&progress, "bench", 1.0);
     cfg.load_progress = cli_progress_fn;

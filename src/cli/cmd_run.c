@@ -58,6 +58,9 @@ static const char RUN_HELP[] =
     "  --repack-cache DIR   keep the weights repacked for this CPU's kernels in a file in\n"
     "                       DIR, which later starts map instead of repacking (default,\n"
     "                       for models of 64 MiB or more: ~/.cache/inflight; off: none)\n"
+    "  --repack-cache-max SIZE  the cache files there may take SIZE in all (20G, 512M;\n"
+    "                       default 32G; off: no bound): a new file makes the least\n"
+    "                       recently used others go\n"
     "  --ids                print generated token ids instead of text\n"
     "  --ignore-eos         keep generating past end-of-sequence\n"
     "  --prediction FILE    text the output is expected to resemble (an edited file):\n"
@@ -75,8 +78,8 @@ static const char EVAL_HELP[] =
     "usage: inflight eval -m FILE (-p TEXT | --ids \"1 2 3\") --logits OUT.f32 [options]\n"
     "  evaluates the whole sequence and writes the logits of every position as\n"
     "  little-endian float32 rows [n_pos][n_vocab]\n"
-    "  -t, --threads N, -c, --ctx-size N, --kv-type f16|f32|q8_0, --repack-cache DIR\n"
-    "  as for run\n";
+    "  -t, --threads N, -c, --ctx-size N, --kv-type f16|f32|q8_0, --repack-cache DIR,\n"
+    "  --repack-cache-max SIZE  as for run\n";
 
 /* Parses the options run and eval share; returns 0, or an exit status. */
 static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
@@ -142,6 +145,12 @@ static int parse(int argc, char **argv, const char *cmd, struct run_opts *o)
             if (rc)
                 return rc;
             o->so.repack_cache_dir = v;
+        } else if (!strcmp(a, "--repack-cache-max")) {
+            if (cli_parse_cache_max(v, &o->so.repack_cache_max))
+                return cli_usage_error(cmd,
+                                       "--repack-cache-max wants a size (20G, 512M) or off, "
+                                       "not '%s'",
+                                       v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (cli_parse_i64(v, 1, 256, &iv))
                 return cli_usage_error(cmd, "-t wants a thread count from 1 to 256, not '%s'", v);
@@ -275,6 +284,7 @@ static int run_leader(struct run_opts *op)
     cfg.tp_timeout_s = o.tp.timeout_s;
     cfg.mmproj_path = o.mmproj;
     cfg.vision_precision = o.vision_prec;
+    cfg.repack_cache_max_bytes = o.so.repack_cache_max;
     char cache_buf[4096];
     int cache_default;
     cfg.repack_cache_dir = cli_repack_cache(o.so.repack_cache_dir, o.so.model_path, cache_buf,

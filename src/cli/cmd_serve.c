@@ -53,6 +53,9 @@ static const char SERVE_HELP[] =
     "                            in DIR, which later starts map instead of repacking\n"
     "                            (default, for models of 64 MiB or more: ~/.cache/inflight;\n"
     "                            off: repack in memory at every start)\n"
+    "  --repack-cache-max SIZE   the cache files there may take SIZE in all (20G, 512M;\n"
+    "                            default 32G; off: no bound): a new file makes the least\n"
+    "                            recently used others go\n"
     "  --chat-template FILE      Jinja chat template (default: the model's, else ChatML)\n"
     "  --mmproj FILE             a vision encoder (llama.cpp's mmproj GGUF) for the model:\n"
     "                            chat messages may then carry image_url parts (data URLs),\n"
@@ -175,6 +178,7 @@ static int serve_main(int argc, char **argv)
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL;
     const char *cors = NULL, *tmpl_path = NULL, *name = NULL, *log_format = "text";
     const char *repack_cache = NULL, *mmproj = NULL;
+    int64_t repack_cache_max = 0;
     int vision_prec = IFL_VISION_PREC_F32;
     const char *url_allow[64];
     int n_url_allow = 0;
@@ -275,7 +279,11 @@ static int serve_main(int argc, char **argv)
                 return cli_usage_error("serve", "--kv-type wants f16, f32 or q8_0, not '%s'", v);
         } else if (!strcmp(a, "--repack-cache"))
             repack_cache = v;
-        else if (!strcmp(a, "--chat-template"))
+        else if (!strcmp(a, "--repack-cache-max")) {
+            if (cli_parse_cache_max(v, &repack_cache_max))
+                return cli_usage_error(
+                    "serve", "--repack-cache-max wants a size (20G, 512M) or off, not '%s'", v);
+        } else if (!strcmp(a, "--chat-template"))
             tmpl_path = v;
         else if (!strcmp(a, "--mmproj"))
             mmproj = v;
@@ -417,6 +425,7 @@ static int serve_main(int argc, char **argv)
     cfg.exec.vision_precision = vision_prec;
     char cache_buf[4096];
     int cache_default;
+    cfg.exec.repack_cache_max_bytes = repack_cache_max;
     cfg.exec.repack_cache_dir =
         cli_repack_cache(repack_cache, model, cache_buf, sizeof cache_buf, &cache_default);
     struct cli_progress progress;

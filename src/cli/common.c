@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "core/err.h"
+#include "core/sysmem.h"
 #include "core/timeutil.h"
 #include "runtime/decoding.h"
 
@@ -137,6 +138,20 @@ int cli_parse_vision_precision(const char *s)
     if (!strcmp(s, "bf16"))
         return IFL_VISION_PREC_BF16;
     return -1;
+}
+
+int cli_parse_cache_max(const char *s, int64_t *out)
+{
+    if (!strcmp(s, "off")) {
+        *out = -1;
+        return 0;
+    }
+    int64_t bytes = 0;
+    double share = 0;
+    if (ifl_sysmem_parse_amount(s, &bytes, &share) || share > 0 || bytes <= 0)
+        return -1;
+    *out = bytes;
+    return 0;
 }
 
 enum ifl_type cli_kv_store_type(int kv_type)
@@ -271,6 +286,7 @@ int cli_session_open(struct cli_session *s, const struct cli_session_opts *o, co
                                          sizeof cache_buf, &cache_default);
     struct ifl_model_load_opts lo = {.n_threads = o->n_threads,
                                      .repack_cache_dir = cache,
+                                     .repack_cache_max = o->repack_cache_max,
                                      .progress = cli_progress_fn,
                                      .progress_user = &pr};
     int rc = ifl_model_load_with(&s->model, o->model_path, &lo, err);

@@ -201,10 +201,16 @@ struct ifl_units {
     int n_copies;
 };
 
+#define IFL_REPACK_CACHE_MAX_DEFAULT ((int64_t)32 << 30)
+
 /* How a model loads. All fields may be 0/NULL. */
 struct ifl_model_load_opts {
-    int n_threads;                 /* repacking threads; 0: one per core */
-    const char *repack_cache_dir;  /* keep repacked matrices in a file there (repack.c) */
+    int n_threads;                /* repacking threads; 0: one per core */
+    const char *repack_cache_dir; /* keep repacked matrices in a file there (repack.c) */
+    /* the bytes repack_cache_dir's cache files may take in all: after a
+     * file is written, the others go least recently used first; 0: the
+     * default (IFL_REPACK_CACHE_MAX_DEFAULT), -1: no bound */
+    int64_t repack_cache_max;
     ifl_load_progress_fn progress; /* called on the loading thread (inflight.h) */
     void *progress_user;
     /* tensor parallelism: load rank tp_rank's share of tp_size (shard.c);

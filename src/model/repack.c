@@ -38,6 +38,7 @@
  */
 #include "model/model.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -401,6 +402,105 @@ static void sweep_stale_tmp(const char *path)
     closedir(d);
 }
 
+/* A cache file's name as cache_path makes it: "*.<16 hex digits>.x16". */
+static int is_cache_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 22 || strcmp(name + n - 4, ".x16") || name[n - 21] != '.')
+        return 0;
+    for (size_t i = n - 20; i < n - 4; i++)
+        if (!isxdigit((unsigned char)name[i]))
+            return 0;
+    return 1;
+}
+
+struct cache_file {
+    char name[NAME_MAX + 1];
+    int64_t bytes;
+    int64_t used_ns; /* modification time: set when written and at each use */
+};
+
+static int newest_first(const void *a, const void *b)
+{
+    const struct cache_file *x = a, *y = b;
+    return x->used_ns > y->used_ns ? -1 : x->used_ns < y->used_ns;
+}
+
+/* Keeps the cache files of path's directory within max bytes in all:
+ * path itself (just written or used) stays, the others go least recently
+ * used first (a process that maps one keeps its pages). Writes what went
+ * to notice (empty if nothing). */
+static void trim_cache(const char *path, int64_t max, char *notice, size_t cap)
+{
+    notice[0] = 0;
+    const char *slash = strrchr(path, '/');
+    if (max < 0 || !slash)
+        return;
+    char dir[PATH_MAX];
+    size_t dl = (size_t)(slash - path);
+    if (dl == 0 || dl >= sizeof dir)
+        return;
+    memcpy(dir, path, dl);
+    dir[dl] = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct cache_file *f = NULL;
+    size_t n = 0, cap_f = 0;
+    int64_t total = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_cache_name(e->d_name) || !strcmp(e->d_name, slash + 1))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap_f) {
+            size_t c = cap_f ? 2 * cap_f : 16;
+            struct cache_file *g = realloc(f, sizeof *f * c);
+            if (!g)
+                break;
+            f = g;
+            cap_f = c;
+        }
+        snprintf(f[n].name, sizeof f[n].name, "%s", e->d_name);
+        f[n].bytes = (int64_t)st.st_size;
+        f[n].used_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        total += f[n].bytes;
+        n++;
+    }
+    struct stat self;
+    int64_t kept = stat(path, &self) ? 0 : (int64_t)self.st_size;
+    if (n && kept + total > max) {
+        qsort(f, n, sizeof *f, newest_first);
+        int removed = 0;
+        int64_t freed = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (kept + f[i].bytes <= max) {
+                kept += f[i].bytes;
+                continue;
+            }
+            if (unlinkat(dirfd(d), f[i].name, 0) == 0) {
+                removed++;
+                freed += f[i].bytes;
+            }
+        }
+        if (removed)
+            snprintf(notice, cap,
+                     "repack cache: removed %d least recently used file%s (%.1f MiB) to keep "
+                     "'%s' within %.1f GiB",
+                     removed, removed == 1 ? "" : "s", (double)freed / 1048576.0, dir,
+                     (double)max / 1073741824.0);
+    }
+    free(f);
+    closedir(d);
+}
+
+/* The bound on a cache directory's files (ifl_model_load_opts). */
+static int64_t cache_max(const struct ifl_model_load_opts *o)
+{
+    return o->repack_cache_max ? o->repack_cache_max : IFL_REPACK_CACHE_MAX_DEFAULT;
+}
+
 /* Maps an existing cache read-only and checks it; 0 when it can be used
  * (m->x16 then owns the map). Else a notice says why it is rebuilt, or
  * notice stays empty when there is no cache file. */
@@ -594,8 +694,11 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
                 (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
             id.dev = (uint64_t)st.st_dev;
             id.ino = (uint64_t)st.st_ino;
-            if (try_cache(&J, path, &id, data_bytes, n_threads, notice, sizeof notice) == 0)
+            if (try_cache(&J, path, &id, data_bytes, n_threads, notice, sizeof notice) == 0) {
+                /* its time of last use, which the bound's trimming reads */
+                utimensat(AT_FDCWD, path, NULL, 0);
                 goto mapped;
+            }
             report(o, J.base_done, total, "repacking", notice[0] ? notice : NULL);
         }
     }
@@ -632,6 +735,10 @@ int ifl_model_repack(struct ifl_model *m, const struct ifl_model_load_opts *o, c
                      path, strerror(errno));
             unlink(tmp);
             report(o, total, total, "repacking", notice);
+        } else {
+            trim_cache(path, cache_max(o), notice, sizeof notice);
+            if (notice[0])
+                report(o, total, total, "repacking", notice);
         }
     }
     mprotect(arena, bytes, PROT_READ);

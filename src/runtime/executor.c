@@ -643,6 +643,10 @@ static int create(ifl_executor **out, const char *model_path,
     if (cfg.lora_type < IFL_LORA_TYPE_F32 || cfg.lora_type > IFL_LORA_TYPE_Q8_0)
         return ifl_err(err, IFL_EINVAL, "config: lora_type %d (0 F32, 1 F16, 2 Q8_0)",
                        cfg.lora_type);
+    if (cfg.repack_cache_max_bytes < -1)
+        return ifl_err(err, IFL_EINVAL,
+                       "config: repack_cache_max_bytes %lld (-1: no bound, 0: 32 GiB, or bytes)",
+                       (long long)cfg.repack_cache_max_bytes);
     if (cfg.lora_cache_bytes < 0)
         return ifl_err(err, IFL_EINVAL, "config: lora_cache_bytes %lld (>= 0; 0: no limit)",
                        (long long)cfg.lora_cache_bytes);
@@ -735,6 +739,7 @@ static int create(ifl_executor **out, const char *model_path,
     if (!rc) {
         struct ifl_model_load_opts lo = {.n_threads = cfg.n_threads,
                                          .repack_cache_dir = cfg.repack_cache_dir,
+                                         .repack_cache_max = cfg.repack_cache_max_bytes,
                                          .progress = cfg.load_progress,
                                          .progress_user = cfg.load_progress_user,
                                          .tp_rank = 0,

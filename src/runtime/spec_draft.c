@@ -233,7 +233,8 @@ static int draft_init(struct ifl_executor *ex, char *err)
     e->spec_state = d; /* draft_fini frees what follows, also after a failure */
     char e1[IFL_ERR_LEN] = "";
     struct ifl_model_load_opts lo = {.n_threads = c->n_threads,
-                                     .repack_cache_dir = c->repack_cache_dir};
+                                     .repack_cache_dir = c->repack_cache_dir,
+                                     .repack_cache_max = c->repack_cache_max_bytes};
     int rc = ifl_model_load_with(&d->m, path, &lo, e1);
     if (rc)
         return ifl_err(err, rc, "speculative.draft_model '%s': %s", path, e1);
