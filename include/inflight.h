@@ -600,6 +600,11 @@ struct ifl_iteration_stats {
     int64_t images_encoded;
     int64_t image_cache_hits;
     double image_encode_seconds;
+    /* speculative decoding's own KV memory (a draft model's pool, an
+     * EAGLE-3 head's cache), measured at the call: its address space and
+     * what of it is in memory (-1: unknown); 0 and 0 without one */
+    int64_t draft_kv_bytes_reserved;
+    int64_t draft_kv_bytes_resident;
 };
 
 struct ifl_request_stats {

@@ -101,6 +101,22 @@ truth "RSS back down" "!no_san || rss1 < rss0 + peak / 2 + 8 * 1048576" "rss $rs
 truth "resident <= reserved, used <= reserved" "$(kvb resident) <= reserved && $(kvb used) <= reserved" "$(grep kv_cache_bytes "$tmp/metrics")"
 stop_server
 
+# ---- a draft model's pool: in /metrics, and given back when idle ----
+start_server draft --parallel 8 --draft-model "$M" --spec-adaptive off --draft-p-min 0 --kv-release-ms 300 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+dkv() { metric "inflight_draft_kv_cache_bytes{model_name=\"llama-f16\",state=\"$1\"}"; }
+scrape
+dres=$(dkv reserved)
+truth "draft pool reserved in /metrics" "dres > 0" "$(grep draft_kv "$tmp/metrics")"
+code=$(curl -s -m 60 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":300,"temperature":0,"ignore_eos":true}')
+check "draft: a completion" 200 "$code"
+scrape
+d1=$(dkv resident)
+truth "draft pool: the request's blocks resident" "d1 > 0 && d1 <= dres" "$(grep draft_kv "$tmp/metrics")"
+for _ in $(seq 50); do sleep 0.1; scrape; [ "$(dkv resident)" -lt "$d1" ] && break; done
+truth "draft pool: given back when idle" "$(dkv resident) < d1" "$(grep draft_kv "$tmp/metrics") (was $d1)"
+stop_server
+
 # ---- a bound below the full pool ----
 start_server small --parallel 64 --kv-cache-memory 2M || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 has "start-up line: cut to --kv-cache-memory" "cut to --kv-cache-memory" "$(cat "$tmp/small.log")"

@@ -148,8 +148,20 @@ static void check_no_blocks_used(ifl_executor *ex)
     CHECK_EQ(ifl_get_iteration_stats(ex, &st), 0);
     CHECK_EQ(st.kv_blocks_used, 0);
     struct ifl_kvc_stats ds;
-    if (ifl_spec_draft_stats(ex, &ds) == 0)
+    if (ifl_spec_draft_stats(ex, &ds) == 0) {
         CHECK_EQ(ds.n_used, 0);
+        /* the draft's pool in the stats: reserved, and resident while
+         * it holds blocks taken and not yet given back */
+        CHECK_MSG(st.draft_kv_bytes_reserved > 0 && st.draft_kv_bytes_resident >= 0 &&
+                      (st.draft_kv_bytes_resident > 0) == (ds.n_touched > 0) &&
+                      st.draft_kv_bytes_resident <= st.draft_kv_bytes_reserved,
+                  "draft KV bytes: reserved %lld, resident %lld (%d blocks touched)",
+                  (long long)st.draft_kv_bytes_reserved, (long long)st.draft_kv_bytes_resident,
+                  ds.n_touched);
+    } else {
+        CHECK_EQ(st.draft_kv_bytes_reserved, 0);
+        CHECK_EQ(st.draft_kv_bytes_resident, 0);
+    }
 }
 
 static int mkmodel(const char *args)

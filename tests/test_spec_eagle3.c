@@ -683,12 +683,27 @@ static int run_one(ifl_executor *ex, const struct ifl_request *r, int32_t nv, st
     return 0;
 }
 
+static int ex_is_eagle3(const ifl_executor *ex)
+{
+    return ex->cfg.speculative.type == IFL_SPEC_EAGLE3;
+}
+
 static void check_idle_no_blocks(ifl_executor *ex)
 {
     CHECK_EQ(ifl_executor_wait_idle(ex, 60000), 0);
     struct ifl_iteration_stats st;
     CHECK_EQ(ifl_get_iteration_stats(ex, &st), 0);
     CHECK_EQ(st.kv_blocks_used, 0);
+    /* an EAGLE-3 head's cache in the stats: reserved, and what drafting
+     * wrote (a test's own tree strategy has none) */
+    CHECK_MSG(st.draft_kv_bytes_resident >= 0 &&
+                  st.draft_kv_bytes_resident <= st.draft_kv_bytes_reserved,
+              "head cache bytes: reserved %lld, resident %lld",
+              (long long)st.draft_kv_bytes_reserved, (long long)st.draft_kv_bytes_resident);
+    if (ex_is_eagle3(ex) && st.draft_tokens > 0)
+        CHECK_MSG(st.draft_kv_bytes_reserved > 0 && st.draft_kv_bytes_resident > 0,
+                  "head cache bytes: reserved %lld, resident %lld",
+                  (long long)st.draft_kv_bytes_reserved, (long long)st.draft_kv_bytes_resident);
 }
 
 /* A head whose draft vocabulary is the (up to) 4 tokens that o emits most,

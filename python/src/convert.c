@@ -797,7 +797,7 @@ PyObject *ifl_py_stats(const struct ifl_iteration_stats *st)
     const struct ifl_iteration_stats s = *st;
     return Py_BuildValue(
         "{s:L,s:d,s:L,s:i,s:i,s:L,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:L,s:L,s:d,s:L,s:L,s:L,s:i,"
-        "s:i,s:i,s:i,s:L,s:L,s:L,s:L,s:L}",
+        "s:i,s:i,s:i,s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:L,s:d,s:L,s:L,s:d,s:L,s:L}",
         "iteration", (long long)s.iteration, "latency_ms", s.latency_ms, "timestamp_us",
         (long long)s.timestamp_us, "active_requests", s.active_requests, "queued_requests",
         s.queued_requests, "completed_requests", (long long)s.completed_requests, "paused_requests",
@@ -812,5 +812,11 @@ PyObject *ifl_py_stats(const struct ifl_iteration_stats *st)
         s.kv_blocks_cached, "kv_pool_bound", s.kv_pool_bound, "kv_bytes_bound",
         (long long)s.kv_bytes_bound, "kv_blocks_released", (long long)s.kv_blocks_released,
         "process_rss_bytes", (long long)s.process_rss_bytes, "draft_tokens",
-        (long long)s.draft_tokens, "accepted_draft_tokens", (long long)s.accepted_draft_tokens);
+        (long long)s.draft_tokens, "accepted_draft_tokens", (long long)s.accepted_draft_tokens,
+        "tp_ranks", s.tp_ranks, "tp_failed", s.tp_failed, "tp_collectives",
+        (long long)s.tp_collectives, "tp_comm_seconds", s.tp_comm_seconds, "images_encoded",
+        (long long)s.images_encoded, "image_cache_hits", (long long)s.image_cache_hits,
+        "image_encode_seconds", s.image_encode_seconds, "draft_kv_bytes_reserved",
+        (long long)s.draft_kv_bytes_reserved, "draft_kv_bytes_resident",
+        (long long)s.draft_kv_bytes_resident);
 }

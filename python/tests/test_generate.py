@@ -211,6 +211,22 @@ def test_get_stats_yields_each_step():
         assert list(m.get_stats()) == []  # nothing new since
         latest = m.get_latest_stats()
         assert latest["iteration"] == its[-1] and latest["process_rss_bytes"] > 0
+        # no speculation, no tensor parallelism, no images: their fields at rest
+        assert latest["draft_kv_bytes_reserved"] == latest["draft_kv_bytes_resident"] == 0
+        assert latest["tp_ranks"] == 1 and latest["images_encoded"] == 0
+
+
+def test_draft_pool_in_stats():
+    """A draft model's KV pool is in the stats: reserved, and resident
+    once a request drafted."""
+    with inflight.LLM(STORIES, n_threads=1, speculative={"type": "draft", "draft_model": STORIES,
+                                                         "p_min": 0.0, "adaptive": False}) as m:
+        before = m.get_latest_stats()
+        assert before["draft_kv_bytes_reserved"] > 0
+        m.generate(["Once upon a time"], SamplingParams(max_tokens=40, **GREEDY_PARAMS))
+        after = m.get_latest_stats()
+        assert after["draft_tokens"] > 0
+        assert 0 < after["draft_kv_bytes_resident"] <= after["draft_kv_bytes_reserved"]
 
 
 def test_batched_logits_processor():

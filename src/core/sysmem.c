@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define SYSMEM_PATH 1024
@@ -195,6 +196,31 @@ void ifl_sysmem_read(const char *root, struct ifl_sysmem *out)
     out->cg_usage = -1;
     out->cg_version = 0;
     read_cgroup(root, out);
+}
+
+int64_t ifl_sysmem_resident(const void *p, size_t n)
+{
+    if (!p || !n)
+        return 0;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0)
+        return -1;
+    const uintptr_t page = (uintptr_t)pg;
+    uintptr_t a = (uintptr_t)p & ~(page - 1), end = (uintptr_t)p + n;
+    unsigned char vec[4096];
+    int64_t resident = 0;
+    while (a < end) {
+        size_t pages = (end - a + page - 1) / page;
+        if (pages > sizeof vec)
+            pages = sizeof vec;
+        if (mincore((void *)a, pages * page, vec))
+            return -1;
+        for (size_t i = 0; i < pages; i++)
+            resident += vec[i] & 1;
+        a += pages * page;
+    }
+    resident *= (int64_t)page;
+    return resident < (int64_t)n ? resident : (int64_t)n;
 }
 
 int64_t ifl_sysmem_rss(void)

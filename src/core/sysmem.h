@@ -12,6 +12,7 @@
 #ifndef IFL_CORE_SYSMEM_H
 #define IFL_CORE_SYSMEM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct ifl_sysmem {
@@ -24,6 +25,10 @@ struct ifl_sysmem {
 /* Reads the figures above. root prefixes every path ("" or NULL for the
  * real /proc and /sys; tests point it at a directory laid out the same). */
 void ifl_sysmem_read(const char *root, struct ifl_sysmem *out);
+
+/* Bytes of [p, p + n) in memory now (mincore over the pages it touches,
+ * counted whole, at most n), -1 if unknown. */
+int64_t ifl_sysmem_resident(const void *p, size_t n);
 
 /* The process's resident set in bytes (/proc/self/statm), -1 if unknown. */
 int64_t ifl_sysmem_rss(void);

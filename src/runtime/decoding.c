@@ -105,6 +105,23 @@ void ifl_decoding_engine_fini(struct ifl_executor *ex)
         e->spec->engine_fini(ex);
 }
 
+int64_t ifl_decoding_idle(struct ifl_executor *ex)
+{
+    const struct engine *e = ex->eng;
+    if (e && e->spec && e->spec->idle && e->spec_state)
+        return e->spec->idle(ex);
+    return INT64_MAX;
+}
+
+void ifl_decoding_kv_memory(struct ifl_executor *ex, int64_t *reserved, int64_t *resident)
+{
+    const struct engine *e = ex->eng;
+    *reserved = 0;
+    *resident = 0;
+    if (e && e->spec && e->spec->kv_memory && e->spec_state)
+        e->spec->kv_memory(ex, reserved, resident);
+}
+
 const struct ifl_decoding *ifl_decoding_for(const struct ifl_executor *ex, const struct xreq *q)
 {
     const struct engine *e = ex->eng;

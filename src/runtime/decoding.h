@@ -150,6 +150,17 @@ struct ifl_decoding {
      * catches up here. Positions below a sequence's kv.n_pos are its
      * tokens'; rows at or past it were rejected drafts. */
     void (*observe)(struct ifl_executor *ex, int32_t rows);
+    /* Optional: the strategy's own KV memory (a draft model's paged pool,
+     * an EAGLE-3 head's cache): the bytes reserved, and those in memory
+     * now (-1: unknown), measured at the call. Any thread may call it
+     * between a successful engine_init and engine_fini. */
+    void (*kv_memory)(struct ifl_executor *ex, int64_t *reserved, int64_t *resident);
+    /* Optional: the engine is idle (nothing queued or running): give back
+     * the memory of the strategy's own KV blocks that have been free for
+     * kv_release_ms, as the engine does for its pool. Returns the clock
+     * time (ifl_now_us) when more will be due, INT64_MAX if none. On the
+     * engine thread. */
+    int64_t (*idle)(struct ifl_executor *ex);
 };
 
 /* Plain decoding: no drafts; one token sampled from the one row. */
@@ -187,6 +198,10 @@ void ifl_decoding_engine_fini(struct ifl_executor *ex);
  * or NULL; and whether this build has a strategy for it. */
 const char *ifl_decoding_type_name(int32_t type);
 int ifl_decoding_type_built(int32_t type);
+/* The executor's speculative strategy's idle() (INT64_MAX without one). */
+int64_t ifl_decoding_idle(struct ifl_executor *ex);
+/* The executor's speculative strategy's kv_memory (0 and 0 without one). */
+void ifl_decoding_kv_memory(struct ifl_executor *ex, int64_t *reserved, int64_t *resident);
 /* Every strategy's prepare(), once per step (schedule.c). */
 void ifl_decoding_prepare(struct ifl_executor *ex);
 /* Every strategy's observe(), after a step's forward pass of `rows` rows

@@ -649,7 +649,8 @@ static int64_t release_idle_blocks(struct ifl_executor *ex)
     ifl_kvc_set_clock(e->kvc, ifl_now_us());
     if (ifl_kvc_release_idle(e->kvc, e->release_us) > 0)
         publish_stats(ex, 0, 0, 0, 0, 0);
-    return ifl_kvc_next_release(e->kvc, e->release_us);
+    int64_t own = ifl_kvc_next_release(e->kvc, e->release_us), spec = ifl_decoding_idle(ex);
+    return own < spec ? own : spec;
 }
 
 /* Between steps under load the engine is never idle, so blocks freed

@@ -449,6 +449,7 @@ int ifl_get_iteration_stats(ifl_executor *ex, struct ifl_iteration_stats *out)
     /* measured now, outside the lock: the store's map is fixed at creation */
     out->kv_bytes_resident = ifl_engine_kv_resident(ex);
     out->process_rss_bytes = ifl_sysmem_rss();
+    ifl_decoding_kv_memory(ex, &out->draft_kv_bytes_reserved, &out->draft_kv_bytes_resident);
     return 0;
 }
 
@@ -470,10 +471,13 @@ int ifl_get_iteration_stats_since(ifl_executor *ex, int64_t after_iteration,
         out[n++] = ex->hist[k % IFL_STATS_HISTORY];
     pthread_mutex_unlock(&ex->out_mu);
     if (n > 0) {
-        int64_t resident = ifl_engine_kv_resident(ex), rss = ifl_sysmem_rss();
+        int64_t resident = ifl_engine_kv_resident(ex), rss = ifl_sysmem_rss(), dr, dm;
+        ifl_decoding_kv_memory(ex, &dr, &dm);
         for (int32_t i = 0; i < n; i++) {
             out[i].kv_bytes_resident = resident;
             out[i].process_rss_bytes = rss;
+            out[i].draft_kv_bytes_reserved = dr;
+            out[i].draft_kv_bytes_resident = dm;
         }
     }
     *n_out = n;

@@ -648,7 +648,7 @@ static void draft_prepare(struct ifl_executor *ex)
 out:
     if (d->release_us >= 0 && now >= d->next_release) {
         /* at most once a second: blocks free for release_us give their
-         * memory back (the engine's idle release knows only its own pool) */
+         * memory back (while the engine is idle, draft_idle does it) */
         d->next_release = now + 1000000;
         ifl_kvc_release_idle(d->kvc, d->release_us);
     }
@@ -697,6 +697,27 @@ static void draft_drop(struct ifl_executor *ex, struct eseq *s)
         forget(d, slot_of(ex, s));
 }
 
+/* Idle: what the draft's pool holds free for release_us goes back, as the
+ * engine's own pool does (between steps prepare() does it). */
+static int64_t draft_idle(struct ifl_executor *ex)
+{
+    struct dstate *d = ex->eng->spec_state;
+    if (d->release_us < 0 || !d->kvc)
+        return INT64_MAX;
+    ifl_kvc_set_clock(d->kvc, ifl_now_us());
+    ifl_kvc_release_idle(d->kvc, d->release_us);
+    return ifl_kvc_next_release(d->kvc, d->release_us);
+}
+
+static void draft_kv_memory(struct ifl_executor *ex, int64_t *reserved, int64_t *resident)
+{
+    const struct dstate *d = ex->eng->spec_state;
+    if (!d->store || !d->kvc)
+        return;
+    *reserved = (int64_t)d->store->bytes;
+    *resident = ifl_kv_store_resident(d->store, ifl_kvc_touched_end(d->kvc));
+}
+
 const struct ifl_decoding ifl_decoding_draft = {
     .name = "draft",
     .wants = draft_wants,
@@ -707,6 +728,8 @@ const struct ifl_decoding ifl_decoding_draft = {
     .engine_init = draft_init,
     .engine_fini = draft_fini,
     .prepare = draft_prepare,
+    .kv_memory = draft_kv_memory,
+    .idle = draft_idle,
 };
 
 int ifl_spec_draft_stats(struct ifl_executor *ex, struct ifl_kvc_stats *out)

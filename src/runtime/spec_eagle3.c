@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/sysmem.h"
 #include "model/eagle3.h"
 #include "runtime/engine_internal.h"
 
@@ -266,6 +267,20 @@ static void e3_drop(struct ifl_executor *ex, struct eseq *s)
         memset(&st->slots[s - e->seqs], 0, sizeof(struct e3_slot));
 }
 
+/* The head's K and V caches: calloc'ed, so only the pages sequences
+ * wrote are in memory. */
+static void e3_kv_memory(struct ifl_executor *ex, int64_t *reserved, int64_t *resident)
+{
+    const struct e3 *st = ex->eng->spec_state;
+    const size_t bytes =
+        (size_t)ex->eng->n_slots * (size_t)st->n_ctx * (size_t)st->kv_dim * sizeof(float);
+    if (!st->kc || !st->vc)
+        return;
+    *reserved = 2 * (int64_t)bytes;
+    int64_t k = ifl_sysmem_resident(st->kc, bytes), v = ifl_sysmem_resident(st->vc, bytes);
+    *resident = k < 0 || v < 0 ? -1 : k + v;
+}
+
 const struct ifl_decoding ifl_decoding_eagle3 = {
     .name = "eagle3",
     .propose_tree = e3_propose,
@@ -275,4 +290,5 @@ const struct ifl_decoding ifl_decoding_eagle3 = {
     .engine_init = e3_init,
     .engine_fini = e3_fini,
     .observe = e3_observe,
+    .kv_memory = e3_kv_memory,
 };

@@ -280,6 +280,13 @@ void ifl_server_metrics_render(struct ifl_server *s, struct ifl_buf *b)
                  (long long)st.kv_blocks_peak * st.kv_block_bytes);
     ifl_buf_addf(b, "inflight_kv_cache_bytes{model_name=\"%s\",state=\"bound\"} %lld\n", model,
                  (long long)st.kv_bytes_bound);
+    head(b, "inflight_draft_kv_cache_bytes", "gauge",
+         "Speculative decoding's own KV memory (a draft model's pool, an EAGLE-3 head's "
+         "cache): its address space (reserved) and what of it is in memory (resident).");
+    ifl_buf_addf(b, "inflight_draft_kv_cache_bytes{model_name=\"%s\",state=\"reserved\"} %lld\n",
+                 model, (long long)st.draft_kv_bytes_reserved);
+    ifl_buf_addf(b, "inflight_draft_kv_cache_bytes{model_name=\"%s\",state=\"resident\"} %lld\n",
+                 model, (long long)st.draft_kv_bytes_resident);
     head(b, "inflight_kv_cache_released_blocks_total", "counter",
          "KV blocks whose memory was given back after staying free.");
     ifl_buf_addf(b, "inflight_kv_cache_released_blocks_total{model_name=\"%s\"} %lld\n", model,
