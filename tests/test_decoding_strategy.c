@@ -176,13 +176,13 @@ static void kv_read(const struct ifl_kv_store *kv, const struct eseq *s, int32_t
                     unsigned char *out)
 {
     int32_t b = s->kv.blocks[p / kv->block_size], slot = p % kv->block_size;
-    size_t at = (size_t)b * (size_t)kv->block_size + (size_t)slot;
-    for (int32_t l = 0; l < kv->n_layer; l++) {
-        memcpy(out, (const char *)kv->k[l] + at * kv->k_row, kv->k_row);
-        out += kv->k_row;
-        memcpy(out, (const char *)kv->v[l] + at * kv->v_row, kv->v_row);
-        out += kv->v_row;
-    }
+    for (int32_t l = 0; l < kv->n_layer; l++)
+        for (int pc = 0; pc < kv->n_piece; pc++) { /* a block holds its positions head by head */
+            memcpy(out, ifl_kv_at(kv, kv->k[l], kv->k_piece, b, slot, pc), kv->k_piece);
+            out += kv->k_piece;
+            memcpy(out, ifl_kv_at(kv, kv->v[l], kv->v_piece, b, slot, pc), kv->v_piece);
+            out += kv->v_piece;
+        }
 }
 
 static int kv_wants(const struct ifl_executor *ex, const struct xreq *q)

@@ -17,6 +17,7 @@
 
 #include "core/sysmem.h"
 #include "inflight.h"
+#include "model/kv_store.h"
 #include "t.h"
 
 static char model_path[600];
@@ -449,9 +450,124 @@ static void test_sysmem_tree(void)
         CHECK_MSG(ifl_sysmem_parse_amount(bad[i], &b, &sh) == -1, "'%s' accepted", bad[i]);
 }
 
+/* The store keeps each block head by head: a head's positions of a block
+ * are one run (keys [n_piece][block_size][k_piece] a block), a block is
+ * as long as before, copies and releases move every piece; a Q8_0 cache
+ * groups the fewest heads that are whole blocks of 32. */
+static uint8_t mark(int il, int v, int32_t blk, int32_t slot, int pc, size_t i)
+{
+    return (uint8_t)(il * 131 + v * 71 + blk * 37 + slot * 11 + pc * 5 + (int)i * 3 + 1);
+}
+
+static void fill_store(struct ifl_kv_store *kv)
+{
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int v = 0; v < 2; v++)
+            for (int32_t blk = 0; blk < kv->n_blocks; blk++)
+                for (int32_t s = 0; s < kv->block_size; s++)
+                    for (int pc = 0; pc < kv->n_piece; pc++) {
+                        const size_t pb = v ? kv->v_piece : kv->k_piece;
+                        uint8_t *p =
+                            (uint8_t *)ifl_kv_at(kv, (v ? kv->v : kv->k)[il], pb, blk, s, pc);
+                        for (size_t i = 0; i < pb; i++)
+                            p[i] = mark(il, v, blk, s, pc, i);
+                    }
+}
+
+/* whether position (blk, slot) holds what fill_store put at (fb, fs) */
+static int holds(const struct ifl_kv_store *kv, int32_t blk, int32_t slot, int32_t fb, int32_t fs)
+{
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int v = 0; v < 2; v++)
+            for (int pc = 0; pc < kv->n_piece; pc++) {
+                const size_t pb = v ? kv->v_piece : kv->k_piece;
+                const uint8_t *p =
+                    (const uint8_t *)ifl_kv_at(kv, (v ? kv->v : kv->k)[il], pb, blk, slot, pc);
+                for (size_t i = 0; i < pb; i++)
+                    if (p[i] != mark(il, v, fb, fs, pc, i))
+                        return 0;
+            }
+    return 1;
+}
+
+static void test_store_layout(void)
+{
+    char err[256];
+    struct ifl_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_layer = 2;
+    hp.n_head_kv = 4;
+    hp.head_dim = 64;
+    hp.head_dim_v = 32;
+    struct ifl_kv_store *kv = NULL;
+    CHECK_EQ(ifl_kv_store_create(&kv, &hp, IFL_TYPE_F16, 8, 16, err), 0);
+    if (!kv)
+        return;
+    CHECK_EQ(kv->hg, 1);
+    CHECK_EQ(kv->n_piece, 4);
+    CHECK_EQ(kv->k_piece, 128);
+    CHECK_EQ(kv->v_piece, 64);
+    CHECK_EQ(kv->k_row, 512);
+    char *k0 = kv->k[1];
+    /* a head's 16 positions are 2 KiB in a run; the next head follows; a
+     * block is 16 rows of all four heads */
+    CHECK_EQ(ifl_kv_at(kv, k0, kv->k_piece, 3, 1, 2) - ifl_kv_at(kv, k0, kv->k_piece, 3, 0, 2),
+             128);
+    CHECK_EQ(ifl_kv_at(kv, k0, kv->k_piece, 3, 0, 3) - ifl_kv_at(kv, k0, kv->k_piece, 3, 0, 2),
+             16 * 128);
+    CHECK_EQ(ifl_kv_at(kv, k0, kv->k_piece, 4, 0, 0) - ifl_kv_at(kv, k0, kv->k_piece, 3, 0, 0),
+             16 * 512);
+    CHECK(ifl_kv_at(kv, k0, kv->k_piece, 4, 0, 0) == k0 + 4 * 16 * kv->k_row);
+    fill_store(kv);
+    ifl_kv_store_copy_pos(kv, 5, 7, 2, 3);
+    CHECK(holds(kv, 5, 7, 2, 3));
+    CHECK(holds(kv, 5, 6, 5, 6) && holds(kv, 5, 8, 5, 8) && holds(kv, 2, 3, 2, 3));
+    ifl_kv_store_copy_block(kv, 6, 1, 9);
+    for (int32_t s = 0; s < 16; s++)
+        CHECK(s < 9 ? holds(kv, 6, s, 1, s) : holds(kv, 6, s, 6, s));
+    /* blocks 2-5 of layer 0's keys are whole pages (8 KiB blocks from a
+     * huge-page boundary): they read as zeros after their release, their
+     * neighbours do not change */
+    CHECK(ifl_kv_store_release(kv, 2, 4) > 0);
+    const uint8_t *z = (const uint8_t *)ifl_kv_at(kv, kv->k[0], kv->k_piece, 2, 0, 0);
+    int zeros = 1;
+    for (size_t i = 0; i < 4 * 16 * kv->k_row; i++)
+        zeros &= z[i] == 0;
+    CHECK(zeros);
+    CHECK(holds(kv, 1, 15, 1, 15) && holds(kv, 6, 0, 1, 0) && holds(kv, 7, 0, 7, 0));
+    ifl_kv_store_free(kv);
+
+    /* Q8_0: heads of 64 are pieces of their own; heads of 16 go in pairs
+     * (one block of 32), phi-2's 80 too (160); heads of 8 in fours */
+    static const struct {
+        int n_head_kv, hd, hg;
+    } q8[] = {{4, 64, 1}, {4, 16, 2}, {32, 80, 2}, {4, 8, 4}, {2, 8, 0}, {3, 16, 0}};
+    for (size_t c = 0; c < sizeof q8 / sizeof *q8; c++) {
+        hp.n_head_kv = q8[c].n_head_kv;
+        hp.head_dim = hp.head_dim_v = q8[c].hd;
+        int rc = ifl_kv_store_create(&kv, &hp, IFL_TYPE_Q8_0, 4, 16, err);
+        if (!q8[c].hg) {
+            CHECK_EQ(rc, IFL_EUNSUPPORTED);
+            CHECK(strstr(err, "multiples of 32") != NULL);
+            continue;
+        }
+        CHECK_EQ(rc, 0);
+        if (rc)
+            continue;
+        CHECK_EQ(kv->hg, q8[c].hg);
+        CHECK_EQ(kv->k_piece, (size_t)q8[c].hg * q8[c].hd / 32 * 34);
+        CHECK_EQ(kv->k_row, kv->k_piece * (size_t)(q8[c].n_head_kv / q8[c].hg));
+        fill_store(kv);
+        ifl_kv_store_copy_pos(kv, 3, 0, 1, 15);
+        CHECK(holds(kv, 3, 0, 1, 15) && holds(kv, 3, 1, 3, 1));
+        ifl_kv_store_free(kv);
+    }
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/models/ref/llama-f16.gguf", t_shared());
+    T_RUN(test_store_layout);
     T_RUN(test_sysmem_tree);
     T_RUN(test_default_bound);
     T_RUN(test_rss_follows_use);

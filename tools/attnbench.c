@@ -3,26 +3,41 @@
  * group (8 queries of width 64, tinyllama's shape), tiles of 64 positions.
  * Prints the best of five rounds' CPU time a tile (this thread's clock, so
  * a loaded machine moves it less than the wall clock):
- *   warm        the same tile again and again (the kernel's arithmetic);
- *   memory      22 x 8192 positions walked once, rows laid out as the
- *               paged cache lays them (a position's four KV heads side by
- *               side: this head's 128 bytes of keys every 512);
- *   contiguous  the same walk with this head's rows back to back (keys and
- *               values each one stream), to show what the layout costs.
+ *   warm        one head's tile again and again (the kernel's arithmetic);
+ *   cache       22 x 8192 positions walked once, each tile's heads in turn
+ *               (as a decode takes them), laid out as the paged
+ *               cache lays them (kv_store.h): blocks of 16 positions, each
+ *               holding its four KV heads one after another, so this
+ *               head's 16 positions are one 2 KiB run of keys (and one of
+ *               values) every 8 KiB; the blocks in order;
+ *   scattered   the same with the blocks in a random order (a sequence's
+ *               blocks lie wherever the allocator found them);
+ *   interleaved the layout before issue 42 (a position's four heads side
+ *               by side: this head's 128 bytes of keys every 512);
+ *   contiguous  this head's rows back to back (keys and values each one
+ *               stream): what no layout beats.
  * Checks nothing (test_kernels does).
  *
- *   build/tools/attnbench [table avx512]
+ *   build/tools/attnbench [table avx512] [heads walked 4]
+ *
+ * With 1 head walked a tile, the walks read only head 0's part of the
+ * memory (the measure that showed the interleaved layout's cost); with 4,
+ * every byte, as the decode does.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
 
-enum { D = 64, NT = 64, NQ = 8, HEADS = 4, DEPTH = 8192 * 22 };
+enum { D = 64, NT = 64, NQ = 8, HEADS = 4, BS = 16, DEPTH = 8192 * 22 };
+enum { CACHE, SCATTERED, INTERLEAVED, CONTIGUOUS };
+
+static uint32_t *perm; /* [DEPTH / BS]: where walk block i lies, for SCATTERED */
 
 static double cpu_s(void)
 {
@@ -31,20 +46,29 @@ static double cpu_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Where position p's keys (v 0) or values (v 1) of head 0 start, of npos
- * positions: layout 0 as the cache (rows of HEADS heads, keys then values
- * in separate arrays), 1 contiguous. */
-static const void *row_of(const uint16_t *kv, size_t npos, int layout, size_t p, int v)
+/* Where position p's keys (v 0) or values (v 1) of head h start, of npos
+ * positions, keys then values in separate arrays. */
+static const void *row_of(const uint16_t *kv, size_t npos, int layout, size_t p, int v, int h)
 {
-    if (layout == 0)
-        return kv + (size_t)v * npos * HEADS * D + p * HEADS * D;
-    return kv + (size_t)v * npos * D + p * D;
+    const uint16_t *a = kv + (size_t)v * npos * HEADS * D;
+    switch (layout) {
+    case CACHE:
+        return a + ((p / BS * HEADS + (size_t)h) * BS + p % BS) * D;
+    case SCATTERED:
+        return a + (((size_t)perm[p / BS] * HEADS + (size_t)h) * BS + p % BS) * D;
+    case INTERLEAVED:
+        return a + (p * HEADS + (size_t)h) * D;
+    default:
+        return a + ((size_t)h * npos + p) * D;
+    }
 }
 
 /* Best CPU time of one tile over five rounds: `reps` walks over npos
- * positions (a multiple of NT) of layout. */
+ * positions (a multiple of NT) of layout, each tile's first `heads` heads
+ * one after another (as a decode's attention takes them), each head's
+ * call asking for the same head of the next tile. */
 static double run(const struct ifl_kernels *k, const uint16_t *kv, size_t npos, int layout,
-                  int reps, float *sink)
+                  int heads, int reps, float *sink)
 {
     float q[NQ * D], o[NQ * D], m[NQ], l[NQ];
     uint8_t lo[NQ], hi[NQ];
@@ -64,33 +88,34 @@ static double run(const struct ifl_kernels *k, const uint16_t *kv, size_t npos, 
         long calls = 0;
         const double t0 = cpu_s();
         for (int r = 0; r < reps; r++)
-            for (size_t tl = 0; tl < nt; tl++) {
-                const size_t tn = tl + 1 < nt ? tl + 1 : tl;
-                for (int t = 0; t < NT; t++) {
-                    kr[t] = row_of(kv, npos, layout, tl * NT + (size_t)t, 0);
-                    vr[t] = row_of(kv, npos, layout, tl * NT + (size_t)t, 1);
-                    kn[t] = row_of(kv, npos, layout, tn * NT + (size_t)t, 0);
-                    vn[t] = row_of(kv, npos, layout, tn * NT + (size_t)t, 1);
+            for (size_t tl = 0; tl < nt; tl++)
+                for (int h = 0; h < heads; h++) {
+                    const size_t tn = tl + 1 < nt ? tl + 1 : tl;
+                    for (int t = 0; t < NT; t++) {
+                        kr[t] = row_of(kv, npos, layout, tl * NT + (size_t)t, 0, h);
+                        vr[t] = row_of(kv, npos, layout, tl * NT + (size_t)t, 1, h);
+                        kn[t] = row_of(kv, npos, layout, tn * NT + (size_t)t, 0, h);
+                        vn[t] = row_of(kv, npos, layout, tn * NT + (size_t)t, 1, h);
+                    }
+                    const struct ifl_attn_tile a = {.q = q,
+                                                    .k = kr,
+                                                    .v = vr,
+                                                    .lo = lo,
+                                                    .hi = hi,
+                                                    .m = m,
+                                                    .l = l,
+                                                    .o = o,
+                                                    .scale = 0.125f,
+                                                    .d = D,
+                                                    .dv = D,
+                                                    .nq = NQ,
+                                                    .nt = NT,
+                                                    .pk = kn,
+                                                    .pv = vn,
+                                                    .pnt = NT};
+                    k->attn_tile_f16(&a);
+                    calls++;
                 }
-                const struct ifl_attn_tile a = {.q = q,
-                                                .k = kr,
-                                                .v = vr,
-                                                .lo = lo,
-                                                .hi = hi,
-                                                .m = m,
-                                                .l = l,
-                                                .o = o,
-                                                .scale = 0.125f,
-                                                .d = D,
-                                                .dv = D,
-                                                .nq = NQ,
-                                                .nt = NT,
-                                                .pk = kn,
-                                                .pv = vn,
-                                                .pnt = NT};
-                k->attn_tile_f16(&a);
-                calls++;
-            }
         const double dt = (cpu_s() - t0) / (double)calls;
         best = dt < best ? dt : best;
     }
@@ -101,24 +126,51 @@ static double run(const struct ifl_kernels *k, const uint16_t *kv, size_t npos, 
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "avx512";
+    const int heads = argc > 2 ? atoi(argv[2]) : HEADS;
+    if (heads < 1 || heads > HEADS) {
+        fprintf(stderr, "attnbench: heads walked must be 1 to %d\n", HEADS);
+        return 2;
+    }
     const struct ifl_kernels *k = ifl_kernels_by_name(name);
     if (!k) {
         fprintf(stderr, "attnbench: no kernel table '%s' on this CPU or build\n", name);
         return 2;
     }
     const size_t n = (size_t)DEPTH * HEADS * D * 2; /* keys and values of every head */
-    uint16_t *kv = malloc(sizeof(uint16_t) * n);
+    /* on huge pages where the system gives them, as the KV store asks */
+    const size_t huge = (size_t)2 << 20, bytes = (sizeof(uint16_t) * n + huge - 1) / huge * huge;
+    uint16_t *kv = aligned_alloc(huge, bytes);
     if (!kv)
         return 1;
+    madvise(kv, bytes, MADV_HUGEPAGE);
     for (size_t i = 0; i < n; i++)
         kv[i] = ifl_f32_to_f16((float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f);
+    perm = malloc(sizeof(uint32_t) * (DEPTH / BS));
+    if (!perm)
+        return 1;
+    uint64_t x = 88172645463325252ull;
+    for (uint32_t i = 0; i < DEPTH / BS; i++)
+        perm[i] = i;
+    for (uint32_t i = DEPTH / BS - 1; i > 0; i--) { /* Fisher-Yates, xorshift64 */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const uint32_t j = (uint32_t)(x % (i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
     float sink = 0;
-    const double warm = run(k, kv, NT, 0, 20000, &sink);
-    const double mem = run(k, kv, DEPTH, 0, 1, &sink);
-    const double contig = run(k, kv, DEPTH, 1, 1, &sink);
-    printf("%s attn_tile_f16, %d queries x %d positions, d %d: warm %.0f ns a tile, memory %.0f, "
-           "contiguous %.0f (%.3g)\n",
-           k->name, NQ, NT, D, warm * 1e9, mem * 1e9, contig * 1e9, (double)sink);
+    const double warm = run(k, kv, NT, CACHE, 1, 20000, &sink);
+    const double cache = run(k, kv, DEPTH, CACHE, heads, 1, &sink);
+    const double scat = run(k, kv, DEPTH, SCATTERED, heads, 1, &sink);
+    const double inter = run(k, kv, DEPTH, INTERLEAVED, heads, 1, &sink);
+    const double contig = run(k, kv, DEPTH, CONTIGUOUS, heads, 1, &sink);
+    printf("%s attn_tile_f16, %d queries x %d positions, d %d, %d of %d heads a tile: warm %.0f ns "
+           "a tile; from memory: cache %.0f, scattered %.0f, interleaved %.0f, contiguous %.0f "
+           "(%.3g)\n",
+           k->name, NQ, NT, D, heads, HEADS, warm * 1e9, cache * 1e9, scat * 1e9, inter * 1e9,
+           contig * 1e9, (double)sink);
+    free(perm);
     free(kv);
     return 0;
 }

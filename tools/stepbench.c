@@ -109,21 +109,25 @@ int main(int argc, char **argv)
         float *row = malloc(sizeof(float) * (size_t)dmax);
         if (!row)
             return 1;
+        /* a position's keys, then values, drawn in order and stored piece
+         * by piece (one KV head each, or hg for a Q8_0 cache) */
         for (int il = 0; il < m->hp.n_layer; il++)
             for (int s = 0; s < n_seq; s++)
                 for (int p = 0; p < prompt; p++)
                     for (int h = 0; h < 2; h++) {
-                        const int n = h ? kv->v_dim : kv->k_dim;
-                        const size_t rb = h ? kv->v_row : kv->k_row;
-                        char *dst = (char *)(h ? kv->v : kv->k)[il] +
-                                    ((size_t)(s * bps + p / BS) * BS + (size_t)(p % BS)) * rb;
-                        for (int e = 0; e < n; e++)
-                            row[e] = ifl_rng_normal(&rng);
-                        if (kvt == IFL_TYPE_Q8_0)
-                            ifl_kernels_ref()->quant[IFL_TYPE_Q8_0](row, dst, n);
-                        else
+                        const int n = (h ? kv->v_dim : kv->k_dim) / kv->n_piece;
+                        const size_t pb = h ? kv->v_piece : kv->k_piece;
+                        for (int pc = 0; pc < kv->n_piece; pc++) {
+                            char *dst = ifl_kv_at(kv, (h ? kv->v : kv->k)[il], pb, s * bps + p / BS,
+                                                  p % BS, pc);
                             for (int e = 0; e < n; e++)
-                                ((uint16_t *)(void *)dst)[e] = ifl_f32_to_f16(row[e]);
+                                row[e] = ifl_rng_normal(&rng);
+                            if (kvt == IFL_TYPE_Q8_0)
+                                ifl_kernels_ref()->quant[IFL_TYPE_Q8_0](row, dst, n);
+                            else
+                                for (int e = 0; e < n; e++)
+                                    ((uint16_t *)(void *)dst)[e] = ifl_f32_to_f16(row[e]);
+                        }
                     }
         free(row);
     }

@@ -9,13 +9,6 @@
 
 #include "model/forward_internal.h"
 
-static const void *kv_at(const struct ifl_kv_store *kv, void *const *base, int il, int32_t block,
-                         int32_t slot, size_t row_bytes)
-{
-    size_t idx = (size_t)block * (size_t)kv->block_size + (size_t)slot;
-    return (const char *)base[il] + idx * row_bytes;
-}
-
 /* The `width` values of one head, starting at value `off` of a Q8_0 row:
  * dequantises the 32-value blocks that hold them into tmp and returns a
  * pointer to the head's first value. */
@@ -36,24 +29,28 @@ void ifl_fwd_store_kv(struct job *j, int il, long r0, long r1, int h0, int h1)
     struct ifl_kv_store *kv = f->kv;
     const struct ifl_hparams *hp = &f->m->hp;
     const int hd = hp->head_dim, hdv = hp->head_dim_v;
-    const int nk = (h1 - h0) * hd, nv = (h1 - h0) * hdv;
+    const int hg = kv->hg, nk = hg * hd, nv = hg * hdv;
+    /* whole pieces (a piece is one head but for a Q8_0 cache of heads not
+     * whole blocks, which is never split) */
+    IFL_ASSERT(h0 % hg == 0 && h1 % hg == 0);
     for (long r = r0; r < r1; r++) {
         int32_t p = b->kv_pos ? b->kv_pos[r] : b->pos[r];
         int32_t blk = b->block_tables[b->seq[r]][p / kv->block_size];
         int32_t slot = p % kv->block_size;
-        char *kd = (char *)kv_at(kv, kv->k, il, blk, slot, kv->k_row);
-        char *vd = (char *)kv_at(kv, kv->v, il, blk, slot, kv->v_row);
-        const float *ks = f->k + r * kv->k_dim + h0 * hd, *vs = f->v + r * kv->v_dim + h0 * hdv;
-        if (kv->type == IFL_TYPE_F16) {
-            f->kn->cvt_f32_f16(nk, ks, (uint16_t *)(void *)(kd + (size_t)h0 * hd * 2));
-            f->kn->cvt_f32_f16(nv, vs, (uint16_t *)(void *)(vd + (size_t)h0 * hdv * 2));
-        } else if (kv->type == IFL_TYPE_Q8_0) {
-            /* whole rows, or heads of whole blocks (head_dim % 32 == 0) */
-            f->kn->quant[IFL_TYPE_Q8_0](ks, kd + (size_t)h0 * hd / 32 * 34, nk);
-            f->kn->quant[IFL_TYPE_Q8_0](vs, vd + (size_t)h0 * hdv / 32 * 34, nv);
-        } else {
-            memcpy(kd + (size_t)h0 * hd * 4, ks, sizeof(float) * (size_t)nk);
-            memcpy(vd + (size_t)h0 * hdv * 4, vs, sizeof(float) * (size_t)nv);
+        for (int pc = h0 / hg; pc < h1 / hg; pc++) {
+            char *kd = ifl_kv_at(kv, kv->k[il], kv->k_piece, blk, slot, pc);
+            char *vd = ifl_kv_at(kv, kv->v[il], kv->v_piece, blk, slot, pc);
+            const float *ks = f->k + r * kv->k_dim + pc * nk, *vs = f->v + r * kv->v_dim + pc * nv;
+            if (kv->type == IFL_TYPE_F16) {
+                f->kn->cvt_f32_f16(nk, ks, (uint16_t *)(void *)kd);
+                f->kn->cvt_f32_f16(nv, vs, (uint16_t *)(void *)vd);
+            } else if (kv->type == IFL_TYPE_Q8_0) {
+                f->kn->quant[IFL_TYPE_Q8_0](ks, kd, nk);
+                f->kn->quant[IFL_TYPE_Q8_0](vs, vd, nv);
+            } else {
+                memcpy(kd, ks, sizeof(float) * (size_t)nk);
+                memcpy(vd, vs, sizeof(float) * (size_t)nv);
+            }
         }
     }
 }
@@ -123,23 +120,23 @@ long ifl_fwd_attn_run(const struct ifl_fwd *f, const struct ifl_batch *b, long r
     return e - r;
 }
 
-/* Asks for bytes [lo, hi) of n cached rows `row` bytes apart: one head of
- * the next KV block, just before the same head of the current block is
- * worked on. A block's rows are its heads side by side, so a head's
- * positions are a row apart and the blocks of a sequence lie anywhere in
- * the store: the hardware prefetchers find neither stream. Asking head by
- * head keeps the requests spread over the work (the whole block asked for
- * at once made a 16-sequence small-110m decode 20-27 % slower: the
- * requests queue). The lines are asked into L2 (prefetcht1), not L1: on
- * the Zen 4 a 16-sequence small-110m Q8_0 decode ran 1240-1280 tok/s so
- * against 1070-1110 into L1 and 960-980 with no prefetch (same build,
- * alternating, 3 rounds); L1 requests hold the core's few miss buffers,
- * which the kernel's own loads of the current block need. */
-static void kv_prefetch(const char *p, size_t row, int n, size_t lo, size_t hi)
+/* Asks for the `bytes` bytes at p into L2: one head's positions of the
+ * next KV block (a contiguous run, the store keeping a block head by
+ * head), just before the same head of the current block is worked on.
+ * The blocks of a sequence lie anywhere in the store, so the hardware
+ * prefetchers do not find the next one. Asking head by head keeps the
+ * requests spread over the work (the whole block asked for at once made a
+ * 16-sequence small-110m decode 20-27 % slower: the requests queue). The
+ * lines are asked into L2 (prefetcht1), not L1: on the Zen 4 a
+ * 16-sequence small-110m Q8_0 decode ran 1240-1280 tok/s so against
+ * 1070-1110 into L1 and 960-980 with no prefetch (same build, alternating,
+ * 3 rounds, with the older layout of a position's heads side by side);
+ * L1 requests hold the core's few miss buffers, which the kernel's own
+ * loads of the current block need. */
+static void kv_prefetch(const char *p, size_t bytes)
 {
-    for (int i = 0; i < n; i++)
-        for (size_t off = lo & ~(size_t)63; off < hi; off += 64)
-            __builtin_prefetch(p + (size_t)i * row + off, 0, 2);
+    for (const char *x = (const char *)((uintptr_t)p & ~(uintptr_t)63); x < p + bytes; x += 64)
+        __builtin_prefetch(x, 0, 2);
 }
 
 /* After a split attention (ifl_fwd_attention_blocks): converts this thread's KV
@@ -175,8 +172,9 @@ static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_m
 /* clang-format off */
 #define Q_AT(hk) (qbase + (size_t)((hk) - h0) * per_kv * hd)
 #define O_AT(hk) (obase + (size_t)((hk) - h0) * per_kv * hdv)
-/* the byte where head h starts in a cached row of d values a head */
-#define HEAD_OFS(h, d) (q8 ? (size_t)(h) * (d) / 32 * 34 : (size_t)(h) * (d) * 2)
+/* the bytes from a block's position to the same position of head h,
+ * positions `row` bytes apart (kv->k_piece or kv->v_piece: hg is 1 here) */
+#define HEAD_OFS(h, row) ((size_t)(h) * (size_t)bs * (row))
 /* clang-format on */
 
 /* A tree row's attention (forward.h) over an F16 or Q8_0 cache, KV heads
@@ -201,20 +199,17 @@ static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1
     const int32_t *table = b->block_tables[b->seq[r]];
     const int32_t n_pos = b->pos[r] + 1, c = b->att_prefix[r];
     const int32_t w0 = ifl_fwd_win0(hp, il, b->pos[r]); /* a sliding window's start */
-#define HOFS(h, d) (q8 ? (size_t)(h) * (d) / 32 * 34 : (size_t)(h) * (d)*2)
     for (int hk = kh0; hk < kh1; hk++) {
         const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)hk * group * hd;
         float *o = f->att + (size_t)r * hp->n_head * hdv + (size_t)hk * group * hdv;
         for (int32_t t0 = w0; t0 < n_pos;) {
             int32_t pl = ifl_fwd_place(b, r, t0),
                     nt = t0 < c ? (c - t0 < bs - t0 % bs ? c - t0 : bs - t0 % bs) : 1;
-            const char *kh =
-                (const char *)kv_at(kv, kv->k, il, table[pl / bs], pl % bs, kv->k_row) +
-                HOFS(hk, hd);
+            const char *kh = ifl_kv_at(kv, kv->k[il], kv->k_piece, table[pl / bs], pl % bs, hk);
             if (q8)
-                f->kn->attn_qk_q8_0(hd, group, q, kh, kv->k_row, nt, scale, sc + t0, lds);
+                f->kn->attn_qk_q8_0(hd, group, q, kh, kv->k_piece, nt, scale, sc + t0, lds);
             else
-                f->kn->attn_qk_f16(hd, group, q, (const uint16_t *)kh, kv->k_row / 2, nt, scale,
+                f->kn->attn_qk_f16(hd, group, q, (const uint16_t *)kh, kv->k_piece / 2, nt, scale,
                                    sc + t0, lds);
             t0 += nt;
         }
@@ -230,13 +225,11 @@ static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1
         for (int32_t t0 = w0; t0 < n_pos;) {
             int32_t pl = ifl_fwd_place(b, r, t0),
                     nt = t0 < c ? (c - t0 < bs - t0 % bs ? c - t0 : bs - t0 % bs) : 1;
-            const char *vh =
-                (const char *)kv_at(kv, kv->v, il, table[pl / bs], pl % bs, kv->v_row) +
-                HOFS(hk, hdv);
+            const char *vh = ifl_kv_at(kv, kv->v[il], kv->v_piece, table[pl / bs], pl % bs, hk);
             if (q8)
-                f->kn->attn_pv_q8_0(hdv, group, sc + t0, lds, vh, kv->v_row, nt, o);
+                f->kn->attn_pv_q8_0(hdv, group, sc + t0, lds, vh, kv->v_piece, nt, o);
             else
-                f->kn->attn_pv_f16(hdv, group, sc + t0, lds, (const uint16_t *)vh, kv->v_row / 2,
+                f->kn->attn_pv_f16(hdv, group, sc + t0, lds, (const uint16_t *)vh, kv->v_piece / 2,
                                    nt, o);
             t0 += nt;
         }
@@ -246,7 +239,6 @@ static void tree_attend(struct job *j, int ith, int il, long r, int kh0, int kh1
                 o[(size_t)g * hdv + i] *= inv;
         }
     }
-#undef HOFS
 }
 
 /* Attention over an F16 cache, or a Q8_0 one whose heads are whole blocks
@@ -350,31 +342,32 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
                         memcpy(qbuf + ((size_t)(hk - h0) * per_kv + (size_t)i * group) * hd,
                                f->q + (size_t)(r + i) * q_row + (size_t)hk * group * hd,
                                sizeof(float) * (size_t)group * (size_t)hd);
-            kv_prefetch(kv_at(kv, kv->k, il, table[tb / bs], 0, kv->k_row), kv->k_row,
-                        n_max - tb < bs ? n_max - tb : bs, HEAD_OFS(h0, hd), HEAD_OFS(h1, hd));
+            for (int hk = h0; hk < h1; hk++)
+                kv_prefetch(ifl_kv_at(kv, kv->k[il], kv->k_piece, table[tb / bs], 0, hk),
+                            (size_t)(n_max - tb < bs ? n_max - tb : bs) * kv->k_piece);
             for (int32_t t0 = tb; t0 < n_max; t0 += bs) {
                 int nt = n_max - t0 < bs ? n_max - t0 : bs;
-                const char *kp = kv_at(kv, kv->k, il, table[t0 / bs], 0, kv->k_row);
+                const char *kp = ifl_kv_at(kv, kv->k[il], kv->k_piece, table[t0 / bs], 0, 0);
                 /* with each head, its lines of the next block (or of V's first) */
                 const int last = t0 + bs >= n_max;
-                const char *np = last ? kv_at(kv, kv->v, il, table[tb / bs], 0, kv->v_row)
-                                      : kv_at(kv, kv->k, il, table[t0 / bs + 1], 0, kv->k_row);
-                const size_t nrow = last ? kv->v_row : kv->k_row;
+                const char *np =
+                    last ? ifl_kv_at(kv, kv->v[il], kv->v_piece, table[tb / bs], 0, 0)
+                         : ifl_kv_at(kv, kv->k[il], kv->k_piece, table[t0 / bs + 1], 0, 0);
+                const size_t nrow = last ? kv->v_piece : kv->k_piece;
                 const int nn = last                   ? (n_max - tb < bs ? n_max - tb : bs)
                                : n_max - t0 - bs < bs ? n_max - t0 - bs
                                                       : bs;
-                const int nd = last ? hdv : hd;
                 for (int hk = h0; hk < h1; hk++) {
                     if (ask_v || !last) /* at the last key block, np is V's first */
-                        kv_prefetch(np, nrow, nn, HEAD_OFS(hk, nd), HEAD_OFS(hk + 1, nd));
+                        kv_prefetch(np + HEAD_OFS(hk, nrow), (size_t)nn * nrow);
                     float *sh = sc + (size_t)(hk - h0) * per_kv * lds + t0;
-                    const char *kh = kp + HEAD_OFS(hk, hd);
+                    const char *kh = kp + HEAD_OFS(hk, kv->k_piece);
                     if (q8)
-                        f->kn->attn_qk_q8_0(hd, per_kv, Q_AT(hk), kh, kv->k_row, nt, scale, sh,
+                        f->kn->attn_qk_q8_0(hd, per_kv, Q_AT(hk), kh, kv->k_piece, nt, scale, sh,
                                             lds);
                     else
                         f->kn->attn_qk_f16(hd, per_kv, Q_AT(hk), (const uint16_t *)kh,
-                                           kv->k_row / 2, nt, scale, sh, lds);
+                                           kv->k_piece / 2, nt, scale, sh, lds);
                 }
             }
             const int nq = (h1 - h0) * per_kv;
@@ -395,13 +388,14 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
             for (int32_t t0 = tb; t0 < n_max; t0 += bs) {
                 /* nc positions of the block every row reads, then each row's own */
                 int nc = n_min - t0 <= 0 ? 0 : n_min - t0 < bs ? n_min - t0 : bs;
-                const char *vp = kv_at(kv, kv->v, il, table[t0 / bs], 0, kv->v_row);
-                const char *vn =
-                    t0 + bs < n_max ? kv_at(kv, kv->v, il, table[t0 / bs + 1], 0, kv->v_row) : NULL;
+                const char *vp = ifl_kv_at(kv, kv->v[il], kv->v_piece, table[t0 / bs], 0, 0);
+                const char *vn = t0 + bs < n_max ? ifl_kv_at(kv, kv->v[il], kv->v_piece,
+                                                             table[t0 / bs + 1], 0, 0)
+                                                 : NULL;
                 const int vnn = n_max - t0 - bs < bs ? n_max - t0 - bs : bs;
                 for (int hk = h0; hk < h1; hk++) {
                     if (vn && ask_v)
-                        kv_prefetch(vn, kv->v_row, vnn, HEAD_OFS(hk, hdv), HEAD_OFS(hk + 1, hdv));
+                        kv_prefetch(vn + HEAD_OFS(hk, kv->v_piece), (size_t)vnn * kv->v_piece);
                     for (long i = -1; i < nr; i++) {
                         int q0 = i < 0 ? 0 : (int)i * group, nqv = i < 0 ? per_kv : group;
                         int32_t n_pos = b->pos[r + (i < 0 ? 0 : i)] + 1;
@@ -411,12 +405,12 @@ void ifl_fwd_attention_blocks(struct job *j, int ith, int nth, int il, struct ac
                             continue;
                         const float *sh = sc + ((size_t)(hk - h0) * per_kv + q0) * lds + t0 + u0;
                         float *oh = O_AT(hk) + (size_t)q0 * hdv;
-                        const char *vh = vp + (size_t)u0 * kv->v_row + HEAD_OFS(hk, hdv);
+                        const char *vh = vp + (size_t)u0 * kv->v_piece + HEAD_OFS(hk, kv->v_piece);
                         if (q8)
-                            f->kn->attn_pv_q8_0(hdv, nqv, sh, lds, vh, kv->v_row, u1 - u0, oh);
+                            f->kn->attn_pv_q8_0(hdv, nqv, sh, lds, vh, kv->v_piece, u1 - u0, oh);
                         else
                             f->kn->attn_pv_f16(hdv, nqv, sh, lds, (const uint16_t *)vh,
-                                               kv->v_row / 2, u1 - u0, oh);
+                                               kv->v_piece / 2, u1 - u0, oh);
                     }
                 }
             }
@@ -480,7 +474,7 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
     for (long item = lo; item < hi; item++) {
         long r = item / hp->n_head;
         int h = (int)(item % hp->n_head);
-        int hk = h / group;
+        int hk = h / group, hko = hk % kv->hg; /* its KV head, and that head's place in its piece */
         const float *q = f->q + (size_t)r * hp->n_head * hd + (size_t)h * hd;
         const int32_t *table = b->block_tables[b->seq[r]];
         int32_t n_pos = b->pos[r] + 1, w0 = ifl_fwd_win0(hp, il, b->pos[r]);
@@ -488,13 +482,13 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
         for (int32_t t = w0; t < n_pos; t++) {
             int32_t pl = ifl_fwd_place(b, r, t);
             int32_t blk = table[pl / kv->block_size], slot = pl % kv->block_size;
-            const void *kp = kv_at(kv, kv->k, il, blk, slot, kv->k_row);
+            const void *kp = ifl_kv_at(kv, kv->k[il], kv->k_piece, blk, slot, hk / kv->hg);
             float s;
             if (kv->type == IFL_TYPE_F16) {
-                s = f->kn->dot_f16(hd, (const uint16_t *)kp + (size_t)hk * hd, q);
+                s = f->kn->dot_f16(hd, (const uint16_t *)kp + (size_t)hko * hd, q);
             } else {
-                const float *kf = kv->type == IFL_TYPE_Q8_0 ? q8_head(f, kp, hk * hd, hd, tmp)
-                                                            : (const float *)kp + (size_t)hk * hd;
+                const float *kf = kv->type == IFL_TYPE_Q8_0 ? q8_head(f, kp, hko * hd, hd, tmp)
+                                                            : (const float *)kp + (size_t)hko * hd;
                 s = 0;
                 for (int i = 0; i < hd; i++)
                     s += kf[i] * q[i];
@@ -512,12 +506,12 @@ void ifl_fwd_attention(struct job *j, int ith, int nth, int il, struct act_memo 
         for (int32_t t = w0; t < n_pos; t++) {
             int32_t pl = ifl_fwd_place(b, r, t);
             int32_t blk = table[pl / kv->block_size], slot = pl % kv->block_size;
-            const void *vp = kv_at(kv, kv->v, il, blk, slot, kv->v_row);
+            const void *vp = ifl_kv_at(kv, kv->v[il], kv->v_piece, blk, slot, hk / kv->hg);
             if (kv->type == IFL_TYPE_F16) {
-                f->kn->axpy_f16(hdv, sc[t], (const uint16_t *)vp + (size_t)hk * hdv, o);
+                f->kn->axpy_f16(hdv, sc[t], (const uint16_t *)vp + (size_t)hko * hdv, o);
             } else {
-                const float *vf = kv->type == IFL_TYPE_Q8_0 ? q8_head(f, vp, hk * hdv, hdv, tmp)
-                                                            : (const float *)vp + (size_t)hk * hdv;
+                const float *vf = kv->type == IFL_TYPE_Q8_0 ? q8_head(f, vp, hko * hdv, hdv, tmp)
+                                                            : (const float *)vp + (size_t)hko * hdv;
                 for (int i = 0; i < hdv; i++)
                     o[i] += sc[t] * vf[i];
             }

@@ -37,32 +37,39 @@ int ifl_fwd_attn_tiled(const struct ifl_fwd *f)
            (f->kv->type == IFL_TYPE_F16 || (hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0));
 }
 
-/* The place in the cache of row r's position t, as a pointer into layer
- * il's K or V store: a tree row's own places (forward.h), else t. */
-static const char *row_at(const struct ifl_fwd *f, const struct ifl_batch *b, void *const *base,
-                          size_t row_bytes, int il, long r, int32_t t)
+/* The place in the cache of row r's position t, as a pointer to KV head
+ * 0 of it in layer il's keys (arr kv->k[il], piece kv->k_piece) or values:
+ * a tree row's own places (forward.h), else t. Head h of the same
+ * position is head_ofs(kv, h, piece) bytes on. */
+static const char *row_at(const struct ifl_fwd *f, const struct ifl_batch *b, void *arr,
+                          size_t piece, long r, int32_t t)
 {
     const struct ifl_kv_store *kv = f->kv;
     const int32_t pl = ifl_fwd_tree_row(b, r) ? ifl_fwd_place(b, r, t) : t;
     const int32_t blk = b->block_tables[b->seq[r]][pl / kv->block_size];
-    size_t idx = (size_t)blk * (size_t)kv->block_size + (size_t)(pl % kv->block_size);
-    return (const char *)base[il] + idx * row_bytes;
+    return ifl_kv_at(kv, arr, piece, blk, pl % kv->block_size, 0);
 }
 
-/* Asks for the lines [lo, hi) of n rows (a head of a tile's rows) into L2,
- * as attention.c's kv_prefetch does: neither the paged blocks nor a
- * head's rows a row apart are a stream the hardware finds. */
-static void tile_prefetch(const char *const *rows, int n, size_t lo, size_t hi)
+/* The bytes from a cached position's head 0 to its head h (the store
+ * keeps a block head by head; hg is 1 wherever the tiles run). */
+static size_t head_ofs(const struct ifl_kv_store *kv, int h, size_t piece)
 {
-    for (int i = 0; i < n; i++)
-        for (size_t off = lo & ~(size_t)63; off < hi; off += 64)
-            __builtin_prefetch(rows[i] + off, 0, 2);
+    return (size_t)h * (size_t)kv->block_size * piece;
 }
 
-/* The byte where head h starts in a cached row of d values a head. */
-static size_t head_ofs(int q8, int h, int d)
+/* Asks for heads [h0, h1) of n cached positions (rows[i], head 0; a head
+ * `piece` bytes a position) into L2, as attention.c's kv_prefetch does:
+ * the paged blocks lie anywhere, not a stream the hardware finds. */
+static void tile_prefetch(const struct ifl_kv_store *kv, const char *const *rows, int n, int h0,
+                          int h1, size_t piece)
 {
-    return q8 ? (size_t)h * (size_t)d / 32 * 34 : (size_t)h * (size_t)d * 2;
+    for (int h = h0; h < h1; h++)
+        for (int i = 0; i < n; i++) {
+            const char *p = rows[i] + head_ofs(kv, h, piece);
+            for (const char *x = (const char *)((uintptr_t)p & ~(uintptr_t)63); x < p + piece;
+                 x += 64)
+                __builtin_prefetch(x, 0, 2);
+        }
 }
 
 void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0, int kh1)
@@ -114,20 +121,20 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
         int cur = 0;
         int nt = n_max - tb < TILE ? n_max - tb : TILE;
         for (int t = 0; t < nt; t++) {
-            kr[0][t] = row_at(f, b, kv->k, kv->k_row, il, r, tb + t);
-            vr[0][t] = row_at(f, b, kv->v, kv->v_row, il, r, tb + t);
+            kr[0][t] = row_at(f, b, kv->k[il], kv->k_piece, r, tb + t);
+            vr[0][t] = row_at(f, b, kv->v[il], kv->v_piece, r, tb + t);
         }
         /* the first tile's rows asked for here; each next one's by the
          * kernel (pk, pv), spread over its work on the one before */
-        tile_prefetch(kr[0], nt, head_ofs(q8, hc0, hd), head_ofs(q8, hc1, hd));
-        tile_prefetch(vr[0], nt, head_ofs(q8, hc0, hdv), head_ofs(q8, hc1, hdv));
+        tile_prefetch(kv, kr[0], nt, hc0, hc1, kv->k_piece);
+        tile_prefetch(kv, vr[0], nt, hc0, hc1, kv->v_piece);
         for (int32_t t0 = tb; t0 < n_max; t0 += TILE) {
             /* the next tile's rows, asked for while this one is worked on */
             const int32_t t0n = t0 + TILE;
             const int ntn = n_max - t0n < TILE ? n_max - t0n : TILE;
             for (int t = 0; t < ntn; t++) {
-                kr[!cur][t] = row_at(f, b, kv->k, kv->k_row, il, r, t0n + t);
-                vr[!cur][t] = row_at(f, b, kv->v, kv->v_row, il, r, t0n + t);
+                kr[!cur][t] = row_at(f, b, kv->k[il], kv->k_piece, r, t0n + t);
+                vr[!cur][t] = row_at(f, b, kv->v[il], kv->v_piece, r, t0n + t);
             }
             for (long i = 0; i < nr; i++) {
                 const int32_t p = b->pos[r + i], w0 = ifl_fwd_win0(hp, il, p);
@@ -142,7 +149,7 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
                 }
             }
             for (int hk = hc0; hk < hc1; hk++) {
-                const size_t ko = head_ofs(q8, hk, hd), vo = head_ofs(q8, hk, hdv);
+                const size_t ko = head_ofs(kv, hk, kv->k_piece), vo = head_ofs(kv, hk, kv->v_piece);
                 for (int t = 0; t < nt; t++) {
                     kh[t] = kr[cur][t] + ko;
                     vh[t] = vr[cur][t] + vo;

@@ -22,8 +22,14 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
     *out = NULL;
     if (type != IFL_TYPE_F16 && type != IFL_TYPE_F32 && type != IFL_TYPE_Q8_0)
         return ifl_err(err, IFL_EUNSUPPORTED, "kv: cache type must be f16, f32 or q8_0");
-    if (type == IFL_TYPE_Q8_0 &&
-        ((hp->n_head_kv * hp->head_dim) % 32 || (hp->n_head_kv * hp->head_dim_v) % 32))
+    /* the fewest KV heads whose keys and values are each whole Q8_0
+     * blocks, dividing n_head_kv (any one head, for F16 and F32) */
+    int hg = 1;
+    if (type == IFL_TYPE_Q8_0)
+        while (hg <= hp->n_head_kv &&
+               (hp->n_head_kv % hg || (hg * hp->head_dim) % 32 || (hg * hp->head_dim_v) % 32))
+            hg++;
+    if (hg > hp->n_head_kv)
         return ifl_err(err, IFL_EUNSUPPORTED,
                        "kv: a q8_0 cache needs key and value widths that are multiples of 32 "
                        "(this model has %d and %d)",
@@ -40,8 +46,12 @@ int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp,
     kv->block_size = block_size;
     kv->k_dim = hp->n_head_kv * hp->head_dim;
     kv->v_dim = hp->n_head_kv * hp->head_dim_v;
-    kv->k_row = ifl_type_row_size(type, kv->k_dim);
-    kv->v_row = ifl_type_row_size(type, kv->v_dim);
+    kv->hg = hg;
+    kv->n_piece = hp->n_head_kv / hg;
+    kv->k_piece = ifl_type_row_size(type, (int64_t)hg * hp->head_dim);
+    kv->v_piece = ifl_type_row_size(type, (int64_t)hg * hp->head_dim_v);
+    kv->k_row = kv->k_piece * (size_t)kv->n_piece;
+    kv->v_row = kv->v_piece * (size_t)kv->n_piece;
     kv->k = calloc((size_t)hp->n_layer, sizeof(void *));
     kv->v = calloc((size_t)hp->n_layer, sizeof(void *));
     if (!kv->k || !kv->v)
@@ -134,13 +144,13 @@ void ifl_kv_store_copy_block(struct ifl_kv_store *kv, int32_t dst, int32_t src, 
     IFL_ASSERT(n >= 0 && n <= kv->block_size);
     if (kv->mirror)
         kv->mirror(kv->mirror_user, IFL_KV_OP_COPY_BLOCK, dst, src, n, 0);
-    size_t kbs = (size_t)kv->block_size * kv->k_row;
-    size_t vbs = (size_t)kv->block_size * kv->v_row;
-    for (int il = 0; il < kv->n_layer; il++) {
-        char *k = kv->k[il], *v = kv->v[il];
-        memcpy(k + (size_t)dst * kbs, k + (size_t)src * kbs, (size_t)n * kv->k_row);
-        memcpy(v + (size_t)dst * vbs, v + (size_t)src * vbs, (size_t)n * kv->v_row);
-    }
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int pc = 0; pc < kv->n_piece; pc++) {
+            memcpy(ifl_kv_at(kv, kv->k[il], kv->k_piece, dst, 0, pc),
+                   ifl_kv_at(kv, kv->k[il], kv->k_piece, src, 0, pc), (size_t)n * kv->k_piece);
+            memcpy(ifl_kv_at(kv, kv->v[il], kv->v_piece, dst, 0, pc),
+                   ifl_kv_at(kv, kv->v[il], kv->v_piece, src, 0, pc), (size_t)n * kv->v_piece);
+        }
 }
 
 void ifl_kv_store_copy_pos(struct ifl_kv_store *kv, int32_t dst, int32_t dst_slot, int32_t src,
@@ -151,13 +161,13 @@ void ifl_kv_store_copy_pos(struct ifl_kv_store *kv, int32_t dst, int32_t dst_slo
                src_slot < kv->block_size);
     if (kv->mirror)
         kv->mirror(kv->mirror_user, IFL_KV_OP_COPY_POS, dst, dst_slot, src, src_slot);
-    size_t d = (size_t)dst * (size_t)kv->block_size + (size_t)dst_slot;
-    size_t s = (size_t)src * (size_t)kv->block_size + (size_t)src_slot;
-    for (int il = 0; il < kv->n_layer; il++) {
-        char *k = kv->k[il], *v = kv->v[il];
-        memmove(k + d * kv->k_row, k + s * kv->k_row, kv->k_row);
-        memmove(v + d * kv->v_row, v + s * kv->v_row, kv->v_row);
-    }
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int pc = 0; pc < kv->n_piece; pc++) {
+            memmove(ifl_kv_at(kv, kv->k[il], kv->k_piece, dst, dst_slot, pc),
+                    ifl_kv_at(kv, kv->k[il], kv->k_piece, src, src_slot, pc), kv->k_piece);
+            memmove(ifl_kv_at(kv, kv->v[il], kv->v_piece, dst, dst_slot, pc),
+                    ifl_kv_at(kv, kv->v[il], kv->v_piece, src, src_slot, pc), kv->v_piece);
+        }
 }
 
 /* Gives back the pages of [lo, hi) of one array, rounded inwards so that

@@ -11,22 +11,33 @@
 
 #include "model/model.h"
 
-/* K/V storage: per layer, n_blocks blocks of block_size positions of
- * n_head_kv * head_dim values, each position's row in `type` (Q8_0 rows are
- * blocks of 32 values: the widths must be multiples of 32). The memory is
- * reserved, not touched: it becomes resident as blocks are written. */
+/* K/V storage: per layer, n_blocks blocks of block_size positions, each
+ * block holding its positions head by head: per layer, keys
+ * [n_blocks][n_piece][block_size][k_piece bytes], values likewise, where a
+ * piece is hg KV heads' values of one position in `type`. hg is 1 (a
+ * head's positions of a block are one contiguous run: 16 positions of an
+ * F16 head of 64 are 2 KiB) unless the cache is Q8_0 and a head is not
+ * whole blocks of 32: then the fewest heads that are (phi-2's 80: two),
+ * n_head_kv at most. A block is as long as before (block_size * k_row
+ * bytes), so copies and releases of whole blocks stay single ranges.
+ * The memory is reserved, not touched: it becomes resident as blocks are
+ * written. */
 struct ifl_kv_store {
     enum ifl_type type; /* IFL_TYPE_F16 (default), IFL_TYPE_F32 or IFL_TYPE_Q8_0 */
     int32_t n_layer;
     int32_t n_blocks;
     int32_t block_size;
-    int32_t k_dim; /* n_head_kv * head_dim */
-    int32_t v_dim; /* n_head_kv * head_dim_v */
-    size_t k_row;  /* bytes of one position's keys (k_dim values in `type`) */
-    size_t v_row;  /* bytes of one position's values */
-    void **k;      /* [n_layer] -> [n_blocks][block_size][k_dim] */
-    void **v;      /* [n_layer] -> [n_blocks][block_size][v_dim] */
-    void *arena;   /* one anonymous map holding every k[il] and v[il] */
+    int32_t k_dim;   /* n_head_kv * head_dim */
+    int32_t v_dim;   /* n_head_kv * head_dim_v */
+    int32_t hg;      /* KV heads a piece (1 but for a Q8_0 cache of heads not whole blocks) */
+    int32_t n_piece; /* n_head_kv / hg */
+    size_t k_row;    /* bytes of one position's keys (k_dim values in `type`) */
+    size_t v_row;    /* bytes of one position's values */
+    size_t k_piece;  /* bytes of one piece of one position's keys (hg * head_dim values) */
+    size_t v_piece;  /* likewise for values: the step between a piece's positions */
+    void **k;        /* [n_layer] -> [n_blocks][n_piece][block_size][k_piece] */
+    void **v;        /* [n_layer] -> [n_blocks][n_piece][block_size][v_piece] */
+    void *arena;     /* one anonymous map holding every k[il] and v[il] */
     size_t arena_bytes;
     char *base; /* the arrays' part of it, base[0 .. bytes) */
     size_t bytes;
@@ -41,6 +52,18 @@ struct ifl_kv_store {
     void (*mirror)(void *user, int op, int32_t a, int32_t b, int32_t c, int32_t d);
     void *mirror_user;
 };
+
+/* Where piece `pc` (KV heads pc * hg ..) of position `slot` of block `blk`
+ * starts in one layer's keys (arr kv->k[il], piece kv->k_piece) or values
+ * (kv->v[il], kv->v_piece). The piece's next position is `piece` bytes on,
+ * within the block; the next piece of the same position block_size *
+ * piece bytes on. */
+static inline char *ifl_kv_at(const struct ifl_kv_store *kv, void *arr, size_t piece, int32_t blk,
+                              int32_t slot, int pc)
+{
+    size_t at = ((size_t)blk * (size_t)kv->n_piece + (size_t)pc) * (size_t)kv->block_size;
+    return (char *)arr + (at + (size_t)slot) * piece;
+}
 
 enum { IFL_KV_OP_COPY_BLOCK = 1, IFL_KV_OP_COPY_POS = 2, IFL_KV_OP_RELEASE = 3 };
 
