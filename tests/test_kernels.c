@@ -500,13 +500,15 @@ static void check_table_quant(const struct ifl_kernels *k)
     uint8_t *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
     float *fa = xmalloc((size_t)n * 4), *fb = xmalloc((size_t)n * 4);
     for (int trial = 0; trial < 40; trial++) {
+        /* rows of whole groups of 16 blocks and rows that end in a part of one */
+        n = trial % 3 == 0 ? 2048 : trial % 3 == 1 ? 768 : 256 + 32 * (trial % 7);
         float scale = trial % 4 == 0 ? 1e-3f : trial % 4 == 1 ? 300.0f : 1.0f;
         fill_normal(&r, x, n, scale);
         if (trial % 5 == 0) /* exact ties and zero blocks */
             for (int64_t i = 0; i < n; i++)
                 x[i] = (i / 256) % 3 == 0 ? 0.0f : (float)((int)(x[i] * 4.0f)) * 0.5f;
         for (int t = 0; t < IFL_TYPE_COUNT; t++) {
-            if (!ref->quant[t])
+            if (!ref->quant[t] || n % ifl_type_info((uint32_t)t)->blck)
                 continue;
             CHECK(k->quant[t] != NULL);
             size_t rs = ifl_type_row_size((enum ifl_type)t, n);
@@ -523,6 +525,7 @@ static void check_table_quant(const struct ifl_kernels *k)
         }
     }
     /* dequant of raw random blocks too */
+    n = 2048;
     for (int ti = 0; ti < N_WT; ti++) {
         enum ifl_type t = weight_types[ti];
         make_weights(&r, t, n, 1, 1, a);
