@@ -500,13 +500,15 @@ static void check_table_quant(const struct ifl_kernels *k)
     uint8_t *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
     float *fa = xmalloc((size_t)n * 4), *fb = xmalloc((size_t)n * 4);
     for (int trial = 0; trial < 40; trial++) {
+        /* rows of whole groups of 16 blocks and rows that end in a part of one */
+        n = trial % 3 == 0 ? 2048 : trial % 3 == 1 ? 768 : 256 + 32 * (trial % 7);
         float scale = trial % 4 == 0 ? 1e-3f : trial % 4 == 1 ? 300.0f : 1.0f;
         fill_normal(&r, x, n, scale);
         if (trial % 5 == 0) /* exact ties and zero blocks */
             for (int64_t i = 0; i < n; i++)
                 x[i] = (i / 256) % 3 == 0 ? 0.0f : (float)((int)(x[i] * 4.0f)) * 0.5f;
         for (int t = 0; t < IFL_TYPE_COUNT; t++) {
-            if (!ref->quant[t])
+            if (!ref->quant[t] || n % ifl_type_info((uint32_t)t)->blck)
                 continue;
             CHECK(k->quant[t] != NULL);
             size_t rs = ifl_type_row_size((enum ifl_type)t, n);
@@ -523,6 +525,7 @@ static void check_table_quant(const struct ifl_kernels *k)
         }
     }
     /* dequant of raw random blocks too */
+    n = 2048;
     for (int ti = 0; ti < N_WT; ti++) {
         enum ifl_type t = weight_types[ti];
         make_weights(&r, t, n, 1, 1, a);
@@ -1219,6 +1222,43 @@ static void test_each_table(void)
 
 /* ---- x16 groups: weights repacked 16 rows at a time ----------------- */
 
+/* A table's activations converted once (kernels.h act_pre): the rows
+ * converted by act_pre, with a gap and a filled tail after each (a
+ * kernel must read neither), give gemm_x16's bits through gemm_x16_pre,
+ * all rows and each alone; the conversion matches ref's quant of type t
+ * on these values (normal floats, so the two roundings agree). */
+static void check_x16_pre(const struct ifl_kernels *kt, const struct problem *p, const char *pk,
+                          const float *y)
+{
+    const enum ifl_type t = p->t;
+    const size_t es = ifl_type_info(t)->size, rs = ifl_type_row_size(t, p->n);
+    const size_t xs = rs + 70;
+    char *xc = xmalloc(xs * (size_t)p->nr), *xr = xmalloc(rs);
+    float *yp = xmalloc(sizeof(float) * (size_t)(p->nr * p->nc));
+    memset(xc, 0xff, xs * (size_t)p->nr); /* NaNs past each row */
+    int bad = 0;
+    for (int i = 0; i < p->nr; i++) {
+        kt->act_pre[t](p->xf + (size_t)i * p->n, xc + (size_t)i * xs, p->n);
+        ifl_kernels_ref()->quant[t](p->xf + (size_t)i * p->n, xr, p->n);
+        if (!bits_equal(xr, xc + (size_t)i * xs, (size_t)p->n * es) && bad++ < 3)
+            T_FAIL_("%s act_pre %s n=%lld row %d: differs from ref's quant", kt->name,
+                    ifl_type_info(t)->name, (long long)p->n, i);
+    }
+    kt->gemm_x16_pre[t](p->n, p->nr, p->nc, xc, xs, pk, rs, yp, (size_t)p->nc);
+    CHECK_MSG(bits_equal(yp, y, sizeof(float) * (size_t)(p->nr * p->nc)),
+              "%s x16 pre %s n=%lld nr=%d nc=%d: differs from gemm_x16", kt->name,
+              ifl_type_info(t)->name, (long long)p->n, p->nr, p->nc);
+    for (int i = 0; i < p->nr; i++) {
+        kt->gemm_x16_pre[t](p->n, 1, p->nc, xc + (size_t)i * xs, xs, pk, rs, yp, (size_t)p->nc);
+        CHECK_MSG(bits_equal(yp, y + (size_t)i * p->nc, sizeof(float) * (size_t)p->nc),
+                  "%s x16 pre %s n=%lld: row %d alone differs", kt->name, ifl_type_info(t)->name,
+                  (long long)p->n, i);
+    }
+    free(yp);
+    free(xr);
+    free(xc);
+}
+
 /* One x16 gemm problem for every table: within tolerance of the
  * reference (its own bits for the scalar table) and batch invariant. */
 static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int nc, int raw)
@@ -1255,6 +1295,8 @@ static void check_x16(struct ifl_rng *r, enum ifl_type t, int64_t n, int nr, int
                           "%s x16 %s n=%lld: row %d group %d alone differs", kt->name,
                           ifl_type_info(t)->name, (long long)p.n, i, g);
             }
+        if (kt->act_pre[t])
+            check_x16_pre(kt, &p, pk, y);
     }
     free(one);
     free(y);

@@ -151,6 +151,19 @@ struct ifl_kernels {
      * still holds bit for bit. Set only for BF16 weights in the
      * avx512bf16 table. */
     int act_bf16[IFL_TYPE_COUNT];
+    /* act_pre[t] (NULL: none): gemm_x16[t] of this table converts its
+     * float activation rows into type t itself (one element to one, no
+     * blocks) in every call; act_pre[t] makes that conversion alone, n
+     * floats into n values of type t, and gemm_x16_pre[t] is gemm_x16[t]
+     * over rows so converted (x_stride bytes apart, n values each), with
+     * gemm_x16[t]'s results bit for bit. A caller that multiplies one
+     * input by several matrices, or one matrix in several calls (the
+     * forward's matmul groups, shared out between threads), converts it
+     * once. Set only for BF16 in the avx512bf16 table, whose conversion is
+     * vcvtne2ps2bf16's (nearest even; a subnormal input becomes a zero of
+     * its sign), which can differ from quant[IFL_TYPE_BF16] (ref's). */
+    ifl_quant_fn act_pre[IFL_TYPE_COUNT];
+    ifl_gemm_fn gemm_x16_pre[IFL_TYPE_COUNT];
     ifl_quant_fn quant[IFL_TYPE_COUNT];     /* every act type, and every weight type (for tools) */
     ifl_dequant_fn dequant[IFL_TYPE_COUNT]; /* every weight type and act type */
 

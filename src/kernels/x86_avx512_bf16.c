@@ -213,8 +213,12 @@ AI void x16b_tile(int R, int C, int64_t p0, int64_t p1, int odd, int first, int 
     XB_CASE(8, 1, M) XB_CASE(8, 2, M) XB_CASE(8, 3, M)
 /* clang-format on */
 
-static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
-                             size_t ws, float *y, size_t ldy)
+/* The x16 driver over float rows (pre 0: each chunk rounded as it is
+ * taken) or over rows rounded already by zb_act_bf16 (pre 1: each chunk
+ * copied, the odd last element's partner zeroed as x_pairs zeroes it), so
+ * the tiles meet the same pairs either way. */
+AI void x16b_gemm(int pre, int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                  size_t ws, float *y, size_t ldy)
 {
     const size_t gb = X16 * ws;
     const int64_t ng = nc / X16;
@@ -235,20 +239,27 @@ static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs
                 const int64_t p0 = k0 / 2, p1 = k1 / 2;
                 const int odd = (int)(k1 & 1);
                 for (int r = 0; r < S; r++) {
-                    const float *xr = (const float *)((const char *)x + (size_t)(s0 + r) * xs);
+                    const char *xr = (const char *)x + (size_t)(s0 + r) * xs;
                     /* the row XB_XPF on: its chunk is 1 KiB at 128 rows, too
                      * short for the hardware to see a stream in */
-                    const char *xn = r + XB_XPF < S ? (const char *)xr + XB_XPF * xs : NULL;
+                    const char *xn = r + XB_XPF < S ? xr + XB_XPF * xs : NULL;
                     for (int64_t i = k0; i < k1; i += 32) {
-                        if (xn) {
-                            _mm_prefetch(xn + 4 * (size_t)i, _MM_HINT_T0);
-                            _mm_prefetch(xn + 4 * (size_t)i + 64, _MM_HINT_T0);
-                        }
                         uint32_t m =
                             k1 - i >= 32 ? 0xffffffffu : (uint32_t)((1ull << (k1 - i)) - 1);
+                        __m512i v;
+                        if (pre) { /* 32 rounded values: 64 bytes */
+                            if (xn)
+                                _mm_prefetch(xn + 2 * (size_t)i, _MM_HINT_T0);
+                            v = _mm512_maskz_loadu_epi16(m, (const void *)(xr + 2 * (size_t)i));
+                        } else {
+                            if (xn) {
+                                _mm_prefetch(xn + 4 * (size_t)i, _MM_HINT_T0);
+                                _mm_prefetch(xn + 4 * (size_t)i + 64, _MM_HINT_T0);
+                            }
+                            v = (__m512i)x_pairs((const float *)(const void *)xr, i, m);
+                        }
                         _mm512_store_si512(
-                            (void *)&xb[(size_t)r * (size_t)kp + (size_t)(i - k0) / 2],
-                            (__m512i)x_pairs(xr, i, m));
+                            (void *)&xb[(size_t)r * (size_t)kp + (size_t)(i - k0) / 2], v);
                     }
                 }
                 for (int64_t gi = g0, C; gi < g1; gi += C) {
@@ -297,11 +308,35 @@ static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs
     }
 }
 
+static void zb_gemm_bf16_x16(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                             size_t ws, float *y, size_t ldy)
+{
+    x16b_gemm(0, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+static void zb_gemm_bf16_x16_pre(int64_t n, int nr, int nc, const void *x, size_t xs, const void *w,
+                                 size_t ws, float *y, size_t ldy)
+{
+    x16b_gemm(1, n, nr, nc, x, xs, w, ws, y, ldy);
+}
+
+/* act_pre[BF16] (kernels.h): n floats rounded to bf16 as x_pairs rounds
+ * them, 32 at a time. */
+static void zb_act_bf16(const float *x, void *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 32) {
+        const uint32_t m = n - i >= 32 ? 0xffffffffu : (uint32_t)((1ull << (n - i)) - 1);
+        _mm512_mask_storeu_epi16((char *)y + 2 * i, m, (__m512i)x_pairs(x, i, m));
+    }
+}
+
 void ifl_kernels_fill_avx512bf16(struct ifl_kernels *k)
 {
     k->name = "avx512bf16";
     k->gemm[IFL_TYPE_BF16] = zb_gemm_bf16;
     k->gemm_x16[IFL_TYPE_BF16] = zb_gemm_bf16_x16;
+    k->act_pre[IFL_TYPE_BF16] = zb_act_bf16;
+    k->gemm_x16_pre[IFL_TYPE_BF16] = zb_gemm_bf16_x16_pre;
     k->x16_pays[IFL_TYPE_BF16] = 1;
     k->x16_cols[IFL_TYPE_BF16] = X16 * XB_C(XB_R);
     k->act_bf16[IFL_TYPE_BF16] = 1;

@@ -14,6 +14,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/blocks.h"
+
 #include "kernels/impl.h"
 #include "kernels/x86_avx512.h"
 
@@ -126,7 +128,80 @@ static double z_exp_pass(int64_t n, const float *x, const struct ifl_exp_pass *a
     return exp_pass_body(n, x, a, a->e != NULL, a->v != NULL, a->sum_ev != NULL, a->count != NULL);
 }
 
+/* ---- quant_q8_0 of ref.c, bit for bit, sixteen blocks at a time ---- */
+
+/* roundf (half away from zero) of each lane: truncate, then step away from
+ * zero where the dropped fraction is at least one half. */
+AI __m512 round_away16(__m512 v)
+{
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+    const __m512 step = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(_mm512_set1_ps(-0.0f), v));
+    return _mm512_mask_add_ps(t, _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ), t,
+                              step);
+}
+
+/* x86_simd.h's quant spent most of its time per block on the horizontal
+ * maximum and the scalar conversions of d and 1 / d (about 1.3 cycles a
+ * value: 3.5 % of a small-110m prompt's CPU time). Here each block's
+ * sixteen lane maxima are folded together with fifteen other blocks' (a
+ * transposing tree of shuffles), and d, 1 / d and d's F16 (vcvtps2ph,
+ * nearest even, as ifl_f32_to_f16) are computed sixteen at a time. Every
+ * value is ref's: the maximum is exact in any order, the division and the
+ * product are one rounding each, the rounding of q is ref's roundf. */
+static void z_quant_q8_0(const float *x, void *vy, int64_t n)
+{
+    struct ifl_block_q8_0 *y = vy;
+    const int64_t nb = n / IFL_QK;
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int k = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        const float *xb = x + b0 * IFL_QK;
+        __m512 m[16];
+        for (int b = 0; b < 16; b++)
+            m[b] = b < k ? _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + 32 * b)),
+                                         _mm512_abs_ps(_mm512_loadu_ps(xb + 32 * b + 16)))
+                         : _mm512_setzero_ps();
+        /* blocks 2i, 2i + 1 in halves; then 4 blocks in quarters */
+        __m512 p[8], q[4];
+        for (int i = 0; i < 8; i++)
+            p[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x44),
+                                 _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xee));
+        for (int i = 0; i < 4; i++)
+            q[i] = _mm512_max_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0x88),
+                                 _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0xdd));
+        /* quarter L of q[i] is block 4i + L: fold each to one value */
+        const __m512 w01 =
+            _mm512_max_ps(_mm512_shuffle_ps(q[0], q[1], 0x44), _mm512_shuffle_ps(q[0], q[1], 0xee));
+        const __m512 w23 =
+            _mm512_max_ps(_mm512_shuffle_ps(q[2], q[3], 0x44), _mm512_shuffle_ps(q[2], q[3], 0xee));
+        __m512 amax =
+            _mm512_max_ps(_mm512_shuffle_ps(w01, w23, 0x88), _mm512_shuffle_ps(w01, w23, 0xdd));
+        /* element 4L + j is block L + 4j: back in block order */
+        amax = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), amax);
+        const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+        const __m512 id = _mm512_maskz_div_ps(
+            _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), d);
+        uint16_t dh[16];
+        float ids[16];
+        _mm256_storeu_si256((__m256i *)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+        _mm512_storeu_ps(ids, id);
+        for (int b = 0; b < k; b++) {
+            const __m512 s = _mm512_set1_ps(ids[b]);
+            const __m512i lo =
+                _mm512_cvttps_epi32(round_away16(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * b), s)));
+            const __m512i hi = _mm512_cvttps_epi32(
+                round_away16(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * b + 16), s)));
+            struct ifl_block_q8_0 *o = &y[b0 + b];
+            o->d = dh[b];
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtsepi32_epi8(lo));
+            _mm_storeu_si128((__m128i *)(o->qs + 16), _mm512_cvtsepi32_epi8(hi));
+        }
+    }
+}
+
 void ifl_kernels_fill_avx512_rows(struct ifl_kernels *k)
 {
     k->exp_pass = z_exp_pass;
+    k->quant[IFL_TYPE_Q8_0] = z_quant_q8_0;
 }

@@ -148,7 +148,8 @@ static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_m
 {
     struct ifl_fwd *f = j->f;
     const struct ifl_hparams *hp = &f->m->hp;
-    const enum ifl_type at = ifl_type_info(wo->type)->act;
+    ifl_quant_fn q;
+    const enum ifl_type at = ifl_fwd_act(f, wo, &q);
     const struct ifl_type_info *ti = ifl_type_info(at);
     const int per_head = hp->n_head / hp->n_head_kv * hp->head_dim_v; /* att values a KV head */
     for (int t = 1; t < nth; t++)
@@ -161,10 +162,8 @@ static void quant_heads(struct job *j, struct act_memo *memo, const struct ifl_m
     const int32_t nr = j->b->n_rows;
     if (at != IFL_TYPE_F32 && e1 > e0)
         for (long r = 0; r < nr; r++)
-            f->kn->quant[at](f->att + r * wo->n_in + e0,
-                             (char *)f->act + r * f->act_row_bytes +
-                                 (size_t)(e0 / ti->blck) * ti->size,
-                             e1 - e0);
+            q(f->att + r * wo->n_in + e0,
+              (char *)f->act + r * f->act_row_bytes + (size_t)(e0 / ti->blck) * ti->size, e1 - e0);
     ifl_fwd_quant_rows(j, memo, wo, f->att, nr, 0, 0); /* notes that act holds them */
 }
 

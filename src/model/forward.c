@@ -143,6 +143,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     f->kv = kv;
     f->kn = ifl_kernels_best();
     f->max_rows = cfg->max_rows;
+    const char *pre = getenv("IFL_ACT_PRE");
+    f->act_pre = !(pre && !strcmp(pre, "0"));
     const char *solo = getenv("IFL_SOLO_BYTES");
     f->solo_bytes = solo && *solo ? atof(solo) : SOLO_BYTES;
     f->max_ctx = cfg->max_ctx;
@@ -355,13 +357,35 @@ static void rope(float *v, const float *cs, int n_rot, int head_dim, int n_heads
 
 /* ---- matmul: y[r][c] = x[r] . W[c] for r < nr ---- */
 
+/* BF16 weights on the avx512bf16 table: the kernel rounded all the rows
+ * of its input to bf16 in every call, and a prompt's matmul group is many
+ * calls on each thread (its chunks); converted once by the forward (act
+ * rows of bf16, kernels.h act_pre), every call copies the rounded rows
+ * instead. The results are the same bits. */
+static int mat_pre(const struct ifl_fwd *f, const struct ifl_mat *w)
+{
+    return w->x16 && f->act_pre && f->kn->act_pre[w->type];
+}
+
+enum ifl_type ifl_fwd_act(const struct ifl_fwd *f, const struct ifl_mat *w, ifl_quant_fn *q)
+{
+    if (mat_pre(f, w)) {
+        *q = f->kn->act_pre[w->type];
+        return w->type;
+    }
+    enum ifl_type at = ifl_type_info(w->type)->act;
+    *q = at == IFL_TYPE_F32 ? NULL : f->kn->quant[at];
+    return at;
+}
+
 /* Converts x (nr rows of w->n_in floats) into the kernels' input format for
  * w, unless `act` already holds it. Ends at a barrier when it converted. */
 static void mm_prepare(struct job *j, int ith, int nth, struct act_memo *memo,
                        const struct ifl_mat *w, const float *x, int32_t nr)
 {
     struct ifl_fwd *f = j->f;
-    enum ifl_type at = ifl_type_info(w->type)->act;
+    ifl_quant_fn q;
+    enum ifl_type at = ifl_fwd_act(f, w, &q);
     if (at == IFL_TYPE_F32)
         return;
     if (memo->src == x && memo->type == at && memo->nr == nr)
@@ -369,7 +393,7 @@ static void mm_prepare(struct job *j, int ith, int nth, struct act_memo *memo,
     long lo, hi;
     ifl_pool_split(nr, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++)
-        f->kn->quant[at](x + r * w->n_in, (char *)f->act + r * f->act_row_bytes, w->n_in);
+        q(x + r * w->n_in, (char *)f->act + r * f->act_row_bytes, w->n_in);
     memo->src = x;
     memo->type = at;
     memo->nr = nr;
@@ -386,12 +410,13 @@ static void quant_rows_to(struct job *j, struct act_memo *memo, const struct ifl
                           const float *x, int32_t nr, long lo, long hi, char *buf)
 {
     struct ifl_fwd *f = j->f;
-    enum ifl_type at = ifl_type_info(w->type)->act;
+    ifl_quant_fn q;
+    enum ifl_type at = ifl_fwd_act(f, w, &q);
     if (at == IFL_TYPE_F32)
         return;
     char *dst = buf ? buf : (char *)f->act;
     for (long r = lo; r < hi; r++)
-        f->kn->quant[at](x + r * w->n_in, dst + r * f->act_row_bytes, w->n_in);
+        q(x + r * w->n_in, dst + r * f->act_row_bytes, w->n_in);
     memo->src = x;
     memo->type = at;
     memo->nr = nr;
@@ -504,7 +529,8 @@ static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_ta
                       const float *x, int32_t nr, const char *act)
 {
     struct ifl_fwd *f = j->f;
-    enum ifl_type at = ifl_type_info(t[0].w->type)->act;
+    ifl_quant_fn q;
+    enum ifl_type at = ifl_fwd_act(f, t[0].w, &q);
     const void *xa = x;
     size_t xs = (size_t)t[0].w->n_in * sizeof(float);
     if (at != IFL_TYPE_F32) {
@@ -523,7 +549,9 @@ static void mm_chunks(struct job *j, int g, int ith, int nth, const struct mm_ta
             const int i = unit_task(&u, u0);
             const struct ifl_mat *w = t[i].w;
             unit_cols(&u, i, w, u0, u0 + k, &c0, &c1);
-            ifl_gemm_fn gemm = w->x16 ? f->kn->gemm_x16[w->type] : f->kn->gemm[w->type];
+            ifl_gemm_fn gemm = !w->x16         ? f->kn->gemm[w->type]
+                               : mat_pre(f, w) ? f->kn->gemm_x16_pre[w->type]
+                                               : f->kn->gemm_x16[w->type];
             gemm(w->n_in, nr, (int)(c1 - c0), xa, xs,
                  (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, t[i].y + c0,
                  t[i].ldy);
@@ -571,9 +599,10 @@ static void mm_group(struct job *j, int ith, int nth, struct act_memo *memo, int
                      const float *x, int32_t nr, const struct mm_task *t, int nt)
 {
     for (int i = 0; i < nt;) {
-        enum ifl_type at = ifl_type_info(t[i].w->type)->act;
+        ifl_quant_fn q;
+        enum ifl_type at = ifl_fwd_act(j->f, t[i].w, &q);
         int k = i + 1;
-        while (k < nt && ifl_type_info(t[k].w->type)->act == at)
+        while (k < nt && ifl_fwd_act(j->f, t[k].w, &q) == at)
             k++;
         if (i > 0)
             ifl_pool_barrier(j->f->pool);

@@ -30,6 +30,7 @@ struct ifl_fwd {
     /* a step whose rows times the model's weight bytes is at most this runs
      * on the calling thread alone (ifl_forward) */
     double solo_bytes;
+    int act_pre; /* 0: the kernels' act_pre is not used (IFL_ACT_PRE=0, to measure) */
     int32_t max_rows;
     int32_t max_ctx;
     int32_t max_in;   /* widest matmul input */
@@ -163,6 +164,11 @@ static inline int32_t ifl_fwd_place(const struct ifl_batch *b, long r, int32_t t
 
 void ifl_fwd_quant_rows(struct job *j, struct act_memo *memo, const struct ifl_mat *w,
                         const float *x, int32_t nr, long lo, long hi);
+/* The format w's kernel reads its input rows in (IFL_TYPE_F32: the float
+ * rows themselves, *q NULL) and the function that converts floats into
+ * it: the act type of w's type, or for x16 weights whose table converts
+ * once (kernels.h act_pre) w's own type, *q the table's act_pre. */
+enum ifl_type ifl_fwd_act(const struct ifl_fwd *f, const struct ifl_mat *w, ifl_quant_fn *q);
 
 /* forward_arch.c (gemma2, gemma3, phi3; GeGLU is the kernels' geglu):
  * x[i] = cap tanh(x[i] / cap); the first position

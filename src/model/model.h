@@ -177,6 +177,8 @@ struct ifl_model {
     const float *rope_long, *rope_short;
     void *x16; /* the matrices repacked at load (anonymous map or cache file) */
     size_t x16_bytes;
+    void *embd_huge; /* tok_embd's copy in huge pages (model.c embd_to_huge), or NULL */
+    size_t embd_huge_bytes;
     void **owned; /* small tensors converted to F32 at load */
     int n_owned;
     uint64_t weight_bytes;   /* bytes of all tensors */
