@@ -1371,6 +1371,56 @@ static void test_f32_kn(void)
     }
 }
 
+/* The gates and the softmax numerators of the x86 tables: the AVX-512
+ * ones (sixteen lanes, a masked block of 8, the scalar tail) give the
+ * AVX2 table's bits, elements and sums, at every length from 1 to 80 and
+ * at 577 (an attention row of the vision encoder). */
+static void test_rows_x86_bits(void)
+{
+    const struct ifl_kernels *a2 = ifl_kernels_by_name("avx2");
+    if (!a2)
+        return;
+    enum { N = 577 };
+    float g[N], u[N], a[N], b[N];
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 77);
+    for (int i = 0; i < N; i++) {
+        g[i] = 5.0f * ifl_rng_normal(&r);
+        u[i] = ifl_rng_normal(&r);
+    }
+    g[3] = -200.0f;
+    g[17] = 200.0f;
+    for (int k = 2; k < N_TAB; k++) {
+        const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
+        if (!kt)
+            continue;
+        for (int n = 1; n <= N; n = n < 80 ? n + 1 : N) {
+            for (int f = 0; f < 3; f++) {
+                memcpy(a, g, sizeof(float) * (size_t)n);
+                memcpy(b, g, sizeof(float) * (size_t)n);
+                double sa = 0, sb = 0;
+                if (f == 0) {
+                    kt->swiglu(n, a, u);
+                    a2->swiglu(n, b, u);
+                } else if (f == 1) {
+                    kt->geglu(n, a, u);
+                    a2->geglu(n, b, u);
+                } else {
+                    float mx = a2->max_f32(n, g);
+                    sa = kt->softmax_exp(n, a, mx);
+                    sb = a2->softmax_exp(n, b, mx);
+                }
+                CHECK_MSG(bits_equal(a, b, sizeof(float) * (size_t)n) && bits_equal(&sa, &sb, 8),
+                          "%s %s n=%d differs from avx2", kt->name,
+                          f == 0   ? "swiglu"
+                          : f == 1 ? "geglu"
+                                   : "softmax_exp",
+                          n);
+            }
+        }
+    }
+}
+
 /* MXFP4's E8M0 scales at their ends in every table's x16 gemm: 16 rows
  * of code 1 (level 1) with the row's e from 0 (2^-128, subnormal) to 250,
  * against an activation of 32 ones at d = 1: each output is exactly
@@ -1563,6 +1613,7 @@ int main(void)
     T_RUN(test_each_table);
     T_RUN(test_x16);
     T_RUN(test_f32_kn);
+    T_RUN(test_rows_x86_bits);
     T_RUN(test_real_files);
     return t_done();
 }
