@@ -1394,7 +1394,7 @@ static void test_rows_x86_bits(void)
         const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
         if (!kt)
             continue;
-        for (int n = 1; n <= N; n = n < 80 ? n + 1 : N) {
+        for (int n = 1; n <= N; n = n < 80 ? n + 1 : n < N ? N : N + 1) {
             for (int f = 0; f < 3; f++) {
                 memcpy(a, g, sizeof(float) * (size_t)n);
                 memcpy(b, g, sizeof(float) * (size_t)n);
