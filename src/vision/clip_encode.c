@@ -319,6 +319,13 @@ struct epilogue {
  * call, so that the epilogue reads the values just written from L1. */
 #define COL_BYTES (384 * 1024)
 #define ROW_CHUNK 64
+#define RES_AHEAD 8
+
+static inline void prefetch_row(const float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16)
+        __builtin_prefetch(p + i, 1, 3);
+}
 
 /* y = x W^T then the epilogue e on every value: nr rows of x (ldx floats
  * apart) into y (ldy apart). convert: x must be converted into `act` first
@@ -372,7 +379,15 @@ static void matmul_epi(struct job *j, int ith, int nth, const struct ifl_mat *w,
                  y + (size_t)r0 * ldy + b0, ldy);
             if (!epi)
                 continue;
+            /* the residual rows the epilogue adds into are short pieces
+             * 4 KB apart, which the hardware does not fetch ahead: each
+             * one asked for RES_AHEAD rows before it is reached */
+            if (e->res)
+                for (int r = r0; r < r1 && r < r0 + RES_AHEAD; r++)
+                    prefetch_row(e->res + (size_t)r * e->ldres + b0, n);
             for (int r = r0; r < r1; r++) {
+                if (e->res && r + RES_AHEAD < r1)
+                    prefetch_row(e->res + (size_t)(r + RES_AHEAD) * e->ldres + b0, n);
                 float *yr = y + (size_t)r * ldy + b0;
                 act_row(c, e->act, yr, e->bias ? e->bias + b0 : NULL, n);
                 if (e->mul != 1.0f)
