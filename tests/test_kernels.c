@@ -1363,9 +1363,10 @@ static void test_x16(void)
 static void test_f32_kn(void)
 {
     static const int shapes[][3] = {/* n, nr, nc */
-                                    {1, 1, 1},     {7, 3, 15},   {16, 9, 16},  {5, 8, 17},
-                                    {33, 13, 47},  {64, 8, 48},  {64, 17, 49}, {64, 64, 577},
-                                    {577, 64, 64}, {100, 5, 100}};
+                                    {1, 1, 1},     {7, 3, 15},    {16, 9, 16},  {5, 8, 17},
+                                    {33, 13, 47},  {64, 8, 48},   {64, 17, 49}, {64, 64, 577},
+                                    {577, 64, 64}, {100, 5, 100}, {577, 9, 64}, {40, 13, 50},
+                                    {577, 7, 60}};
     struct ifl_rng r;
     ifl_rng_seed(&r, 99);
     const struct ifl_kernels *ref = ifl_kernels_ref();
@@ -1409,6 +1410,56 @@ static void test_f32_kn(void)
         free(b);
         free(y0);
         free(y);
+    }
+}
+
+/* The gates and the softmax numerators of the x86 tables: the AVX-512
+ * ones (sixteen lanes, a masked block of 8, the scalar tail) give the
+ * AVX2 table's bits, elements and sums, at every length from 1 to 80 and
+ * at 577 (an attention row of the vision encoder). */
+static void test_rows_x86_bits(void)
+{
+    const struct ifl_kernels *a2 = ifl_kernels_by_name("avx2");
+    if (!a2)
+        return;
+    enum { N = 577 };
+    float g[N], u[N], a[N], b[N];
+    struct ifl_rng r;
+    ifl_rng_seed(&r, 77);
+    for (int i = 0; i < N; i++) {
+        g[i] = 5.0f * ifl_rng_normal(&r);
+        u[i] = ifl_rng_normal(&r);
+    }
+    g[3] = -200.0f;
+    g[17] = 200.0f;
+    for (int k = 2; k < N_TAB; k++) {
+        const struct ifl_kernels *kt = ifl_kernels_by_name(table_names[k]);
+        if (!kt)
+            continue;
+        for (int n = 1; n <= N; n = n < 80 ? n + 1 : n < N ? N : N + 1) {
+            for (int f = 0; f < 3; f++) {
+                memcpy(a, g, sizeof(float) * (size_t)n);
+                memcpy(b, g, sizeof(float) * (size_t)n);
+                double sa = 0, sb = 0;
+                if (f == 0) {
+                    kt->swiglu(n, a, u);
+                    a2->swiglu(n, b, u);
+                } else if (f == 1) {
+                    kt->geglu(n, a, u);
+                    a2->geglu(n, b, u);
+                } else {
+                    float mx = a2->max_f32(n, g);
+                    sa = kt->softmax_exp(n, a, mx);
+                    sb = a2->softmax_exp(n, b, mx);
+                }
+                CHECK_MSG(bits_equal(a, b, sizeof(float) * (size_t)n) && bits_equal(&sa, &sb, 8),
+                          "%s %s n=%d differs from avx2", kt->name,
+                          f == 0   ? "swiglu"
+                          : f == 1 ? "geglu"
+                                   : "softmax_exp",
+                          n);
+            }
+        }
     }
 }
 
@@ -1604,6 +1655,7 @@ int main(void)
     T_RUN(test_each_table);
     T_RUN(test_x16);
     T_RUN(test_f32_kn);
+    T_RUN(test_rows_x86_bits);
     T_RUN(test_real_files);
     return t_done();
 }

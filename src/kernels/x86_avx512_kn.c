@@ -4,7 +4,10 @@
  * product, no horizontal sums). A tile takes KN_R rows of x against up to
  * KN_C vectors of columns, the last one masked where nc ends. Each lane
  * adds its products by one fused multiply-add for each k in order, as
- * ref's fmaf chain: the same bits.
+ * ref's fmaf chain: the same bits. Where nc is 49 to 64 (attention's p V,
+ * 64 columns a head) a tile takes KN4_R rows against four vectors instead:
+ * an 8 x 3 tile and an 8 x 1 one there load a vector and eight broadcasts
+ * for every eight products in the narrow one.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -16,17 +19,18 @@
 
 #define KN_R 8
 #define KN_C 3
+#define KN4_R 6
 
 /* R rows of x against C vectors of b's columns from b; m: the lanes of the
  * last vector taken. */
 AI void kn_tile(int R, int C, __mmask16 m, int64_t n, const float *x, size_t ldx, const float *b,
                 size_t ldb, float *y, size_t ldy)
 {
-    __m512 acc[KN_R][KN_C];
+    __m512 acc[KN_R][4];
     UNROLL FOR_R UNROLL FOR_C acc[r][c] = _mm512_setzero_ps();
     for (int64_t k = 0; k < n; k++) {
         const float *bk = b + (size_t)k * ldb;
-        __m512 w[KN_C];
+        __m512 w[4];
         UNROLL FOR_C w[c] =
             c == C - 1 ? _mm512_maskz_loadu_ps(m, bk + 16 * c) : _mm512_loadu_ps(bk + 16 * c);
         UNROLL FOR_R
@@ -45,13 +49,32 @@ AI void kn_tile(int R, int C, __mmask16 m, int64_t n, const float *x, size_t ldx
 }
 
 #define KN_CASE(R, C)                                                                              \
-    case (R)*4 + (C):                                                                              \
+    case (R)*8 + (C):                                                                              \
         kn_tile(R, C, m, n, xp, ldx, b + c0, ldb, yp, ldy);                                        \
         break;
 
 static void z_gemm_f32_kn(int64_t n, int nr, int nc, const float *x, size_t ldx, const float *b,
                           size_t ldb, float *y, size_t ldy)
 {
+    if (nc > 16 * KN_C && nc <= 64) {
+        const int tail = nc - 48;
+        const __mmask16 m = tail >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << tail) - 1);
+        const int c0 = 0;
+        for (int r0 = 0; r0 < nr; r0 += KN4_R) {
+            const int R = nr - r0 < KN4_R ? nr - r0 : KN4_R;
+            const float *xp = x + (size_t)r0 * ldx;
+            float *yp = y + (size_t)r0 * ldy;
+            switch (R * 8 + 4) {
+                /* clang-format off */
+                KN_CASE(1, 4) KN_CASE(2, 4) KN_CASE(3, 4) KN_CASE(4, 4) KN_CASE(5, 4)
+                KN_CASE(6, 4)
+            default:
+                break;
+                /* clang-format on */
+            }
+        }
+        return;
+    }
     for (int r0 = 0; r0 < nr; r0 += KN_R) {
         const int R = nr - r0 < KN_R ? nr - r0 : KN_R;
         const float *xp = x + (size_t)r0 * ldx;
@@ -60,7 +83,7 @@ static void z_gemm_f32_kn(int64_t n, int nr, int nc, const float *x, size_t ldx,
             const int tail = left - 16 * (C - 1); /* columns in the last vector */
             const __mmask16 m = tail >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << tail) - 1);
             float *yp = y + (size_t)r0 * ldy + c0;
-            switch (R * 4 + C) {
+            switch (R * 8 + C) {
                 /* clang-format off */
                 KN_CASE(1, 1) KN_CASE(1, 2) KN_CASE(1, 3) KN_CASE(2, 1) KN_CASE(2, 2)
                 KN_CASE(2, 3) KN_CASE(3, 1) KN_CASE(3, 2) KN_CASE(3, 3) KN_CASE(4, 1)

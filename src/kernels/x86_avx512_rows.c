@@ -12,6 +12,7 @@
  * sampler had before (197 us for ref).
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels/blocks.h"
@@ -200,8 +201,120 @@ static void z_quant_q8_0(const float *x, void *vy, int64_t n)
     }
 }
 
+/* ---- swiglu, geglu and softmax_exp of x86_simd.h in sixteen lanes ----
+ *
+ * Each lane does exp8's operations (x86_simd_rows.h) in its order, so every
+ * element has the 256-bit table's bits (which are the AVX2 table's); a
+ * block of 8 left after the blocks of 16 goes through the same code with
+ * half the lanes masked off, the last n % 8 through expf as there. */
+
+AI __m512 exp8x2(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* g / (1 + e^(-s g)) * u with s = 1 (swiglu) or the tanh form's argument
+ * (geglu) on the lanes of m */
+AI void gate16(int geglu, __mmask16 m, float *g, const float *u)
+{
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 x = _mm512_maskz_loadu_ps(m, g), e;
+    if (geglu) {
+        __m512 c = _mm512_mul_ps(
+            _mm512_set1_ps(0.79788456f),
+            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), x), x), x, x));
+        e = exp8x2(_mm512_mul_ps(_mm512_set1_ps(-2.0f), c));
+    } else {
+        e = exp8x2(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    }
+    _mm512_mask_storeu_ps(
+        g, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, u)));
+}
+
+static void z_swiglu(int64_t n, float *g, const float *u)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        gate16(0, 0xffff, g + i, u + i);
+    if (i + 8 <= n) {
+        gate16(0, 0xff, g + i, u + i);
+        i += 8;
+    }
+    for (; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void z_geglu(int64_t n, float *g, const float *u)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        gate16(1, 0xffff, g + i, u + i);
+    if (i + 8 <= n) {
+        gate16(1, 0xff, g + i, u + i);
+        i += 8;
+    }
+    for (; i < n; i++) {
+        float x = g[i], c = 0.79788456f * fmaf(0.044715f * x * x, x, x);
+        g[i] = x / (1.0f + expf(-2.0f * c)) * u[i];
+    }
+}
+
+/* x86_softmax_exp's sums: four double lanes, lane j of a block of 8 adding
+ * its elements j and j + 4 (in double) and then that to the lane; two
+ * blocks a vector, the first block's add first. */
+static double z_softmax_exp(int64_t n, float *s, float mx)
+{
+    int64_t i = 0;
+    const __m512 m = _mm512_set1_ps(mx);
+    __m256d acc = _mm256_setzero_pd();
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp8x2(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
+        _mm512_storeu_ps(s + i, e);
+        __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+        __m512d b =
+            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+        acc = _mm256_add_pd(acc,
+                            _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1)));
+        acc = _mm256_add_pd(acc,
+                            _mm256_add_pd(_mm512_castpd512_pd256(b), _mm512_extractf64x4_pd(b, 1)));
+    }
+    if (i + 8 <= n) {
+        __m512 e = exp8x2(_mm512_sub_ps(_mm512_maskz_loadu_ps(0xff, s + i), m));
+        _mm512_mask_storeu_ps(s + i, 0xff, e);
+        __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+        acc = _mm256_add_pd(acc,
+                            _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1)));
+        i += 8;
+    }
+    double lane[4], sum;
+    _mm256_storeu_pd(lane, acc);
+    sum = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - mx);
+        sum += s[i];
+    }
+    return sum;
+}
+
 void ifl_kernels_fill_avx512_rows(struct ifl_kernels *k)
 {
     k->exp_pass = z_exp_pass;
     k->quant[IFL_TYPE_Q8_0] = z_quant_q8_0;
+    k->swiglu = z_swiglu;
+    k->geglu = z_geglu;
+    k->softmax_exp = z_softmax_exp;
 }

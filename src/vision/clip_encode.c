@@ -49,6 +49,7 @@ struct ifl_clip_ctx {
     size_t att_ld; /* n_pos rounded up to 16 */
     float *scores; /* [n_threads][ATT_ROWS][att_ld] attention weights */
     float *vt;     /* [n_threads][head_dim][att_ld] a head's keys, transposed */
+    float *vh;     /* [n_threads][att_ld][head_dim] a head's values, packed */
     /* [max(n_ff, n_mm)] the u operands of the kernels' gates that give
      * the activations (act_rows): all 1, and all 1 / 1.702 */
     float *ones, *quick_u;
@@ -83,6 +84,7 @@ void ifl_clip_ctx_free(struct ifl_clip_ctx *x)
     free(x->tmp);
     free(x->scores);
     free(x->vt);
+    free(x->vh);
     free(x->ones);
     free(x->quick_u);
     free(x);
@@ -136,10 +138,11 @@ int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int
     x->att_ld = ((size_t)hp->n_pos + 15) / 16 * 16;
     x->scores = alloc_floats(nth * ATT_ROWS * x->att_ld);
     x->vt = alloc_floats(nth * (size_t)hp->head_dim * x->att_ld);
+    x->vh = alloc_floats(nth * (size_t)hp->head_dim * x->att_ld);
     x->ones = alloc_floats((size_t)n_hid);
     x->quick_u = alloc_floats((size_t)n_hid);
     if (!x->x || !x->xn || !x->act || !x->q || !x->k || !x->v || !x->att || !x->hid || !x->tmp ||
-        !x->scores || !x->vt || !x->ones || !x->quick_u) {
+        !x->scores || !x->vt || !x->vh || !x->ones || !x->quick_u) {
         ifl_clip_ctx_free(x);
         return ifl_err(err, IFL_ENOMEM, "clip: out of memory for %d images", max_images);
     }
@@ -155,6 +158,7 @@ int ifl_clip_ctx_create(struct ifl_clip_ctx **out, const struct ifl_clip *c, int
  * between the matmuls: each element takes the scalar code's very
  * operations (no fused multiply-add), so the bits are the same. */
 typedef float v4 __attribute__((vector_size(16)));
+typedef double v2d __attribute__((vector_size(16)));
 
 static inline v4 ld4(const float *p)
 {
@@ -174,23 +178,40 @@ static inline void st4(float *p, v4 v)
  * flight rather than one chain waiting on each add's latency. */
 static void layernorm(float *out, const float *in, const float *w, const float *b, int n, float eps)
 {
-    double p[8] = {0}, s = 0, ss = 0;
+    /* the eight sums as four pairs in registers (the array's element l is
+     * lane l % 2 of pair l / 2): each lane adds what element l added */
+    v2d p0 = {0, 0}, p1 = p0, p2 = p0, p3 = p0;
+    double p[8], s = 0, ss = 0;
     int i8 = n & ~7;
-    for (int i = 0; i < i8; i += 8)
-        for (int l = 0; l < 8; l++)
-            p[l] += in[i + l];
+    for (int i = 0; i < i8; i += 8) {
+        p0 += (v2d){in[i], in[i + 1]};
+        p1 += (v2d){in[i + 2], in[i + 3]};
+        p2 += (v2d){in[i + 4], in[i + 5]};
+        p3 += (v2d){in[i + 6], in[i + 7]};
+    }
+    memcpy(p, &p0, 16);
+    memcpy(p + 2, &p1, 16);
+    memcpy(p + 4, &p2, 16);
+    memcpy(p + 6, &p3, 16);
     for (int i = i8; i < n; i++)
         p[i - i8] += in[i];
     for (int l = 0; l < 8; l++)
         s += p[l];
     double mean = s / n;
-    for (int l = 0; l < 8; l++)
-        p[l] = 0;
-    for (int i = 0; i < i8; i += 8)
-        for (int l = 0; l < 8; l++) {
-            double d = in[i + l] - mean;
-            p[l] += d * d;
-        }
+    const v2d mv2 = {mean, mean};
+    p0 = p1 = p2 = p3 = (v2d){0, 0};
+    for (int i = 0; i < i8; i += 8) {
+        v2d d0 = (v2d){in[i], in[i + 1]} - mv2, d1 = (v2d){in[i + 2], in[i + 3]} - mv2;
+        v2d d2 = (v2d){in[i + 4], in[i + 5]} - mv2, d3 = (v2d){in[i + 6], in[i + 7]} - mv2;
+        p0 += d0 * d0;
+        p1 += d1 * d1;
+        p2 += d2 * d2;
+        p3 += d3 * d3;
+    }
+    memcpy(p, &p0, 16);
+    memcpy(p + 2, &p1, 16);
+    memcpy(p + 4, &p2, 16);
+    memcpy(p + 6, &p3, 16);
     for (int i = i8; i < n; i++) {
         double d = in[i] - mean;
         p[i - i8] += d * d;
@@ -230,6 +251,16 @@ static void bias_mul(float *y, const float *b, float m, int64_t n)
     }
 }
 
+/* y[i] += b[i]: bias_mul's values for m = 1 */
+static void bias_add(float *y, const float *b, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        st4(y + i, ld4(y + i) + ld4(b + i));
+    for (; i < n; i++)
+        y[i] += b[i];
+}
+
 /* x[i] += t[i] * s[i], or x[i] += t[i] for s NULL (a residual add) */
 static void residual(float *x, const float *t, const float *s, int n)
 {
@@ -263,21 +294,49 @@ static void act_row(const struct ifl_clip_ctx *c, int a, float *y, const float *
         return;
     }
     if (bias)
-        bias_mul(y, bias, 1.0f, n); /* times 1: exact */
+        bias_add(y, bias, n);
     if (a == IFL_CLIP_SILU)
         c->kn->swiglu(n, y, c->ones);
     else if (a != EPI_NONE)
         c->kn->geglu(n, y, c->ones);
 }
 
-/* y = x W^T (+ bias), then act (EPI_NONE: none) on every value: nr rows of
- * x (ldx floats apart) into y (ldy apart). convert: x must be converted
- * into `act` first (0 when the previous matmul had the same input and
- * weight type). Every thread calls it; a barrier must follow before y is
- * read. */
-static void matmul_mul(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *bias,
-                       int act, const float *x, size_t ldx, int nr, float *y, size_t ldy,
-                       int convert, float mul)
+/* What a matmul does to its output values after the products, in this
+ * order: the bias and the activation (act_row; EPI_NONE: none), times mul,
+ * then (res not NULL) added into the residual stream res (ldres floats a
+ * row) as residual() adds it, scaled by ls (NULL: 1). */
+struct epilogue {
+    const float *bias;
+    int act;
+    float mul;
+    float *res;
+    size_t ldres;
+    const float *ls;
+};
+
+/* Rows and columns of one gemm call: a block of columns whose weights (a
+ * share of COL_BYTES) stay in L2 while every row passes, ROW_CHUNK rows a
+ * call, so that the epilogue reads the values just written from L1. */
+#define COL_BYTES (384 * 1024)
+#define ROW_CHUNK 64
+#define RES_AHEAD 8
+
+static inline void prefetch_row(const float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16)
+        __builtin_prefetch(p + i, 1, 3);
+}
+
+/* y = x W^T then the epilogue e on every value: nr rows of x (ldx floats
+ * apart) into y (ldy apart). convert: x must be converted into `act` first
+ * (0 when the previous matmul had the same input and weight type). Every
+ * thread calls it; a barrier must follow before y (or e->res) is read.
+ * The gemm's values do not depend on how its calls cut the rows and the
+ * columns (kernels.h), nor the epilogue's on where a call's columns start
+ * (multiples of 16), so an output's bits are the same whatever the split. */
+static void matmul_epi(struct job *j, int ith, int nth, const struct ifl_mat *w,
+                       const struct epilogue *e, const float *x, size_t ldx, int nr, float *y,
+                       size_t ldy, int convert)
 {
     struct ifl_clip_ctx *c = j->x;
     enum ifl_type at = ifl_type_info(w->type)->act;
@@ -307,22 +366,46 @@ static void matmul_mul(struct job *j, int ith, int nth, const struct ifl_mat *w,
     if (c1 <= c0)
         return;
     ifl_gemm_fn gemm = w->x16 ? c->kn->gemm_x16[w->type] : c->kn->gemm[w->type];
-    gemm(w->n_in, nr, (int)(c1 - c0), in, in_stride,
-         (const char *)w->data + (size_t)c0 * w->row_bytes, w->row_bytes, y + c0, ldy);
-    if (!bias && act == EPI_NONE && mul == 1.0f)
-        return;
-    for (int r = 0; r < nr; r++) {
-        float *yr = y + (size_t)r * ldy + c0;
-        act_row(c, act, yr, bias ? bias + c0 : NULL, c1 - c0);
-        if (mul != 1.0f)
-            bias_mul(yr, NULL, mul, c1 - c0);
+    const int epi = e && (e->bias || e->act != EPI_NONE || e->mul != 1.0f || e->res);
+    int64_t bw = (int64_t)(COL_BYTES / ((size_t)step * w->row_bytes)) * step;
+    if (bw < step)
+        bw = step;
+    for (int64_t b0 = c0; b0 < c1; b0 += bw) {
+        const int64_t b1 = c1 - b0 < bw ? c1 : b0 + bw, n = b1 - b0;
+        for (int r0 = 0; r0 < nr; r0 += ROW_CHUNK) {
+            const int r1 = nr - r0 < ROW_CHUNK ? nr : r0 + ROW_CHUNK;
+            gemm(w->n_in, r1 - r0, (int)n, (const char *)in + (size_t)r0 * in_stride, in_stride,
+                 (const char *)w->data + (size_t)b0 * w->row_bytes, w->row_bytes,
+                 y + (size_t)r0 * ldy + b0, ldy);
+            if (!epi)
+                continue;
+            /* the residual rows the epilogue adds into are short pieces
+             * 4 KB apart, which the hardware does not fetch ahead: each
+             * one asked for RES_AHEAD rows before it is reached */
+            if (e->res)
+                for (int r = r0; r < r1 && r < r0 + RES_AHEAD; r++)
+                    prefetch_row(e->res + (size_t)r * e->ldres + b0, n);
+            for (int r = r0; r < r1; r++) {
+                if (e->res && r + RES_AHEAD < r1)
+                    prefetch_row(e->res + (size_t)(r + RES_AHEAD) * e->ldres + b0, n);
+                float *yr = y + (size_t)r * ldy + b0;
+                act_row(c, e->act, yr, e->bias ? e->bias + b0 : NULL, n);
+                if (e->mul != 1.0f)
+                    bias_mul(yr, NULL, e->mul, n);
+                if (e->res)
+                    residual(e->res + (size_t)r * e->ldres + b0, yr, e->ls ? e->ls + b0 : NULL,
+                             (int)n);
+            }
+        }
     }
 }
 
+/* matmul_epi with the bias and act alone */
 static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, const float *bias,
                    int act, const float *x, size_t ldx, int nr, float *y, size_t ldy, int convert)
 {
-    matmul_mul(j, ith, nth, w, bias, act, x, ldx, nr, y, ldy, convert, 1.0f);
+    const struct epilogue e = {bias, act, 1.0f, NULL, 0, NULL};
+    matmul_epi(j, ith, nth, w, &e, x, ldx, nr, y, ldy, convert);
 }
 
 /* Self-attention over each image's rows, all heads: att = softmax(q k^T /
@@ -330,7 +413,9 @@ static void matmul(struct job *j, int ith, int nth, const struct ifl_mat *w, con
  * q comes scaled by 1 / sqrt(head_dim) (its matmul's epilogue). Both
  * products are gemm_f32_kn (an outer product, 16 columns a vector):
  * scores = q kt with the head's keys transposed into kt (rows of n_pos),
- * then att = e v with the values as they lie, ATT_ROWS queries at a time,
+ * then att = e v with the head's values packed into rows of head_dim (in
+ * place they lie 4 KB apart, n_embd floats, and thrash L1 and L2 over the
+ * 577 keys of a ViT-L image), ATT_ROWS queries at a time,
  * each output row divided by its sum of e afterwards (hd values, not
  * n_pos). Each output's sum runs in the kernel's fixed order, so the
  * result is the same whatever the thread or image count. */
@@ -342,14 +427,18 @@ static void attention(struct job *j, int ith, int nth)
     const size_t ld = c->att_ld;
     float *sc = c->scores + (size_t)ith * ATT_ROWS * ld;
     float *kt = c->vt + (size_t)ith * hd * ld;
+    float *vh = c->vh + (size_t)ith * hd * ld;
     long lo, hi;
     ifl_pool_split((long)j->n_img * hp->n_head, ith, nth, &lo, &hi);
     for (long u = lo; u < hi; u++) {
         size_t base = (size_t)(u / hp->n_head) * n_pos, off = (size_t)(u % hp->n_head) * hd;
-        for (int t = 0; t < n_pos; t++) {
-            const float *kr = c->k + (base + t) * E + off;
+        for (int t0 = 0; t0 < n_pos; t0 += 16) {
+            const int t1 = t0 + 16 < n_pos ? t0 + 16 : n_pos;
+            for (int t = t0; t < t1; t++)
+                memcpy(vh + (size_t)t * hd, c->v + (base + t) * E + off, sizeof(float) * hd);
             for (int d = 0; d < hd; d++)
-                kt[(size_t)d * ld + t] = kr[d];
+                for (int t = t0; t < t1; t++)
+                    kt[(size_t)d * ld + t] = c->k[(base + t) * E + off + d];
         }
         for (int q0 = 0; q0 < n_pos; q0 += ATT_ROWS) {
             int nq = n_pos - q0 < ATT_ROWS ? n_pos - q0 : ATT_ROWS;
@@ -361,8 +450,7 @@ static void attention(struct job *j, int ith, int nth)
                 inv[i] = (float)(1.0 / c->kn->softmax_exp(n_pos, p, c->kn->max_f32(n_pos, p)));
             }
             float *o = c->att + (base + q0) * E + off;
-            c->kn->gemm_f32_kn(n_pos, nq, hd, sc, ld, c->v + base * E + off, (size_t)E, o,
-                               (size_t)E);
+            c->kn->gemm_f32_kn(n_pos, nq, hd, sc, ld, vh, (size_t)hd, o, (size_t)E);
             for (int i = 0; i < nq; i++)
                 for (int d = 0; d < hd; d++)
                     o[(size_t)i * E + d] *= inv[i];
@@ -420,8 +508,9 @@ static void encode_job(void *arg, int ith, int nth)
             layernorm(c->xn + r * ld_in, c->x + r * E, L->ln1_w, L->ln1_b, E, hp->eps);
         ifl_pool_barrier(c->pool);
         /* q scaled for the attention's scores (attention()) */
-        matmul_mul(j, ith, nth, &L->wq, L->bq, EPI_NONE, c->xn, ld_in, R, c->q, (size_t)E, 1,
-                   1.0f / sqrtf((float)hp->head_dim));
+        const struct epilogue eq = {L->bq, EPI_NONE, 1.0f / sqrtf((float)hp->head_dim),
+                                    NULL,  0,        NULL};
+        matmul_epi(j, ith, nth, &L->wq, &eq, c->xn, ld_in, R, c->q, (size_t)E, 1);
         /* k and v reuse q's converted input when their type is q's; else
          * they convert again, once every thread is done reading it */
         int same = L->wk.type == L->wq.type;
@@ -435,24 +524,18 @@ static void encode_job(void *arg, int ith, int nth)
         ifl_pool_barrier(c->pool);
         attention(j, ith, nth);
         ifl_pool_barrier(c->pool);
-        matmul(j, ith, nth, &L->wo, L->bo, EPI_NONE, c->att, (size_t)E, R, c->tmp, (size_t)E, 1);
+        /* the residual adds in the matmuls' epilogues: each thread adds
+         * its own columns of x */
+        const struct epilogue eo = {L->bo, EPI_NONE, 1.0f, c->x, (size_t)E, L->ls1};
+        matmul_epi(j, ith, nth, &L->wo, &eo, c->att, (size_t)E, R, c->tmp, (size_t)E, 1);
         ifl_pool_barrier(c->pool);
-        for (long r = lo; r < hi; r++) {
-            float *xr = c->x + (size_t)r * E;
-            const float *tr = c->tmp + (size_t)r * E;
-            residual(xr, tr, L->ls1, E);
-            layernorm(c->xn + r * ld_in, xr, L->ln2_w, L->ln2_b, E, hp->eps);
-        }
+        for (long r = lo; r < hi; r++)
+            layernorm(c->xn + r * ld_in, c->x + (size_t)r * E, L->ln2_w, L->ln2_b, E, hp->eps);
         ifl_pool_barrier(c->pool);
         matmul(j, ith, nth, &L->up, L->b_up, hp->act, c->xn, ld_in, R, c->hid, ld_hid, 1);
         ifl_pool_barrier(c->pool);
-        matmul(j, ith, nth, &L->down, L->b_down, EPI_NONE, c->hid, ld_hid, R, c->tmp, (size_t)E, 1);
-        ifl_pool_barrier(c->pool);
-        for (long r = lo; r < hi; r++) {
-            float *xr = c->x + (size_t)r * E;
-            const float *tr = c->tmp + (size_t)r * E;
-            residual(xr, tr, L->ls2, E);
-        }
+        const struct epilogue ed = {L->b_down, EPI_NONE, 1.0f, c->x, (size_t)E, L->ls2};
+        matmul_epi(j, ith, nth, &L->down, &ed, c->hid, ld_hid, R, c->tmp, (size_t)E, 1);
         ifl_pool_barrier(c->pool);
     }
 
