@@ -365,20 +365,28 @@ static int cache_path(char *out, size_t cap, const char *dir, const char *model_
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
+/* A cache file's directory into dir (PATH_MAX bytes); returns the slash
+ * before the file's name, or NULL when path has no directory part. */
+static const char *split_dir(const char *path, char *dir)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) : 0;
+    if (dl == 0 || dl >= PATH_MAX)
+        return NULL;
+    memcpy(dir, path, dl);
+    dir[dl] = 0;
+    return slash;
+}
+
 /* Removes what crashed builds of this cache file left: "<path>.tmp.<pid>"
  * files whose process is gone. A live writer's file is left alone (two
  * processes may build the same cache at once; the last rename wins). */
 static void sweep_stale_tmp(const char *path)
 {
-    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    const char *slash = split_dir(path, dir);
     if (!slash)
         return;
-    char dir[PATH_MAX];
-    size_t dl = (size_t)(slash - path);
-    if (dl == 0 || dl >= sizeof dir)
-        return;
-    memcpy(dir, path, dl);
-    dir[dl] = 0;
     char prefix[PATH_MAX];
     int pl = snprintf(prefix, sizeof prefix, "%s.tmp.", slash + 1);
     if (pl <= 0 || (size_t)pl >= sizeof prefix)
@@ -433,15 +441,10 @@ static int newest_first(const void *a, const void *b)
 static void trim_cache(const char *path, int64_t max, char *notice, size_t cap)
 {
     notice[0] = 0;
-    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    const char *slash = split_dir(path, dir);
     if (max < 0 || !slash)
         return;
-    char dir[PATH_MAX];
-    size_t dl = (size_t)(slash - path);
-    if (dl == 0 || dl >= sizeof dir)
-        return;
-    memcpy(dir, path, dl);
-    dir[dl] = 0;
     DIR *d = opendir(dir);
     if (!d)
         return;
