@@ -245,32 +245,31 @@ AI void gate16(int geglu, __mmask16 m, float *g, const float *u)
         g, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, u)));
 }
 
-static void z_swiglu(int64_t n, float *g, const float *u)
+/* the gate over a row: blocks of 16, one of 8, the rest through expf */
+AI void gate_row(int geglu, int64_t n, float *g, const float *u)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        gate16(0, 0xffff, g + i, u + i);
+        gate16(geglu, 0xffff, g + i, u + i);
     if (i + 8 <= n) {
-        gate16(0, 0xff, g + i, u + i);
+        gate16(geglu, 0xff, g + i, u + i);
         i += 8;
     }
-    for (; i < n; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (; i < n; i++) {
+        float x = g[i];
+        float e = geglu ? expf(-2.0f * (0.79788456f * fmaf(0.044715f * x * x, x, x))) : expf(-x);
+        g[i] = x / (1.0f + e) * u[i];
+    }
+}
+
+static void z_swiglu(int64_t n, float *g, const float *u)
+{
+    gate_row(0, n, g, u);
 }
 
 static void z_geglu(int64_t n, float *g, const float *u)
 {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        gate16(1, 0xffff, g + i, u + i);
-    if (i + 8 <= n) {
-        gate16(1, 0xff, g + i, u + i);
-        i += 8;
-    }
-    for (; i < n; i++) {
-        float x = g[i], c = 0.79788456f * fmaf(0.044715f * x * x, x, x);
-        g[i] = x / (1.0f + expf(-2.0f * c)) * u[i];
-    }
+    gate_row(1, n, g, u);
 }
 
 /* x86_softmax_exp's sums: four double lanes, lane j of a block of 8 adding
