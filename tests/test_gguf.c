@@ -554,6 +554,93 @@ static void test_writer_errors(void)
     ifl_gguf_writer_free(NULL);
 }
 
+/* A fill callback: writes byte i as seed + i; seed 0 fails. */
+struct fill_ctx {
+    int seed, calls;
+};
+static int fill_cb(void *ctx, void *dst, size_t nbytes, char *err)
+{
+    struct fill_ctx *c = ctx;
+    c->calls++;
+    if (!c->seed)
+        return ifl_err(err, IFL_EIO, "test fill: refused");
+    for (size_t i = 0; i < nbytes; i++)
+        ((uint8_t *)dst)[i] = (uint8_t)(c->seed + i);
+    return 0;
+}
+
+/* Tensors borrowed (_ref) and made at write time (_fill) give the file
+ * that copies of the same bytes give; a fill that fails leaves no file. */
+static void test_writer_ref_fill(void)
+{
+    char a_path[512], b_path[512], err[IFL_ERR_LEN] = "";
+    snprintf(a_path, sizeof a_path, "%s/ifl_test_gguf_rf_a_%d.gguf", tmp_dir(), (int)getpid());
+    snprintf(b_path, sizeof b_path, "%s/ifl_test_gguf_rf_b_%d.gguf", tmp_dir(), (int)getpid());
+    static uint8_t d0[4 * 24], d1[34 * 4], d2[2 * 40];
+    fill(d0, sizeof d0, 7), fill(d1, sizeof d1, 8);
+    for (size_t i = 0; i < sizeof d2; i++)
+        d2[i] = (uint8_t)(5 + i);
+    int64_t ne0[1] = {24}, ne1[2] = {64, 2}, ne2[1] = {40};
+    struct ifl_gguf_writer *w;
+    /* all copied */
+    CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+    CHECK_EQ(ifl_gguf_writer_set_u32(w, "general.alignment", 64), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor(w, "x", IFL_TYPE_F32, 1, ne0, d0, sizeof d0), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor(w, "y", IFL_TYPE_Q8_0, 2, ne1, d1, sizeof d1), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor(w, "z", IFL_TYPE_F16, 1, ne2, d2, sizeof d2), 0);
+    CHECK_EQ(ifl_gguf_writer_write(w, a_path, err), 0);
+    ifl_gguf_writer_free(w);
+    /* borrowed, copied, made */
+    struct fill_ctx fc = {5, 0};
+    CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+    CHECK_EQ(ifl_gguf_writer_set_u32(w, "general.alignment", 64), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor_ref(w, "x", IFL_TYPE_F32, 1, ne0, d0, sizeof d0), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor(w, "y", IFL_TYPE_Q8_0, 2, ne1, d1, sizeof d1), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor_fill(w, "z", IFL_TYPE_F16, 1, ne2, sizeof d2, fill_cb, &fc),
+             0);
+    CHECK_EQ(fc.calls, 0); /* made only when written */
+    CHECK_EQ(ifl_gguf_writer_write(w, b_path, err), 0);
+    CHECK_EQ(fc.calls, 1);
+    ifl_gguf_writer_free(w);
+    struct file fa = read_file(a_path), fb = read_file(b_path);
+    CHECK(fa.n > 0 && fa.n == fb.n && memcmp(fa.p, fb.p, fa.n) == 0);
+    free(fa.p);
+    free(fb.p);
+    unlink(a_path);
+    unlink(b_path);
+
+    /* a failing fill: its code and sentence, and no file (nor a temporary) */
+    struct fill_ctx bad = {0, 0};
+    CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor_ref(w, "x", IFL_TYPE_F32, 1, ne0, d0, sizeof d0), 0);
+    CHECK_EQ(
+        ifl_gguf_writer_add_tensor_fill(w, "z", IFL_TYPE_F16, 1, ne2, sizeof d2, fill_cb, &bad), 0);
+    err[0] = 0;
+    CHECK_EQ(ifl_gguf_writer_write(w, b_path, err), IFL_EIO);
+    CHECK(strstr(err, "refused") != NULL);
+    CHECK(access(b_path, F_OK) != 0);
+    ifl_gguf_writer_free(w);
+    char tmpl[600];
+    snprintf(tmpl, sizeof tmpl, "%s.tmp.", strrchr(b_path, '/') + 1);
+    DIR *dir = opendir(tmp_dir());
+    int left = 0;
+    for (struct dirent *e; dir && (e = readdir(dir));)
+        left += !strncmp(e->d_name, tmpl, strlen(tmpl));
+    if (dir)
+        closedir(dir);
+    CHECK_EQ(left, 0);
+
+    /* the checks of add_tensor apply: a shape that does not fit, no data */
+    CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor_fill(w, "z", IFL_TYPE_F16, 1, ne2, 3, fill_cb, &fc),
+             IFL_EINVAL);
+    ifl_gguf_writer_free(w);
+    CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+    CHECK_EQ(ifl_gguf_writer_add_tensor_ref(w, "x", IFL_TYPE_F32, 1, ne0, NULL, sizeof d0),
+             IFL_EINVAL);
+    ifl_gguf_writer_free(w);
+}
+
 /* Copies every kv and tensor of a shared model; the copy reads back equal. */
 static void copy_check(const char *rel)
 {
@@ -1072,6 +1159,7 @@ int main(void)
     T_RUN(test_all_models);
     T_RUN(test_writer_roundtrip);
     T_RUN(test_writer_errors);
+    T_RUN(test_writer_ref_fill);
     T_RUN(test_copy_kv);
     T_RUN(test_malformed);
     T_RUN(test_truncations);

@@ -64,35 +64,35 @@ struct merge {
     enum ifl_type out_type;
 };
 
-/* Adds base tensor t, merged with every adapter that adapts it, to w.
- * *merged counts the matrices merged. */
-static int merge_tensor(const struct merge *M, struct ifl_gguf_writer *w,
-                        const struct ifl_gguf_tensor *t, int *merged, char *err)
-{
+/* One merged tensor, made when the writer reaches it. */
+struct merge_job {
+    const struct merge *M;
+    const struct ifl_gguf_tensor *t;
     const struct ifl_lora_mat *mats[MAX_ADAPTERS];
-    int any = 0;
-    for (int j = 0; j < M->n; j++)
-        any |= (mats[j] = lora_mat_of(M->lora[j], t->name)) != NULL;
-    if (!any)
-        return ifl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
-                                          t->nbytes);
+};
+
+/* Writes base tensor t merged with every adapter that adapts it into dst
+ * (out_type rows). */
+static int merge_fill(void *ctx, void *dst, size_t nbytes, char *err)
+{
+    const struct merge_job *J = ctx;
+    const struct merge *M = J->M;
+    const struct ifl_gguf_tensor *t = J->t;
     /* rows of n_in (ne[0]) values, n_rows (ne[1]) of them; the loader has
      * checked the adapters' shapes against these */
     const int64_t n_in = t->ne[0], n_rows = t->ne[1];
     const int embd = !strcmp(t->name, "token_embd.weight");
-    const struct ifl_type_info *ti = ifl_type_info(t->type);
     ifl_dequant_fn dq = ifl_kernels_ref()->dequant[t->type];
     ifl_quant_fn q = ifl_kernels_ref()->quant[M->out_type];
     size_t out_row = ifl_type_row_size(M->out_type, n_in);
+    uint8_t *out = dst;
+    (void)nbytes;
     float *row = malloc((size_t)n_in * sizeof(float));
     double *acc = malloc((size_t)n_in * sizeof(double));
-    uint8_t *out = malloc(out_row * (size_t)n_rows);
-    int rc = 0;
-    if (!row || !acc || !out || !dq || !q) {
-        rc = !dq || !q ? ifl_err(err, IFL_EUNSUPPORTED, "lora merge: tensor '%s': type %s", t->name,
-                                 ti && ti->name ? ti->name : "?")
-                       : ifl_err(err, IFL_ENOMEM, "lora merge: out of memory for '%s'", t->name);
-        goto done;
+    if (!row || !acc) {
+        free(row);
+        free(acc);
+        return ifl_err(err, IFL_ENOMEM, "lora merge: out of memory for '%s'", t->name);
     }
     size_t in_row = ifl_type_row_size((enum ifl_type)t->type, n_in);
     for (int64_t o = 0; o < n_rows; o++) {
@@ -100,7 +100,7 @@ static int merge_tensor(const struct merge *M, struct ifl_gguf_writer *w,
         for (int64_t i = 0; i < n_in; i++)
             acc[i] = (double)row[i];
         for (int j = 0; j < M->n; j++) {
-            const struct ifl_lora_mat *m = mats[j];
+            const struct ifl_lora_mat *m = J->mats[j];
             if (!m)
                 continue;
             const double s = (double)ifl_lora_scale(m, M->scale[j]);
@@ -126,40 +126,68 @@ static int merge_tensor(const struct merge *M, struct ifl_gguf_writer *w,
             row[i] = (float)acc[i];
         q(row, out + (size_t)o * out_row, n_in);
     }
-    rc = ifl_gguf_writer_add_tensor(w, t->name, M->out_type, t->n_dims, t->ne, out,
-                                    out_row * (size_t)n_rows);
-    (*merged)++;
-done:
     free(row);
     free(acc);
-    free(out);
-    return rc;
+    return 0;
 }
 
+/* Adds base tensor t to w: as it stands (a view of the mapped base), or,
+ * when an adapter adapts it, merged at write time by job J. *merged
+ * counts the matrices merged. */
+static int merge_tensor(const struct merge *M, struct ifl_gguf_writer *w,
+                        const struct ifl_gguf_tensor *t, struct merge_job *J, int *merged,
+                        char *err)
+{
+    int any = 0;
+    J->M = M;
+    J->t = t;
+    for (int j = 0; j < M->n; j++)
+        any |= (J->mats[j] = lora_mat_of(M->lora[j], t->name)) != NULL;
+    if (!any)
+        return ifl_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                              t->nbytes);
+    const struct ifl_type_info *ti = ifl_type_info(t->type);
+    if (!ifl_kernels_ref()->dequant[t->type] || !ifl_kernels_ref()->quant[M->out_type])
+        return ifl_err(err, IFL_EUNSUPPORTED, "lora merge: tensor '%s': type %s", t->name,
+                       ti && ti->name ? ti->name : "?");
+    size_t out_row = ifl_type_row_size(M->out_type, t->ne[0]);
+    (*merged)++;
+    return ifl_gguf_writer_add_tensor_fill(w, t->name, M->out_type, t->n_dims, t->ne,
+                                           out_row * (size_t)t->ne[1], merge_fill, J);
+}
+
+/* The output is written tensor by tensor: the base's tensors straight from
+ * its mapping, each merged one made as the writer reaches it, so the merge
+ * holds one merged matrix at a time, never the whole output. */
 static int merge_write(const struct merge *M, const char *out_path, int *merged, char *err)
 {
     struct ifl_gguf *g = M->base->gguf;
     struct ifl_gguf_writer *w = NULL;
-    int rc = ifl_gguf_writer_create(&w);
-    if (rc)
+    int64_t nt = ifl_gguf_n_tensors(g);
+    struct merge_job *jobs = calloc(nt > 0 ? (size_t)nt : 1, sizeof *jobs);
+    int rc = jobs ? ifl_gguf_writer_create(&w) : IFL_ENOMEM;
+    if (rc) {
+        free(jobs);
         return ifl_err(err, rc, "lora merge: out of memory");
+    }
     for (int64_t i = 0; !rc && i < ifl_gguf_n_kv(g); i++)
         rc = ifl_gguf_writer_copy_kv(w, g, i);
-    for (int64_t i = 0; !rc && i < ifl_gguf_n_tensors(g); i++)
-        rc = merge_tensor(M, w, ifl_gguf_tensor(g, i), merged, err);
+    for (int64_t i = 0; !rc && i < nt; i++)
+        rc = merge_tensor(M, w, ifl_gguf_tensor(g, i), &jobs[i], merged, err);
     int embd_adapted = 0;
     for (int j = 0; j < M->n; j++)
         embd_adapted |= M->lora[j]->tok_embd.rank > 0;
     if (!rc && M->base->tied_output && embd_adapted) {
         /* the LM head stays the original table (see the top of the file) */
         const struct ifl_gguf_tensor *t = ifl_gguf_find_tensor(g, "token_embd.weight");
-        rc = ifl_gguf_writer_add_tensor(w, "output.weight", t->type, t->n_dims, t->ne, t->data,
-                                        t->nbytes);
+        rc = ifl_gguf_writer_add_tensor_ref(w, "output.weight", t->type, t->n_dims, t->ne, t->data,
+                                            t->nbytes);
     }
     /* a failed writer call left its sentence in the writer: write reports it */
     if (!rc || !*err)
         rc = ifl_gguf_writer_write(w, out_path, err);
     ifl_gguf_writer_free(w);
+    free(jobs);
     return rc;
 }
 

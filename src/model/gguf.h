@@ -136,9 +136,10 @@ const struct ifl_gguf_tensor *ifl_gguf_tensor(const struct ifl_gguf *g, int64_t 
 const struct ifl_gguf_tensor *ifl_gguf_find_tensor(const struct ifl_gguf *g, const char *name);
 
 /* ---- Writer (for tools/mkmodel and tests) ----
- * Builds a GGUF v3 file in memory and writes it. Keys and tensors are
- * written in the order added. Tensor data is copied at ifl_gguf_writer_add_tensor
- * time. Not thread-safe.
+ * Builds a GGUF v3 file and writes it. Keys and tensors are written in the
+ * order added. Tensor data is copied at ifl_gguf_writer_add_tensor time
+ * (or borrowed, or made at write time: _ref and _fill below). Not
+ * thread-safe.
  * Errors are sticky: a setter that fails (duplicate key or tensor name, bad
  * type or shape, size mismatch: IFL_EINVAL; IFL_ENOMEM) returns the code and
  * records a sentence; every later call returns the same code and
@@ -178,6 +179,20 @@ int ifl_gguf_writer_end_arr(struct ifl_gguf_writer *w);
 int ifl_gguf_writer_copy_kv(struct ifl_gguf_writer *w, const struct ifl_gguf *src, int64_t i);
 int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint32_t type,
                                int n_dims, const int64_t *ne, const void *data, size_t nbytes);
+/* The same without a copy: data must stay valid until the write (a
+ * mapped source's tensor, say). */
+int ifl_gguf_writer_add_tensor_ref(struct ifl_gguf_writer *w, const char *name, uint32_t type,
+                                   int n_dims, const int64_t *ne, const void *data, size_t nbytes);
+/* A tensor made at write time: fill(ctx, dst, nbytes, err) writes its
+ * nbytes into dst and returns 0, or an IFL_E* code with a sentence in err,
+ * which stops the write (no file is left). Only one such tensor is in
+ * memory at a time; ctx must stay valid until the write. */
+typedef int (*ifl_gguf_fill_fn)(void *ctx, void *dst, size_t nbytes, char *err);
+int ifl_gguf_writer_add_tensor_fill(struct ifl_gguf_writer *w, const char *name, uint32_t type,
+                                    int n_dims, const int64_t *ne, size_t nbytes,
+                                    ifl_gguf_fill_fn fill, void *ctx);
+/* Writes path (through a temporary file renamed at the end): the header
+ * from memory, then each tensor's bytes in turn. */
 int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err);
 
 #endif

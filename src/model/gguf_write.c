@@ -25,7 +25,10 @@ struct wtensor {
     uint32_t type;
     int n_dims;
     int64_t ne[IFL_GGUF_MAX_DIMS];
-    void *data;
+    void *data;            /* the writer's copy (add_tensor), or NULL */
+    const void *view;      /* the caller's bytes (add_tensor_ref), or NULL */
+    ifl_gguf_fill_fn fill; /* or made at write time (add_tensor_fill) */
+    void *ctx;
     size_t nbytes;
 };
 
@@ -367,8 +370,10 @@ int ifl_gguf_writer_copy_kv(struct ifl_gguf_writer *w, const struct ifl_gguf *sr
     return put(w, &w->kv, p, len);
 }
 
-int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint32_t type,
-                               int n_dims, const int64_t *ne, const void *data, size_t nbytes)
+/* Checks a tensor's name and shape and appends its entry; *out is the
+ * new entry, its data for the caller to set. */
+static int add_entry(struct ifl_gguf_writer *w, const char *name, uint32_t type, int n_dims,
+                     const int64_t *ne, int has_data, size_t nbytes, struct wtensor **out)
 {
     if (w->status)
         return w->status;
@@ -395,7 +400,7 @@ int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint
         want != nbytes)
         return wfail(w, IFL_EINVAL, "gguf writer: tensor '%s': %zu bytes given, shape needs %llu",
                      name, nbytes, (unsigned long long)want);
-    if (!data)
+    if (!has_data)
         return wfail(w, IFL_EINVAL, "gguf writer: tensor '%s': NULL data", name);
     for (size_t i = 0; i < w->n_tensors; i++)
         if (strcmp(w->tensors[i].name, name) == 0)
@@ -411,18 +416,56 @@ int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint
     struct wtensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);
-    t->data = malloc(nbytes);
-    if (!t->name || !t->data) {
-        free(t->name);
-        free(t->data);
+    if (!t->name)
         return wfail(w, IFL_ENOMEM, "gguf writer: tensor '%s': out of memory", name);
-    }
-    memcpy(t->data, data, nbytes);
     t->type = type;
     t->n_dims = n_dims;
     for (int d = 0; d < IFL_GGUF_MAX_DIMS; d++)
         t->ne[d] = d < n_dims ? ne[d] : 1;
     t->nbytes = nbytes;
+    *out = t;
+    return 0;
+}
+
+int ifl_gguf_writer_add_tensor(struct ifl_gguf_writer *w, const char *name, uint32_t type,
+                               int n_dims, const int64_t *ne, const void *data, size_t nbytes)
+{
+    struct wtensor *t;
+    int rc = add_entry(w, name, type, n_dims, ne, data != NULL, nbytes, &t);
+    if (rc)
+        return rc;
+    t->data = malloc(nbytes ? nbytes : 1);
+    if (!t->data) {
+        free(t->name);
+        return wfail(w, IFL_ENOMEM, "gguf writer: tensor '%s': out of memory", name);
+    }
+    memcpy(t->data, data, nbytes);
+    w->n_tensors++;
+    return 0;
+}
+
+int ifl_gguf_writer_add_tensor_ref(struct ifl_gguf_writer *w, const char *name, uint32_t type,
+                                   int n_dims, const int64_t *ne, const void *data, size_t nbytes)
+{
+    struct wtensor *t;
+    int rc = add_entry(w, name, type, n_dims, ne, data != NULL, nbytes, &t);
+    if (rc)
+        return rc;
+    t->view = data;
+    w->n_tensors++;
+    return 0;
+}
+
+int ifl_gguf_writer_add_tensor_fill(struct ifl_gguf_writer *w, const char *name, uint32_t type,
+                                    int n_dims, const int64_t *ne, size_t nbytes,
+                                    ifl_gguf_fill_fn fill, void *ctx)
+{
+    struct wtensor *t;
+    int rc = add_entry(w, name, type, n_dims, ne, fill != NULL, nbytes, &t);
+    if (rc)
+        return rc;
+    t->fill = fill;
+    t->ctx = ctx;
     w->n_tensors++;
     return 0;
 }
@@ -459,6 +502,40 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Tensor i's bytes, then the zeros to the next one's offset when pad. A
+ * failed write sets *what and *e; a failed fill returns its code (its
+ * sentence in err). */
+static int write_tensor(struct ifl_gguf_writer *w, int fd, size_t i, int pad, const char **what,
+                        int *e, char *err)
+{
+    static const uint8_t zeros[64];
+    const struct wtensor *t = &w->tensors[i];
+    const void *p = t->data ? t->data : t->view;
+    void *made = NULL;
+    if (t->fill) {
+        made = malloc(t->nbytes ? t->nbytes : 1);
+        if (!made)
+            return ifl_err(err, IFL_ENOMEM, "gguf writer: tensor '%s': out of memory", t->name);
+        int rc = t->fill(t->ctx, made, t->nbytes, err);
+        if (rc) {
+            free(made);
+            return rc;
+        }
+        p = made;
+    }
+    if (write_all(fd, p, t->nbytes) != 0)
+        *what = "write", *e = errno;
+    free(made);
+    uint64_t gap = pad ? align_up(t->nbytes, w->alignment) - t->nbytes : 0;
+    while (!*what && gap) {
+        size_t n = gap < sizeof zeros ? (size_t)gap : sizeof zeros;
+        if (write_all(fd, zeros, n) != 0)
+            *what = "write", *e = errno;
+        gap -= n;
+    }
+    return 0;
+}
+
 int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err)
 {
     if (!w->status && w->depth)
@@ -491,11 +568,6 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
     }
     if (!rc && w->n_tensors)
         rc = pad_to(w, &b, w->alignment);
-    for (size_t i = 0; i < w->n_tensors && !rc; i++) {
-        rc = put(w, &b, w->tensors[i].data, w->tensors[i].nbytes);
-        if (!rc && i + 1 < w->n_tensors)
-            rc = pad_to(w, &b, w->alignment);
-    }
     if (rc) {
         ifl_buf_free(&b);
         return ifl_err(err, rc, "%s", w->msg);
@@ -518,21 +590,27 @@ int ifl_gguf_writer_write(struct ifl_gguf_writer *w, const char *path, char *err
         return rc;
     }
     const char *what = NULL;
+    int e = 0;
     if (fchmod(fd, 0644) != 0)
-        what = "chmod";
+        what = "chmod", e = errno;
     else if (write_all(fd, (const uint8_t *)b.p, b.len) != 0)
-        what = "write";
-    else if (fsync(fd) != 0)
-        what = "fsync";
-    int e = errno;
-    if (close(fd) != 0 && !what)
-        what = "close", e = errno;
-    if (!what && rename(tmp, path) != 0)
-        what = "rename", e = errno;
+        what = "write", e = errno;
     ifl_buf_free(&b);
-    if (what) {
+    /* the tensors' bytes go to the file one at a time: the file is never
+     * whole in memory, and a tensor made at write time lives only while it
+     * is written */
+    for (size_t i = 0; i < w->n_tensors && !what && !rc; i++)
+        rc = write_tensor(w, fd, i, i + 1 < w->n_tensors, &what, &e, err);
+    if (!what && !rc && fsync(fd) != 0)
+        what = "fsync", e = errno;
+    if (close(fd) != 0 && !what && !rc)
+        what = "close", e = errno;
+    if (!what && !rc && rename(tmp, path) != 0)
+        what = "rename", e = errno;
+    if (what || rc) {
         unlink(tmp);
-        rc = ifl_err(err, IFL_EIO, "gguf writer: cannot %s '%s': %s", what, path, strerror(e));
+        if (what)
+            rc = ifl_err(err, IFL_EIO, "gguf writer: cannot %s '%s': %s", what, path, strerror(e));
     }
     free(tmp);
     return rc;
