@@ -42,7 +42,7 @@ static int make_model(const char *name, const char *args, char *path, size_t cap
     return rc;
 }
 
-static ifl_executor *open_ex(const char *path, int keep_all)
+static ifl_executor *open_ex_sized(const char *path, int keep_all, int32_t n_ctx, int64_t kv_tokens)
 {
     if (keep_all)
         setenv("IFL_KV_WINDOW_FREE", "0", 1);
@@ -50,8 +50,8 @@ static ifl_executor *open_ex(const char *path, int keep_all)
         unsetenv("IFL_KV_WINDOW_FREE");
     struct ifl_executor_config c;
     ifl_executor_config_default(&c);
-    c.n_ctx = 2048;
-    c.kv_cache_tokens = 8 * 2048;
+    c.n_ctx = n_ctx;
+    c.kv_cache_tokens = kv_tokens;
     c.n_threads = 2;
     c.kv_type = IFL_KV_F16;
     c.max_num_tokens = 64; /* prompts in chunks */
@@ -63,10 +63,16 @@ static ifl_executor *open_ex(const char *path, int keep_all)
     return ex;
 }
 
+static ifl_executor *open_ex(const char *path, int keep_all)
+{
+    return open_ex_sized(path, keep_all, 2048, 8 * 2048);
+}
+
 struct out {
     int32_t tok[N_GEN];
     float lp[N_GEN];
     int32_t n;
+    struct ifl_perf_metrics perf; /* the final response's, when asked */
 };
 
 static void request(struct ifl_request *r, const int32_t *ids, int32_t n, int32_t max_tokens)
@@ -113,6 +119,8 @@ static void collect(ifl_executor *ex, ifl_id *ids, int n, struct out *outs, int3
                     o->n += s->n_tokens;
                 }
             }
+            if (i < n && r[k]->is_final)
+                outs[i].perf = r[k]->perf;
             done += r[k]->is_final;
             ifl_response_free(r[k]);
         }
@@ -145,6 +153,8 @@ static int32_t run_alone(const char *path, int keep_all, struct out *o)
     ifl_executor_destroy(ex, 0);
     return peak;
 }
+
+static void test_no_evict_books_the_window(const char *path, const struct out *kept);
 
 static void test_all_sliding(void)
 {
@@ -222,7 +232,45 @@ static void test_all_sliding(void)
             (long long)st.accepted_draft_tokens);
     CHECK(st.accepted_draft_tokens > 100 && st.draft_tokens > st.accepted_draft_tokens);
     ifl_executor_destroy(ex, 0);
+    test_no_evict_books_the_window(path, &kept);
     unlink(path);
+}
+
+/* guaranteed_no_evict books a sliding sequence's window, not its length:
+ * in a cache of 80 blocks, three requests of 1240 positions (78 blocks
+ * each if kept whole) run together, never preempted, each with the tokens
+ * and log-probs it has alone. With every block kept they take turns. */
+static void test_no_evict_books_the_window(const char *path, const struct out *kept)
+{
+    for (int keep_all = 0; keep_all < 2; keep_all++) {
+        ifl_executor *ex = open_ex_sized(path, keep_all, 1280, 1280);
+        if (!ex)
+            return;
+        static struct out o[3];
+        struct ifl_request r[3];
+        ifl_id ids[3];
+        for (int i = 0; i < 3; i++) {
+            request(&r[i], g_prompt, N_PROMPT, N_GEN);
+            r[i].output.return_perf_metrics = 1;
+        }
+        CHECK_EQ(ifl_enqueue_many(ex, r, 3, ids, NULL), 0);
+        collect(ex, ids, 3, o, NULL);
+        int64_t last_start = 0, first_end = INT64_MAX;
+        for (int i = 0; i < 3; i++) {
+            CHECK_MSG(same(&o[i], kept), "keep_all %d: request %d differs from alone", keep_all, i);
+            CHECK_MSG(o[i].perf.preemptions == 0, "keep_all %d: request %d preempted %d times",
+                      keep_all, i, o[i].perf.preemptions);
+            if (o[i].perf.first_scheduled_us > last_start)
+                last_start = o[i].perf.first_scheduled_us;
+            if (o[i].perf.last_token_us < first_end)
+                first_end = o[i].perf.last_token_us;
+        }
+        if (!keep_all)
+            CHECK_MSG(last_start < first_end, "the three did not run together");
+        else
+            CHECK_MSG(last_start > first_end, "kept whole, the three cannot run together");
+        ifl_executor_destroy(ex, 0);
+    }
 }
 
 /* gemma3's pattern keeps a global layer: every block stays. */

@@ -131,6 +131,8 @@ int ifl_engine_create(struct ifl_executor *ex, char *err)
     const char *wf = getenv("IFL_KV_WINDOW_FREE");
     e->kv_window = ifl_hp_all_swa(hp) && !(wf && !strcmp(wf, "0"));
     e->max_rows = c->max_num_tokens;
+    ex->kv_span =
+        e->kv_window ? (int64_t)hp->n_swa + (bs > 256 ? bs : 256) + e->max_rows + 2 * bs : 0;
     struct ifl_fwd_config fc = {.max_rows = e->max_rows,
                                 .max_ctx = ex->n_ctx,
                                 .n_threads = c->n_threads,

@@ -115,6 +115,11 @@ struct ifl_executor {
     int32_t n_ctx;
     int32_t n_vocab;
     int64_t kv_cache_tokens;
+    /* when every layer slides and blocks behind the windows go back early
+     * (engine's kv_window), the most positions a sequence holds at once:
+     * its window, the 256-position alignment of ifl_hp_kv_read_from, one
+     * step's rows and two blocks of rounding; 0 otherwise */
+    int64_t kv_span;
 
     pthread_t thread;
     int thread_started;
@@ -193,6 +198,15 @@ static inline int64_t ifl_exec_blocks_to_reserve(int64_t block_size, int64_t n_p
 {
     int64_t full = (n_pos + block_size - 1) / block_size;
     return n * full + (n - 1);
+}
+
+/* Positions a sequence of n_pos positions holds at once, which is what
+ * guaranteed_no_evict books for it: all of them, or at most the
+ * executor's kv_span (0: no bound). The blocks a sequence gives back as
+ * it slides return to its request's booking (ifl_seq_drop_behind_window). */
+static inline int64_t ifl_exec_kv_span(int64_t n_pos, int64_t kv_span)
+{
+    return kv_span > 0 && kv_span < n_pos ? kv_span : n_pos;
 }
 
 /* A malloc'd copy of n bytes; NULL for n = 0 or out of memory. */

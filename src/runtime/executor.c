@@ -170,8 +170,8 @@ static int validate(const struct ifl_executor *ex, const struct ifl_request *r, 
         /* a request that can never get its reservation would wait forever */
         int64_t bs = ex->cfg.kv_block_size,
                 n = s->beam_width > 1 ? s->beam_width : r->num_return_sequences;
-        int64_t need =
-            ifl_exec_blocks_to_reserve(bs, (int64_t)r->n_input + ifl_exec_max_tokens(r), n);
+        int64_t need = ifl_exec_blocks_to_reserve(
+            bs, ifl_exec_kv_span((int64_t)r->n_input + ifl_exec_max_tokens(r), ex->kv_span), n);
         if (need * bs > ex->kv_cache_tokens)
             return ifl_err(err, IFL_EINVAL,
                            "max_tokens: %lld sequence(s) of %d positions need %lld KV blocks; the "

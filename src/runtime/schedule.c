@@ -118,9 +118,11 @@ void ifl_sched_admit(struct ifl_executor *ex)
         if (ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
             /* blocks the prefix match already holds count as taken; a beam
              * search gives back to this reservation what its dropped beams free */
-            need = ifl_exec_blocks_to_reserve(ifl_kvc_block_size(e->kvc),
-                                              (int64_t)q->r.n_input + q->r.max_tokens, n) -
-                   prim->kv.n_blocks;
+            int64_t bs = ifl_kvc_block_size(e->kvc);
+            need =
+                ifl_exec_blocks_to_reserve(
+                    bs, ifl_exec_kv_span((int64_t)q->r.n_input + q->r.max_tokens, ex->kv_span), n) -
+                prim->kv.n_blocks;
             if (ifl_kvc_available(e->kvc) - e->reserved < need) {
                 ifl_kvc_seq_reset(e->kvc, &prim->kv);
                 break;

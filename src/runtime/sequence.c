@@ -214,8 +214,18 @@ void ifl_seq_drop_behind_window(struct ifl_executor *ex)
     for (int32_t i = 0; i < e->n_slots; i++) {
         struct eseq *s = &e->seqs[i];
         /* the next row reads from its window on, and rows only move on */
-        if (s->q && s->started && s->kv.n_pos > 0)
-            ifl_kvc_drop_before(e->kvc, &s->kv, ifl_hp_kv_read_from(hp, 1, s->kv.n_pos, bs));
+        if (!(s->q && s->started && s->kv.n_pos > 0))
+            continue;
+        int32_t before = ifl_kvc_available(e->kvc);
+        ifl_kvc_drop_before(e->kvc, &s->kv, ifl_hp_kv_read_from(hp, 1, s->kv.n_pos, bs));
+        /* guaranteed_no_evict booked the window, not the whole length
+         * (ifl_exec_kv_span): what goes back to the pool is booked again
+         * for the blocks ahead */
+        int32_t freed = ifl_kvc_available(e->kvc) - before;
+        if (freed > 0 && ex->cfg.sched_policy == IFL_SCHED_GUARANTEED_NO_EVICT) {
+            s->q->kv_reserved += freed;
+            e->reserved += freed;
+        }
     }
 }
 
