@@ -12,6 +12,8 @@
  *   pump.c      the thread between the executor and the connections
  *   json.c      jansson helpers: typed field readers, field-spec tables, text
  *   messages.c  chat messages rendered into a prompt by the chat template
+ *   tools.c     a chat request's tools and tool_choice; a forced call's grammar
+ *   harmony.c, hermes.c   tool calls (and channels) read back from replies
  *   prescan.c   a look at a raw body for a prompt beyond the context
  *   metrics.c, log.c   counters, log lines (the byte buffer is core/buf.h)
  * Calls between these files go one way: no two call each other, and no
@@ -573,10 +575,11 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
 /* The same with tools (an OpenAI tools list, or NULL) and vars (an
  * object of more template variables, or NULL: chat_template_kwargs,
  * reasoning_effort) given to the template; the variables the server sets
- * win over vars. With a harmony template (s->chat_harmony) messages may also
- * be tool results (role "tool") and assistant turns with tool_calls (their
+ * win over vars. With a template that takes tools (s->chat_harmony,
+ * s->chat_hermes) messages may also be tool results (role "tool", with
+ * their tool_call_id and name) and assistant turns with tool_calls (their
  * JSON arguments given to the template as objects) and reasoning_content
- * (given as "thinking", as gpt-oss's template names it). */
+ * (given as "thinking", as gpt-oss's template names it, or as it is). */
 int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t *tools,
                                  json_t *vars, struct ifl_gen_job *j, const char *marker,
                                  char **out, size_t *n, char *err);
