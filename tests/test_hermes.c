@@ -136,6 +136,10 @@ static void test_calls(void)
           "",
           "[[\"get_time\",\"{\\\"tz\\\": 1.10}\"],[\"get_time\",\"{}\"],[\"get_weather\","
           "\"{\\\"t\\\": 1.10}\"]]");
+    /* a key given twice: the last, as the JSON parser takes it */
+    check("<tool_call>{\"name\": \"get_time\", \"arguments\": 1, \"arguments\": {\"a\": [2]}}"
+          "</tool_call>",
+          "", "[[\"get_time\",\"{\\\"a\\\": [2]}\"]]");
     /* the closing tag cut off (a stop string, say): the JSON is whole */
     check("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n", "",
           "[[\"get_time\",\"{}\"]]");

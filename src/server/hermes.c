@@ -89,7 +89,7 @@ static size_t skip_string(const char *s, size_t n, size_t i)
 
 static size_t raw_arguments(const char *s, size_t n, const char **v)
 {
-    size_t i = 0;
+    size_t i = 0, len = 0;
     while (i < n && s[i] != '{')
         i++;
     i++;
@@ -97,7 +97,7 @@ static size_t raw_arguments(const char *s, size_t n, const char **v)
         while (i < n && (is_ws(s[i]) || s[i] == ','))
             i++;
         if (i >= n || s[i] != '"')
-            return 0;
+            break;
         size_t k0 = i + 1, k1 = skip_string(s, n, i) - 1;
         i = k1 + 1;
         while (i < n && (is_ws(s[i]) || s[i] == ':'))
@@ -126,11 +126,11 @@ static size_t raw_arguments(const char *s, size_t n, const char **v)
             i++;
         }
         if (k1 - k0 == 9 && !memcmp(s + k0, "arguments", 9)) {
-            *v = s + v0;
-            return i - v0;
+            *v = s + v0; /* the last one, as the parser takes it */
+            len = i - v0;
         }
     }
-    return 0;
+    return len;
 }
 
 /* The block in blk as a call (appended to o->calls), or 0 when it is not one. */
