@@ -596,6 +596,8 @@ struct ifl_chat_tools {
     int forced;              /* tool_choice "required" (1) or a named function (2) */
     const char *forced_name; /* that function (a view of the body) */
     int parallel;            /* parallel_tool_calls (default 1) */
+    char prefill[128];       /* harmony, a forced call: the header the prompt ends with
+                                (ifl_chat_tools_guide), which the reply continues */
 };
 /* Reads tools, tool_choice and parallel_tool_calls of body b for the
  * server's template (s->chat_harmony, s->chat_hermes; with neither, t is
@@ -608,9 +610,11 @@ struct ifl_chat_tools {
 int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *t, char *param,
                         char *err);
 /* A forced call (t->forced) as j's grammar: the format's call blocks with
- * each function's arguments schema. 0 when nothing is forced; 400 when
- * another field already constrains the output or ignore_eos is set; 500. */
-int ifl_chat_tools_guide(struct ifl_gen_job *j, const struct ifl_chat_tools *t, int ignore_eos,
+ * each function's arguments schema (harmony: what follows t->prefill, which
+ * the caller appends to the prompt and gives the reply parser first). 0
+ * when nothing is forced; 400 when another field already constrains the
+ * output or ignore_eos is set; 500. */
+int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ignore_eos,
                          char *param, char *err);
 
 /* ---- gpt-oss's harmony replies (harmony.c) ---- */

@@ -45,6 +45,8 @@ struct oai_req {
     int full_text;      /* TGI's return_full_text (completions: echo unless echo is given) */
     int parse;          /* chat: IFL_REPLY_* how replies are read for tool calls (0: not) */
     json_t *tool_names; /* the request's functions, by name (owned), when parse */
+    char prefill[128];  /* the text the prompt ends with and the reply continues
+                           (harmony's header of a forced call), or "" */
     int want_lp;        /* log-probs asked */
     int top;            /* alternatives per token */
     struct ifl_gen_params p;
@@ -470,6 +472,12 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     ifl_hermes_init(&p->t, q->tool_names);
     snprintf(p->h.id_base, sizeof p->h.id_base, "%s", id_base);
     snprintf(p->t.id_base, sizeof p->t.id_base, "%s", id_base);
+    if (q->prefill[0] && p->kind == IFL_REPLY_HARMONY) { /* a header: it gives no text */
+        struct ifl_reply_out o = {0};
+        ifl_harmony_push(&p->h, q->prefill, strlen(q->prefill), &o);
+        ifl_buf_free(&o.content);
+        ifl_buf_free(&o.reasoning);
+    }
 }
 
 static void rp_push(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
@@ -1212,6 +1220,7 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
         st = ifl_chat_tools_guide(j, &tl, q.p.ignore_eos, param, err);
     json_t *tools = tl.list;
     q.parse = s->chat_harmony ? IFL_REPLY_HARMONY : tl.parse;
+    snprintf(q.prefill, sizeof q.prefill, "%s", tl.prefill);
     q.tool_names = tl.names; /* q owns them now */
     if (st)
         return fail(c, j, &q, st, param, err);
@@ -1231,6 +1240,17 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     json_decref(vars);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
+    if (q.prefill[0]) { /* the reply begins inside the prompt's last words */
+        size_t fl = strlen(q.prefill);
+        char *p2 = realloc(prompt, plen + fl + 1);
+        if (!p2) {
+            free(prompt);
+            return fail(c, j, &q, 500, NULL, "out of memory");
+        }
+        memcpy(p2 + plen, q.prefill, fl + 1);
+        prompt = p2;
+        plen += fl;
+    }
     if (ifl_gen_text_too_long(s, plen, 0, err)) {
         free(prompt);
         return fail(c, j, &q, 400, "messages", err);

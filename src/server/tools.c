@@ -13,10 +13,17 @@
  *
  * with ARGS following that function's parameters schema; "required" takes
  * any of the tools, one call or (parallel_tool_calls, the default) several
- * separated by newlines; a named function gets exactly one call. With
- * harmony a forced call would need the grammar to write control tokens
- * (<|message|>, <|constrain|>), which guided decoding never allows, so it
- * is refused.
+ * separated by newlines; a named function gets exactly one call.
+ *
+ * With harmony a call is a message of its own, and its header is made of
+ * control tokens, which guided decoding never lets a model write. So the
+ * header is written into the prompt instead, as gpt-oss's template writes
+ * a call, " to=functions.NAME<|channel|>commentary json<|message|>", and
+ * the output is the arguments alone (the reply parser is told the header).
+ * "required" with several tools leaves the name to the model: the prompt
+ * ends at " to=functions." and the grammar writes the name and the rest of
+ * the header as text (the same characters, in ordinary tokens). Either way
+ * it is one call: the turn ends with <|call|>.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -126,11 +133,6 @@ int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *
                         "parallel_tool_calls: must be true or false");
         t->parallel = json_is_true(ptc);
     }
-    if (t->forced && fmt == IFL_REPLY_HARMONY)
-        return fail(param, "tool_choice", err,
-                    "tool_choice: only \"auto\" or \"none\" with gpt-oss's harmony format (this "
-                    "server does not force a call there: its grammar would have to write control "
-                    "tokens)");
     if (!tl || json_is_null(tl)) {
         if (t->forced)
             return fail(param, "tool_choice", err,
@@ -209,7 +211,7 @@ int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *
     return 0;
 }
 
-int ifl_chat_tools_guide(struct ifl_gen_job *j, const struct ifl_chat_tools *t, int ignore_eos,
+int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ignore_eos,
                          char *param, char *err)
 {
     if (!t->forced || !t->list)
@@ -222,6 +224,8 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, const struct ifl_chat_tools *t, 
         return fail(param, "ignore_eos", err,
                     "ignore_eos: not with a forced call (tool_choice): the output ends where "
                     "the call does");
+    int harmony = t->parse == IFL_REPLY_HARMONY;
+    size_t n_callable = t->forced == 2 ? 1 : json_array_size(t->list);
     struct ifl_buf g = {0}, alts = {0};
     size_t i;
     json_t *e;
@@ -240,15 +244,30 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, const struct ifl_chat_tools *t, 
             return st;
         }
         /* names are [A-Za-z0-9_.-]: a GBNF literal as they stand */
-        ifl_buf_addf(&alts, "%s\"%s\\\", \\\"arguments\\\": \" %s", alts.len ? " | " : "", name,
-                     rule);
+        if (harmony && n_callable == 1)
+            ifl_buf_addf(&alts, "%s", rule);
+        else if (harmony)
+            ifl_buf_addf(&alts, "%s\"%s<|channel|>commentary json<|message|>\" %s",
+                         alts.len ? " | " : "", name, rule);
+        else
+            ifl_buf_addf(&alts, "%s\"%s\\\", \\\"arguments\\\": \" %s", alts.len ? " | " : "", name,
+                         rule);
+        if (harmony && n_callable == 1)
+            snprintf(t->prefill, sizeof t->prefill,
+                     " to=functions.%s<|channel|>commentary json<|message|>", name);
+        else if (harmony)
+            snprintf(t->prefill, sizeof t->prefill, " to=functions.");
     }
     struct ifl_buf all = {0};
-    ifl_buf_addf(&all, "root ::= call%s\n",
-                 t->forced == 1 && t->parallel ? " ( \"\\n\" call )*" : "");
-    ifl_buf_addf(&all,
-                 "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" ( %s ) \"}\\n</tool_call>\"\n",
-                 alts.p ? alts.p : "");
+    if (harmony) { /* one call: the turn ends with <|call|> */
+        ifl_buf_addf(&all, "root ::= %s\n", alts.p ? alts.p : "");
+    } else {
+        ifl_buf_addf(&all, "root ::= call%s\n",
+                     t->forced == 1 && t->parallel ? " ( \"\\n\" call )*" : "");
+        ifl_buf_addf(&all,
+                     "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" ( %s ) \"}\\n</tool_call>\"\n",
+                     alts.p ? alts.p : "");
+    }
     ifl_buf_add(&all, g.p, g.len);
     const char *common = ifl_guide_schema_gbnf_common();
     ifl_buf_add(&all, common, strlen(common));
