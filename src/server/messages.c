@@ -61,7 +61,14 @@ static int is_hermes(struct ifl_server *s)
     char *out = NULL, e[IFL_ERR_LEN];
     size_t n = 0;
     int yes = 0;
-    if (tools && msgs && !render(s, msgs, tools, NULL, &out, &n, e)) {
+    if (!tools || !msgs) {
+        json_decref(msgs);
+        json_decref(tools);
+        return 0;
+    }
+    /* render takes msgs, whether it renders or not (a template that raises
+     * on this conversation is not one whose calls the server reads) */
+    if (!render(s, msgs, tools, NULL, &out, &n, e)) {
         const char *p = out, *end = out + n;
         int call = 0;
         while (!call && (p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
@@ -80,8 +87,6 @@ static int is_hermes(struct ifl_server *s)
         }
         yes =
             call && memmem(out, n, "ifl-probe-tool", 14) && memmem(out, n, "ifl-probe-result", 16);
-    } else {
-        json_decref(msgs); /* render took them when it ran */
     }
     free(out);
     json_decref(tools);
