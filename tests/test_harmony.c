@@ -13,7 +13,7 @@
 #include "t.h"
 
 /* Parses text pushed in pieces cut at the given offsets (n_cuts of them). */
-static void parse_cut(const char *text, const size_t *cuts, int n_cuts, struct ifl_harmony_out *o)
+static void parse_cut(const char *text, const size_t *cuts, int n_cuts, struct ifl_reply_out *o)
 {
     struct ifl_harmony h;
     ifl_harmony_init(&h);
@@ -30,7 +30,7 @@ static void parse_cut(const char *text, const size_t *cuts, int n_cuts, struct i
     ifl_harmony_deinit(&h);
 }
 
-static void out_free(struct ifl_harmony_out *o)
+static void out_free(struct ifl_reply_out *o)
 {
     ifl_buf_free(&o->reasoning);
     ifl_buf_free(&o->content);
@@ -43,7 +43,7 @@ static const char *str(const struct ifl_buf *b)
 }
 
 /* calls as compact JSON text, for comparing */
-static char *calls_text(const struct ifl_harmony_out *o)
+static char *calls_text(const struct ifl_reply_out *o)
 {
     return json_dumps(o->calls, JSON_COMPACT | JSON_PRESERVE_ORDER);
 }
@@ -53,7 +53,7 @@ static char *calls_text(const struct ifl_harmony_out *o)
 static void check(const char *text, const char *reasoning, const char *content, const char *calls)
 {
     size_t n = strlen(text);
-    struct ifl_harmony_out o;
+    struct ifl_reply_out o;
     parse_cut(text, NULL, 0, &o);
     char *ct = calls_text(&o);
     CHECK_MSG(!strcmp(str(&o.reasoning), reasoning) && !strcmp(str(&o.content), content) &&
@@ -63,7 +63,7 @@ static void check(const char *text, const char *reasoning, const char *content, 
               text, str(&o.reasoning), reasoning, str(&o.content), content, ct, calls);
     int bad = 0;
     for (size_t cut = 1; cut < n && !bad; cut++) {
-        struct ifl_harmony_out p;
+        struct ifl_reply_out p;
         parse_cut(text, &cut, 1, &p);
         char *pt = calls_text(&p);
         if (strcmp(str(&p.reasoning), str(&o.reasoning)) ||
@@ -78,7 +78,7 @@ static void check(const char *text, const char *reasoning, const char *content, 
     size_t *all = malloc(sizeof *all * (n ? n : 1));
     for (size_t i = 0; i + 1 < n; i++)
         all[i] = i + 1;
-    struct ifl_harmony_out b;
+    struct ifl_reply_out b;
     parse_cut(text, all, n ? (int)n - 1 : 0, &b);
     char *bt = calls_text(&b);
     bad |= strcmp(str(&b.reasoning), str(&o.reasoning)) ||
@@ -145,7 +145,7 @@ static void test_not_harmony(void)
     memset(big, 'x', sizeof big - 1);
     memcpy(big, "<|channel|>", 11);
     big[sizeof big - 1] = 0;
-    struct ifl_harmony_out o;
+    struct ifl_reply_out o;
     parse_cut(big, NULL, 0, &o);
     CHECK_MSG(!strcmp(str(&o.content), big), "a 700-byte header: content %zu bytes", o.content.len);
     out_free(&o);

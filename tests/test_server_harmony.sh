@@ -7,7 +7,9 @@
 # reads the reply's channels back: analysis as reasoning_content, final as
 # content, a message to functions.NAME as tool_calls (the `openai` npm
 # client, tests/server/harmony.test.mjs; the random model is steered into
-# the format by a grammar, so the parser meets the text a model writes).
+# the format by a grammar, so the parser meets the text a model writes), and
+# forces a call with tool_choice "required" or a named function (the header
+# written into the prompt, the arguments constrained by their schema).
 # A server with another template still refuses tools.
 set -u
 BUILD=${BUILD:-build}
@@ -87,7 +89,8 @@ bad_req() { # name, param, needle, body
 MSG='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2'
 bad_req "tools not a list" tools "must be a list" "{$MSG, \"tools\": {}}"
 bad_req "a tool without a name" tools "tools[1]" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", \"function\": {}}]}"
-bad_req "tool_choice required" tool_choice "does not force" "{$MSG, \"tool_choice\": \"required\"}"
+bad_req "tool_choice required without tools" tool_choice "needs tools" "{$MSG, \"tool_choice\": \"required\"}"
+bad_req "tool_choice: an unknown function" tool_choice "no function named 'g'" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}"
 bad_req "a tool call without arguments" messages "tool_calls[0]" '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}], "max_tokens": 2}'
 bad_req "a tool result with no call before it" messages "no previous assistant message with a tool call" '{"messages": [{"role": "user", "content": "Hi"}, {"role": "tool", "content": "x"}], "max_tokens": 2}'
 bad_req "reasoning_effort: another value" reasoning_effort "low" "{$MSG, \"reasoning_effort\": \"max\"}"

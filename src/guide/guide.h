@@ -88,6 +88,19 @@ int ifl_guide_compile_json_schema(struct ifl_guide **out, const char *schema, si
                                   char *err);
 /* The GBNF text a schema compiles to (malloc'd, caller frees). */
 int ifl_guide_schema_to_gbnf(char **out, const char *schema, size_t len, char *err);
+/* A schema's rules alone, to be part of a larger grammar: every rule the
+ * schema needs is named PREFIX "s" N (prefix: letters, digits, '-' and '_',
+ * at most 32 bytes; "" gives the names of ifl_guide_schema_to_gbnf), and
+ * rule PREFIX "s" *top matches the schema's values, with no whitespace
+ * around. The rules refer to the JSON building blocks of
+ * ifl_guide_schema_gbnf_common, which the larger grammar must hold once.
+ * *out malloc'd (caller frees); the errors of ifl_guide_schema_to_gbnf. */
+int ifl_guide_schema_rules(char **out, int *top, const char *schema, size_t len, const char *prefix,
+                           char *err);
+/* The JSON building blocks schema rules refer to (value, object, member,
+ * array, string, char, hex4, number, integer, ws), as GBNF lines (a
+ * static string). */
+const char *ifl_guide_schema_gbnf_common(void);
 /* Validates the JSON text doc against a JSON Schema (its own code, not
  * the grammar; see validate.c for the keywords). 0: valid; IFL_EINVAL:
  * invalid or not JSON, err names the place as a JSON path and the rule

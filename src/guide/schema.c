@@ -11,8 +11,10 @@
  * Keywords that only annotate (title, description, examples, default,
  * $schema, $id, $comment, strict) are ignored.
  */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,8 @@ struct sc {
     struct ifl_buf d; /* finished rule lines */
     int n_rules;
     json_t *root;
-    json_t *refs; /* "$ref" string -> rule number */
+    json_t *refs;    /* "$ref" string -> rule number */
+    const char *pfx; /* every rule's name is pfx "s" N (pfx at most 32 bytes) */
     int depth;
     char *err;
     int rc;
@@ -459,9 +462,9 @@ static int gen_array(struct sc *c, json_t *s)
         return sc_err(c, IFL_EUNSUPPORTED, "minItems/maxItems above 10000 are not supported");
     }
     /* item k (0-based) is the k-th prefix schema, then `items` (or any) */
-    char iname[32];
+    char iname[48];
     if (irule >= 0)
-        snprintf(iname, sizeof iname, "s%d", irule);
+        snprintf(iname, sizeof iname, "%ss%d", c->pfx, irule);
     else
         snprintf(iname, sizeof iname, "value");
     /* build: "[" ws ( I0 (ws "," ws I1 (ws "," ws I2 ...)?)? )? ws "]" with counts */
@@ -476,7 +479,8 @@ static int gen_array(struct sc *c, json_t *s)
     int opened = 0;
     for (k = 0; k < fixed; k++) {
         int opt = k >= mn;
-        if (outf(c, "%s%s", opt ? "( " : "", k ? "ws \",\" ws " : "") || outf(c, "s%d ", pr[k]))
+        if (outf(c, "%s%s", opt ? "( " : "", k ? "ws \",\" ws " : "") ||
+            outf(c, "%ss%d ", c->pfx, pr[k]))
             return free(pr), c->rc;
         opened += opt;
     }
@@ -532,8 +536,9 @@ static int gen_object(struct sc *c, json_t *s)
             return c->rc;
         return outf(
             c,
-            "\"{\" ws ( string ws \":\" ws s%d ws ( \",\" ws string ws \":\" ws s%d ws )* )? \"}\"",
-            v, v);
+            "\"{\" ws ( string ws \":\" ws %ss%d ws ( \",\" ws string ws \":\" ws %ss%d ws )* )? "
+            "\"}\"",
+            c->pfx, v, c->pfx, v);
     }
     for (size_t i = 0; i < json_array_size(req); i++) {
         const char *k = json_string_value(json_array_get(req, i));
@@ -580,11 +585,11 @@ static int gen_object(struct sc *c, json_t *s)
             }
             if (pass == 0) {
                 (void)(outf(c, "%s", first ? "" : "\",\" ws ") || out_literal(c, q, strlen(q)) ||
-                       outf(c, " ws \":\" ws s%d ws ", kv[i]));
+                       outf(c, " ws \":\" ws %ss%d ws ", c->pfx, kv[i]));
                 first = 0;
             } else if (!first) {
                 (void)(outf(c, "( \",\" ws ") || out_literal(c, q, strlen(q)) ||
-                       outf(c, " ws \":\" ws s%d ws )? ", kv[i]));
+                       outf(c, " ws \":\" ws %ss%d ws )? ", c->pfx, kv[i]));
             } else {
                 /* no required property: the optional ones form a chain where the
                  * first present one has no comma; done below */
@@ -605,7 +610,7 @@ static int gen_object(struct sc *c, json_t *s)
                 break;
             }
             (void)(outf(c, "%s", a ? "| " : "") || out_literal(c, q, strlen(q)) ||
-                   outf(c, " ws \":\" ws s%d ws ", kv[a]));
+                   outf(c, " ws \":\" ws %ss%d ws ", c->pfx, kv[a]));
             free(q);
             for (size_t b = a + 1; b < n && !c->rc; b++) {
                 ks = json_string(keys[b]);
@@ -616,7 +621,7 @@ static int gen_object(struct sc *c, json_t *s)
                     break;
                 }
                 (void)(outf(c, "( \",\" ws ") || out_literal(c, q, strlen(q)) ||
-                       outf(c, " ws \":\" ws s%d ws )? ", kv[b]));
+                       outf(c, " ws \":\" ws %ss%d ws )? ", c->pfx, kv[b]));
                 free(q);
             }
         }
@@ -723,7 +728,7 @@ static int gen_body(struct sc *c, json_t *s)
             return sc_err(c, IFL_EFORMAT, "'$ref' must be a string");
         json_t *known = json_object_get(c->refs, ref);
         if (known)
-            return outf(c, "s%lld", (long long)json_integer_value(known));
+            return outf(c, "%ss%lld", c->pfx, (long long)json_integer_value(known));
         json_t *t = resolve(c, ref);
         if (!t)
             return c->rc;
@@ -732,7 +737,7 @@ static int gen_body(struct sc *c, json_t *s)
         if (json_object_set_new(c->refs, ref, json_integer(c->n_rules)))
             return sc_err(c, IFL_ENOMEM, "out of memory");
         int r = gen(c, t);
-        return c->rc ? c->rc : outf(c, "s%d", r);
+        return c->rc ? c->rc : outf(c, "%ss%d", c->pfx, r);
     }
     const char *alts[] = {"anyOf", "oneOf", "allOf"};
     for (int a = 0; a < 3; a++) {
@@ -747,7 +752,7 @@ static int gen_body(struct sc *c, json_t *s)
                           "'allOf' with more than one schema is not supported");
         for (size_t i = 0; i < json_array_size(v); i++) {
             int r = gen(c, json_array_get(v, i));
-            if (c->rc || outf(c, "%ss%d", i ? " | " : "", r))
+            if (c->rc || outf(c, "%s%ss%d", i ? " | " : "", c->pfx, r))
                 return c->rc;
         }
         return 0;
@@ -764,7 +769,7 @@ static int gen_body(struct sc *c, json_t *s)
             json_object_del(sub, "nullable");
             int r = gen(c, sub);
             json_decref(sub);
-            if (c->rc || outf(c, "%ss%d", i ? " | " : "", r))
+            if (c->rc || outf(c, "%s%ss%d", i ? " | " : "", c->pfx, r))
                 return c->rc;
         }
         return 0;
@@ -817,7 +822,7 @@ static int gen(struct sc *c, json_t *s)
     int r = new_rule(c);
     struct ifl_buf saved = c->o;
     c->o = (struct ifl_buf){0};
-    outf(c, "s%d ::= ", r);
+    outf(c, "%ss%d ::= ", c->pfx, r);
     gen_body(c, s);
     out(c, "\n", 1);
     struct ifl_buf mine = c->o;
@@ -832,56 +837,95 @@ static int gen(struct sc *c, json_t *s)
     return r;
 }
 
-int ifl_guide_schema_to_gbnf(char **out_text, const char *schema, size_t len, char *err)
+/* JSON mode's rules minus its root line, its number and its ws, which
+ * schema output replaces: numbers keep to 15 integer digits and two
+ * exponent digits (exact in a double, and within what JSON parsers take: a
+ * 40-digit integer is "too big" for most), and output is compact, at most
+ * one space between tokens (JSON mode allows runs of whitespace, which a
+ * model can repeat until max_tokens). Built once. */
+static char schema_common[1024];
+static pthread_once_t schema_common_once = PTHREAD_ONCE_INIT;
+
+static void build_schema_common(void)
+{
+    static const char tail[] =
+        "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} ) ( \".\" [0-9]{1,15} )? "
+        "( [eE] [-+]? [0-9]{1,2} )?\n"
+        "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} )\n"
+        "ws ::= \" \"?\n";
+    const char *rest = strchr(ifl_guide_json_gbnf(0), '\n') + 1;
+    size_t n = 0;
+    for (const char *l = rest; *l;) {
+        const char *eol = strchr(l, '\n');
+        size_t ln = eol ? (size_t)(eol - l) + 1 : strlen(l);
+        if (strncmp(l, "number ::=", 10) && strncmp(l, "ws ::=", 6)) {
+            IFL_ASSERT(n + ln < sizeof schema_common);
+            memcpy(schema_common + n, l, ln);
+            n += ln;
+        }
+        l += ln;
+    }
+    IFL_ASSERT(n + sizeof tail <= sizeof schema_common);
+    memcpy(schema_common + n, tail, sizeof tail);
+}
+
+const char *ifl_guide_schema_gbnf_common(void)
+{
+    pthread_once(&schema_common_once, build_schema_common);
+    return schema_common;
+}
+
+int ifl_guide_schema_rules(char **out_text, int *top, const char *schema, size_t len,
+                           const char *prefix, char *err)
 {
     *out_text = NULL;
+    *top = -1;
+    size_t pl = strlen(prefix);
+    for (size_t i = 0; i < pl; i++)
+        if (!isalnum((unsigned char)prefix[i]) && prefix[i] != '-' && prefix[i] != '_')
+            pl = 99;
+    if (pl > 32)
+        return ifl_err(err, IFL_EINVAL, "json schema: rule prefix '%.40s' is not a short name",
+                       prefix);
     json_error_t je;
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY, &je);
     if (!root)
         return ifl_err(err, IFL_EFORMAT, "json schema: %d:%d: %s", je.line, je.column, je.text);
-    struct sc c = {.root = root, .err = err};
+    struct sc c = {.root = root, .err = err, .pfx = prefix};
     c.refs = json_object();
     int r = gen(&c, root);
-    if (!c.rc) {
-        char head[64];
-        snprintf(head, sizeof head, "root ::= ws s%d ws\n", r);
-        const char *common = ifl_guide_json_gbnf(0);
-        /* JSON mode's rules minus its root line, its number and its ws,
-         * which schema output replaces: numbers keep to 15 integer digits
-         * and two exponent digits (exact in a double, and within what JSON
-         * parsers take: a 40-digit integer is "too big" for most), and
-         * output is compact, at most one space between tokens (JSON mode
-         * allows runs of whitespace, which a model can repeat until
-         * max_tokens) */
-        static const char tail[] =
-            "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} ) ( \".\" [0-9]{1,15} )? "
-            "( [eE] [-+]? [0-9]{1,2} )?\n"
-            "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,14} )\n"
-            "ws ::= \" \"?\n";
-        const char *rest = strchr(common, '\n') + 1;
-        char *text = malloc(strlen(head) + c.d.len + strlen(rest) + sizeof tail + 1);
-        if (!text) {
-            sc_err(&c, IFL_ENOMEM, "out of memory");
-        } else {
-            size_t n = (size_t)sprintf(text, "%s%s", head, c.d.p ? c.d.p : "");
-            for (const char *l = rest; *l;) {
-                const char *eol = strchr(l, '\n');
-                size_t ln = eol ? (size_t)(eol - l) + 1 : strlen(l);
-                if (strncmp(l, "number ::=", 10) && strncmp(l, "ws ::=", 6)) {
-                    memcpy(text + n, l, ln);
-                    n += ln;
-                }
-                l += ln;
-            }
-            memcpy(text + n, tail, sizeof tail);
-            *out_text = text;
-        }
-    }
+    if (!c.rc && !(*out_text = strdup(c.d.p ? c.d.p : "")))
+        sc_err(&c, IFL_ENOMEM, "out of memory");
+    if (!c.rc)
+        *top = r;
     ifl_buf_free(&c.o);
     ifl_buf_free(&c.d);
     json_decref(c.refs);
     json_decref(root);
     return c.rc;
+}
+
+int ifl_guide_schema_to_gbnf(char **out_text, const char *schema, size_t len, char *err)
+{
+    char *rules;
+    int top;
+    *out_text = NULL;
+    int rc = ifl_guide_schema_rules(&rules, &top, schema, len, "", err);
+    if (rc)
+        return rc;
+    const char *common = ifl_guide_schema_gbnf_common();
+    char head[64];
+    snprintf(head, sizeof head, "root ::= ws s%d ws\n", top);
+    size_t n = strlen(head) + strlen(rules) + strlen(common) + 1;
+    char *text = malloc(n);
+    if (!text) {
+        free(rules);
+        return ifl_err(err, IFL_ENOMEM, "out of memory");
+    }
+    snprintf(text, n, "%s%s%s", head, rules, common);
+    free(rules);
+    *out_text = text;
+    return 0;
 }
 
 int ifl_guide_compile_json_schema(struct ifl_guide **out, const char *schema, size_t len, char *err)

@@ -97,7 +97,7 @@ static void open_message(struct ifl_harmony *h)
     h->state = H_BODY;
 }
 
-static void emit(struct ifl_harmony *h, const char *s, size_t n, struct ifl_harmony_out *o)
+static void emit(struct ifl_harmony *h, const char *s, size_t n, struct ifl_reply_out *o)
 {
     if (!n)
         return;
@@ -116,7 +116,7 @@ static void emit(struct ifl_harmony *h, const char *s, size_t n, struct ifl_harm
 }
 
 /* A message ends: a tool call is complete now. */
-static void close_message(struct ifl_harmony *h, struct ifl_harmony_out *o)
+static void close_message(struct ifl_harmony *h, struct ifl_reply_out *o)
 {
     if (h->channel == CH_TOOL) {
         char id[128];
@@ -134,7 +134,7 @@ static void close_message(struct ifl_harmony *h, struct ifl_harmony_out *o)
 }
 
 /* Body bytes: emit up to a closing tag or a possible start of one (held). */
-static void body(struct ifl_harmony *h, struct ifl_harmony_out *o)
+static void body(struct ifl_harmony *h, struct ifl_reply_out *o)
 {
     const char *s = h->hold.p;
     size_t n = h->hold.len, i = 0;
@@ -175,7 +175,7 @@ static void body(struct ifl_harmony *h, struct ifl_harmony_out *o)
 
 /* Header bytes from hold into hdr up to <|message|> (which may have come
  * in pieces). 1 when it changed state. */
-static int header(struct ifl_harmony *h, struct ifl_harmony_out *o)
+static int header(struct ifl_harmony *h, struct ifl_reply_out *o)
 {
     size_t from = h->hdr.len >= 10 ? h->hdr.len - 10 : 0; /* where the tag may start */
     ifl_buf_add(&h->hdr, h->hold.p, h->hold.len);
@@ -209,7 +209,7 @@ static int header(struct ifl_harmony *h, struct ifl_harmony_out *o)
     return 1;
 }
 
-void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct ifl_harmony_out *o)
+void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct ifl_reply_out *o)
 {
     if (h->state == H_PLAIN) {
         ifl_buf_add(&o->content, text, n);
@@ -237,7 +237,7 @@ void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct 
     }
 }
 
-void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_harmony_out *o)
+void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_reply_out *o)
 {
     /* held bytes were a tag's start that never came: they are text */
     if (h->state == H_BODY) {

@@ -12,6 +12,8 @@
  *   pump.c      the thread between the executor and the connections
  *   json.c      jansson helpers: typed field readers, field-spec tables, text
  *   messages.c  chat messages rendered into a prompt by the chat template
+ *   tools.c     a chat request's tools and tool_choice; a forced call's grammar
+ *   harmony.c, hermes.c   tool calls (and channels) read back from replies
  *   prescan.c   a look at a raw body for a prompt beyond the context
  *   metrics.c, log.c   counters, log lines (the byte buffer is core/buf.h)
  * Calls between these files go one way: no two call each other, and no
@@ -122,6 +124,9 @@ struct ifl_server {
     int chat_harmony;                    /* gpt-oss's harmony format: the template writes
                                             <|channel|>; tools accepted, replies parsed
                                             (harmony.c) */
+    int chat_hermes;                     /* the template renders tools and writes calls as
+                                            <tool_call> JSON blocks (Qwen, Hermes): tools
+                                            accepted, replies parsed (hermes.c) */
     atomic_int draining;                 /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;                 /* grace ran out: cancel what is running (relaxed) */
     atomic_int forced;     /* ifl_server_abort: skip the rest of the grace (relaxed) */
@@ -570,13 +575,47 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
 /* The same with tools (an OpenAI tools list, or NULL) and vars (an
  * object of more template variables, or NULL: chat_template_kwargs,
  * reasoning_effort) given to the template; the variables the server sets
- * win over vars. With a harmony template (s->chat_harmony) messages may also
- * be tool results (role "tool") and assistant turns with tool_calls (their
+ * win over vars. With a template that takes tools (s->chat_harmony,
+ * s->chat_hermes) messages may also be tool results (role "tool", with
+ * their tool_call_id and name) and assistant turns with tool_calls (their
  * JSON arguments given to the template as objects) and reasoning_content
- * (given as "thinking", as gpt-oss's template names it). */
+ * (given as "thinking", as gpt-oss's template names it, or as it is). */
 int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t *tools,
                                  json_t *vars, struct ifl_gen_job *j, const char *marker,
                                  char **out, size_t *n, char *err);
+
+/* ---- function tools in a chat request (tools.c) ---- */
+
+/* How a template's model writes its tool calls, which is how its replies are read. */
+enum { IFL_REPLY_PLAIN = 0, IFL_REPLY_HARMONY = 1, IFL_REPLY_HERMES = 2 };
+
+struct ifl_chat_tools {
+    json_t *list;            /* the tools for the template (a view of the body), or NULL */
+    json_t *names;           /* function name -> its index in list (owned), or NULL */
+    int parse;               /* IFL_REPLY_*: how the reply is read for calls (0: it is not) */
+    int forced;              /* tool_choice "required" (1) or a named function (2) */
+    const char *forced_name; /* that function (a view of the body) */
+    int parallel;            /* parallel_tool_calls (default 1) */
+    char prefill[128];       /* harmony, a forced call: the header the prompt ends with
+                                (ifl_chat_tools_guide), which the reply continues */
+};
+/* Reads tools, tool_choice and parallel_tool_calls of body b for the
+ * server's template (s->chat_harmony, s->chat_hermes; with neither, t is
+ * empty and the fields are left to the caller's refusal). 0, or an HTTP
+ * status with param and err (IFL_ERR_LEN) naming the field: tools not a
+ * list, a bad entry, a parameters schema that is malformed (or, for a
+ * forced call, one a grammar cannot express), an unknown tool_choice or
+ * function name, a forced call without tools or with harmony. On success
+ * t->names is the caller's to free. */
+int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *t, char *param,
+                        char *err);
+/* A forced call (t->forced) as j's grammar: the format's call blocks with
+ * each function's arguments schema (harmony: what follows t->prefill, which
+ * the caller appends to the prompt and gives the reply parser first). 0
+ * when nothing is forced; 400 when another field already constrains the
+ * output or ignore_eos is set; 500. */
+int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ignore_eos,
+                         char *param, char *err);
 
 /* ---- gpt-oss's harmony replies (harmony.c) ---- */
 
@@ -591,7 +630,7 @@ struct ifl_harmony {
     char id_base[80]; /* tool call ids are call_<id_base>_<n> (set by the caller) */
 };
 /* What pieces gave: appended to, never reset by the parser. */
-struct ifl_harmony_out {
+struct ifl_reply_out {
     struct ifl_buf reasoning; /* the analysis channel */
     struct ifl_buf content;   /* the final channel (or the text, when not harmony) */
     json_t *calls;            /* OpenAI tool_calls, each with its index (caller's array) */
@@ -599,10 +638,36 @@ struct ifl_harmony_out {
 };
 void ifl_harmony_init(struct ifl_harmony *h);
 void ifl_harmony_deinit(struct ifl_harmony *h);
-void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct ifl_harmony_out *o);
+void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct ifl_reply_out *o);
 /* The text ended: bytes held for a tag that never came are text, and a
  * tool call cut short is given as it stands. */
-void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_harmony_out *o);
+void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_reply_out *o);
+
+/* ---- Hermes-style tool calls: <tool_call>{JSON}</tool_call> (hermes.c) ---- */
+
+/* One choice's parser state: text pushed in pieces as it streams. */
+struct ifl_hermes {
+    int state, n_calls;
+    int seg_text;        /* the text since the last call (or the start) is not all
+                            whitespace */
+    struct ifl_buf hold; /* bytes not yet placed (a tag may be starting) */
+    struct ifl_buf pend; /* whitespace alone since the last call: dropped when a
+                            call follows */
+    struct ifl_buf pre;  /* that whitespace, before the open block */
+    struct ifl_buf blk;  /* the open block's text */
+    json_t *names;       /* the request's functions (an object keyed by name; a
+                            reference), or NULL: any name is taken */
+    char id_base[80];    /* tool call ids are call_<id_base>_<n> (set by the caller) */
+};
+void ifl_hermes_init(struct ifl_hermes *t, json_t *names);
+void ifl_hermes_deinit(struct ifl_hermes *t);
+/* Appends what the text gives to o: content and, once each block closes,
+ * its call (with its index) to o->calls. */
+void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_reply_out *o);
+/* The text ended: held bytes are text; an unclosed block is a call when
+ * its JSON is one, else text. */
+void ifl_hermes_finish(struct ifl_hermes *t, struct ifl_reply_out *o);
+
 /* An image_url part's URL (dataurl.c): a PNG or JPEG data URL's bytes,
  * malloc'd; IFL_EINVAL with a sentence for anything else (remote URLs
  * are not fetched). */

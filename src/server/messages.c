@@ -14,6 +14,11 @@
  * also takes tools, tool results (role "tool") and assistant turns with
  * tool_calls and reasoning_content: the server reads such a model's
  * replies back into those fields (harmony.c), so a conversation can go on.
+ * So does a template that renders tools and writes an assistant's calls
+ * as Hermes' <tool_call> JSON blocks (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro and
+ * 3, Granite, ...): found by rendering a probe conversation at start, as
+ * the template itself would write it; its model's replies are read by
+ * hermes.c.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +36,63 @@ static int is_harmony(const char *src)
     return strstr(src, "<|channel|>") && strstr(src, "<|start|>") && strstr(src, "<|message|>");
 }
 
+static int render(struct ifl_server *s, json_t *msgs, json_t *tools, json_t *vars, char **out,
+                  size_t *n, char *err);
+
+/* 1 when the compiled template renders tools and writes an assistant's
+ * tool calls as Hermes' blocks, <tool_call> JSON </tool_call> with the JSON
+ * an object {"name", "arguments"} (whitespace free around it), and renders
+ * tool results: a probe conversation rendered with a probe tool says. */
+static int is_hermes(struct ifl_server *s)
+{
+    json_t *tools = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"ifl_probe_fn\", "
+        "\"description\": \"ifl-probe-tool\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"ifl_probe_arg\": {\"type\": \"integer\", \"description\": \"n\"}}, "
+        "\"required\": [\"ifl_probe_arg\"]}}}]",
+        0, NULL);
+    json_t *msgs = json_loads(
+        "[{\"role\": \"user\", \"content\": \"ifl-probe-question\"}, {\"role\": "
+        "\"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"call_ifl0\", \"type\": "
+        "\"function\", \"function\": {\"name\": \"ifl_probe_fn\", \"arguments\": "
+        "{\"ifl_probe_arg\": 1}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call_ifl0\", "
+        "\"content\": \"ifl-probe-result\"}]",
+        0, NULL);
+    char *out = NULL, e[IFL_ERR_LEN];
+    size_t n = 0;
+    int yes = 0;
+    if (!tools || !msgs) {
+        json_decref(msgs);
+        json_decref(tools);
+        return 0;
+    }
+    /* render takes msgs, whether it renders or not (a template that raises
+     * on this conversation is not one whose calls the server reads) */
+    if (!render(s, msgs, tools, NULL, &out, &n, e)) {
+        const char *p = out, *end = out + n;
+        int call = 0;
+        while (!call && (p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
+            p += 11;
+            json_error_t je;
+            json_t *v = json_loadb(p, (size_t)(end - p), JSON_DISABLE_EOF_CHECK, &je);
+            const char *q = p + je.position;
+            while (v && q < end && (*q == ' ' || *q == '\n'))
+                q++;
+            json_t *a = json_object_get(v, "arguments");
+            call = json_is_object(v) && json_is_string(json_object_get(v, "name")) &&
+                   !strcmp(json_string_value(json_object_get(v, "name")), "ifl_probe_fn") &&
+                   json_integer_value(json_object_get(a, "ifl_probe_arg")) == 1 &&
+                   (size_t)(end - q) >= 12 && !memcmp(q, "</tool_call>", 12);
+            json_decref(v);
+        }
+        yes =
+            call && memmem(out, n, "ifl-probe-tool", 14) && memmem(out, n, "ifl-probe-result", 16);
+    }
+    free(out);
+    json_decref(tools);
+    return yes;
+}
+
 int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
 {
     struct ifl_chat_template *t = NULL;
@@ -38,12 +100,14 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_tmpl = NULL;
     s->chat_default = 0;
     s->chat_harmony = 0;
+    s->chat_hermes = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
             return ifl_err(err, IFL_EINVAL, "--chat-template: %s", cerr);
         s->chat_tmpl = t;
         s->chat_sees_images = strstr(s->chat_template, "image") != NULL;
         s->chat_harmony = is_harmony(s->chat_template);
+        s->chat_hermes = !s->chat_harmony && is_hermes(s);
         return 0;
     }
     char probe[1];
@@ -73,6 +137,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         s->chat_default = 1;
     }
     s->chat_tmpl = t;
+    s->chat_hermes = !s->chat_default && !s->chat_harmony && is_hermes(s);
     return 0;
 }
 
@@ -172,6 +237,8 @@ static json_t *tool_calls(json_t *calls, size_t i, char *err)
     return out;
 }
 
+/* harmony: the template's tool format (IFL_REPLY_*; 0: tools are not
+ * rendered, nor tool roles and calls taken) */
 static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int mode, int harmony,
                      char *err)
 {
@@ -272,6 +339,12 @@ static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int m
                             parts ? parts : json_stringn(text.p ? text.p : "", text.len));
         ifl_buf_free(&text);
         json_array_append_new(arr, o);
+        if (harmony && !strcmp(role, "tool")) { /* which call it answers, for templates that say */
+            static const char *const keys[] = {"tool_call_id", "name"};
+            for (int k = 0; k < 2; k++)
+                if (json_is_string(json_object_get(m, keys[k])))
+                    json_object_set(o, keys[k], json_object_get(m, keys[k]));
+        }
         if (!harmony || strcmp(role, "assistant"))
             continue;
         json_t *calls = json_object_get(m, "tool_calls");
@@ -287,8 +360,8 @@ static int normalize(json_t *messages, json_t **out, struct chat_imgs *im, int m
                 json_decref(tc);
         }
         json_t *rc = json_object_get(m, "reasoning_content");
-        if (json_is_string(rc) && json_string_length(rc))
-            json_object_set(o, "thinking", rc);
+        if (json_is_string(rc) && json_string_length(rc)) /* gpt-oss's name, or Qwen3's */
+            json_object_set(o, harmony == IFL_REPLY_HARMONY ? "thinking" : "reasoning_content", rc);
     }
     *out = arr;
     return 0;
@@ -391,7 +464,7 @@ int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t 
                            .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0,
                            .marker = marker};
     json_t *msgs = NULL;
-    int h = s->chat_harmony;
+    int h = s->chat_harmony ? IFL_REPLY_HARMONY : s->chat_hermes ? IFL_REPLY_HERMES : 0;
     int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, h, err);
     if (rc)
         return rc;

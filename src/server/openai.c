@@ -42,10 +42,13 @@ static const char *finish_name(int f)
 struct oai_req {
     const char *model; /* the name responses show (one of srv->names, lives as long) */
     int chat, stream, include_usage, echo;
-    int full_text; /* TGI's return_full_text (completions: echo unless echo is given) */
-    int harmony;   /* chat with gpt-oss's format: replies parsed (harmony.c) */
-    int want_lp;   /* log-probs asked */
-    int top;       /* alternatives per token */
+    int full_text;      /* TGI's return_full_text (completions: echo unless echo is given) */
+    int parse;          /* chat: IFL_REPLY_* how replies are read for tool calls (0: not) */
+    json_t *tool_names; /* the request's functions, by name (owned), when parse */
+    char prefill[128];  /* the text the prompt ends with and the reply continues
+                           (harmony's header of a forced call), or "" */
+    int want_lp;        /* log-probs asked */
+    int top;            /* alternatives per token */
     struct ifl_gen_params p;
     char **echo_text; /* completions: per prompt, the prompt as text */
     size_t *echo_len;
@@ -58,6 +61,8 @@ struct oai_req {
 static void oai_req_free(struct oai_req *q, int n_prompts)
 {
     (void)n_prompts;
+    json_decref(q->tool_names);
+    q->tool_names = NULL;
     if (q->echo_text)
         for (int i = 0; i < MAX_PROMPTS; i++)
             free(q->echo_text[i]);
@@ -430,8 +435,8 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
                                               "audio", "modalities",  "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
-        if (i < 2 && q->chat && s->chat_harmony)
-            continue; /* tools: read by ifl_oai_chat */
+        if (i < 2 && q->chat && (s->chat_harmony || s->chat_hermes))
+            continue; /* tools: read by ifl_oai_chat (tools.c) */
         json_t *x = json_object_get(b, unsupported[i]);
         if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
             !(json_is_string(x) &&
@@ -452,6 +457,50 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
 }
 
 /* ---- rendering ---- */
+
+/* One choice's reply parser: gpt-oss's channels or Hermes' call blocks. */
+struct reply_parser {
+    int kind; /* IFL_REPLY_HARMONY or IFL_REPLY_HERMES */
+    struct ifl_harmony h;
+    struct ifl_hermes t;
+};
+
+static void rp_init(struct reply_parser *p, const struct oai_req *q, const char *id_base)
+{
+    p->kind = q->parse;
+    ifl_harmony_init(&p->h);
+    ifl_hermes_init(&p->t, q->tool_names);
+    snprintf(p->h.id_base, sizeof p->h.id_base, "%s", id_base);
+    snprintf(p->t.id_base, sizeof p->t.id_base, "%s", id_base);
+    if (q->prefill[0] && p->kind == IFL_REPLY_HARMONY) { /* a header: it gives no text */
+        struct ifl_reply_out o = {0};
+        ifl_harmony_push(&p->h, q->prefill, strlen(q->prefill), &o);
+        ifl_buf_free(&o.content);
+        ifl_buf_free(&o.reasoning);
+    }
+}
+
+static void rp_push(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
+{
+    if (p->kind == IFL_REPLY_HERMES)
+        ifl_hermes_push(&p->t, text, n, o);
+    else
+        ifl_harmony_push(&p->h, text, n, o);
+}
+
+static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
+{
+    if (p->kind == IFL_REPLY_HERMES)
+        ifl_hermes_finish(&p->t, o);
+    else
+        ifl_harmony_finish(&p->h, o);
+}
+
+static void rp_deinit(struct reply_parser *p)
+{
+    ifl_harmony_deinit(&p->h);
+    ifl_hermes_deinit(&p->t);
+}
 
 static json_t *usage_json(const struct ifl_gen_job *j)
 {
@@ -497,15 +546,16 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
         json_t *cj = json_object();
         json_object_set_new(cj, "index", json_integer(i));
         const char *fin = finish_name(ch->finish);
-        if (q->chat && q->harmony) {
-            /* the channels: reasoning, the answer, tool calls */
-            struct ifl_harmony h;
-            struct ifl_harmony_out ho = {.calls = json_array()};
-            ifl_harmony_init(&h);
-            snprintf(h.id_base, sizeof h.id_base, "%s_%d", id + strlen("chatcmpl-"), i);
-            ifl_harmony_push(&h, ch->text.p ? ch->text.p : "", ch->text.len, &ho);
-            ifl_harmony_finish(&h, &ho);
-            ifl_harmony_deinit(&h);
+        if (q->chat && q->parse) {
+            /* the channels or blocks: reasoning, the answer, tool calls */
+            struct reply_parser h;
+            struct ifl_reply_out ho = {.calls = json_array()};
+            char base[80];
+            snprintf(base, sizeof base, "%s_%d", id + strlen("chatcmpl-"), i);
+            rp_init(&h, q, base);
+            rp_push(&h, ch->text.p ? ch->text.p : "", ch->text.len, &ho);
+            rp_finish(&h, &ho);
+            rp_deinit(&h);
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
             size_t n_calls = json_array_size(ho.calls);
@@ -581,19 +631,19 @@ struct oai_stream {
     int64_t created;
     int64_t *offset;         /* completions: text_offset per choice */
     unsigned char *echo_due; /* completions, echo with logprobs: the prompt is still to send */
-    struct ifl_harmony *h;   /* chat in harmony: a parser per choice */
+    struct reply_parser *h;  /* chat with tools (or harmony): a parser per choice */
     unsigned char *called;   /* per choice: a tool call was sent */
 };
 
-/* A harmony choice's streamed text: the delta of what it gave (NULL when
+/* A parsed choice's streamed text: the delta of what it gave (NULL when
  * nothing yet), fin set when the text ended. */
-static json_t *harmony_delta(struct oai_stream *os, int choice, const char *text, size_t n, int fin)
+static json_t *parsed_delta(struct oai_stream *os, int choice, const char *text, size_t n, int fin)
 {
-    struct ifl_harmony *h = &os->h[choice];
-    struct ifl_harmony_out ho = {.calls = json_array()};
-    ifl_harmony_push(h, text, n, &ho);
+    struct reply_parser *h = &os->h[choice];
+    struct ifl_reply_out ho = {.calls = json_array()};
+    rp_push(h, text, n, &ho);
     if (fin)
-        ifl_harmony_finish(h, &ho);
+        rp_finish(h, &ho);
     json_t *d = NULL;
     if (ho.reasoning.len || ho.content.len || json_array_size(ho.calls)) {
         d = json_object();
@@ -657,7 +707,7 @@ static void oai_on_resp(void *user, int choice, const struct ifl_response *r)
     int has_lp = os->q.want_lp && res->n_tokens > 0;
     if (os->h && (res->n_text > 0 || fin || has_lp)) {
         json_t *delta =
-            harmony_delta(os, choice, res->text ? res->text : "", (size_t)res->n_text, fin != NULL);
+            parsed_delta(os, choice, res->text ? res->text : "", (size_t)res->n_text, fin != NULL);
         if (delta || has_lp) {
             json_t *cj = json_object();
             json_object_set_new(cj, "index", json_integer(choice));
@@ -737,7 +787,7 @@ static void oai_stream_free(void *user)
     free(os->offset);
     free(os->echo_due);
     for (int i = 0; os->h && i < os->n_choices; i++)
-        ifl_harmony_deinit(&os->h[i]);
+        rp_deinit(&os->h[i]);
     free(os->h);
     free(os->called);
     free(os);
@@ -750,10 +800,9 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     int n_choices = j->n_prompts * j->n_per;
     int64_t *offset = calloc((size_t)n_choices, sizeof(int64_t));
     unsigned char *due = q->echo && q->want_lp ? calloc((size_t)n_choices, 1) : NULL;
-    struct ifl_harmony *h = q->harmony ? calloc((size_t)n_choices, sizeof *h) : NULL;
-    unsigned char *called = q->harmony ? calloc((size_t)n_choices, 1) : NULL;
-    if (!st || !os || !offset || (q->echo && q->want_lp && !due) ||
-        (q->harmony && (!h || !called))) {
+    struct reply_parser *h = q->parse ? calloc((size_t)n_choices, sizeof *h) : NULL;
+    unsigned char *called = q->parse ? calloc((size_t)n_choices, 1) : NULL;
+    if (!st || !os || !offset || (q->echo && q->want_lp && !due) || (q->parse && (!h || !called))) {
         free(st);
         free(os);
         free(offset);
@@ -761,8 +810,8 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
         free(h);
         free(called);
         ifl_gen_cancel(j, 0);
-        ifl_gen_job_free(j);
         oai_req_free(q, j->n_prompts);
+        ifl_gen_job_free(j);
         return ifl_http_reply_oai_error(c, 500, NULL, "out of memory");
     }
     os->srv = c->srv;
@@ -777,8 +826,9 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     os->h = h;
     os->called = called;
     for (int i = 0; h && i < n_choices; i++) {
-        ifl_harmony_init(&h[i]);
-        snprintf(h[i].id_base, sizeof h[i].id_base, "%s_%d", os->id + strlen("chatcmpl-"), i);
+        char base[80];
+        snprintf(base, sizeof base, "%s_%d", os->id + strlen("chatcmpl-"), i);
+        rp_init(&h[i], q, base);
     }
     st->job = j;
     st->user = os;
@@ -1101,52 +1151,6 @@ int ifl_oai_completions(struct ifl_hconn *c, json_t *b)
     return finish(c, j, &q);
 }
 
-/* tools and tool_choice for a harmony template: *tools is the request's
- * list for the template (a view of b), or NULL for none. tool_choice
- * "none" hides them; "required" and a named function would need the call
- * forced, which this server does not do. */
-static int read_tools(json_t *b, json_t **tools, char *param, char *err)
-{
-    json_t *t = json_object_get(b, "tools"), *tc = json_object_get(b, "tool_choice");
-    *tools = NULL;
-    if (tc && !json_is_null(tc) &&
-        !(json_is_string(tc) &&
-          (!strcmp(json_string_value(tc), "auto") || !strcmp(json_string_value(tc), "none")))) {
-        snprintf(param, 64, "tool_choice");
-        snprintf(err, IFL_ERR_LEN,
-                 "tool_choice: only \"auto\" or \"none\" (this server does not force a call)");
-        return 400;
-    }
-    if (!t || json_is_null(t))
-        return 0;
-    snprintf(param, 64, "tools");
-    if (!json_is_array(t) || json_array_size(t) > 256) {
-        snprintf(err, IFL_ERR_LEN, "tools: must be a list of at most 256 functions");
-        return 400;
-    }
-    size_t i;
-    json_t *e;
-    json_array_foreach(t, i, e)
-    {
-        const char *type = json_string_value(json_object_get(e, "type"));
-        json_t *f = json_object_get(e, "function");
-        json_t *params = json_object_get(f, "parameters");
-        if (!type || strcmp(type, "function") || !json_is_object(f) ||
-            !json_is_string(json_object_get(f, "name")) ||
-            (params && !json_is_null(params) && !json_is_object(params))) {
-            snprintf(err, IFL_ERR_LEN,
-                     "tools[%zu]: {\"type\": \"function\", \"function\": {\"name\": ..., "
-                     "\"description\": ..., \"parameters\": {...}}} is required",
-                     i);
-            return 400;
-        }
-    }
-    param[0] = 0;
-    if (json_array_size(t) && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
-        *tools = t;
-    return 0;
-}
-
 /* More variables for the chat template: chat_template_kwargs (an object,
  * as vLLM and llama.cpp's server take it) and OpenAI's reasoning_effort
  * (gpt-oss's template reads it; "low", "medium" or "high"). *vars is a new
@@ -1210,13 +1214,16 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
         snprintf(err, sizeof err, "top_logprobs: needs logprobs set to true");
         return fail(c, j, &q, 400, "top_logprobs", err);
     }
-    json_t *tools = NULL;
-    if (s->chat_harmony) {
-        q.harmony = 1;
-        st = read_tools(b, &tools, param, err);
-        if (st)
-            return fail(c, j, &q, st, param, err);
-    }
+    struct ifl_chat_tools tl;
+    st = ifl_chat_tools_read(s, b, &tl, param, err);
+    if (!st)
+        st = ifl_chat_tools_guide(j, &tl, q.p.ignore_eos, param, err);
+    json_t *tools = tl.list;
+    q.parse = s->chat_harmony ? IFL_REPLY_HARMONY : tl.parse;
+    snprintf(q.prefill, sizeof q.prefill, "%s", tl.prefill);
+    q.tool_names = tl.names; /* q owns them now */
+    if (st)
+        return fail(c, j, &q, st, param, err);
     json_t *vars = NULL;
     if ((st = read_template_vars(b, &vars, param, err)))
         return fail(c, j, &q, st, param, err);
@@ -1233,6 +1240,17 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     json_decref(vars);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
+    if (q.prefill[0]) { /* the reply begins inside the prompt's last words */
+        size_t fl = strlen(q.prefill);
+        char *p2 = realloc(prompt, plen + fl + 1);
+        if (!p2) {
+            free(prompt);
+            return fail(c, j, &q, 500, NULL, "out of memory");
+        }
+        memcpy(p2 + plen, q.prefill, fl + 1);
+        prompt = p2;
+        plen += fl;
+    }
     if (ifl_gen_text_too_long(s, plen, 0, err)) {
         free(prompt);
         return fail(c, j, &q, 400, "messages", err);

@@ -91,6 +91,40 @@ await test('tool_choice none hides the tools', async () => {
     withTools.usage.prompt_tokens > plain.usage.prompt_tokens, [withTools.usage, none.usage, plain.usage]);
 });
 
+// a forced call: the header goes into the prompt, the arguments follow the
+// schema whatever the random model would say
+const TOOLS2 = [{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city.',
+  parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 8 } }, required: ['city'] } } },
+{ type: 'function', function: { name: 'get_time', description: 'Time now.',
+  parameters: { type: 'object', properties: { utc: { type: 'boolean' }, days: { type: 'integer', minimum: 1, maximum: 9 } },
+    required: ['utc', 'days'] } } }];
+const validArgs = (tc) => {
+  let a;
+  try { a = JSON.parse(tc.function.arguments); } catch { return false; }
+  if (tc.function.name === 'get_weather') return typeof a.city === 'string' && [...a.city].length <= 8 &&
+    Object.keys(a).length === 1;
+  return tc.function.name === 'get_time' && typeof a.utc === 'boolean' && Number.isInteger(a.days) &&
+    a.days >= 1 && a.days <= 9 && Object.keys(a).length === 2;
+};
+for (const [label, choice, name] of [['required', 'required', null],
+  ['named get_time', { type: 'function', function: { name: 'get_time' } }, 'get_time']]) {
+  await test(`tool_choice ${label}`, async () => {
+    for (const seed of [1, 2, 3]) {
+      const args = { model: MODEL, messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+        tools: TOOLS2, tool_choice: choice, max_tokens: 120, temperature: 1, seed };
+      const r = await client.chat.completions.create(args);
+      const c = r.choices[0];
+      const calls = c.message.tool_calls || [];
+      check(`${label}, seed ${seed}: one call with valid arguments`, calls.length === 1 && validArgs(calls[0]) &&
+        (!name || calls[0].function.name === name) && c.finish_reason === 'tool_calls' && c.message.content === null, c);
+      const s = await fold(await client.chat.completions.create({ ...args, stream: true }));
+      check(`${label}, seed ${seed}, streamed: the same call`, s.calls.length === 1 && calls.length === 1 &&
+        s.calls[0].name === calls[0].function.name && s.calls[0].arguments === calls[0].function.arguments &&
+        s.finish === 'tool_calls', [s, calls]);
+    }
+  });
+}
+
 await test('a reply that is not harmony is content as it stands', async () => {
   const r = await ask('root ::= "plain " [a-z]{2,4}');
   const m = r.choices[0].message;

@@ -15,7 +15,28 @@ import jinja2.ext
 import jinja2.sandbox
 
 
-def render(src, case, now):
+# Templates that write tool calls as Hermes' <tool_call> blocks (from the
+# shared set, ../shared/chat/templates), rendered over the tool cases as the
+# server gives them: reasoning as reasoning_content (Qwen3's name for
+# gpt-oss's thinking), arguments as the object they hold, and the Qwen
+# vocabulary's special tokens. tests/test_server_tools.sh compares.
+HERMES = {'qwen2.5': 'Qwen-Qwen2.5-7B-Instruct.jinja', 'qwen3': 'Qwen-Qwen3-0.6B.jinja',
+          'hermes3': 'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja'}
+HERMES_CASES = ['f_tools', 'h_tool_call_result', 'i_tool_call_then_final', 'j_string_arguments']
+HERMES_CTX = {'bos_token': '<|endoftext|>', 'eos_token': '<|im_end|>'}
+
+
+def as_server_gives(case):
+    for m in case['messages']:
+        if 'thinking' in m:
+            m['reasoning_content'] = m.pop('thinking')
+        for tc in m.get('tool_calls', []):
+            if isinstance(tc['function']['arguments'], str):
+                tc['function']['arguments'] = json.loads(tc['function']['arguments'])
+    return case
+
+
+def render(src, case, now, ctx=None):
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
 
@@ -30,7 +51,7 @@ def render(src, case, now):
     env.globals['raise_exception'] = raise_exception
     env.globals['strftime_now'] = lambda fmt: now.strftime(fmt)
     t = env.from_string(src)
-    ctx = {'bos_token': '<|startoftext|>', 'eos_token': '<|return|>'}
+    ctx = dict(ctx or {'bos_token': '<|startoftext|>', 'eos_token': '<|return|>'})
     ctx.update(case.get('vars', {}))
     return t.render(messages=case['messages'], tools=case['tools'], documents=None,
                     add_generation_prompt=case['add_generation_prompt'], **ctx)
@@ -55,6 +76,18 @@ def main():
         with open(base + ext, 'w', encoding='utf-8', newline='') as f:
             f.write(out)
         print(base + ext)
+    shared = os.environ.get('IFL_SHARED', '../../../../shared')
+    for short, name in HERMES.items():
+        with open(os.path.join(shared, 'chat', 'templates', name), encoding='utf-8') as f:
+            src = f.read()
+        for case in cases['cases']:
+            if case['name'] not in HERMES_CASES:
+                continue
+            out = render(src, as_server_gives(json.loads(json.dumps(case))), now, HERMES_CTX)
+            path = os.path.join('expected', '%s__%s.txt' % (short, case['name']))
+            with open(path, 'w', encoding='utf-8', newline='') as f:
+                f.write(out)
+            print(path)
 
 
 if __name__ == '__main__':

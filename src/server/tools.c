@@ -1,0 +1,287 @@
+/*
+ * Function tools in a chat request: `tools`, `tool_choice` and
+ * `parallel_tool_calls` checked against what the chat template can do
+ * (messages.c found its format: gpt-oss's harmony, or Hermes-style
+ * <tool_call> blocks), and a forced call turned into a grammar.
+ *
+ * tool_choice "auto" (the default) shows the tools to the template and
+ * reads the reply for calls; "none" hides them and reads nothing;
+ * "required" and {"type": "function", "function": {"name": X}} force a
+ * call: the output is constrained (src/guide) to the format's call blocks,
+ *
+ *   <tool_call>\n{"name": "X", "arguments": ARGS}\n</tool_call>
+ *
+ * with ARGS following that function's parameters schema; "required" takes
+ * any of the tools, one call or (parallel_tool_calls, the default) several
+ * separated by newlines; a named function gets exactly one call.
+ *
+ * With harmony a call is a message of its own, and its header is made of
+ * control tokens, which guided decoding never lets a model write. So the
+ * header is written into the prompt instead, as gpt-oss's template writes
+ * a call, " to=functions.NAME<|channel|>commentary json<|message|>", and
+ * the output is the arguments alone (the reply parser is told the header).
+ * "required" with several tools leaves the name to the model: the prompt
+ * ends at " to=functions." and the grammar writes the name and the rest of
+ * the header as text (the same characters, in ordinary tokens). Either way
+ * it is one call: the turn ends with <|call|>.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "guide/guide.h"
+#include "server/internal.h"
+
+#define MAX_TOOLS 256
+
+static int fail(char *param, const char *name, char *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *param, const char *name, char *err, const char *fmt, ...)
+{
+    snprintf(param, 64, "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, IFL_ERR_LEN, fmt, ap);
+    va_end(ap);
+    return 400;
+}
+
+/* OpenAI's function names (letters, digits, '_' and '-', at most 64),
+ * and '.': they are written into grammars and prompts as they stand. */
+static int good_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (!n || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The grammar rules of tool i's arguments, appended to g: rule t<i>-s<N>
+ * (a function without parameters takes {}). 0, or 400 with param/err. */
+static int args_rules(json_t *params, size_t i, struct ifl_buf *g, char *rule, size_t cap,
+                      int forced, char *param, char *err)
+{
+    char pfx[32];
+    snprintf(pfx, sizeof pfx, "t%zu-", i);
+    if (!params || json_is_null(params)) {
+        snprintf(rule, cap, "\"{}\"");
+        return 0;
+    }
+    char *text = json_dumps(params, JSON_COMPACT);
+    char *rules = NULL, why[IFL_ERR_LEN] = "";
+    int top = -1;
+    int rc = text ? ifl_guide_schema_rules(&rules, &top, text, strlen(text), pfx, why) : IFL_ENOMEM;
+    free(text);
+    if (rc == IFL_ENOMEM)
+        return fail(param, "tools", err, "out of memory"), 500;
+    if (rc == IFL_EUNSUPPORTED && !forced)
+        return 0; /* not needed: nothing is forced */
+    if (rc)
+        return fail(param, "tools", err, "tools[%zu].function.parameters: %s%s", i,
+                    rc == IFL_EUNSUPPORTED ? "a call to it cannot be forced: " : "", why);
+    if (g)
+        ifl_buf_add(g, rules, strlen(rules));
+    free(rules);
+    snprintf(rule, cap, "%ss%d", pfx, top);
+    return 0;
+}
+
+int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *t, char *param,
+                        char *err)
+{
+    memset(t, 0, sizeof *t);
+    t->parallel = 1;
+    int fmt = s->chat_harmony ? IFL_REPLY_HARMONY : s->chat_hermes ? IFL_REPLY_HERMES : 0;
+    if (!fmt)
+        return 0; /* tools are refused as unsupported (openai.c) */
+    json_t *tl = json_object_get(b, "tools"), *tc = json_object_get(b, "tool_choice");
+    json_t *ptc = json_object_get(b, "parallel_tool_calls");
+    static const char choice_msg[] =
+        "tool_choice: \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+        "\"function\": {\"name\": ...}}";
+    int none = 0;
+    if (json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        if (!strcmp(v, "required"))
+            t->forced = 1;
+        else if (!strcmp(v, "none"))
+            none = 1;
+        else if (strcmp(v, "auto"))
+            return fail(param, "tool_choice", err, "%s", choice_msg);
+    } else if (json_is_object(tc)) {
+        const char *ty = json_string_value(json_object_get(tc, "type"));
+        json_t *f = json_object_get(tc, "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!ty || strcmp(ty, "function") || !name)
+            return fail(param, "tool_choice", err, "%s", choice_msg);
+        t->forced = 2;
+        t->forced_name = name;
+    } else if (tc && !json_is_null(tc)) {
+        return fail(param, "tool_choice", err, "%s", choice_msg);
+    }
+    if (ptc && !json_is_null(ptc)) {
+        if (!json_is_boolean(ptc))
+            return fail(param, "parallel_tool_calls", err,
+                        "parallel_tool_calls: must be true or false");
+        t->parallel = json_is_true(ptc);
+    }
+    if (!tl || json_is_null(tl)) {
+        if (t->forced)
+            return fail(param, "tool_choice", err,
+                        "tool_choice: %s needs tools, and the request gives none",
+                        t->forced == 1 ? "\"required\"" : "a named function");
+        return 0;
+    }
+    if (!json_is_array(tl) || json_array_size(tl) > MAX_TOOLS)
+        return fail(param, "tools", err, "tools: must be a list of at most %d functions",
+                    MAX_TOOLS);
+    if (!json_array_size(tl) && t->forced)
+        return fail(param, "tool_choice", err, "tool_choice: %s needs tools, and the list is empty",
+                    t->forced == 1 ? "\"required\"" : "a named function");
+    json_t *names = json_object();
+    if (!names)
+        return fail(param, "tools", err, "out of memory"), 500;
+    size_t i;
+    json_t *e;
+    json_array_foreach(tl, i, e)
+    {
+        const char *type = json_string_value(json_object_get(e, "type"));
+        json_t *f = json_object_get(e, "function");
+        json_t *params = json_object_get(f, "parameters");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!type || strcmp(type, "function") || !json_is_object(f) || !name ||
+            (params && !json_is_null(params) && !json_is_object(params))) {
+            json_decref(names);
+            return fail(param, "tools", err,
+                        "tools[%zu]: {\"type\": \"function\", \"function\": {\"name\": ..., "
+                        "\"description\": ..., \"parameters\": {...}}} is required",
+                        i);
+        }
+        const char *pt = json_string_value(json_object_get(params, "type"));
+        if (json_object_get(params, "type") && (!pt || strcmp(pt, "object"))) {
+            json_decref(names);
+            return fail(param, "tools", err,
+                        "tools[%zu].function.parameters: must be a JSON Schema of an object "
+                        "({\"type\": \"object\", \"properties\": ...})",
+                        i);
+        }
+        if (!good_name(name)) {
+            json_decref(names);
+            return fail(param, "tools", err,
+                        "tools[%zu].function.name: '%.80s' is not 1 to 64 letters, digits, '_', "
+                        "'-' or '.'",
+                        i, name);
+        }
+        if (json_object_get(names, name)) {
+            json_decref(names);
+            return fail(param, "tools", err, "tools[%zu].function.name: '%s' is given twice", i,
+                        name);
+        }
+        json_object_set_new(names, name, json_integer((json_int_t)i));
+        /* the schema must be one: malformed is a 400 whatever tool_choice
+         * says; what a grammar cannot express only when the call is forced */
+        char rule[64];
+        int forced = t->forced == 1 || (t->forced == 2 && !strcmp(name, t->forced_name));
+        int st = args_rules(params, i, NULL, rule, sizeof rule, forced, param, err);
+        if (st) {
+            json_decref(names);
+            return st;
+        }
+    }
+    if (t->forced == 2 && !json_object_get(names, t->forced_name)) {
+        json_decref(names);
+        return fail(param, "tool_choice", err, "tool_choice: no function named '%.80s' in tools",
+                    t->forced_name);
+    }
+    if (none || !json_array_size(tl)) {
+        json_decref(names);
+        return 0;
+    }
+    t->list = tl;
+    t->names = names;
+    t->parse = fmt;
+    return 0;
+}
+
+int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ignore_eos,
+                         char *param, char *err)
+{
+    if (!t->forced || !t->list)
+        return 0;
+    if (j->guide_param)
+        return fail(param, "tool_choice", err,
+                    "tool_choice: a forced call constrains the output, and %s already does",
+                    j->guide_param);
+    if (ignore_eos)
+        return fail(param, "ignore_eos", err,
+                    "ignore_eos: not with a forced call (tool_choice): the output ends where "
+                    "the call does");
+    int harmony = t->parse == IFL_REPLY_HARMONY;
+    size_t n_callable = t->forced == 2 ? 1 : json_array_size(t->list);
+    struct ifl_buf g = {0}, alts = {0};
+    size_t i;
+    json_t *e;
+    json_array_foreach(t->list, i, e)
+    {
+        json_t *f = json_object_get(e, "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (t->forced == 2 && strcmp(name, t->forced_name))
+            continue;
+        char rule[64];
+        int st =
+            args_rules(json_object_get(f, "parameters"), i, &g, rule, sizeof rule, 1, param, err);
+        if (st) {
+            ifl_buf_free(&g);
+            ifl_buf_free(&alts);
+            return st;
+        }
+        /* names are [A-Za-z0-9_.-]: a GBNF literal as they stand */
+        if (harmony && n_callable == 1)
+            ifl_buf_addf(&alts, "%s", rule);
+        else if (harmony)
+            ifl_buf_addf(&alts, "%s\"%s<|channel|>commentary json<|message|>\" %s",
+                         alts.len ? " | " : "", name, rule);
+        else
+            ifl_buf_addf(&alts, "%s\"%s\\\", \\\"arguments\\\": \" %s", alts.len ? " | " : "", name,
+                         rule);
+        if (harmony && n_callable == 1)
+            snprintf(t->prefill, sizeof t->prefill,
+                     " to=functions.%s<|channel|>commentary json<|message|>", name);
+        else if (harmony)
+            snprintf(t->prefill, sizeof t->prefill, " to=functions.");
+    }
+    struct ifl_buf all = {0};
+    if (harmony) { /* one call: the turn ends with <|call|> */
+        ifl_buf_addf(&all, "root ::= %s\n", alts.p ? alts.p : "");
+    } else {
+        ifl_buf_addf(&all, "root ::= call%s\n",
+                     t->forced == 1 && t->parallel ? " ( \"\\n\" call )*" : "");
+        ifl_buf_addf(&all,
+                     "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" ( %s ) \"}\\n</tool_call>\"\n",
+                     alts.p ? alts.p : "");
+    }
+    ifl_buf_add(&all, g.p, g.len);
+    const char *common = ifl_guide_schema_gbnf_common();
+    ifl_buf_add(&all, common, strlen(common));
+    int oom = all.oom || g.oom || alts.oom;
+    int rc =
+        oom ? IFL_ENOMEM : ifl_gen_set_guide(j, IFL_GUIDE_EBNF, all.p, all.len, "tool_choice", err);
+    ifl_buf_free(&g);
+    ifl_buf_free(&alts);
+    ifl_buf_free(&all);
+    if (rc == IFL_ENOMEM)
+        return fail(param, "tool_choice", err, "out of memory"), 500;
+    if (rc) {
+        snprintf(param, 64, "tool_choice");
+        return 400;
+    }
+    return 0;
+}

