@@ -556,6 +556,17 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
             rp_push(&h, ch->text.p ? ch->text.p : "", ch->text.len, &ho);
             rp_finish(&h, &ho);
             rp_deinit(&h);
+            if (ho.oom || ho.content.oom || ho.reasoning.oom || !ho.calls) {
+                /* a reply read in part would be a wrong answer: none at all */
+                json_decref(ho.calls);
+                ifl_buf_free(&ho.content);
+                ifl_buf_free(&ho.reasoning);
+                json_decref(cj);
+                json_decref(choices);
+                json_decref(o);
+                return ifl_http_reply_oai_error(c, 500, NULL,
+                                                "out of memory reading the model's reply");
+            }
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
             size_t n_calls = json_array_size(ho.calls);
@@ -644,6 +655,8 @@ static json_t *parsed_delta(struct oai_stream *os, int choice, const char *text,
     rp_push(h, text, n, &ho);
     if (fin)
         rp_finish(h, &ho);
+    if (ho.oom || ho.content.oom || ho.reasoning.oom || !ho.calls)
+        os->st->out.oom = 1; /* the stream ends with an error, not with a part of the reply */
     json_t *d = NULL;
     if (ho.reasoning.len || ho.content.len || json_array_size(ho.calls)) {
         d = json_object();
