@@ -58,6 +58,7 @@
  * preemption) gives back every block of the slot.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,9 @@ struct dstate {
      * requests), and the probes among new sequences */
     float kept, missed;
     int32_t probe_every, since_probe;
+    /* the idle release and ifl_spec_draft_stats: an idle engine still
+     * gives the pool's memory back while a caller reads the figures */
+    pthread_mutex_t idle_mu;
 };
 
 /* Weight of the past in the running acceptance and timings. */
@@ -218,6 +222,7 @@ static void draft_fini(struct ifl_executor *ex)
     free(d->row_slot);
     free(d->logits);
     ifl_sampler_state_deinit(&d->st);
+    pthread_mutex_destroy(&d->idle_mu);
     free(d);
     e->spec_state = NULL;
 }
@@ -230,6 +235,7 @@ static int draft_init(struct ifl_executor *ex, char *err)
     struct dstate *d = calloc(1, sizeof(*d));
     if (!d)
         return ifl_err(err, IFL_ENOMEM, "speculative: out of memory");
+    pthread_mutex_init(&d->idle_mu, NULL);
     e->spec_state = d; /* draft_fini frees what follows, also after a failure */
     char e1[IFL_ERR_LEN] = "";
     struct ifl_model_load_opts lo = {.n_threads = c->n_threads,
@@ -704,9 +710,12 @@ static int64_t draft_idle(struct ifl_executor *ex)
     struct dstate *d = ex->eng->spec_state;
     if (d->release_us < 0 || !d->kvc)
         return INT64_MAX;
+    pthread_mutex_lock(&d->idle_mu);
     ifl_kvc_set_clock(d->kvc, ifl_now_us());
     ifl_kvc_release_idle(d->kvc, d->release_us);
-    return ifl_kvc_next_release(d->kvc, d->release_us);
+    int64_t next = ifl_kvc_next_release(d->kvc, d->release_us);
+    pthread_mutex_unlock(&d->idle_mu);
+    return next;
 }
 
 static void draft_kv_memory(struct ifl_executor *ex, int64_t *reserved, int64_t *resident)
@@ -737,6 +746,9 @@ int ifl_spec_draft_stats(struct ifl_executor *ex, struct ifl_kvc_stats *out)
     struct engine *e = ex->eng;
     if (!e || e->spec != &ifl_decoding_draft || !e->spec_state)
         return IFL_EINVAL;
-    ifl_kvc_get_stats(((struct dstate *)e->spec_state)->kvc, out);
+    struct dstate *d = e->spec_state;
+    pthread_mutex_lock(&d->idle_mu);
+    ifl_kvc_get_stats(d->kvc, out);
+    pthread_mutex_unlock(&d->idle_mu);
     return 0;
 }
