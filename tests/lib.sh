@@ -36,3 +36,36 @@ start_server() {
     echo "server $name did not start:"; cat "$tmp/$name.log"
     return 1
 }
+
+# npm_ready: node and tests/server/package.json's packages (the openai npm
+# client and the rest) at their versions, installed when they are not;
+# otherwise a failed check and 1.
+npm_ready() {
+    command -v node >/dev/null || { bad "node is needed for the npm client tests"; return 1; }
+    node -e 'const p = require("./tests/server/package.json").dependencies;
+      for (const [n, v] of Object.entries(p))
+        if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' \
+        2>/dev/null && return 0
+    (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) \
+        >"$tmp/npm.log" 2>&1 && return 0
+    bad "npm install of tests/server/package.json failed (no network and nothing in npm's cache?)"
+    tail -5 "$tmp/npm.log"
+    return 1
+}
+
+# run_node NAME SECONDS SCRIPT [VAR=VALUE ...]: a node test script under
+# those variables; its closing "N passed, M failed" counts into pass and
+# fail (no such line, or a non-zero exit with none failed, is one failure),
+# and its lines that are not "ok" are shown when one failed.
+run_node() {
+    local name=$1 secs=$2 script=$3; shift 3
+    env "$@" timeout "$secs" node "$script" >"$tmp/node.log" 2>&1
+    local rc=$? line p f
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
+    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
+    [ -z "$line" ] && { p=0; f=1; }
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    pass=$((pass + p)); fail=$((fail + f))
+    [ "$f" -ne 0 ] && grep -v '^ok' "$tmp/node.log" | head -40
+    echo "$name: $p passed, $f failed"
+}

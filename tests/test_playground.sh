@@ -179,12 +179,7 @@ check "--api-key --no-playground: GET / with the key 404" 404 "$(req GET / -H 'A
 # ---- in the browser ----
 # the same npm pins as tests/test_server.sh (playwright-core among them)
 npm_ok=1
-if ! node -e 'const p = require("./tests/server/package.json").dependencies;
-  for (const [n, v] of Object.entries(p))
-    if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
-    (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
-        { npm_ok=0; bad "npm install of tests/server/package.json failed (no network and nothing in npm's cache?)"; tail -5 "$tmp/npm.log"; }
-fi
+npm_ready || npm_ok=0
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 [ -x "$CHROMIUM" ] || { npm_ok=0; bad "Debian's chromium is needed at $CHROMIUM (scripts/deps.sh installs it)"; }
 

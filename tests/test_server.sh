@@ -174,33 +174,11 @@ has "/metrics finish reasons" 'finish_reason="length"' "$m"
 # the official client and Hugging Face's, at the versions tests/server/package.json
 # pins: installed once (from npm's cache when it has them), reinstalled when the
 # pins change; without network or cache the suite fails saying so
-npm_ok=1
-if ! node -e 'const p = require("./tests/server/package.json").dependencies;
-  for (const [n, v] of Object.entries(p))
-    if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
-    (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
-        { npm_ok=0; bad "npm install of tests/server/package.json failed (no network and nothing in npm's cache?)"; tail -5 "$tmp/npm.log"; }
-fi
-run_node() { # name, script, env...
-    local name=$1 script=$2; shift 2
-    env "$@" timeout 100 node "$script" >"$tmp/node.log" 2>&1
-    local rc=$? line
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    local p=${line%% passed*} f
-    f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    pass=$((pass + p)); fail=$((fail + f))
-    if [ "$f" -ne 0 ]; then grep -v '^ok' "$tmp/node.log" | head -40; fi
-    echo "$name: $p passed, $f failed"
-}
-if command -v node >/dev/null && [ "$npm_ok" = 1 ]; then
-    run_node "openai client" tests/server/openai.test.mjs BASE_URL="$B" MODEL=stories260K
-    run_node "structured output" tests/server/guide.test.mjs BASE_URL="$B" MODEL=stories260K
+if npm_ready; then
+    run_node "openai client" 100 tests/server/openai.test.mjs BASE_URL="$B" MODEL=stories260K
+    run_node "structured output" 100 tests/server/guide.test.mjs BASE_URL="$B" MODEL=stories260K
     greedy=$("$BIN" run -m "$M" -p "Once upon a time" -n 20 --temp 0 2>/dev/null)
-    run_node "Hugging Face's client" tests/server/hf.test.mjs BASE_URL="$B" MODEL=stories260K GREEDY="$greedy" GREEDY_N=20
-else
-    bad "node and the openai package are needed (npm install failed?)"
+    run_node "Hugging Face's client" 100 tests/server/hf.test.mjs BASE_URL="$B" MODEL=stories260K GREEDY="$greedy" GREEDY_N=20
 fi
 
 stop_server
@@ -229,16 +207,16 @@ check "auth server stops cleanly" 0 "$STOP_RC"
 # load: 64 streaming clients, a quarter leaving early (a longer context keeps them busy)
 if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
     start_server load --parallel 8 -c 512 --quiet || exit 1
-    run_node "64 clients" tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=clients MAXTOK=200
+    run_node "64 clients" 100 tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=clients MAXTOK=200
     stop_server
     check "load server stops cleanly" 0 "$STOP_RC"
     start_server spec --spec-type ngram -c 512 --quiet || exit 1
     has "serve says speculation is on" "speculative decoding: n-gram lookup, up to 16 drafts" "$(cat "$tmp/spec.log")"
-    run_node "speculative decoding" tests/server/spec.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K
+    run_node "speculative decoding" 100 tests/server/spec.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K
     stop_server
     check "speculating server stops cleanly" 0 "$STOP_RC"
     start_server queue --parallel 1 --max-queue 1 --quiet || exit 1
-    run_node "full queue" tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=queue
+    run_node "full queue" 100 tests/server/load.test.mjs BASE_URL="http://127.0.0.1:$PORT" MODEL=stories260K MODE=queue
     stop_server
 fi
 

@@ -99,25 +99,8 @@ bad_req "chat_template_kwargs: the server's variable" chat_template_kwargs "'too
 bad_req "an unknown role" messages "system, developer, user, assistant, tool" '{"messages": [{"role": "robot", "content": "Hi"}], "max_tokens": 2}'
 check "the server still answers" 200 "$(code /v1/chat/completions "{$MSG}")"
 
-if command -v node >/dev/null; then
-    if ! node -e 'const p = require("./tests/server/package.json").dependencies;
-      for (const [n, v] of Object.entries(p))
-        if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
-        (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
-            bad "npm install of tests/server/package.json failed"
-    fi
-    env BASE_URL="$U" MODEL=oss timeout 200 node tests/server/harmony.test.mjs >"$tmp/node.log" 2>&1
-    rc=$?
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    grep -E '^(ok|FAIL) ' "$tmp/node.log"
-    [ "$f" -ne 0 ] && tail -20 "$tmp/node.log"
-    pass=$((pass + p))
-    fail=$((fail + f))
-else
-    bad "node is needed for the openai client tests"
+if npm_ready; then
+    run_node "openai client (harmony)" 200 tests/server/harmony.test.mjs BASE_URL="$U" MODEL=oss
 fi
 kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 

@@ -104,25 +104,9 @@ has "completions: ... says why" "must be the request's only prompt" "$(cat "$tmp
 check "completions: an unknown key: 400" 400 "$(code /v1/completions '{"prompt":{"prompt_string":"a","images":[]}}')"
 check "completions: a remote URL: 400" 400 "$(code /v1/completions "$(cp_obj "a <__media__>" "http://example.com/a.png")")"
 has "completions: ... names the image" "prompt.multimodal_data[0]: this server does not fetch" "$(cat "$tmp/body")"
-if command -v node >/dev/null; then
-    if ! node -e 'const p = require("./tests/server/package.json").dependencies;
-      for (const [n, v] of Object.entries(p))
-        if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
-        (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
-            bad "npm install of tests/server/package.json failed"
-    fi
-    env BASE_URL="$U" MODEL=stories260K IMG_A="$tmp/a.b64" WANT_A="$want_a" \
-        timeout 200 node tests/server/mm_routes.test.mjs >"$tmp/node.log" 2>&1
-    rc=$?
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    pass=$((pass + p)); fail=$((fail + f))
-    [ "$f" -ne 0 ] && grep -v '^ok' "$tmp/node.log" | head -40
-    echo "openai client: $p passed, $f failed"
-else
-    bad "node is needed for the openai client"
+if npm_ready; then
+    run_node "openai client" 200 tests/server/mm_routes.test.mjs \
+        BASE_URL="$U" MODEL=stories260K IMG_A="$tmp/a.b64" WANT_A="$want_a"
 fi
 check "after everything: /health" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")"
 stop_server

@@ -314,25 +314,8 @@ if [ -z "$line" ]; then bad "the Python checks ran"; tail -20 "$tmp/py.log"; els
     pass=$((pass + p)); fail=$((fail + f))
 fi
 
-if command -v node >/dev/null; then
-    if ! node -e 'const p = require("./tests/server/package.json").dependencies;
-      for (const [n, v] of Object.entries(p))
-        if (require("./tests/server/node_modules/" + n + "/package.json").version !== v) process.exit(1)' 2>/dev/null; then
-        (cd tests/server && timeout 300 npm install --no-audit --no-fund --no-package-lock --prefer-offline) >"$tmp/npm.log" 2>&1 ||
-            bad "npm install of tests/server/package.json failed"
-    fi
-    env BASE_URL="$U" MODEL=qwen timeout 200 node tests/server/tools.test.mjs >"$tmp/node.log" 2>&1
-    rc=$?
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    grep -E '^(ok|FAIL) ' "$tmp/node.log"
-    [ "$f" -ne 0 ] && tail -20 "$tmp/node.log"
-    pass=$((pass + p))
-    fail=$((fail + f))
-else
-    bad "node is needed for the openai client tests"
+if npm_ready; then
+    run_node "openai client (tools)" 200 tests/server/tools.test.mjs BASE_URL="$U" MODEL=qwen
 fi
 kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 echo "$pass passed, $fail failed"
