@@ -3,7 +3,7 @@
  * for decode-like (nr = 1, 16) and prefill-like (nr = 128) shapes at
  * n = nc = 2048 by default, and the x16 kernels (kernels.h) on the same
  * rows repacked. Prints figures; checks nothing (the tests do).
- * `kbench peak` measures the CPU's int8 and BF16 dot-product peaks
+ * `kbench peak` measures the CPU's int8, BF16 and float multiply-add peaks
  * instead, one thread and two (tools/kbench_peak.h); `kbench ports` which
  * of the tiles' other instructions share vpdpbusd's pipes
  * (tools/kbench_ports.h).

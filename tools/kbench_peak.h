@@ -1,7 +1,7 @@
 /*
- * kbench's `peak` mode: the int8 and BF16 dot-product peaks of this CPU,
- * the figures a batched decode's (int8) and a BF16 prompt's GFLOP/s are
- * judged against. Part of tools/kbench.c, included by it.
+ * kbench's `peak` mode: the int8, BF16 and float multiply-add peaks of
+ * this CPU, the figures a batched decode's (int8), a BF16 prompt's and a
+ * decode's attention (float) GFLOP/s are judged against. Part of tools/kbench.c, included by it.
  *
  * Each loop issues one instruction mix over K independent accumulators
  * and nothing else (inline assembly, so the compiler can neither merge
@@ -21,7 +21,12 @@
  *   in three instructions, the avx2 table's int8 dot product;
  * - zmm vdpbf16ps (AVX-512 BF16), where cpuid has it: 32 bf16 pair
  *   products into 16 float lanes, what the avx512bf16 table's BF16
- *   kernels issue (its operands are normal numbers: 1 and 2^-7).
+ *   kernels issue (its operands are normal numbers: 1 and 2^-7);
+ * - zmm and ymm vfmadd231ps (AVX-512F, FMA): 16 or 8 float multiply-adds
+ *   (ymm up to 12 chains: AVX2 has 16 registers, and more would spill),
+ *   what every float kernel (attention over an F16 cache, F32 weights)
+ *   issues; the float peak a decode's attention at depth is judged
+ *   against (operands 1 and 2^-7 again).
  * A dependent chain of scalar adds (one cycle's latency on every x86
  * core) gives the core clock, so each peak is also said in instructions a
  * cycle.
@@ -42,6 +47,8 @@
 #define PK_Y __attribute__((target("avx2"), noinline))
 #define PK_YV __attribute__((target("avx2,avxvnni"), noinline))
 #define PK_ZB __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline))
+#define PK_ZF __attribute__((target("avx512f"), noinline))
+#define PK_YF __attribute__((target("avx2,fma"), noinline))
 
 /* PK_REPn(S): S(0) ... S(n - 1); PK_LSTn(C, g, R): C(0, g, R), ...,
  * C(n - 1, g, R). An asm statement takes at most 30 operands (an in-out
@@ -65,6 +72,7 @@
 #define PK_DPZ(i) "vpdpbusd %[b], %[a], %[c" #i "]\n\t"
 #define PK_DPY(i) "%{vex%} vpdpbusd %[b], %[a], %[c" #i "]\n\t"
 #define PK_DPB(i) "vdpbf16ps %[b], %[a], %[c" #i "]\n\t"
+#define PK_FMA(i) "vfmadd231ps %[b], %[a], %[c" #i "]\n\t"
 #define PK_MIX(i)                                                                                  \
     "vpmaddubsw %[b], %[a], %[t]\n\t"                                                              \
     "vpmaddwd %[one], %[t], %[t]\n\t"                                                              \
@@ -84,6 +92,9 @@
 #define PK_OPS_I8(V, SET1) V t, a = SET1##_epi8(3), b = SET1##_epi8(-2), one = SET1##_epi16(1)
 #define PK_OPS_BF(V, SET1)                                                                         \
     V t, a = SET1##_epi16(0x3f80), b = SET1##_epi16(0x3c00), one = SET1##_epi16(1)
+
+#define PK_OPS_F32(V, SET1)                                                                        \
+    V t, a = SET1##_epi32(0x3f800000), b = SET1##_epi32(0x3c000000), one = SET1##_epi16(1)
 
 /* One loop of K chains (BODY: the asm statements; 24 accumulators are
  * declared, the first K used; OPS: PK_OPS_I8 or PK_OPS_BF), iters times;
@@ -110,6 +121,12 @@
 #define PK_DEF_ZB(K, BODY)                                                                         \
     PK_DEF_OPS(pk_zb##K, PK_ZB, __m512i, _mm512_set1, _mm512_setzero_si512, _mm512_add_epi32,      \
                PK_OPS_BF, K, BODY)
+#define PK_DEF_ZF(K, BODY)                                                                         \
+    PK_DEF_OPS(pk_zf##K, PK_ZF, __m512i, _mm512_set1, _mm512_setzero_si512, _mm512_add_epi32,      \
+               PK_OPS_F32, K, BODY)
+#define PK_DEF_YF(K, BODY)                                                                         \
+    PK_DEF_OPS(pk_yf##K, PK_YF, __m256i, _mm256_set1, _mm256_setzero_si256, _mm256_add_epi32,      \
+               PK_OPS_F32, K, BODY)
 #define PK_DEF_Z(K, BODY)                                                                          \
     PK_DEF(pk_z##K, PK_Z, __m512i, _mm512_set1, _mm512_setzero_si512, _mm512_add_epi32, K, BODY)
 #define PK_DEF_YV(K, BODY)                                                                         \
@@ -142,6 +159,15 @@ PK_DEF_ZB(8, PK_DP(PK_DPB, 8, 0, "v"))
 PK_DEF_ZB(12, PK_DP(PK_DPB, 8, 0, "v"); PK_DP(PK_DPB, 4, 8, "v"))
 PK_DEF_ZB(16, PK_DP(PK_DPB, 8, 0, "v"); PK_DP(PK_DPB, 8, 8, "v"))
 PK_DEF_ZB(24, PK_DP(PK_DPB, 8, 0, "v"); PK_DP(PK_DPB, 8, 8, "v"); PK_DP(PK_DPB, 8, 16, "v"))
+PK_DEF_ZF(1, PK_DP(PK_FMA, 1, 0, "v"))
+PK_DEF_ZF(4, PK_DP(PK_FMA, 4, 0, "v"))
+PK_DEF_ZF(8, PK_DP(PK_FMA, 8, 0, "v"))
+PK_DEF_ZF(12, PK_DP(PK_FMA, 8, 0, "v"); PK_DP(PK_FMA, 4, 8, "v"))
+PK_DEF_ZF(16, PK_DP(PK_FMA, 8, 0, "v"); PK_DP(PK_FMA, 8, 8, "v"))
+PK_DEF_YF(1, PK_DP(PK_FMA, 1, 0, "x"))
+PK_DEF_YF(4, PK_DP(PK_FMA, 4, 0, "x"))
+PK_DEF_YF(8, PK_DP(PK_FMA, 8, 0, "x"))
+PK_DEF_YF(12, PK_DP(PK_FMA, 8, 0, "x"); PK_DP(PK_FMA, 4, 8, "x"))
 /* clang-format on */
 
 /* The clock: a chain of dependent scalar adds, one a cycle on every x86
@@ -293,15 +319,24 @@ static int peak_main(void)
         {"zmm vdpbf16ps", 3, 12, 1, 64, zb ? pk_zb12 : NULL},
         {"zmm vdpbf16ps", 3, 16, 1, 64, zb ? pk_zb16 : NULL},
         {"zmm vdpbf16ps", 3, 24, 1, 64, zb ? pk_zb24 : NULL},
+        {"zmm vfmadd231ps", 4, 1, 1, 32, z ? pk_zf1 : NULL},
+        {"zmm vfmadd231ps", 4, 4, 1, 32, z ? pk_zf4 : NULL},
+        {"zmm vfmadd231ps", 4, 8, 1, 32, z ? pk_zf8 : NULL},
+        {"zmm vfmadd231ps", 4, 12, 1, 32, z ? pk_zf12 : NULL},
+        {"zmm vfmadd231ps", 4, 16, 1, 32, z ? pk_zf16 : NULL},
+        {"ymm vfmadd231ps", 5, 1, 1, 16, pk_yf1},
+        {"ymm vfmadd231ps", 5, 4, 1, 16, pk_yf4},
+        {"ymm vfmadd231ps", 5, 8, 1, 16, pk_yf8},
+        {"ymm vfmadd231ps", 5, 12, 1, 16, pk_yf12},
     };
     const int nm = (int)(sizeof(mixes) / sizeof(mixes[0]));
     double ghz = pk_rate(pk_clock, 4, 1, 5, NULL) * 1e-9;
-    printf("dot-product peaks, GOP/s (2 per multiply-add); 1 thread by CPU time,\n"
+    printf("multiply-add peaks, GOP/s (2 per multiply-add); 1 thread by CPU time,\n"
            "2 threads by the wall clock; best of 5 trials\n");
     printf("clock (a dependent chain of scalar adds): %.2f GHz on 1 thread\n", ghz);
     printf("%-24s %3s %10s %9s %10s %10s\n", "mix", "K", "1 thread", "instr/cyc", "2 threads",
            "2 by CPU");
-    double best1[4] = {0, 0, 0, 0}, best2[4] = {0, 0, 0, 0};
+    double best1[6] = {0}, best2[6] = {0};
     for (int m = 0; m < nm; m++) {
         const struct pk_mix *x = &mixes[m];
         if (!x->fn) {
@@ -321,11 +356,12 @@ static int peak_main(void)
         if (r2 > best2[x->cls])
             best2[x->cls] = r2;
     }
-    static const char *cls_name[] = {"avx512 (zmm vpdpbusd)", "avx-vnni (ymm vpdpbusd)",
-                                     "avx2 (maddubs+madd)", "avx512bf16 (zmm vdpbf16ps)"};
+    static const char *cls_name[] = {"avx512 (zmm vpdpbusd)",        "avx-vnni (ymm vpdpbusd)",
+                                     "avx2 (maddubs+madd)",          "avx512bf16 (zmm vdpbf16ps)",
+                                     "avx512 f32 (zmm vfmadd231ps)", "avx2 f32 (ymm vfmadd231ps)"};
     printf("peaks (best K): GOP/s 1 thread, 2 threads\n");
-    for (int c = 0; c < 4; c++)
+    for (int c = 0; c < 6; c++)
         if (best1[c] > 0)
-            printf("peak %-26s %8.1f %8.1f\n", cls_name[c], best1[c] * 1e-9, best2[c] * 1e-9);
+            printf("peak %-30s %8.1f %8.1f\n", cls_name[c], best1[c] * 1e-9, best2[c] * 1e-9);
     return 0;
 }
