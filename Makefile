@@ -297,11 +297,13 @@ $(FUZZ_OUT)/fuzz_lora: tests/fuzz/fuzz_lora.c $(FUZZ_LORA_LIB)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  $(FUZZ_LORA_LIB) -lm -pthread
 
-# The Hermes tool-call parser's target links the parser and the byte buffer.
-$(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c src/server/hermes.c src/core/buf.c
+# The Hermes tool-call parser's target links the parser, the <think> splitter
+# and the byte buffer.
+$(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c src/server/hermes.c src/server/think.c \
+  src/core/buf.c
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
-	  src/server/hermes.c src/core/buf.c -ljansson
+	  src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
 
 # The image target links only the decoder (and libpng, libturbojpeg).
 FUZZ_IMAGE_SRC := src/core/err.c src/vision/image.c

@@ -197,6 +197,10 @@ LONG="http://127.0.0.1:$PORT"
 start_server spec --spec-type ngram --quiet || exit 1
 SPEC="http://127.0.0.1:$PORT"
 
+# a reasoning model's template (the reply begins inside its <think> block)
+start_server think --chat-template "$SHARED/chat/templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja" --quiet || exit 1
+THINK="http://127.0.0.1:$PORT"
+
 # what `inflight run` prints at temperature 0 for 64 tokens (its -n is the
 # request's max_tokens, --temp its temperature; top-k 0 and top-p 1 are the
 # server's defaults too), which the page must show
@@ -206,7 +210,7 @@ check "inflight run --temp 0" 0 $?
 shots=$(pwd)/$BUILD/playground
 mkdir -p "$shots"
 if [ "$npm_ok" = 1 ]; then
-    env BASE_URL="$B" LONG_URL="$LONG" LONG_KEY=sesame SPEC_URL="$SPEC" RUN_FILE="$tmp/run.txt" SHOTS="$shots" \
+    env BASE_URL="$B" LONG_URL="$LONG" LONG_KEY=sesame SPEC_URL="$SPEC" THINK_URL="$THINK" RUN_FILE="$tmp/run.txt" SHOTS="$shots" \
         CHROMIUM="$CHROMIUM" LOADGEN="$BIN bench --url $SPEC --prompt Once -n 4000 -c 8 --max-tokens 100 --timeout 30" \
         timeout 120 node tests/server/playground.test.mjs >"$tmp/node.log" 2>&1
     rc=$?

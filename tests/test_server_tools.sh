@@ -117,6 +117,7 @@ bad_req "parallel_tool_calls not a boolean" parallel_tool_calls "true or false" 
 bad_req "a forced call and response_format" tool_choice "response_format already does" "{$MSG, \"tools\": [$F], \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}"
 bad_req "a forced call and ignore_eos" ignore_eos "forced call" "{$MSG, \"tools\": [$F], \"tool_choice\": \"required\", \"ignore_eos\": true}"
 bad_req "a tool call without arguments" messages "tool_calls[0]" '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}], "max_tokens": 2}'
+bad_req "reasoning_format: an unknown value" reasoning_format '\"none\"' "{$MSG, \"reasoning_format\": \"all\"}"
 check "the server still answers" 200 "$(code /v1/chat/completions "{$MSG}")"
 
 python3 - "$U" >"$tmp/py.log" 2>&1 <<'PY'
@@ -155,6 +156,8 @@ def fold(chunks):
         for c in ch['choices']:
             d = c.get('delta') or {}
             r['content'] += d.get('content') or ''
+            if 'reasoning_content' in d:
+                r['reasoning'] = r.get('reasoning', '') + d['reasoning_content']
             for tc in d.get('tool_calls') or []:
                 at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
                 at['id'] += tc.get('id') or ''
@@ -305,6 +308,51 @@ nxt = post({'messages': ASK + [m, {'role': 'tool', 'tool_call_id': m['tool_calls
 check('next turn: the prompt grew by the call and its result',
       nxt['usage']['prompt_tokens'] > withtools + 25, [withtools, nxt['usage']])
 
+# reasoning: Qwen3's template writes <think>, so a reply that begins with
+# the block (the random model steered by a grammar) has it split out
+HI = [{'role': 'user', 'content': 'Hi'}]
+G = r'root ::= "<think>\nfoo  bar\n</think>\n\nhello there"'
+body = {'messages': HI, 'max_tokens': 80, 'grammar': G, 'temperature': 1, 'seed': 1}
+c = post(body)['choices'][0]
+check('think: the block is reasoning_content, the answer content',
+      c['message'].get('reasoning_content') == 'foo  bar' and
+      c['message']['content'] == 'hello there' and c['finish_reason'] == 'stop', c)
+s = fold(post(dict(body, stream=True), stream=True)[0])
+check('think, streamed: the same in delta.reasoning_content and delta.content',
+      s.get('reasoning') == 'foo  bar' and s['content'] == 'hello there' and
+      s['finish'] == 'stop', s)
+c = post(dict(body, reasoning_format='none'))['choices'][0]
+check('think: reasoning_format "none" leaves the block in content',
+      'reasoning_content' not in c['message'] and
+      c['message']['content'] == '<think>\nfoo  bar\n</think>\n\nhello there', c)
+s = fold(post(dict(body, reasoning_format='none', stream=True), stream=True)[0])
+check('think, streamed: "none" the same', 'reasoning' not in s and
+      s['content'] == '<think>\nfoo  bar\n</think>\n\nhello there', s)
+# after the block, a call is a call; inside it, it is reasoning
+CALL = r'<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 2}}\n</tool_call>'
+body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 1, 'seed': 2,
+        'grammar': 'root ::= "<think>\\nI should ask.\\n</think>\\n\\n' + CALL + '"'}
+for stream in (False, True):
+    if stream:
+        s = fold(post(dict(body, stream=True), stream=True)[0])
+        r, calls = s.get('reasoning'), [{'function': {'name': v['name'], 'arguments': v['arguments']},
+                                          'type': 'function', 'id': v['id']} for v in s['calls'].values()]
+        fin, content = s['finish'], s['content']
+    else:
+        c = post(body)['choices'][0]
+        r, calls = c['message'].get('reasoning_content'), c['message'].get('tool_calls') or []
+        fin, content = c['finish_reason'], c['message']['content']
+    check('think then a call%s: reasoning, one call, finish tool_calls' % (', streamed' if stream else ''),
+          r == 'I should ask.' and len(calls) == 1 and valid_call(calls[0], ['get_weather']) and
+          json.loads(calls[0]['function']['arguments']) == {'city': 'Rome', 'days': 2} and
+          fin == 'tool_calls' and not content, [r, calls, fin, content])
+body['grammar'] = 'root ::= "<think>\\n' + CALL + '\\n</think>\\n\\nno call"'
+c = post(body)['choices'][0]
+check('a call inside the block is reasoning, not a call',
+      'tool_calls' not in c['message'] and c['message']['content'] == 'no call' and
+      '"get_weather"' in c['message'].get('reasoning_content', '') and
+      c['finish_reason'] == 'stop', c)
+
 print('%d passed, %d failed' % (n_ok, n_bad))
 PY
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
@@ -318,5 +366,47 @@ if npm_ready; then
     run_node "openai client (tools)" 200 tests/server/tools.test.mjs BASE_URL="$U" MODEL=qwen
 fi
 kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+
+# QwQ's template opens the block at the prompt's end (with enable_thinking),
+# so the reply begins inside it: all reasoning up to </think>, whole and
+# streamed; a grammar's reply is the answer
+if start_server qwq --chat-template "$SHARED/chat/templates/Qwen-QwQ-32B.jinja"; then
+    U="http://127.0.0.1:$PORT"
+    HI='"messages": [{"role": "user", "content": "Hi"}]'
+    Q="$HI"', "max_tokens": 12, "ignore_eos": true, "temperature": 0, "chat_template_kwargs": {"enable_thinking": true}'
+    code /v1/chat/completions "{$Q, \"reasoning_format\": \"none\"}" >/dev/null
+    cp "$tmp/body" "$tmp/raw.json"
+    code /v1/chat/completions "{$Q}" >/dev/null
+    cp "$tmp/body" "$tmp/split.json"
+    curl -s -m 60 -H 'Content-Type: application/json' -d "{$Q, \"stream\": true}" \
+        "$U/v1/chat/completions" >"$tmp/split.sse"
+    check "qwq: the reply is reasoning until </think>, whole and streamed" ok "$(python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+raw = json.load(open(t + '/raw.json'))['choices'][0]['message']['content']
+m = json.load(open(t + '/split.json'))['choices'][0]['message']
+r, _, a = raw.partition('</think>')
+want = (r.strip(), a.lstrip())
+got = (m.get('reasoning_content', ''), m['content'])
+s = ['', '']
+for l in open(t + '/split.sse'):
+    if l.startswith('data: {'):
+        d = json.loads(l[6:])['choices'][0].get('delta', {})
+        s[0] += d.get('reasoning_content') or ''
+        s[1] += d.get('content') or ''
+print('ok' if raw.strip() and got == want and tuple(s) == want else [raw, got, s])
+PY
+)"
+    # this shared copy of the template closes the block unless enable_thinking is set
+    code /v1/chat/completions "{$HI, \"max_tokens\": 12, \"ignore_eos\": true, \"temperature\": 0}" >/dev/null
+    check "qwq, thinking off: the prompt closed the block, the reply is content" "None|True" \
+        "$(field "str(d['choices'][0]['message'].get('reasoning_content')) + '|' + str(len(d['choices'][0]['message']['content']) > 0)")"
+    code /v1/chat/completions "{$HI, \"chat_template_kwargs\": {\"enable_thinking\": true}, \"grammar\": \"root ::= \\\"yes\\\"\"}" >/dev/null
+    check "qwq: a constrained reply is the answer" "yes|none" \
+        "$(field "d['choices'][0]['message']['content'] + '|' + str(d['choices'][0]['message'].get('reasoning_content')).lower()")"
+    kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+else
+    bad "qwq: the server starts"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -197,9 +197,7 @@ static void end_block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
     t->state = T_OUT;
 }
 
-/* Where tag starts in s (n bytes): its offset, or where a prefix of it
- * ends s (a tag that may be arriving), or n. *whole says which. */
-static size_t find_tag(const char *s, size_t n, const char *tag, int *whole)
+size_t ifl_reply_find_tag(const char *s, size_t n, const char *tag, int *whole)
 {
     size_t tl = strlen(tag);
     const char *m = memmem(s, n, tag, tl);
@@ -223,7 +221,7 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
     while (i < hn) {
         int whole;
         if (t->state == T_OUT) {
-            size_t at = i + find_tag(h + i, hn - i, OPEN, &whole);
+            size_t at = i + ifl_reply_find_tag(h + i, hn - i, OPEN, &whole);
             text(t, h + i, at - i, o);
             i = at;
             if (!whole)
@@ -234,7 +232,7 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
             t->state = T_IN;
             i += strlen(OPEN);
         } else {
-            size_t at = i + find_tag(h + i, hn - i, CLOSE, &whole);
+            size_t at = i + ifl_reply_find_tag(h + i, hn - i, CLOSE, &whole);
             ifl_buf_add(&t->blk, h + i, at - i);
             i = at;
             if (!whole)

@@ -127,6 +127,9 @@ struct ifl_server {
     int chat_hermes;                     /* the template renders tools and writes calls as
                                             <tool_call> JSON blocks (Qwen, Hermes): tools
                                             accepted, replies parsed (hermes.c) */
+    int chat_think;                      /* the template writes <think> and </think>: a
+                                            reasoning model's block is split from the
+                                            answer (think.c) */
     atomic_int draining;                 /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;                 /* grace ran out: cancel what is running (relaxed) */
     atomic_int forced;     /* ifl_server_abort: skip the rest of the grace (relaxed) */
@@ -667,6 +670,37 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
 /* The text ended: held bytes are text; an unclosed block is a call when
  * its JSON is one, else text. */
 void ifl_hermes_finish(struct ifl_hermes *t, struct ifl_reply_out *o);
+
+/* Where tag starts in s (n bytes): its offset, or where a prefix of it
+ * ends s (a tag that may be arriving), or n. *whole says which. (hermes.c) */
+size_t ifl_reply_find_tag(const char *s, size_t n, const char *tag, int *whole);
+
+/* ---- reasoning in <think> blocks (think.c) ---- */
+
+/* One choice's splitter: a reply that begins with <think> (after any
+ * whitespace), or whose prompt left a <think> block open, has its
+ * reasoning up to </think> taken out; the rest is the answer. */
+struct ifl_think {
+    int state;
+    int r_text;          /* the reasoning has had text other than whitespace */
+    struct ifl_buf hold; /* bytes not yet placed (a tag may be starting) */
+    struct ifl_buf ws;   /* whitespace the reasoning ends with so far */
+};
+/* inside: the prompt ends inside an open block (ifl_think_prompt_open) */
+void ifl_think_init(struct ifl_think *k, int inside);
+void ifl_think_deinit(struct ifl_think *k);
+/* Appends the reasoning to o->reasoning, without the whitespace it begins
+ * or ends with, and the answer's text to *rest, without the whitespace
+ * that follows </think>. Text that does not begin with <think> is all
+ * answer, as it stands. */
+void ifl_think_push(struct ifl_think *k, const char *s, size_t n, struct ifl_reply_out *o,
+                    struct ifl_buf *rest);
+/* The text ended: a reply cut inside its block (max_tokens, a stop
+ * string) is reasoning and no answer. */
+void ifl_think_finish(struct ifl_think *k, struct ifl_reply_out *o, struct ifl_buf *rest);
+/* Whether a rendered prompt (n bytes) ends with <think> and whitespace
+ * only: the template opened the block, so the reply begins in it. */
+int ifl_think_prompt_open(const char *p, size_t n);
 
 /* An image_url part's URL (dataurl.c): a PNG or JPEG data URL's bytes,
  * malloc'd; IFL_EINVAL with a sentence for anything else (remote URLs

@@ -93,6 +93,13 @@ static int is_hermes(struct ifl_server *s)
     return yes;
 }
 
+/* A reasoning model's template: it writes (or strips from history) the
+ * <think> block its model answers in. */
+static int is_think(const char *src)
+{
+    return strstr(src, "<think>") && strstr(src, "</think>");
+}
+
 int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
 {
     struct ifl_chat_template *t = NULL;
@@ -101,6 +108,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_default = 0;
     s->chat_harmony = 0;
     s->chat_hermes = 0;
+    s->chat_think = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
             return ifl_err(err, IFL_EINVAL, "--chat-template: %s", cerr);
@@ -108,6 +116,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         s->chat_sees_images = strstr(s->chat_template, "image") != NULL;
         s->chat_harmony = is_harmony(s->chat_template);
         s->chat_hermes = !s->chat_harmony && is_hermes(s);
+        s->chat_think = !s->chat_harmony && is_think(s->chat_template);
         return 0;
     }
     char probe[1];
@@ -121,6 +130,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         rc = ifl_chat_template_compile(&t, src, (size_t)len, cerr);
         s->chat_sees_images = !rc && strstr(src, "image") != NULL;
         s->chat_harmony = !rc && is_harmony(src);
+        s->chat_think = !rc && !s->chat_harmony && is_think(src);
         free(src);
         if (rc == IFL_ENOMEM)
             return ifl_err(err, rc, "out of memory");

@@ -44,6 +44,8 @@ struct oai_req {
     int chat, stream, include_usage, echo;
     int full_text;      /* TGI's return_full_text (completions: echo unless echo is given) */
     int parse;          /* chat: IFL_REPLY_* how replies are read for tool calls (0: not) */
+    int think;          /* chat: a <think> block is split from the answer (1), and the
+                           reply begins inside it (2: the prompt opened it); 0: not */
     json_t *tool_names; /* the request's functions, by name (owned), when parse */
     char prefill[128];  /* the text the prompt ends with and the reply continues
                            (harmony's header of a forced call), or "" */
@@ -458,9 +460,18 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
 
 /* ---- rendering ---- */
 
-/* One choice's reply parser: gpt-oss's channels or Hermes' call blocks. */
+/* Whether a chat's replies go through a reply_parser. */
+static int parsed(const struct oai_req *q)
+{
+    return q->chat && (q->parse || q->think);
+}
+
+/* One choice's reply parser: gpt-oss's channels, or a <think> block's
+ * reasoning, then Hermes' call blocks or the text as it stands. */
 struct reply_parser {
-    int kind; /* IFL_REPLY_HARMONY or IFL_REPLY_HERMES */
+    int kind;  /* IFL_REPLY_HARMONY, IFL_REPLY_HERMES or IFL_REPLY_PLAIN */
+    int think; /* the text goes through k first */
+    struct ifl_think k;
     struct ifl_harmony h;
     struct ifl_hermes t;
 };
@@ -468,6 +479,8 @@ struct reply_parser {
 static void rp_init(struct reply_parser *p, const struct oai_req *q, const char *id_base)
 {
     p->kind = q->parse;
+    p->think = q->think != 0;
+    ifl_think_init(&p->k, q->think == 2);
     ifl_harmony_init(&p->h);
     ifl_hermes_init(&p->t, q->tool_names);
     snprintf(p->h.id_base, sizeof p->h.id_base, "%s", id_base);
@@ -480,24 +493,54 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     }
 }
 
-static void rp_push(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
+/* The answer's text (after any reasoning) to the call parser, if any. */
+static void rp_answer(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
 {
     if (p->kind == IFL_REPLY_HERMES)
         ifl_hermes_push(&p->t, text, n, o);
-    else
+    else if (p->kind == IFL_REPLY_HARMONY)
         ifl_harmony_push(&p->h, text, n, o);
+    else
+        ifl_buf_add(&o->content, text, n);
+}
+
+/* rest: the answer's text the <think> splitter gave, passed on and freed */
+static void rp_rest(struct reply_parser *p, struct ifl_buf *rest, struct ifl_reply_out *o)
+{
+    if (rest->oom)
+        o->oom = 1;
+    if (rest->len)
+        rp_answer(p, rest->p, rest->len, o);
+    ifl_buf_free(rest);
+}
+
+static void rp_push(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
+{
+    if (!p->think) {
+        rp_answer(p, text, n, o);
+        return;
+    }
+    struct ifl_buf rest = {0};
+    ifl_think_push(&p->k, text, n, o, &rest);
+    rp_rest(p, &rest, o);
 }
 
 static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
 {
+    if (p->think) {
+        struct ifl_buf rest = {0};
+        ifl_think_finish(&p->k, o, &rest);
+        rp_rest(p, &rest, o);
+    }
     if (p->kind == IFL_REPLY_HERMES)
         ifl_hermes_finish(&p->t, o);
-    else
+    else if (p->kind == IFL_REPLY_HARMONY)
         ifl_harmony_finish(&p->h, o);
 }
 
 static void rp_deinit(struct reply_parser *p)
 {
+    ifl_think_deinit(&p->k);
     ifl_harmony_deinit(&p->h);
     ifl_hermes_deinit(&p->t);
 }
@@ -546,7 +589,7 @@ static int reply_whole(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_re
         json_t *cj = json_object();
         json_object_set_new(cj, "index", json_integer(i));
         const char *fin = finish_name(ch->finish);
-        if (q->chat && q->parse) {
+        if (parsed(q)) {
             /* the channels or blocks: reasoning, the answer, tool calls */
             struct reply_parser h;
             struct ifl_reply_out ho = {.calls = json_array()};
@@ -642,7 +685,7 @@ struct oai_stream {
     int64_t created;
     int64_t *offset;         /* completions: text_offset per choice */
     unsigned char *echo_due; /* completions, echo with logprobs: the prompt is still to send */
-    struct reply_parser *h;  /* chat with tools (or harmony): a parser per choice */
+    struct reply_parser *h;  /* chat with tools, harmony or <think>: a parser per choice */
     unsigned char *called;   /* per choice: a tool call was sent */
 };
 
@@ -813,9 +856,10 @@ static int reply_stream(struct ifl_hconn *c, struct ifl_gen_job *j, struct oai_r
     int n_choices = j->n_prompts * j->n_per;
     int64_t *offset = calloc((size_t)n_choices, sizeof(int64_t));
     unsigned char *due = q->echo && q->want_lp ? calloc((size_t)n_choices, 1) : NULL;
-    struct reply_parser *h = q->parse ? calloc((size_t)n_choices, sizeof *h) : NULL;
-    unsigned char *called = q->parse ? calloc((size_t)n_choices, 1) : NULL;
-    if (!st || !os || !offset || (q->echo && q->want_lp && !due) || (q->parse && (!h || !called))) {
+    struct reply_parser *h = parsed(q) ? calloc((size_t)n_choices, sizeof *h) : NULL;
+    unsigned char *called = parsed(q) ? calloc((size_t)n_choices, 1) : NULL;
+    if (!st || !os || !offset || (q->echo && q->want_lp && !due) ||
+        (parsed(q) && (!h || !called))) {
         free(st);
         free(os);
         free(offset);
@@ -1208,6 +1252,26 @@ static int read_template_vars(json_t *b, json_t **vars, char *param, char *err)
     return 0;
 }
 
+/* reasoning_format (llama.cpp's server's field): "none" leaves a reasoning
+ * model's <think> block in content; "auto" or "deepseek" split it out
+ * (*split keeps the server's default: whether its template is such a
+ * model's). */
+static int read_reasoning_format(json_t *b, int *split, char *param, char *err)
+{
+    json_t *rf = json_object_get(b, "reasoning_format");
+    if (!rf || json_is_null(rf))
+        return 0;
+    const char *v = json_string_value(rf);
+    if (!v || (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))) {
+        snprintf(param, 64, "reasoning_format");
+        snprintf(err, IFL_ERR_LEN, "reasoning_format: \"auto\", \"deepseek\" or \"none\"");
+        return 400;
+    }
+    if (!strcmp(v, "none"))
+        *split = 0;
+    return 0;
+}
+
 int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
 {
     struct ifl_server *s = c->srv;
@@ -1240,6 +1304,9 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     json_t *vars = NULL;
     if ((st = read_template_vars(b, &vars, param, err)))
         return fail(c, j, &q, st, param, err);
+    int split = s->chat_think;
+    if ((st = read_reasoning_format(b, &split, param, err)))
+        return fail(c, j, &q, st, param, err);
     char *prompt = NULL;
     size_t plen = 0;
     json_t *msgs = json_object_get(b, "messages");
@@ -1268,6 +1335,10 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
         free(prompt);
         return fail(c, j, &q, 400, "messages", err);
     }
+    /* a constrained reply (a grammar, a forced call) is the answer, even
+     * where the template left a <think> block open */
+    if (split)
+        q.think = !j->guide_param && ifl_think_prompt_open(prompt, plen) ? 2 : 1;
     size_t bl = strlen(s->bos_text);
     int add_special = !(bl && plen >= bl && !memcmp(prompt, s->bos_text, bl));
     if (j->n_images)

@@ -2,7 +2,8 @@
 // headless, driven by playwright-core (which downloads no browser), against
 // the servers tests/test_playground.sh started: BASE_URL (stories260K) and
 // LONG_URL (a 32768-token model behind the key LONG_KEY, with CORS) and
-// SPEC_URL (stories260K with n-gram speculation: the dashboard's).
+// SPEC_URL (stories260K with n-gram speculation: the dashboard's) and
+// THINK_URL (stories260K with DeepSeek-R1's template: a reasoning model's).
 // RUN_FILE holds what `inflight run --temp 0 -n 64` printed for "Once upon a
 // time"; LOADGEN is a load generator's command line; screenshots go to
 // SHOTS. Every wait is bounded.
@@ -15,6 +16,7 @@ const BASE = process.env.BASE_URL;
 const LONG = process.env.LONG_URL;
 const LONG_KEY = process.env.LONG_KEY;
 const SPEC = process.env.SPEC_URL;
+const THINK = process.env.THINK_URL;
 const SHOTS = process.env.SHOTS;
 const RUN_TEXT = fs.readFileSync(process.env.RUN_FILE, 'utf8').replace(/\n$/, ''); // run adds one newline
 
@@ -302,6 +304,37 @@ await test('dashboard: live charts under load', async () => {
   });
   check('the tokens/s canvas is drawn', inked > 200, inked);
   await dash.close();
+});
+
+await test('reasoning: a <think> block shows folded above the answer', async () => {
+  // THINK_URL's template (DeepSeek-R1's) opens the block at the prompt's
+  // end, so the whole reply of the small model is reasoning
+  const tp = await ctx.newPage();
+  tp.on('pageerror', (e) => pageErrors.push(e.message));
+  await tp.goto(THINK + '/');
+  await tp.selectOption('#mode', 'chat');
+  await tp.fill('#temperature', '0');
+  await tp.fill('#max_tokens', '20');
+  await tp.fill('#prompt', 'Hi');
+  await tp.click('#send');
+  await tp.waitForFunction(() => ['done', 'error'].includes(document.getElementById('stats').dataset.state),
+    null, { timeout: 20000 });
+  const res = await fetch(THINK + '/v1/chat/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hi' }], temperature: 0, max_tokens: 20 }),
+  });
+  const want = (await res.json()).choices[0].message;
+  const got = await tp.evaluate(() => {
+    const m = document.querySelector('#log .msg.assistant');
+    const r = m.querySelector('details.reasoning');
+    return { reasoning: r && r.querySelector('.text').textContent, open: r && r.open,
+      body: m.querySelector('.body').textContent, summary: r && r.querySelector('summary').textContent };
+  });
+  check('the API gives reasoning_content for it', (want.reasoning_content || '').length > 0, want);
+  check('the page shows the same reasoning, folded once done, under "Reasoning"',
+    got.reasoning === want.reasoning_content && got.open === false && got.summary === 'Reasoning', got);
+  check('and the answer (none here) as the body', got.body === want.content, [got.body, want.content]);
+  await tp.close();
 });
 
 check('no script error and no CSP violation on the page', pageErrors.length === 0, pageErrors);

@@ -254,7 +254,7 @@ function params() {
 
 /* ---- the playground ---- */
 
-let chat = store.get('chat', []); /* [{role, content, meta?, error?}] */
+let chat = store.get('chat', []); /* [{role, content, reasoning?, meta?, error?}] */
 let running = null; /* {ctl: AbortController} while a reply streams */
 
 function renderMessage(m) {
@@ -263,6 +263,19 @@ function renderMessage(m) {
   const role = document.createElement('div');
   role.className = 'role';
   role.textContent = m.role;
+  div.append(role);
+  if (m.reasoning) { /* a reasoning model's <think> block: folded away once done */
+    const r = document.createElement('details');
+    r.className = 'reasoning';
+    r.open = !!m.thinking;
+    const sum = document.createElement('summary');
+    sum.textContent = 'Reasoning';
+    const txt = document.createElement('div');
+    txt.className = 'text';
+    txt.textContent = m.reasoning;
+    r.append(sum, txt);
+    div.append(r);
+  }
   const body = document.createElement('div');
   body.className = 'body';
   if (m.error) body.textContent = m.error;
@@ -270,7 +283,7 @@ function renderMessage(m) {
   const meta = document.createElement('div');
   meta.className = 'meta';
   meta.textContent = m.meta || '';
-  div.append(role, body, meta);
+  div.append(body, meta);
   return div;
 }
 
@@ -345,16 +358,18 @@ async function send() {
     renderLog();
     const node = () => $('log').lastElementChild;
     let pending = false;
-    onText = (t) => {
-      reply.content += t;
+    onText = (t, reasoning) => {
+      if (reasoning) { reply.reasoning = (reply.reasoning || '') + t; reply.thinking = true; }
+      else { reply.content += t; reply.thinking = false; }
       if (pending) return;
       pending = true; /* one Markdown pass per frame, not per token */
       requestAnimationFrame(() => {
         pending = false;
-        node().querySelector('.body').replaceChildren(renderMarkdown(reply.content));
+        node().replaceWith(renderMessage(reply));
       });
     };
     onEnd = () => {
+      delete reply.thinking;
       if (!reply.error) reply.meta = statsText(st);
       node().replaceWith(renderMessage(reply));
       store.set('chat', chat);
@@ -376,15 +391,18 @@ async function send() {
       if (ev.error) throw new Error(ev.error.message || String(ev.error));
       if (ev.usage) st.tokens = ev.usage.completion_tokens;
       for (const ch of ev.choices || []) {
-        const t = completion ? ch.text : ch.delta && ch.delta.content;
-        if (t) {
+        const d = ch.delta || {};
+        const r = completion ? '' : d.reasoning_content;
+        const t = completion ? ch.text : d.content;
+        if (t || r) {
           const now = performance.now();
           if (!tFirst) { tFirst = now; st.ttft = now - t0; }
           tLast = now;
           n++;
           st.chunks++;
           if (!ev.usage) st.tokens = Math.max(st.tokens, n);
-          onText(t);
+          if (r) onText(r, true);
+          if (t) onText(t, false);
         }
         if (ch.finish_reason) st.finish = ch.finish_reason;
       }
