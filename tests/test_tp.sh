@@ -417,5 +417,26 @@ if start_orch ostop "$M" --tp-timeout $TPT; then
     check "orchestrator, stopped worker: no worker left when the server has exited" 0 "$(alive "$WPID")"
 fi
 
+# a worker killed while the model loads (a model that takes about half a
+# second, the kill as soon as the server says it is loading): a failure
+# while running, exit 1 naming the lost rank, not a usage error's 2
+if "$BUILD/tools/mkmodel" -o "$tmp/slow.gguf" --vocab $V --n-embd 1024 --n-head 8 --n-head-kv 4 \
+    --n-ff 2816 --n-layer 12 --type q8_0 >/dev/null 2>&1; then
+    "$BIN" serve -m "$tmp/slow.gguf" --host 127.0.0.1 --port 0 -t 1 --tp 2 --tp-timeout $TPT \
+        >"$tmp/oload.log" 2>&1 &
+    OPID=$!
+    pids+=("$OPID")
+    for _ in $(seq 1000); do grep -aq "listening on" "$tmp/oload.log" && break; sleep 0.01; done
+    W=$(pgrep -f "tp-worker -m $tmp/slow.gguf" | head -1)
+    [ -n "$W" ] && kill -KILL "$W"
+    wait_exit "$OPID" 20
+    check "orchestrator, worker killed while loading: the server exits 1" 1 "$XRC"
+    has "orchestrator, worker killed while loading: it says the job lost a rank while loading" \
+        "lost a rank while loading" "$(cat "$tmp/oload.log")"
+    rm -f "$tmp/slow.gguf"
+else
+    bad "mkmodel a model that takes a while to load"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -23,6 +23,7 @@
 
 #include "cli/cli.h"
 #include "core/sysmem.h"
+#include "dist/comm.h"
 #include "inflight.h"
 #include "server/server.h"
 
@@ -480,9 +481,14 @@ static int serve_main(int argc, char **argv)
             ifl_server_port(srv), model);
     rc = ifl_server_load(srv, err);
     if (rc) {
-        fprintf(stderr, "inflight serve: %s\n", err);
+        /* a model that does not load is the operator's to fix, like a bad
+         * argument; a rank lost on the way or memory short is a failure
+         * while running */
+        int lost = g_tp.comm && ifl_comm_broken(g_tp.comm);
+        fprintf(stderr, "inflight serve: %s%s\n", err,
+                lost ? " (the tensor parallel job lost a rank while loading)" : "");
         ifl_server_free(srv);
-        return CLI_EXIT_USAGE;
+        return lost || rc == IFL_ENOMEM ? 1 : CLI_EXIT_USAGE;
     }
     cli_cache_note(&progress, cfg.exec.repack_cache_dir, cache_default);
     log_kv_pool(srv, (int32_t)parallel, kv_mem_share, kv_prefault);

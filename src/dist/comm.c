@@ -518,6 +518,11 @@ int ifl_comm_size(const struct ifl_comm *comm)
     return comm->size;
 }
 
+int ifl_comm_broken(const struct ifl_comm *comm)
+{
+    return comm->broken;
+}
+
 void ifl_comm_stats(const struct ifl_comm *comm, struct ifl_comm_stats *out)
 {
     *out = comm->st;

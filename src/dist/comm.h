@@ -88,6 +88,10 @@ void ifl_comm_finalize(struct ifl_comm *comm);
 
 int ifl_comm_rank(const struct ifl_comm *comm);
 int ifl_comm_size(const struct ifl_comm *comm);
+/* Whether a collective on comm timed out or failed (a rank died, MPI
+ * reported an error): from then on every call fails. Read it only when no
+ * other thread is in a collective on comm (after a call that failed). */
+int ifl_comm_broken(const struct ifl_comm *comm);
 
 /* buf[0..n) becomes the sum over all ranks of their buf, on every rank,
  * bit for bit the same everywhere. Every rank calls it with the same n.
