@@ -4,7 +4,8 @@
 // function) must come back as tool_calls whose arguments parse and keep to
 // the function's schema, whole and streamed; a reply the model writes
 // itself (steered by a grammar) has its <tool_call> blocks read; the call
-// goes back in the next turn; an unknown function is a 400.
+// goes back in the next turn; a <think> block before a call is
+// reasoning_content; an unknown function is a 400.
 import { MODEL, client, check, test, expectError, finish } from './harness.mjs';
 
 const TOOLS = [
@@ -38,6 +39,7 @@ async function fold(stream) {
     const d = c.delta || {};
     if (d.role) r.role = d.role;
     if (d.content) r.content += d.content;
+    if (d.reasoning_content) r.reasoning = (r.reasoning || '') + d.reasoning_content;
     for (const tc of d.tool_calls || []) {
       const at = r.calls[tc.index] || (r.calls[tc.index] = { id: '', name: '', arguments: '', type: '' });
       if (tc.id) at.id = tc.id;
@@ -94,6 +96,19 @@ await test('the model writes a call itself', async () => {
     max_tokens: 200, temperature: 0, grammar, stream: true }));
   check('streamed: the same', s.content === m.content && s.calls.length === 1 &&
     s.calls[0].arguments === m.tool_calls[0].function.arguments, s);
+});
+
+await test('a reasoning block, then a call (Qwen3 thinks first)', async () => {
+  const grammar = 'root ::= "<think>\\nThe user wants Rome.\\n</think>\\n\\n<tool_call>\\n' +
+    '{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Rome\\", \\"days\\": 3}}\\n</tool_call>"';
+  const args = { model: MODEL, messages, tools: TOOLS, max_tokens: 200, temperature: 0, grammar };
+  const m = (await client.chat.completions.create(args)).choices[0].message;
+  check('message.reasoning_content holds the block, without its newlines', m.reasoning_content === 'The user wants Rome.', m);
+  check('no content, one call', m.content === null && m.tool_calls && m.tool_calls.length === 1 && valid(m.tool_calls[0]), m);
+  const s = await fold(await client.chat.completions.create({ ...args, stream: true }));
+  check('streamed: delta.reasoning_content, then the same call', s.reasoning === m.reasoning_content &&
+    s.content === '' && s.calls.length === 1 && s.calls[0].arguments === m.tool_calls[0].function.arguments &&
+    s.finish === 'tool_calls', s);
 });
 
 await test('the next turn takes the call and its result', async () => {
