@@ -305,6 +305,13 @@ $(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c src/server/hermes.c src/server
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
 
+# Likewise the Llama 3.1 tool-call parser's (it shares hermes.c's helpers).
+$(FUZZ_OUT)/fuzz_llama3: tests/fuzz/fuzz_llama3.c src/server/llama3.c src/server/hermes.c \
+  src/server/think.c src/core/buf.c
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
+	  src/server/llama3.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
+
 # The image target links only the decoder (and libpng, libturbojpeg).
 FUZZ_IMAGE_SRC := src/core/err.c src/vision/image.c
 FUZZ_IMAGE_OBJ := $(FUZZ_IMAGE_SRC:%.c=$(FUZZ_OUT)/lib/%.o)

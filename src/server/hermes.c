@@ -75,10 +75,8 @@ static void text(struct ifl_hermes *t, const char *s, size_t n, struct ifl_reply
     ifl_buf_add(&o->content, s, n);
 }
 
-/* The raw text of the top-level member "arguments" of the object in s (a
- * valid JSON object): *v and its length, or 0 when the key is not written
- * plainly. JSON is valid here, so strings and nesting are all a scanner
- * has to follow. */
+/* JSON is valid where these scan, so strings and nesting are all they
+ * have to follow. */
 static size_t skip_string(const char *s, size_t n, size_t i)
 {
     for (i++; i < n && s[i] != '"'; i++)
@@ -87,8 +85,9 @@ static size_t skip_string(const char *s, size_t n, size_t i)
     return i + 1;
 }
 
-static size_t raw_arguments(const char *s, size_t n, const char **v)
+size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char **v)
 {
+    size_t kl = strlen(key);
     size_t i = 0, len = 0;
     while (i < n && s[i] != '{')
         i++;
@@ -125,12 +124,24 @@ static size_t raw_arguments(const char *s, size_t n, const char **v)
                 break;
             i++;
         }
-        if (k1 - k0 == 9 && !memcmp(s + k0, "arguments", 9)) {
+        if (k1 - k0 == kl && !memcmp(s + k0, key, kl)) {
             *v = s + v0; /* the last one, as the parser takes it */
             len = i - v0;
         }
     }
     return len;
+}
+
+void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index, json_t *name,
+                        const char *raw, size_t rl)
+{
+    char id[128];
+    snprintf(id, sizeof id, "call_%s_%d", id_base, index);
+    json_t *c = raw ? json_pack("{s:i,s:s,s:s,s:{s:O,s:s%}}", "index", index, "id", id, "type",
+                                "function", "function", "name", name, "arguments", raw, rl)
+                    : NULL;
+    if (!c || !o->calls || json_array_append_new(o->calls, c))
+        o->oom = 1;
 }
 
 /* The block in blk as a call (appended to o->calls), or 0 when it is not one. */
@@ -152,7 +163,7 @@ static int call(struct ifl_hermes *t, struct ifl_reply_out *o)
              (!args || json_is_object(args) || json_is_object(parsed));
     if (ok) {
         const char *raw = NULL;
-        size_t rl = json_is_object(args) ? raw_arguments(s, n, &raw) : 0;
+        size_t rl = json_is_object(args) ? ifl_reply_raw_member(s, n, "arguments", &raw) : 0;
         char *dumped = NULL;
         if (!args)
             raw = "{}", rl = 2;
@@ -160,14 +171,7 @@ static int call(struct ifl_hermes *t, struct ifl_reply_out *o)
             raw = json_string_value(args), rl = json_string_length(args);
         else if (!rl && (dumped = json_dumps(args, JSON_REAL_PRECISION(17))))
             raw = dumped, rl = strlen(dumped);
-        char id[128];
-        snprintf(id, sizeof id, "call_%s_%d", t->id_base, t->n_calls);
-        json_t *c =
-            raw ? json_pack("{s:i,s:s,s:s,s:{s:O,s:s%}}", "index", t->n_calls, "id", id, "type",
-                            "function", "function", "name", name, "arguments", raw, rl)
-                : NULL;
-        if (!c || !o->calls || json_array_append_new(o->calls, c))
-            o->oom = 1;
+        ifl_reply_add_call(o, t->id_base, t->n_calls, name, raw, rl);
         free(dumped);
         t->n_calls++;
     }

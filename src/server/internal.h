@@ -127,6 +127,11 @@ struct ifl_server {
     int chat_hermes;                     /* the template renders tools and writes calls as
                                             <tool_call> JSON blocks (Qwen, Hermes): tools
                                             accepted, replies parsed (hermes.c) */
+    int chat_llama3;                     /* the template renders tools and writes a call as
+                                            a {"name", "parameters"} JSON object (Llama
+                                            3.1-3.3): tools accepted, replies parsed
+                                            (llama3.c); 2 when it also renders an
+                                            assistant turn with several calls */
     int chat_think;                      /* the template writes <think> and </think>: a
                                             reasoning model's block is split from the
                                             answer (think.c) */
@@ -590,7 +595,10 @@ int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t 
 /* ---- function tools in a chat request (tools.c) ---- */
 
 /* How a template's model writes its tool calls, which is how its replies are read. */
-enum { IFL_REPLY_PLAIN = 0, IFL_REPLY_HARMONY = 1, IFL_REPLY_HERMES = 2 };
+enum { IFL_REPLY_PLAIN = 0, IFL_REPLY_HARMONY = 1, IFL_REPLY_HERMES = 2, IFL_REPLY_LLAMA3 = 3 };
+
+/* The server's template's tool format (IFL_REPLY_*; PLAIN: it takes no tools). (messages.c) */
+int ifl_server_tool_format(const struct ifl_server *s);
 
 struct ifl_chat_tools {
     json_t *list;            /* the tools for the template (a view of the body), or NULL */
@@ -599,6 +607,7 @@ struct ifl_chat_tools {
     int forced;              /* tool_choice "required" (1) or a named function (2) */
     const char *forced_name; /* that function (a view of the body) */
     int parallel;            /* parallel_tool_calls (default 1) */
+    int multi;               /* the template renders an assistant turn with several calls */
     char prefill[128];       /* harmony, a forced call: the header the prompt ends with
                                 (ifl_chat_tools_guide), which the reply continues */
 };
@@ -674,6 +683,39 @@ void ifl_hermes_finish(struct ifl_hermes *t, struct ifl_reply_out *o);
 /* Where tag starts in s (n bytes): its offset, or where a prefix of it
  * ends s (a tag that may be arriving), or n. *whole says which. (hermes.c) */
 size_t ifl_reply_find_tag(const char *s, size_t n, const char *tag, int *whole);
+/* The raw text of the top-level member key of the JSON object in s (n
+ * bytes, valid JSON): *v and its length (the last, when given twice, as the
+ * JSON parser takes it), or 0 when the key is not written plainly. (hermes.c) */
+size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char **v);
+/* Appends the call {index, id "call_<id_base>_<index>", type "function",
+ * function {name, arguments: raw (rl bytes)}} to o->calls (o->oom when it
+ * cannot, or raw is NULL). (hermes.c) */
+void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index, json_t *name,
+                        const char *raw, size_t rl);
+
+/* ---- Llama 3.1's JSON tool calls: {"name", "parameters"} (llama3.c) ---- */
+
+/* One choice's parser state: text pushed in pieces as it streams. A reply
+ * that is one JSON call object, or several separated by ';', is calls; any
+ * other is content as it stands. */
+struct ifl_llama3 {
+    int state; /* L3_* (llama3.c) */
+    int depth, in_str, esc;
+    int expect_obj;      /* between objects: a '{' is next (after a ';'), not a ';' */
+    size_t scan;         /* bytes of hold read by the scanner */
+    size_t obj;          /* where the object being read begins in hold */
+    struct ifl_buf hold; /* the reply so far, while it may still be calls */
+    json_t *calls;       /* the calls read so far, given when the reply ends */
+    json_t *names;       /* the request's functions (a reference), or NULL: any */
+    char id_base[80];    /* tool call ids are call_<id_base>_<n> (set by the caller) */
+};
+void ifl_llama3_init(struct ifl_llama3 *t, json_t *names);
+void ifl_llama3_deinit(struct ifl_llama3 *t);
+/* Appends content to o as soon as the reply cannot be calls; a reply that
+ * may still be is held. */
+void ifl_llama3_push(struct ifl_llama3 *t, const char *s, size_t n, struct ifl_reply_out *o);
+/* The text ended: a held reply is given as its calls, or as content. */
+void ifl_llama3_finish(struct ifl_llama3 *t, struct ifl_reply_out *o);
 
 /* ---- reasoning in <think> blocks (think.c) ---- */
 

@@ -39,11 +39,12 @@ static int is_harmony(const char *src)
 static int render(struct ifl_server *s, json_t *msgs, json_t *tools, json_t *vars, char **out,
                   size_t *n, char *err);
 
-/* 1 when the compiled template renders tools and writes an assistant's
- * tool calls as Hermes' blocks, <tool_call> JSON </tool_call> with the JSON
- * an object {"name", "arguments"} (whitespace free around it), and renders
- * tool results: a probe conversation rendered with a probe tool says. */
-static int is_hermes(struct ifl_server *s)
+/* The probe conversation rendered with a probe tool: a question, an
+ * assistant turn with n_calls calls of ifl_probe_fn (ifl_probe_arg 1, 2,
+ * ...), a tool result. 0 and *out (malloc'd), or nonzero when the template
+ * refuses it (a template that raises on this conversation is not one whose
+ * calls the server reads). */
+static int probe_render(struct ifl_server *s, int n_calls, char **out, size_t *n)
 {
     json_t *tools = json_loads(
         "[{\"type\": \"function\", \"function\": {\"name\": \"ifl_probe_fn\", "
@@ -51,24 +52,38 @@ static int is_hermes(struct ifl_server *s)
         "\"properties\": {\"ifl_probe_arg\": {\"type\": \"integer\", \"description\": \"n\"}}, "
         "\"required\": [\"ifl_probe_arg\"]}}}]",
         0, NULL);
-    json_t *msgs = json_loads(
-        "[{\"role\": \"user\", \"content\": \"ifl-probe-question\"}, {\"role\": "
-        "\"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"call_ifl0\", \"type\": "
-        "\"function\", \"function\": {\"name\": \"ifl_probe_fn\", \"arguments\": "
-        "{\"ifl_probe_arg\": 1}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call_ifl0\", "
-        "\"content\": \"ifl-probe-result\"}]",
-        0, NULL);
-    char *out = NULL, e[IFL_ERR_LEN];
+    json_t *msgs =
+        json_loads("[{\"role\": \"user\", \"content\": \"ifl-probe-question\"}, {\"role\": "
+                   "\"assistant\", \"content\": \"\", \"tool_calls\": []}, {\"role\": \"tool\", "
+                   "\"tool_call_id\": \"call_ifl0\", \"content\": \"ifl-probe-result\"}]",
+                   0, NULL);
+    json_t *calls = json_object_get(json_array_get(msgs, 1), "tool_calls");
+    for (int i = 0; calls && i < n_calls; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "call_ifl%d", i);
+        json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:{s:i}}}", "id", id, "type",
+                                               "function", "function", "name", "ifl_probe_fn",
+                                               "arguments", "ifl_probe_arg", i + 1));
+    }
+    char e[IFL_ERR_LEN];
+    int rc = 1;
+    if (tools && msgs && json_array_size(calls) == (size_t)n_calls)
+        rc = render(s, json_incref(msgs), tools, NULL, out, n, e); /* render takes msgs */
+    json_decref(msgs);
+    json_decref(tools);
+    return rc;
+}
+
+/* 1 when the compiled template renders tools and writes an assistant's
+ * tool calls as Hermes' blocks, <tool_call> JSON </tool_call> with the JSON
+ * an object {"name", "arguments"} (whitespace free around it), and renders
+ * tool results: a probe conversation rendered with a probe tool says. */
+static int is_hermes(struct ifl_server *s)
+{
+    char *out = NULL;
     size_t n = 0;
     int yes = 0;
-    if (!tools || !msgs) {
-        json_decref(msgs);
-        json_decref(tools);
-        return 0;
-    }
-    /* render takes msgs, whether it renders or not (a template that raises
-     * on this conversation is not one whose calls the server reads) */
-    if (!render(s, msgs, tools, NULL, &out, &n, e)) {
+    if (!probe_render(s, 1, &out, &n)) {
         const char *p = out, *end = out + n;
         int call = 0;
         while (!call && (p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
@@ -89,7 +104,47 @@ static int is_hermes(struct ifl_server *s)
             call && memmem(out, n, "ifl-probe-tool", 14) && memmem(out, n, "ifl-probe-result", 16);
     }
     free(out);
-    json_decref(tools);
+    return yes;
+}
+
+/* How many of the probe's calls (ifl_probe_arg 1..n) out writes as Llama
+ * 3.1's objects {"name": "ifl_probe_fn", "parameters": {"ifl_probe_arg": k}}. */
+static int llama3_calls(const char *out, size_t n, int n_calls)
+{
+    int seen = 0;
+    for (const char *p = out, *end = out + n; (p = memchr(p, '{', (size_t)(end - p))); p++) {
+        json_t *v = json_loadb(p, (size_t)(end - p), JSON_DISABLE_EOF_CHECK, NULL);
+        json_t *name = json_object_get(v, "name");
+        json_int_t k =
+            json_integer_value(json_object_get(json_object_get(v, "parameters"), "ifl_probe_arg"));
+        if (json_is_string(name) && !strcmp(json_string_value(name), "ifl_probe_fn") && k >= 1 &&
+            k <= n_calls && json_object_size(v) == 2)
+            seen |= 1 << (k - 1);
+        json_decref(v);
+    }
+    int c = 0;
+    for (int k = 0; k < n_calls; k++)
+        c += (seen >> k) & 1;
+    return c;
+}
+
+/* 1 when the compiled template renders tools and writes an assistant's
+ * tool call as Llama 3.1's JSON object {"name", "parameters"}, and renders
+ * tool results; 2 when it also renders a turn with two calls (Llama 3.1's
+ * raises). The probe conversation says. */
+static int is_llama3(struct ifl_server *s)
+{
+    char *out = NULL;
+    size_t n = 0;
+    int yes = 0;
+    if (!probe_render(s, 1, &out, &n))
+        yes = llama3_calls(out, n, 1) == 1 && memmem(out, n, "ifl-probe-tool", 14) &&
+              memmem(out, n, "ifl-probe-result", 16);
+    free(out);
+    out = NULL;
+    if (yes && !probe_render(s, 2, &out, &n) && llama3_calls(out, n, 2) == 2)
+        yes = 2;
+    free(out);
     return yes;
 }
 
@@ -108,6 +163,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_default = 0;
     s->chat_harmony = 0;
     s->chat_hermes = 0;
+    s->chat_llama3 = 0;
     s->chat_think = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
@@ -116,6 +172,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         s->chat_sees_images = strstr(s->chat_template, "image") != NULL;
         s->chat_harmony = is_harmony(s->chat_template);
         s->chat_hermes = !s->chat_harmony && is_hermes(s);
+        s->chat_llama3 = !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
         s->chat_think = !s->chat_harmony && is_think(s->chat_template);
         return 0;
     }
@@ -148,7 +205,16 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     }
     s->chat_tmpl = t;
     s->chat_hermes = !s->chat_default && !s->chat_harmony && is_hermes(s);
+    s->chat_llama3 = !s->chat_default && !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
     return 0;
+}
+
+int ifl_server_tool_format(const struct ifl_server *s)
+{
+    return s->chat_harmony  ? IFL_REPLY_HARMONY
+           : s->chat_hermes ? IFL_REPLY_HERMES
+           : s->chat_llama3 ? IFL_REPLY_LLAMA3
+                            : IFL_REPLY_PLAIN;
 }
 
 void ifl_server_chat_free(struct ifl_server *s)
@@ -474,7 +540,7 @@ int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t 
                            .has_vision = j && ifl_executor_vision_info(j->ex, &vi) == 0,
                            .marker = marker};
     json_t *msgs = NULL;
-    int h = s->chat_harmony ? IFL_REPLY_HARMONY : s->chat_hermes ? IFL_REPLY_HERMES : 0;
+    int h = ifl_server_tool_format(s);
     int rc = normalize(messages, &msgs, j ? &im : NULL, AS_STRING, h, err);
     if (rc)
         return rc;

@@ -437,7 +437,7 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
     static const char *const unsupported[] = {"tools", "tool_choice", "functions", "function_call",
                                               "audio", "modalities",  "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
-        if (i < 2 && q->chat && (s->chat_harmony || s->chat_hermes))
+        if (i < 2 && q->chat && ifl_server_tool_format(s))
             continue; /* tools: read by ifl_oai_chat (tools.c) */
         json_t *x = json_object_get(b, unsupported[i]);
         if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
@@ -467,13 +467,15 @@ static int parsed(const struct oai_req *q)
 }
 
 /* One choice's reply parser: gpt-oss's channels, or a <think> block's
- * reasoning, then Hermes' call blocks or the text as it stands. */
+ * reasoning, then Hermes' call blocks, Llama 3.1's call objects or the
+ * text as it stands. */
 struct reply_parser {
-    int kind;  /* IFL_REPLY_HARMONY, IFL_REPLY_HERMES or IFL_REPLY_PLAIN */
+    int kind;  /* IFL_REPLY_HARMONY, IFL_REPLY_HERMES, IFL_REPLY_LLAMA3 or IFL_REPLY_PLAIN */
     int think; /* the text goes through k first */
     struct ifl_think k;
     struct ifl_harmony h;
     struct ifl_hermes t;
+    struct ifl_llama3 l;
 };
 
 static void rp_init(struct reply_parser *p, const struct oai_req *q, const char *id_base)
@@ -483,8 +485,10 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     ifl_think_init(&p->k, q->think == 2);
     ifl_harmony_init(&p->h);
     ifl_hermes_init(&p->t, q->tool_names);
+    ifl_llama3_init(&p->l, q->tool_names);
     snprintf(p->h.id_base, sizeof p->h.id_base, "%s", id_base);
     snprintf(p->t.id_base, sizeof p->t.id_base, "%s", id_base);
+    snprintf(p->l.id_base, sizeof p->l.id_base, "%s", id_base);
     if (q->prefill[0] && p->kind == IFL_REPLY_HARMONY) { /* a header: it gives no text */
         struct ifl_reply_out o = {0};
         ifl_harmony_push(&p->h, q->prefill, strlen(q->prefill), &o);
@@ -498,6 +502,8 @@ static void rp_answer(struct reply_parser *p, const char *text, size_t n, struct
 {
     if (p->kind == IFL_REPLY_HERMES)
         ifl_hermes_push(&p->t, text, n, o);
+    else if (p->kind == IFL_REPLY_LLAMA3)
+        ifl_llama3_push(&p->l, text, n, o);
     else if (p->kind == IFL_REPLY_HARMONY)
         ifl_harmony_push(&p->h, text, n, o);
     else
@@ -534,6 +540,8 @@ static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
     }
     if (p->kind == IFL_REPLY_HERMES)
         ifl_hermes_finish(&p->t, o);
+    else if (p->kind == IFL_REPLY_LLAMA3)
+        ifl_llama3_finish(&p->l, o);
     else if (p->kind == IFL_REPLY_HARMONY)
         ifl_harmony_finish(&p->h, o);
 }
@@ -543,6 +551,7 @@ static void rp_deinit(struct reply_parser *p)
     ifl_think_deinit(&p->k);
     ifl_harmony_deinit(&p->h);
     ifl_hermes_deinit(&p->t);
+    ifl_llama3_deinit(&p->l);
 }
 
 static json_t *usage_json(const struct ifl_gen_job *j)

@@ -99,7 +99,8 @@ int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *
 {
     memset(t, 0, sizeof *t);
     t->parallel = 1;
-    int fmt = s->chat_harmony ? IFL_REPLY_HARMONY : s->chat_hermes ? IFL_REPLY_HERMES : 0;
+    t->multi = !s->chat_llama3 || s->chat_llama3 == 2;
+    int fmt = ifl_server_tool_format(s);
     if (!fmt)
         return 0; /* tools are refused as unsupported (openai.c) */
     json_t *tl = json_object_get(b, "tools"), *tc = json_object_get(b, "tool_choice");
@@ -224,7 +225,7 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
         return fail(param, "ignore_eos", err,
                     "ignore_eos: not with a forced call (tool_choice): the output ends where "
                     "the call does");
-    int harmony = t->parse == IFL_REPLY_HARMONY;
+    int harmony = t->parse == IFL_REPLY_HARMONY, llama3 = t->parse == IFL_REPLY_LLAMA3;
     size_t n_callable = t->forced == 2 ? 1 : json_array_size(t->list);
     struct ifl_buf g = {0}, alts = {0};
     size_t i;
@@ -249,6 +250,9 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
         else if (harmony)
             ifl_buf_addf(&alts, "%s\"%s<|channel|>commentary json<|message|>\" %s",
                          alts.len ? " | " : "", name, rule);
+        else if (llama3)
+            ifl_buf_addf(&alts, "%s\"%s\\\", \\\"parameters\\\": \" %s", alts.len ? " | " : "",
+                         name, rule);
         else
             ifl_buf_addf(&alts, "%s\"%s\\\", \\\"arguments\\\": \" %s", alts.len ? " | " : "", name,
                          rule);
@@ -261,6 +265,10 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
     struct ifl_buf all = {0};
     if (harmony) { /* one call: the turn ends with <|call|> */
         ifl_buf_addf(&all, "root ::= %s\n", alts.p ? alts.p : "");
+    } else if (llama3) { /* the reply is the call objects, separated by "; " */
+        ifl_buf_addf(&all, "root ::= call%s\n",
+                     t->forced == 1 && t->parallel && t->multi ? " ( \"; \" call )*" : "");
+        ifl_buf_addf(&all, "call ::= \"{\\\"name\\\": \\\"\" ( %s ) \"}\"\n", alts.p ? alts.p : "");
     } else {
         ifl_buf_addf(&all, "root ::= call%s\n",
                      t->forced == 1 && t->parallel ? " ( \"\\n\" call )*" : "");
