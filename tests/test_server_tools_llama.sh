@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Tool calls with Meta's Llama 3.1 template (= 3.3's) over HTTP: a tiny
+# llama model with Llama 3's vocabulary served with --chat-template. The
+# server finds the format by its probe, renders tools, a call and its
+# result as Jinja2 does (the prompt's token count against Jinja2's render
+# of the same conversation, tests/data/chat/gen.py's set-up), refuses what
+# the template refuses with 400s, reads the call objects the model writes
+# (the random model steered by a grammar) back into tool_calls, whole and
+# streamed, and forces a call with tool_choice "required" or a named
+# function: whatever the random model would say, the reply is one call
+# (the template takes one back per turn) whose arguments validate against
+# the function's schema. The `openai` npm client does the same
+# (tests/server/tools.test.mjs). Skips without the vocabulary or Jinja2.
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/inflight
+SHARED=${IFL_SHARED:-../shared}
+pass=0
+fail=0
+VOCAB=$SHARED/models/vocab/ggml-vocab-llama-bpe.gguf
+TMPL=$SHARED/chat/templates/meta-llama-Llama-3.1-8B-Instruct.jinja
+if [ ! -f "$VOCAB" ] || [ ! -f "$TMPL" ]; then
+    echo "skip: no Llama 3 vocabulary ($VOCAB) or template ($TMPL)"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+if ! python3 -c 'import jinja2, jsonschema' 2>/dev/null; then
+    echo "skip: python3's jinja2 and jsonschema are needed"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+START_ARGS=(--quiet --parallel 4)
+. "$(dirname "$0")/lib.sh"
+M=$tmp/llama.gguf
+"$BUILD/tools/mkmodel" -o "$M" --vocab "$VOCAB" --arch llama \
+    --n-embd 64 --n-layer 1 --n-head 2 --n-head-kv 1 --n-ff 128 --type f16 --seed 1 --ctx 4096 >/dev/null 2>&1 ||
+    bad "mkmodel llama with Llama 3's vocabulary"
+
+start_server llama31 --chat-template "$TMPL" || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+U="http://127.0.0.1:$PORT"
+
+python3 - "$U" "$BIN" "$M" "$TMPL" >"$tmp/py.log" 2>&1 <<'PY'
+import copy, json, subprocess, sys, urllib.request, urllib.error
+import jsonschema
+
+sys.path.insert(0, 'tests/data/chat')
+import gen  # Jinja2 set up as Hugging Face transformers does
+
+U, BIN, MODEL, TMPL = sys.argv[1:5]
+SRC = open(TMPL, encoding='utf-8').read()
+CTX = {'bos_token': '<|begin_of_text|>', 'eos_token': '<|eot_id|>'}
+n_ok = n_bad = 0
+
+
+def check(name, cond, detail=None):
+    global n_ok, n_bad
+    if cond:
+        n_ok += 1
+        print('ok   ' + name)
+    else:
+        n_bad += 1
+        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:800] if detail is not None else ''))
+
+
+def post(body, stream=False, status=False):
+    req = urllib.request.Request(U + '/v1/chat/completions', json.dumps(body).encode(),
+                                 {'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(req, timeout=180) as r:
+            code, data = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        code, data = e.code, e.read().decode()
+    if status:
+        return code, json.loads(data)
+    if not stream:
+        return json.loads(data)
+    chunks = [json.loads(l[6:]) for l in data.split('\n') if l.startswith('data: {')]
+    return chunks, data.rstrip().endswith('data: [DONE]')
+
+
+def fold(chunks):
+    r = {'content': '', 'calls': {}, 'finish': None, 'n_content': 0}
+    for ch in chunks:
+        for c in ch['choices']:
+            d = c.get('delta') or {}
+            if d.get('content'):
+                r['content'] += d['content']
+                r['n_content'] += 1
+            for tc in d.get('tool_calls') or []:
+                at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
+                at['id'] += tc.get('id') or ''
+                f = tc.get('function') or {}
+                at['name'] += f.get('name') or ''
+                at['arguments'] += f.get('arguments') or ''
+            if c.get('finish_reason'):
+                r['finish'] = c['finish_reason']
+    return r
+
+
+def n_tokens(text):
+    out = subprocess.run([BIN, 'tokenize', '-m', MODEL, '--parse-special'], input=text.encode(),
+                         capture_output=True, check=True).stdout.split()
+    return len(out)
+
+
+def jinja_tokens(msgs, tools):
+    """Jinja2's render of what a client sends, as the server gives it to the template."""
+    case = {'messages': copy.deepcopy(msgs), 'tools': tools, 'add_generation_prompt': True}
+    for m in case['messages']:
+        if m.get('content') is None:
+            m['content'] = ''
+        for tc in m.get('tool_calls') or []:
+            if isinstance(tc['function']['arguments'], str):
+                tc['function']['arguments'] = json.loads(tc['function']['arguments'])
+    return n_tokens(gen.render(SRC, case, None, CTX))
+
+
+# the reference conversations: the prompt has as many tokens as Jinja2's render
+cases = {c['name']: c for c in json.load(open('tests/data/chat/cases.json'))['cases']}
+for name in ['f_tools', 'h_tool_call_result', 'i_tool_call_then_final', 'j_string_arguments']:
+    c = cases[name]
+    msgs = []
+    for m in c['messages']:  # as OpenAI clients send them
+        m = dict(m)
+        m.pop('thinking', None)
+        for tc in m.get('tool_calls', []):
+            if not isinstance(tc['function']['arguments'], str):
+                tc['function']['arguments'] = json.dumps(tc['function']['arguments'])
+        msgs.append(m)
+    want = jinja_tokens(msgs, c['tools'])
+    got = post({'messages': msgs, 'tools': c['tools'], 'max_tokens': 1})
+    check('%s: the prompt is Jinja2\'s render (%d tokens)' % (name, want),
+          got.get('usage', {}).get('prompt_tokens') == want, [want, got])
+
+WEATHER = {'type': 'object', 'properties': {
+    'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
+    'days': {'type': 'integer', 'minimum': 1, 'maximum': 7},
+    'hourly': {'type': 'boolean'}}, 'required': ['city', 'days']}
+TIME = {'type': 'object', 'properties': {
+    'zone': {'type': 'string', 'maxLength': 6},
+    'fmt': {'type': 'array', 'items': {'type': 'string', 'enum': ['h', 'm', 's']}, 'maxItems': 3}},
+    'required': ['zone']}
+TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather.',
+                                           'parameters': WEATHER}},
+         {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
+                                           'parameters': TIME}},
+         {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
+SCHEMA = {'get_weather': WEATHER, 'get_time': TIME, 'ping': {'type': 'object', 'maxProperties': 0}}
+ASK = [{'role': 'system', 'content': 'Be brief.'},
+       {'role': 'user', 'content': 'What is the weather in Paris?'}]
+
+
+def valid_call(tc, names):
+    try:
+        f = tc['function']
+        jsonschema.validate(json.loads(f['arguments']), SCHEMA[f['name']])
+        return f['name'] in names and tc['type'] == 'function' and tc['id'].startswith('call_')
+    except Exception:
+        return False
+
+
+# the template's own refusals and the server's, as 400s naming the field
+code, b = post({'messages': ASK + [
+    {'role': 'assistant', 'content': None, 'tool_calls': [
+        {'id': 'a', 'type': 'function', 'function': {'name': 'ping', 'arguments': '{}'}},
+        {'id': 'b', 'type': 'function', 'function': {'name': 'ping', 'arguments': '{}'}}]},
+    {'role': 'tool', 'tool_call_id': 'a', 'content': '1'}], 'tools': TOOLS, 'max_tokens': 1},
+    status=True)
+check('two calls in one turn: 400, the template says why',
+      code == 400 and b['error']['param'] == 'messages' and
+      'single tool-calls' in b['error']['message'], [code, b])
+code, b = post({'messages': [{'role': 'system', 'content': 'x'}], 'tools': TOOLS,
+                'max_tokens': 1}, status=True)
+check('tools without a message after the system one: 400 (the template raises)',
+      code == 400 and b['error']['param'] == 'messages' and
+      'first user message' in b['error']['message'], [code, b])
+code, b = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'maybe', 'max_tokens': 1},
+               status=True)
+check('tool_choice unknown: 400', code == 400 and b['error']['param'] == 'tool_choice', b)
+code, b = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1,
+                'tool_choice': {'type': 'function', 'function': {'name': 'nope'}}}, status=True)
+check('tool_choice naming no tool: 400', code == 400 and 'nope' in b['error']['message'], b)
+code, b = post({'messages': ASK, 'tools': [{'type': 'function', 'function': {'name': 'a b'}}],
+                'max_tokens': 1}, status=True)
+check('a bad tool name: 400', code == 400 and b['error']['param'] == 'tools', b)
+
+
+def same_stream(body, m, fin, what):
+    chunks, done = post(dict(body, stream=True), stream=True)
+    s = fold(chunks)
+    calls = m.get('tool_calls') or []
+    check(what + ', streamed: the same content and calls, then [DONE]',
+          done and s['finish'] == fin and s['content'] == (m['content'] or '') and
+          [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
+          [(t['function']['name'], t['function']['arguments']) for t in calls] and
+          all(v['id'].startswith('call_') for v in s['calls'].values()), [s, m])
+    return s
+
+
+# auto: the model's own call (steered by a grammar): one object, after the
+# python tag, two separated by ';', each as it wrote it
+GRAMMARS = [
+    ('one call', 'root ::= "{\\"name\\": \\"get_weather\\", \\"parameters\\": {\\"city\\": \\"" '
+     '("Paris" | "Rome") "\\", \\"days\\": " [1-7] "}}"', ['get_weather']),
+    ('the python tag, arguments, no space', 'root ::= "<|python_tag|>{\\"name\\":\\"get_time\\",'
+     '\\"arguments\\":{\\"zone\\":\\"" [A-Z]{3} "\\"}}"', ['get_time']),
+    ('two calls', 'root ::= "{\\"name\\": \\"ping\\", \\"parameters\\": {}}; {\\"name\\": '
+     '\\"get_weather\\", \\"parameters\\": {\\"city\\": \\"Rome\\", \\"days\\": " [1-7] "}}"',
+     ['ping', 'get_weather']),
+    ('no parameters', 'root ::= " {\\"name\\": \\"ping\\"}\\n"', ['ping']),
+]
+for what, g, names in GRAMMARS:
+    for seed in range(2):
+        body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 1,
+                'seed': seed, 'grammar': g}
+        c = post(body)['choices'][0]
+        m = c['message']
+        calls = m.get('tool_calls') or []
+        check('auto, %s, seed %d: calls read, content null, finish tool_calls' % (what, seed),
+              [t['function']['name'] for t in calls] == names and
+              all(valid_call(t, names) for t in calls) and m['content'] is None and
+              c['finish_reason'] == 'tool_calls' and
+              [t['index'] for t in calls] == list(range(len(calls))), c)
+        same_stream(body, m, 'tool_calls', 'auto, %s, seed %d' % (what, seed))
+c = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 0,
+          'grammar': 'root ::= "{\\"name\\": \\"get_weather\\", \\"parameters\\": '
+                     '{\\"city\\": \\"Rome\\", \\"days\\": 3}}"'})['choices'][0]
+check('auto: the arguments as the model wrote them',
+      c['message']['tool_calls'][0]['function']['arguments'] == '{"city": "Rome", "days": 3}', c)
+
+# replies that are not calls: content as they stand
+NOT = [('an unknown function', 'root ::= "{\\"name\\": \\"launch\\", \\"parameters\\": {}}"',
+        '{"name": "launch", "parameters": {}}'),
+       ('text after a call', 'root ::= "{\\"name\\": \\"ping\\"} done"', '{"name": "ping"} done'),
+       ('plain text', 'root ::= "It is sunny in Paris today, " [a-z]{3}', None),
+       ('JSON that is no call', 'root ::= "{\\"city\\": \\"Paris\\"}"', '{"city": "Paris"}')]
+for what, g, want in NOT:
+    body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 1, 'seed': 1,
+            'grammar': g}
+    c = post(body)['choices'][0]
+    m = c['message']
+    check('auto, %s: content as it stands, finish stop' % what,
+          'tool_calls' not in m and c['finish_reason'] == 'stop' and
+          (m['content'] == want if want else m['content'].startswith('It is sunny')), c)
+    s = same_stream(body, m, 'stop', 'auto, ' + what)
+    if not want:
+        check('auto, plain text, streamed: content as it comes (several deltas)',
+              s['n_content'] > 3, s)
+
+# tool_choice "required": one call (the template takes one back per turn),
+# whatever the random model would say, valid against its schema
+for seed in range(5):
+    body = {'messages': ASK, 'tools': TOOLS, 'tool_choice': 'required', 'max_tokens': 300,
+            'temperature': 1, 'seed': seed}
+    c = post(body)['choices'][0]
+    m = c['message']
+    calls = m.get('tool_calls') or []
+    check('required, seed %d: one call, valid, content null, finish tool_calls' % seed,
+          len(calls) == 1 and valid_call(calls[0], SCHEMA) and m['content'] is None and
+          c['finish_reason'] == 'tool_calls', c)
+    if seed < 2:
+        same_stream(body, m, 'tool_calls', 'required, seed %d' % seed)
+for name in ['get_weather', 'get_time', 'ping']:
+    for seed in range(2):
+        body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 300, 'temperature': 1, 'seed': seed,
+                'tool_choice': {'type': 'function', 'function': {'name': name}},
+                'parallel_tool_calls': seed == 0}
+        c = post(body)['choices'][0]
+        calls = c['message'].get('tool_calls') or []
+        check('named %s, seed %d: one call to it, valid' % (name, seed),
+              len(calls) == 1 and calls[0]['function']['name'] == name and
+              valid_call(calls[0], {name}) and c['finish_reason'] == 'tool_calls', c)
+        same_stream(body, c['message'], 'tool_calls', 'named %s, seed %d' % (name, seed))
+
+# tool_choice none: no tools in the prompt, the reply not read for calls
+plain = post({'messages': ASK, 'max_tokens': 1})['usage']['prompt_tokens']
+withtools = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1})['usage']['prompt_tokens']
+c = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'none', 'max_tokens': 100,
+          'temperature': 0, 'grammar': GRAMMARS[0][1]})
+check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
+      [plain, withtools, c['usage']])
+m = c['choices'][0]['message']
+check('none: a call-like reply stays content',
+      'tool_calls' not in m and m['content'].startswith('{"name": "get_weather"') and
+      c['choices'][0]['finish_reason'] == 'stop', m)
+
+# the next turn: the call as the server gave it and its result render as Jinja2 renders them
+r = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 300, 'temperature': 1, 'seed': 3,
+          'tool_choice': {'type': 'function', 'function': {'name': 'get_weather'}}})
+m = r['choices'][0]['message']
+conv = ASK + [m, {'role': 'tool', 'tool_call_id': m['tool_calls'][0]['id'],
+                  'content': '{"temp": 21}'}]
+nxt = post({'messages': conv, 'tools': TOOLS, 'max_tokens': 1})
+want = jinja_tokens([{k: v for k, v in x.items() if k != 'refusal'} for x in conv], TOOLS)
+check('next turn: the call and its result rendered as Jinja2 renders them (%d tokens)' % want,
+      nxt['usage']['prompt_tokens'] == want and want > withtools + 20, [want, nxt['usage']])
+conv2 = conv + [{'role': 'assistant', 'content': 'It is 21 degrees.'},
+                {'role': 'user', 'content': 'And Rome?'}]
+want = jinja_tokens(conv2, TOOLS)
+nxt = post({'messages': conv2, 'tools': TOOLS, 'max_tokens': 1})
+check('a turn after the answer: as Jinja2 renders it (%d tokens)' % want,
+      nxt['usage']['prompt_tokens'] == want, [want, nxt['usage']])
+
+print('%d passed, %d failed' % (n_ok, n_bad))
+PY
+line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
+grep -E '^(ok|FAIL) ' "$tmp/py.log"
+if [ -z "$line" ]; then bad "the Python checks ran"; tail -20 "$tmp/py.log"; else
+    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
+    pass=$((pass + p)); fail=$((fail + f))
+fi
+kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
