@@ -316,6 +316,9 @@ if [ -z "$line" ]; then bad "the Python checks ran"; tail -20 "$tmp/py.log"; els
     p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
     pass=$((pass + p)); fail=$((fail + f))
 fi
+if npm_ready; then
+    run_node "openai client (tools, llama3)" 200 tests/server/tools.test.mjs BASE_URL="$U" MODEL=llama FORMAT=llama3
+fi
 kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
