@@ -584,7 +584,7 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
  * object of more template variables, or NULL: chat_template_kwargs,
  * reasoning_effort) given to the template; the variables the server sets
  * win over vars. With a template that takes tools (s->chat_harmony,
- * s->chat_hermes) messages may also be tool results (role "tool", with
+ * s->chat_hermes, s->chat_llama3) messages may also be tool results (role "tool", with
  * their tool_call_id and name) and assistant turns with tool_calls (their
  * JSON arguments given to the template as objects) and reasoning_content
  * (given as "thinking", as gpt-oss's template names it, or as it is). */
@@ -612,7 +612,7 @@ struct ifl_chat_tools {
                                 (ifl_chat_tools_guide), which the reply continues */
 };
 /* Reads tools, tool_choice and parallel_tool_calls of body b for the
- * server's template (s->chat_harmony, s->chat_hermes; with neither, t is
+ * server's template (ifl_server_tool_format; with none, t is
  * empty and the fields are left to the caller's refusal). 0, or an HTTP
  * status with param and err (IFL_ERR_LEN) naming the field: tools not a
  * list, a bad entry, a parameters schema that is malformed (or, for a

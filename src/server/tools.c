@@ -1,8 +1,8 @@
 /*
  * Function tools in a chat request: `tools`, `tool_choice` and
  * `parallel_tool_calls` checked against what the chat template can do
- * (messages.c found its format: gpt-oss's harmony, or Hermes-style
- * <tool_call> blocks), and a forced call turned into a grammar.
+ * (messages.c found its format: gpt-oss's harmony, Hermes-style
+ * <tool_call> blocks, or Llama 3.1's call objects), and a forced call turned into a grammar.
  *
  * tool_choice "auto" (the default) shows the tools to the template and
  * reads the reply for calls; "none" hides them and reads nothing;
@@ -14,6 +14,9 @@
  * with ARGS following that function's parameters schema; "required" takes
  * any of the tools, one call or (parallel_tool_calls, the default) several
  * separated by newlines; a named function gets exactly one call.
+ * Llama 3.1's format is the object alone, {"name": "X", "parameters":
+ * ARGS}, several separated by "; " only where the template takes several
+ * calls back in one turn (Llama 3.1's own raises on them: one call).
  *
  * With harmony a call is a message of its own, and its header is made of
  * control tokens, which guided decoding never lets a model write. So the
