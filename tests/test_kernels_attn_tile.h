@@ -29,20 +29,24 @@ static void tile_range(int t0, int nt, int lo, int hi, uint8_t *a, uint8_t *e)
 }
 
 /* Walks queries [q0, q0 + nq) (ranges rlo, rhi) through every tile. */
-static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, float cap, int q0, int nq,
-                      const float *q, const void *const *krow, const void *const *vrow,
-                      const int *rlo, const int *rhi, float *m, float *l, float *o)
+static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, float cap, int npos,
+                      int q0, int nq, const float *q, const void *qq, const void *const *krow,
+                      const void *const *vrow, const int *rlo, const int *rhi, float *m, float *l,
+                      float *o)
 {
     for (int i = 0; i < nq; i++) {
         m[i] = -INFINITY;
         l[i] = 0;
     }
     memset(o, 0, sizeof(float) * (size_t)nq * (size_t)dv);
-    for (int t0 = 0; t0 < TILE_POS; t0 += 64) {
+    for (int t0 = 0; t0 < npos; t0 += 64) {
+        const int nt = npos - t0 < 64 ? npos - t0 : 64, ntn = npos - t0 - 64;
         uint8_t lo[TILE_NQ], hi[TILE_NQ];
         for (int i = 0; i < nq; i++)
-            tile_range(t0, 64, rlo[q0 + i], rhi[q0 + i], &lo[i], &hi[i]);
+            tile_range(t0, nt, rlo[q0 + i], rhi[q0 + i], &lo[i], &hi[i]);
         struct ifl_attn_tile a = {.q = q + (size_t)q0 * d,
+                                  .q8 = q8 ? (const char *)qq + (size_t)q0 * (size_t)d / 32 * 34
+                                           : NULL,
                                   .k = krow + t0,
                                   .v = vrow + t0,
                                   .lo = lo,
@@ -55,16 +59,20 @@ static void tile_walk(const struct ifl_kernels *k, int q8, int d, int dv, float 
                                   .d = d,
                                   .dv = dv,
                                   .nq = nq,
-                                  .nt = 64,
+                                  .nt = nt,
                                   /* the next tile's rows, asked for (no effect) */
-                                  .pk = t0 + 64 < TILE_POS ? krow + t0 + 64 : NULL,
+                                  .pk = ntn > 0 ? krow + t0 + 64 : NULL,
                                   .pv = vrow + t0 + 64,
-                                  .pnt = t0 + 64 < TILE_POS ? 64 : 0};
+                                  .pnt = ntn > 64  ? 64
+                                         : ntn > 0 ? ntn
+                                                   : 0};
         (q8 ? k->attn_tile_q8_0 : k->attn_tile_f16)(&a);
     }
 }
 
-static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, float cap,
+/* npos (152 .. TILE_POS) positions: the last tile has npos % 64 of them
+ * when that is not 0. */
+static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, float cap, int npos,
                             struct ifl_rng *r)
 {
     const struct ifl_kernels *ref = ifl_kernels_ref();
@@ -92,10 +100,20 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
     }
     for (int i = 0; i < TILE_NQ * d; i++)
         q[i] = ifl_rng_normal(r) * 2.0f;
+    /* a Q8_0 cache scores the queries in Q8_0 (kernels.h): the softmax
+     * below takes them as such, dequantised */
+    char *qq = xmalloc((size_t)TILE_NQ * (size_t)d / 32 * 34 + 1);
+    float *qd = xmalloc(sizeof(float) * TILE_NQ * (size_t)d);
+    if (q8) {
+        ref->quant[IFL_TYPE_Q8_0](q, qq, (int64_t)TILE_NQ * d);
+        ref->dequant[IFL_TYPE_Q8_0](qq, qd, (int64_t)TILE_NQ * d);
+    } else {
+        memcpy(qd, q, sizeof(float) * TILE_NQ * (size_t)d);
+    }
     /* ranges: a prompt's rows (sliding windows for some), and the last
      * position untaken by every query, so its rows are NaN */
     for (int i = 0; i < TILE_NQ; i++) {
-        rhi[i] = 20 + (int)(ifl_rng_next(r) % (TILE_POS - 22));
+        rhi[i] = 20 + (int)(ifl_rng_next(r) % (uint64_t)(npos - 22));
         rlo[i] = i % 3 == 0 ? (int)(ifl_rng_next(r) % (uint64_t)(rhi[i] + 1)) : 0;
         if (i % 6 && i < 6) { /* runs of queries that share a range, as a row's group does */
             rlo[i] = rlo[i - 1];
@@ -108,7 +126,7 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
         rlo[i] = 37;
         rhi[i] = 2 * 64 + 22;
     }
-    rhi[TILE_NQ - 1] = TILE_POS - 2; /* one query reaches the last tile */
+    rhi[TILE_NQ - 1] = npos - 2; /* one query reaches the last tile */
     for (int t = 0; t < TILE_POS; t++) {
         char *kr = buf + (size_t)perm[2 * t] * slot, *vr = buf + (size_t)perm[2 * t + 1] * slot;
         krow[t] = kr;
@@ -119,12 +137,12 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
             float *deq = (h ? vf : kf) + (size_t)t * n;
             for (int e = 0; e < n; e++)
                 tmp[e] = ifl_rng_normal(r);
-            if (t == TILE_POS - 1)
+            if (t == npos - 1)
                 for (int e = 0; e < n; e++)
                     tmp[e] = NAN;
             if (q8) {
                 ref->quant[IFL_TYPE_Q8_0](tmp, row, n);
-                if (t == TILE_POS - 1)
+                if (t == npos - 1)
                     memset(row, 0xff, (size_t)n / 32 * 34); /* NaN scales */
                 else
                     ref->dequant[IFL_TYPE_Q8_0](row, deq, n);
@@ -142,16 +160,16 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
         {TILE_NQ - 1, 1}, {TILE_NQ - 7, 7}, {TILE_NQ - 13, 13}, {0, 19}, {6, 8}};
     for (size_t ci = 0; ci < sizeof calls / sizeof calls[0]; ci++) {
         const int q0 = calls[ci][0], nq = calls[ci][1];
-        tile_walk(k, q8, d, dv, cap, q0, nq, q, krow, vrow, rlo, rhi, m1, l1, o1);
-        tile_walk(ref, q8, d, dv, cap, q0, nq, q, krow, vrow, rlo, rhi, m2, l2, o2);
+        tile_walk(k, q8, d, dv, cap, npos, q0, nq, q, qq, krow, vrow, rlo, rhi, m1, l1, o1);
+        tile_walk(ref, q8, d, dv, cap, npos, q0, nq, q, qq, krow, vrow, rlo, rhi, m2, l2, o2);
         CHECK_MSG(bits_equal(m1, m2, sizeof(float) * (size_t)nq) &&
                       bits_equal(l1, l2, sizeof(float) * (size_t)nq) &&
                       bits_equal(o1, o2, sizeof(float) * (size_t)nq * (size_t)dv),
-                  "%s attn_tile_%s d=%d dv=%d cap=%g nq=%d differs from ref", k->name, name, d, dv,
-                  (double)cap, nq);
+                  "%s attn_tile_%s d=%d dv=%d cap=%g nq=%d npos=%d differs from ref", k->name, name,
+                  d, dv, (double)cap, nq, npos);
         for (int i = 0; i < nq; i++) {
             const int qi = q0 + i;
-            tile_walk(k, q8, d, dv, cap, qi, 1, q, krow, vrow, rlo, rhi, &m3, &l3, o3);
+            tile_walk(k, q8, d, dv, cap, npos, qi, 1, q, qq, krow, vrow, rlo, rhi, &m3, &l3, o3);
             CHECK_MSG(bits_equal(&l3, &l1[i], sizeof(float)) &&
                           bits_equal(o3, o1 + (size_t)i * dv, sizeof(float) * (size_t)dv),
                       "%s attn_tile_%s d=%d dv=%d: query %d depends on the call's queries", k->name,
@@ -161,7 +179,7 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
             for (int t = rlo[qi]; t <= rhi[qi]; t++) {
                 double c = 0;
                 for (int e = 0; e < d; e++)
-                    c += (double)q[(size_t)qi * d + e] * kf[(size_t)t * d + e];
+                    c += (double)qd[(size_t)qi * d + e] * kf[(size_t)t * d + e];
                 s[t] = cap > 0 ? cap * tanh(0.125 * c / cap) : 0.125 * c;
                 mx = s[t] > mx ? s[t] : mx;
             }
@@ -180,6 +198,8 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
             }
         }
     }
+    free(qq);
+    free(qd);
     free(buf);
     free(kf);
     free(vf);
@@ -190,18 +210,121 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
     free(tmp);
 }
 
+/* attn_tile_q8_0's scores against kernels.h's formula, written out here:
+ * a query taking one position alone ends with m = its score. The keys
+ * are raw blocks (bytes -128 .. 127, scales over a wide range, so the
+ * blocks' order matters); the formula with the blocks in reverse order,
+ * or a float dot of the dequantised values (the arithmetic before issue
+ * 42), must give other bits for some of them, so this check tells those
+ * apart. */
+static void check_attn_q8_scores(const struct ifl_kernels *k, int d, float cap, struct ifl_rng *r)
+{
+    enum { NP = 64, NQ = 8 };
+    const int nb = d / 32;
+    char *keys = xmalloc((size_t)NP * (size_t)nb * 34), *qq = xmalloc((size_t)NQ * nb * 34);
+    float *q = xmalloc(sizeof(float) * NQ * (size_t)d),
+          *o = xmalloc(sizeof(float) * NQ * (size_t)d);
+    const void *krow[NP];
+    for (int t = 0; t < NP; t++) {
+        struct ifl_block_q8_0 *b = (struct ifl_block_q8_0 *)(void *)(keys + (size_t)t * nb * 34);
+        krow[t] = b;
+        for (int j = 0; j < nb; j++) {
+            b[j].d = ifl_f32_to_f16(ldexpf(1.0f + (float)(ifl_rng_next(r) % 1000) / 1000.0f,
+                                           (int)(ifl_rng_next(r) % 16) - 12));
+            for (int e = 0; e < 32; e++)
+                b[j].qs[e] = (int8_t)(ifl_rng_next(r) % 256 - 128);
+        }
+    }
+    for (int i = 0; i < NQ * d; i++)
+        q[i] = ifl_rng_normal(r) * ldexpf(1.0f, i / 32 % 5 - 2);
+    ifl_kernels_ref()->quant[IFL_TYPE_Q8_0](q, qq, (int64_t)NQ * d);
+    int differ_rev = 0, differ_float = 0, bad = 0;
+    for (int t = 0; t < NP; t++)
+        for (int nq = NQ; nq >= 3; nq -= 5) { /* a decode's eight, and three */
+            float m[NQ], l[NQ];
+            uint8_t lo[NQ], hi[NQ];
+            for (int i = 0; i < nq; i++) {
+                m[i] = -INFINITY;
+                l[i] = 0;
+                lo[i] = (uint8_t)t;
+                hi[i] = (uint8_t)(t + 1);
+            }
+            memset(o, 0, sizeof(float) * NQ * (size_t)d);
+            struct ifl_attn_tile a = {.q = q,
+                                      .q8 = qq,
+                                      .k = krow,
+                                      .v = krow,
+                                      .lo = lo,
+                                      .hi = hi,
+                                      .m = m,
+                                      .l = l,
+                                      .o = o,
+                                      .scale = 0.125f,
+                                      .softcap = cap,
+                                      .d = d,
+                                      .dv = d,
+                                      .nq = nq,
+                                      .nt = NP};
+            k->attn_tile_q8_0(&a);
+            for (int i = 0; i < nq; i++) {
+                const struct ifl_block_q8_0 *kb = krow[t],
+                                            *qb = (const void *)(qq + (size_t)i * nb * 34);
+                float c = 0, crev = 0, cf = 0;
+                for (int j = 0; j < nb; j++) {
+                    const int jr = nb - 1 - j;
+                    int32_t is = 0, isr = 0;
+                    for (int e = 0; e < 32; e++) {
+                        is += kb[j].qs[e] * qb[j].qs[e];
+                        isr += kb[jr].qs[e] * qb[jr].qs[e];
+                        cf += (ifl_f16_to_f32(kb[j].d) * (float)kb[j].qs[e]) *
+                              (ifl_f16_to_f32(qb[j].d) * (float)qb[j].qs[e]);
+                    }
+                    c = fmaf((float)is, ifl_f16_to_f32(kb[j].d) * ifl_f16_to_f32(qb[j].d), c);
+                    crev =
+                        fmaf((float)isr, ifl_f16_to_f32(kb[jr].d) * ifl_f16_to_f32(qb[jr].d), crev);
+                }
+                float want = c * 0.125f;
+                if (cap > 0)
+                    want = cap * ifl_kernels_tanh(want * (1.0f / cap));
+                differ_rev += crev != c;
+                differ_float += cf != c;
+                if (!bits_equal(&m[i], &want, sizeof want) && bad++ < 3)
+                    CHECK_MSG(0,
+                              "%s attn_tile_q8_0 d=%d nq=%d: score of query %d at %d is %.9g, "
+                              "kernels.h's formula %.9g",
+                              k->name, d, nq, i, t, (double)m[i], (double)want);
+            }
+        }
+    CHECK_MSG((differ_rev > 0 || nb == 1) && differ_float > 0,
+              "q8 scores check d=%d: no key tells the block order (%d) or float dots (%d) apart", d,
+              differ_rev, differ_float);
+    free(keys);
+    free(qq);
+    free(q);
+    free(o);
+}
+
 static void check_table_attn_tile(const struct ifl_kernels *k)
 {
     struct ifl_rng r;
     ifl_rng_seed(&r, 42);
     static const int f16_d[][2] = {{64, 64}, {128, 128}, {80, 80}, {40, 72}, {256, 256}, {8, 8}};
     for (size_t i = 0; i < sizeof f16_d / sizeof f16_d[0]; i++)
-        check_attn_tile(k, 0, f16_d[i][0], f16_d[i][1], 0, &r);
+        check_attn_tile(k, 0, f16_d[i][0], f16_d[i][1], 0, TILE_POS, &r);
     /* soft caps (gemma2's): one that bends most scores, one nearly linear */
-    check_attn_tile(k, 0, 64, 64, 1.5f, &r);
-    check_attn_tile(k, 0, 40, 72, 30.0f, &r);
-    check_attn_tile(k, 1, 64, 64, 1.5f, &r);
-    static const int q8_d[][2] = {{64, 64}, {128, 128}, {32, 96}, {256, 256}};
+    check_attn_tile(k, 0, 64, 64, 1.5f, TILE_POS, &r);
+    check_attn_tile(k, 0, 40, 72, 30.0f, TILE_POS, &r);
+    check_attn_tile(k, 1, 64, 64, 1.5f, TILE_POS, &r);
+    check_attn_tile(k, 1, 128, 128, 30.0f, TILE_POS, &r);
+    /* a last tile of 33 and of 45 positions (odd tile sizes) */
+    check_attn_tile(k, 0, 64, 64, 0, 161, &r);
+    check_attn_tile(k, 1, 64, 64, 0, 161, &r);
+    check_attn_tile(k, 1, 128, 128, 1.5f, 173, &r);
+    static const int q8_d[][2] = {{64, 64}, {128, 128}, {32, 96}, {256, 256}, {96, 32}};
     for (size_t i = 0; i < sizeof q8_d / sizeof q8_d[0]; i++)
-        check_attn_tile(k, 1, q8_d[i][0], q8_d[i][1], 0, &r);
+        check_attn_tile(k, 1, q8_d[i][0], q8_d[i][1], 0, TILE_POS, &r);
+    static const int q8_sd[] = {32, 64, 128, 256};
+    for (size_t i = 0; i < sizeof q8_sd / sizeof q8_sd[0]; i++)
+        check_attn_q8_scores(k, q8_sd[i], 0, &r);
+    check_attn_q8_scores(k, 64, 1.5f, &r);
 }

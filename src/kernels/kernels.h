@@ -100,22 +100,33 @@ struct ifl_exp_pass {
  * whatever else is computed with it). Query i takes positions
  * [lo[i], hi[i]) of the tile and nothing when lo[i] >= hi[i]; the others
  * are never read for it. For each such query, with q its d values:
- *   s_t = c * scale, c the dot16 of q and the cached key of position t:
- *     16 lanes from 0.0f, lane e % 16 = fmaf(k[e], q[e], lane) for e
- *     ascending, then lane l += lane l + h for h = 8, 4, 2, 1; c = lane 0
- *     (a cached value is its F16 as float, or a Q8_0 block's d * q);
- *     with softcap > 0 (gemma2) then s_t = softcap * ifl_kernels_tanh(s_t
- *     * (1.0f / softcap));
+ *   s_t = c * scale, where for an F16 cache c is the dot16 of q and the
+ *     cached key of position t: 16 lanes from 0.0f, lane e % 16 =
+ *     fmaf(k[e], q[e], lane) for e ascending (k[e] the F16 as float), then
+ *     lane l += lane l + h for h = 8, 4, 2, 1; c = lane 0. For a Q8_0
+ *     cache the query is taken quantised to Q8_0 (q8: quant[IFL_TYPE_Q8_0]
+ *     of q, which every table gives with ref's bits) and c is an integer
+ *     dot per block: from c = 0.0f, for the head's blocks b ascending,
+ *       c = fmaf((float)isum_b, dk_b * dq_b, c),
+ *     isum_b the exact int32 sum of the 32 products of the key's and the
+ *     query's int8 values (|isum_b| < 2^24, so exact as a float), dk_b and
+ *     dq_b the key's and the query's F16 scales as floats (their product
+ *     is exact in float); so one rounding a block, as llama.cpp's CPU
+ *     flash attention scores a Q8_0 K cache (Q quantised to Q8_0, the
+ *     q8_0 x q8_0 dot). Then with softcap > 0 (gemma2) s_t = softcap *
+ *     ifl_kernels_tanh(s_t * (1.0f / softcap));
  *   mt = the largest s_t; when mt > m[i]: a = ifl_kernels_exp(m[i] - mt),
  *     l[i] *= a, every o value *= a, m[i] = mt;
  *   p_t = ifl_kernels_exp(s_t - m[i]); the tile's p in 64 lanes by t (0
  *     for positions not taken), folded (lane l += lane l + h for h = 32,
  *     16, 8, 4, 2, 1), is added to l[i];
- *   for t ascending: o[e] = fmaf(p_t, v_t[e], o[e]) for e < dv.
+ *   for t ascending: o[e] = fmaf(p_t, v_t[e], o[e]) for e < dv (v_t[e]
+ *     the F16 as float, or a Q8_0 block's d * q, exact in float).
  * The caller starts m at -inf (or an attention sink's logit, with l = 1),
  * l and o at 0, and divides o by l at the end. */
 struct ifl_attn_tile {
-    const float *q;       /* [nq][d] queries */
+    const float *q;       /* [nq][d] queries (F16 cache) */
+    const void *q8;       /* [nq][d / 32] the queries in Q8_0 blocks (Q8_0 cache; else NULL) */
     const void *const *k; /* [nt] where the KV head starts in each cached row */
     const void *const *v; /* [nt] likewise for the values */
     const uint8_t *lo;    /* [nq] first position taken, within the tile */
@@ -198,7 +209,10 @@ struct ifl_kernels {
      * a multiple of 32, k and v point at the head's first block, and ks, vs
      * are row strides in bytes. Equal to dequantising each block (d * q)
      * and then: attn_qk a sequential float dot (reassociated in SIMD
-     * tables), attn_pv one fused multiply-add per value (bit for bit). */
+     * tables), attn_pv one fused multiply-add per value (bit for bit).
+     * Their scores are float dots, not attn_tile_q8_0's integer ones:
+     * model/attention.c calls them only for a model the tiled attention
+     * does not take (head widths over 256), so a row never meets both. */
     void (*attn_qk_q8_0)(int d, int nq, const float *q, const void *k, size_t ks, int nt,
                          float scale, float *s, size_t lds);
     void (*attn_pv_q8_0)(int d, int nq, const float *p, size_t ldp, const void *v, size_t vs,

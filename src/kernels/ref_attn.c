@@ -22,6 +22,22 @@ static float kv_val(int q8, const void *row, int e)
     return ifl_f16_to_f32(b->d) * (float)b->qs[e % IFL_QK];
 }
 
+/* The score's c of a Q8_0 key (kernels.h): per block, the exact integer
+ * dot of the key's and the query's int8 values, added as one fused
+ * multiply-add by the product of the two scales, blocks in order. */
+static float q8_dot(const void *krow, const void *qrow, int d)
+{
+    const struct ifl_block_q8_0 *kb = krow, *qb = qrow;
+    float c = 0.0f;
+    for (int b = 0; b < d / IFL_QK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < IFL_QK; j++)
+            isum += (int32_t)kb[b].qs[j] * (int32_t)qb[b].qs[j];
+        c = fmaf((float)isum, ifl_f16_to_f32(kb[b].d) * ifl_f16_to_f32(qb[b].d), c);
+    }
+    return c;
+}
+
 /* n (16 or 64) lanes folded: lane l += lane l + h for h = n / 2, ..., 1. */
 static float fold(float *c, int n)
 {
@@ -37,14 +53,21 @@ static void attn_tile(const struct ifl_attn_tile *a, int q8)
         const int lo = a->lo[i], hi = a->hi[i];
         if (lo >= hi)
             continue;
-        const float *q = a->q + (size_t)i * (size_t)a->d;
+        const float *q = q8 ? NULL : a->q + (size_t)i * (size_t)a->d;
         float *o = a->o + (size_t)i * (size_t)a->dv;
         float s[64], p[64] = {0}, mt = -INFINITY;
+        const void *qq = q8 ? (const char *)a->q8 + (size_t)i * (size_t)(a->d / IFL_QK) *
+                                                        sizeof(struct ifl_block_q8_0)
+                            : NULL;
         for (int t = lo; t < hi; t++) {
-            float c[16] = {0};
-            for (int e = 0; e < a->d; e++)
-                c[e % 16] = fmaf(kv_val(q8, a->k[t], e), q[e], c[e % 16]);
-            s[t] = fold(c, 16) * a->scale;
+            if (q8) {
+                s[t] = q8_dot(a->k[t], qq, a->d) * a->scale;
+            } else {
+                float c[16] = {0};
+                for (int e = 0; e < a->d; e++)
+                    c[e % 16] = fmaf(kv_val(0, a->k[t], e), q[e], c[e % 16]);
+                s[t] = fold(c, 16) * a->scale;
+            }
             if (a->softcap > 0)
                 s[t] = a->softcap * ifl_kernels_tanh(s[t] * (1.0f / a->softcap));
             if (s[t] > mt)

@@ -121,6 +121,75 @@ AI void scores4(int d, const float *q, const float *kf, int t, float scale, floa
     UNROLL for (int u = 0; u < 4; u++) s[u] = fold2x8(lo[u], hi[u]) * scale;
 }
 
+/* ---- attn_tile_q8_0's integer scores --------------------------------
+ *
+ * Eight queries at a time, position by position: a block's 32 key bytes
+ * are loaded once for the eight, and each query's dot of it is vpmaddubsw
+ * of |k| (unsigned, 0..128) by the query's bytes with k's sign moved onto
+ * them (vpsignb), pairs of products summed in 16 bits (at most 2 x 128 x
+ * 127: no saturation, the queries' bytes being within -127..127, which
+ * quant_q8_0 gives for finite values), then vpmaddwd by ones to 32 bits.
+ * The eight queries' sums fold together (integer additions, exact in any
+ * order) into one vector, lane j query j's isum, which goes into their
+ * eight scores as kernels.h's fused multiply-add. */
+
+#define QB 34 /* bytes of a Q8_0 block: the F16 scale, then 32 int8 */
+
+/* The F16 at p as a float (exact). */
+AI float ld_f16(const char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* The eight int32 lanes of each v[j] summed, lane j. */
+AI __m256i hsum8x8(const __m256i *v)
+{
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* Scores (times scale, not capped) of queries [i0, i0 + n), n <= 8, at
+ * positions [t0, t1): sc[t][j] for query i0 + j (the others' lanes 0). */
+AI void q8_scores8(const struct ifl_attn_tile *a, int i0, int n, int t0, int t1, float (*sc)[8])
+{
+    const int nb = a->d / 32;
+    const size_t qrow = (size_t)nb * QB;
+    const char *qr[8];
+    float dq[TILE_DMAX / 32][8] = {{0}};
+    for (int j = 0; j < 8; j++) {
+        qr[j] = j < n ? (const char *)a->q8 + (size_t)(i0 + j) * qrow : NULL;
+        for (int b = 0; b < nb && j < n; b++)
+            dq[b][j] = ld_f16(qr[j] + (size_t)b * QB);
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    for (int t = t0; t < t1; t++) {
+        const char *kr = a->k[t];
+        __m256 c = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const __m256i k = _mm256_loadu_si256((const __m256i *)(kr + (size_t)b * QB + 2));
+            const __m256i ak = _mm256_abs_epi8(k);
+            __m256i v[8];
+            UNROLL for (int j = 0; j < 8; j++)
+            {
+                const __m256i q =
+                    j < n ? _mm256_loadu_si256((const __m256i *)(qr[j] + (size_t)b * QB + 2))
+                          : _mm256_setzero_si256();
+                v[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(q, k)), ones);
+            }
+            const __m256 dkq =
+                _mm256_mul_ps(_mm256_set1_ps(ld_f16(kr + (size_t)b * QB)), _mm256_loadu_ps(dq[b]));
+            c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8(v)), dkq, c);
+        }
+        _mm256_storeu_ps(sc[t], _mm256_mul_ps(c, scale));
+    }
+}
+
 AI void attn_tile(const struct ifl_attn_tile *a, int q8)
 {
     float kf[(TILE + 3) * TILE_DMAX], vf[TILE * TILE_DMAX];
@@ -140,19 +209,36 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
     ifl_attn_tile_ask(a, 0, t0, kb, vb);
     for (int t = t0; t < t1; t++) {
         ifl_attn_tile_ask(a, t, t + 1, kb, vb);
-        cvt_head(q8, a->k[t], d, kf + (size_t)t * d);
+        if (!q8)
+            cvt_head(0, a->k[t], d, kf + (size_t)t * d);
         cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
     }
     ifl_attn_tile_ask(a, t1, TILE, kb, vb);
     /* scores4 reads up to three rows past t1 (their scores are dropped) */
-    memset(kf + (size_t)t1 * d, 0, sizeof(float) * 3 * (size_t)d);
+    if (!q8)
+        memset(kf + (size_t)t1 * d, 0, sizeof(float) * 3 * (size_t)d);
+    float sq[TILE][8]; /* a Q8_0 cache's scores of eight queries */
     for (int i = 0; i < a->nq; i++) {
         const int lo = a->lo[i], hi = a->hi[i];
+        if (q8 && i % 8 == 0) { /* the next eight queries' scores, over their range */
+            const int n = a->nq - i < 8 ? a->nq - i : 8;
+            int u0 = TILE, u1 = 0;
+            for (int j = i; j < i + n; j++)
+                if (a->lo[j] < a->hi[j]) {
+                    u0 = a->lo[j] < u0 ? a->lo[j] : u0;
+                    u1 = a->hi[j] > u1 ? a->hi[j] : u1;
+                }
+            q8_scores8(a, i, n, u0, u1, sq);
+        }
         if (lo >= hi)
             continue;
         float s[TILE + 4] = {0}, pt[TILE] = {0};
-        for (int t = lo; t < hi; t += 4)
-            scores4(d, a->q + (size_t)i * d, kf, t, a->scale, s + t);
+        if (q8)
+            for (int t = lo; t < hi; t++)
+                s[t] = sq[t][i % 8];
+        else
+            for (int t = lo; t < hi; t += 4)
+                scores4(d, a->q + (size_t)i * d, kf, t, a->scale, s + t);
         if (a->softcap > 0) /* gemma2's: ref's scalar operations */
             for (int t = lo; t < hi; t++)
                 s[t] = a->softcap * ifl_kernels_tanh(s[t] * (1.0f / a->softcap));

@@ -2,17 +2,14 @@
  * attn_tile_f16 and attn_tile_q8_0 of ref_attn.c for the AVX-512 table,
  * bit for bit (struct ifl_attn_tile in kernels.h names the operations).
  *
- * The tile's cached rows that any query takes are first converted to
- * floats (an F16 value, or a Q8_0 block's d * q, both exact) into a
- * buffer on the stack, so each is converted once for all nq queries and
- * then read from L1 by the fused multiply-adds. Per query and sixteen
- * positions: sixteen accumulators, one per position, each a dot16 with
- * the lanes the reference has (lane l takes the elements e % 16 == l in
- * order); the sixteen folds (l += l + h for h = 8, 4, 2, 1) go together
- * through a transposing network whose every addition is one of the
- * reference's, and leave position t in lane 4 (t % 4) + t / 4. Then the
- * tile's max, the rescale, the exponentials (ifl_kernels_exp's operations
- * in sixteen lanes), their fold, and the weighted values position by
+ * F16 (attn_tile_d): the tile's cached rows that any query takes are
+ * first converted to floats (exact) into a buffer on the stack, so each is converted once for all
+ * nq queries and then read from L1 by the fused multiply-adds. Per query and sixteen positions:
+ * sixteen accumulators, one per position, each a dot16 with the lanes the reference has (lane l
+ * takes the elements e % 16 == l in order); the sixteen folds (l += l + h for h = 8, 4, 2, 1) go
+ * together through a transposing network whose every addition is one of the reference's, and leave
+ * position t in lane 4 (t % 4) + t / 4. Then the tile's max, the rescale, the exponentials
+ * (ifl_kernels_exp's operations in sixteen lanes), their fold, and the weighted values position by
  * position with one fused multiply-add per value, for up to four queries
  * of the same range at once (a row's group): each value row is loaded
  * once for them, and their sixteen chains hide the multiply-add latency.
@@ -20,6 +17,11 @@
  * place, half a dot16 to a 256-bit half, so the fold's first stage is
  * an add of two registers rather than a shuffle network (attnbench, Zen
  * 5: about a fifth less time a tile, warm).
+ *
+ * Q8_0 (q8_tile): the scores are integer dots (kernels.h), sixteen
+ * positions in the lanes of vpdpbusd (q8_scores); the softmax is the F16
+ * path's one-query one, and the values are the same fused multiply-adds
+ * over d * q (read in place for a decode's eight, else converted once).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -244,11 +246,11 @@ AI void pv_part(int dv, int e, const float *pt, float al, const float *vf, int l
  * else from the cache itself (a decode: each row is used by these eight
  * alone, so converting it into a buffer first only added stores). ask:
  * this call's asks for the next tile are made here. */
-AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const int dv, int lo,
-               int hi, const int conv, const float *kf, const float *vf, int ask)
+AI void group8(const struct ifl_attn_tile *a, int i, const int d, const int dv, int lo, int hi,
+               const int conv, const float *kf, const float *vf, int ask)
 {
-    const size_t kb = q8 ? (size_t)d / 32 * 34 : (size_t)d * 2;
-    const size_t vb = q8 ? (size_t)dv / 32 * 34 : (size_t)dv * 2;
+    const size_t kb = (size_t)d * 2;
+    const size_t vb = (size_t)dv * 2;
     const int p0 = lo / 2, p1 = (hi + 1) / 2; /* the pairs scored: 2 p0 .. 2 p1 - 1 */
     _Alignas(64) float sc[TILE / 2][16];
     const float *q = a->q + (size_t)i * d;
@@ -256,7 +258,7 @@ AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const 
     __m512 mv = _mm512_set1_ps(-INFINITY);
     if (ask)
         ifl_attn_tile_ask(a, 0, 2 * p0, kb, vb);
-    if (!q8 && !conv) {
+    if (!conv) {
         /* F16 read in place: element e of a key is in lane e % 16 of its
          * dot16, so chunk c of eight elements (8c .. 8c + 7) feeds lanes
          * 8 (c % 2) + 0 .. 7 of it. Accumulator s holds lanes 0..7 (lo,
@@ -321,9 +323,9 @@ AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const 
             UNROLL for (int x = 0; x < 16; x++) c[x] = _mm512_setzero_ps();
             for (int e = 0; e < d; e += 16) {
                 const __m512 k0 =
-                    conv ? (ok0 ? _mm512_loadu_ps(f0 + e) : _mm512_setzero_ps()) : ld16(q8, r0, e);
+                    conv ? (ok0 ? _mm512_loadu_ps(f0 + e) : _mm512_setzero_ps()) : ld16(0, r0, e);
                 const __m512 k1 =
-                    conv ? (ok1 ? _mm512_loadu_ps(f1 + e) : _mm512_setzero_ps()) : ld16(q8, r1, e);
+                    conv ? (ok1 ? _mm512_loadu_ps(f1 + e) : _mm512_setzero_ps()) : ld16(0, r1, e);
                 UNROLL for (int j = 0; j < 8; j++)
                 {
                     const __m512 qv = _mm512_loadu_ps(q + (size_t)j * d + e);
@@ -387,10 +389,9 @@ AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const 
                 acc[j][h] = _mm512_mul_ps(acc[j][h], _mm512_set1_ps(al[j]));
         }
         for (int t = lo; t < hi; t++) {
-            const __m512 v0 =
-                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e) : ld16(q8, a->v[t], e);
+            const __m512 v0 = conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e) : ld16(0, a->v[t], e);
             const __m512 v1 =
-                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e + 16) : ld16(q8, a->v[t], e + 16);
+                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e + 16) : ld16(0, a->v[t], e + 16);
             const float *pp = &sc[t / 2][t % 2];
             UNROLL for (int j = 0; j < 8; j++)
             {
@@ -404,14 +405,286 @@ AI void group8(const struct ifl_attn_tile *a, int i, int q8, const int d, const 
     }
 }
 
+/* ---- attn_tile_q8_0: integer scores ----------------------------------
+ *
+ * Sixteen positions in the lanes: a block's 32 key bytes of sixteen rows
+ * are transposed in registers (kt[g] lane u: bytes 4g .. 4g + 3 of row
+ * u's block), so one vpdpbusd with a query's four bytes broadcast adds
+ * four products to sixteen positions' sums, and a score needs no
+ * horizontal fold. vpdpbusd takes one operand unsigned: the keys' bytes
+ * get 128 added (their sign bit flipped), and each query block's sum
+ * starts at -128 times the sum of its bytes, so the lane ends at the
+ * exact isum whatever the bytes (-128 too). */
+
+/* A Q8_0 block's fields from a row: the F16 scale, then 32 int8. */
+#define QB 34
+
+/* Block b (at byte off) of sixteen rows r[u], transposed as above, the
+ * key bytes + 128. */
+AI void q8_keys16(const char *const *r, size_t off, __m512i *kt)
+{
+    __m512i x[8], w[2][4];
+    UNROLL for (int k = 0; k < 4; k++)
+    {
+        x[k] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(r[k] + off))),
+            _mm256_loadu_si256((const __m256i *)(r[4 + k] + off)), 1);
+        x[4 + k] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(r[8 + k] + off))),
+            _mm256_loadu_si256((const __m256i *)(r[12 + k] + off)), 1);
+    }
+    /* in each 128-bit quarter, four rows' dwords transposed: w[h][g]
+     * quarter c lane k is dword g (quarters 0, 2) or 4 + g (1, 3) of row
+     * 8h + k (quarters 0, 1) or 8h + 4 + k (2, 3) */
+    UNROLL for (int h = 0; h < 2; h++)
+    {
+        const __m512i *y = x + 4 * h;
+        const __m512i a0 = _mm512_unpacklo_epi32(y[0], y[1]),
+                      a1 = _mm512_unpackhi_epi32(y[0], y[1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(y[2], y[3]),
+                      a3 = _mm512_unpackhi_epi32(y[2], y[3]);
+        w[h][0] = _mm512_unpacklo_epi64(a0, a2);
+        w[h][1] = _mm512_unpackhi_epi64(a0, a2);
+        w[h][2] = _mm512_unpacklo_epi64(a1, a3);
+        w[h][3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    UNROLL for (int g = 0; g < 4; g++)
+    {
+        kt[g] = _mm512_xor_si512(_mm512_shuffle_i32x4(w[0][g], w[1][g], 0x88), flip);
+        kt[4 + g] = _mm512_xor_si512(_mm512_shuffle_i32x4(w[0][g], w[1][g], 0xdd), flip);
+    }
+}
+
+AI int32_t ld32(const char *p)
+{
+    int32_t x;
+    memcpy(&x, p, 4);
+    return x;
+}
+
+/* Scores, times scale and capped, of queries [i0, i0 + n) (n <= 16)
+ * over the sixteens of the tile that any of them takes, into sc[query -
+ * i0][t]. ask: this call's asks for the next tile are made here. */
+AI void q8_scores(const struct ifl_attn_tile *a, const int d, int i0, int n, float (*sc)[TILE],
+                  int ask)
+{
+    const int nb = d / 32;
+    const size_t kb = (size_t)nb * QB, vb = (size_t)a->dv / 32 * QB;
+    int32_t corr[16][TILE_DMAX / 32];
+    float dq[16][TILE_DMAX / 32];
+    const char *qr[16];
+    int t0 = TILE, t1 = 0;
+    for (int j = 0; j < n; j++) {
+        const int lo = a->lo[i0 + j], hi = a->hi[i0 + j];
+        qr[j] = (const char *)a->q8 + (size_t)(i0 + j) * kb;
+        if (lo >= hi)
+            continue;
+        t0 = lo < t0 ? lo : t0;
+        t1 = hi > t1 ? hi : t1;
+        for (int b = 0; b < nb; b++) {
+            const char *blk = qr[j] + (size_t)b * QB;
+            uint16_t dh;
+            memcpy(&dh, blk, 2);
+            dq[j][b] = _cvtsh_ss(dh);
+            /* the sum of the 32 bytes, by those bytes + 128 */
+            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
+                                               _mm256_set1_epi8((char)0x80));
+            const __m256i s4 = _mm256_sad_epu8(u, _mm256_setzero_si256());
+            __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+            s2 = _mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2));
+            corr[j][b] = -128 * (_mm_cvtsi128_si32(s2) - 32 * 128);
+        }
+    }
+    if (t0 >= t1) {
+        if (ask)
+            ifl_attn_tile_ask(a, 0, TILE, kb, vb);
+        return;
+    }
+    const int k0 = t0 / 16, k1 = (t1 + 15) / 16;
+    if (ask)
+        ifl_attn_tile_ask(a, 0, 16 * k0, kb, vb);
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    for (int k = k0; k < k1; k++) {
+        if (ask)
+            ifl_attn_tile_ask(a, 16 * k, 16 * k + 16, kb, vb);
+        const char *r[16];
+        _Alignas(32) uint16_t dh[TILE_DMAX / 32][16];
+        for (int u = 0; u < 16; u++) {
+            const int t = 16 * k + u;
+            r[u] = t >= t0 && t < t1 ? (const char *)a->k[t] : zero_row;
+            for (int b = 0; b < nb; b++)
+                memcpy(&dh[b][u], r[u] + (size_t)b * QB, 2);
+        }
+        __m512i kt[TILE_DMAX / 32][8];
+        for (int b = 0; b < nb; b++)
+            q8_keys16(r, (size_t)b * QB + 2, kt[b]);
+        __m512 dk[TILE_DMAX / 32];
+        for (int b = 0; b < nb; b++)
+            dk[b] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dh[b]));
+        for (int j = 0; j < n; j++) {
+            const int lo = a->lo[i0 + j], hi = a->hi[i0 + j];
+            if (lo >= hi || lo >= 16 * k + 16 || hi <= 16 * k)
+                continue;
+            __m512 c = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const char *q = qr[j] + (size_t)b * QB + 2;
+                /* two chains (integer sums: exact in any order) */
+                __m512i acc0 = _mm512_set1_epi32(corr[j][b]), acc1 = _mm512_setzero_si512();
+                UNROLL for (int g = 0; g < 8; g += 2)
+                {
+                    acc0 = _mm512_dpbusd_epi32(acc0, kt[b][g], _mm512_set1_epi32(ld32(q + 4 * g)));
+                    acc1 = _mm512_dpbusd_epi32(acc1, kt[b][g + 1],
+                                               _mm512_set1_epi32(ld32(q + 4 * g + 4)));
+                }
+                const __m512i acc = _mm512_add_epi32(acc0, acc1);
+                c = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc),
+                                    _mm512_mul_ps(dk[b], _mm512_set1_ps(dq[j][b])), c);
+            }
+            __m512 sv = _mm512_mul_ps(c, scale);
+            if (a->softcap > 0)
+                sv = softcap16(sv, a->softcap);
+            _mm512_store_ps(sc[j] + 16 * k, sv);
+        }
+    }
+    if (ask)
+        ifl_attn_tile_ask(a, 16 * k1, TILE, kb, vb);
+}
+
+/* Eight queries' values (o, dv apart) over positions [lo, hi): o = o *
+ * al[j] (al 1: left), then per position one fused multiply-add a value,
+ * each value's sixteen loaded once for the eight; from vf (conv) or the
+ * cache in place. */
+AI void pv8(const struct ifl_attn_tile *a, const int dv, float (*pt)[TILE], const float *al, int lo,
+            int hi, int conv, const float *vf, float *o)
+{
+    for (int e = 0; e < dv; e += 32) {
+        __m512 acc[8][2];
+        UNROLL for (int j = 0; j < 8; j++) UNROLL for (int h = 0; h < 2; h++)
+        {
+            acc[j][h] = _mm512_loadu_ps(o + (size_t)j * dv + e + 16 * h);
+            if (al[j] != 1.0f)
+                acc[j][h] = _mm512_mul_ps(acc[j][h], _mm512_set1_ps(al[j]));
+        }
+        for (int t = lo; t < hi; t++) {
+            const __m512 v0 = conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e) : ld16(1, a->v[t], e);
+            const __m512 v1 =
+                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e + 16) : ld16(1, a->v[t], e + 16);
+            UNROLL for (int j = 0; j < 8; j++)
+            {
+                const __m512 pb = _mm512_set1_ps(pt[j][t]);
+                acc[j][0] = _mm512_fmadd_ps(pb, v0, acc[j][0]);
+                acc[j][1] = _mm512_fmadd_ps(pb, v1, acc[j][1]);
+            }
+        }
+        UNROLL for (int j = 0; j < 8; j++) UNROLL for (int h = 0; h < 2; h++)
+            _mm512_storeu_ps(o + (size_t)j * dv + e + 16 * h, acc[j][h]);
+    }
+}
+
+/* The Q8_0 tile: queries sixteen at a time, scored (q8_scores), their
+ * softmax as the F16 path's one-query one, then the values: a decode's
+ * eight of one range read the cache's values in place, other calls
+ * convert the rows any query takes once (cvt_head) for all. */
+AI void q8_tile(const struct ifl_attn_tile *a, const int d, const int dv)
+{
+    const size_t kb = (size_t)d / 32 * QB, vb = (size_t)dv / 32 * QB;
+    int dec8 = a->nq == 8;
+    for (int i = 1; i < 8 && dec8; i++)
+        dec8 = a->lo[i] == a->lo[0] && a->hi[i] == a->hi[0];
+    _Alignas(64) float vf[TILE * TILE_DMAX];
+    if (!dec8) {
+        int t0 = TILE, t1 = 0;
+        for (int i = 0; i < a->nq; i++)
+            if (a->lo[i] < a->hi[i]) {
+                t0 = a->lo[i] < t0 ? a->lo[i] : t0;
+                t1 = a->hi[i] > t1 ? a->hi[i] : t1;
+            }
+        if (t0 >= t1) {
+            ifl_attn_tile_ask(a, 0, TILE, kb, vb);
+            return;
+        }
+        ifl_attn_tile_ask(a, 0, t0, kb, vb);
+        for (int t = t0; t < t1; t++) {
+            ifl_attn_tile_ask(a, t, t + 1, kb, vb);
+            cvt_head(1, a->v[t], dv, vf + (size_t)t * dv);
+        }
+        ifl_attn_tile_ask(a, t1, TILE, kb, vb);
+    }
+    for (int i0 = 0; i0 < a->nq; i0 += 16) {
+        const int n = a->nq - i0 < 16 ? a->nq - i0 : 16;
+        _Alignas(64) float sc[16][TILE], pt[16][TILE];
+        float al[16];
+        q8_scores(a, d, i0, n, sc, dec8);
+        for (int j = 0; j < n; j++) {
+            const int i = i0 + j, lo = a->lo[i], hi = a->hi[i];
+            al[j] = 1.0f; /* o unchanged: a multiply by 1 is exact */
+            if (lo >= hi)
+                continue;
+            const int k0 = lo / 16, k1 = (hi + 15) / 16;
+            __mmask16 take[4];
+            __m512 mv = _mm512_set1_ps(-INFINITY);
+            for (int k = 0; k < 4; k++) {
+                int a0 = lo - 16 * k, a1 = hi - 16 * k;
+                a0 = a0 < 0 ? 0 : a0 > 16 ? 16 : a0;
+                a1 = a1 < 0 ? 0 : a1 > 16 ? 16 : a1;
+                take[k] = (__mmask16)(((1u << a1) - 1) & ~((1u << a0) - 1));
+                if (k >= k0 && k < k1)
+                    mv = _mm512_mask_max_ps(mv, take[k], mv, _mm512_load_ps(sc[j] + 16 * k));
+            }
+            const float mt = _mm512_reduce_max_ps(mv);
+            if (mt > a->m[i]) {
+                al[j] = ifl_kernels_exp(a->m[i] - mt);
+                a->l[i] *= al[j];
+                a->m[i] = mt;
+            }
+            const __m512 m = _mm512_set1_ps(a->m[i]);
+            __m512 p[4];
+            UNROLL for (int k = 0; k < 4; k++)
+            {
+                p[k] = _mm512_setzero_ps();
+                if (k >= k0 && k < k1)
+                    p[k] = _mm512_maskz_mov_ps(
+                        take[k], texp16(_mm512_sub_ps(_mm512_load_ps(sc[j] + 16 * k), m)));
+                _mm512_store_ps(pt[j] + 16 * k, p[k]);
+            }
+            /* the 64 lanes' fold: h = 32, then 16, then within sixteen */
+            a->l[i] += fold1(_mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3])));
+        }
+        for (int j = 0; j < n;) {
+            const int i = i0 + j, lo = a->lo[i], hi = a->hi[i];
+            int nr = 1; /* queries from j with this range */
+            while (nr < 8 && j + nr < n && a->lo[i + nr] == lo && a->hi[i + nr] == hi)
+                nr++;
+            float *o = a->o + (size_t)i * dv;
+            if (lo >= hi) {
+            } else if (nr == 8) {
+                pv8(a, dv, pt + j, al + j, lo, hi, !dec8, vf, o);
+            } else {
+                int e = 0, b = 0;
+                if (nr >= 4)
+                    for (; e + 64 <= dv; e += 64)
+                        pv_block(4, dv, e, pt + j, al + j, vf, lo, hi, o);
+                for (; b < 4 && nr >= 4; b++)
+                    for (int x = e; x < dv; x += 64)
+                        pv_part(dv, x, pt[j + b], al[j + b], vf, lo, hi, o + (size_t)b * dv);
+                for (; b < nr; b++)
+                    for (int x = 0; x < dv; x += 64)
+                        pv_part(dv, x, pt[j + b], al[j + b], vf, lo, hi, o + (size_t)b * dv);
+            }
+            j += nr;
+        }
+    }
+}
+
 /* The tile with head widths d and dv (literals for the common ones, so
  * that the sixteen rows' addresses are offsets of one register). */
-AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const int dv)
+AI void attn_tile_d(const struct ifl_attn_tile *a, const int d, const int dv)
 {
     _Alignas(64) float kf[TILE * TILE_DMAX];
     _Alignas(64) float vf[TILE * TILE_DMAX];
-    const size_t kb = q8 ? (size_t)d / 32 * 34 : (size_t)d * 2;
-    const size_t vb = q8 ? (size_t)dv / 32 * 34 : (size_t)dv * 2;
+    const size_t kb = (size_t)d * 2;
+    const size_t vb = (size_t)dv * 2;
     /* lane L of the folded scores holds position LANE_OF^-1(L); back to order */
     const __m512i order =
         _mm512_setr_epi32(LANE_OF(0), LANE_OF(1), LANE_OF(2), LANE_OF(3), LANE_OF(4), LANE_OF(5),
@@ -424,7 +697,7 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
             same &= a->lo[i] == a->lo[0] && a->hi[i] == a->hi[0];
         if (same) {
             if (a->lo[0] < a->hi[0])
-                group8(a, 0, q8, d, dv, a->lo[0], a->hi[0], 0, kf, vf, 1);
+                group8(a, 0, d, dv, a->lo[0], a->hi[0], 0, kf, vf, 1);
             else
                 ifl_attn_tile_ask(a, 0, TILE, kb, vb);
             return;
@@ -443,8 +716,8 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
     ifl_attn_tile_ask(a, 0, t0, kb, vb);
     for (int t = t0; t < t1; t++) {
         ifl_attn_tile_ask(a, t, t + 1, kb, vb);
-        cvt_head(q8, a->k[t], d, kf + (size_t)t * d);
-        cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
+        cvt_head(0, a->k[t], d, kf + (size_t)t * d);
+        cvt_head(0, a->v[t], dv, vf + (size_t)t * dv);
     }
     ifl_attn_tile_ask(a, t1, TILE, kb, vb);
     /* the rows of a scored sixteen that no query takes are scored too (and
@@ -467,7 +740,7 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
             for (int b = 4; b < 8; b++)
                 same &= a->lo[i + b] == lo && a->hi[i + b] == hi;
             if (same) {
-                group8(a, i, q8, d, dv, lo, hi, 1, kf, vf, 0);
+                group8(a, i, d, dv, lo, hi, 1, kf, vf, 0);
                 i += 8;
                 continue;
             }
@@ -526,12 +799,21 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, int q8, const int d, const in
 
 AI void attn_tile(const struct ifl_attn_tile *a, int q8)
 {
+    if (q8) {
+        if (a->d == 64 && a->dv == 64)
+            q8_tile(a, 64, 64);
+        else if (a->d == 128 && a->dv == 128)
+            q8_tile(a, 128, 128);
+        else
+            q8_tile(a, a->d, a->dv);
+        return;
+    }
     if (a->d == 64 && a->dv == 64)
-        attn_tile_d(a, q8, 64, 64);
+        attn_tile_d(a, 64, 64);
     else if (a->d == 128 && a->dv == 128)
-        attn_tile_d(a, q8, 128, 128);
+        attn_tile_d(a, 128, 128);
     else
-        attn_tile_d(a, q8, a->d, a->dv);
+        attn_tile_d(a, a->d, a->dv);
 }
 
 static void z_attn_tile_f16(const struct ifl_attn_tile *a)

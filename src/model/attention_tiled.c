@@ -17,8 +17,11 @@
  * ifl_fwd_attn_run; one row when decoding), taken one KV head at a time
  * with every query of the run on that head (rows times the group) in each
  * kernel call: each cached row is read and converted once for all of
- * them. ifl_fwd_attention_blocks deals the runs (and, with fewer rows
- * than threads, the KV heads) and calls ifl_fwd_attend_run for each.
+ * them. Over a Q8_0 cache the kernels score with integer dots against
+ * the queries in Q8_0 (kernels.h): those are quantised here, once a call
+ * for all its tiles, each block of 32 values on its own (so a query's
+ * bits do not depend on what is quantised with it). ifl_fwd_attention_blocks deals the runs (and,
+ * with fewer rows than threads, the KV heads) and calls ifl_fwd_attend_run for each.
  */
 #include <math.h>
 #include <string.h>
@@ -85,6 +88,9 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
     const int nq = (int)nr * group; /* queries per KV head: by the run's rows, then the group */
     float *qbuf = f->att_q + (size_t)ith * (size_t)f->score_heads * hd;
     float *obuf = f->att_o + (size_t)ith * (size_t)f->score_heads * hdv;
+    /* a Q8_0 cache's queries, quantised once here for all their tiles */
+    const size_t q8_row = q8 ? ifl_type_row_size(IFL_TYPE_Q8_0, hd) : 0;
+    char *q8buf = q8 ? (char *)f->att_q8 + (size_t)ith * (size_t)f->score_heads * q8_row : NULL;
     float m[ATT_QHEADS], l[ATT_QHEADS];
     uint8_t lo[ATT_QHEADS], hi[ATT_QHEADS];
     const char *kr[2][TILE], *vr[2][TILE], *kh[TILE], *vh[TILE], *kn[TILE], *vn[TILE];
@@ -108,6 +114,8 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
             qs = qbuf;
             os = obuf;
         }
+        if (q8) /* each query's blocks on their own: the bits of quant's */
+            f->kn->quant[IFL_TYPE_Q8_0](qs, q8buf, (int64_t)nqa * hd);
         /* query i is head (hc0 + i / nq) * group + i % nq % group; a head's
          * sink (gpt-oss) is a position of its own with no value, taken
          * first: the running max starts at its logit z and the sum at
@@ -160,6 +168,7 @@ void ifl_fwd_attend_run(struct job *j, int ith, int il, long r, long nr, int kh0
                 }
                 const size_t qi = (size_t)(hk - hc0) * (size_t)nq;
                 const struct ifl_attn_tile at = {.q = qs + qi * hd,
+                                                 .q8 = q8 ? q8buf + qi * q8_row : NULL,
                                                  .k = (const void *const *)kh,
                                                  .v = (const void *const *)vh,
                                                  .lo = lo,

@@ -61,6 +61,7 @@ void ifl_fwd_free(struct ifl_fwd *f)
     free(f->scores);
     free(f->att_q);
     free(f->att_o);
+    free(f->att_q8);
     free(f->kvtmp);
     free(f->out_rows);
     free(f->mm_reg);
@@ -198,6 +199,8 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
         f->run_rows = f->score_heads / group;
     f->att_q = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)hp->head_dim);
     f->att_o = alloc_floats((size_t)nth * (size_t)f->score_heads * (size_t)hp->head_dim_v);
+    f->att_q8 = malloc((size_t)nth * (size_t)f->score_heads *
+                       ifl_type_row_size(IFL_TYPE_Q8_0, (hp->head_dim + 31) / 32 * 32));
     /* a head spans at most its width plus one partial block on each side */
     f->kvtmp_len = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) + 64;
     f->kvtmp = alloc_floats((size_t)nth * f->kvtmp_len);
@@ -243,7 +246,7 @@ int ifl_fwd_create(struct ifl_fwd **out, const struct ifl_model *m, struct ifl_k
     }
     if (!f->inv_freq || !f->x || !f->xn || !f->act || !f->q || !f->k || !f->v || !f->att ||
         !f->gate || !f->up || !f->tmp || !f->rope_cs || !f->scores || !f->att_q || !f->att_o ||
-        !f->kvtmp || !f->out_rows || !f->mm_reg || !f->run_start || !f->run_share ||
+        !f->att_q8 || !f->kvtmp || !f->out_rows || !f->mm_reg || !f->run_start || !f->run_share ||
         !f->att_claim || !f->lora_sc || (m->units && (!f->u_in || !f->u_out))) {
         ifl_fwd_free(f);
         return ifl_err(err, IFL_ENOMEM, "forward: out of memory for %d rows", cfg->max_rows);

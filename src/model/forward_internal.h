@@ -62,6 +62,8 @@ struct ifl_fwd {
     int run_rows;      /* rows of one sequence that share an ifl_fwd_attention_blocks pass */
     float *att_q;      /* [n_threads][score_heads][head_dim] such a pass's queries */
     float *att_o;      /* [n_threads][score_heads][head_dim_v] and its outputs */
+    void *att_q8;      /* [n_threads][score_heads][head_dim / 32] Q8_0 blocks: the tiled
+                          attention's queries quantised, for a Q8_0 cache */
     float *kvtmp;      /* [n_threads][kvtmp_len] a Q8_0 cache's head, dequantised */
     size_t kvtmp_len;
     int32_t *out_rows;        /* [R] rows whose logits are wanted */
