@@ -567,9 +567,20 @@ AI void pv8(const struct ifl_attn_tile *a, const int dv, float (*pt)[TILE], cons
                 acc[j][h] = _mm512_mul_ps(acc[j][h], _mm512_set1_ps(al[j]));
         }
         for (int t = lo; t < hi; t++) {
-            const __m512 v0 = conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e) : ld16(1, a->v[t], e);
-            const __m512 v1 =
-                conv ? _mm512_loadu_ps(vf + (size_t)t * dv + e + 16) : ld16(1, a->v[t], e + 16);
+            __m512 v0, v1;
+            if (conv) {
+                v0 = _mm512_loadu_ps(vf + (size_t)t * dv + e);
+                v1 = _mm512_loadu_ps(vf + (size_t)t * dv + e + 16);
+            } else { /* the block's 32 values: its scale read once */
+                const char *b = (const char *)a->v[t] + (size_t)(e / 32) * QB;
+                uint16_t dh;
+                memcpy(&dh, b, 2);
+                const __m512 dv16 = _mm512_set1_ps(_cvtsh_ss(dh));
+                const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2));
+                const __m128i q1 = _mm_loadu_si128((const __m128i *)(b + 18));
+                v0 = _mm512_mul_ps(dv16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
+                v1 = _mm512_mul_ps(dv16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
+            }
             UNROLL for (int j = 0; j < 8; j++)
             {
                 const __m512 pb = _mm512_set1_ps(pt[j][t]);
@@ -659,7 +670,10 @@ AI void q8_tile(const struct ifl_attn_tile *a, const int d, const int dv)
             float *o = a->o + (size_t)i * dv;
             if (lo >= hi) {
             } else if (nr == 8) {
-                pv8(a, dv, pt + j, al + j, lo, hi, !dec8, vf, o);
+                if (dec8) /* (conv a literal in each: no test in the loop) */
+                    pv8(a, dv, pt + j, al + j, lo, hi, 0, vf, o);
+                else
+                    pv8(a, dv, pt + j, al + j, lo, hi, 1, vf, o);
             } else {
                 int e = 0, b = 0;
                 if (nr >= 4)
