@@ -105,8 +105,9 @@ struct ifl_exp_pass {
  *     fmaf(k[e], q[e], lane) for e ascending (k[e] the F16 as float), then
  *     lane l += lane l + h for h = 8, 4, 2, 1; c = lane 0. For a Q8_0
  *     cache the query is taken quantised to Q8_0 (q8: quant[IFL_TYPE_Q8_0]
- *     of q, which every table gives with ref's bits) and c is an integer
- *     dot per block: from c = 0.0f, for the head's blocks b ascending,
+ *     of q, which every table gives with ref's bits for finite values,
+ *     int8 within -127..127) and c is an integer dot per block: from c =
+ *     0.0f, for the head's blocks b ascending,
  *       c = fmaf((float)isum_b, dk_b * dq_b, c),
  *     isum_b the exact int32 sum of the 32 products of the key's and the
  *     query's int8 values (|isum_b| < 2^24, so exact as a float), dk_b and

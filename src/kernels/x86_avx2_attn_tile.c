@@ -128,7 +128,10 @@ AI void scores4(int d, const float *q, const float *kf, int t, float scale, floa
  * of |k| (unsigned, 0..128) by the query's bytes with k's sign moved onto
  * them (vpsignb), pairs of products summed in 16 bits (at most 2 x 128 x
  * 127: no saturation, the queries' bytes being within -127..127, which
- * quant_q8_0 gives for finite values), then vpmaddwd by ones to 32 bits.
+ * quant_q8_0 gives for finite values; a key byte of -128, which the
+ * SIMD quantisers write for a NaN, is exact too, |k| read unsigned; a
+ * query byte of -128, from a NaN query only, would have its sign lost),
+ * then vpmaddwd by ones to 32 bits.
  * The eight queries' sums fold together (integer additions, exact in any
  * order) into one vector, lane j query j's isum, which goes into their
  * eight scores as kernels.h's fused multiply-add. */

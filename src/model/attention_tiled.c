@@ -20,8 +20,9 @@
  * them. Over a Q8_0 cache the kernels score with integer dots against
  * the queries in Q8_0 (kernels.h): those are quantised here, once a call
  * for all its tiles, each block of 32 values on its own (so a query's
- * bits do not depend on what is quantised with it). ifl_fwd_attention_blocks deals the runs (and,
- * with fewer rows than threads, the KV heads) and calls ifl_fwd_attend_run for each.
+ * bits do not depend on what is quantised with it).
+ * ifl_fwd_attention_blocks deals the runs (and, with fewer rows than
+ * threads, the KV heads) and calls ifl_fwd_attend_run for each.
  */
 #include <math.h>
 #include <string.h>
