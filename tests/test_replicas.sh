@@ -143,8 +143,18 @@ load_loop() { # PHASE N: requests until $tmp/stop exists
         one_request "$1-$2-$n" $((n % 2)) >>"$tmp/load.$1"
     done
 }
-# run_load PHASE SECS-BEFORE EVENT SECS-AFTER: six clients; EVENT (a
-# command) runs after the first wait, its time in EVENT_MS
+# busy PORT: the replica on PORT has finished a request and has one under
+# way (its /metrics), so an event fired now meets it serving
+busy() {
+    curl -s -m 2 "http://127.0.0.1:$1/metrics" | awk '
+        /^inflight_num_requests_running\{/ && $NF >= 1 { run = 1 }
+        /^inflight_request_success_total\{/ { done += $NF }
+        END { exit !(run && done >= 1) }'
+}
+# run_load PHASE SECS-BEFORE EVENT SECS-AFTER PORT: six clients; EVENT (a
+# command) runs after the first wait, once the replica on PORT is busy (at
+# most 5 s more: a slow machine's first requests take longer), its time in
+# EVENT_MS
 run_load() {
     rm -f "$tmp/stop" "$tmp/load.$1"
     local lp=() i
@@ -153,6 +163,7 @@ run_load() {
         lp+=($!)
     done
     sleep "$2"
+    for _ in $(seq 250); do busy "$5" && break; sleep 0.02; done
     EVENT_MS=$(ms)
     $3
     echo "$EVENT_MS" >"$tmp/event.$1"
@@ -163,7 +174,7 @@ run_load() {
 
 # 1. SIGKILL r1 under load
 kill_r1() { kill -KILL "$R1"; }
-run_load kill 2.5 kill_r1 4
+run_load kill 2.5 kill_r1 4 "$P1"
 K=$EVENT_MS
 total=$(wc -l <"$tmp/load.kill")
 failed=$(awk '$5 != 1' "$tmp/load.kill")
@@ -196,7 +207,7 @@ check "restart: r1 back in rotation (UP after ${WAITED_MS} ms)" UP "$(srv_state 
 
 # 3. SIGTERM r2 under load: it drains
 term_r2() { kill -TERM "$R2"; }
-run_load term 2.5 term_r2 4
+run_load term 2.5 term_r2 4 "$P2"
 T=$EVENT_MS
 total=$(wc -l <"$tmp/load.term")
 check "term: no request failed" "" "$(awk '$5 != 1' "$tmp/load.term" | head -3)"
