@@ -473,6 +473,7 @@ struct reply_parser {
     int kind;  /* IFL_REPLY_HARMONY, IFL_REPLY_HERMES, IFL_REPLY_LLAMA3 or IFL_REPLY_PLAIN */
     int think; /* the text goes through k first */
     struct ifl_think k;
+    struct ifl_buf rest; /* what k gave of the answer, passed on (reused) */
     struct ifl_harmony h;
     struct ifl_hermes t;
     struct ifl_llama3 l;
@@ -483,6 +484,7 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     p->kind = q->parse;
     p->think = q->think != 0;
     ifl_think_init(&p->k, q->think == 2);
+    p->rest = (struct ifl_buf){0};
     ifl_harmony_init(&p->h);
     ifl_hermes_init(&p->t, q->tool_names);
     ifl_llama3_init(&p->l, q->tool_names);
@@ -510,14 +512,14 @@ static void rp_answer(struct reply_parser *p, const char *text, size_t n, struct
         ifl_buf_add(&o->content, text, n);
 }
 
-/* rest: the answer's text the <think> splitter gave, passed on and freed */
-static void rp_rest(struct reply_parser *p, struct ifl_buf *rest, struct ifl_reply_out *o)
+/* The answer's text the <think> splitter put in p->rest, passed on. */
+static void rp_rest(struct reply_parser *p, struct ifl_reply_out *o)
 {
-    if (rest->oom)
+    if (p->rest.oom)
         o->oom = 1;
-    if (rest->len)
-        rp_answer(p, rest->p, rest->len, o);
-    ifl_buf_free(rest);
+    if (p->rest.len)
+        rp_answer(p, p->rest.p, p->rest.len, o);
+    p->rest.len = 0;
 }
 
 static void rp_push(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
@@ -526,17 +528,15 @@ static void rp_push(struct reply_parser *p, const char *text, size_t n, struct i
         rp_answer(p, text, n, o);
         return;
     }
-    struct ifl_buf rest = {0};
-    ifl_think_push(&p->k, text, n, o, &rest);
-    rp_rest(p, &rest, o);
+    ifl_think_push(&p->k, text, n, o, &p->rest);
+    rp_rest(p, o);
 }
 
 static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
 {
     if (p->think) {
-        struct ifl_buf rest = {0};
-        ifl_think_finish(&p->k, o, &rest);
-        rp_rest(p, &rest, o);
+        ifl_think_finish(&p->k, o, &p->rest);
+        rp_rest(p, o);
     }
     if (p->kind == IFL_REPLY_HERMES)
         ifl_hermes_finish(&p->t, o);
@@ -548,6 +548,7 @@ static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
 
 static void rp_deinit(struct reply_parser *p)
 {
+    ifl_buf_free(&p->rest);
     ifl_think_deinit(&p->k);
     ifl_harmony_deinit(&p->h);
     ifl_hermes_deinit(&p->t);
