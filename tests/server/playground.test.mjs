@@ -334,6 +334,17 @@ await test('reasoning: a <think> block shows folded above the answer', async () 
   check('the page shows the same reasoning, folded once done, under "Reasoning"',
     got.reasoning === want.reasoning_content && got.open === false && got.summary === 'Reasoning', got);
   check('and the answer (none here) as the body', got.body === want.content, [got.body, want.content]);
+  // the reader opens the first reply's block; the next reply re-renders
+  // the whole log, and the block the reader opened stays open
+  await tp.click('#log .msg.assistant details.reasoning summary');
+  await tp.fill('#prompt', 'Again');
+  await tp.click('#send');
+  await tp.waitForFunction(() => document.querySelectorAll('#log .msg.assistant').length === 2 &&
+    document.getElementById('stats').dataset.state !== 'running', null, { timeout: 20000 });
+  const opened = await tp.evaluate(() => [...document.querySelectorAll('#log .msg.assistant details.reasoning')]
+    .map((r) => r.open));
+  check('a block the reader opened stays open through later renders; the new one is folded',
+    opened.length === 2 && opened[0] === true && opened[1] === false, opened);
   await tp.close();
 });
 

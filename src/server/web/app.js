@@ -267,9 +267,12 @@ function renderMessage(m) {
   if (m.reasoning) { /* a reasoning model's <think> block: folded away once done */
     const r = document.createElement('details');
     r.className = 'reasoning';
-    r.open = !!m.thinking;
+    /* the reader's own open or close stands over every later render
+     * (one a frame while the reply streams, and the whole log's) */
+    r.open = m.reasonOpen !== undefined ? m.reasonOpen : !!m.thinking;
     const sum = document.createElement('summary');
     sum.textContent = 'Reasoning';
+    sum.addEventListener('click', () => { m.reasonOpen = !r.open; });
     const txt = document.createElement('div');
     txt.className = 'text';
     txt.textContent = m.reasoning;
