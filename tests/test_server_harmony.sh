@@ -108,7 +108,10 @@ kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 M=$SHARED/models/stories260K.gguf
 start_server plain || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 U="http://127.0.0.1:$PORT"
-bad_req "ChatML: tools" tools "not supported" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}"
+bad_req "ChatML: tools" tools "writes tool calls in no format the server reads back" "{$MSG, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}"
+has "ChatML: tools: says what to do" "--chat-template can give one that does" "$(cat "$tmp/body")"
+check "completions: tools 400" 400 "$(code /v1/completions '{"prompt": "Hi", "max_tokens": 2, "tools": [{"type": "function", "function": {"name": "f"}}]}')"
+has "completions: tools: says where they go" "only /v1/chat/completions takes tools" "$(cat "$tmp/body")"
 bad_req "ChatML: a tool role" messages "(system, developer, user, assistant)" '{"messages": [{"role": "tool", "content": "Hi"}], "max_tokens": 2}'
 kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 echo "$pass passed, $fail failed"

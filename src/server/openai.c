@@ -443,7 +443,17 @@ static int parse_common(struct ifl_server *s, json_t *b, struct oai_req *q, stru
         if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0) &&
             !(json_is_string(x) &&
               (json_string_length(x) == 0 || !strcmp(json_string_value(x), "none")))) {
-            ifl_err(err, IFL_EUNSUPPORTED, "%s: not supported by this server", unsupported[i]);
+            if (i < 2 && q->chat)
+                ifl_err(err, IFL_EUNSUPPORTED,
+                        "%s: this model's chat template writes tool calls in no format the "
+                        "server reads back (docs/http.md lists them); --chat-template can give "
+                        "one that does",
+                        unsupported[i]);
+            else if (i < 2)
+                ifl_err(err, IFL_EUNSUPPORTED, "%s: only /v1/chat/completions takes tools",
+                        unsupported[i]);
+            else
+                ifl_err(err, IFL_EUNSUPPORTED, "%s: not supported by this server", unsupported[i]);
             FAIL(unsupported[i]);
         }
     }
