@@ -195,6 +195,24 @@ for args in "$M" "--llama $tmp/nowhere $M" "--llama $tmp $M" "--llama $fake" "--
 done
 grep -q "no executable llama-bench" <("$C" --llama "$tmp" "$M" 2>&1) && ok "compare: names the missing tool" ||
     bad "compare: names the missing tool"
+# bench/proof: the commands of issue 42's proof for this CPU's class, and
+# its bad arguments (a full run: bench/README.md)
+P=bench/proof
+mkdir -p "$tmp/pm"
+"$P" --llama "$fake" --inflight "$BIN" --models "$tmp/pm" --dry-run >"$tmp/pdry" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c '^bench/proof: .*bench/compare --llama ' "$tmp/pdry")" -ge 3 ] &&
+    grep -q 'tinyllama-1.1b-q8_0-ctx8192.gguf' "$tmp/pdry" && grep -q 'kbench peak$' "$tmp/pdry" &&
+    grep -q 'stepbench .*tinyllama-1.1b-q8_0.gguf 16 24 2$' "$tmp/pdry" && ok "proof: --dry-run lists the runs" ||
+    { bad "proof: --dry-run lists the runs"; cat "$tmp/pdry"; }
+for args in "--llama $fake" "--models $tmp/pm" "--llama $fake --models $tmp/pm --rounds 0" \
+    "--llama $fake --models $tmp/pm --inflight $tmp/none" "--llama $fake --models $tmp/pm"; do
+    # shellcheck disable=SC2086
+    "$P" $args >"$tmp/o" 2>"$tmp/e"
+    [ $? -eq 2 ] && [ -s "$tmp/e" ] && ok "proof: bad arguments: ${args//$tmp/TMP}" ||
+        { bad "proof: bad arguments: $args"; cat "$tmp/e"; }
+done
+grep -q "missing (pass --make-models)" <("$P" --llama "$fake" --inflight "$BIN" --models "$tmp/pm" 2>&1) &&
+    ok "proof: names the missing model" || bad "proof: names the missing model"
 # --ik (a stand-in ik_llama.cpp: pretty JSON from llama-bench, 80 tok/s, or
 # 120 with -rtr 1; only a table from llama-batched-bench) and --long
 ik=$tmp/fakeik
