@@ -154,7 +154,7 @@ mkdir -p "$fake"
 printf '#!/bin/sh\necho "{\\"n_prompt\\": 1, \\"avg_ts\\": 100.000000, \\"stddev_ts\\": 1.0}"\n' >"$fake/llama-bench"
 printf '#!/bin/sh\necho "{\\"pl\\": 2, \\"speed_pp\\": 50.000000, \\"speed_tg\\": 25.000000}"\n' >"$fake/llama-batched-bench"
 chmod +x "$fake/llama-bench" "$fake/llama-batched-bench"
-"$C" --llama "$fake" --inflight "$BIN" -t 1 --rounds 2 -r 1 --pp 16 --tg 8 -B 2 --bandwidth \
+"$C" --llama "$fake" --inflight "$BIN" -t 1 --rounds 2 -r 1 --pp 16 --tg 8 -B 2 --bandwidth --bw-mib 8 \
     --log "$tmp/cmplog" "$M" >"$tmp/cmp.md" 2>"$tmp/cmp.err"
 rc=$?
 [ $rc -eq 0 ] && ok "compare: runs with a stand-in llama.cpp" || { bad "compare: runs with a stand-in llama.cpp (exit $rc)"; cat "$tmp/cmp.err"; }
@@ -187,7 +187,7 @@ ls "$tmp/cmplog"/*.cmd | sed -n '1p;7p' | tr '\n' ' ' | grep -q '/001-ifl-pp16-[
 for args in "$M" "--llama $tmp/nowhere $M" "--llama $tmp $M" "--llama $fake" "--llama $fake -B 1,,2 $M" \
     "--llama $fake --inflight $tmp/none $M" "--llama $fake --bogus $M" "--llama $fake --wait-idle 101 $M" \
     "--llama $fake --ik $tmp/nowhere $M" "--llama $fake --ik $fake/llama-bench $M" "--llama $fake --long --tg 0 $M" \
-    "--llama $fake --depths 1,,2 $M" "--llama $fake --long-pp x $M"; do
+    "--llama $fake --depths 1,,2 $M" "--llama $fake --long-pp x $M" "--llama $fake --bw-mib 0 $M"; do
     # shellcheck disable=SC2086
     "$C" $args >"$tmp/o" 2>"$tmp/e"
     [ $? -eq 2 ] && grep -q '^bench/compare: ' "$tmp/e" && ok "compare: bad arguments: ${args//$tmp/TMP}" ||
@@ -231,7 +231,7 @@ echo "|    16 |      8 |    2 |     48 |    0.100 |    40.00 |    0.500 |    $s.
 SH
 chmod +x "$ik/llama-bench" "$ik/llama-batched-bench"
 "$C" --llama "$fake" --ik "$ik" --long --long-pp 32 --depths 16,40 --inflight "$BIN" -t 1 --rounds 1 -r 1 \
-    --pp 16 --tg 8 -B 2 --bandwidth --log "$tmp/iklog" "$M" >"$tmp/ik.md" 2>"$tmp/ik.err"
+    --pp 16 --tg 8 -B 2 --bandwidth --bw-mib 8 --log "$tmp/iklog" "$M" >"$tmp/ik.md" 2>"$tmp/ik.err"
 rc=$?
 [ $rc -eq 0 ] && grep -q '^| model | test | inflight tok/s | llama.cpp tok/s | ratio | ik tok/s (-rtr 0) | ik tok/s (-rtr 1) | ratio to ik.s better |' "$tmp/ik.md" &&
     grep -Eq '^CPU flags: .*; inflight.s (scalar|avx2|avx512|avx512bf16) \(chosen by cpuid|IFL_KERNELS\)' "$tmp/ik.md" &&
