@@ -299,15 +299,15 @@ $(FUZZ_OUT)/fuzz_lora: tests/fuzz/fuzz_lora.c $(FUZZ_LORA_LIB)
 
 # The Hermes tool-call parser's target links the parser, the <think> splitter
 # and the byte buffer.
-$(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c tests/fuzz/reply_fuzz.h src/server/hermes.c \
-  src/server/think.c src/core/buf.c
+$(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c src/server/hermes.c src/server/think.c \
+  src/core/buf.c
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
 
 # Likewise the Llama 3.1 tool-call parser's (it shares hermes.c's helpers).
-$(FUZZ_OUT)/fuzz_llama3: tests/fuzz/fuzz_llama3.c tests/fuzz/reply_fuzz.h src/server/llama3.c \
-  src/server/hermes.c src/server/think.c src/core/buf.c
+$(FUZZ_OUT)/fuzz_llama3: tests/fuzz/fuzz_llama3.c src/server/llama3.c src/server/hermes.c \
+  src/server/think.c src/core/buf.c
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/llama3.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson

@@ -127,14 +127,78 @@ bad_req "reasoning_format: an unknown value" reasoning_format '\"none\"' "{$MSG,
 check "the server still answers" 200 "$(code /v1/chat/completions "{$MSG}")"
 
 python3 - "$U" >"$tmp/py.log" 2>&1 <<'PY'
-import json, sys
-sys.path.insert(0, 'tests')
-import toolcheck
-from toolcheck import check, fold, post, valid_call, SCHEMA, TOOLS
+import json, sys, urllib.request, urllib.error
+import jsonschema
 
-toolcheck.URL = sys.argv[1]
+U = sys.argv[1]
+n_ok = n_bad = 0
 
+
+def check(name, cond, detail=None):
+    global n_ok, n_bad
+    if cond:
+        n_ok += 1
+        print('ok   ' + name)
+    else:
+        n_bad += 1
+        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:600] if detail is not None else ''))
+
+
+def post(body, stream=False):
+    req = urllib.request.Request(U + '/v1/chat/completions', json.dumps(body).encode(),
+                                 {'Content-Type': 'application/json'})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        data = r.read().decode()
+    if not stream:
+        return json.loads(data)
+    chunks = [json.loads(l[6:]) for l in data.split('\n') if l.startswith('data: {')]
+    return chunks, data.rstrip().endswith('data: [DONE]')
+
+
+def fold(chunks):
+    """A stream's chunks as one message: content, calls by index, finish."""
+    r = {'content': '', 'calls': {}, 'finish': None}
+    for ch in chunks:
+        for c in ch['choices']:
+            d = c.get('delta') or {}
+            r['content'] += d.get('content') or ''
+            if 'reasoning_content' in d:
+                r['reasoning'] = r.get('reasoning', '') + d['reasoning_content']
+            for tc in d.get('tool_calls') or []:
+                at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
+                at['id'] += tc.get('id') or ''
+                f = tc.get('function') or {}
+                at['name'] += f.get('name') or ''
+                at['arguments'] += f.get('arguments') or ''
+            if c.get('finish_reason'):
+                r['finish'] = c['finish_reason']
+    return r
+
+
+WEATHER = {'type': 'object', 'properties': {
+    'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
+    'days': {'type': 'integer', 'minimum': 1, 'maximum': 7},
+    'hourly': {'type': 'boolean'}}, 'required': ['city', 'days']}
+TIME = {'type': 'object', 'properties': {
+    'zone': {'type': 'string', 'maxLength': 6},
+    'fmt': {'type': 'array', 'items': {'type': 'string', 'enum': ['h', 'm', 's']}, 'maxItems': 3}},
+    'required': ['zone']}
+TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather.',
+                                           'parameters': WEATHER}},
+         {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
+                                           'parameters': TIME}},
+         {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
+SCHEMA = {'get_weather': WEATHER, 'get_time': TIME, 'ping': {'type': 'object', 'maxProperties': 0}}
 ASK = [{'role': 'user', 'content': 'What is the weather in Paris?'}]
+
+
+def valid_call(tc, names):
+    try:
+        f = tc['function']
+        jsonschema.validate(json.loads(f['arguments']), SCHEMA[f['name']])
+        return (f['name'] in names and tc['type'] == 'function' and tc['id'].startswith('call_'))
+    except Exception as e:
+        return False
 
 
 # tool_choice "required": calls, whatever the random model would say
@@ -295,7 +359,7 @@ check('a call inside the block is reasoning, not a call',
       '"get_weather"' in c['message'].get('reasoning_content', '') and
       c['finish_reason'] == 'stop', c)
 
-toolcheck.summary()
+print('%d passed, %d failed' % (n_ok, n_bad))
 PY
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
 grep -E '^(ok|FAIL) ' "$tmp/py.log"
