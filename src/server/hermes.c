@@ -145,8 +145,10 @@ void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index,
 }
 
 /* The block in blk as a call (appended to o->calls), or 0 when it is not one. */
-static int call(struct ifl_hermes *t, struct ifl_reply_out *o)
+static int call(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
 {
+    if (t->block_fn)
+        return t->block_fn(t, closed, o);
     const char *s = t->blk.p ? t->blk.p : "";
     size_t n = t->blk.len;
     while (n && is_ws(s[n - 1]))
@@ -183,7 +185,8 @@ static int call(struct ifl_hermes *t, struct ifl_reply_out *o)
 /* A block ended (closed: its closing tag seen). */
 static void end_block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
 {
-    if (call(t, o)) {
+    t->in_span = 0;
+    if (call(t, closed, o)) {
         t->seg_text = 0; /* a new run begins */
     } else {             /* text, tags and all, with the whitespace before it */
         ifl_buf_add(&t->pend, t->pre.p, t->pre.len);
@@ -235,14 +238,27 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
             t->pend.len = 0;
             t->state = T_IN;
             i += strlen(OPEN);
-        } else {
-            size_t at = i + ifl_reply_find_tag(h + i, hn - i, CLOSE, &whole);
-            ifl_buf_add(&t->blk, h + i, at - i);
-            i = at;
+        } else { /* the closing tag, or a span's edge: whichever comes first */
+            int closing = !t->in_span;
+            const char *tag = closing ? CLOSE : t->span_close;
+            size_t at = i + ifl_reply_find_tag(h + i, hn - i, tag, &whole);
+            if (closing && t->span_open) {
+                int w;
+                size_t a = i + ifl_reply_find_tag(h + i, hn - i, t->span_open, &w);
+                if (a < at)
+                    at = a, whole = w, tag = t->span_open, closing = 0;
+            }
+            size_t end = whole && !closing ? at + strlen(tag) : at; /* span tags are the block's */
+            ifl_buf_add(&t->blk, h + i, end - i);
+            i = end;
             if (!whole)
                 break;
-            i += strlen(CLOSE);
-            end_block(t, 1, o);
+            if (closing) {
+                i += strlen(CLOSE);
+                end_block(t, 1, o);
+            } else {
+                t->in_span = !t->in_span;
+            }
         }
     }
     if (h)

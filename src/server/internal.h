@@ -132,6 +132,11 @@ struct ifl_server {
                                             3.1-3.3): tools accepted, replies parsed
                                             (llama3.c); 2 when it also renders an
                                             assistant turn with several calls */
+    int chat_xml;                        /* the template renders tools and writes calls as
+                                            <tool_call><function=NAME><parameter=KEY>
+                                            blocks (Qwen3-Coder, Qwen3.5, Nemotron 3,
+                                            StepFun 3.5): tools accepted, replies parsed
+                                            (xmlcall.c) */
     int chat_think;                      /* the template writes <think> and </think>: a
                                             reasoning model's block is split from the
                                             answer (think.c) */
@@ -584,7 +589,7 @@ int ifl_server_chat_render_images(struct ifl_server *s, json_t *messages, struct
  * object of more template variables, or NULL: chat_template_kwargs,
  * reasoning_effort) given to the template; the variables the server sets
  * win over vars. With a template that takes tools (s->chat_harmony,
- * s->chat_hermes, s->chat_llama3) messages may also be tool results (role "tool", with
+ * s->chat_hermes, s->chat_llama3, s->chat_xml) messages may also be tool results (role "tool", with
  * their tool_call_id and name) and assistant turns with tool_calls (their
  * JSON arguments given to the template as objects) and reasoning_content
  * (given as "thinking", as gpt-oss's template names it, or as it is). */
@@ -595,14 +600,20 @@ int ifl_server_chat_render_tools(struct ifl_server *s, json_t *messages, json_t 
 /* ---- function tools in a chat request (tools.c) ---- */
 
 /* How a template's model writes its tool calls, which is how its replies are read. */
-enum { IFL_REPLY_PLAIN = 0, IFL_REPLY_HARMONY = 1, IFL_REPLY_HERMES = 2, IFL_REPLY_LLAMA3 = 3 };
+enum {
+    IFL_REPLY_PLAIN = 0,
+    IFL_REPLY_HARMONY = 1,
+    IFL_REPLY_HERMES = 2,
+    IFL_REPLY_LLAMA3 = 3,
+    IFL_REPLY_XML = 4 /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
+};
 
 /* The server's template's tool format (IFL_REPLY_*; PLAIN: it takes no tools). (messages.c) */
 int ifl_server_tool_format(const struct ifl_server *s);
 
 struct ifl_chat_tools {
     json_t *list;            /* the tools for the template (a view of the body), or NULL */
-    json_t *names;           /* function name -> its index in list (owned), or NULL */
+    json_t *names;           /* function name -> its parameters schema, or {} (owned), or NULL */
     int parse;               /* IFL_REPLY_*: how the reply is read for calls (0: it is not) */
     int forced;              /* tool_choice "required" (1) or a named function (2) */
     const char *forced_name; /* that function (a view of the body) */
@@ -657,9 +668,19 @@ void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_reply_out *o);
 
 /* ---- Hermes-style tool calls: <tool_call>{JSON}</tool_call> (hermes.c) ---- */
 
-/* One choice's parser state: text pushed in pieces as it streams. */
+/* One choice's parser state: text pushed in pieces as it streams. The
+ * XML format (xmlcall.c) is read by the same machine with its own block
+ * reader. */
 struct ifl_hermes {
     int state, n_calls;
+    int in_span;           /* inside the block, between span_open and span_close */
+    const char *span_open; /* within a block, text from span_open to span_close is
+                              opaque: the closing tag is not looked for in it (NULL:
+                              none); static strings */
+    const char *span_close;
+    /* whether the block in blk (closed: its closing tag came) is a call:
+     * appends it to o and returns 1, or returns 0 (NULL: Hermes' JSON) */
+    int (*block_fn)(struct ifl_hermes *t, int closed, struct ifl_reply_out *o);
     int seg_text;        /* the text since the last call (or the start) is not all
                             whitespace */
     struct ifl_buf hold; /* bytes not yet placed (a tag may be starting) */
@@ -692,6 +713,27 @@ size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char
  * cannot, or raw is NULL). (hermes.c) */
 void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index, json_t *name,
                         const char *raw, size_t rl);
+
+/* ---- Qwen3-Coder's XML tool calls (xmlcall.c) ---- */
+
+/* Kinds of JSON value a schema allows, as a mask of IFL_XML_K_* (0: it
+ * does not say): its type (or types), else its anyOf/oneOf members', else
+ * its enum/const values'; a $ref to root's #/$defs/NAME or
+ * #/definitions/NAME followed (a few levels). */
+enum {
+    IFL_XML_K_STRING = 1,
+    IFL_XML_K_INTEGER = 2,
+    IFL_XML_K_NUMBER = 4,
+    IFL_XML_K_BOOLEAN = 8,
+    IFL_XML_K_NULL = 16,
+    IFL_XML_K_OBJECT = 32,
+    IFL_XML_K_ARRAY = 64
+};
+int ifl_xml_kinds(json_t *schema, json_t *root);
+/* A parser of the XML format: ifl_hermes_push, _finish and _deinit read it.
+ * names: function name -> its parameters schema (a reference), or NULL:
+ * any name is taken, every value a string. */
+void ifl_xml_init(struct ifl_hermes *t, json_t *names);
 
 /* ---- Llama 3.1's JSON tool calls: {"name", "parameters"} (llama3.c) ---- */
 

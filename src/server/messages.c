@@ -18,7 +18,9 @@
  * as Hermes' <tool_call> JSON blocks (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro and
  * 3, Granite, ...): found by rendering a probe conversation at start, as
  * the template itself would write it; its model's replies are read by
- * hermes.c.
+ * hermes.c. Likewise Llama 3.1's {"name", "parameters"} objects (llama3.c)
+ * and Qwen3-Coder's <tool_call><function=NAME><parameter=KEY> blocks
+ * (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5: xmlcall.c).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -148,6 +150,47 @@ static int is_llama3(struct ifl_server *s)
     return yes;
 }
 
+/* Whether s (n bytes) holds, whitespace free between the tags, the probe's
+ * call in Qwen3-Coder's XML format: <tool_call> <function=ifl_probe_fn>
+ * <parameter=ifl_probe_arg>\n1\n</parameter> </function> </tool_call>. */
+static int xml_call(const char *s, size_t n)
+{
+    static const char *const parts[] = {"<function=ifl_probe_fn>",
+                                        "<parameter=ifl_probe_arg>\n1\n</parameter>", "</function>",
+                                        "</tool_call>"};
+    for (const char *p = s, *end = s + n; (p = memmem(p, (size_t)(end - p), "<tool_call>", 11));) {
+        p += 11;
+        const char *q = p;
+        int k = 0;
+        for (; k < 4; k++) {
+            while (q < end && (*q == ' ' || *q == '\n'))
+                q++;
+            size_t l = strlen(parts[k]);
+            if ((size_t)(end - q) < l || memcmp(q, parts[k], l))
+                break;
+            q += l;
+        }
+        if (k == 4)
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 when the compiled template renders tools and writes an assistant's
+ * tool call as Qwen3-Coder's XML block, and renders tool results. The
+ * probe conversation says. */
+static int is_xml(struct ifl_server *s)
+{
+    char *out = NULL;
+    size_t n = 0;
+    int yes = 0;
+    if (!probe_render(s, 1, &out, &n))
+        yes = xml_call(out, n) && memmem(out, n, "ifl-probe-tool", 14) &&
+              memmem(out, n, "ifl-probe-result", 16);
+    free(out);
+    return yes;
+}
+
 /* A reasoning model's template: it writes (or strips from history) the
  * <think> block its model answers in. */
 static int is_think(const char *src)
@@ -164,6 +207,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_harmony = 0;
     s->chat_hermes = 0;
     s->chat_llama3 = 0;
+    s->chat_xml = 0;
     s->chat_think = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
@@ -173,6 +217,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         s->chat_harmony = is_harmony(s->chat_template);
         s->chat_hermes = !s->chat_harmony && is_hermes(s);
         s->chat_llama3 = !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
+        s->chat_xml = !s->chat_harmony && !s->chat_hermes && !s->chat_llama3 && is_xml(s);
         s->chat_think = !s->chat_harmony && is_think(s->chat_template);
         return 0;
     }
@@ -206,6 +251,8 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_tmpl = t;
     s->chat_hermes = !s->chat_default && !s->chat_harmony && is_hermes(s);
     s->chat_llama3 = !s->chat_default && !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
+    s->chat_xml =
+        !s->chat_default && !s->chat_harmony && !s->chat_hermes && !s->chat_llama3 && is_xml(s);
     return 0;
 }
 
@@ -214,6 +261,7 @@ int ifl_server_tool_format(const struct ifl_server *s)
     return s->chat_harmony  ? IFL_REPLY_HARMONY
            : s->chat_hermes ? IFL_REPLY_HERMES
            : s->chat_llama3 ? IFL_REPLY_LLAMA3
+           : s->chat_xml    ? IFL_REPLY_XML
                             : IFL_REPLY_PLAIN;
 }
 

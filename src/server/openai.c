@@ -477,15 +477,15 @@ static int parsed(const struct oai_req *q)
 }
 
 /* One choice's reply parser: gpt-oss's channels, or a <think> block's
- * reasoning, then Hermes' call blocks, Llama 3.1's call objects or the
- * text as it stands. */
+ * reasoning, then Hermes' call blocks, Llama 3.1's call objects,
+ * Qwen3-Coder's XML call blocks or the text as it stands. */
 struct reply_parser {
-    int kind;  /* IFL_REPLY_HARMONY, IFL_REPLY_HERMES, IFL_REPLY_LLAMA3 or IFL_REPLY_PLAIN */
+    int kind;  /* IFL_REPLY_HARMONY, _HERMES, _LLAMA3, _XML or _PLAIN */
     int think; /* the text goes through k first */
     struct ifl_think k;
     struct ifl_buf rest; /* what k gave of the answer, passed on (reused) */
     struct ifl_harmony h;
-    struct ifl_hermes t;
+    struct ifl_hermes t; /* Hermes' blocks, or the XML ones */
     struct ifl_llama3 l;
 };
 
@@ -496,7 +496,10 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     ifl_think_init(&p->k, q->think == 2);
     p->rest = (struct ifl_buf){0};
     ifl_harmony_init(&p->h);
-    ifl_hermes_init(&p->t, q->tool_names);
+    if (p->kind == IFL_REPLY_XML)
+        ifl_xml_init(&p->t, q->tool_names);
+    else
+        ifl_hermes_init(&p->t, q->tool_names);
     ifl_llama3_init(&p->l, q->tool_names);
     snprintf(p->h.id_base, sizeof p->h.id_base, "%s", id_base);
     snprintf(p->t.id_base, sizeof p->t.id_base, "%s", id_base);
@@ -512,7 +515,7 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
 /* The answer's text (after any reasoning) to the call parser, if any. */
 static void rp_answer(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
 {
-    if (p->kind == IFL_REPLY_HERMES)
+    if (p->kind == IFL_REPLY_HERMES || p->kind == IFL_REPLY_XML)
         ifl_hermes_push(&p->t, text, n, o);
     else if (p->kind == IFL_REPLY_LLAMA3)
         ifl_llama3_push(&p->l, text, n, o);
@@ -548,7 +551,7 @@ static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
         ifl_think_finish(&p->k, o, &p->rest);
         rp_rest(p, o);
     }
-    if (p->kind == IFL_REPLY_HERMES)
+    if (p->kind == IFL_REPLY_HERMES || p->kind == IFL_REPLY_XML)
         ifl_hermes_finish(&p->t, o);
     else if (p->kind == IFL_REPLY_LLAMA3)
         ifl_llama3_finish(&p->l, o);
