@@ -6,14 +6,17 @@
  * blocks are text with their tags; the same result however the text is
  * cut into streamed pieces (every single split point, every pair of split
  * points, and one byte at a time); and text streams as soon as it cannot
- * be a tag. The grammar of a forced call (tools.c) is checked by the
- * server script, tests/test_server_tools_xml.sh.
+ * be a tag. A forced call's string value (ifl_xml_text_gbnf) is any text
+ * without "</parameter>", against a plain search over random texts; the
+ * rest of a forced call's grammar (tools.c) is checked by the server
+ * script, tests/test_server_tools_xml.sh.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/err.h"
+#include "guide/guide.h"
 #include "server/internal.h"
 #include "t.h"
 
@@ -188,6 +191,59 @@ static void test_timing(void)
     out_free(&o);
 }
 
+/* xml-text then the closing tag: accepted exactly when the text does not
+ * hold the tag (random texts of the tag's letters, '<', 'x' and '\n') */
+static void test_text_grammar(void)
+{
+    const char *rules = ifl_xml_text_gbnf();
+    struct ifl_buf g = {0};
+    ifl_buf_addf(&g, "root ::= xml-text \"\\n</parameter>\"\n%s", rules);
+    struct ifl_guide *gd = NULL;
+    char err[IFL_ERR_LEN] = "";
+    int rc = ifl_guide_compile_gbnf(&gd, g.p, g.len, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    ifl_buf_free(&g);
+    if (rc)
+        return;
+    static const char alpha[] = "</parameter>x\n<</p";
+    uint32_t seed = 7;
+    int bad = 0, held = 0;
+    for (int round = 0; round < 4000 && !bad; round++) {
+        char text[64];
+        size_t n = 0;
+        seed = seed * 1103515245u + 12345u;
+        size_t len = (seed >> 16) % 40;
+        if (round % 3 == 0) { /* the tag, or a piece of it, in the middle */
+            const char *w = "</parameter>";
+            size_t at = (seed >> 8) % 8, k = 1 + (seed >> 4) % 12;
+            for (size_t i = 0; i < at; i++)
+                text[n++] = 'x';
+            memcpy(text + n, w, k);
+            n += k;
+        }
+        while (n < len) {
+            seed = seed * 1103515245u + 12345u;
+            text[n++] = alpha[(seed >> 16) % (sizeof alpha - 1)];
+        }
+        text[n] = 0;
+        char full[96];
+        snprintf(full, sizeof full, "%s\n</parameter>", text);
+        struct ifl_guide_state st;
+        ifl_guide_state_init(&st, gd);
+        int ok =
+            ifl_guide_accept_bytes(&st, full, strlen(full)) == 0 && ifl_guide_is_accepting(&st);
+        ifl_guide_state_deinit(&st);
+        int want = strstr(text, "</parameter>") == NULL;
+        held += !want;
+        if (ok != want) {
+            fprintf(stderr, "  \"%s\": the grammar says %d, the search %d\n", text, ok, want);
+            bad = 1;
+        }
+    }
+    CHECK(!bad && held > 100);
+    ifl_guide_free(gd);
+}
+
 int main(void)
 {
     names = json_loads(
@@ -208,6 +264,7 @@ int main(void)
     T_RUN(test_malformed);
     T_RUN(test_any_name);
     T_RUN(test_timing);
+    T_RUN(test_text_grammar);
     json_decref(names);
     return t_done();
 }

@@ -734,6 +734,9 @@ int ifl_xml_kinds(json_t *schema, json_t *root);
  * names: function name -> its parameters schema (a reference), or NULL:
  * any name is taken, every value a string. */
 void ifl_xml_init(struct ifl_hermes *t, json_t *names);
+/* GBNF rule xml-text (a static string): any text that does not hold
+ * "</parameter>", a string parameter's value in a forced call. */
+const char *ifl_xml_text_gbnf(void);
 
 /* ---- Llama 3.1's JSON tool calls: {"name", "parameters"} (llama3.c) ---- */
 

@@ -99,26 +99,6 @@ static int args_rules(json_t *params, size_t i, struct ifl_buf *g, char *rule, s
 
 /* ---- the XML format's forced calls ---- */
 
-/* A value of the XML format's string parameters: any text that does not
- * hold "</parameter>" (it ends the value). Split at each '<': the piece
- * after one ("<" xml-lt) is any text without '<' that does not begin
- * "/parameter>", written as the nested choices of how far it follows
- * that word. */
-static void xml_text_rules(struct ifl_buf *g)
-{
-    static const char word[] = "/parameter>";
-    ifl_buf_addf(g, "xml-text ::= [^<]* ( \"<\" xml-lt )*\nxml-lt ::= ");
-    size_t n = strlen(word);
-    for (size_t k = 0; k < n; k++) {
-        ifl_buf_addf(g, "( [^%c<] [^<]*", word[k]);
-        if (k + 1 < n)
-            ifl_buf_addf(g, " | \"%c\" ", word[k]);
-    }
-    for (size_t k = 0; k < n; k++)
-        ifl_buf_addf(g, " )?");
-    ifl_buf_addf(g, "\n");
-}
-
 /* s as a GBNF literal, quotes and all. */
 static void gbnf_lit(struct ifl_buf *g, const char *s, size_t n)
 {
@@ -527,7 +507,7 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
                      "call ::= \"<tool_call>\\n<function=\" ( %s ) "
                      "\"</function>\\n</tool_call>\"\n",
                      alts.p ? alts.p : "");
-        xml_text_rules(&all);
+        ifl_buf_add(&all, ifl_xml_text_gbnf(), strlen(ifl_xml_text_gbnf()));
     } else if (llama3) { /* the reply is the call objects, separated by "; " */
         ifl_buf_addf(&all, "root ::= call%s\n",
                      t->forced == 1 && t->parallel && t->multi ? " ( \"; \" call )*" : "");

@@ -158,7 +158,7 @@ int ifl_xml_kinds(json_t *schema, json_t *root)
 
 /* A parameter's value v (vl bytes) as JSON text appended to args, typed by
  * its kinds (see the file's comment). 0, or -1 when the text is not UTF-8
- * (the block is then no call). */
+ * or holds a NUL (the block is then no call). */
 static int add_value(struct ifl_buf *args, const char *v, size_t vl, int k)
 {
     if (k & ~IFL_XML_K_STRING) {
@@ -180,6 +180,8 @@ static int add_value(struct ifl_buf *args, const char *v, size_t vl, int k)
                 return 0;
             }
     }
+    if (memchr(v, 0, vl))
+        return -1; /* a client's JSON parser may refuse \u0000 */
     json_t *str = json_stringn(v, vl);
     char *d = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
     json_decref(str);
@@ -278,6 +280,18 @@ static int block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
     json_decref(vals);
     json_decref(name);
     return ok;
+}
+
+/* Split at each '<', such a text is a run without '<', then pieces "<"
+ * xml-lt, each any text without '<' that does not begin "/parameter>":
+ * nested choices of how far it follows that word. */
+const char *ifl_xml_text_gbnf(void)
+{
+    return "xml-text ::= [^<]* ( \"<\" xml-lt )*\n"
+           "xml-lt ::= ( [^/<] [^<]* | \"/\" ( [^p<] [^<]* | \"p\" ( [^a<] [^<]* | \"a\" ( [^r<] "
+           "[^<]* | \"r\" ( [^a<] [^<]* | \"a\" ( [^m<] [^<]* | \"m\" ( [^e<] [^<]* | \"e\" ( "
+           "[^t<] [^<]* | \"t\" ( [^e<] [^<]* | \"e\" ( [^r<] [^<]* | \"r\" ( [^><] [^<]* )? )? "
+           ")? )? )? )? )? )? )? )? )?\n";
 }
 
 void ifl_xml_init(struct ifl_hermes *t, json_t *names)
