@@ -299,18 +299,25 @@ $(FUZZ_OUT)/fuzz_lora: tests/fuzz/fuzz_lora.c $(FUZZ_LORA_LIB)
 
 # The Hermes tool-call parser's target links the parser, the <think> splitter
 # and the byte buffer.
-$(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c src/server/hermes.c src/server/think.c \
-  src/core/buf.c
+$(FUZZ_OUT)/fuzz_hermes: tests/fuzz/fuzz_hermes.c tests/fuzz/reply_chain.h src/server/hermes.c \
+  src/server/think.c src/core/buf.c
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
 
 # Likewise the Llama 3.1 tool-call parser's (it shares hermes.c's helpers).
-$(FUZZ_OUT)/fuzz_llama3: tests/fuzz/fuzz_llama3.c src/server/llama3.c src/server/hermes.c \
-  src/server/think.c src/core/buf.c
+$(FUZZ_OUT)/fuzz_llama3: tests/fuzz/fuzz_llama3.c tests/fuzz/reply_chain.h src/server/llama3.c \
+  src/server/hermes.c src/server/think.c src/core/buf.c
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/llama3.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
+
+# Likewise Qwen3-Coder's XML tool-call parser's (hermes.c's machine).
+$(FUZZ_OUT)/fuzz_xmlcall: tests/fuzz/fuzz_xmlcall.c tests/fuzz/reply_chain.h src/server/xmlcall.c \
+  src/server/hermes.c src/server/think.c src/core/buf.c
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
+	  src/server/xmlcall.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
 
 # The image target links only the decoder (and libpng, libturbojpeg).
 FUZZ_IMAGE_SRC := src/core/err.c src/vision/image.c

