@@ -50,8 +50,8 @@ python3 - "$U" "$BIN" "$M" "$TMPL" >"$tmp/py.log" 2>&1 <<'PY'
 import json, sys
 
 sys.path.insert(0, 'tests/data/chat')
-from tools_http import (check, done, jinja_tokens, post, render_cases, same_stream, set_up,
-                        valid_call)
+from tools_http import (check, check_named, check_none, check_turn_after, done, jinja_tokens,
+                        post, render_cases, same_stream, set_up, valid_call)
 
 U, BIN, MODEL, TMPL = sys.argv[1:5]
 SCHEMA = {}
@@ -167,29 +167,10 @@ for seed in range(5):
           c['finish_reason'] == 'tool_calls', c)
     if seed < 2:
         same_stream(body, m, 'tool_calls', 'required, seed %d' % seed)
-for name in ['get_weather', 'get_time', 'ping']:
-    for seed in range(2):
-        body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 300, 'temperature': 1, 'seed': seed,
-                'tool_choice': {'type': 'function', 'function': {'name': name}},
-                'parallel_tool_calls': seed == 0}
-        c = post(body)['choices'][0]
-        calls = c['message'].get('tool_calls') or []
-        check('named %s, seed %d: one call to it, valid' % (name, seed),
-              len(calls) == 1 and calls[0]['function']['name'] == name and
-              valid_call(calls[0], {name}) and c['finish_reason'] == 'tool_calls', c)
-        same_stream(body, c['message'], 'tool_calls', 'named %s, seed %d' % (name, seed))
+check_named(ASK, TOOLS, ['get_weather', 'get_time', 'ping'], 2)
 
 # tool_choice none: no tools in the prompt, the reply not read for calls
-plain = post({'messages': ASK, 'max_tokens': 1})['usage']['prompt_tokens']
-withtools = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1})['usage']['prompt_tokens']
-c = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'none', 'max_tokens': 100,
-          'temperature': 0, 'grammar': GRAMMARS[0][1]})
-check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
-      [plain, withtools, c['usage']])
-m = c['choices'][0]['message']
-check('none: a call-like reply stays content',
-      'tool_calls' not in m and m['content'].startswith('{"name": "get_weather"') and
-      c['choices'][0]['finish_reason'] == 'stop', m)
+withtools = check_none(ASK, TOOLS, GRAMMARS[0][1], lambda t: t.startswith('{"name": "get_weather"'))
 
 # the next turn: the call as the server gave it and its result render as Jinja2 renders them
 r = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 300, 'temperature': 1, 'seed': 3,
@@ -201,12 +182,7 @@ nxt = post({'messages': conv, 'tools': TOOLS, 'max_tokens': 1})
 want = jinja_tokens([{k: v for k, v in x.items() if k != 'refusal'} for x in conv], TOOLS)
 check('next turn: the call and its result rendered as Jinja2 renders them (%d tokens)' % want,
       nxt['usage']['prompt_tokens'] == want and want > withtools + 20, [want, nxt['usage']])
-conv2 = conv + [{'role': 'assistant', 'content': 'It is 21 degrees.'},
-                {'role': 'user', 'content': 'And Rome?'}]
-want = jinja_tokens(conv2, TOOLS)
-nxt = post({'messages': conv2, 'tools': TOOLS, 'max_tokens': 1})
-check('a turn after the answer: as Jinja2 renders it (%d tokens)' % want,
-      nxt['usage']['prompt_tokens'] == want, [want, nxt['usage']])
+check_turn_after(conv, TOOLS)
 
 done()
 PY

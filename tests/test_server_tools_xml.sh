@@ -53,8 +53,8 @@ python3 - "$U" "$BIN" "$M" "$2" "$3" >"$tmp/py-$1.log" 2>&1 <<'PY'
 import json, sys
 
 sys.path.insert(0, 'tests/data/chat')
-from tools_http import (check, done, jinja_tokens, post, render_cases, same_stream, set_up,
-                        valid_call)
+from tools_http import (check, check_named, check_none, check_turn_after, done, jinja_tokens,
+                        post, render_cases, same_stream, set_up, valid_call)
 
 U, BIN, MODEL, TMPL, MODE = sys.argv[1:6]
 THINK = '<think>' in open(TMPL, encoding='utf-8').read()  # a reasoning template
@@ -86,7 +86,6 @@ SCHEMA.update({'get_weather': WEATHER, 'get_time': TIME, 'note': NOTE,
                'ping': {'type': 'object', 'maxProperties': 0}})
 ASK = [{'role': 'system', 'content': 'Be brief.'},
        {'role': 'user', 'content': 'What is the weather in Paris?'}]
-OPEN = ''  # what a steered reply begins with
 
 
 def block(name, *params):
@@ -97,15 +96,15 @@ def block(name, *params):
 
 # auto: the model's own calls (steered by a grammar), typed by the schema
 GRAMMARS = [
-    ('one call', 'root ::= "%s" %s' % (OPEN, block('get_weather', ('city', '("Paris" | "Rome")'),
-                                                    ('days', '[1-7]'))),
+    ('one call', 'root ::= ' + block('get_weather', ('city', '("Paris" | "Rome")'),
+                                     ('days', '[1-7]')),
      None, ['get_weather']),
-    ('text, then two calls', 'root ::= "%sChecking." [a-z]{2} "\\n" %s "\\n" %s' % (
-        OPEN, block('ping'), block('get_time', ('zone', '[A-Z]{3}'), ('fmt', '"[\\"h\\", \\"m\\"]"'),
-                                   ('offset', '"null"'))),
+    ('text, then two calls', 'root ::= "Checking." [a-z]{2} "\\n" %s "\\n" %s' % (
+        block('ping'), block('get_time', ('zone', '[A-Z]{3}'), ('fmt', '"[\\"h\\", \\"m\\"]"'),
+                             ('offset', '"null"'))),
      'Checking.', ['ping', 'get_time']),
-    ('a multi-line value holding tags', 'root ::= "%s" %s' % (OPEN, block(
-        'note', ('text', '"line one\\n  <b>two</b> </tool_call>\\n"'), ('tags', '"[]"'))),
+    ('a multi-line value holding tags', 'root ::= ' + block(
+        'note', ('text', '"line one\\n  <b>two</b> </tool_call>\\n"'), ('tags', '"[]"')),
      None, ['note']),
 ]
 for what, g, before, names in GRAMMARS:
@@ -123,13 +122,13 @@ for what, g, before, names in GRAMMARS:
               [t['index'] for t in calls] == list(range(len(calls))), c)
         same_stream(body, m, 'tool_calls', 'auto, %s, seed %d' % (what, seed))
 c = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 0,
-          'grammar': 'root ::= "%s" %s' % (OPEN, block('get_weather', ('city', '"Rome"'),
-                                                         ('days', '"3"'), ('hourly', '"True"')))})
+          'grammar': 'root ::= ' + block('get_weather', ('city', '"Rome"'), ('days', '"3"'),
+                                         ('hourly', '"True"'))})
 check('auto: the values typed by the schema (Python\'s True a boolean)',
       c['choices'][0]['message']['tool_calls'][0]['function']['arguments'] ==
       '{"city": "Rome", "days": 3, "hourly": true}', c)
 c = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 0,
-          'grammar': 'root ::= "%s" %s' % (OPEN, block('note', ('text', '"42"')))})
+          'grammar': 'root ::= ' + block('note', ('text', '"42"'))})
 check('auto: a string parameter keeps its text ("42" stays a string)',
       c['choices'][0]['message']['tool_calls'][0]['function']['arguments'] == '{"text": "42"}', c)
 
@@ -143,7 +142,7 @@ NOT = [('an unknown function', block('launch'),
        ('plain text', '"It is sunny in Paris today, " [a-z]{3}', None)]
 for what, g, want in NOT:
     body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 1, 'seed': 1,
-            'grammar': 'root ::= "%s" %s' % (OPEN, g)}
+            'grammar': 'root ::= ' + g}
     c = post(body)['choices'][0]
     m = c['message']
     check('auto, %s: content as it stands, finish stop' % what,
@@ -182,17 +181,7 @@ for seed in range(5 if MODE == 'full' else 2):
           c['finish_reason'] == 'tool_calls', c)
     if seed < 2:
         same_stream(body, m, 'tool_calls', 'required, seed %d' % seed)
-for name in ['get_weather', 'get_time', 'ping']:
-    for seed in range(2 if MODE == 'full' else 1):
-        body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 300, 'temperature': 1, 'seed': seed,
-                'tool_choice': {'type': 'function', 'function': {'name': name}},
-                'parallel_tool_calls': seed == 0}
-        c = post(body)['choices'][0]
-        calls = c['message'].get('tool_calls') or []
-        check('named %s, seed %d: one call to it, valid' % (name, seed),
-              len(calls) == 1 and calls[0]['function']['name'] == name and
-              valid_call(calls[0], {name}) and c['finish_reason'] == 'tool_calls', c)
-        same_stream(body, c['message'], 'tool_calls', 'named %s, seed %d' % (name, seed))
+check_named(ASK, TOOLS, ['get_weather', 'get_time', 'ping'], 2 if MODE == 'full' else 1)
 code, b = post({'messages': ASK, 'tools': [{'type': 'function', 'function': {
     'name': 'f', 'parameters': {'type': 'object', 'properties': {
         'p': {'type': 'string', 'pattern': '^a+$'}}}}}], 'tool_choice': 'required',
@@ -202,22 +191,13 @@ check('required, a string pattern the XML format cannot follow: 400 naming it',
       [code, b])
 
 # tool_choice none: no tools in the prompt, the reply not read for calls
-plain = post({'messages': ASK, 'max_tokens': 1})['usage']['prompt_tokens']
-withtools = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1})['usage']['prompt_tokens']
-c = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'none', 'max_tokens': 100,
-          'temperature': 0, 'grammar': GRAMMARS[0][1]})
-check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
-      [plain, withtools, c['usage']])
-m = c['choices'][0]['message']
-check('none: a call-like reply stays content',
-      'tool_calls' not in m and '<function=get_weather>' in m['content'] and
-      c['choices'][0]['finish_reason'] == 'stop', m)
+withtools = check_none(ASK, TOOLS, GRAMMARS[0][1], lambda t: '<function=get_weather>' in t)
 
 # the next turn: the calls as the server gave them and their results render
 # as Jinja2 renders them (the values as the template writes each kind)
 r = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 0,
-          'grammar': 'root ::= "%s" %s "\\n" %s' % (
-              OPEN, block('get_weather', ('city', '"Rome"'), ('days', '"3"'), ('hourly', '"false"')),
+          'grammar': 'root ::= %s "\\n" %s' % (
+              block('get_weather', ('city', '"Rome"'), ('days', '"3"'), ('hourly', '"false"')),
               block('get_time', ('zone', '"UTC"'), ('fmt', '"[\\"h\\"]"')))})
 m = r['choices'][0]['message']
 conv = ASK + [m] + [{'role': 'tool', 'tool_call_id': t['id'], 'content': '{"temp": 21}'}
@@ -227,12 +207,7 @@ want = jinja_tokens([{k: v for k, v in x.items() if k != 'refusal'} for x in con
 check('next turn: the calls and their results rendered as Jinja2 renders them (%d tokens)' % want,
       len(m['tool_calls']) == 2 and nxt['usage']['prompt_tokens'] == want and
       want > withtools + 40, [want, nxt['usage'], m])
-conv2 = conv + [{'role': 'assistant', 'content': 'It is 21 degrees.'},
-                {'role': 'user', 'content': 'And Rome?'}]
-want = jinja_tokens(conv2, TOOLS)
-nxt = post({'messages': conv2, 'tools': TOOLS, 'max_tokens': 1})
-check('a turn after the answer: as Jinja2 renders it (%d tokens)' % want,
-      nxt['usage']['prompt_tokens'] == want, [want, nxt['usage']])
+check_turn_after(conv, TOOLS)
 
 done()
 PY

@@ -137,3 +137,47 @@ def same_stream(body, m, fin, what):
           [(t['function']['name'], t['function']['arguments']) for t in calls] and
           all(v['id'].startswith('call_') for v in s['calls'].values()), [s, m])
     return s
+
+
+def check_named(ask, tools, names, seeds):
+    """A named function forced: one call to it, valid, whole and streamed
+    (parallel_tool_calls true for seed 0, false for the others)."""
+    for name in names:
+        for seed in range(seeds):
+            body = {'messages': ask, 'tools': tools, 'max_tokens': 300, 'temperature': 1,
+                    'seed': seed, 'tool_choice': {'type': 'function', 'function': {'name': name}},
+                    'parallel_tool_calls': seed == 0}
+            c = post(body)['choices'][0]
+            calls = c['message'].get('tool_calls') or []
+            check('named %s, seed %d: one call to it, valid' % (name, seed),
+                  len(calls) == 1 and calls[0]['function']['name'] == name and
+                  valid_call(calls[0], {name}) and c['finish_reason'] == 'tool_calls', c)
+            same_stream(body, c['message'], 'tool_calls', 'named %s, seed %d' % (name, seed))
+
+
+def check_none(ask, tools, grammar, looks_like):
+    """tool_choice none: no tools in the prompt, and a reply steered by grammar
+    into a call stays content (looks_like(content) says it is the call's text).
+    The prompt tokens with tools."""
+    plain = post({'messages': ask, 'max_tokens': 1})['usage']['prompt_tokens']
+    withtools = post({'messages': ask, 'tools': tools, 'max_tokens': 1})['usage']['prompt_tokens']
+    c = post({'messages': ask, 'tools': tools, 'tool_choice': 'none', 'max_tokens': 100,
+              'temperature': 0, 'grammar': grammar})
+    check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
+          [plain, withtools, c['usage']])
+    m = c['choices'][0]['message']
+    check('none: a call-like reply stays content',
+          'tool_calls' not in m and looks_like(m['content']) and
+          c['choices'][0]['finish_reason'] == 'stop', m)
+    return withtools
+
+
+def check_turn_after(conv, tools):
+    """conv (ending with tool results), then an answer and a question: rendered
+    as Jinja2 renders it."""
+    conv2 = conv + [{'role': 'assistant', 'content': 'It is 21 degrees.'},
+                    {'role': 'user', 'content': 'And Rome?'}]
+    want = jinja_tokens(conv2, tools)
+    nxt = post({'messages': conv2, 'tools': tools, 'max_tokens': 1})
+    check('a turn after the answer: as Jinja2 renders it (%d tokens)' % want,
+          nxt['usage']['prompt_tokens'] == want, [want, nxt['usage']])
