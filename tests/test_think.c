@@ -13,6 +13,9 @@
 #include "server/internal.h"
 #include "t.h"
 
+/* the tags the splitter is given (Mistral's, or NULL: <think>'s) */
+static const char *tag_open, *tag_close;
+
 struct split {
     struct ifl_buf reasoning, answer;
     int oom;
@@ -23,7 +26,10 @@ static void split_cut(const char *text, int inside, const size_t *cuts, int n_cu
     struct ifl_think k;
     struct ifl_reply_out o = {0};
     memset(r, 0, sizeof *r);
-    ifl_think_init(&k, inside);
+    if (tag_open)
+        ifl_think_init_tags(&k, inside, tag_open, tag_close);
+    else
+        ifl_think_init(&k, inside);
     size_t at = 0, n = strlen(text);
     for (int i = 0; i <= n_cuts; i++) {
         size_t to = i < n_cuts ? cuts[i] : n;
@@ -151,11 +157,26 @@ static void test_prompt_open(void)
         CHECK_MSG(!ifl_think_prompt_open(shut[i], strlen(shut[i])), "not open: \"%s\"", shut[i]);
 }
 
+/* Mistral's [THINK] block (Ministral 3, Magistral): the same rules, and
+ * <think> is then text */
+static void test_mistral_tags(void)
+{
+    tag_open = "[THINK]", tag_close = "[/THINK]";
+    check("[THINK]The user greets me.\n[/THINK]\n\nHello!", 0, "The user greets me.", "Hello!");
+    check("still [/THI", 1, "still [/THI", "");
+    check("[THINK]a[/THINK]b[THINK]c[/THINK]d", 0, "a", "b[THINK]c[/THINK]d");
+    check("<think>a</think>b", 0, "", "<think>a</think>b");
+    check("[THIN", 0, "", "[THIN");
+    check("[THINK]x[/THINK][TOOL_CALLS]f[ARGS]{}", 0, "x", "[TOOL_CALLS]f[ARGS]{}");
+    tag_open = tag_close = NULL;
+}
+
 int main(void)
 {
     T_RUN(test_blocks);
     T_RUN(test_cut_short);
     T_RUN(test_plain);
     T_RUN(test_prompt_open);
+    T_RUN(test_mistral_tags);
     return t_done();
 }

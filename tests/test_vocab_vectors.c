@@ -717,6 +717,69 @@ static void test_harmony_specials(void)
     CHECK_EQ(ifl_vocab_eos(v), ifl_vocab_find(v, "<|return|>", 10));
 }
 
+/* ---- Mistral's tool and reasoning tags ---- */
+
+/* A vocabulary with Mistral's tags as control tokens (gemma4's raw-UTF-8
+ * model, as above): [TOOL_CALLS], [ARGS], [CALL_ID], [THINK] and [/THINK]
+ * show in generated text, where the server reads calls and reasoning;
+ * [INST] and the other control tokens stay hidden. */
+static void test_mistral_specials(void)
+{
+    char path[512], err[IFL_ERR_LEN] = "";
+    snprintf(path, sizeof(path), "%s/mistral.gguf", tmpdir);
+    static const char *const tags[] = {"<pad>",    "<eos>",       "<bos>",     "[INST]",
+                                       "[/INST]",  "[ARGS]",      "[CALL_ID]", "[THINK]",
+                                       "[/THINK]", "[TOOL_CALLS]"};
+    enum { N_TAGS = sizeof tags / sizeof tags[0] };
+    static char texts[256][8];
+    const char *ptr[N_TAGS + 256 + 2];
+    int32_t types[N_TAGS + 256 + 2];
+    for (int i = 0; i < N_TAGS; i++) {
+        ptr[i] = tags[i];
+        types[i] = IFL_TOK_CONTROL;
+    }
+    for (int b = 0; b < 256; b++) {
+        snprintf(texts[b], sizeof(texts[b]), "<0x%02X>", b);
+        ptr[N_TAGS + b] = texts[b];
+        types[N_TAGS + b] = IFL_TOK_BYTE;
+    }
+    ptr[N_TAGS + 256] = "a";
+    ptr[N_TAGS + 257] = "b";
+    types[N_TAGS + 256] = types[N_TAGS + 257] = IFL_TOK_NORMAL;
+    struct ifl_gguf_writer *w = NULL;
+    CHECK_EQ(ifl_gguf_writer_create(&w), 0);
+    ifl_gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4", 6);
+    ifl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", ptr, NULL, N_TAGS + 258);
+    ifl_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", IFL_GGUF_INT32, types, N_TAGS + 258);
+    ifl_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", NULL, NULL, 0);
+    ifl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    ifl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    ifl_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 0);
+    CHECK_EQ(ifl_gguf_writer_write(w, path, err), 0);
+    ifl_gguf_writer_free(w);
+    struct ifl_vocab *v = load_path(path, err);
+    unlink(path);
+    CHECK_MSG(v, "mistral vocabulary: %s", err);
+    if (!v)
+        return;
+    const char *reply = "[INST]a[/INST][THINK]b[/THINK][TOOL_CALLS]a[CALL_ID]b[ARGS]a";
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CHECK_EQ(ifl_tokenize_alloc(v, reply, strlen(reply), 0, 1, &ids, &n), 0);
+    int specials = 0;
+    for (int64_t i = 0; ids && i < n; i++)
+        specials += ifl_vocab_is_control(v, ids[i]);
+    CHECK_EQ(specials, 7);
+    size_t len = 0;
+    char *back = ids ? detokenize(v, ids, n, &len) : NULL;
+    const char *want = "a[THINK]b[/THINK][TOOL_CALLS]a[CALL_ID]b[ARGS]a";
+    CHECK_MSG(back && len == strlen(want) && !memcmp(back, want, len), "shown: %s",
+              back ? back : "(null)");
+    free(back);
+    free(ids);
+    ifl_vocab_free(v);
+}
+
 /* ---- bad input ---- */
 
 static void test_bad_input(void)
@@ -828,6 +891,7 @@ int main(void)
     T_RUN(test_wordpiece);
     T_RUN(test_every_pretokenizer);
     T_RUN(test_gemma4_raw);
+    T_RUN(test_mistral_specials);
     T_RUN(test_harmony_specials);
     T_RUN(test_bad_input);
     for (int w = 0; w < V_COUNT; w++)

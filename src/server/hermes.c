@@ -137,6 +137,12 @@ void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index,
 {
     char id[128];
     snprintf(id, sizeof id, "call_%s_%d", id_base, index);
+    ifl_reply_add_call_id(o, id, index, name, raw, rl);
+}
+
+void ifl_reply_add_call_id(struct ifl_reply_out *o, const char *id, int index, json_t *name,
+                           const char *raw, size_t rl)
+{
     json_t *c = raw ? json_pack("{s:i,s:s,s:s,s:{s:O,s:s%}}", "index", index, "id", id, "type",
                                 "function", "function", "name", name, "arguments", raw, rl)
                     : NULL;
@@ -212,7 +218,7 @@ size_t ifl_reply_find_tag(const char *s, size_t n, const char *tag, int *whole)
     if (m)
         return (size_t)(m - s);
     for (size_t i = n > tl ? n - tl + 1 : 0; i < n; i++)
-        if (s[i] == '<' && !memcmp(s + i, tag, n - i))
+        if (s[i] == tag[0] && !memcmp(s + i, tag, n - i))
             return i;
     return n;
 }

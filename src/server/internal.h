@@ -137,9 +137,13 @@ struct ifl_server {
                                             blocks (Qwen3-Coder, Qwen3.5, Nemotron 3,
                                             StepFun 3.5): tools accepted, replies parsed
                                             (xmlcall.c) */
+    int chat_mistral;                    /* the template renders tools and writes a call as
+                                            Mistral's [TOOL_CALLS]NAME[ARGS]{...}: tools
+                                            accepted, replies parsed (mistral.c) */
     int chat_think;                      /* the template writes <think> and </think>: a
                                             reasoning model's block is split from the
-                                            answer (think.c) */
+                                            answer (think.c); 2: Mistral's [THINK] and
+                                            [/THINK] */
     atomic_int draining;                 /* shutdown began: new requests get 503 (relaxed) */
     atomic_int aborting;                 /* grace ran out: cancel what is running (relaxed) */
     atomic_int forced;     /* ifl_server_abort: skip the rest of the grace (relaxed) */
@@ -605,7 +609,8 @@ enum {
     IFL_REPLY_HARMONY = 1,
     IFL_REPLY_HERMES = 2,
     IFL_REPLY_LLAMA3 = 3,
-    IFL_REPLY_XML = 4 /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
+    IFL_REPLY_XML = 4, /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
+    IFL_REPLY_MISTRAL = 5 /* Mistral's [TOOL_CALLS] (mistral.c) */
 };
 
 /* The server's template's tool format (IFL_REPLY_*; PLAIN: it takes no tools). (messages.c) */
@@ -619,7 +624,7 @@ struct ifl_chat_tools {
     const char *forced_name; /* that function (a view of the body) */
     int parallel;            /* parallel_tool_calls (default 1) */
     int multi;               /* the template renders an assistant turn with several calls */
-    char prefill[128];       /* harmony, a forced call: the header the prompt ends with
+    char prefill[128];       /* harmony or Mistral, a forced call: what the prompt ends with
                                 (ifl_chat_tools_guide), which the reply continues */
 };
 /* Reads tools, tool_choice and parallel_tool_calls of body b for the
@@ -713,6 +718,9 @@ size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char
  * cannot, or raw is NULL). (hermes.c) */
 void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index, json_t *name,
                         const char *raw, size_t rl);
+/* The same with the id given. (hermes.c) */
+void ifl_reply_add_call_id(struct ifl_reply_out *o, const char *id, int index, json_t *name,
+                           const char *raw, size_t rl);
 
 /* ---- Qwen3-Coder's XML tool calls (xmlcall.c) ---- */
 
@@ -762,6 +770,36 @@ void ifl_llama3_push(struct ifl_llama3 *t, const char *s, size_t n, struct ifl_r
 /* The text ended: a held reply is given as its calls, or as content. */
 void ifl_llama3_finish(struct ifl_llama3 *t, struct ifl_reply_out *o);
 
+/* ---- Mistral's tool calls: [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{JSON} (mistral.c) ---- */
+
+/* One choice's parser state: text pushed in pieces as it streams. */
+struct ifl_mistral {
+    int state, n_calls;
+    int seg_text; /* the text since the last call (or the start) is not all
+                     whitespace */
+    int list;     /* the group is the v3 form, [TOOL_CALLS] [{...}, ...] */
+    int depth, in_str, esc;
+    size_t name, name_len; /* the name in grp */
+    size_t id, id_len;     /* the id in grp (CALL_ID), or none */
+    size_t json;           /* where the JSON begins in grp */
+    struct ifl_buf hold;   /* bytes not yet placed (a tag may be starting) */
+    struct ifl_buf grp;    /* the open group's text after [TOOL_CALLS] */
+    struct ifl_buf pend;   /* whitespace alone since the last call: dropped when a
+                              call follows */
+    json_t *names;         /* the request's functions (a reference), or NULL: any */
+    char id_base[80];      /* ids made for calls derive from it (set by the caller) */
+};
+void ifl_mistral_init(struct ifl_mistral *t, json_t *names);
+void ifl_mistral_deinit(struct ifl_mistral *t);
+/* Appends what the text gives to o: content and, once each call's JSON
+ * closes, the call (with its index) to o->calls. */
+void ifl_mistral_push(struct ifl_mistral *t, const char *s, size_t n, struct ifl_reply_out *o);
+/* The text ended: a group cut short, and held bytes, are text. */
+void ifl_mistral_finish(struct ifl_mistral *t, struct ifl_reply_out *o);
+/* The id of call index of a reply whose ids derive from id_base: nine
+ * letters and digits, as Mistral's templates take them back. */
+void ifl_mistral_call_id(const char *id_base, int index, char out[10]);
+
 /* ---- reasoning in <think> blocks (think.c) ---- */
 
 /* One choice's splitter: a reply that begins with <think> (after any
@@ -769,12 +807,16 @@ void ifl_llama3_finish(struct ifl_llama3 *t, struct ifl_reply_out *o);
  * reasoning up to </think> taken out; the rest is the answer. */
 struct ifl_think {
     int state;
-    int r_text;          /* the reasoning has had text other than whitespace */
-    struct ifl_buf hold; /* bytes not yet placed (a tag may be starting) */
-    struct ifl_buf ws;   /* whitespace the reasoning ends with so far */
+    const char *open, *close; /* the tags: <think> and </think>, or others */
+    int r_text;               /* the reasoning has had text other than whitespace */
+    struct ifl_buf hold;      /* bytes not yet placed (a tag may be starting) */
+    struct ifl_buf ws;        /* whitespace the reasoning ends with so far */
 };
 /* inside: the prompt ends inside an open block (ifl_think_prompt_open) */
 void ifl_think_init(struct ifl_think *k, int inside);
+/* The same for a block between other tags (static strings; Mistral's
+ * [THINK] and [/THINK]). */
+void ifl_think_init_tags(struct ifl_think *k, int inside, const char *open, const char *close);
 void ifl_think_deinit(struct ifl_think *k);
 /* Appends the reasoning to o->reasoning, without the whitespace it begins
  * or ends with, and the answer's text to *rest, without the whitespace

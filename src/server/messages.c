@@ -19,8 +19,9 @@
  * 3, Granite, ...): found by rendering a probe conversation at start, as
  * the template itself would write it; its model's replies are read by
  * hermes.c. Likewise Llama 3.1's {"name", "parameters"} objects (llama3.c)
- * and Qwen3-Coder's <tool_call><function=NAME><parameter=KEY> blocks
- * (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5: xmlcall.c).
+ * Qwen3-Coder's <tool_call><function=NAME><parameter=KEY> blocks
+ * (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5: xmlcall.c) and
+ * Mistral's [TOOL_CALLS] groups (mistral.c).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -191,11 +192,67 @@ static int is_xml(struct ifl_server *s)
     return yes;
 }
 
+/* Whether out writes the probe's call in Mistral's format: after
+ * [TOOL_CALLS], "ifl_probe_fn", its id as [CALL_ID]call_ifl0 or not, and
+ * [ARGS]{"ifl_probe_arg": 1}; or the v3 tokenizer's list, [TOOL_CALLS]
+ * [{"name": "ifl_probe_fn", "arguments": {"ifl_probe_arg": 1}, ...}]. */
+static int mistral_call(const char *out, size_t n)
+{
+    static const char tag[] = "[TOOL_CALLS]", name[] = "ifl_probe_fn", id[] = "[CALL_ID]call_ifl0",
+                      args[] = "[ARGS]";
+    const char *end = out + n;
+    for (const char *p = out; (p = memmem(p, (size_t)(end - p), tag, sizeof tag - 1));) {
+        p += sizeof tag - 1;
+        const char *q = p;
+        json_t *v = NULL, *a = NULL;
+        while (q < end && *q == ' ')
+            q++;
+        if (q < end && *q == '[') {
+            v = json_loadb(q, (size_t)(end - q), JSON_DISABLE_EOF_CHECK, NULL);
+            json_t *e = json_array_get(v, 0);
+            const char *nm = json_string_value(json_object_get(e, "name"));
+            if (nm && !strcmp(nm, name))
+                a = json_object_get(e, "arguments");
+        } else if ((size_t)(end - q) > sizeof name && !memcmp(q, name, sizeof name - 1)) {
+            q += sizeof name - 1;
+            if ((size_t)(end - q) >= sizeof id - 1 && !memcmp(q, id, sizeof id - 1))
+                q += sizeof id - 1;
+            if ((size_t)(end - q) >= sizeof args - 1 && !memcmp(q, args, sizeof args - 1)) {
+                q += sizeof args - 1;
+                a = v = json_loadb(q, (size_t)(end - q), JSON_DISABLE_EOF_CHECK, NULL);
+            }
+        }
+        int yes = json_integer_value(json_object_get(a, "ifl_probe_arg")) == 1;
+        json_decref(v);
+        if (yes)
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 when the compiled template renders tools and writes an assistant's
+ * tool call in Mistral's format (mistral_call), and renders tool results
+ * (Mistral Small 3.2's wants the ids nine characters long: the probe's
+ * are). */
+static int is_mistral(struct ifl_server *s)
+{
+    char *out = NULL;
+    size_t n = 0;
+    int yes = 0;
+    if (!probe_render(s, 1, &out, &n))
+        yes = mistral_call(out, n) && memmem(out, n, "ifl-probe-tool", 14) &&
+              memmem(out, n, "ifl-probe-result", 16);
+    free(out);
+    return yes;
+}
+
 /* A reasoning model's template: it writes (or strips from history) the
- * <think> block its model answers in. */
+ * <think> block its model answers in (1), or Mistral's [THINK] block (2). */
 static int is_think(const char *src)
 {
-    return strstr(src, "<think>") && strstr(src, "</think>");
+    if (strstr(src, "<think>") && strstr(src, "</think>"))
+        return 1;
+    return strstr(src, "[THINK]") && strstr(src, "[/THINK]") ? 2 : 0;
 }
 
 int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
@@ -208,6 +265,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_hermes = 0;
     s->chat_llama3 = 0;
     s->chat_xml = 0;
+    s->chat_mistral = 0;
     s->chat_think = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
@@ -218,7 +276,8 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         s->chat_hermes = !s->chat_harmony && is_hermes(s);
         s->chat_llama3 = !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
         s->chat_xml = !s->chat_harmony && !s->chat_hermes && !s->chat_llama3 && is_xml(s);
-        s->chat_think = !s->chat_harmony && is_think(s->chat_template);
+        s->chat_mistral = !ifl_server_tool_format(s) && is_mistral(s);
+        s->chat_think = s->chat_harmony ? 0 : is_think(s->chat_template);
         return 0;
     }
     char probe[1];
@@ -232,7 +291,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         rc = ifl_chat_template_compile(&t, src, (size_t)len, cerr);
         s->chat_sees_images = !rc && strstr(src, "image") != NULL;
         s->chat_harmony = !rc && is_harmony(src);
-        s->chat_think = !rc && !s->chat_harmony && is_think(src);
+        s->chat_think = rc || s->chat_harmony ? 0 : is_think(src);
         free(src);
         if (rc == IFL_ENOMEM)
             return ifl_err(err, rc, "out of memory");
@@ -253,6 +312,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_llama3 = !s->chat_default && !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
     s->chat_xml =
         !s->chat_default && !s->chat_harmony && !s->chat_hermes && !s->chat_llama3 && is_xml(s);
+    s->chat_mistral = !s->chat_default && !ifl_server_tool_format(s) && is_mistral(s);
     return 0;
 }
 
@@ -262,6 +322,7 @@ int ifl_server_tool_format(const struct ifl_server *s)
            : s->chat_hermes ? IFL_REPLY_HERMES
            : s->chat_llama3 ? IFL_REPLY_LLAMA3
            : s->chat_xml    ? IFL_REPLY_XML
+           : s->chat_mistral ? IFL_REPLY_MISTRAL
                             : IFL_REPLY_PLAIN;
 }
 

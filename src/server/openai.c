@@ -46,6 +46,7 @@ struct oai_req {
     int parse;          /* chat: IFL_REPLY_* how replies are read for tool calls (0: not) */
     int think;          /* chat: a <think> block is split from the answer (1), and the
                            reply begins inside it (2: the prompt opened it); 0: not */
+    int think_mistral;  /* the block is Mistral's [THINK] ... [/THINK] */
     json_t *tool_names; /* the request's functions, by name (owned), when parse */
     char prefill[128];  /* the text the prompt ends with and the reply continues
                            (harmony's header of a forced call), or "" */
@@ -478,22 +479,27 @@ static int parsed(const struct oai_req *q)
 
 /* One choice's reply parser: gpt-oss's channels, or a <think> block's
  * reasoning, then Hermes' call blocks, Llama 3.1's call objects,
- * Qwen3-Coder's XML call blocks or the text as it stands. */
+ * Qwen3-Coder's XML call blocks, Mistral's [TOOL_CALLS] groups or the
+ * text as it stands. */
 struct reply_parser {
-    int kind;  /* IFL_REPLY_HARMONY, _HERMES, _LLAMA3, _XML or _PLAIN */
+    int kind;  /* IFL_REPLY_HARMONY, _HERMES, _LLAMA3, _XML, _MISTRAL or _PLAIN */
     int think; /* the text goes through k first */
     struct ifl_think k;
     struct ifl_buf rest; /* what k gave of the answer, passed on (reused) */
     struct ifl_harmony h;
     struct ifl_hermes t; /* Hermes' blocks, or the XML ones */
     struct ifl_llama3 l;
+    struct ifl_mistral m;
 };
 
 static void rp_init(struct reply_parser *p, const struct oai_req *q, const char *id_base)
 {
     p->kind = q->parse;
     p->think = q->think != 0;
-    ifl_think_init(&p->k, q->think == 2);
+    if (q->think_mistral)
+        ifl_think_init_tags(&p->k, 0, "[THINK]", "[/THINK]");
+    else
+        ifl_think_init(&p->k, q->think == 2);
     p->rest = (struct ifl_buf){0};
     ifl_harmony_init(&p->h);
     if (p->kind == IFL_REPLY_XML)
@@ -504,9 +510,17 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     snprintf(p->h.id_base, sizeof p->h.id_base, "%s", id_base);
     snprintf(p->t.id_base, sizeof p->t.id_base, "%s", id_base);
     snprintf(p->l.id_base, sizeof p->l.id_base, "%s", id_base);
+    ifl_mistral_init(&p->m, q->tool_names);
+    snprintf(p->m.id_base, sizeof p->m.id_base, "%s", id_base);
     if (q->prefill[0] && p->kind == IFL_REPLY_HARMONY) { /* a header: it gives no text */
         struct ifl_reply_out o = {0};
         ifl_harmony_push(&p->h, q->prefill, strlen(q->prefill), &o);
+        ifl_buf_free(&o.content);
+        ifl_buf_free(&o.reasoning);
+    }
+    if (q->prefill[0] && p->kind == IFL_REPLY_MISTRAL) { /* [TOOL_CALLS]: no text either */
+        struct ifl_reply_out o = {0};
+        ifl_mistral_push(&p->m, q->prefill, strlen(q->prefill), &o);
         ifl_buf_free(&o.content);
         ifl_buf_free(&o.reasoning);
     }
@@ -519,6 +533,8 @@ static void rp_answer(struct reply_parser *p, const char *text, size_t n, struct
         ifl_hermes_push(&p->t, text, n, o);
     else if (p->kind == IFL_REPLY_LLAMA3)
         ifl_llama3_push(&p->l, text, n, o);
+    else if (p->kind == IFL_REPLY_MISTRAL)
+        ifl_mistral_push(&p->m, text, n, o);
     else if (p->kind == IFL_REPLY_HARMONY)
         ifl_harmony_push(&p->h, text, n, o);
     else
@@ -555,6 +571,8 @@ static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
         ifl_hermes_finish(&p->t, o);
     else if (p->kind == IFL_REPLY_LLAMA3)
         ifl_llama3_finish(&p->l, o);
+    else if (p->kind == IFL_REPLY_MISTRAL)
+        ifl_mistral_finish(&p->m, o);
     else if (p->kind == IFL_REPLY_HARMONY)
         ifl_harmony_finish(&p->h, o);
 }
@@ -566,6 +584,7 @@ static void rp_deinit(struct reply_parser *p)
     ifl_harmony_deinit(&p->h);
     ifl_hermes_deinit(&p->t);
     ifl_llama3_deinit(&p->l);
+    ifl_mistral_deinit(&p->m);
 }
 
 static json_t *usage_json(const struct ifl_gen_job *j)
@@ -1361,7 +1380,8 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     /* a constrained reply (a grammar, a forced call) is the answer, even
      * where the template left a <think> block open */
     if (split)
-        q.think = !j->guide_param && ifl_think_prompt_open(prompt, plen) ? 2 : 1;
+        q.think = !j->guide_param && split == 1 && ifl_think_prompt_open(prompt, plen) ? 2 : 1;
+    q.think_mistral = split == 2;
     size_t bl = strlen(s->bos_text);
     int add_special = !(bl && plen >= bl && !memcmp(prompt, s->bos_text, bl));
     if (j->n_images)

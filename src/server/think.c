@@ -15,7 +15,9 @@
  * Only a block at the reply's start counts; a reply that begins with
  * anything else is all answer, byte for byte. The whitespace around the
  * reasoning and between </think> and the answer is the format's and is
- * dropped.
+ * dropped. Mistral's reasoning models (Ministral 3, Magistral) write the
+ * same block between [THINK] and [/THINK] (control tokens their vocabulary
+ * shows): the splitter takes its tags from the caller.
  *
  * Text arrives in pieces when streamed; the splitter gives the same result
  * however it is cut: bytes that could begin a tag, and whitespace the
@@ -40,10 +42,17 @@ static int is_ws(char c)
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-void ifl_think_init(struct ifl_think *k, int inside)
+void ifl_think_init_tags(struct ifl_think *k, int inside, const char *open, const char *close)
 {
     memset(k, 0, sizeof *k);
     k->state = inside ? K_REASON : K_START;
+    k->open = open;
+    k->close = close;
+}
+
+void ifl_think_init(struct ifl_think *k, int inside)
+{
+    ifl_think_init_tags(k, inside, OPEN, CLOSE);
 }
 
 void ifl_think_deinit(struct ifl_think *k)
@@ -95,14 +104,14 @@ void ifl_think_push(struct ifl_think *k, const char *s, size_t n, struct ifl_rep
         o->oom = 1;
     const char *h = k->hold.p ? k->hold.p : "";
     size_t hn = k->hold.len, i = 0;
-    const size_t ol = strlen(OPEN), cl = strlen(CLOSE);
+    const size_t ol = strlen(k->open), cl = strlen(k->close);
     while (i < hn) {
         if (k->state == K_START) {
             size_t j = i;
             while (j < hn && is_ws(h[j]))
                 j++;
             size_t m = hn - j < ol ? hn - j : ol;
-            if (memcmp(h + j, OPEN, m)) { /* not the tag: all of it is answer */
+            if (memcmp(h + j, k->open, m)) { /* not the tag: all of it is answer */
                 k->state = K_ANSWER;
                 continue;
             }
@@ -112,7 +121,7 @@ void ifl_think_push(struct ifl_think *k, const char *s, size_t n, struct ifl_rep
             k->state = K_REASON;
         } else if (k->state == K_REASON) {
             int whole;
-            size_t at = i + ifl_reply_find_tag(h + i, hn - i, CLOSE, &whole);
+            size_t at = i + ifl_reply_find_tag(h + i, hn - i, k->close, &whole);
             reason(k, h + i, at - i, o);
             i = at;
             if (!whole)

@@ -2,7 +2,8 @@
  * Function tools in a chat request: `tools`, `tool_choice` and
  * `parallel_tool_calls` checked against what the chat template can do
  * (messages.c found its format: gpt-oss's harmony, Hermes-style
- * <tool_call> blocks, or Llama 3.1's call objects), and a forced call turned into a grammar.
+ * <tool_call> blocks, Llama 3.1's call objects or Mistral's [TOOL_CALLS]
+ * groups), and a forced call turned into a grammar.
  *
  * tool_choice "auto" (the default) shows the tools to the template and
  * reads the reply for calls; "none" hides them and reads nothing;
@@ -17,6 +18,10 @@
  * Llama 3.1's format is the object alone, {"name": "X", "parameters":
  * ARGS}, several separated by "; " only where the template takes several
  * calls back in one turn (Llama 3.1's own raises on them: one call).
+ * Mistral's is X[ARGS]ARGS after a [TOOL_CALLS] the prompt ends with (in a
+ * Mistral vocabulary a control token, which the model writes itself but a
+ * grammar never lets it), several separated by [TOOL_CALLS] written as
+ * text.
  *
  * With harmony a call is a message of its own, and its header is made of
  * control tokens, which guided decoding never lets a model write. So the
@@ -458,6 +463,7 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
                     "the call does");
     int harmony = t->parse == IFL_REPLY_HARMONY, llama3 = t->parse == IFL_REPLY_LLAMA3;
     int xml = t->parse == IFL_REPLY_XML;
+    int mistral = t->parse == IFL_REPLY_MISTRAL;
     size_t n_callable = t->forced == 2 ? 1 : json_array_size(t->list);
     struct ifl_buf g = {0}, alts = {0};
     size_t i;
@@ -488,6 +494,8 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
         else if (llama3)
             ifl_buf_addf(&alts, "%s\"%s\\\", \\\"parameters\\\": \" %s", alts.len ? " | " : "",
                          name, rule);
+        else if (mistral)
+            ifl_buf_addf(&alts, "%s\"%s[ARGS]\" %s", alts.len ? " | " : "", name, rule);
         else
             ifl_buf_addf(&alts, "%s\"%s\\\", \\\"arguments\\\": \" %s", alts.len ? " | " : "", name,
                          rule);
@@ -508,6 +516,11 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
                      "\"</function>\\n</tool_call>\"\n",
                      alts.p ? alts.p : "");
         ifl_buf_add(&all, ifl_xml_text_gbnf(), strlen(ifl_xml_text_gbnf()));
+    } else if (mistral) { /* the prompt ends with the first [TOOL_CALLS] */
+        snprintf(t->prefill, sizeof t->prefill, "[TOOL_CALLS]");
+        ifl_buf_addf(&all, "root ::= call%s\n",
+                     t->forced == 1 && t->parallel ? " ( \"[TOOL_CALLS]\" call )*" : "");
+        ifl_buf_addf(&all, "call ::= %s\n", alts.p ? alts.p : "");
     } else if (llama3) { /* the reply is the call objects, separated by "; " */
         ifl_buf_addf(&all, "root ::= call%s\n",
                      t->forced == 1 && t->parallel && t->multi ? " ( \"; \" call )*" : "");

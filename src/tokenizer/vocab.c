@@ -390,6 +390,21 @@ static void harmony_specials(struct ifl_vocab *v)
     }
 }
 
+/* Mistral's tool calls and reasoning, [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}
+ * and [THINK] ... [/THINK]: control tokens in its vocabularies (v3 and
+ * Tekken), shown in the text where the server's parsers read them
+ * (llama.cpp keeps them as its Mistral parser's preserved tokens). */
+static void mistral_specials(struct ifl_vocab *v)
+{
+    static const char *const shown[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]",
+                                        "[/THINK]"};
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+        int32_t id = find_special_text(v, shown[i]);
+        if (id >= 0)
+            v->flags[id] &= (uint8_t)~IFL_TOKF_HIDDEN;
+    }
+}
+
 static int build_specials(struct ifl_vocab *v, char *err)
 {
     int32_t n = 0;
@@ -427,6 +442,7 @@ static int build_specials(struct ifl_vocab *v, char *err)
             v->flags[id] |= IFL_TOKF_EOG;
     }
     harmony_specials(v);
+    mistral_specials(v);
     return 0;
 }
 
