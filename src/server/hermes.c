@@ -58,21 +58,27 @@ static int is_ws(char c)
  * between one and either end, waits in pend: dropped when a call is next
  * to it, text otherwise; a run with anything else in it is text as it
  * stands. */
-static void text(struct ifl_hermes *t, const char *s, size_t n, struct ifl_reply_out *o)
+void ifl_reply_text(int *seg_text, struct ifl_buf *pend, const char *s, size_t n,
+                    struct ifl_reply_out *o)
 {
-    if (!t->seg_text) {
+    if (!*seg_text) {
         size_t i = 0;
         while (i < n && is_ws(s[i]))
             i++;
         if (i == n) {
-            ifl_buf_add(&t->pend, s, n);
+            ifl_buf_add(pend, s, n);
             return;
         }
-        t->seg_text = 1;
-        ifl_buf_add(&o->content, t->pend.p, t->pend.len);
-        t->pend.len = 0;
+        *seg_text = 1;
+        ifl_buf_add(&o->content, pend->p, pend->len);
+        pend->len = 0;
     }
     ifl_buf_add(&o->content, s, n);
+}
+
+static void text(struct ifl_hermes *t, const char *s, size_t n, struct ifl_reply_out *o)
+{
+    ifl_reply_text(&t->seg_text, &t->pend, s, n, o);
 }
 
 /* JSON is valid where these scan, so strings and nesting are all they
@@ -130,6 +136,25 @@ size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char
         }
     }
     return len;
+}
+
+int ifl_reply_json_byte(struct ifl_reply_json *j, char c)
+{
+    if (j->in_str) {
+        if (j->esc)
+            j->esc = 0;
+        else if (c == '\\')
+            j->esc = 1;
+        else if (c == '"')
+            j->in_str = 0;
+    } else if (c == '"') {
+        j->in_str = 1;
+    } else if (c == '{' || c == '[') {
+        j->depth++;
+    } else if ((c == '}' || c == ']') && j->depth && !--j->depth) {
+        return 1;
+    }
+    return 0;
 }
 
 void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index, json_t *name,

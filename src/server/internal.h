@@ -718,6 +718,20 @@ size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char
  * cannot, or raw is NULL). (hermes.c) */
 void ifl_reply_add_call(struct ifl_reply_out *o, const char *id_base, int index, json_t *name,
                         const char *raw, size_t rl);
+/* A JSON value read a byte at a time: strings (with their escapes) and
+ * nesting are all it follows, the rest is left to a parser. */
+struct ifl_reply_json {
+    int depth, in_str, esc;
+};
+/* Reads c: 1 when it closes the outermost object or list. (hermes.c) */
+int ifl_reply_json_byte(struct ifl_reply_json *j, char c);
+/* Text outside a format's call blocks: a run of whitespace alone since the
+ * reply's start or the last call (*seg_text 0) waits in pend, dropped by
+ * the caller when a call follows; text with anything else in it goes to
+ * o->content after that run, and *seg_text becomes 1 (the caller sets it
+ * back to 0 after a call). (hermes.c) */
+void ifl_reply_text(int *seg_text, struct ifl_buf *pend, const char *s, size_t n,
+                    struct ifl_reply_out *o);
 /* The same with the id given. (hermes.c) */
 void ifl_reply_add_call_id(struct ifl_reply_out *o, const char *id, int index, json_t *name,
                            const char *raw, size_t rl);
@@ -752,15 +766,15 @@ const char *ifl_xml_text_gbnf(void);
  * that is one JSON call object, or several separated by ';', is calls; any
  * other is content as it stands. */
 struct ifl_llama3 {
-    int state; /* L3_* (llama3.c) */
-    int depth, in_str, esc;
-    int expect_obj;      /* between objects: a '{' is next (after a ';'), not a ';' */
-    size_t scan;         /* bytes of hold read by the scanner */
-    size_t obj;          /* where the object being read begins in hold */
-    struct ifl_buf hold; /* the reply so far, while it may still be calls */
-    json_t *calls;       /* the calls read so far, given when the reply ends */
-    json_t *names;       /* the request's functions (a reference), or NULL: any */
-    char id_base[80];    /* tool call ids are call_<id_base>_<n> (set by the caller) */
+    int state;                /* L3_* (llama3.c) */
+    struct ifl_reply_json js; /* the object being read */
+    int expect_obj;           /* between objects: a '{' is next (after a ';'), not a ';' */
+    size_t scan;              /* bytes of hold read by the scanner */
+    size_t obj;               /* where the object being read begins in hold */
+    struct ifl_buf hold;      /* the reply so far, while it may still be calls */
+    json_t *calls;            /* the calls read so far, given when the reply ends */
+    json_t *names;            /* the request's functions (a reference), or NULL: any */
+    char id_base[80];         /* tool call ids are call_<id_base>_<n> (set by the caller) */
 };
 void ifl_llama3_init(struct ifl_llama3 *t, json_t *names);
 void ifl_llama3_deinit(struct ifl_llama3 *t);
@@ -775,19 +789,19 @@ void ifl_llama3_finish(struct ifl_llama3 *t, struct ifl_reply_out *o);
 /* One choice's parser state: text pushed in pieces as it streams. */
 struct ifl_mistral {
     int state, n_calls;
-    int seg_text; /* the text since the last call (or the start) is not all
-                     whitespace */
-    int list;     /* the group is the v3 form, [TOOL_CALLS] [{...}, ...] */
-    int depth, in_str, esc;
-    size_t name, name_len; /* the name in grp */
-    size_t id, id_len;     /* the id in grp (CALL_ID), or none */
-    size_t json;           /* where the JSON begins in grp */
-    struct ifl_buf hold;   /* bytes not yet placed (a tag may be starting) */
-    struct ifl_buf grp;    /* the open group's text after [TOOL_CALLS] */
-    struct ifl_buf pend;   /* whitespace alone since the last call: dropped when a
-                              call follows */
-    json_t *names;         /* the request's functions (a reference), or NULL: any */
-    char id_base[80];      /* ids made for calls derive from it (set by the caller) */
+    int seg_text;             /* the text since the last call (or the start) is not all
+                                 whitespace */
+    int list;                 /* the group is the v3 form, [TOOL_CALLS] [{...}, ...] */
+    struct ifl_reply_json js; /* its JSON, once begun */
+    size_t name, name_len;    /* the name in grp */
+    size_t id, id_len;        /* the id in grp (CALL_ID), or none */
+    size_t json;              /* where the JSON begins in grp */
+    struct ifl_buf hold;      /* bytes not yet placed (a tag may be starting) */
+    struct ifl_buf grp;       /* the open group's text after [TOOL_CALLS] */
+    struct ifl_buf pend;      /* whitespace alone since the last call: dropped when a
+                                 call follows */
+    json_t *names;            /* the request's functions (a reference), or NULL: any */
+    char id_base[80];         /* ids made for calls derive from it (set by the caller) */
 };
 void ifl_mistral_init(struct ifl_mistral *t, json_t *names);
 void ifl_mistral_deinit(struct ifl_mistral *t);

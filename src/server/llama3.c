@@ -95,21 +95,8 @@ static int scan(struct ifl_llama3 *t, struct ifl_reply_out *o)
     const char *h = t->hold.p;
     for (size_t i = t->scan; i < t->hold.len; i++) {
         char c = h[i];
-        if (t->in_str) {
-            if (t->esc)
-                t->esc = 0;
-            else if (c == '\\')
-                t->esc = 1;
-            else if (c == '"')
-                t->in_str = 0;
-            continue;
-        }
-        if (t->depth) {
-            if (c == '"')
-                t->in_str = 1;
-            else if (c == '{' || c == '[')
-                t->depth++;
-            else if ((c == '}' || c == ']') && !--t->depth) {
+        if (t->js.depth) {
+            if (ifl_reply_json_byte(&t->js, c)) {
                 t->scan = i + 1;
                 int ok = take_call(t, i + 1);
                 if (ok < 0)
@@ -124,7 +111,7 @@ static int scan(struct ifl_llama3 *t, struct ifl_reply_out *o)
             continue;
         if (t->expect_obj && c == '{') {
             t->obj = i;
-            t->depth = 1;
+            t->js = (struct ifl_reply_json){.depth = 1};
         } else if (!t->expect_obj && c == ';') {
             t->expect_obj = 1;
         } else {
@@ -172,7 +159,7 @@ void ifl_llama3_push(struct ifl_llama3 *t, const char *s, size_t n, struct ifl_r
 
 void ifl_llama3_finish(struct ifl_llama3 *t, struct ifl_reply_out *o)
 {
-    if (t->state == L3_HOLD && !t->depth && !t->expect_obj) {
+    if (t->state == L3_HOLD && !t->js.depth && !t->expect_obj) {
         size_t i;
         json_t *c;
         json_array_foreach(t->calls, i, c)

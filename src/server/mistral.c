@@ -91,24 +91,11 @@ static int is_name_char(char c)
            c == '-' || c == '.';
 }
 
-/* Text outside groups. A run of whitespace alone since the reply's start or
- * the last call waits in pend: dropped when a call follows it, text
- * otherwise; a run with anything else in it is text as it stands. */
+/* Text outside groups, as Hermes' (ifl_reply_text): whitespace alone
+ * since the reply's start or the last call waits in pend. */
 static void text(struct ifl_mistral *t, const char *s, size_t n, struct ifl_reply_out *o)
 {
-    if (!t->seg_text) {
-        size_t i = 0;
-        while (i < n && is_ws(s[i]))
-            i++;
-        if (i == n) {
-            ifl_buf_add(&t->pend, s, n);
-            return;
-        }
-        t->seg_text = 1;
-        ifl_buf_add(&o->content, t->pend.p, t->pend.len);
-        t->pend.len = 0;
-    }
-    ifl_buf_add(&o->content, s, n);
+    ifl_reply_text(&t->seg_text, &t->pend, s, n, o);
 }
 
 /* The open group is text: the tag and what it has read. */
@@ -152,21 +139,13 @@ static int known(const struct ifl_mistral *t, const char *name, size_t nl)
     return !t->names || json_object_get(t->names, key) != NULL;
 }
 
-/* The length of the JSON value s begins with (valid JSON: strings and
- * nesting are all there is to follow). */
+/* The length of the JSON value s begins with (valid JSON). */
 static size_t json_end(const char *s, size_t n)
 {
-    int depth = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '"') {
-            for (i++; i < n && s[i] != '"'; i++)
-                i += s[i] == '\\';
-        } else if (s[i] == '{' || s[i] == '[') {
-            depth++;
-        } else if ((s[i] == '}' || s[i] == ']') && !--depth) {
+    struct ifl_reply_json j = {0};
+    for (size_t i = 0; i < n; i++)
+        if (ifl_reply_json_byte(&j, s[i]))
             return i + 1;
-        }
-    }
     return n;
 }
 
@@ -237,19 +216,7 @@ static size_t scan_json(struct ifl_mistral *t, const char *h, size_t i, size_t n
 {
     size_t from = i;
     for (; i < n; i++) {
-        char c = h[i];
-        if (t->in_str) {
-            if (t->esc)
-                t->esc = 0;
-            else if (c == '\\')
-                t->esc = 1;
-            else if (c == '"')
-                t->in_str = 0;
-        } else if (c == '"') {
-            t->in_str = 1;
-        } else if (c == '{' || c == '[') {
-            t->depth++;
-        } else if ((c == '}' || c == ']') && !--t->depth) {
+        if (ifl_reply_json_byte(&t->js, h[i])) {
             ifl_buf_add(&t->grp, h + from, i + 1 - from);
             end_json(t, t->grp.len, o);
             return i + 1 - from;
@@ -277,7 +244,7 @@ static size_t group_step(struct ifl_mistral *t, const char *h, size_t i, size_t 
 {
     char c = h[i];
     if (t->state == M_JSON) {
-        if (!t->depth) { /* whitespace, then the JSON's first byte */
+        if (!t->js.depth) { /* whitespace, then the JSON's first byte */
             if (is_ws(c)) {
                 ifl_buf_add(&t->grp, &c, 1);
                 return 1;
@@ -287,7 +254,7 @@ static size_t group_step(struct ifl_mistral *t, const char *h, size_t i, size_t 
                 return 0;
             }
             t->json = t->grp.len;
-            t->in_str = t->esc = 0;
+            t->js = (struct ifl_reply_json){0};
         }
         return scan_json(t, h, i, n, o);
     }
@@ -326,7 +293,7 @@ static size_t group_step(struct ifl_mistral *t, const char *h, size_t i, size_t 
     if (a && known(t, t->grp.p + t->name, t->name_len)) {
         ifl_buf_add(&t->grp, ARGS, strlen(ARGS));
         t->state = M_JSON;
-        t->depth = 0;
+        t->js = (struct ifl_reply_json){0};
         return strlen(ARGS);
     }
     if (d) {
@@ -357,7 +324,8 @@ void ifl_mistral_push(struct ifl_mistral *t, const char *s, size_t n, struct ifl
             i += strlen(TAG);
             t->state = M_NAME;
             t->grp.len = t->name = t->name_len = t->id = t->id_len = t->json = 0;
-            t->list = t->depth = 0;
+            t->list = 0;
+            t->js = (struct ifl_reply_json){0};
             continue;
         }
         size_t took = group_step(t, h, i, hn, o);
