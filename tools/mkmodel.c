@@ -41,6 +41,8 @@
  * smaller shape gives a cheaper model over the same vocabulary, and
  * --swap-tokens A,B exchanges the texts of two tokens of the copied
  * vocabulary, so that a draft's vocabulary check must fail at id min(A, B).
+ * --add-control T1,T2,... appends control tokens to the copied vocabulary
+ * (a vocabulary with a chat format's tags, e.g. Mistral's [TOOL_CALLS]).
  *
  * Mixtures of experts (--n-expert N --n-expert-used K, with --arch
  * qwen3moe, or llama for Mixtral's layout): each layer's FFN becomes
@@ -163,7 +165,8 @@ struct opts {
     double yarn_factor;                 /* --yarn (gpt-oss); < 0: the default, 32 */
     int64_t yarn_orig;                  /* its original context; 0: ctx / factor */
     uint64_t seed;
-    int64_t swap_a, swap_b; /* --swap-tokens; -1: none */
+    int64_t swap_a, swap_b;  /* --swap-tokens; -1: none */
+    const char *add_control; /* --add-control: texts separated by ',', or NULL */
     /* --eagle3 TARGET: an EAGLE-3 head for that model instead */
     const char *eagle3;
     int64_t extract[3];
@@ -200,7 +203,7 @@ static const char usage[] =
     "                      q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m|q3_k_m|q3_k_l|iq4_xs_mix|\n"
     "                      mxfp4|mxfp4_moe]\n"
     "               [--tied] [--rope-freqs] [--rope-base F] [--seed S]\n"
-    "               [--swap-tokens A,B]\n"
+    "               [--swap-tokens A,B] [--add-control T1,T2,...]\n"
     "       mkmodel -o HEAD.gguf --eagle3 TARGET.gguf [--extract L0,L1,L2]\n"
     "               [--draft-vocab N | --draft-map T0,T1,...] [--n-head N] [--n-head-kv N]\n"
     "               [--n-ff N] [--type f32|f16|bf16|q8_0] [--seed S]\n"
@@ -296,13 +299,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         static const char *const value_flags[] = {
-            "-o",          "--vocab",    "--preset",       "--arch",          "--type",
-            "--rope-base", "--seed",     "--n-embd",       "--n-layer",       "--n-head",
-            "--n-head-kv", "--n-ff",     "--head-dim",     "--ctx",           "--swap-tokens",
-            "--eagle3",    "--extract",  "--draft-vocab",  "--draft-map",     "--lora-of",
-            "--rank",      "--alpha",    "--lora-targets", "--lora-type",     "--n-swa",
-            "--softcap",   "--ctx-orig", "--n-expert",     "--n-expert-used", "--swa-pattern",
-            "--yarn"};
+            "-o",          "--vocab",         "--preset",      "--arch",
+            "--type",      "--rope-base",     "--seed",        "--n-embd",
+            "--n-layer",   "--n-head",        "--n-head-kv",   "--n-ff",
+            "--head-dim",  "--ctx",           "--swap-tokens", "--add-control",
+            "--eagle3",    "--extract",       "--draft-vocab", "--draft-map",
+            "--lora-of",   "--rank",          "--alpha",       "--lora-targets",
+            "--lora-type", "--n-swa",         "--softcap",     "--ctx-orig",
+            "--n-expert",  "--n-expert-used", "--swa-pattern", "--yarn"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             known |= !strcmp(a, value_flags[k]);
@@ -357,6 +361,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (parse_int(ab, 0, (1 << 24) - 1, &o->swap_a) ||
                 parse_int(comma + 1, 0, (1 << 24) - 1, &o->swap_b) || o->swap_a == o->swap_b)
                 return bad_arg("--swap-tokens: bad value '%s' (want A,B: two token ids)%s", v, "");
+        } else if (!strcmp(a, "--add-control")) {
+            if (!*v || strstr(v, ",,") || *v == ',' || v[strlen(v) - 1] == ',' || strlen(v) > 4096)
+                return bad_arg("--add-control: bad value '%s' (want T1,T2,...: texts)%s", v, "");
+            o->add_control = v;
         } else if (!strcmp(a, "--softcap")) {
             char *end;
             errno = 0;
@@ -848,32 +856,77 @@ static int write_swa_pattern(struct ifl_gguf_writer *w, const char *an, const ch
     return ifl_gguf_writer_set_arr(w, key, IFL_GGUF_BOOL, b, n);
 }
 
-static int write_swapped_tokens(struct ifl_gguf_writer *w, const struct ifl_gguf *v, int64_t a,
-                                int64_t b)
+/* How many tokens --add-control appends. */
+static uint64_t n_added(const struct opts *o)
 {
-    struct ifl_gguf_value arr;
-    if (ifl_gguf_get_arr(v, "tokenizer.ggml.tokens", &arr, NULL) ||
-        arr.elem_type != IFL_GGUF_STRING)
-        return IFL_EFORMAT;
-    if ((uint64_t)a >= arr.n || (uint64_t)b >= arr.n) {
+    uint64_t n = o->add_control ? 1 : 0;
+    for (const char *c = o->add_control; c && *c; c++)
+        n += *c == ',';
+    return n;
+}
+
+/* tokenizer.ggml.tokens with the texts of ids swap_a and swap_b exchanged,
+ * and the --add-control texts appended. */
+static int write_tokens(struct ifl_gguf_writer *w, const struct ifl_gguf_value *arr,
+                        const struct opts *o)
+{
+    int64_t a = o->swap_a, b = o->swap_b;
+    if (a >= 0 && ((uint64_t)a >= arr->n || (uint64_t)b >= arr->n)) {
         fprintf(stderr, "mkmodel: --swap-tokens %lld,%lld: the vocabulary has %llu tokens\n",
-                (long long)a, (long long)b, (unsigned long long)arr.n);
+                (long long)a, (long long)b, (unsigned long long)arr->n);
         return IFL_EINVAL;
     }
-    const char **strs = malloc(sizeof(char *) * arr.n);
-    size_t *lens = malloc(sizeof(size_t) * arr.n);
+    uint64_t n = arr->n + n_added(o);
+    const char **strs = malloc(sizeof(char *) * n);
+    size_t *lens = malloc(sizeof(size_t) * n);
     int rc = strs && lens ? 0 : IFL_ENOMEM;
-    for (uint64_t i = 0; !rc && i < arr.n; i++)
-        rc = ifl_gguf_arr_str(&arr, i, &strs[i], &lens[i]);
-    if (!rc) {
+    for (uint64_t i = 0; !rc && i < arr->n; i++)
+        rc = ifl_gguf_arr_str(arr, i, &strs[i], &lens[i]);
+    if (!rc && a >= 0) {
         const char *ts = strs[a];
         size_t tl = lens[a];
         strs[a] = strs[b], lens[a] = lens[b];
         strs[b] = ts, lens[b] = tl;
-        rc = ifl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, arr.n);
     }
+    const char *c = o->add_control;
+    for (uint64_t i = arr->n; !rc && i < n; i++) {
+        strs[i] = c;
+        lens[i] = strcspn(c, ",");
+        c += lens[i] + 1;
+    }
+    if (!rc)
+        rc = ifl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, n);
     free(strs);
     free(lens);
+    return rc;
+}
+
+/* A per-token array (scores, token types) with one element per added
+ * token: score 0, type control (3). */
+static int write_extended(struct ifl_gguf_writer *w, const struct ifl_gguf_value *arr,
+                          const char *key, const struct opts *o)
+{
+    int is_f32 = arr->elem_type == IFL_GGUF_FLOAT32;
+    if (!is_f32 && arr->elem_type != IFL_GGUF_INT32)
+        return IFL_EFORMAT;
+    uint64_t n = arr->n + n_added(o);
+    uint32_t *d = malloc(sizeof(uint32_t) * n);
+    int rc = d ? 0 : IFL_ENOMEM;
+    for (uint64_t i = 0; !rc && i < n; i++) {
+        double f = 0;
+        int64_t v = 3;
+        if (i < arr->n)
+            rc = is_f32 ? ifl_gguf_arr_float(arr, i, &f) : ifl_gguf_arr_int(arr, i, &v);
+        float ff = (float)f;
+        int32_t vv = (int32_t)v;
+        if (is_f32)
+            memcpy(&d[i], &ff, 4);
+        else
+            memcpy(&d[i], &vv, 4);
+    }
+    if (!rc)
+        rc = ifl_gguf_writer_set_arr(w, key, arr->elem_type, d, n);
+    free(d);
     return rc;
 }
 
@@ -883,9 +936,21 @@ static int copy_tokenizer(struct ifl_gguf_writer *w, const struct ifl_gguf *v, c
     for (int64_t i = 0; i < n; i++) {
         if (strncmp(ifl_gguf_key(v, i), "tokenizer.", 10))
             continue;
-        int rc = o->swap_a >= 0 && !strcmp(ifl_gguf_key(v, i), "tokenizer.ggml.tokens")
-                     ? write_swapped_tokens(w, v, o->swap_a, o->swap_b)
-                     : ifl_gguf_writer_copy_kv(w, v, i);
+        const char *key = ifl_gguf_key(v, i);
+        int tok = !strcmp(key, "tokenizer.ggml.tokens");
+        int per_token =
+            !strcmp(key, "tokenizer.ggml.scores") || !strcmp(key, "tokenizer.ggml.token_type");
+        struct ifl_gguf_value arr;
+        int rc = 0;
+        if ((tok && (o->swap_a >= 0 || o->add_control)) || (per_token && o->add_control)) {
+            rc = ifl_gguf_get_arr(v, key, &arr, NULL);
+            if (!rc && (tok ? arr.elem_type != IFL_GGUF_STRING : 0))
+                rc = IFL_EFORMAT;
+            if (!rc)
+                rc = tok ? write_tokens(w, &arr, o) : write_extended(w, &arr, key, o);
+        } else {
+            rc = ifl_gguf_writer_copy_kv(w, v, i);
+        }
         if (rc) {
             fprintf(stderr, "mkmodel: copying %s: %s\n", ifl_gguf_key(v, i), ifl_strerror(rc));
             return -1;
@@ -1393,7 +1458,7 @@ int main(int argc, char **argv)
         ifl_gguf_free(voc);
         return 2;
     }
-    int64_t n_vocab = (int64_t)tokens.n;
+    int64_t n_vocab = (int64_t)(tokens.n + n_added(&o));
     if (ifl_gguf_writer_create(&w) || write_metadata(w, &o, n_vocab) || copy_tokenizer(w, voc, &o))
         goto out;
 
