@@ -318,9 +318,10 @@ $(FUZZ_OUT)/fuzz_xmlcall: tests/fuzz/fuzz_xmlcall.c tests/fuzz/reply_chain.h src
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/xmlcall.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
+
 # Likewise Mistral's [TOOL_CALLS] parser's.
-$(FUZZ_OUT)/fuzz_mistral: tests/fuzz/fuzz_mistral.c src/server/mistral.c src/server/hermes.c \
-  src/server/think.c src/core/buf.c
+$(FUZZ_OUT)/fuzz_mistral: tests/fuzz/fuzz_mistral.c tests/fuzz/reply_chain.h src/server/mistral.c \
+  src/server/hermes.c src/server/think.c src/core/buf.c
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/mistral.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson

@@ -609,7 +609,7 @@ enum {
     IFL_REPLY_HARMONY = 1,
     IFL_REPLY_HERMES = 2,
     IFL_REPLY_LLAMA3 = 3,
-    IFL_REPLY_XML = 4, /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
+    IFL_REPLY_XML = 4,    /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
     IFL_REPLY_MISTRAL = 5 /* Mistral's [TOOL_CALLS] (mistral.c) */
 };
 
@@ -638,8 +638,9 @@ struct ifl_chat_tools {
 int ifl_chat_tools_read(struct ifl_server *s, json_t *b, struct ifl_chat_tools *t, char *param,
                         char *err);
 /* A forced call (t->forced) as j's grammar: the format's call blocks with
- * each function's arguments schema (harmony: what follows t->prefill, which
- * the caller appends to the prompt and gives the reply parser first). 0
+ * each function's arguments schema (harmony, Mistral: what follows
+ * t->prefill, which the caller appends to the prompt and gives the reply
+ * parser first). 0
  * when nothing is forced; 400 when another field already constrains the
  * output or ignore_eos is set; 500. */
 int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ignore_eos,

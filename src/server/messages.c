@@ -318,12 +318,12 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
 
 int ifl_server_tool_format(const struct ifl_server *s)
 {
-    return s->chat_harmony  ? IFL_REPLY_HARMONY
-           : s->chat_hermes ? IFL_REPLY_HERMES
-           : s->chat_llama3 ? IFL_REPLY_LLAMA3
-           : s->chat_xml    ? IFL_REPLY_XML
+    return s->chat_harmony   ? IFL_REPLY_HARMONY
+           : s->chat_hermes  ? IFL_REPLY_HERMES
+           : s->chat_llama3  ? IFL_REPLY_LLAMA3
+           : s->chat_xml     ? IFL_REPLY_XML
            : s->chat_mistral ? IFL_REPLY_MISTRAL
-                            : IFL_REPLY_PLAIN;
+                             : IFL_REPLY_PLAIN;
 }
 
 void ifl_server_chat_free(struct ifl_server *s)

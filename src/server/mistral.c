@@ -5,8 +5,9 @@
  *
  *   [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}
  *
- * one such group per call, possibly after some text; Mistral Small 3.2
- * writes the call's id between them, [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...},
+ * one such group per call, possibly after some text; Mistral Small 3.2's
+ * template writes the call's id between them,
+ * [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...},
  * and the older v3 tokenizer's models (Mistral 7B v0.3, Nemo) wrote
  * [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]. In a real model's
  * vocabulary the bracketed tags are control tokens, which the vocabulary

@@ -9,19 +9,26 @@
  * content and calls, and every call's arguments must be a JSON object
  * naming one of the target's functions. The including file names its
  * parser first: RP_T (the state's type) and RP_INIT, RP_PUSH, RP_FINISH,
- * RP_DEINIT (its functions, as ifl_hermes_*).
+ * RP_DEINIT (its functions, as ifl_hermes_*), and may name the splitter's
+ * tags (RP_THINK_OPEN, RP_THINK_CLOSE; <think>'s otherwise).
  */
 #ifndef IFL_FUZZ_REPLY_CHAIN_H
 #define IFL_FUZZ_REPLY_CHAIN_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "server/internal.h"
+
+#ifndef RP_THINK_OPEN
+#define RP_THINK_OPEN "<think>"
+#define RP_THINK_CLOSE "</think>"
+#endif
 
 /* chain: 0 the parser alone, 1 the splitter first, 2 the splitter first
  * with the block open */
@@ -32,7 +39,8 @@ static void parse(json_t *names, const char *s, size_t n, uint32_t seed, int cha
     struct ifl_think k;
     struct ifl_buf rest = {0};
     RP_INIT(&t, names);
-    ifl_think_init(&k, chain == 2);
+    snprintf(t.id_base, sizeof t.id_base, "fz");
+    ifl_think_init_tags(&k, chain == 2, RP_THINK_OPEN, RP_THINK_CLOSE);
     memset(o, 0, sizeof *o);
     o->calls = json_array();
     size_t at = 0;
@@ -102,7 +110,8 @@ static int read_both(json_t *names, const uint8_t *data, size_t size, struct ifl
                         ? json_loadb(json_string_value(args), json_string_length(args), 0, NULL)
                         : NULL;
         if (!json_is_object(v) ||
-            !json_object_get(names, json_string_value(json_object_get(f, "name"))))
+            !json_object_get(names, json_string_value(json_object_get(f, "name"))) ||
+            json_integer_value(json_object_get(c, "index")) != (json_int_t)i)
             abort(); /* a call a client could not run */
         json_decref(v);
     }
