@@ -52,6 +52,7 @@ import json, sys
 sys.path.insert(0, 'tests/data/chat')
 from tools_http import (check, check_named, check_none, check_turn_after, done, jinja_tokens,
                         post, render_cases, same_stream, set_up, valid_call)
+from tools_http import ASK, TOOL_SCHEMAS, TOOLS
 
 U, BIN, MODEL, TMPL = sys.argv[1:5]
 SCHEMA = {}
@@ -59,23 +60,7 @@ set_up(U, BIN, MODEL, TMPL, {'bos_token': '<|begin_of_text|>', 'eos_token': '<|e
 render_cases(['f_tools', 'h_tool_call_result', 'i_tool_call_then_final', 'j_string_arguments'],
              keep_thinking=False)
 
-WEATHER = {'type': 'object', 'properties': {
-    'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
-    'days': {'type': 'integer', 'minimum': 1, 'maximum': 7},
-    'hourly': {'type': 'boolean'}}, 'required': ['city', 'days']}
-TIME = {'type': 'object', 'properties': {
-    'zone': {'type': 'string', 'maxLength': 6},
-    'fmt': {'type': 'array', 'items': {'type': 'string', 'enum': ['h', 'm', 's']}, 'maxItems': 3}},
-    'required': ['zone']}
-TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather.',
-                                           'parameters': WEATHER}},
-         {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
-                                           'parameters': TIME}},
-         {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
-SCHEMA.update({'get_weather': WEATHER, 'get_time': TIME,
-               'ping': {'type': 'object', 'maxProperties': 0}})
-ASK = [{'role': 'system', 'content': 'Be brief.'},
-       {'role': 'user', 'content': 'What is the weather in Paris?'}]
+SCHEMA.update(TOOL_SCHEMAS)
 
 
 # the template's own refusals and the server's, as 400s naming the field

@@ -63,13 +63,15 @@ for t in $TEMPLATES; do
 import copy, json, re, sys
 import jsonschema
 
-sys.path.insert(0, 'tests/server')
-from tools_http import check, done, fold, jinja_tokens, post
-from tools_http import ASK, SCHEMA, TOOLS
+sys.path.insert(0, 'tests/data/chat')
+from tools_http import check, done, fold, jinja_tokens, post, set_up
+from tools_http import ASK, TOOL_SCHEMAS, TOOLS
 import tools_http
 
 U, BIN, MODEL, TMPL, NAME = sys.argv[1:6]
-tools_http.setup(U, BIN, MODEL, TMPL, {'bos_token': '<s>', 'eos_token': '</s>'}, NAME + ': ')
+SCHEMA = dict(TOOL_SCHEMAS)
+set_up(U, BIN, MODEL, TMPL, {'bos_token': '<s>', 'eos_token': '</s>'}, SCHEMA, NAME + ': ',
+       now=True)
 SMALL = NAME == 'small'
 
 

@@ -1,10 +1,11 @@
 """What the tool-call server scripts share (tests/test_server_tools_llama.sh,
-tests/test_server_tools_xml.sh): checks counted and printed as "ok NAME" or
+tests/test_server_tools_xml.sh, tests/test_server_tools_mistral.sh): checks counted and printed as "ok NAME" or
 "FAIL NAME: detail", chat requests to the server whole or streamed, a
 stream folded back into a message, the token count of Jinja2's render of a
 conversation (gen.py's set-up) by the server's tokenizer, and a streamed
 reply compared with the whole one. set_up() first."""
 import copy
+import datetime
 import json
 import subprocess
 import urllib.error
@@ -17,22 +18,44 @@ import gen
 U = BIN = MODEL = SRC = None
 CTX = {}
 SCHEMA = {}  # function name -> its parameters schema, for valid_call
+PREFIX = ''  # before every check's name
+NOW = False  # render with today's date (a template's strftime_now), or gen.py's fixed one
 counts = [0, 0]  # ok, failed
 
+# the tools the Llama and Mistral scripts ask with, their schemas, a question
+WEATHER = {'type': 'object', 'properties': {
+    'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
+    'days': {'type': 'integer', 'minimum': 1, 'maximum': 7},
+    'hourly': {'type': 'boolean'}}, 'required': ['city', 'days']}
+TIME = {'type': 'object', 'properties': {
+    'zone': {'type': 'string', 'maxLength': 6},
+    'fmt': {'type': 'array', 'items': {'type': 'string', 'enum': ['h', 'm', 's']}, 'maxItems': 3}},
+    'required': ['zone']}
+TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather.',
+                                           'parameters': WEATHER}},
+         {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
+                                           'parameters': TIME}},
+         {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
+TOOL_SCHEMAS = {'get_weather': WEATHER, 'get_time': TIME,
+                'ping': {'type': 'object', 'maxProperties': 0}}
+ASK = [{'role': 'system', 'content': 'Be brief.'},
+       {'role': 'user', 'content': 'What is the weather in Paris?'}]
 
-def set_up(url, binary, model, template, ctx, schema):
-    global U, BIN, MODEL, SRC, CTX, SCHEMA
-    U, BIN, MODEL, CTX, SCHEMA = url, binary, model, ctx, schema
+
+def set_up(url, binary, model, template, ctx, schema, prefix='', now=False):
+    global U, BIN, MODEL, SRC, CTX, SCHEMA, PREFIX, NOW
+    U, BIN, MODEL, CTX, SCHEMA, PREFIX, NOW = url, binary, model, ctx, schema, prefix, now
     SRC = open(template, encoding='utf-8').read()
 
 
 def check(name, cond, detail=None):
     if cond:
         counts[0] += 1
-        print('ok   ' + name)
+        print('ok   ' + PREFIX + name)
     else:
         counts[1] += 1
-        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:800] if detail is not None else ''))
+        print('FAIL %s%s%s' % (PREFIX, name,
+                               ': ' + json.dumps(detail)[:800] if detail is not None else ''))
 
 
 def done():
@@ -85,6 +108,7 @@ def jinja_tokens(msgs, tools):
     """Jinja2's render of what a client sends, as the server gives it to the template."""
     case = {'messages': copy.deepcopy(msgs), 'tools': tools, 'add_generation_prompt': True}
     for m in case['messages']:
+        m.pop('refusal', None)
         if m.get('content') is None:
             m['content'] = ''
         if 'reasoning_content' in m and not m['reasoning_content']:
@@ -92,7 +116,7 @@ def jinja_tokens(msgs, tools):
         for tc in m.get('tool_calls') or []:
             if isinstance(tc['function']['arguments'], str):
                 tc['function']['arguments'] = json.loads(tc['function']['arguments'])
-    return n_tokens(gen.render(SRC, case, None, CTX))
+    return n_tokens(gen.render(SRC, case, datetime.datetime.now() if NOW else None, CTX))
 
 
 def render_cases(names, keep_thinking=True):
@@ -126,7 +150,7 @@ def valid_call(tc, names):
         return False
 
 
-def same_stream(body, m, fin, what):
+def same_stream(body, m, fin, what, good_id=lambda i: i.startswith('call_')):
     chunks, ended = post(dict(body, stream=True), stream=True)
     s = fold(chunks)
     calls = m.get('tool_calls') or []
@@ -135,7 +159,7 @@ def same_stream(body, m, fin, what):
           s['reasoning'] == (m.get('reasoning_content') or '') and
           [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
           [(t['function']['name'], t['function']['arguments']) for t in calls] and
-          all(v['id'].startswith('call_') for v in s['calls'].values()), [s, m])
+          all(good_id(v['id']) for v in s['calls'].values()), [s, m])
     return s
 
 
