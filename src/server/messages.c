@@ -77,37 +77,48 @@ static int probe_render(struct ifl_server *s, int n_calls, char **out, size_t *n
     return rc;
 }
 
-/* 1 when the compiled template renders tools and writes an assistant's
- * tool calls as Hermes' blocks, <tool_call> JSON </tool_call> with the JSON
- * an object {"name", "arguments"} (whitespace free around it), and renders
- * tool results: a probe conversation rendered with a probe tool says. */
-static int is_hermes(struct ifl_server *s)
+/* Whether out writes the probe's call as Hermes' block, <tool_call> JSON
+ * </tool_call> with the JSON an object {"name", "arguments"} (whitespace
+ * free around it). */
+static int hermes_call(const char *out, size_t n)
+{
+    const char *p = out, *end = out + n;
+    int call = 0;
+    while (!call && (p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
+        p += 11;
+        json_error_t je;
+        json_t *v = json_loadb(p, (size_t)(end - p), JSON_DISABLE_EOF_CHECK, &je);
+        const char *q = p + je.position;
+        while (v && q < end && (*q == ' ' || *q == '\n'))
+            q++;
+        json_t *a = json_object_get(v, "arguments");
+        call = json_is_object(v) && json_is_string(json_object_get(v, "name")) &&
+               !strcmp(json_string_value(json_object_get(v, "name")), "ifl_probe_fn") &&
+               json_integer_value(json_object_get(a, "ifl_probe_arg")) == 1 &&
+               (size_t)(end - q) >= 12 && !memcmp(q, "</tool_call>", 12);
+        json_decref(v);
+    }
+    return call;
+}
+
+/* 1 when the probe conversation with n_calls calls renders, writes them as
+ * call() reads them, and shows the tool and the tool's result. */
+static int probe_writes(struct ifl_server *s, int n_calls, int (*call)(const char *, size_t))
 {
     char *out = NULL;
     size_t n = 0;
-    int yes = 0;
-    if (!probe_render(s, 1, &out, &n)) {
-        const char *p = out, *end = out + n;
-        int call = 0;
-        while (!call && (p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
-            p += 11;
-            json_error_t je;
-            json_t *v = json_loadb(p, (size_t)(end - p), JSON_DISABLE_EOF_CHECK, &je);
-            const char *q = p + je.position;
-            while (v && q < end && (*q == ' ' || *q == '\n'))
-                q++;
-            json_t *a = json_object_get(v, "arguments");
-            call = json_is_object(v) && json_is_string(json_object_get(v, "name")) &&
-                   !strcmp(json_string_value(json_object_get(v, "name")), "ifl_probe_fn") &&
-                   json_integer_value(json_object_get(a, "ifl_probe_arg")) == 1 &&
-                   (size_t)(end - q) >= 12 && !memcmp(q, "</tool_call>", 12);
-            json_decref(v);
-        }
-        yes =
-            call && memmem(out, n, "ifl-probe-tool", 14) && memmem(out, n, "ifl-probe-result", 16);
-    }
+    int yes = !probe_render(s, n_calls, &out, &n) && call(out, n) &&
+              memmem(out, n, "ifl-probe-tool", 14) && memmem(out, n, "ifl-probe-result", 16);
     free(out);
     return yes;
+}
+
+/* 1 when the compiled template renders tools, writes an assistant's tool
+ * calls as Hermes' blocks and renders tool results: a probe conversation
+ * rendered with a probe tool says. */
+static int is_hermes(struct ifl_server *s)
+{
+    return probe_writes(s, 1, hermes_call);
 }
 
 /* How many of the probe's calls (ifl_probe_arg 1..n) out writes as Llama
@@ -135,20 +146,20 @@ static int llama3_calls(const char *out, size_t n, int n_calls)
  * tool call as Llama 3.1's JSON object {"name", "parameters"}, and renders
  * tool results; 2 when it also renders a turn with two calls (Llama 3.1's
  * raises). The probe conversation says. */
+static int llama3_one(const char *out, size_t n)
+{
+    return llama3_calls(out, n, 1) == 1;
+}
+
+static int llama3_two(const char *out, size_t n)
+{
+    return llama3_calls(out, n, 2) == 2;
+}
+
 static int is_llama3(struct ifl_server *s)
 {
-    char *out = NULL;
-    size_t n = 0;
-    int yes = 0;
-    if (!probe_render(s, 1, &out, &n))
-        yes = llama3_calls(out, n, 1) == 1 && memmem(out, n, "ifl-probe-tool", 14) &&
-              memmem(out, n, "ifl-probe-result", 16);
-    free(out);
-    out = NULL;
-    if (yes && !probe_render(s, 2, &out, &n) && llama3_calls(out, n, 2) == 2)
-        yes = 2;
-    free(out);
-    return yes;
+    int yes = probe_writes(s, 1, llama3_one);
+    return yes && probe_writes(s, 2, llama3_two) ? 2 : yes;
 }
 
 /* Whether s (n bytes) holds, whitespace free between the tags, the probe's
@@ -182,14 +193,7 @@ static int xml_call(const char *s, size_t n)
  * probe conversation says. */
 static int is_xml(struct ifl_server *s)
 {
-    char *out = NULL;
-    size_t n = 0;
-    int yes = 0;
-    if (!probe_render(s, 1, &out, &n))
-        yes = xml_call(out, n) && memmem(out, n, "ifl-probe-tool", 14) &&
-              memmem(out, n, "ifl-probe-result", 16);
-    free(out);
-    return yes;
+    return probe_writes(s, 1, xml_call);
 }
 
 /* Whether out writes the probe's call in Mistral's format: after
@@ -236,14 +240,7 @@ static int mistral_call(const char *out, size_t n)
  * are). */
 static int is_mistral(struct ifl_server *s)
 {
-    char *out = NULL;
-    size_t n = 0;
-    int yes = 0;
-    if (!probe_render(s, 1, &out, &n))
-        yes = mistral_call(out, n) && memmem(out, n, "ifl-probe-tool", 14) &&
-              memmem(out, n, "ifl-probe-result", 16);
-    free(out);
-    return yes;
+    return probe_writes(s, 1, mistral_call);
 }
 
 /* A reasoning model's template: it writes (or strips from history) the
