@@ -593,6 +593,30 @@ AI void pv8(const struct ifl_attn_tile *a, const int dv, float (*pt)[TILE], cons
     }
 }
 
+/* The lanes of the sixteen positions 16k .. 16k + 15 that a query taking
+ * [lo, hi) of the tile takes. */
+AI __mmask16 take16(int lo, int hi, int k)
+{
+    int a0 = lo - 16 * k, a1 = hi - 16 * k;
+    a0 = a0 < 0 ? 0 : a0 > 16 ? 16 : a0;
+    a1 = a1 < 0 ? 0 : a1 > 16 ? 16 : a1;
+    return (__mmask16)(((1u << a1) - 1) & ~((1u << a0) - 1));
+}
+
+/* The positions [*t0, *t1) of the tile that any query takes: the rows a
+ * call's many queries convert once. 0 when no query takes any. */
+AI int tile_span(const struct ifl_attn_tile *a, int *t0, int *t1)
+{
+    *t0 = TILE;
+    *t1 = 0;
+    for (int i = 0; i < a->nq; i++)
+        if (a->lo[i] < a->hi[i]) {
+            *t0 = a->lo[i] < *t0 ? a->lo[i] : *t0;
+            *t1 = a->hi[i] > *t1 ? a->hi[i] : *t1;
+        }
+    return *t0 < *t1;
+}
+
 /* The Q8_0 tile: queries sixteen at a time, scored (q8_scores), their
  * softmax as the F16 path's one-query one, then the values: a decode's
  * eight of one range read the cache's values in place, other calls
@@ -605,13 +629,8 @@ AI void q8_tile(const struct ifl_attn_tile *a, const int d, const int dv)
         dec8 = a->lo[i] == a->lo[0] && a->hi[i] == a->hi[0];
     _Alignas(64) float vf[TILE * TILE_DMAX];
     if (!dec8) {
-        int t0 = TILE, t1 = 0;
-        for (int i = 0; i < a->nq; i++)
-            if (a->lo[i] < a->hi[i]) {
-                t0 = a->lo[i] < t0 ? a->lo[i] : t0;
-                t1 = a->hi[i] > t1 ? a->hi[i] : t1;
-            }
-        if (t0 >= t1) {
+        int t0, t1;
+        if (!tile_span(a, &t0, &t1)) {
             ifl_attn_tile_ask(a, 0, TILE, kb, vb);
             return;
         }
@@ -636,10 +655,7 @@ AI void q8_tile(const struct ifl_attn_tile *a, const int d, const int dv)
             __mmask16 take[4];
             __m512 mv = _mm512_set1_ps(-INFINITY);
             for (int k = 0; k < 4; k++) {
-                int a0 = lo - 16 * k, a1 = hi - 16 * k;
-                a0 = a0 < 0 ? 0 : a0 > 16 ? 16 : a0;
-                a1 = a1 < 0 ? 0 : a1 > 16 ? 16 : a1;
-                take[k] = (__mmask16)(((1u << a1) - 1) & ~((1u << a0) - 1));
+                take[k] = take16(lo, hi, k);
                 if (k >= k0 && k < k1)
                     mv = _mm512_mask_max_ps(mv, take[k], mv, _mm512_load_ps(sc[j] + 16 * k));
             }
@@ -717,13 +733,8 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, const int d, const int dv)
             return;
         }
     }
-    int t0 = TILE, t1 = 0;
-    for (int i = 0; i < a->nq; i++)
-        if (a->lo[i] < a->hi[i]) {
-            t0 = a->lo[i] < t0 ? a->lo[i] : t0;
-            t1 = a->hi[i] > t1 ? a->hi[i] : t1;
-        }
-    if (t0 >= t1) {
+    int t0, t1;
+    if (!tile_span(a, &t0, &t1)) {
         ifl_attn_tile_ask(a, 0, TILE, kb, vb);
         return;
     }
@@ -761,12 +772,8 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, const int d, const int dv)
         }
         const int k0 = lo / 16, k1 = (hi + 15) / 16; /* the sixteens scored */
         __mmask16 take[4];
-        for (int k = 0; k < 4; k++) {
-            int a0 = lo - 16 * k, a1 = hi - 16 * k;
-            a0 = a0 < 0 ? 0 : a0 > 16 ? 16 : a0;
-            a1 = a1 < 0 ? 0 : a1 > 16 ? 16 : a1;
-            take[k] = (__mmask16)(((1u << a1) - 1) & ~((1u << a0) - 1));
-        }
+        for (int k = 0; k < 4; k++)
+            take[k] = take16(lo, hi, k);
         _Alignas(64) float pt[4][TILE];
         float al[4];
         for (int b = 0; b < nb; b++) {
