@@ -263,8 +263,9 @@ static const char *const ref_cases[][3] = {
     {"{{ 'a' + 1 }}", "{}", "ERR TypeError: can only concatenate str (not \"int\") to str"},
     {"{{ 'a' < 1 }}", "{}",
      "ERR TypeError: '<' not supported between instances of 'str' and 'int'"},
-    {"{{ xs|map('upper')|tojson }}", "{\"xs\": [\"a\"]}",
-     "ERR TypeError: Object of type generator is not JSON serializable"},
+    /* Jinja2 raises (a generator is no JSON); llama.cpp's engine, and ours, write the list */
+    {"{{ xs|map('upper')|tojson }}|{{ xs|select|tojson(indent=1) }}", "{\"xs\": [\"a\"]}",
+     "[\"A\"]|[\n \"a\"\n]"},
     {"{{ x|tojson }}", "{}", "ERR TypeError: Object of type Undefined is not JSON serializable"},
     {"{{ 'x'|nosuchfilter }}", "{}", "ERR No filter named 'nosuchfilter'."},
     {"{% if x %}{{ x|nosuchfilter }}{% endif %}", "{}", ""},
@@ -406,7 +407,8 @@ static void test_speed(void)
 
 /* ---- fixtures ---- */
 
-static int fixtures_pass, fixtures_total;
+static int fixtures_pass, fixtures_total, fixtures_lenient;
+#define GEN_JSON "TypeError: Object of type generator is not JSON serializable"
 
 static void show_diff(const char *name, const char *got, size_t gn, const char *want, size_t wn)
 {
@@ -499,6 +501,16 @@ static void test_fixtures(void)
                 } else {
                     fixtures_pass++;
                 }
+            } else if (!strcmp(want_err, GEN_JSON)) {
+                /* Jinja2 raised at tojson of a generator: we write the
+                 * list (print.c), as llama.cpp's engine does */
+                if (rc) {
+                    fprintf(stderr, "  FAIL %s: %s, want a render\n", name, err);
+                    t_cur_failed_ = 1;
+                } else {
+                    fixtures_pass++;
+                    fixtures_lenient++;
+                }
             } else {
                 if (rc == 0) {
                     fprintf(stderr, "  FAIL %s: rendered, want error \"%s\"\n", name, want_err);
@@ -518,7 +530,8 @@ static void test_fixtures(void)
         free(src);
     }
     json_decref(root);
-    fprintf(stderr, "  fixtures: %d of %d match\n", fixtures_pass, fixtures_total);
+    fprintf(stderr, "  fixtures: %d of %d match (%d rendered where Jinja2 raised at a generator)\n",
+            fixtures_pass, fixtures_total, fixtures_lenient);
 }
 
 /* gpt-oss's harmony template (tests/data/chat, README there): rendered by

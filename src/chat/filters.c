@@ -2,7 +2,8 @@
  * Jinja2's filters that chat templates use, after jinja2/filters.py:
  * argument names, defaults and corners included (indent's trailing-newline
  * quirk, default() only replacing Undefined unless boolean=true,
- * map/select/reject/unique returning generators that tojson refuses),
+ * map/select/reject/unique returning generators; tojson writes those as
+ * lists, where Jinja2 raises: print.c),
  * with the sorting (stable, as Python's sorted) and attribute getters
  * (make_attrgetter) they rely on.
  */

@@ -444,7 +444,11 @@ void ifl_chat_json_dump(struct ifl_chat_rt *r, struct ifl_chat_sb *b, cval v,
         json_str(a, b, v.u.s->p, v.u.s->len, o->ensure_ascii);
         return;
     case CV_LIST:
-        if (v.f & (CVF_GEN | CVF_VIEW))
+        /* a generator (map, select, ...) is written as the list it yields,
+         * as llama.cpp's template engine writes it, where Jinja2 raises:
+         * llama.cpp's templates (its DeepSeek-R1 one: tools|map(...)|tojson)
+         * rely on it, and nothing that renders in Jinja2 changes */
+        if (v.f & CVF_VIEW)
             break;
         if (v.u.l->n == 0) {
             put_s(r, b, "[]");

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Renders gpt-oss.jinja over cases.json with Jinja2 the way Hugging Face
 transformers sets it up (ImmutableSandboxedEnvironment, trim_blocks,
-lstrip_blocks, loopcontrols, tojson as json.dumps without ASCII escaping,
+lstrip_blocks, loopcontrols, tojson as json.dumps without ASCII escaping
+and with a generator written as a list (as the server's engine does),
 raise_exception, strftime_now frozen at fixed_now) and writes
 expected/<case>.txt, or expected/<case>.error with "<Class>: <message>"
 when Jinja2 raises. Run from this folder: python3 gen.py
@@ -9,6 +10,7 @@ when Jinja2 raises. Run from this folder: python3 gen.py
 import datetime
 import json
 import os
+import types
 
 import jinja2
 import jinja2.ext
@@ -36,13 +38,21 @@ def as_server_gives(case):
     return case
 
 
+def as_list(x):
+    if isinstance(x, types.GeneratorType):
+        return list(x)
+    raise TypeError('Object of type %s is not JSON serializable' % type(x).__name__)
+
+
 def render(src, case, now, ctx=None):
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
 
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
-                          separators=separators, sort_keys=sort_keys)
+        # a generator (map, select, ...) as the list it yields, as the server's
+        # engine writes it (src/chat/print.c) where Jinja2's json.dumps raises
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys, default=as_list)
 
     def raise_exception(msg):
         raise jinja2.exceptions.TemplateError(msg)
