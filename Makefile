@@ -326,6 +326,13 @@ $(FUZZ_OUT)/fuzz_mistral: tests/fuzz/fuzz_mistral.c tests/fuzz/reply_chain.h src
 	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
 	  src/server/mistral.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
 
+# Likewise DeepSeek-R1's tool-call parser's (hermes.c's machine).
+$(FUZZ_OUT)/fuzz_deepseek: tests/fuzz/fuzz_deepseek.c tests/fuzz/reply_chain.h src/server/deepseek.c \
+  src/server/hermes.c src/server/think.c src/core/buf.c
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer$(FUZZ_SAN_FLAGS) -o $@ $< \
+	  src/server/deepseek.c src/server/hermes.c src/server/think.c src/core/buf.c -ljansson
+
 # The image target links only the decoder (and libpng, libturbojpeg).
 FUZZ_IMAGE_SRC := src/core/err.c src/vision/image.c
 FUZZ_IMAGE_OBJ := $(FUZZ_IMAGE_SRC:%.c=$(FUZZ_OUT)/lib/%.o)

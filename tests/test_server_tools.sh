@@ -67,7 +67,8 @@ done
 # the format is found from what each template writes: the Hermes family,
 # Llama 3.1's (tests/test_server_tools_llama.sh), Qwen3-Coder's XML family
 # (tests/test_server_tools_xml.sh) and Mistral's
-# (tests/test_server_tools_mistral.sh) take tools, any other template
+# (tests/test_server_tools_mistral.sh) and DeepSeek-R1's
+# (tests/test_server_tools_deepseek.sh) take tools, any other template
 # (another call format, one that raises on the probe conversation, one
 # without tools) refuses them, and the server starts with every one; an
 # XML call steered by a grammar is read as a call by the XML family only
@@ -78,12 +79,14 @@ LLAMA3=" meta-llama-Llama-3.1-8B-Instruct meta-llama-Llama-3.3-70B-Instruct "
 XML=" NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 Qwen3-Coder Qwen3.5-4B StepFun3.5-Flash "
 MISTRAL=" Mistral-Small-3.2-24B-Instruct-2506 unsloth-mistral-Devstral-Small-2507
 mistralai-Ministral-3-14B-Reasoning-2512 "
+DEEPSEEK=" llama-cpp-deepseek-r1 "
 XCALL='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40, "temperature": 0, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}], "grammar": "root ::= \"<tool_call>\\n<function=f>\\n<parameter=a>\\n7\\n</parameter>\\n</function>\\n</tool_call>\""}'
 ONE='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "description": "n"}}}}}]}'
 n_h=0
 n_l=0
 n_x=0
 n_m=0
+n_d=0
 for f in "$SHARED"/chat/templates/*.jinja; do
     t=$(basename "$f" .jinja)
     start_server "probe-$t" --parallel 1 --chat-template "$f" || { bad "$t: the server starts"; continue; }
@@ -97,7 +100,10 @@ for f in "$SHARED"/chat/templates/*.jinja; do
             *[[:space:]]"$t"[[:space:]]*) want=200; n_x=$((n_x + 1)) ;;
             *) case "$MISTRAL" in
                 *[[:space:]]"$t"[[:space:]]*) want=200; n_m=$((n_m + 1)) ;;
-                *) want=400 ;;
+                *) case "$DEEPSEEK" in
+                    *[[:space:]]"$t"[[:space:]]*) want=200; n_d=$((n_d + 1)) ;;
+                    *) want=400 ;;
+                    esac ;;
                 esac ;;
             esac ;;
         esac ;;
@@ -115,6 +121,7 @@ check "the Hermes family's 11 templates take tools" 11 "$n_h"
 check "Llama 3.1's and 3.3's templates take tools" 2 "$n_l"
 check "the XML family's 4 templates take tools" 4 "$n_x"
 check "Mistral Small 3.2's, Devstral's and Ministral 3's templates take tools" 3 "$n_m"
+check "llama.cpp's DeepSeek-R1 template takes tools (DeepSeek's own do not render them)" 1 "$n_d"
 
 start_server qwen3 || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 U="http://127.0.0.1:$PORT"
@@ -150,78 +157,14 @@ bad_req "reasoning_format: an unknown value" reasoning_format '\"none\"' "{$MSG,
 check "the server still answers" 200 "$(code /v1/chat/completions "{$MSG}")"
 
 python3 - "$U" >"$tmp/py.log" 2>&1 <<'PY'
-import json, sys, urllib.request, urllib.error
-import jsonschema
+import json, sys
 
-U = sys.argv[1]
-n_ok = n_bad = 0
+sys.path.insert(0, 'tests/data/chat')
+from tools_http import check, check_none, done, fold, post, set_up, valid_call
+from tools_http import TOOL_SCHEMAS as SCHEMA, TOOLS
 
-
-def check(name, cond, detail=None):
-    global n_ok, n_bad
-    if cond:
-        n_ok += 1
-        print('ok   ' + name)
-    else:
-        n_bad += 1
-        print('FAIL %s%s' % (name, ': ' + json.dumps(detail)[:600] if detail is not None else ''))
-
-
-def post(body, stream=False):
-    req = urllib.request.Request(U + '/v1/chat/completions', json.dumps(body).encode(),
-                                 {'Content-Type': 'application/json'})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        data = r.read().decode()
-    if not stream:
-        return json.loads(data)
-    chunks = [json.loads(l[6:]) for l in data.split('\n') if l.startswith('data: {')]
-    return chunks, data.rstrip().endswith('data: [DONE]')
-
-
-def fold(chunks):
-    """A stream's chunks as one message: content, calls by index, finish."""
-    r = {'content': '', 'calls': {}, 'finish': None}
-    for ch in chunks:
-        for c in ch['choices']:
-            d = c.get('delta') or {}
-            r['content'] += d.get('content') or ''
-            if 'reasoning_content' in d:
-                r['reasoning'] = r.get('reasoning', '') + d['reasoning_content']
-            for tc in d.get('tool_calls') or []:
-                at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
-                at['id'] += tc.get('id') or ''
-                f = tc.get('function') or {}
-                at['name'] += f.get('name') or ''
-                at['arguments'] += f.get('arguments') or ''
-            if c.get('finish_reason'):
-                r['finish'] = c['finish_reason']
-    return r
-
-
-WEATHER = {'type': 'object', 'properties': {
-    'city': {'type': 'string', 'enum': ['Paris', 'Rome', 'São Paulo']},
-    'days': {'type': 'integer', 'minimum': 1, 'maximum': 7},
-    'hourly': {'type': 'boolean'}}, 'required': ['city', 'days']}
-TIME = {'type': 'object', 'properties': {
-    'zone': {'type': 'string', 'maxLength': 6},
-    'fmt': {'type': 'array', 'items': {'type': 'string', 'enum': ['h', 'm', 's']}, 'maxItems': 3}},
-    'required': ['zone']}
-TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather.',
-                                           'parameters': WEATHER}},
-         {'type': 'function', 'function': {'name': 'get_time', 'description': 'Time.',
-                                           'parameters': TIME}},
-         {'type': 'function', 'function': {'name': 'ping', 'description': 'No arguments.'}}]
-SCHEMA = {'get_weather': WEATHER, 'get_time': TIME, 'ping': {'type': 'object', 'maxProperties': 0}}
+set_up(sys.argv[1], None, None, None, {}, SCHEMA)
 ASK = [{'role': 'user', 'content': 'What is the weather in Paris?'}]
-
-
-def valid_call(tc, names):
-    try:
-        f = tc['function']
-        jsonschema.validate(json.loads(f['arguments']), SCHEMA[f['name']])
-        return (f['name'] in names and tc['type'] == 'function' and tc['id'].startswith('call_'))
-    except Exception as e:
-        return False
 
 
 # tool_choice "required": calls, whatever the random model would say
@@ -259,11 +202,11 @@ for name in ['get_weather', 'get_time', 'ping']:
               len(calls) == 1 and calls[0]['function']['name'] == name and
               valid_call(calls[0], {name}) and c['finish_reason'] == 'tool_calls' and
               c['message']['content'] is None, c)
-        chunks, done = post(dict(body, stream=True), stream=True)
+        chunks, ended = post(dict(body, stream=True), stream=True)
         s = fold(chunks)
         sc = [s['calls'][k] for k in sorted(s['calls'])]
         check('named %s, seed %d, streamed: the same call, then [DONE]' % (name, seed),
-              done and s['finish'] == 'tool_calls' and s['content'] == '' and len(sc) == 1 and
+              ended and s['finish'] == 'tool_calls' and s['content'] == '' and len(sc) == 1 and
               sc[0]['name'] == name and calls and
               sc[0]['arguments'] == calls[0]['function']['arguments'], [s, calls])
         deltas = [tc for ch in chunks for cc in ch['choices']
@@ -276,12 +219,12 @@ for name in ['get_weather', 'get_time', 'ping']:
 body = {'messages': ASK, 'tools': TOOLS, 'tool_choice': 'required', 'max_tokens': 400,
         'temperature': 1, 'seed': 11}
 whole = post(body)['choices'][0]['message']['tool_calls']
-chunks, done = post(dict(body, stream=True), stream=True)
+chunks, ended = post(dict(body, stream=True), stream=True)
 s = fold(chunks)
-check('required, streamed: the same calls in order',
+check('required, streamed: the same calls in order, then [DONE]',
       [(s['calls'][k]['name'], s['calls'][k]['arguments']) for k in sorted(s['calls'])] ==
       [(t['function']['name'], t['function']['arguments']) for t in whole] and
-      s['finish'] == 'tool_calls', [s, whole])
+      s['finish'] == 'tool_calls' and ended, [s, whole])
 
 # auto: the model's own text, steered by a grammar into text, a call, a
 # malformed block (an unknown function) and a second call
@@ -316,16 +259,7 @@ check('auto, plain text: content, finish stop, no tool_calls',
       'tool_calls' not in c['message'], c)
 
 # tool_choice none: the tools hidden from the prompt, the reply not read
-plain = post({'messages': ASK, 'max_tokens': 1})['usage']['prompt_tokens']
-withtools = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1})['usage']['prompt_tokens']
-c = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'none', 'max_tokens': 400,
-          'temperature': 0, 'grammar': G})
-check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
-      [plain, withtools, c['usage']])
-m = c['choices'][0]['message']
-check('none: a call-like reply stays content',
-      'tool_calls' not in m and '"name": "ping"' in m['content'] and
-      c['choices'][0]['finish_reason'] == 'stop', m)
+withtools = check_none(ASK, TOOLS, G, lambda text: '"name": "ping"' in text, 400)
 
 # the next turn takes the call (as the server gave it) and its result
 r = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 400, 'temperature': 1, 'seed': 3,
@@ -348,14 +282,14 @@ check('think: the block is reasoning_content, the answer content',
       c['message']['content'] == 'hello there' and c['finish_reason'] == 'stop', c)
 s = fold(post(dict(body, stream=True), stream=True)[0])
 check('think, streamed: the same in delta.reasoning_content and delta.content',
-      s.get('reasoning') == 'foo  bar' and s['content'] == 'hello there' and
+      s['reasoning'] == 'foo  bar' and s['content'] == 'hello there' and
       s['finish'] == 'stop', s)
 c = post(dict(body, reasoning_format='none'))['choices'][0]
 check('think: reasoning_format "none" leaves the block in content',
       'reasoning_content' not in c['message'] and
       c['message']['content'] == '<think>\nfoo  bar\n</think>\n\nhello there', c)
 s = fold(post(dict(body, reasoning_format='none', stream=True), stream=True)[0])
-check('think, streamed: "none" the same', 'reasoning' not in s and
+check('think, streamed: "none" the same', s['n_reasoning'] == 0 and
       s['content'] == '<think>\nfoo  bar\n</think>\n\nhello there', s)
 # after the block, a call is a call; inside it, it is reasoning
 CALL = r'<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 2}}\n</tool_call>'
@@ -364,7 +298,7 @@ body = {'messages': ASK, 'tools': TOOLS, 'max_tokens': 200, 'temperature': 1, 's
 for stream in (False, True):
     if stream:
         s = fold(post(dict(body, stream=True), stream=True)[0])
-        r, calls = s.get('reasoning'), [{'function': {'name': v['name'], 'arguments': v['arguments']},
+        r, calls = s['reasoning'], [{'function': {'name': v['name'], 'arguments': v['arguments']},
                                           'type': 'function', 'id': v['id']} for v in s['calls'].values()]
         fin, content = s['finish'], s['content']
     else:
@@ -382,7 +316,7 @@ check('a call inside the block is reasoning, not a call',
       '"get_weather"' in c['message'].get('reasoning_content', '') and
       c['finish_reason'] == 'stop', c)
 
-print('%d passed, %d failed' % (n_ok, n_bad))
+done()
 PY
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
 grep -E '^(ok|FAIL) ' "$tmp/py.log"

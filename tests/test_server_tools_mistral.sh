@@ -64,7 +64,7 @@ import copy, json, re, sys
 import jsonschema
 
 sys.path.insert(0, 'tests/data/chat')
-from tools_http import check, done, fold, jinja_tokens, post, set_up
+from tools_http import check, check_none, done, fold, jinja_tokens, post, set_up
 from tools_http import ASK, TOOL_SCHEMAS, TOOLS
 import tools_http
 
@@ -223,16 +223,8 @@ calls = post(body)['choices'][0]['message'].get('tool_calls') or []
 check('required, parallel_tool_calls false: one call', len(calls) == 1, calls)
 
 # tool_choice none: no tools in the prompt, the reply not read for calls
-plain = post({'messages': ASK, 'max_tokens': 1})['usage']['prompt_tokens']
-withtools = post({'messages': ASK, 'tools': TOOLS, 'max_tokens': 1})['usage']['prompt_tokens']
-c = post({'messages': ASK, 'tools': TOOLS, 'tool_choice': 'none', 'max_tokens': 100,
-          'temperature': 0, 'grammar': GRAMMARS[0][1]})
-check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
-      [plain, withtools, c['usage']])
-m = c['choices'][0]['message']
-check('none: a call-like reply stays content',
-      'tool_calls' not in m and m['content'].startswith('[TOOL_CALLS]get_weather[ARGS]{') and
-      c['choices'][0]['finish_reason'] == 'stop', m)
+withtools = check_none(ASK, TOOLS, GRAMMARS[0][1],
+                       lambda t: t.startswith('[TOOL_CALLS]get_weather[ARGS]{'))
 
 # the next turn: the calls as the server gave them (its ids) and their
 # results render as Jinja2 renders them, whole and after a streamed reply

@@ -717,19 +717,30 @@ static void test_harmony_specials(void)
     CHECK_EQ(ifl_vocab_eos(v), ifl_vocab_find(v, "<|return|>", 10));
 }
 
-/* ---- Mistral's tool and reasoning tags ---- */
+/* ---- Mistral's and DeepSeek-R1's tool and reasoning tags ---- */
 
-/* A vocabulary with Mistral's tags as control tokens (gemma4's raw-UTF-8
- * model, as above): [TOOL_CALLS], [ARGS], [CALL_ID], [THINK] and [/THINK]
- * show in generated text, where the server reads calls and reasoning;
- * [INST] and the other control tokens stay hidden. */
-static void test_mistral_specials(void)
+#define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
+#define DS_CALLS                                                                                   \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "calls\xe2\x96\x81"                                                                            \
+    "begin\xef\xbd\x9c>"
+#define DS_END                                                                                     \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "call\xe2\x96\x81"                                                                             \
+    "end\xef\xbd\x9c>"
+
+/* A vocabulary with Mistral's tags and some of DeepSeek-R1's as control
+ * tokens (gemma4's raw-UTF-8 model, as above): [TOOL_CALLS], [ARGS],
+ * [CALL_ID], [THINK], [/THINK] and DeepSeek's call tags show in generated
+ * text, where the server reads calls and reasoning; [INST], <｜User｜> and
+ * the other control tokens stay hidden. */
+static void test_tool_specials(void)
 {
     char path[512], err[IFL_ERR_LEN] = "";
     snprintf(path, sizeof(path), "%s/mistral.gguf", tmpdir);
-    static const char *const tags[] = {"<pad>",    "<eos>",       "<bos>",     "[INST]",
-                                       "[/INST]",  "[ARGS]",      "[CALL_ID]", "[THINK]",
-                                       "[/THINK]", "[TOOL_CALLS]"};
+    static const char *const tags[] = {"<pad>",  "<eos>",     "<bos>",   "[INST]",   "[/INST]",
+                                       "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]", "[TOOL_CALLS]",
+                                       DS_USER,  DS_CALLS,    DS_END};
     enum { N_TAGS = sizeof tags / sizeof tags[0] };
     static char texts[256][8];
     const char *ptr[N_TAGS + 256 + 2];
@@ -759,20 +770,21 @@ static void test_mistral_specials(void)
     ifl_gguf_writer_free(w);
     struct ifl_vocab *v = load_path(path, err);
     unlink(path);
-    CHECK_MSG(v, "mistral vocabulary: %s", err);
+    CHECK_MSG(v, "tool tags' vocabulary: %s", err);
     if (!v)
         return;
-    const char *reply = "[INST]a[/INST][THINK]b[/THINK][TOOL_CALLS]a[CALL_ID]b[ARGS]a";
+    const char *reply = "[INST]a[/INST][THINK]b[/THINK][TOOL_CALLS]a[CALL_ID]b[ARGS]a" DS_USER
+                        "a" DS_CALLS "b" DS_END;
     int32_t *ids = NULL;
     int64_t n = 0;
     CHECK_EQ(ifl_tokenize_alloc(v, reply, strlen(reply), 0, 1, &ids, &n), 0);
     int specials = 0;
     for (int64_t i = 0; ids && i < n; i++)
         specials += ifl_vocab_is_control(v, ids[i]);
-    CHECK_EQ(specials, 7);
+    CHECK_EQ(specials, 10);
     size_t len = 0;
     char *back = ids ? detokenize(v, ids, n, &len) : NULL;
-    const char *want = "a[THINK]b[/THINK][TOOL_CALLS]a[CALL_ID]b[ARGS]a";
+    const char *want = "a[THINK]b[/THINK][TOOL_CALLS]a[CALL_ID]b[ARGS]aa" DS_CALLS "b" DS_END;
     CHECK_MSG(back && len == strlen(want) && !memcmp(back, want, len), "shown: %s",
               back ? back : "(null)");
     free(back);
@@ -891,7 +903,7 @@ int main(void)
     T_RUN(test_wordpiece);
     T_RUN(test_every_pretokenizer);
     T_RUN(test_gemma4_raw);
-    T_RUN(test_mistral_specials);
+    T_RUN(test_tool_specials);
     T_RUN(test_harmony_specials);
     T_RUN(test_bad_input);
     for (int w = 0; w < V_COUNT; w++)

@@ -36,6 +36,8 @@ enum { T_OUT = 0, T_IN };
 void ifl_hermes_init(struct ifl_hermes *t, json_t *names)
 {
     memset(t, 0, sizeof *t);
+    t->open = OPEN;
+    t->close = CLOSE;
     t->names = names ? json_incref(names) : NULL;
 }
 
@@ -222,10 +224,10 @@ static void end_block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
     } else {             /* text, tags and all, with the whitespace before it */
         ifl_buf_add(&t->pend, t->pre.p, t->pre.len);
         struct ifl_buf b = {0};
-        ifl_buf_add(&b, OPEN, strlen(OPEN));
+        ifl_buf_add(&b, t->open, strlen(t->open));
         ifl_buf_add(&b, t->blk.p, t->blk.len);
         if (closed)
-            ifl_buf_add(&b, CLOSE, strlen(CLOSE));
+            ifl_buf_add(&b, t->close, strlen(t->close));
         text(t, b.p ? b.p : "", b.len, o);
         if (b.oom)
             o->oom = 1;
@@ -259,7 +261,7 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
     while (i < hn) {
         int whole;
         if (t->state == T_OUT) {
-            size_t at = i + ifl_reply_find_tag(h + i, hn - i, OPEN, &whole);
+            size_t at = i + ifl_reply_find_tag(h + i, hn - i, t->open, &whole);
             text(t, h + i, at - i, o);
             i = at;
             if (!whole)
@@ -268,10 +270,10 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
             ifl_buf_add(&t->pre, t->pend.p, t->pend.len);
             t->pend.len = 0;
             t->state = T_IN;
-            i += strlen(OPEN);
+            i += strlen(t->open);
         } else { /* the closing tag, or a span's edge: whichever comes first */
             int closing = !t->in_span;
-            const char *tag = closing ? CLOSE : t->span_close;
+            const char *tag = closing ? t->close : t->span_close;
             size_t at = i + ifl_reply_find_tag(h + i, hn - i, tag, &whole);
             if (closing && t->span_open) {
                 int w;
@@ -285,7 +287,7 @@ void ifl_hermes_push(struct ifl_hermes *t, const char *s, size_t n, struct ifl_r
             if (!whole)
                 break;
             if (closing) {
-                i += strlen(CLOSE);
+                i += strlen(t->close);
                 end_block(t, 1, o);
             } else {
                 t->in_span = !t->in_span;

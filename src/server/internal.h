@@ -140,6 +140,9 @@ struct ifl_server {
     int chat_mistral;                    /* the template renders tools and writes a call as
                                             Mistral's [TOOL_CALLS]NAME[ARGS]{...}: tools
                                             accepted, replies parsed (mistral.c) */
+    int chat_deepseek;                   /* the template renders tools and writes calls as
+                                            DeepSeek-R1's <｜tool▁calls▁begin｜> block:
+                                            tools accepted, replies parsed (deepseek.c) */
     int chat_think;                      /* the template writes <think> and </think>: a
                                             reasoning model's block is split from the
                                             answer (think.c); 2: Mistral's [THINK] and
@@ -609,8 +612,9 @@ enum {
     IFL_REPLY_HARMONY = 1,
     IFL_REPLY_HERMES = 2,
     IFL_REPLY_LLAMA3 = 3,
-    IFL_REPLY_XML = 4,    /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
-    IFL_REPLY_MISTRAL = 5 /* Mistral's [TOOL_CALLS] (mistral.c) */
+    IFL_REPLY_XML = 4,     /* Qwen3-Coder's <function=...> blocks (xmlcall.c) */
+    IFL_REPLY_MISTRAL = 5, /* Mistral's [TOOL_CALLS] (mistral.c) */
+    IFL_REPLY_DEEPSEEK = 6 /* DeepSeek-R1's <｜tool▁calls▁begin｜> blocks (deepseek.c) */
 };
 
 /* The server's template's tool format (IFL_REPLY_*; PLAIN: it takes no tools). (messages.c) */
@@ -675,14 +679,16 @@ void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_reply_out *o);
 /* ---- Hermes-style tool calls: <tool_call>{JSON}</tool_call> (hermes.c) ---- */
 
 /* One choice's parser state: text pushed in pieces as it streams. The
- * XML format (xmlcall.c) is read by the same machine with its own block
- * reader. */
+ * XML format (xmlcall.c) and DeepSeek-R1's (deepseek.c) are read by the
+ * same machine with their own tags and block readers. */
 struct ifl_hermes {
     int state, n_calls;
-    int in_span;           /* inside the block, between span_open and span_close */
-    const char *span_open; /* within a block, text from span_open to span_close is
-                              opaque: the closing tag is not looked for in it (NULL:
-                              none); static strings */
+    const char *open, *close; /* the block's tags (static strings; Hermes':
+                                 <tool_call>, </tool_call>) */
+    int in_span;              /* inside the block, between span_open and span_close */
+    const char *span_open;    /* within a block, text from span_open to span_close is
+                                 opaque: the closing tag is not looked for in it (NULL:
+                                 none); static strings */
     const char *span_close;
     /* whether the block in blk (closed: its closing tag came) is a call:
      * appends it to o and returns 1, or returns 0 (NULL: Hermes' JSON) */
@@ -760,6 +766,20 @@ void ifl_xml_init(struct ifl_hermes *t, json_t *names);
 /* GBNF rule xml-text (a static string): any text that does not hold
  * "</parameter>", a string parameter's value in a forced call. */
 const char *ifl_xml_text_gbnf(void);
+
+/* ---- DeepSeek-R1's tool calls (deepseek.c) ---- */
+
+/* Its tags, in UTF-8: <｜tool▁calls▁begin｜> and so on (U+FF5C and U+2581). */
+#define IFL_DS_BAR "\xef\xbd\x9c"
+#define IFL_DS_SP "\xe2\x96\x81"
+#define IFL_DS_CALLS_BEGIN "<" IFL_DS_BAR "tool" IFL_DS_SP "calls" IFL_DS_SP "begin" IFL_DS_BAR ">"
+#define IFL_DS_CALLS_END "<" IFL_DS_BAR "tool" IFL_DS_SP "calls" IFL_DS_SP "end" IFL_DS_BAR ">"
+#define IFL_DS_CALL_BEGIN "<" IFL_DS_BAR "tool" IFL_DS_SP "call" IFL_DS_SP "begin" IFL_DS_BAR ">"
+#define IFL_DS_CALL_END "<" IFL_DS_BAR "tool" IFL_DS_SP "call" IFL_DS_SP "end" IFL_DS_BAR ">"
+#define IFL_DS_TOOL_SEP "<" IFL_DS_BAR "tool" IFL_DS_SP "sep" IFL_DS_BAR ">"
+/* A parser of DeepSeek-R1's format: ifl_hermes_push, _finish and _deinit
+ * read it. names: the request's functions, or NULL: any name is taken. */
+void ifl_deepseek_init(struct ifl_hermes *t, json_t *names);
 
 /* ---- Llama 3.1's JSON tool calls: {"name", "parameters"} (llama3.c) ---- */
 

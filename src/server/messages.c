@@ -20,8 +20,9 @@
  * the template itself would write it; its model's replies are read by
  * hermes.c. Likewise Llama 3.1's {"name", "parameters"} objects (llama3.c)
  * Qwen3-Coder's <tool_call><function=NAME><parameter=KEY> blocks
- * (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5: xmlcall.c) and
- * Mistral's [TOOL_CALLS] groups (mistral.c).
+ * (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5: xmlcall.c),
+ * Mistral's [TOOL_CALLS] groups (mistral.c) and DeepSeek-R1's
+ * <｜tool▁calls▁begin｜> blocks (deepseek.c).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -243,6 +244,43 @@ static int is_mistral(struct ifl_server *s)
     return probe_writes(s, 1, mistral_call);
 }
 
+/* Whether out writes the probe's call as DeepSeek-R1's block, as its
+ * reader (deepseek.c) reads it: one call, to ifl_probe_fn, with
+ * ifl_probe_arg 1. */
+static int deepseek_call(const char *out, size_t n)
+{
+    const char *p = memmem(out, n, IFL_DS_CALLS_BEGIN, strlen(IFL_DS_CALLS_BEGIN));
+    json_t *names = json_pack("{s:{}}", "ifl_probe_fn");
+    struct ifl_reply_out o = {.calls = json_array()};
+    struct ifl_hermes t;
+    ifl_deepseek_init(&t, names);
+    if (p && names && o.calls) {
+        ifl_hermes_push(&t, p, (size_t)(out + n - p), &o);
+        ifl_hermes_finish(&t, &o);
+    }
+    ifl_hermes_deinit(&t);
+    json_t *a = json_object_get(json_array_get(o.calls, 0), "function");
+    const char *args = json_string_value(json_object_get(a, "arguments"));
+    json_t *v = args ? json_loads(args, 0, NULL) : NULL;
+    int yes = json_array_size(o.calls) == 1 && !o.oom &&
+              !strcmp(json_string_value(json_object_get(a, "name")), "ifl_probe_fn") &&
+              json_integer_value(json_object_get(v, "ifl_probe_arg")) == 1;
+    json_decref(v);
+    json_decref(o.calls);
+    json_decref(names);
+    ifl_buf_free(&o.content);
+    ifl_buf_free(&o.reasoning);
+    return yes;
+}
+
+/* 1 when the compiled template renders tools and writes an assistant's
+ * tool call as DeepSeek-R1's block (llama.cpp's llama-cpp-deepseek-r1
+ * template does; DeepSeek's own R1 templates do not render tools). */
+static int is_deepseek(struct ifl_server *s)
+{
+    return probe_writes(s, 1, deepseek_call);
+}
+
 /* A reasoning model's template: it writes (or strips from history) the
  * <think> block its model answers in (1), or Mistral's [THINK] block (2). */
 static int is_think(const char *src)
@@ -263,6 +301,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_llama3 = 0;
     s->chat_xml = 0;
     s->chat_mistral = 0;
+    s->chat_deepseek = 0;
     s->chat_think = 0;
     if (s->chat_template) {
         if (ifl_chat_template_compile(&t, s->chat_template, strlen(s->chat_template), cerr))
@@ -274,6 +313,7 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
         s->chat_llama3 = !s->chat_harmony && !s->chat_hermes ? is_llama3(s) : 0;
         s->chat_xml = !s->chat_harmony && !s->chat_hermes && !s->chat_llama3 && is_xml(s);
         s->chat_mistral = !ifl_server_tool_format(s) && is_mistral(s);
+        s->chat_deepseek = !ifl_server_tool_format(s) && is_deepseek(s);
         s->chat_think = s->chat_harmony ? 0 : is_think(s->chat_template);
         return 0;
     }
@@ -310,17 +350,19 @@ int ifl_server_chat_init(struct ifl_server *s, ifl_executor *ex, char *err)
     s->chat_xml =
         !s->chat_default && !s->chat_harmony && !s->chat_hermes && !s->chat_llama3 && is_xml(s);
     s->chat_mistral = !s->chat_default && !ifl_server_tool_format(s) && is_mistral(s);
+    s->chat_deepseek = !s->chat_default && !ifl_server_tool_format(s) && is_deepseek(s);
     return 0;
 }
 
 int ifl_server_tool_format(const struct ifl_server *s)
 {
-    return s->chat_harmony   ? IFL_REPLY_HARMONY
-           : s->chat_hermes  ? IFL_REPLY_HERMES
-           : s->chat_llama3  ? IFL_REPLY_LLAMA3
-           : s->chat_xml     ? IFL_REPLY_XML
-           : s->chat_mistral ? IFL_REPLY_MISTRAL
-                             : IFL_REPLY_PLAIN;
+    return s->chat_harmony    ? IFL_REPLY_HARMONY
+           : s->chat_hermes   ? IFL_REPLY_HERMES
+           : s->chat_llama3   ? IFL_REPLY_LLAMA3
+           : s->chat_xml      ? IFL_REPLY_XML
+           : s->chat_mistral  ? IFL_REPLY_MISTRAL
+           : s->chat_deepseek ? IFL_REPLY_DEEPSEEK
+                              : IFL_REPLY_PLAIN;
 }
 
 void ifl_server_chat_free(struct ifl_server *s)

@@ -479,15 +479,15 @@ static int parsed(const struct oai_req *q)
 
 /* One choice's reply parser: gpt-oss's channels, or a <think> block's
  * reasoning, then Hermes' call blocks, Llama 3.1's call objects,
- * Qwen3-Coder's XML call blocks, Mistral's [TOOL_CALLS] groups or the
- * text as it stands. */
+ * Qwen3-Coder's XML call blocks, Mistral's [TOOL_CALLS] groups,
+ * DeepSeek-R1's call blocks or the text as it stands. */
 struct reply_parser {
-    int kind;  /* IFL_REPLY_HARMONY, _HERMES, _LLAMA3, _XML, _MISTRAL or _PLAIN */
+    int kind;  /* IFL_REPLY_HARMONY, _HERMES, _LLAMA3, _XML, _MISTRAL, _DEEPSEEK or _PLAIN */
     int think; /* the text goes through k first */
     struct ifl_think k;
     struct ifl_buf rest; /* what k gave of the answer, passed on (reused) */
     struct ifl_harmony h;
-    struct ifl_hermes t; /* Hermes' blocks, or the XML ones */
+    struct ifl_hermes t; /* Hermes' blocks, or the XML or DeepSeek ones */
     struct ifl_llama3 l;
     struct ifl_mistral m;
 };
@@ -504,6 +504,8 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
     ifl_harmony_init(&p->h);
     if (p->kind == IFL_REPLY_XML)
         ifl_xml_init(&p->t, q->tool_names);
+    else if (p->kind == IFL_REPLY_DEEPSEEK)
+        ifl_deepseek_init(&p->t, q->tool_names);
     else
         ifl_hermes_init(&p->t, q->tool_names);
     ifl_llama3_init(&p->l, q->tool_names);
@@ -529,7 +531,7 @@ static void rp_init(struct reply_parser *p, const struct oai_req *q, const char 
 /* The answer's text (after any reasoning) to the call parser, if any. */
 static void rp_answer(struct reply_parser *p, const char *text, size_t n, struct ifl_reply_out *o)
 {
-    if (p->kind == IFL_REPLY_HERMES || p->kind == IFL_REPLY_XML)
+    if (p->kind == IFL_REPLY_HERMES || p->kind == IFL_REPLY_XML || p->kind == IFL_REPLY_DEEPSEEK)
         ifl_hermes_push(&p->t, text, n, o);
     else if (p->kind == IFL_REPLY_LLAMA3)
         ifl_llama3_push(&p->l, text, n, o);
@@ -567,7 +569,7 @@ static void rp_finish(struct reply_parser *p, struct ifl_reply_out *o)
         ifl_think_finish(&p->k, o, &p->rest);
         rp_rest(p, o);
     }
-    if (p->kind == IFL_REPLY_HERMES || p->kind == IFL_REPLY_XML)
+    if (p->kind == IFL_REPLY_HERMES || p->kind == IFL_REPLY_XML || p->kind == IFL_REPLY_DEEPSEEK)
         ifl_hermes_finish(&p->t, o);
     else if (p->kind == IFL_REPLY_LLAMA3)
         ifl_llama3_finish(&p->l, o);
@@ -1362,14 +1364,23 @@ int ifl_oai_chat(struct ifl_hconn *c, json_t *b)
     json_decref(vars);
     if (rc)
         return fail(c, j, &q, rc == IFL_EINVAL ? 400 : 500, "messages", err);
-    if (q.prefill[0]) { /* the reply begins inside the prompt's last words */
-        size_t fl = strlen(q.prefill);
+    /* the reply begins inside the prompt's last words (q.prefill); a
+     * forced call where the template left a <think> block open (QwQ,
+     * DeepSeek-R1) follows the block closed empty, as a finished thought */
+    char tail[sizeof q.prefill + 16];
+    snprintf(tail, sizeof tail, "%s%s",
+             tools && tl.forced && s->chat_think == 1 && ifl_think_prompt_open(prompt, plen)
+                 ? "</think>\n\n"
+                 : "",
+             q.prefill);
+    if (tail[0]) {
+        size_t fl = strlen(tail);
         char *p2 = realloc(prompt, plen + fl + 1);
         if (!p2) {
             free(prompt);
             return fail(c, j, &q, 500, NULL, "out of memory");
         }
-        memcpy(p2 + plen, q.prefill, fl + 1);
+        memcpy(p2 + plen, tail, fl + 1);
         prompt = p2;
         plen += fl;
     }

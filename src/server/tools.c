@@ -463,7 +463,7 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
                     "the call does");
     int harmony = t->parse == IFL_REPLY_HARMONY, llama3 = t->parse == IFL_REPLY_LLAMA3;
     int xml = t->parse == IFL_REPLY_XML;
-    int mistral = t->parse == IFL_REPLY_MISTRAL;
+    int mistral = t->parse == IFL_REPLY_MISTRAL, deepseek = t->parse == IFL_REPLY_DEEPSEEK;
     size_t n_callable = t->forced == 2 ? 1 : json_array_size(t->list);
     struct ifl_buf g = {0}, alts = {0};
     size_t i;
@@ -496,6 +496,8 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
                          name, rule);
         else if (mistral)
             ifl_buf_addf(&alts, "%s\"%s[ARGS]\" %s", alts.len ? " | " : "", name, rule);
+        else if (deepseek)
+            ifl_buf_addf(&alts, "%s\"%s\\n```json\\n\" %s", alts.len ? " | " : "", name, rule);
         else
             ifl_buf_addf(&alts, "%s\"%s\\\", \\\"arguments\\\": \" %s", alts.len ? " | " : "", name,
                          rule);
@@ -521,6 +523,13 @@ int ifl_chat_tools_guide(struct ifl_gen_job *j, struct ifl_chat_tools *t, int ig
         ifl_buf_addf(&all, "root ::= call%s\n",
                      t->forced == 1 && t->parallel ? " ( \"[TOOL_CALLS]\" call )*" : "");
         ifl_buf_addf(&all, "call ::= %s\n", alts.p ? alts.p : "");
+    } else if (deepseek) { /* one block of calls, separated by newlines, as the template writes */
+        ifl_buf_addf(&all, "root ::= \"" IFL_DS_CALLS_BEGIN "\" call%s \"" IFL_DS_CALLS_END "\"\n",
+                     t->forced == 1 && t->parallel ? " ( \"\\n\" call )*" : "");
+        ifl_buf_addf(&all,
+                     "call ::= \"" IFL_DS_CALL_BEGIN "function" IFL_DS_TOOL_SEP "\" ( %s ) "
+                     "\"\\n```" IFL_DS_CALL_END "\"\n",
+                     alts.p ? alts.p : "");
     } else if (llama3) { /* the reply is the call objects, separated by "; " */
         ifl_buf_addf(&all, "root ::= call%s\n",
                      t->forced == 1 && t->parallel && t->multi ? " ( \"; \" call )*" : "");

@@ -393,11 +393,28 @@ static void harmony_specials(struct ifl_vocab *v)
 /* Mistral's tool calls and reasoning, [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}
  * and [THINK] ... [/THINK]: control tokens in its vocabularies (v3 and
  * Tekken), shown in the text where the server's parsers read them
- * (llama.cpp keeps them as its Mistral parser's preserved tokens). */
-static void mistral_specials(struct ifl_vocab *v)
+ * (llama.cpp keeps them as its Mistral parser's preserved tokens). So are
+ * DeepSeek-R1's <｜tool▁calls▁begin｜> and kin when a vocabulary has them as
+ * control tokens (its distills' GGUFs usually have them user-defined,
+ * shown anyway). */
+static void tool_specials(struct ifl_vocab *v)
 {
-    static const char *const shown[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]",
-                                        "[/THINK]"};
+    static const char *const shown[] = {
+        "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]",
+        /* DeepSeek-R1's call tags (deepseek.c), where a vocabulary makes them control tokens */
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "calls\xe2\x96\x81"
+        "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "calls\xe2\x96\x81"
+        "end\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "call\xe2\x96\x81"
+        "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "call\xe2\x96\x81"
+        "end\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"};
     for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
         int32_t id = find_special_text(v, shown[i]);
         if (id >= 0)
@@ -442,7 +459,7 @@ static int build_specials(struct ifl_vocab *v, char *err)
             v->flags[id] |= IFL_TOKF_EOG;
     }
     harmony_specials(v);
-    mistral_specials(v);
+    tool_specials(v);
     return 0;
 }
 

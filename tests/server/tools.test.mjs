@@ -7,7 +7,9 @@
 // Qwen3.5's, a reasoning model's), or with FORMAT=mistral Mistral's
 // [TOOL_CALLS] groups and [THINK] block (tests/test_server_tools_mistral.sh:
 // Ministral 3's template; call ids of nine letters and digits, as Mistral's
-// templates take them back).
+// templates take them back), or with FORMAT=deepseek DeepSeek-R1's
+// <｜tool▁calls▁begin｜> blocks (tests/test_server_tools_deepseek.sh:
+// llama.cpp's R1 template).
 // A forced call (tool_choice "required" or a named function) must come
 // back as tool_calls whose arguments parse and keep to the function's
 // schema, whole and streamed; a reply the model writes itself (steered by
@@ -28,7 +30,12 @@ const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
 const LLAMA3 = process.env.FORMAT === 'llama3';
 const XML = process.env.FORMAT === 'xml' || process.env.FORMAT === 'xml-think';
 const MISTRAL = process.env.FORMAT === 'mistral';
-// Qwen3, Qwen3.5 and Ministral 3 think first
+const DEEPSEEK = process.env.FORMAT === 'deepseek';
+// DeepSeek-R1's tags and one call in its block, as its template writes them
+const dsCall = (args) => '"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather' +
+  '\\n```json\\n{\\"city\\": \\"Rome\\", \\"days\\": " ' + args +
+  ' "}\\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"';
+// Qwen3, Qwen3.5, Ministral 3 and DeepSeek-R1 think first
 const THINKS = process.env.FORMAT !== 'llama3' && process.env.FORMAT !== 'xml';
 const goodId = (id) => typeof id === 'string' && (MISTRAL ? /^[A-Za-z0-9]{9}$/.test(id) : id.startsWith('call_'));
 
@@ -106,6 +113,7 @@ await test('the model writes a call itself', async () => {
     : LLAMA3
     ? 'root ::= "{\\"name\\": \\"get_weather\\", \\"parameters\\": {\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}"'
     : MISTRAL ? 'root ::= "Checking.\\n[TOOL_CALLS]get_weather[ARGS]{\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}"'
+    : DEEPSEEK ? 'root ::= "Checking.\\n" ' + dsCall('[1-5]')
     : 'root ::= "Checking.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": ' +
       '{\\"city\\": \\"Rome\\", \\"days\\": " [1-5] "}}\\n</tool_call>"';
   const before = LLAMA3 ? null : 'Checking.\n';
@@ -122,7 +130,7 @@ await test('the model writes a call itself', async () => {
     s.calls[0].arguments === m.tool_calls[0].function.arguments, s);
 });
 
-if (THINKS) await test('a reasoning block, then a call (Qwen3, Qwen3.5 and Ministral 3 think first)', async () => {
+if (THINKS) await test('a reasoning block, then a call (Qwen3, Qwen3.5, Ministral 3 and DeepSeek-R1 think first)', async () => {
   // a call written inside the block is reasoning
   const grammar = XML
     ? 'root ::= "<think>\\nThe user wants <tool_call>\\n<function=get_time>\\n</function>\\n</tool_call> Rome.' +
@@ -131,6 +139,7 @@ if (THINKS) await test('a reasoning block, then a call (Qwen3, Qwen3.5 and Minis
     : MISTRAL
     ? 'root ::= "[THINK]\\nThe user wants Rome.\\n[/THINK][TOOL_CALLS]get_weather[ARGS]' +
       '{\\"city\\": \\"Rome\\", \\"days\\": 3}"'
+    : DEEPSEEK ? 'root ::= "<think>\\nThe user wants Rome.\\n</think>\\n\\n" ' + dsCall('"3"')
     : 'root ::= "<think>\\nThe user wants Rome.\\n</think>\\n\\n<tool_call>\\n' +
     '{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Rome\\", \\"days\\": 3}}\\n</tool_call>"';
   const args = { model: MODEL, messages, tools: TOOLS, max_tokens: 200, temperature: 0, grammar };

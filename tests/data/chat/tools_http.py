@@ -1,5 +1,7 @@
-"""What the tool-call server scripts share (tests/test_server_tools_llama.sh,
-tests/test_server_tools_xml.sh, tests/test_server_tools_mistral.sh): checks counted and printed as "ok NAME" or
+"""What the tool-call server scripts share (tests/test_server_tools.sh,
+tests/test_server_tools_llama.sh, tests/test_server_tools_xml.sh,
+tests/test_server_tools_mistral.sh, tests/test_server_tools_deepseek.sh):
+checks counted and printed as "ok NAME" or
 "FAIL NAME: detail", chat requests to the server whole or streamed, a
 stream folded back into a message, the token count of Jinja2's render of a
 conversation (gen.py's set-up) by the server's tokenizer, and a streamed
@@ -45,7 +47,7 @@ ASK = [{'role': 'system', 'content': 'Be brief.'},
 def set_up(url, binary, model, template, ctx, schema, prefix='', now=False):
     global U, BIN, MODEL, SRC, CTX, SCHEMA, PREFIX, NOW
     U, BIN, MODEL, CTX, SCHEMA, PREFIX, NOW = url, binary, model, ctx, schema, prefix, now
-    SRC = open(template, encoding='utf-8').read()
+    SRC = open(template, encoding='utf-8').read() if template else None
 
 
 def check(name, cond, detail=None):
@@ -79,14 +81,19 @@ def post(body, stream=False, status=False):
 
 
 def fold(chunks):
-    r = {'content': '', 'reasoning': '', 'calls': {}, 'finish': None, 'n_content': 0}
+    """A stream's chunks as one message: content, reasoning, calls by index, the
+    finish, and how many deltas carried content and a reasoning_content key."""
+    r = {'content': '', 'reasoning': '', 'calls': {}, 'finish': None, 'n_content': 0,
+         'n_reasoning': 0}
     for ch in chunks:
         for c in ch['choices']:
             d = c.get('delta') or {}
             if d.get('content'):
                 r['content'] += d['content']
                 r['n_content'] += 1
-            r['reasoning'] += d.get('reasoning_content') or ''
+            if 'reasoning_content' in d:
+                r['reasoning'] += d['reasoning_content'] or ''
+                r['n_reasoning'] += 1
             for tc in d.get('tool_calls') or []:
                 at = r['calls'].setdefault(tc['index'], {'id': '', 'name': '', 'arguments': ''})
                 at['id'] += tc.get('id') or ''
@@ -179,13 +186,13 @@ def check_named(ask, tools, names, seeds):
             same_stream(body, c['message'], 'tool_calls', 'named %s, seed %d' % (name, seed))
 
 
-def check_none(ask, tools, grammar, looks_like):
+def check_none(ask, tools, grammar, looks_like, max_tokens=100):
     """tool_choice none: no tools in the prompt, and a reply steered by grammar
     into a call stays content (looks_like(content) says it is the call's text).
     The prompt tokens with tools."""
     plain = post({'messages': ask, 'max_tokens': 1})['usage']['prompt_tokens']
     withtools = post({'messages': ask, 'tools': tools, 'max_tokens': 1})['usage']['prompt_tokens']
-    c = post({'messages': ask, 'tools': tools, 'tool_choice': 'none', 'max_tokens': 100,
+    c = post({'messages': ask, 'tools': tools, 'tool_choice': 'none', 'max_tokens': max_tokens,
               'temperature': 0, 'grammar': grammar})
     check('none: the prompt of no tools', c['usage']['prompt_tokens'] == plain < withtools,
           [plain, withtools, c['usage']])
