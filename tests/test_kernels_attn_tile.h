@@ -155,9 +155,15 @@ static void check_attn_tile(const struct ifl_kernels *k, int q8, int d, int dv, 
         }
     }
     const char *name = q8 ? "q8_0" : "f16";
-    /* calls of the last nq queries, and the group of eight alone */
-    static const int calls[][2] = {
-        {TILE_NQ - 1, 1}, {TILE_NQ - 7, 7}, {TILE_NQ - 13, 13}, {0, 19}, {6, 8}};
+    /* calls of the last nq queries (up to three: the rows read in place),
+     * and the group of eight alone */
+    static const int calls[][2] = {{TILE_NQ - 1, 1},
+                                   {TILE_NQ - 2, 2},
+                                   {TILE_NQ - 3, 3},
+                                   {TILE_NQ - 7, 7},
+                                   {TILE_NQ - 13, 13},
+                                   {0, 19},
+                                   {6, 8}};
     for (size_t ci = 0; ci < sizeof calls / sizeof calls[0]; ci++) {
         const int q0 = calls[ci][0], nq = calls[ci][1];
         tile_walk(k, q8, d, dv, cap, npos, q0, nq, q, qq, krow, vrow, rlo, rhi, m1, l1, o1);

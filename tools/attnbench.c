@@ -1,6 +1,7 @@
 /*
  * attnbench: one kernel table's attn_tile_f16 (or attn_tile_q8_0) alone,
- * on a decode's KV group (8 queries of width 64, tinyllama's shape),
+ * on a decode's KV group (8 queries of width 64, tinyllama's shape; or
+ * fewer queries a call, 1 for a model without grouped heads),
  * tiles of 64 positions.
  * Prints the best of five rounds' CPU time a tile (this thread's clock, so
  * a loaded machine moves it less than the wall clock):
@@ -19,7 +20,7 @@
  *               stream): what no layout beats.
  * Checks nothing (test_kernels does).
  *
- *   build/tools/attnbench [table avx512] [heads walked 4] [cache f16|q8_0]
+ *   build/tools/attnbench [table avx512] [heads walked 4] [cache f16|q8_0] [queries 8]
  *
  * A Q8_0 cache's rows are 68 bytes (two blocks) where F16's are 128; its
  * queries are quantised once, outside the timing (the forward does it
@@ -41,6 +42,8 @@
 #include "kernels/types.h"
 
 enum { D = 64, NT = 64, NQ = 8, HEADS = 4, BS = 16, DEPTH = 8192 * 22 };
+static int nq = NQ; /* queries a call: 8 (a decode's group), or fewer (1: a model without
+                       grouped heads) */
 enum { CACHE, SCATTERED, INTERLEAVED, CONTIGUOUS };
 
 static uint32_t *perm; /* [DEPTH / BS]: where walk block i lies, for SCATTERED */
@@ -118,7 +121,7 @@ static double run(const struct ifl_kernels *k, int q8, const char *kv, size_t np
                                                     .scale = 0.125f,
                                                     .d = D,
                                                     .dv = D,
-                                                    .nq = NQ,
+                                                    .nq = nq,
                                                     .nt = NT,
                                                     .pk = kn,
                                                     .pv = vn,
@@ -138,6 +141,11 @@ int main(int argc, char **argv)
     const char *name = argc > 1 ? argv[1] : "avx512";
     const int heads = argc > 2 ? atoi(argv[2]) : HEADS;
     const int q8 = argc > 3 && !strcmp(argv[3], "q8_0");
+    nq = argc > 4 ? atoi(argv[4]) : NQ;
+    if (nq < 1 || nq > NQ) {
+        fprintf(stderr, "attnbench: queries a call must be 1 to %d\n", NQ);
+        return 2;
+    }
     if (argc > 3 && !q8 && strcmp(argv[3], "f16")) {
         fprintf(stderr, "attnbench: the cache is f16 or q8_0\n");
         return 2;
@@ -195,7 +203,7 @@ int main(int argc, char **argv)
     printf("%s attn_tile_%s, %d queries x %d positions, d %d, %d of %d heads a tile: warm %.0f ns "
            "a tile; from memory: cache %.0f, scattered %.0f, interleaved %.0f, contiguous %.0f "
            "(%.3g)\n",
-           k->name, q8 ? "q8_0" : "f16", NQ, NT, D, heads, HEADS, warm * 1e9, cache * 1e9,
+           k->name, q8 ? "q8_0" : "f16", nq, NT, D, heads, HEADS, warm * 1e9, cache * 1e9,
            scat * 1e9, inter * 1e9, contig * 1e9, (double)sink);
     free(perm);
     free(kv);

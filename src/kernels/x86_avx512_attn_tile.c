@@ -233,6 +233,44 @@ AI void pv_part(int dv, int e, const float *pt, float al, const float *vf, int l
     UNROLL for (int j = 0; j < 4; j++) _mm512_mask_storeu_ps(o + e + 16 * j, mk[j], acc[j]);
 }
 
+/* scores() with the sixteen rows read in place from the cache (F16; a
+ * zero row where the query takes no position): the same products and
+ * folds, each row converted as it is used. */
+AI __m512 scores_at(int d, const float *q, const uint16_t *const *r, float scale)
+{
+    __m512 acc[16];
+    UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+    for (int e = 0; e < d; e += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + e);
+        UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_fmadd_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r[t] + e))), qv, acc[t]);
+    }
+    return _mm512_mul_ps(fold16x16(acc), _mm512_set1_ps(scale));
+}
+
+/* pv_part with the values read in place (F16, dv % 16 == 0): the same
+ * fused multiply-adds in the same order. */
+AI void pv_part_at(int dv, int e, const float *pt, float al, const void *const *v, int lo, int hi,
+                   float *o)
+{
+    const int nj = dv - e >= 64 ? 4 : (dv - e) / 16;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    UNROLL for (int j = 0; j < 4; j++) if (j < nj)
+    {
+        acc[j] = _mm512_loadu_ps(o + e + 16 * j);
+        if (al != 1.0f)
+            acc[j] = _mm512_mul_ps(acc[j], _mm512_set1_ps(al));
+    }
+    for (int t = lo; t < hi; t++) {
+        const __m512 pb = _mm512_set1_ps(pt[t]);
+        const uint16_t *vr = (const uint16_t *)v[t] + e;
+        UNROLL for (int j = 0; j < 4; j++) if (j < nj) acc[j] = _mm512_fmadd_ps(
+            pb, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j))), acc[j]);
+    }
+    UNROLL for (int j = 0; j < 4; j++) if (j < nj) _mm512_storeu_ps(o + e + 16 * j, acc[j]);
+}
+
 /* Eight queries i .. i + 7 that take the same positions [lo, hi) (a
  * decode's KV group, or a prompt row's): each cached key is loaded once
  * for all eight, two positions at a time, so the sixteen dot16
@@ -738,18 +776,28 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, const int d, const int dv)
         ifl_attn_tile_ask(a, 0, TILE, kb, vb);
         return;
     }
+    /* A few queries (a decode's lone query of a model without grouped
+     * heads, or a small group) read the rows in place: converting a row
+     * costs less than storing it into a buffer and loading it back
+     * (kbench ports), up to a few uses. Many queries (a prompt's) convert
+     * each row once into kf and vf. */
+    const int inplace = a->nq < 4 && d % 16 == 0 && dv % 16 == 0;
     ifl_attn_tile_ask(a, 0, t0, kb, vb);
-    for (int t = t0; t < t1; t++) {
-        ifl_attn_tile_ask(a, t, t + 1, kb, vb);
-        cvt_head(0, a->k[t], d, kf + (size_t)t * d);
-        cvt_head(0, a->v[t], dv, vf + (size_t)t * dv);
+    int asked = t0; /* in place: the next tile's rows asked for up to here */
+    if (!inplace) {
+        for (int t = t0; t < t1; t++) {
+            ifl_attn_tile_ask(a, t, t + 1, kb, vb);
+            cvt_head(0, a->k[t], d, kf + (size_t)t * d);
+            cvt_head(0, a->v[t], dv, vf + (size_t)t * dv);
+        }
+        /* the rows of a scored sixteen that no query takes are scored too
+         * (and masked): zeros, not whatever the stack held */
+        const int z0 = t0 / 16 * 16, z1 = (t1 + 15) / 16 * 16;
+        memset(kf + (size_t)z0 * d, 0, sizeof(float) * (size_t)(t0 - z0) * (size_t)d);
+        memset(kf + (size_t)t1 * d, 0, sizeof(float) * (size_t)(z1 - t1) * (size_t)d);
     }
-    ifl_attn_tile_ask(a, t1, TILE, kb, vb);
-    /* the rows of a scored sixteen that no query takes are scored too (and
-     * masked): zeros, not whatever the stack held */
-    const int z0 = t0 / 16 * 16, z1 = (t1 + 15) / 16 * 16;
-    memset(kf + (size_t)z0 * d, 0, sizeof(float) * (size_t)(t0 - z0) * (size_t)d);
-    memset(kf + (size_t)t1 * d, 0, sizeof(float) * (size_t)(z1 - t1) * (size_t)d);
+    if (!inplace)
+        ifl_attn_tile_ask(a, t1, TILE, kb, vb);
     for (int i = 0; i < a->nq;) {
         const int lo = a->lo[i], hi = a->hi[i];
         /* up to four queries with this range (a row's group shares it) */
@@ -780,8 +828,25 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, const int d, const int dv)
             const float *q = a->q + (size_t)(i + b) * d;
             __m512 s[4], mv = _mm512_set1_ps(-INFINITY);
             for (int k = k0; k < k1; k++) {
-                s[k] =
-                    _mm512_permutexvar_ps(order, scores(d, q, kf + (size_t)16 * k * d, a->scale));
+                __m512 sk;
+                if (inplace) {
+                    /* the next tile's rows asked for a sixteen at a time,
+                     * spread over the scoring */
+                    if (asked < 16 * k + 16 && asked < t1) {
+                        const int to = 16 * k + 16 < t1 ? 16 * k + 16 : t1;
+                        ifl_attn_tile_ask(a, asked, to, kb, vb);
+                        asked = to;
+                    }
+                    const uint16_t *r[16];
+                    for (int t = 0; t < 16; t++) {
+                        const int p = 16 * k + t;
+                        r[t] = p >= lo && p < hi ? a->k[p] : (const uint16_t *)zero_row;
+                    }
+                    sk = scores_at(d, q, r, a->scale);
+                } else {
+                    sk = scores(d, q, kf + (size_t)16 * k * d, a->scale);
+                }
+                s[k] = _mm512_permutexvar_ps(order, sk);
                 if (a->softcap > 0)
                     s[k] = softcap16(s[k], a->softcap);
                 mv = _mm512_mask_max_ps(mv, take[k], mv, s[k]);
@@ -808,6 +873,15 @@ AI void attn_tile_d(const struct ifl_attn_tile *a, const int d, const int dv)
         }
         float *o = a->o + (size_t)i * dv;
         int e = 0;
+        if (inplace) {
+            if (i + nb >= a->nq) /* the last: what no query's scoring asked for */
+                ifl_attn_tile_ask(a, asked, TILE, kb, vb);
+            for (; e < dv; e += 64)
+                for (int b = 0; b < nb; b++)
+                    pv_part_at(dv, e, pt[b], al[b], a->v, lo, hi, o + (size_t)b * dv);
+            i += nb;
+            continue;
+        }
         if (nb == 4)
             for (; e + 64 <= dv; e += 64)
                 pv_block(4, dv, e, pt, al, vf, lo, hi, o);
