@@ -53,19 +53,27 @@ npm_ready() {
     return 1
 }
 
+# add_counts LOG [RC]: the closing "N passed, M failed" line of LOG (a
+# Python or node script's) added into pass and fail, and kept in cnt_p and
+# cnt_f; no such line counts as one failure, and so does a non-zero exit
+# status RC with none failed. Status 1 when LOG had no such line.
+add_counts() {
+    local line rc=${2:-0}
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    cnt_p=${line%% passed*}; cnt_f=${line#*, }; cnt_f=${cnt_f%% failed*}
+    [ -z "$line" ] && { cnt_p=0; cnt_f=1; }
+    [ "$rc" -ne 0 ] && [ "$cnt_f" -eq 0 ] && cnt_f=1
+    pass=$((pass + cnt_p)); fail=$((fail + cnt_f))
+    [ -n "$line" ]
+}
+
 # run_node NAME SECONDS SCRIPT [VAR=VALUE ...]: a node test script under
-# those variables; its closing "N passed, M failed" counts into pass and
-# fail (no such line, or a non-zero exit with none failed, is one failure),
-# and its lines that are not "ok" are shown when one failed.
+# those variables, counted by add_counts, and its lines that are not "ok"
+# shown when one failed.
 run_node() {
     local name=$1 secs=$2 script=$3; shift 3
     env "$@" timeout "$secs" node "$script" >"$tmp/node.log" 2>&1
-    local rc=$? line p f
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    pass=$((pass + p)); fail=$((fail + f))
-    [ "$f" -ne 0 ] && grep -v '^ok' "$tmp/node.log" | head -40
-    echo "$name: $p passed, $f failed"
+    add_counts "$tmp/node.log" $?
+    [ "$cnt_f" -ne 0 ] && grep -v '^ok' "$tmp/node.log" | head -40
+    echo "$name: $cnt_p passed, $cnt_f failed"
 }

@@ -148,12 +148,9 @@ check('every operation of /openapi.json is a route of the router', extra.length 
   console.log(`${pass} passed, ${fail} failed`);
 })();
 EOF
-line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/oa.log" | tail -1)
-p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-[ -z "$line" ] && { p=0; f=1; }
-pass=$((pass + p)); fail=$((fail + f))
+add_counts "$tmp/oa.log"
 grep -v -e "^ok" -e " passed, " "$tmp/oa.log" | head -20
-echo "openapi: $p passed, $f failed"
+echo "openapi: $cnt_p passed, $cnt_f failed"
 
 # ---- --no-playground ----
 start_server off --no-playground || exit 1
@@ -213,14 +210,9 @@ if [ "$npm_ok" = 1 ]; then
     env BASE_URL="$B" LONG_URL="$LONG" LONG_KEY=sesame SPEC_URL="$SPEC" THINK_URL="$THINK" RUN_FILE="$tmp/run.txt" SHOTS="$shots" \
         CHROMIUM="$CHROMIUM" LOADGEN="$BIN bench --url $SPEC --prompt Once -n 4000 -c 8 --max-tokens 100 --timeout 30" \
         timeout 120 node tests/server/playground.test.mjs >"$tmp/node.log" 2>&1
-    rc=$?
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    pass=$((pass + p)); fail=$((fail + f))
+    add_counts "$tmp/node.log" $?
     grep -v -e "^ok" -e " passed, " "$tmp/node.log" | head -40
-    echo "browser: $p passed, $f failed (screenshots in $shots)"
+    echo "browser: $cnt_p passed, $cnt_f failed (screenshots in $shots)"
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

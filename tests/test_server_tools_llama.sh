@@ -171,12 +171,8 @@ check_turn_after(conv, TOOLS)
 
 done()
 PY
-line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
 grep -E '^(ok|FAIL) ' "$tmp/py.log"
-if [ -z "$line" ]; then bad "the Python checks ran"; tail -20 "$tmp/py.log"; else
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    pass=$((pass + p)); fail=$((fail + f))
-fi
+add_counts "$tmp/py.log" || { echo "FAIL the Python checks ran"; tail -20 "$tmp/py.log"; }
 if npm_ready; then
     run_node "openai client (tools, llama3)" 200 tests/server/tools.test.mjs BASE_URL="$U" MODEL=llama FORMAT=llama3
 fi

@@ -250,12 +250,8 @@ for stream in (False, True):
 
 done()
 PY
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py.log" | tail -1)
     grep -E '^(ok|FAIL) ' "$tmp/py.log"
-    if [ -z "$line" ]; then bad "$name: the Python checks ran"; tail -20 "$tmp/py.log"; else
-        p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-        pass=$((pass + p)); fail=$((fail + f))
-    fi
+    add_counts "$tmp/py.log" || { echo "FAIL $name: the Python checks ran"; tail -20 "$tmp/py.log"; }
     if [ "$name" = ministral ] && npm_ready; then
         run_node "openai client (tools, mistral)" 200 tests/server/tools.test.mjs BASE_URL="$U" MODEL=mistral FORMAT=mistral
     fi

@@ -211,13 +211,8 @@ check_turn_after(conv, TOOLS)
 
 done()
 PY
-local line
-line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/py-$1.log" | tail -1)
 sed "s/^/$1: /" "$tmp/py-$1.log" | grep -E '^[^ ]+ (ok|FAIL) '
-if [ -z "$line" ]; then bad "$1: the Python checks ran"; tail -20 "$tmp/py-$1.log"; else
-    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    pass=$((pass + p)); fail=$((fail + f))
-fi
+add_counts "$tmp/py-$1.log" || { echo "FAIL $1: the Python checks ran"; tail -20 "$tmp/py-$1.log"; }
 }
 
 for t in qwen3-coder:Qwen3-Coder:full qwen3.5:Qwen3.5-4B:full nemotron3:NVIDIA-Nemotron-3-Nano-30B-A3B-BF16:render \

@@ -41,15 +41,10 @@ stop_server() { # SIGTERM, bounded wait; exit status in STOP_RC, seconds in STOP
 run_node() { # name, env...
     local name=$1; shift
     env "$@" timeout 100 node tests/server/slow.test.mjs >"$tmp/node.log" 2>&1
-    local rc=$? line p f
+    local rc=$?
     cat "$tmp/node.log"
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/node.log" | tail -1)
-    p=${line%% passed*}
-    f=${line#*, }; f=${f%% failed*}
-    [ -z "$line" ] && { p=0; f=1; }
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    pass=$((pass + p)); fail=$((fail + f))
-    echo "$name: $p passed, $f failed"
+    add_counts "$tmp/node.log" "$rc"
+    echo "$name: $cnt_p passed, $cnt_f failed"
 }
 
 for args in "--request-timeout 0" "--max-conns-per-ip 0" "--http-threads 0" "--http-threads x"; do

@@ -41,34 +41,10 @@
 
 #define MAX_NAME 256
 
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-static size_t skip_ws(const char *s, size_t n, size_t i)
-{
-    while (i < n && is_ws(s[i]))
-        i++;
-    return i;
-}
-
-static int starts(const char *s, size_t n, size_t i, const char *lit)
-{
-    size_t l = strlen(lit);
-    return n - i >= l && !memcmp(s + i, lit, l);
-}
-
 /* s[i, n) is a proper start of lit (the text was cut inside it). */
 static int cut_in(const char *s, size_t n, size_t i, const char *lit)
 {
     return n - i < strlen(lit) && !memcmp(s + i, lit, n - i);
-}
-
-static int is_name_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.';
 }
 
 struct ds_call {
@@ -82,17 +58,17 @@ static int one_call(const struct ifl_hermes *t, const char *s, size_t n, size_t 
                     struct ds_call *c)
 {
     size_t i = *at;
-    if (!starts(s, n, i, IFL_DS_CALL_BEGIN))
+    if (!ifl_reply_starts(s, n, i, IFL_DS_CALL_BEGIN))
         return 0;
-    i = skip_ws(s, n, i + strlen(IFL_DS_CALL_BEGIN));
-    if (!starts(s, n, i, "function"))
+    i = ifl_reply_skip_ws(s, n, i + strlen(IFL_DS_CALL_BEGIN));
+    if (!ifl_reply_starts(s, n, i, "function"))
         return 0;
-    i = skip_ws(s, n, i + strlen("function"));
-    if (!starts(s, n, i, IFL_DS_TOOL_SEP))
+    i = ifl_reply_skip_ws(s, n, i + strlen("function"));
+    if (!ifl_reply_starts(s, n, i, IFL_DS_TOOL_SEP))
         return 0;
-    i = skip_ws(s, n, i + strlen(IFL_DS_TOOL_SEP));
+    i = ifl_reply_skip_ws(s, n, i + strlen(IFL_DS_TOOL_SEP));
     size_t j = i;
-    while (j < n && is_name_char(s[j]))
+    while (j < n && ifl_reply_name_char(s[j]))
         j++;
     if (j == i || j - i > MAX_NAME)
         return 0;
@@ -105,13 +81,13 @@ static int one_call(const struct ifl_hermes *t, const char *s, size_t n, size_t 
         if (!json_object_get(t->names, key))
             return 0;
     }
-    i = skip_ws(s, n, j);
-    int fence = starts(s, n, i, "```");
+    i = ifl_reply_skip_ws(s, n, j);
+    int fence = ifl_reply_starts(s, n, i, "```");
     if (fence) {
         i += 3;
-        if (starts(s, n, i, "json"))
+        if (ifl_reply_starts(s, n, i, "json"))
             i += 4;
-        i = skip_ws(s, n, i);
+        i = ifl_reply_skip_ws(s, n, i);
     }
     if (i >= n || s[i] != '{')
         return 0;
@@ -129,16 +105,16 @@ static int one_call(const struct ifl_hermes *t, const char *s, size_t n, size_t 
         return 0;
     c->args = i;
     c->args_len = end - i;
-    i = skip_ws(s, n, end);
+    i = ifl_reply_skip_ws(s, n, end);
     if (fence) {
-        if (starts(s, n, i, "```"))
-            i = skip_ws(s, n, i + 3);
+        if (ifl_reply_starts(s, n, i, "```"))
+            i = ifl_reply_skip_ws(s, n, i + 3);
         else if (open && cut_in(s, n, i, "```"))
             i = n;
         else
             return 0;
     }
-    if (starts(s, n, i, IFL_DS_CALL_END))
+    if (ifl_reply_starts(s, n, i, IFL_DS_CALL_END))
         i += strlen(IFL_DS_CALL_END);
     else if (!open || (i < n && !cut_in(s, n, i, IFL_DS_CALL_END)))
         return 0;
@@ -153,7 +129,7 @@ static int one_call(const struct ifl_hermes *t, const char *s, size_t n, size_t 
 static size_t read_block(const struct ifl_hermes *t, int closed, struct ds_call *c)
 {
     const char *s = t->blk.p ? t->blk.p : "";
-    size_t n = t->blk.len, i = skip_ws(s, n, 0), k = 0;
+    size_t n = t->blk.len, i = ifl_reply_skip_ws(s, n, 0), k = 0;
     struct ds_call one;
     while (i < n) {
         if (!closed && cut_in(s, n, i, IFL_DS_CALLS_END))
@@ -161,7 +137,7 @@ static size_t read_block(const struct ifl_hermes *t, int closed, struct ds_call 
         if (!one_call(t, s, n, &i, !closed, c ? &c[k] : &one))
             return 0;
         k++;
-        i = skip_ws(s, n, i);
+        i = ifl_reply_skip_ws(s, n, i);
     }
     return k;
 }

@@ -51,11 +51,6 @@ void ifl_hermes_deinit(struct ifl_hermes *t)
     t->names = NULL;
 }
 
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
 /* Text outside blocks. A run of whitespace alone between two blocks, or
  * between one and either end, waits in pend: dropped when a call is next
  * to it, text otherwise; a run with anything else in it is text as it
@@ -65,7 +60,7 @@ void ifl_reply_text(int *seg_text, struct ifl_buf *pend, const char *s, size_t n
 {
     if (!*seg_text) {
         size_t i = 0;
-        while (i < n && is_ws(s[i]))
+        while (i < n && ifl_reply_ws(s[i]))
             i++;
         if (i == n) {
             ifl_buf_add(pend, s, n);
@@ -101,13 +96,13 @@ size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char
         i++;
     i++;
     while (i < n) {
-        while (i < n && (is_ws(s[i]) || s[i] == ','))
+        while (i < n && (ifl_reply_ws(s[i]) || s[i] == ','))
             i++;
         if (i >= n || s[i] != '"')
             break;
         size_t k0 = i + 1, k1 = skip_string(s, n, i) - 1;
         i = k1 + 1;
-        while (i < n && (is_ws(s[i]) || s[i] == ':'))
+        while (i < n && (ifl_reply_ws(s[i]) || s[i] == ':'))
             i++;
         size_t v0 = i;
         int depth = 0;
@@ -128,7 +123,7 @@ size_t ifl_reply_raw_member(const char *s, size_t n, const char *key, const char
                     i++;
                     break;
                 }
-            } else if (!depth && (c == ',' || is_ws(c)))
+            } else if (!depth && (c == ',' || ifl_reply_ws(c)))
                 break;
             i++;
         }
@@ -184,9 +179,9 @@ static int call(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
         return t->block_fn(t, closed, o);
     const char *s = t->blk.p ? t->blk.p : "";
     size_t n = t->blk.len;
-    while (n && is_ws(s[n - 1]))
+    while (n && ifl_reply_ws(s[n - 1]))
         n--;
-    while (n && is_ws(*s))
+    while (n && ifl_reply_ws(*s))
         s++, n--;
     json_t *v = json_loadb(s, n, 0, NULL);
     json_t *name = json_object_get(v, "name"), *args = json_object_get(v, "arguments");

@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/buf.h"
 #include "inflight.h"
@@ -675,6 +676,36 @@ void ifl_harmony_push(struct ifl_harmony *h, const char *text, size_t n, struct 
 /* The text ended: bytes held for a tag that never came are text, and a
  * tool call cut short is given as it stands. */
 void ifl_harmony_finish(struct ifl_harmony *h, struct ifl_reply_out *o);
+
+/* ---- what the reply parsers share of plain text ---- */
+
+/* JSON's whitespace, which the call formats take between their tags. */
+static inline int ifl_reply_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* The first byte of s[i, n) that is not whitespace, or n. */
+static inline size_t ifl_reply_skip_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && ifl_reply_ws(s[i]))
+        i++;
+    return i;
+}
+
+/* Whether s[i, n) begins with lit. */
+static inline int ifl_reply_starts(const char *s, size_t n, size_t i, const char *lit)
+{
+    size_t l = strlen(lit);
+    return n - i >= l && !memcmp(s + i, lit, l);
+}
+
+/* A byte of a function name as tools.c takes them: letters, digits, '_', '-', '.'. */
+static inline int ifl_reply_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+}
 
 /* ---- Hermes-style tool calls: <tool_call>{JSON}</tool_call> (hermes.c) ---- */
 

@@ -45,11 +45,6 @@ void ifl_llama3_deinit(struct ifl_llama3 *t)
     t->calls = t->names = NULL;
 }
 
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
 /* The reply is not calls: all of it is content, now and from now on. */
 static void give_up(struct ifl_llama3 *t, struct ifl_reply_out *o)
 {
@@ -107,7 +102,7 @@ static int scan(struct ifl_llama3 *t, struct ifl_reply_out *o)
             }
             continue;
         }
-        if (is_ws(c))
+        if (ifl_reply_ws(c))
             continue;
         if (t->expect_obj && c == '{') {
             t->obj = i;
@@ -136,7 +131,7 @@ void ifl_llama3_push(struct ifl_llama3 *t, const char *s, size_t n, struct ifl_r
     if (t->state == L3_START) { /* whitespace, then '{' or the tag? */
         const char *h = t->hold.p;
         size_t i = 0, tl = strlen(TAG);
-        while (i < t->hold.len && is_ws(h[i]))
+        while (i < t->hold.len && ifl_reply_ws(h[i]))
             i++;
         if (i == t->hold.len)
             return;

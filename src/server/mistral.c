@@ -81,17 +81,6 @@ void ifl_mistral_call_id(const char *id_base, int index, char out[10])
     out[9] = 0;
 }
 
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-static int is_name_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.';
-}
-
 /* Text outside groups, as Hermes' (ifl_reply_text): whitespace alone
  * since the reply's start or the last call waits in pend. */
 static void text(struct ifl_mistral *t, const char *s, size_t n, struct ifl_reply_out *o)
@@ -246,7 +235,7 @@ static size_t group_step(struct ifl_mistral *t, const char *h, size_t i, size_t 
     char c = h[i];
     if (t->state == M_JSON) {
         if (!t->js.depth) { /* whitespace, then the JSON's first byte */
-            if (is_ws(c)) {
+            if (ifl_reply_ws(c)) {
                 ifl_buf_add(&t->grp, &c, 1);
                 return 1;
             }
@@ -261,14 +250,14 @@ static size_t group_step(struct ifl_mistral *t, const char *h, size_t i, size_t 
     }
     int id = t->state == M_ID;
     size_t len = id ? t->id_len : t->name_len;
-    if (!id && !len && is_ws(c)) { /* before the name */
+    if (!id && !len && ifl_reply_ws(c)) { /* before the name */
         ifl_buf_add(&t->grp, &c, 1);
         t->name = t->grp.len;
         return 1;
     }
     if (!id && !len && c == '[') { /* the v3 form: a list of objects */
         size_t j = i + 1;
-        while (j < n && is_ws(h[j]))
+        while (j < n && ifl_reply_ws(h[j]))
             j++;
         if (j == n)
             return 0;
@@ -280,7 +269,7 @@ static size_t group_step(struct ifl_mistral *t, const char *h, size_t i, size_t 
         t->state = M_JSON;
         return group_step(t, h, i, n, o);
     }
-    if (is_name_char(c) && (!id || c != '.') && len < MAX_NAME) {
+    if (ifl_reply_name_char(c) && (!id || c != '.') && len < MAX_NAME) {
         ifl_buf_add(&t->grp, &c, 1);
         if (id)
             t->id_len++;

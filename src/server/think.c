@@ -37,11 +37,6 @@ enum {
     K_ANSWER     /* the rest is the answer as it stands */
 };
 
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
 void ifl_think_init_tags(struct ifl_think *k, int inside, const char *open, const char *close)
 {
     memset(k, 0, sizeof *k);
@@ -63,7 +58,7 @@ void ifl_think_deinit(struct ifl_think *k)
 
 int ifl_think_prompt_open(const char *p, size_t n)
 {
-    while (n && is_ws(p[n - 1]))
+    while (n && ifl_reply_ws(p[n - 1]))
         n--;
     size_t ol = strlen(OPEN);
     return n >= ol && !memcmp(p + n - ol, OPEN, ol);
@@ -75,14 +70,14 @@ int ifl_think_prompt_open(const char *p, size_t n)
 static void reason(struct ifl_think *k, const char *s, size_t n, struct ifl_reply_out *o)
 {
     if (!k->r_text) {
-        while (n && is_ws(*s))
+        while (n && ifl_reply_ws(*s))
             s++, n--;
         if (!n)
             return;
         k->r_text = 1;
     }
     size_t e = n;
-    while (e && is_ws(s[e - 1]))
+    while (e && ifl_reply_ws(s[e - 1]))
         e--;
     if (e) {
         ifl_buf_add(&o->reasoning, k->ws.p, k->ws.len);
@@ -108,7 +103,7 @@ void ifl_think_push(struct ifl_think *k, const char *s, size_t n, struct ifl_rep
     while (i < hn) {
         if (k->state == K_START) {
             size_t j = i;
-            while (j < hn && is_ws(h[j]))
+            while (j < hn && ifl_reply_ws(h[j]))
                 j++;
             size_t m = hn - j < ol ? hn - j : ol;
             if (memcmp(h + j, k->open, m)) { /* not the tag: all of it is answer */
@@ -130,7 +125,7 @@ void ifl_think_push(struct ifl_think *k, const char *s, size_t n, struct ifl_rep
             k->ws.len = 0; /* the reasoning's trailing whitespace */
             k->state = K_AFTER;
         } else if (k->state == K_AFTER) {
-            while (i < hn && is_ws(h[i]))
+            while (i < hn && ifl_reply_ws(h[i]))
                 i++;
             if (i < hn)
                 k->state = K_ANSWER;

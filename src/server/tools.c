@@ -63,12 +63,9 @@ static int good_name(const char *s)
     size_t n = strlen(s);
     if (!n || n > 64)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
+    for (size_t i = 0; i < n; i++)
+        if (!ifl_reply_name_char(s[i]))
             return 0;
-    }
     return 1;
 }
 

@@ -55,24 +55,6 @@
 #define BLOCK_CLOSE "</tool_call>"
 #define MAX_NAME 256
 
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-static size_t skip_ws(const char *s, size_t n, size_t i)
-{
-    while (i < n && is_ws(s[i]))
-        i++;
-    return i;
-}
-
-static int starts(const char *s, size_t n, size_t i, const char *lit)
-{
-    size_t l = strlen(lit);
-    return n - i >= l && !memcmp(s + i, lit, l);
-}
-
 /* The name of <function=NAME> or <parameter=NAME> from i (after the '='):
  * its length, with *end after the '>', or 0 when it is no name. */
 static size_t tag_name(const char *s, size_t n, size_t i, size_t *end)
@@ -162,8 +144,8 @@ int ifl_xml_kinds(json_t *schema, json_t *root)
 static int add_value(struct ifl_buf *args, const char *v, size_t vl, int k)
 {
     if (k & ~IFL_XML_K_STRING) {
-        size_t a = skip_ws(v, vl, 0), b = vl;
-        while (b > a && is_ws(v[b - 1]))
+        size_t a = ifl_reply_skip_ws(v, vl, 0), b = vl;
+        while (b > a && ifl_reply_ws(v[b - 1]))
             b--;
         json_t *j = json_loadb(v + a, b - a, JSON_DECODE_ANY, NULL);
         int ok = j && !json_is_string(j) && (value_kind(j) & k);
@@ -196,8 +178,8 @@ static int add_value(struct ifl_buf *args, const char *v, size_t vl, int k)
 static int block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
 {
     const char *s = t->blk.p ? t->blk.p : "";
-    size_t n = t->blk.len, i = skip_ws(s, n, 0), end;
-    if (!starts(s, n, i, FN_OPEN))
+    size_t n = t->blk.len, i = ifl_reply_skip_ws(s, n, 0), end;
+    if (!ifl_reply_starts(s, n, i, FN_OPEN))
         return 0;
     size_t nl = tag_name(s, n, i + strlen(FN_OPEN), &end);
     json_t *name = nl ? json_stringn(s + i + strlen(FN_OPEN), nl) : NULL;
@@ -211,8 +193,8 @@ static int block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
     struct ifl_buf v = {0};
     int ok = 0;
     for (i = end;;) {
-        i = skip_ws(s, n, i);
-        if (starts(s, n, i, P_OPEN)) {
+        i = ifl_reply_skip_ws(s, n, i);
+        if (ifl_reply_starts(s, n, i, P_OPEN)) {
             size_t kl = tag_name(s, n, i + strlen(P_OPEN), &end);
             const char *close = kl ? memmem(s + end, n - end, P_CLOSE, strlen(P_CLOSE)) : NULL;
             if (!close)
@@ -238,9 +220,9 @@ static int block(struct ifl_hermes *t, int closed, struct ifl_reply_out *o)
                 break;
             }
             i = (size_t)(close - s) + strlen(P_CLOSE);
-        } else if (starts(s, n, i, FN_CLOSE)) {
+        } else if (ifl_reply_starts(s, n, i, FN_CLOSE)) {
             /* the rest: whitespace, and (the reply cut there) the closing tag's start */
-            i = skip_ws(s, n, i + strlen(FN_CLOSE));
+            i = ifl_reply_skip_ws(s, n, i + strlen(FN_CLOSE));
             ok = i == n ||
                  (!closed && n - i < strlen(BLOCK_CLOSE) && !memcmp(s + i, BLOCK_CLOSE, n - i));
             break;

@@ -16,14 +16,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static size_t count(const char *s, size_t n, const char *w)
-{
-    size_t c = 0, l = strlen(w);
-    for (const char *p = s; (p = memmem(p, (size_t)(s + n - p), w, l)); p += l)
-        c++;
-    return c;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static json_t *names;
@@ -43,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!chain && !json_array_size(a.calls) &&
         (a.content.len != n || (n && memcmp(a.content.p, s, n))))
         abort(); /* text lost or changed */
-    if (json_array_size(a.calls) > count(s, n, "<tool_call>"))
+    if (json_array_size(a.calls) > count_of(s, n, "<tool_call>"))
         abort(); /* a call made up */
     size_t i;
     json_t *c;

@@ -83,6 +83,15 @@ static void out_free(struct ifl_reply_out *o)
     json_decref(o->calls);
 }
 
+/* How many times w occurs in s (n bytes): a bound on the calls a reply can hold. */
+static inline size_t count_of(const char *s, size_t n, const char *w)
+{
+    size_t c = 0, l = strlen(w);
+    for (const char *p = s; (p = memmem(p, (size_t)(s + n - p), w, l)); p += l)
+        c++;
+    return c;
+}
+
 /* The input (its first byte the cuts and the chain) read whole into a and
  * in pieces, checked as the file's comment says; the chain, or -1 for an
  * input too short or too long (nothing read). */
