@@ -2,6 +2,18 @@
 # (each script prints its own closing "N passed, N failed"). Sourced, not run.
 pass=${pass:-0}
 fail=${fail:-0}
+# the script's scratch folder and the servers it starts (start_server adds
+# to pids), removed and stopped when it exits; a script that must clean up
+# otherwise sets tmp and its own trap before sourcing this
+if [ -z "${tmp:-}" ]; then
+    tmp=$(mktemp -d)
+    pids=()
+    cleanup() {
+        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+        rm -rf "$tmp"
+    }
+    trap cleanup EXIT
+fi
 START_ARGS=("${START_ARGS[@]}") # flags every start_server of the script adds
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }

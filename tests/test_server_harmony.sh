@@ -19,13 +19,6 @@ SHARED=${IFL_SHARED:-../shared}
 V=$BUILD/vocab/ggml-vocab-gptoss-20k.gguf
 pass=0
 fail=0
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 START_ARGS=(--quiet --parallel 8)
 . "$(dirname "$0")/lib.sh"
 [ -f "$V" ] || xz -dc tests/data/vocab/ggml-vocab-gptoss-20k.gguf.xz >"$V" 2>/dev/null ||

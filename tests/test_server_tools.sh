@@ -16,13 +16,6 @@ BIN=$BUILD/inflight
 SHARED=${IFL_SHARED:-../shared}
 pass=0
 fail=0
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 START_ARGS=(--quiet --parallel 4)
 . "$(dirname "$0")/lib.sh"
 M=$tmp/qwen.gguf

@@ -38,13 +38,6 @@ if ! python3 -c 'import jinja2, jsonschema' 2>/dev/null; then
     echo "0 passed, 0 failed"
     exit 0
 fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 START_ARGS=(--quiet --parallel 4)
 . "$(dirname "$0")/lib.sh"
 M=$tmp/mistral.gguf
