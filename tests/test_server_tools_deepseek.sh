@@ -24,18 +24,10 @@ pass=0
 fail=0
 VOCAB=$SHARED/models/vocab/ggml-vocab-llama-bpe.gguf
 TMPL=$SHARED/chat/templates/llama-cpp-deepseek-r1.jinja
-if [ ! -f "$VOCAB" ] || [ ! -f "$TMPL" ]; then
-    echo "skip: no Llama 3 vocabulary ($VOCAB) or R1 template ($TMPL)"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
-if ! python3 -c 'import jinja2, jsonschema' 2>/dev/null; then
-    echo "skip: python3's jinja2 and jsonschema are needed"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
 START_ARGS=(--quiet --parallel 4)
 . "$(dirname "$0")/lib.sh"
+[ -f "$VOCAB" ] && [ -f "$TMPL" ] || skip "no Llama 3 vocabulary ($VOCAB) or R1 template ($TMPL)"
+python3 -c 'import jinja2, jsonschema' 2>/dev/null || skip "python3's jinja2 and jsonschema are needed"
 M=$tmp/r1.gguf
 T='<｜User｜>,<｜Assistant｜>,<｜end▁of▁sentence｜>,<｜tool▁calls▁begin｜>,<｜tool▁calls▁end｜>'
 T="$T,<｜tool▁call▁begin｜>,<｜tool▁call▁end｜>,<｜tool▁sep｜>,<｜tool▁outputs▁begin｜>"

@@ -28,18 +28,10 @@ VOCAB=$SHARED/models/vocab/ggml-vocab-llama-spm.gguf
 TD=$SHARED/chat/templates
 TEMPLATES="small:Mistral-Small-3.2-24B-Instruct-2506 devstral:unsloth-mistral-Devstral-Small-2507
 ministral:mistralai-Ministral-3-14B-Reasoning-2512"
-if [ ! -f "$VOCAB" ] || [ ! -f "$TD/Mistral-Small-3.2-24B-Instruct-2506.jinja" ]; then
-    echo "skip: no Llama SentencePiece vocabulary ($VOCAB) or Mistral templates ($TD)"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
-if ! python3 -c 'import jinja2, jsonschema' 2>/dev/null; then
-    echo "skip: python3's jinja2 and jsonschema are needed"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
 START_ARGS=(--quiet --parallel 4)
 . "$(dirname "$0")/lib.sh"
+[ -f "$VOCAB" ] && [ -f "$TD/Mistral-Small-3.2-24B-Instruct-2506.jinja" ] || skip "no Llama SentencePiece vocabulary ($VOCAB) or Mistral templates ($TD)"
+python3 -c 'import jinja2, jsonschema' 2>/dev/null || skip "python3's jinja2 and jsonschema are needed"
 M=$tmp/mistral.gguf
 TAGS='[INST],[/INST],[TOOL_CALLS],[AVAILABLE_TOOLS],[/AVAILABLE_TOOLS],[TOOL_RESULTS],[/TOOL_RESULTS]'
 TAGS="$TAGS,[SYSTEM_PROMPT],[/SYSTEM_PROMPT],[CALL_ID],[ARGS],[THINK],[/THINK],[TOOL_CONTENT],[IMG]"

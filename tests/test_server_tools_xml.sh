@@ -22,18 +22,10 @@ pass=0
 fail=0
 VOCAB=$SHARED/models/vocab/ggml-vocab-qwen2.gguf
 TDIR=$SHARED/chat/templates
-if [ ! -f "$VOCAB" ] || [ ! -f "$TDIR/Qwen3-Coder.jinja" ]; then
-    echo "skip: no Qwen vocabulary ($VOCAB) or templates ($TDIR)"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
-if ! python3 -c 'import jinja2, jsonschema' 2>/dev/null; then
-    echo "skip: python3's jinja2 and jsonschema are needed"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
 START_ARGS=(--quiet --parallel 4)
 . "$(dirname "$0")/lib.sh"
+[ -f "$VOCAB" ] && [ -f "$TDIR/Qwen3-Coder.jinja" ] || skip "no Qwen vocabulary ($VOCAB) or templates ($TDIR)"
+python3 -c 'import jinja2, jsonschema' 2>/dev/null || skip "python3's jinja2 and jsonschema are needed"
 M=$tmp/qwen.gguf
 "$BUILD/tools/mkmodel" -o "$M" --vocab "$VOCAB" --arch qwen2 \
     --n-embd 64 --n-layer 1 --n-head 2 --n-head-kv 1 --n-ff 128 --type f16 --seed 1 --ctx 4096 >/dev/null 2>&1 ||
