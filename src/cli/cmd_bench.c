@@ -458,11 +458,23 @@ static int run_batched(ifl_executor *ex, const struct bench_opts *o,
             "| concurrency | prompt tok/s | decode tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms "
             "| ITL p50 ms | ITL p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
             o->model, mi->architecture, (long long)n_prompt, (long long)n_gen, (long long)reps);
-    /* one untimed wave warms caches and the thread pool */
+    /* One untimed wave, as wide as the widest level, warms caches and the
+     * thread pool and writes the KV blocks the timed waves will take
+     * (blocks are handed out lowest id first, so every later wave finds
+     * its blocks among these). llama-batched-bench's cache is written
+     * whole when its context is made; ours is memory only once a block is
+     * written, and a first write costs: on the Firecracker guest of
+     * bench/README.md about 12 us a 4 KiB page (the guest's fault and the
+     * host's), which put a fifth of a fresh 16-sequence small-110m wave's
+     * decode and a third of its prompt into page faults. A server under
+     * load reuses blocks already written; this times that. */
+    int widest = 1;
+    for (int ci = 0; ci < o->n_conc; ci++)
+        widest = o->conc[ci] > widest ? o->conc[ci] : widest;
     w.ttft = ttft_all;
     w.itl = itl_all;
     if (!rc)
-        rc = run_wave(ex, 1, (int)n_prompt, (int)n_gen, g, mi->n_vocab, mi->bos_id, &w, err);
+        rc = run_wave(ex, widest, (int)n_prompt, (int)n_gen, g, mi->n_vocab, mi->bos_id, &w, err);
     for (int ci = 0; ci < o->n_conc && !rc; ci++) {
         int c = o->conc[ci];
         double tp = 0, td = 0, tt = 0;

@@ -70,8 +70,9 @@ enum { IFL_KV_OP_COPY_BLOCK = 1, IFL_KV_OP_COPY_POS = 2, IFL_KV_OP_RELEASE = 3 }
 int ifl_kv_store_create(struct ifl_kv_store **out, const struct ifl_hparams *hp, enum ifl_type type,
                         int32_t n_blocks, int32_t block_size, char *err);
 void ifl_kv_store_free(struct ifl_kv_store *kv);
-/* Makes every page of the store resident now (MADV_POPULATE_WRITE, or
- * writing zeros where the kernel lacks it), before any block is used.
+/* Makes every page of the store resident now (MADV_POPULATE_WRITE and a
+ * zero written to each page, or zeros written over all of it where the
+ * kernel lacks that call), before any block is used.
  * IFL_ENOMEM when the memory is not there. */
 int ifl_kv_store_prefault(struct ifl_kv_store *kv, char *err);
 /* Copies positions [0, n) of one block into another (copy-on-write forks). */
