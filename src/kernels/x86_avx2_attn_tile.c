@@ -3,7 +3,8 @@
  * for bit (struct ifl_attn_tile in kernels.h names the operations).
  *
  * As in x86_avx512_attn_tile.c, the tile's rows are converted to floats
- * once for all queries. A dot16's sixteen lanes are two eight-lane
+ * once for all queries, but for a call of up to three queries over an F16
+ * cache, which reads them in place. A dot16's sixteen lanes are two eight-lane
  * accumulators (elements e % 16 < 8, then the rest), four positions at a
  * time; each is folded on its own in the reference's order (the halves
  * added lane by lane, then 128-bit halves, then pairs, then the last
@@ -121,6 +122,28 @@ AI void scores4(int d, const float *q, const float *kf, int t, float scale, floa
     UNROLL for (int u = 0; u < 4; u++) s[u] = fold2x8(lo[u], hi[u]) * scale;
 }
 
+/* scores4 with the four rows read in place from the cache (F16, d % 16
+ * == 0): the same products in the same order, each row converted as it
+ * is used. */
+AI void scores4_at(int d, const float *q, const uint16_t *const *r, float scale, float *s)
+{
+    __m256 lo[4], hi[4];
+    UNROLL for (int u = 0; u < 4; u++) lo[u] = hi[u] = _mm256_setzero_ps();
+    for (int e = 0; e < d; e += 16) {
+        const __m256 q0 = _mm256_loadu_ps(q + e), q1 = _mm256_loadu_ps(q + e + 8);
+        UNROLL for (int u = 0; u < 4; u++)
+        {
+            const __m128i *kr = (const __m128i *)(r[u] + e);
+            lo[u] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(kr)), q0, lo[u]);
+            hi[u] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(kr + 1)), q1, hi[u]);
+        }
+    }
+    UNROLL for (int u = 0; u < 4; u++) s[u] = fold2x8(lo[u], hi[u]) * scale;
+}
+
+/* scores4_at's rows past a query's range: scored, then dropped */
+static const _Alignas(32) uint16_t zero_row[TILE_DMAX];
+
 /* ---- attn_tile_q8_0's integer scores --------------------------------
  *
  * Eight queries at a time, position by position: a block's 32 key bytes
@@ -209,17 +232,27 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
         ifl_attn_tile_ask(a, 0, TILE, kb, vb);
         return;
     }
+    /* A few queries over an F16 cache (a decode's lone query of a model
+     * without grouped heads, or a small group) read the rows in place:
+     * converting a row as it is used costs less than storing it into kf
+     * or vf and loading it back, up to a few uses (as in
+     * x86_avx512_attn_tile.c). Many queries (a KV group's, a prompt's)
+     * convert each row once. */
+    const int inplace = !q8 && a->nq < 4 && d % 16 == 0 && dv % 32 == 0;
+    int asked = t0; /* in place: the next tile's rows asked for up to here */
     ifl_attn_tile_ask(a, 0, t0, kb, vb);
-    for (int t = t0; t < t1; t++) {
-        ifl_attn_tile_ask(a, t, t + 1, kb, vb);
+    if (!inplace) {
+        for (int t = t0; t < t1; t++) {
+            ifl_attn_tile_ask(a, t, t + 1, kb, vb);
+            if (!q8)
+                cvt_head(0, a->k[t], d, kf + (size_t)t * d);
+            cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
+        }
+        ifl_attn_tile_ask(a, t1, TILE, kb, vb);
+        /* scores4 reads up to three rows past t1 (their scores are dropped) */
         if (!q8)
-            cvt_head(0, a->k[t], d, kf + (size_t)t * d);
-        cvt_head(q8, a->v[t], dv, vf + (size_t)t * dv);
+            memset(kf + (size_t)t1 * d, 0, sizeof(float) * 3 * (size_t)d);
     }
-    ifl_attn_tile_ask(a, t1, TILE, kb, vb);
-    /* scores4 reads up to three rows past t1 (their scores are dropped) */
-    if (!q8)
-        memset(kf + (size_t)t1 * d, 0, sizeof(float) * 3 * (size_t)d);
     float sq[TILE][8]; /* a Q8_0 cache's scores of eight queries */
     for (int i = 0; i < a->nq; i++) {
         const int lo = a->lo[i], hi = a->hi[i];
@@ -239,6 +272,18 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
         if (q8)
             for (int t = lo; t < hi; t++)
                 s[t] = sq[t][i % 8];
+        else if (inplace)
+            for (int t = lo; t < hi; t += 4) {
+                if (asked < t + 4 && asked < t1) { /* the next tile's, spread */
+                    const int to = t + 4 < t1 ? t + 4 : t1;
+                    ifl_attn_tile_ask(a, asked, to, kb, vb);
+                    asked = to;
+                }
+                const uint16_t *r[4];
+                for (int u = 0; u < 4; u++)
+                    r[u] = t + u < hi ? (const uint16_t *)a->k[t + u] : zero_row;
+                scores4_at(d, a->q + (size_t)i * d, r, a->scale, s + t);
+            }
         else
             for (int t = lo; t < hi; t += 4)
                 scores4(d, a->q + (size_t)i * d, kf, t, a->scale, s + t);
@@ -272,6 +317,29 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
                            _mm256_add_ps(_mm256_add_ps(p[1], p[5]), _mm256_add_ps(p[3], p[7])));
         const __m256 alv = _mm256_set1_ps(al);
         int e = 0;
+        if (inplace) {
+            if (i == a->nq - 1) { /* the last query: what no scoring asked for */
+                ifl_attn_tile_ask(a, asked, TILE, kb, vb);
+                asked = TILE;
+            }
+            for (; e < dv; e += 32) { /* the same multiply-adds, rows in place */
+                __m256 acc[4];
+                UNROLL for (int j = 0; j < 4; j++)
+                {
+                    acc[j] = _mm256_loadu_ps(o + e + 8 * j);
+                    if (rescale)
+                        acc[j] = _mm256_mul_ps(acc[j], alv);
+                }
+                for (int t = lo; t < hi; t++) {
+                    const __m256 pb = _mm256_set1_ps(pt[t]);
+                    const __m128i *vr = (const __m128i *)((const uint16_t *)a->v[t] + e);
+                    UNROLL for (int j = 0; j < 4; j++) acc[j] =
+                        _mm256_fmadd_ps(pb, _mm256_cvtph_ps(_mm_loadu_si128(vr + j)), acc[j]);
+                }
+                UNROLL for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + e + 8 * j, acc[j]);
+            }
+            continue;
+        }
         for (; e + 32 <= dv; e += 32) {
             __m256 acc[4];
             UNROLL for (int j = 0; j < 4; j++)
@@ -295,6 +363,8 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
             o[e] = acc;
         }
     }
+    if (inplace) /* the last query took no position */
+        ifl_attn_tile_ask(a, asked, TILE, kb, vb);
 }
 
 static void x_attn_tile_f16(const struct ifl_attn_tile *a)
