@@ -141,6 +141,34 @@ AI void scores4_at(int d, const float *q, const uint16_t *const *r, float scale,
     UNROLL for (int u = 0; u < 4; u++) s[u] = fold2x8(lo[u], hi[u]) * scale;
 }
 
+/* Values e .. e + 31 of one query's output: o times *al (when not NULL),
+ * then plus pt[t] times row t's values for t in [lo, hi), one fused
+ * multiply-add each in order; the rows from vf, or (inplace, F16) from
+ * the cache, each converted as it is used. Callers pass inplace as a
+ * constant. */
+AI void pv32(int inplace, const struct ifl_attn_tile *a, const float *vf, int dv, int e,
+             const float *pt, int lo, int hi, const __m256 *al, float *o)
+{
+    __m256 acc[4];
+    UNROLL for (int j = 0; j < 4; j++)
+    {
+        acc[j] = _mm256_loadu_ps(o + e + 8 * j);
+        if (al)
+            acc[j] = _mm256_mul_ps(acc[j], *al);
+    }
+    for (int t = lo; t < hi; t++) {
+        const __m256 pb = _mm256_set1_ps(pt[t]);
+        UNROLL for (int j = 0; j < 4; j++)
+        {
+            const __m256 v = inplace ? _mm256_cvtph_ps(_mm_loadu_si128((
+                                           const __m128i *)((const uint16_t *)a->v[t] + e + 8 * j)))
+                                     : _mm256_loadu_ps(vf + (size_t)t * dv + e + 8 * j);
+            acc[j] = _mm256_fmadd_ps(pb, v, acc[j]);
+        }
+    }
+    UNROLL for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + e + 8 * j, acc[j]);
+}
+
 /* scores4_at's rows past a query's range: scored, then dropped */
 static const _Alignas(32) uint16_t zero_row[TILE_DMAX];
 
@@ -322,40 +350,12 @@ AI void attn_tile(const struct ifl_attn_tile *a, int q8)
                 ifl_attn_tile_ask(a, asked, TILE, kb, vb);
                 asked = TILE;
             }
-            for (; e < dv; e += 32) { /* the same multiply-adds, rows in place */
-                __m256 acc[4];
-                UNROLL for (int j = 0; j < 4; j++)
-                {
-                    acc[j] = _mm256_loadu_ps(o + e + 8 * j);
-                    if (rescale)
-                        acc[j] = _mm256_mul_ps(acc[j], alv);
-                }
-                for (int t = lo; t < hi; t++) {
-                    const __m256 pb = _mm256_set1_ps(pt[t]);
-                    const __m128i *vr = (const __m128i *)((const uint16_t *)a->v[t] + e);
-                    UNROLL for (int j = 0; j < 4; j++) acc[j] =
-                        _mm256_fmadd_ps(pb, _mm256_cvtph_ps(_mm_loadu_si128(vr + j)), acc[j]);
-                }
-                UNROLL for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + e + 8 * j, acc[j]);
-            }
+            for (; e < dv; e += 32)
+                pv32(1, a, vf, dv, e, pt, lo, hi, rescale ? &alv : NULL, o);
             continue;
         }
-        for (; e + 32 <= dv; e += 32) {
-            __m256 acc[4];
-            UNROLL for (int j = 0; j < 4; j++)
-            {
-                acc[j] = _mm256_loadu_ps(o + e + 8 * j);
-                if (rescale)
-                    acc[j] = _mm256_mul_ps(acc[j], alv);
-            }
-            for (int t = lo; t < hi; t++) {
-                const __m256 pb = _mm256_set1_ps(pt[t]);
-                const float *vr = vf + (size_t)t * dv + e;
-                UNROLL for (int j = 0; j < 4; j++) acc[j] =
-                    _mm256_fmadd_ps(pb, _mm256_loadu_ps(vr + 8 * j), acc[j]);
-            }
-            UNROLL for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + e + 8 * j, acc[j]);
-        }
+        for (; e + 32 <= dv; e += 32)
+            pv32(0, a, vf, dv, e, pt, lo, hi, rescale ? &alv : NULL, o);
         for (; e < dv; e++) {
             float acc = rescale ? o[e] * al : o[e];
             for (int t = lo; t < hi; t++)
