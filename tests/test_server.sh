@@ -12,14 +12,6 @@ SHARED=${IFL_SHARED:-../shared}
 M=$SHARED/models/stories260K.gguf
 pass=0
 fail=0
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
 . "$(dirname "$0")/lib.sh"
 
 # stop_server: SIGTERM, bounded wait, exit status into STOP_RC

@@ -12,14 +12,6 @@ SHARED=${IFL_SHARED:-../shared}
 M=$SHARED/models/ref/llama-f16.gguf
 pass=0
 fail=0
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
 START_ARGS=(--quiet)
 . "$(dirname "$0")/lib.sh"
 truth() { # name, condition (arithmetic), detail

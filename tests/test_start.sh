@@ -16,14 +16,6 @@ BIN=$BUILD/inflight
 SHARED=${IFL_SHARED:-../shared}
 pass=0
 fail=0
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
 . "$(dirname "$0")/lib.sh"
 has() { # name, needle, haystack
     case "$3" in *"$2"*) ok "$1" ;; *) bad "$1"; echo "  missing: $2"; echo "  in: ${3:0:600}" ;; esac
